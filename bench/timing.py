@@ -1,0 +1,47 @@
+"""Phase timing in the gpt-fast style: device sync at every boundary, wall clock from perf_counter.
+
+`PhaseTimer.lap(phase)` charges the time since the previous boundary to `phase`, so the phases of one
+generation tile its timed region with no gaps: they add up to the wall time by construction.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+import torch
+
+PHASES = ("prefill", "preprocess", "draft", "target_forward", "verify", "update")
+MODEL_PHASES = ("prefill", "target_forward")  # everything else is overhead
+
+
+def device_sync(device) -> None:
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+class PhaseTimer:
+    def __init__(self, device="cpu", sync: bool = True):
+        self.device = device
+        self.sync = sync
+        self.times: dict[str, float] = defaultdict(float)
+        self._last = None
+
+    def start(self) -> None:
+        if self.sync:
+            device_sync(self.device)
+        self.times.clear()
+        self._last = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        if self.sync:
+            device_sync(self.device)
+        now = time.perf_counter()
+        self.times[phase] += now - self._last
+        self._last = now
+
+    def result(self) -> dict[str, float]:
+        return dict(self.times)

@@ -1,0 +1,41 @@
+"""The one greedy verifier: longest draft path that matches the target's own argmax choices.
+
+Shapes carry a batch dimension B so a batch of sequences with different accepted lengths per row can be
+verified together later (ProPD measures batch sizes 1-16); the engine uses B = 1 today.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from bench.tree import Tree
+
+
+@dataclass
+class Acceptance:
+    best: torch.Tensor  # [B] slot of the deepest accepted node (0 = only the root)
+    path: torch.Tensor  # [B, N+1] bool, slots on the accepted path root..best
+    accept_len: torch.Tensor  # [B] committed tokens this step = accepted drafts + bonus token
+    bonus: torch.Tensor  # [B] target's choice after the accepted path
+
+
+def greedy_accept(tree: Tree, tokens: torch.Tensor, target: torch.Tensor) -> Acceptance:
+    """tokens: [B, N+1] tree inputs (slot 0 = root); target: [B, N+1] target argmax at each slot.
+
+    A node is accepted when every node on its path (root excluded) equals the target's argmax at its
+    parent. Among accepted nodes the deepest wins; ties go to the lowest slot, which for greedy decoding
+    are the same tokens anyway (two accepted paths of equal depth spell the same greedy continuation).
+    """
+    anc = tree.ancestors.to(tokens.device)
+    parents = tree.parents.to(tokens.device).clamp(min=0)
+    wrong = tokens != target[:, parents]  # [B, N+1]
+    wrong[:, 0] = False  # the root is already committed
+    accepted = ~(anc.unsqueeze(0) & wrong.unsqueeze(1)).any(-1)  # [B, N+1]
+    score = torch.where(accepted, tree.depth.to(tokens.device), -1)
+    best = score.argmax(-1)  # first maximum: lowest slot on ties
+    path = anc[best]
+    accept_len = tree.depth.to(tokens.device)[best] + 1
+    bonus = target.gather(1, best.unsqueeze(1)).squeeze(1)
+    return Acceptance(best, path, accept_len, bonus)

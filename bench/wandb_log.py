@@ -1,0 +1,45 @@
+"""Copy a finished run (already on disk) to Weights & Biases. Disk stays the source of truth."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+
+def log_run(cfg, run_dir: Path) -> None:
+    import wandb
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    records = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
+    group = cfg.logger.group or cfg.get("experiment_name") or f"{cfg.dataset.name}-{cfg.model.name}"
+    run = wandb.init(
+        project=cfg.logger.project,
+        entity=cfg.logger.entity,
+        mode=cfg.logger.mode,
+        group=group,
+        name=summary["run_id"],
+        dir=str(run_dir.parent.parent),
+        config=OmegaConf.to_container(cfg, resolve=True),
+        reinit="finish_previous",
+    )
+    try:
+        m = summary["summary"]
+        run.summary.update({
+            "mat": m["mat"],
+            "tokens_per_s": m["tokens_per_s"]["mean_of_questions"],
+            "tokens_per_s_total": m["tokens_per_s"]["total"],
+            "overhead_share": m["overhead_share"],
+            "lossless_equal": m["lossless"]["equal"],
+            "lossless_checked": m["lossless"]["checked"],
+            **{f"speedup_{k}": v["value"] for k, v in summary["speedup"].items()},
+            **{f"phase_share/{k}": v for k, v in m["phase_share"].items()},
+        })
+        cols = ["question_id", "group", "turn", "new_tokens", "wall_time", "steps"]
+        table = wandb.Table(columns=cols + ["mat"])
+        for r in records:
+            table.add_data(*[r[c] for c in cols], r["new_tokens"] / max(r["steps"], 1))
+        run.log({"records": table})
+    finally:
+        run.finish()  # every multirun job closes its own W&B run

@@ -1,0 +1,5 @@
+"""Prompt sets for the benchmarks; see data/README.md."""
+
+from data.loaders import DataError, load_items, resolve_items
+
+__all__ = ["DataError", "load_items", "resolve_items"]

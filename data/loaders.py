@@ -1,0 +1,190 @@
+"""One generic loader for every prompt set.
+
+Each dataset is a YAML file in conf/dataset/ that says where its rows live and how a raw row maps to an item
+(like lm-eval tasks), so adding a dataset is a config change, not code. Items look like
+{"question_id": int|str, "category": str, "group": str, "turns": [str, ...]}, in file order.
+
+Sources are tried in order, first hit wins: mirror dir, local cache, an installed package's data file,
+the HF hub. See data/README.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import importlib
+import json
+import logging
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+ITEM_KEYS = ("question_id", "category", "group", "turns")
+FORMATS = ("jsonl", "jsonl.gz")
+# Keys of a dataset YAML that map raw rows to items; the `hub.fields` block may override them.
+FIELD_KEYS = ("id_field", "category_field", "category", "turns_field", "template", "join")
+
+
+class DataError(Exception):
+    """A dataset could not be loaded. The message is one line naming the problem."""
+
+
+def load_items(ds_cfg, mirror_dir: str | None, cache_dir: str) -> list[dict]:
+    """The dataset's items from the first source that has them (see resolve_items)."""
+    return resolve_items(ds_cfg, mirror_dir, cache_dir)[0]
+
+
+def resolve_items(
+    ds_cfg, mirror_dir: str | None, cache_dir: str, use_cache: bool = True
+) -> tuple[list[dict], str]:
+    """(items, source) where source says where they came from, e.g. "mirror /x/gsm8k/test.jsonl".
+
+    ds_cfg is a DictConfig or dict composed from conf/dataset/<name>.yaml. use_cache=False skips the
+    cache, so scripts/fetch_data.py always rebuilds it from an original source.
+    """
+    cfg = _plain(ds_cfg)
+    name = cfg.get("name") or "<unnamed>"
+    fmt = cfg.get("format", "jsonl")
+    if fmt not in FORMATS:
+        raise DataError(f"dataset {name!r}: unknown format {fmt!r} (expected one of {', '.join(FORMATS)})")
+    fields = {k: cfg.get(k) for k in FIELD_KEYS}
+    _check_fields(name, fields)
+    groups = cfg.get("groups") or {}
+    looked = []
+
+    if mirror_dir and cfg.get("mirror_path"):
+        path = Path(mirror_dir) / cfg["mirror_path"]
+        if path.is_file():
+            return _to_items(_read_jsonl(path, fmt), fields, groups, str(path)), f"mirror {path}"
+        looked.append(f"mirror {path} (missing)")
+    else:
+        looked.append("mirror (not set)")
+
+    if use_cache:
+        path = cache_path(cache_dir, name)
+        if path.is_file():
+            return _read_cache(path), f"cache {path}"
+        looked.append(f"cache {path} (missing)")
+
+    package = cfg.get("package_file")
+    if package:
+        label = f"package {package['module']}.{package['attr']}"
+        try:
+            path = Path(getattr(importlib.import_module(package["module"]), package["attr"]))
+        except (ImportError, AttributeError) as e:
+            looked.append(f"{label} (not installed: {_short(e)})")
+        else:
+            if path.is_file():
+                return _to_items(_read_jsonl(path, fmt), fields, groups, str(path)), f"{label} ({path})"
+            looked.append(f"{label} ({path} missing)")
+
+    hub = dict(cfg.get("hub") or {})
+    if hub:
+        fields.update(hub.pop("fields", None) or {})
+        _check_fields(name, fields)
+        label = f"hub {hub.get('path')}" + (f" {hub['data_files']}" if hub.get("path") == "json" else "")
+        # Network, auth and missing-dependency errors come in many types; each just means "not here".
+        try:
+            rows = _hub_rows(hub)
+        except Exception as e:  # noqa: BLE001
+            looked.append(f"{label} (unreachable: {_short(e)})")
+        else:
+            return _to_items(((i + 1, row) for i, row in enumerate(rows)), fields, groups, label), label
+
+    raise DataError(f"dataset {name!r} not found: " + ", ".join(looked))
+
+
+def cache_path(cache_dir: str | Path, name: str) -> Path:
+    """Where scripts/fetch_data.py writes, and resolve_items reads, a dataset's normalized items."""
+    return Path(cache_dir) / name / "items.jsonl"
+
+
+def _plain(ds_cfg) -> dict:
+    return OmegaConf.to_container(OmegaConf.create(ds_cfg), resolve=True)
+
+
+def _check_fields(name: str, fields: dict) -> None:
+    if bool(fields["turns_field"]) == bool(fields["template"]):
+        raise DataError(f"dataset {name!r}: set exactly one of turns_field, template")
+    if bool(fields["category_field"]) == (fields["category"] is not None):
+        raise DataError(f"dataset {name!r}: set exactly one of category_field, category")
+
+
+def _short(e: BaseException) -> str:
+    first = (str(e).strip().splitlines() or [""])[0]
+    return f"{type(e).__name__}: {first}"[:160]
+
+
+def _read_jsonl(path: Path, fmt: str) -> Iterator[tuple[int, dict]]:
+    """(1-based line number, row) for each non-blank line."""
+    opener = gzip.open if fmt == "jsonl.gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"malformed line {lineno} in {path}: {e.msg}") from None
+            if not isinstance(row, dict):
+                raise DataError(f"malformed line {lineno} in {path}: not a JSON object")
+            yield lineno, row
+
+
+def _to_items(rows: Iterable[tuple[int, dict]], fields: dict, groups: dict, where: str) -> list[dict]:
+    items = []
+    for index, (lineno, row) in enumerate(rows):
+        try:
+            items.append(_to_item(row, index, fields, groups))
+        except KeyError as e:
+            raise DataError(f"malformed line {lineno} in {where}: missing field {e}") from None
+        except (TypeError, ValueError, IndexError) as e:
+            raise DataError(f"malformed line {lineno} in {where}: {_short(e)}") from None
+    return items
+
+
+def _to_item(row: dict, index: int, fields: dict, groups: dict) -> dict:
+    # No id field configured (gsm8k): the row's 0-based position is its id.
+    qid = row[fields["id_field"]] if fields["id_field"] else index
+    category = row[fields["category_field"]] if fields["category_field"] else fields["category"]
+    if fields["turns_field"]:
+        turns = row[fields["turns_field"]]
+    else:
+        joined = {k: sep.join(row[k]) for k, sep in (fields["join"] or {}).items()}
+        turns = [fields["template"].format(**{**row, **joined})]
+    if not isinstance(turns, list) or not turns or not all(isinstance(t, str) for t in turns):
+        raise TypeError("turns must be a non-empty list of strings")
+    return {"question_id": qid, "category": category, "group": groups.get(category, category), "turns": turns}
+
+
+def _read_cache(path: Path) -> list[dict]:
+    items = []
+    for lineno, row in _read_jsonl(path, "jsonl"):
+        missing = [k for k in ITEM_KEYS if k not in row]
+        if missing:
+            raise DataError(f"malformed line {lineno} in {path}: missing field {missing[0]!r}")
+        items.append({k: row[k] for k in ITEM_KEYS})
+    return items
+
+
+def _hub_rows(hub_args: dict) -> list[dict]:
+    """Rows from datasets.load_dataset(**hub_args); imported lazily because `datasets` is slow to import."""
+    import datasets  # before quieting: importing it configures its own (and huggingface_hub's) log levels
+
+    with _quiet_hub_logs():
+        return list(datasets.load_dataset(**hub_args))
+
+
+@contextlib.contextmanager
+def _quiet_hub_logs():
+    # Offline, huggingface_hub logs a "Retrying in 8s" warning per attempt; the DataError already says why.
+    loggers = [logging.getLogger(n) for n in ("huggingface_hub", "datasets", "fsspec")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)

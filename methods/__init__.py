@@ -1,0 +1,31 @@
+"""Lazy method registry (lm-eval style): a name maps to "module:Class", imported only when used.
+
+Adding a method = one module here + one conf/method/<name>.yaml whose `name` is the registry key.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+REGISTRY = {
+    "ar": "methods.ar:Autoregressive",
+    "hf_generate": "methods.hf:HFGenerate",
+    "hf_pld": "methods.hf:HFPromptLookup",
+    "pld": "methods.pld:PromptLookup",
+    "token_recycling": "methods.token_recycling:TokenRecycling",
+}
+
+
+class UnknownMethod(KeyError):
+    pass
+
+
+def method_class(name: str):
+    if name not in REGISTRY:
+        raise UnknownMethod(f"unknown method '{name}' (known: {', '.join(sorted(REGISTRY))})")
+    module, cls = REGISTRY[name].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def build_method(cfg, bundle):
+    return method_class(cfg.name)(cfg, bundle)

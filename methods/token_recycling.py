@@ -1,0 +1,78 @@
+"""Token Recycling (Luo et al. 2024): reuse the target's top-k candidates as future drafts.
+
+An adjacency matrix [vocab, k] maps each token to the top-k tokens the target predicted after it the
+last time it was a tree input. A static tree (given as data: conf/tree/*.yaml) is filled level by level
+from the matrix with one gather per level; after verification every tree input's row is overwritten with
+the top-k of its own output logits, accepted or not. The matrix starts at zeros (token 0 everywhere) and
+persists across prompts and turns ("hot"); `start: cold` resets it per prompt-turn.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from bench.tree import tree_from_paths
+from methods.base import Draft, Proposer
+
+UPDATE_STRATEGIES = ("parallel", "first", "last")
+
+
+class TokenRecycling(Proposer):
+    wants_logits = True
+
+    def __init__(self, cfg, bundle):
+        super().__init__(cfg, bundle)
+        self.tree = tree_from_paths([list(p) for p in cfg.tree.paths])
+        self.k = int(cfg.topk)
+        if int(self.tree.choice.max()) >= self.k:
+            raise ValueError(f"tree uses candidate rank {int(self.tree.choice.max())} but topk is {self.k}")
+        if cfg.update_strategy not in UPDATE_STRATEGIES:
+            raise ValueError(f"update must be one of {UPDATE_STRATEGIES}, got {cfg.update_strategy!r}")
+        if cfg.start not in ("hot", "cold"):
+            raise ValueError(f"start must be hot or cold, got {cfg.start!r}")
+        self.update_strategy = cfg.update_strategy
+        self.cold = cfg.start == "cold"
+        device = bundle.device
+        self.adj = torch.zeros(bundle.vocab_size, self.k, dtype=torch.long, device=device)
+        # One (slots, parent slots, candidate ranks) triple per depth level, for the vectorized fill.
+        self.levels = [
+            (slice(a, b), self.tree.parents[a:b].to(device), self.tree.choice[a:b].to(device))
+            for a, b in self.tree.level_slices
+        ]
+        self.buf = torch.empty(self.tree.size + 1, dtype=torch.long, device=device)
+        self.slots = torch.arange(self.tree.size + 1, device=device)
+
+    def describe(self):
+        return {
+            "tree": self.tree.name,
+            "tree_size": self.tree.size,
+            "tree_depth": self.tree.max_depth,
+            "topk": self.k,
+            "update": self.update_strategy,
+            "start": "cold" if self.cold else "hot",
+        }
+
+    def start(self, prompt_ids):
+        if self.cold:
+            self.adj.zero_()
+
+    def propose(self, seq, length):
+        tokens = self.buf
+        tokens[0] = seq[length - 1]
+        for slots, parents, ranks in self.levels:
+            tokens[slots] = self.adj[tokens[parents], ranks]
+        return Draft(self.tree, tokens[1:].clone())
+
+    def update(self, inputs, logits, target):
+        top = logits.topk(self.k, dim=-1).indices  # [N+1, k]
+        if self.update_strategy == "parallel":
+            # One scatter; for a token present several times one of the writes wins (as in the paper).
+            self.adj[inputs] = top
+            return
+        # first / last occurrence of each distinct input token decides its row.
+        uniq, inverse = torch.unique(inputs, return_inverse=True)
+        reduce = "amin" if self.update_strategy == "first" else "amax"
+        init = len(inputs) if reduce == "amin" else -1
+        pick = torch.full((len(uniq),), init, dtype=torch.long, device=inputs.device)
+        pick = pick.scatter_reduce(0, inverse, self.slots, reduce=reduce)
+        self.adj[inputs[pick]] = top[pick]

@@ -1,0 +1,73 @@
+"""`make data`: write each prompt set, already normalized, to <cache>/<name>/items.jsonl.
+
+Afterwards runs need neither the mirror nor the network. The cache is always rebuilt from an original
+source (mirror, package, hub), never from itself, so editing a dataset YAML and re-running takes effect.
+
+    python scripts/fetch_data.py [--mirror DIR] [--cache data/cache] [names...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # `python scripts/fetch_data.py` puts scripts/, not the repo, on sys.path
+
+from omegaconf import OmegaConf
+
+from data.loaders import DataError, cache_path, resolve_items
+
+CONF_DIR = REPO / "conf" / "dataset"
+
+
+def default_mirror() -> str | None:
+    """$SPECREPRO_DATA_MIRROR, else ../shared/data beside the repo if it exists."""
+    if os.environ.get("SPECREPRO_DATA_MIRROR"):
+        return os.environ["SPECREPRO_DATA_MIRROR"]
+    beside = REPO.parent / "shared" / "data"
+    return str(beside) if beside.is_dir() else None
+
+
+def write_items(path: Path, items: list[dict]) -> None:
+    """Write atomically, so an interrupted run never leaves a half-written cache that later loads."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(item, ensure_ascii=False) + "\n" for item in items)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    known = sorted(p.stem for p in CONF_DIR.glob("*.yaml"))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mirror", default=default_mirror(), help="mirror dir (default: %(default)s)")
+    parser.add_argument(
+        "--cache", default=str(REPO / "data" / "cache"), help="cache dir (default: %(default)s)"
+    )
+    parser.add_argument("names", nargs="*", help=f"datasets (default: all of {', '.join(known)})")
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.names) - set(known))
+    if unknown:
+        parser.error(f"unknown dataset(s) {', '.join(unknown)}; known: {', '.join(known)}")
+
+    failed = 0
+    for name in args.names or known:
+        try:
+            items, source = resolve_items(
+                OmegaConf.load(CONF_DIR / f"{name}.yaml"), args.mirror, args.cache, use_cache=False
+            )
+        except DataError as e:
+            print(f"{name:<11} FAILED: {e}", file=sys.stderr)
+            failed += 1
+            continue
+        write_items(cache_path(args.cache, name), items)
+        print(f"{name:<11} {len(items):>5} items  from {source}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""bench.report on a hand-made results dir: every expected number is worked out by hand from the records."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bench.report import REPORTS, build_token_recycling_table1, main, token_recycling_table1
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def record(qid, group, tokens, wall, accepts, equal=None):
+    assert sum(accepts) == tokens
+    return {"question_id": qid, "category": group, "group": group, "turn": 0, "new_tokens": tokens,
+            "wall_time": wall, "accept_lengths": accepts, "phase_times": {"generate": wall},
+            "output_ids": list(range(tokens)),
+            "lossless": None if equal is None else {"equal": equal, "first_divergence": None if equal else 3}}
+
+
+def write_run(results, run_id, method, dataset, created, records, variant=None, summary=True):
+    d = results / "runs" / run_id
+    d.mkdir(parents=True)
+    (d / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    if summary:  # the summary/groups blocks are deliberately bogus: the report must use records
+        (d / "summary.json").write_text(json.dumps({
+            "run_id": run_id, "method": method, "variant": variant, "dataset": dataset,
+            "model": "smollm2-135m", "paper_size": "7B", "max_new_tokens": 64, "created": created,
+            "machine": "test-cpu", "summary": {"mat": 99.0}, "groups": {}}))
+
+
+@pytest.fixture
+def results(tmp_path):
+    r = tmp_path / "results"
+    # Baseline: 10 tok/s on both questions, AR steps.
+    write_run(r, "base", "hf_generate", "spec_bench", "2025-01-01T00:00:00",
+              [record("q1", "mt_bench", 10, 1.0, [1] * 10), record("q2", "qa", 10, 1.0, [1] * 10)])
+    # An older token_recycling run that must lose to the newer one.
+    write_run(r, "tr_old", "token_recycling", "spec_bench", "2025-01-02T00:00:00",
+              [record("q1", "mt_bench", 10, 10.0, [1] * 10), record("q2", "qa", 10, 10.0, [1] * 10)])
+    # 20 tok/s on mt_bench, 30 tok/s on qa; 10 steps pooled for 50 tokens -> MAT 5.00.
+    write_run(r, "tr_new", "token_recycling", "spec_bench", "2025-01-03T00:00:00+00:00",
+              [record("q1", "mt_bench", 20, 1.0, [1, 4, 5, 5, 5], equal=True),
+               record("q2", "qa", 30, 1.0, [1, 7, 7, 7, 8], equal=False)])
+    write_run(r, "tr_shuffle", "token_recycling", "spec_bench", "2025-01-03T01:00:00",
+              [record("q1", "mt_bench", 15, 1.0, [1, 7, 7]), record("q2", "qa", 15, 1.0, [1, 7, 7])],
+              variant="shuffle")
+    # MBPP: 12 tokens in 4 steps over 2 s -> MAT 3.00, 6 tok/s; no hf_generate MBPP run -> no speedup.
+    write_run(r, "tr_mbpp", "token_recycling", "mbpp_tr", "2025-01-04T00:00:00",
+              [record("m1", "all", 12, 2.0, [1, 3, 4, 4], equal=True)])
+    # Still being written (no summary.json): newest and absurd, must be ignored.
+    write_run(r, "tr_partial", "token_recycling", "spec_bench", "2099-01-01T00:00:00",
+              [record("q1", "mt_bench", 10, 100.0, [10])], summary=False)
+    return r
+
+
+def row(df, label):
+    return df.set_index("label").loc[label]
+
+
+def test_numbers_come_from_latest_complete_records(results):
+    df = build_token_recycling_table1(results)
+    assert df.attrs["model"] == "smollm2-135m" and df.attrs["paper_size"] == "7B"
+    tr = row(df, "token_recycling")
+    assert tr["mt"] == pytest.approx(2.0) and tr["qa"] == pytest.approx(3.0)
+    assert math.isnan(tr["trans"])  # no translation records
+    assert tr["specbench_speedup"] == pytest.approx(2.5)
+    assert tr["specbench_tok_s"] == pytest.approx(25.0)
+    assert tr["specbench_mat"] == pytest.approx(5.0)
+    assert tr["specbench_lossless"] == "1/2" and tr["specbench_run_id"] == "tr_new"
+    assert tr["mbpp_mat"] == pytest.approx(3.0) and tr["mbpp_tok_s"] == pytest.approx(6.0)
+    assert math.isnan(tr["mbpp_speedup"])
+    assert any("no hf_generate run on mbpp_tr" in n for n in df.attrs["notes"])
+    assert "tr_partial" not in df.attrs["run_ids"].values()
+    vanilla = row(df, "hf_generate")
+    assert vanilla["specbench_speedup"] == 1.0 and vanilla["mt"] == 1.0 and vanilla["specbench_mat"] == 1.0
+    assert row(df, "token_recycling[shuffle]")["specbench_speedup"] == pytest.approx(1.5)
+
+
+def test_paper_values_beside_ours(results):
+    df = build_token_recycling_table1(results)
+    assert list(df["label"]) == ["hf_generate", "ar", "lookahead", "pld", "hf_pld", "rest", "medusa",
+                                 "token_recycling", "token_recycling[shuffle]"]
+    assert row(df, "token_recycling")["mt_paper"] == 2.17
+    assert row(df, "token_recycling[shuffle]")["specbench_tok_s_paper"] == 109.07
+    assert math.isnan(row(df, "medusa")["mbpp_mat_paper"]) and math.isnan(row(df, "ar")["mt_paper"])
+    assert row(df, "hf_generate")["specbench_tok_s_paper"] == 54.30
+    assert row(build_token_recycling_table1(results, paper_size="13B"), "token_recycling")["mt_paper"] == 1.98
+
+
+def test_files_and_cells(results, capsys):
+    assert main(["token_recycling_table1", "--results", str(results)]) == 0
+    out = capsys.readouterr().out
+    tables = results / "tables"
+    md = (tables / "token_recycling_table1.md").read_text()
+    assert out == md
+    assert "| 2.00 (2.17) |" in md  # TR MT: ours 2.00, paper 2.17
+    assert "— (1.64)" in md  # lookahead: no run, paper MAT 1.64
+    hf_pld = next(line for line in md.splitlines() if line.startswith("| hf_pld"))
+    assert {c.strip() for c in hf_pld.split("|")[2:-1]} == {"—"}  # no run, not in the paper
+    assert "ours (paper)" in md and "test-cpu" in md and "tr_new" in md and "mean over questions" in md
+    csv = pd.read_csv(tables / "token_recycling_table1.csv").set_index("label")
+    assert csv.loc["token_recycling", "mt"] == 2.0 and csv.loc["token_recycling", "mt_paper"] == 2.17
+    assert csv.loc["hf_pld"].drop("method").isna().all()  # tidy: empty cells, never "—"
+    tex = (tables / "token_recycling_table1.tex").read_text()
+    assert "\\toprule" in tex and "token\\_recycling" in tex and "2.00 (2.17)" in tex
+    assert not list(tables.glob(".*"))  # no temp files left behind
+
+
+def test_registry_and_default_model(results):
+    assert REPORTS["token_recycling_table1"] is token_recycling_table1
+    assert build_token_recycling_table1(results / "nowhere").attrs["model"] == "smollm2-135m"
+
+
+def test_unknown_report_is_one_line_exit_2():
+    p = subprocess.run([sys.executable, "-m", "bench.report", "no_such_report"], cwd=REPO, check=False,
+                       capture_output=True, text=True)
+    assert p.returncode == 2
+    assert len(p.stderr.strip().splitlines()) == 1 and "no_such_report" in p.stderr
