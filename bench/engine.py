@@ -30,6 +30,10 @@ class Engine:
     def generate(self, proposer: Proposer, prompt_ids: list[int], max_new_tokens: int, timer) -> Generation:
         model, device = self.model, self.device
         n_prompt = len(prompt_ids)
+        if max_new_tokens < 1:
+            raise ValueError("max_new_tokens must be at least 1")
+        if n_prompt + 1 > self.max_context:
+            raise RuntimeError(f"prompt of {n_prompt} tokens exceeds the model context ({self.max_context} tokens)")
         # The sequence buffer holds prompt + output; drafts may peek past the end (never committed).
         seq = torch.zeros(n_prompt + max_new_tokens + 1, dtype=torch.long, device=device)
         seq[:n_prompt] = torch.tensor(prompt_ids, dtype=torch.long)

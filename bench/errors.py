@@ -3,3 +3,7 @@
 
 class HarnessError(Exception):
     pass
+
+
+class ConfigError(HarnessError, ValueError):
+    """A config value a method or loader cannot use."""

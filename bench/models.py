@@ -34,7 +34,7 @@ def packaged_gguf(package: str, filename: str | None) -> Path:
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         raise HarnessError(f"model package '{package}' is not installed (run `make setup`)")
-    folder = Path(list(spec.submodule_search_locations)[0])
+    folder = Path(next(iter(spec.submodule_search_locations)))
     files = [folder / filename] if filename else sorted(folder.glob("*.gguf"))
     if not files or not files[0].is_file():
         raise HarnessError(f"no .gguf file{' ' + filename if filename else ''} in package '{package}' ({folder})")
@@ -68,6 +68,9 @@ def _from_gguf(gguf: Path, dtype, cache_dir: Path):
 
 def load_model(cfg, model_cache: str) -> ModelBundle:
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # per-tensor bars would bury the run's own progress and errors
 
     target = cfg.target
     if cfg.dtype not in DTYPES:

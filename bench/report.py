@@ -256,8 +256,41 @@ def token_recycling_table1(results_dir: str | Path, model: str | None = None,
     return texts["md"]
 
 
-# Report name -> fn(results_dir, model=None, paper_size=None) -> markdown; it writes its own files.
-REPORTS = {"token_recycling_table1": token_recycling_table1}
+def runs_table(results_dir: str | Path, model: str | None = None, paper_size: str | None = None,
+               dataset: str | None = None, max_new_tokens: int | None = None) -> str:
+    """Latest run per method for one model and dataset: MAT, tok/s, speedups, overhead, losslessness."""
+    runs = [r for r in load_runs(results_dir)
+            if (model is None or r.meta.get("model") == model)
+            and (dataset is None or r.meta.get("dataset") == dataset)
+            and (max_new_tokens is None or r.meta.get("max_new_tokens") == max_new_tokens)]
+    latest = latest_runs(runs)
+    rows = []
+    for key, run in latest.items():
+        s = summarize(run.records)
+        speed = {}
+        for m in ("hf_generate", "ar"):
+            b = latest.get((key[0], m, None, key[3]))
+            speed[m] = speedup(run.records, b.records) if b else None
+        rows.append({
+            "model": key[0], "dataset": key[3], "method": key[1] + (f"[{key[2]}]" if key[2] else ""),
+            "turns": s["n_turns"], "MAT": _fmt(s["mat"]),
+            "tok/s": _fmt(s["tokens_per_s"]["mean_of_questions"]),
+            "speedup vs hf_generate": _fmt(speed["hf_generate"]), "speedup vs ar": _fmt(speed["ar"]),
+            "overhead": _fmt(s["overhead_share"]), "lossless": _lossless(run.records) or MISSING,
+        })
+    if not rows:
+        return "no complete runs match\n"
+    footer = ("MAT: tokens per target forward incl. the bonus token, pooled over steps; tok/s: mean of "
+              "per-question rates; speedup: ratio of mean rates on the same questions; overhead: share of "
+              "wall time outside model forwards (— for HF generate, timed as one phase); lossless: "
+              "prompt-turns token-identical to greedy AR.")
+    md = pd.DataFrame(rows).to_markdown(index=False) + "\n\n" + footer + "\n"
+    write_atomic(Path(results_dir) / "tables" / "runs.md", md)
+    return md
+
+
+# Report name -> fn(results_dir, model=None, paper_size=None, ...) -> markdown; it writes its own files.
+REPORTS = {"token_recycling_table1": token_recycling_table1, "runs": runs_table}
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -272,10 +305,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results", default="results", help="results dir holding runs/ (tables/ is written)")
     p.add_argument("--model", default=None, help="default: the model of the most recent run")
     p.add_argument("--paper-size", default=None, help="paper rows to compare with; default: the runs'")
+    p.add_argument("--dataset", default=None, help="runs report: only this dataset")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="runs report: only runs with this limit")
     args = p.parse_args(argv)
     if not Path(args.results, "runs").is_dir():
         p.exit(1, f"{p.prog}: error: no runs/ under {args.results!r}\n")
-    print(REPORTS[args.report](args.results, model=args.model, paper_size=args.paper_size), end="")
+    kwargs = {"model": args.model, "paper_size": args.paper_size}
+    if args.report == "runs":
+        kwargs.update(dataset=args.dataset, max_new_tokens=args.max_new_tokens)
+    print(REPORTS[args.report](args.results, **kwargs), end="")
     return 0
 
 

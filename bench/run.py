@@ -32,7 +32,8 @@ from bench.prompts import prompt_ids
 from bench.provenance import ROOT, provenance
 from bench.reference import ReferenceStore
 from bench.timing import PhaseTimer, device_sync
-from methods import build_method
+from data.loaders import DataError, load_items
+from methods import UnknownMethod, build_method
 from methods.ar import Autoregressive
 
 CONF = ROOT / "conf"
@@ -78,8 +79,6 @@ def run_id(cfg) -> str:
 
 class Runner:
     def __init__(self, cfg):
-        from data.loaders import load_items
-
         self.cfg = cfg
         self.items = select_items(
             load_items(cfg.dataset, str(project_path(cfg.paths.data_mirror)), str(project_path(cfg.paths.data_cache))),
@@ -157,6 +156,8 @@ class Runner:
             })
 
     def run(self) -> list[dict]:
+        for item in self.items:  # fail before any timing if a first-turn prompt cannot fit
+            self.encode([], item["turns"][0])
         for _ in range(self.cfg.run.warmup):
             self.run_item(self.items[0])
         records: list[dict] = []
@@ -254,7 +255,7 @@ def main(cfg: DictConfig) -> None:
         runner = Runner(cfg)
         records = runner.run()
         path = write_run(cfg, runner, records)
-    except HarnessError as err:
+    except (HarnessError, DataError, UnknownMethod) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)
     if cfg.logger.name == "wandb":

@@ -8,6 +8,8 @@ so MAT is measured for these too.
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
@@ -51,7 +53,7 @@ class HFGenerate(Method):
         timer.lap("generate")
         output = out[0, len(prompt_ids) :].tolist()
         lengths = [len(prompt_ids)] + recorder.lengths
-        accept = [b - a for a, b in zip(lengths, lengths[1:])]
+        accept = [b - a for a, b in pairwise(lengths)]
         # generate() pads nothing at batch 1, but trim any tokens after EOS defensively.
         eos = set(self.bundle.eos_token_ids)
         for i, t in enumerate(output):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from bench.errors import ConfigError
 from bench.tree import tree_from_paths
 from methods.base import Draft, Proposer
 
@@ -25,11 +26,11 @@ class TokenRecycling(Proposer):
         self.tree = tree_from_paths([list(p) for p in cfg.tree.paths])
         self.k = int(cfg.topk)
         if int(self.tree.choice.max()) >= self.k:
-            raise ValueError(f"tree uses candidate rank {int(self.tree.choice.max())} but topk is {self.k}")
+            raise ConfigError(f"tree uses candidate rank {int(self.tree.choice.max())} but topk is {self.k}")
         if cfg.update_strategy not in UPDATE_STRATEGIES:
-            raise ValueError(f"update must be one of {UPDATE_STRATEGIES}, got {cfg.update_strategy!r}")
+            raise ConfigError(f"update must be one of {UPDATE_STRATEGIES}, got {cfg.update_strategy!r}")
         if cfg.start not in ("hot", "cold"):
-            raise ValueError(f"start must be hot or cold, got {cfg.start!r}")
+            raise ConfigError(f"start must be hot or cold, got {cfg.start!r}")
         self.update_strategy = cfg.update_strategy
         self.cold = cfg.start == "cold"
         device = bundle.device

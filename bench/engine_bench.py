@@ -1,0 +1,169 @@
+"""Engine micro-benchmarks, measured side by side in one process (`make bench-engine`).
+
+- ar_vs_hf_generate: our AR tok/s / HF generate tok/s (same model, prompts, dtype; outputs must match).
+- pld_vs_hf_pld: our PLD in the HF setting (n-gram 2, partial continuation) / generate(prompt_lookup_...).
+- tr_overhead_share: share of Token Recycling's timed wall time outside model forwards.
+- tr_speedup_efficiency: achieved TR speedup over our AR / (MAT x T(1) / T(tree + root)), with the
+  forward cost curve T(n) measured here, on a cache as long as a typical prompt + half the output.
+Pairs run interleaved (A, B, A, B, ...; order flipped every repeat) so drift hits both sides alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+from hydra import compose, initialize_config_dir
+from tqdm import tqdm
+from transformers import DynamicCache
+
+from bench import metrics
+from bench.provenance import ROOT, provenance
+from bench.run import Runner
+from bench.timing import device_sync
+from bench.tree import tree_from_paths
+
+GOALS = {"ar_vs_hf_generate": 0.95, "pld_vs_hf_pld": 0.95, "tr_overhead_share": 0.10, "tr_speedup_efficiency": 0.95}
+
+
+def runner_for(model: str, method: str, overrides: list[str], args) -> Runner:
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[
+            f"model={model}", f"method={method}", "dataset=humaneval",
+            f"run.limit={args.prompts}", f"run.max_new_tokens={args.max_new_tokens}", *overrides,
+        ])
+    return Runner(cfg)
+
+
+def timed_pair(a: Runner, b: Runner, repeats: int, label: str) -> dict:
+    """Interleaved runs of two methods over the same prompts; returns tok/s of each and their ratio."""
+    prompts = [a.encode([], it["turns"][0]) for it in a.items]
+    for r in (a, b):  # warm-up, untimed
+        r.timed(prompts[0])
+    stats = {id(a): [0, 0.0, []], id(b): [0, 0.0, []]}
+    mismatches = 0
+    jobs = [(rep, i) for rep in range(repeats) for i in range(len(prompts))]
+    for rep, i in tqdm(jobs, desc=label, file=sys.stderr):
+        outs = []
+        for r in ((a, b) if rep % 2 == 0 else (b, a)):
+            gen, wall = r.timed(prompts[i])
+            s = stats[id(r)]
+            s[0] += len(gen.output_ids)
+            s[1] += wall
+            s[2].append({"accept_lengths": gen.accept_lengths, "phase_times": gen.phase_times})
+            outs.append(gen.output_ids)
+        mismatches += outs[0] != outs[1]
+    tps = {id(r): stats[id(r)][0] / stats[id(r)][1] for r in (a, b)}
+    return {
+        "a_tok_s": tps[id(a)], "b_tok_s": tps[id(b)], "ratio": tps[id(a)] / tps[id(b)],
+        "outputs_identical": mismatches == 0, "mismatched_prompts": mismatches,
+        "a_steps": stats[id(a)][2], "b_steps": stats[id(b)][2],
+    }
+
+
+@torch.inference_mode()
+def forward_cost(runner: Runner, prefix_len: int, sizes: list[int], reps: int) -> dict[int, float]:
+    """Median seconds of one target forward over n tree tokens after a cache of prefix_len tokens."""
+    b = runner.bundle
+    model, device = b.model, b.device
+    ids = torch.randint(100, b.vocab_size - 1, (1, prefix_len), device=device)
+    cache = DynamicCache(config=model.config)
+    model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    out = {}
+    for n in sizes:
+        tree = tree_from_paths([[0] * d for d in range(1, n)]) if n > 1 else None  # a chain of n-1 drafts
+        inputs = torch.randint(100, b.vocab_size - 1, (1, n), device=device)
+        pos = (prefix_len + torch.arange(n, device=device))[None]
+        mask = None
+        if tree is not None:  # time with an explicit 4D mask, as a real tree is verified
+            bias = tree.attention_bias(b.dtype, device)
+            mask = torch.cat([torch.zeros(n, prefix_len, dtype=b.dtype, device=device), bias], 1)[None, None]
+        times = []
+        for _ in range(reps + 1):
+            device_sync(device)
+            t0 = time.perf_counter()
+            model(input_ids=inputs, position_ids=pos, attention_mask=mask, past_key_values=cache, use_cache=True)
+            device_sync(device)
+            times.append(time.perf_counter() - t0)
+            cache.crop(-n)
+        out[n] = statistics.median(times[1:])  # first rep is a warm-up
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--prompts", type=int, default=5)
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--out", default=str(ROOT / "results" / "bench" / "engine.json"))
+    args = ap.parse_args(argv)
+
+    hf = runner_for(args.model, "hf_generate", [], args)
+    ar = runner_for(args.model, "ar", [], args)
+    ar_hf = timed_pair(ar, hf, args.repeats, "ar vs hf_generate")
+
+    pld_hf_setting = ["method.max_ngram=2", "method.full_continuation=false"]
+    pld = runner_for(args.model, "pld", pld_hf_setting, args)
+    hf_pld = runner_for(args.model, "hf_pld", [], args)
+    pld_pair = timed_pair(pld, hf_pld, args.repeats, "pld(hf setting) vs hf_pld")
+
+    tr = runner_for(args.model, "token_recycling", [], args)
+    tr_ar = timed_pair(tr, ar, 1, "token_recycling vs ar")
+    tr_mat = metrics.mat(tr_ar["a_steps"])
+    overhead = metrics.overhead_share(tr_ar["a_steps"])
+
+    prompt_len = statistics.mean(len(ar.encode([], it["turns"][0])) for it in ar.items)
+    tree_slots = tr.method.tree.size + 1
+    sizes = sorted({1, 4, 8, 16, 32, 64, tree_slots})
+    costs = forward_cost(ar, int(prompt_len + args.max_new_tokens / 2), sizes, reps=10)
+    ideal = tr_mat * costs[1] / costs[tree_slots]
+    achieved = tr_ar["ratio"]
+    result = {
+        "ar_vs_hf_generate": ar_hf["ratio"],
+        "pld_vs_hf_pld": pld_pair["ratio"],
+        "tr_overhead_share": overhead,
+        "tr_speedup_efficiency": achieved / ideal,
+        "details": {
+            "ar_tok_s": ar_hf["a_tok_s"], "hf_generate_tok_s": ar_hf["b_tok_s"],
+            "ar_hf_outputs_identical": ar_hf["outputs_identical"],
+            "pld_tok_s": pld_pair["a_tok_s"], "hf_pld_tok_s": pld_pair["b_tok_s"],
+            "pld_hf_outputs_identical": pld_pair["outputs_identical"],
+            "pld_mat": metrics.mat(pld_pair["a_steps"]), "hf_pld_mat": metrics.mat(pld_pair["b_steps"]),
+            "tr_tok_s": tr_ar["a_tok_s"], "tr_ar_tok_s": tr_ar["b_tok_s"],
+            "tr_ar_outputs_identical": tr_ar["outputs_identical"],
+            "tr_mat": tr_mat, "tr_speedup_over_ar": achieved, "tr_ideal_speedup": ideal,
+            "tree_slots": tree_slots, "forward_cost_s": {str(k): v for k, v in costs.items()},
+            "forward_cost_prefix_len": int(prompt_len + args.max_new_tokens / 2),
+        },
+        "goals": GOALS,
+        "settings": vars(args),
+        "provenance": provenance(ar.bundle.device, ar.bundle.dtype),
+    }
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    tmp = args.out + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f, indent=2)
+    os.replace(tmp, args.out)
+
+    for key, goal in GOALS.items():
+        value = result[key]
+        ok = value <= goal if key == "tr_overhead_share" else value >= goal
+        rel = "<=" if key == "tr_overhead_share" else ">="
+        print(f"{key:24s} {value:7.3f}   goal {rel} {goal:.2f}: {'met' if ok else 'MISSED'}")
+    d = result["details"]
+    print(f"T(1) = {costs[1] * 1e3:.1f} ms, T({tree_slots}) = {costs[tree_slots] * 1e3:.1f} ms, "
+          f"TR MAT {tr_mat:.2f}, ideal speedup {ideal:.2f}, achieved {achieved:.2f}")
+    print(f"outputs identical: ar/hf {d['ar_hf_outputs_identical']}, pld/hf_pld {d['pld_hf_outputs_identical']}, "
+          f"tr/ar {d['tr_ar_outputs_identical']}; PLD MAT ours {d['pld_mat']:.2f} vs HF {d['hf_pld_mat']:.2f}")
+    print(f"results: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

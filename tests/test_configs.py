@@ -1,0 +1,44 @@
+"""Every config composes: each experiment, and every model x dataset x method combination."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.provenance import ROOT
+from methods import REGISTRY
+from tests.conftest import compose_cfg
+
+
+def names(group: str) -> list[str]:
+    return sorted(p.stem for p in Path(ROOT, "conf", group).glob("*.yaml"))
+
+
+@pytest.mark.parametrize("experiment", names("experiment"))
+def test_experiment_composes(experiment):
+    cfg = compose_cfg(f"experiment={experiment}")
+    assert cfg.method.name in REGISTRY
+    assert cfg.run.max_new_tokens > 0
+
+
+@pytest.mark.parametrize("model", names("model"))
+@pytest.mark.parametrize("method", names("method"))
+def test_model_method_composes(model, method):
+    cfg = compose_cfg(f"model={model}", f"method={method}")
+    assert cfg.model.name == model and cfg.method.name == method
+    assert cfg.model.dtype in ("float32", "float16", "bfloat16")
+
+
+def test_every_method_config_is_registered():
+    assert set(names("method")) <= set(REGISTRY)
+
+
+@pytest.mark.parametrize("dataset", names("dataset"))
+def test_dataset_composes(dataset):
+    assert compose_cfg(f"dataset={dataset}").dataset.name == dataset
+
+
+def test_token_recycling_tree_comes_from_tree_group():
+    cfg = compose_cfg("method=token_recycling")
+    assert len(cfg.method.tree.paths) == 80

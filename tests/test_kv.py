@@ -1,0 +1,112 @@
+"""bench.kv.keep_accepted on a real transformers DynamicCache: crop for leading paths, gather otherwise."""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+
+from bench.kv import keep_accepted
+from bench.tree import tree_from_paths
+
+PREFIX, SLOTS = 5, 6  # cached prompt positions, then tree slots (root + 5 drafts)
+
+
+def filled_cache(n_layers=2):
+    """Position p of layer l holds the value 100 * l + p in every head and channel (values: negated)."""
+    cache = DynamicCache()
+    pos = torch.arange(PREFIX + SLOTS, dtype=torch.float32)
+    for layer in range(n_layers):
+        k = (100 * layer + pos).view(1, 1, -1, 1).expand(1, 2, -1, 4).clone()
+        cache.update(k, -k, layer)
+    return cache
+
+
+def positions(cache, layer):
+    keys, values = cache.layers[layer].keys, cache.layers[layer].values
+    assert keys.shape[:2] == (1, 2) and keys.shape[-1] == 4
+    assert torch.equal(values, -keys)
+    return (keys[0, 0, :, 0] - 100 * layer).long().tolist()
+
+
+def test_leading_path_crops():
+    cache = filled_cache()
+    keep_accepted(cache, PREFIX, torch.tensor([0, 1, 2]))
+    assert cache.get_seq_length() == PREFIX + 3
+    for layer in range(2):
+        assert positions(cache, layer) == list(range(PREFIX + 3))
+
+
+def test_root_only_path():
+    cache = filled_cache()
+    keep_accepted(cache, PREFIX, torch.tensor([0]))
+    assert [positions(cache, lay) for lay in range(2)] == [list(range(PREFIX + 1))] * 2
+
+
+def test_whole_tree_kept():
+    cache = filled_cache()
+    keep_accepted(cache, PREFIX, torch.arange(SLOTS))
+    assert positions(cache, 1) == list(range(PREFIX + SLOTS))
+
+
+def test_non_contiguous_path_gathers():
+    cache = filled_cache()
+    keep_accepted(cache, PREFIX, torch.tensor([0, 2, 5]))
+    assert cache.get_seq_length() == PREFIX + 3
+    for layer in range(2):
+        assert positions(cache, layer) == [0, 1, 2, 3, 4, PREFIX, PREFIX + 2, PREFIX + 5]
+
+
+def tiny_llama():
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        attn_implementation="eager",
+        initializer_range=0.1,
+    )
+    return LlamaForCausalLM(cfg).eval()
+
+
+@torch.inference_mode()
+def test_tree_forward_then_compaction_matches_linear_sequence():
+    """Cache after a tree forward + gather equals the cache of prompt + accepted path run linearly."""
+    model = tiny_llama()
+    prompt = torch.tensor([[3, 14, 15, 9, 26]])
+    tree = tree_from_paths([[0], [1], [0, 0], [1, 0], [1, 1]])  # accepted path: root, slot 2, slot 5
+    tree_tokens = torch.tensor([[35, 8, 9, 7, 9, 3]])
+    path = torch.tensor([0, 2, 5])
+
+    cache = DynamicCache(config=model.config)
+    model(input_ids=prompt[:, :-1], past_key_values=cache, use_cache=True)
+    prefix = prompt.shape[1] - 1
+    tree_tokens[0, 0] = prompt[0, -1]
+    mask = torch.cat([torch.zeros(tree.size + 1, prefix), tree.attention_bias(torch.float32, "cpu")], 1)
+    model(
+        input_ids=tree_tokens,
+        position_ids=(prefix + tree.depth)[None],
+        attention_mask=mask[None, None],
+        past_key_values=cache,
+        use_cache=True,
+    )
+    assert cache.get_seq_length() == prefix + tree.size + 1
+    keep_accepted(cache, prefix, path)
+
+    linear = torch.cat([prompt[:, :-1], tree_tokens[:, path]], 1)
+    ref = DynamicCache(config=model.config)
+    model(input_ids=linear, past_key_values=ref, use_cache=True)
+    assert cache.get_seq_length() == ref.get_seq_length() == prefix + 3
+    for mine, theirs in zip(cache.layers, ref.layers):
+        torch.testing.assert_close(mine.keys, theirs.keys, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(mine.values, theirs.values, rtol=1e-5, atol=1e-5)
+
+    # A further forward on the compacted cache gives the no-cache logits of the full sequence.
+    nxt = torch.tensor([[42]])
+    out = model(input_ids=nxt, past_key_values=cache, use_cache=True).logits[0, -1]
+    full = model(input_ids=torch.cat([linear, nxt], 1), use_cache=False).logits[0, -1]
+    torch.testing.assert_close(out, full, rtol=1e-5, atol=1e-5)
+    assert cache.get_seq_length() == prefix + 4

@@ -1,0 +1,77 @@
+"""bench.metrics: MAT, tokens/s, speedup, overhead share, first divergence and summarize."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import metrics
+
+
+def rec(qid, new_tokens, wall, accept=(1,), phases=None, lossless=None):
+    return {
+        "question_id": qid,
+        "group": "g",
+        "new_tokens": new_tokens,
+        "wall_time": wall,
+        "accept_lengths": list(accept),
+        "phase_times": phases or {},
+        "lossless": lossless,
+    }
+
+
+def test_mat_pooled_over_steps():
+    assert metrics.mat([rec(1, 4, 1.0, [1, 3]), rec(2, 2, 1.0, [2])]) == pytest.approx(2.0)
+    # step-weighted, not a mean of per-record means ((2 + 1) / 2 = 1.5)
+    assert metrics.mat([rec(1, 4, 1.0, [1, 3]), rec(2, 3, 1.0, [1, 1, 1])]) == pytest.approx(7 / 5)
+    assert metrics.mat([]) is None
+
+
+def test_tokens_per_s_multi_turn():
+    # question 1: two turns, (10 + 30) / (1 + 1) = 20 tok/s; question 2: 10 / 2 = 5 tok/s
+    records = [rec(1, 10, 1.0), rec(1, 30, 1.0), rec(2, 10, 2.0)]
+    tps = metrics.tokens_per_s(records)
+    assert tps["mean_of_questions"] == pytest.approx(12.5)  # not mean of turns (10, 30, 5)
+    assert tps["total"] == pytest.approx(50 / 4)
+    records = [rec(1, 10, 1.0), rec(1, 30, 3.0), rec(2, 10, 2.0)]
+    assert metrics.tokens_per_s(records)["mean_of_questions"] == pytest.approx((40 / 4 + 5) / 2)
+    assert metrics.tokens_per_s(records)["total"] == pytest.approx(50 / 6)
+
+
+def test_speedup_common_questions_only():
+    mine = [rec(1, 40, 1.0), rec(2, 20, 1.0), rec(3, 1000, 1.0)]
+    base = [rec(1, 10, 1.0), rec(2, 10, 1.0), rec(4, 1, 1.0)]
+    assert metrics.speedup(mine, base) == pytest.approx(30 / 10)
+    assert metrics.speedup([rec(5, 1, 1.0)], base) is None
+
+
+def test_overhead_share():
+    phases = {"prefill": 1.0, "target_forward": 5.0, "draft": 1.0, "verify": 0.5, "update": 0.5}
+    assert metrics.overhead_share([rec(1, 1, 8.0, phases=phases)]) == pytest.approx(2 / 8)
+    assert metrics.overhead_share([rec(1, 1, 8.0, phases={"generate": 8.0})]) is None
+    assert metrics.overhead_share([]) is None
+
+
+def test_first_divergence():
+    assert metrics.first_divergence([1, 2, 3], [1, 2, 3]) is None
+    assert metrics.first_divergence([1, 2, 3], [1, 5, 3]) == 1
+    assert metrics.first_divergence([1, 2], [1, 2, 3]) == 2
+    assert metrics.first_divergence([1, 2, 3, 4], [1, 2]) == 2
+    assert metrics.first_divergence([], []) is None
+
+
+def test_summarize():
+    ok = {"equal": True, "first_divergence": None}
+    bad = {"equal": False, "first_divergence": 7}
+    records = [
+        rec(1, 4, 1.0, [1, 3], {"prefill": 0.2, "target_forward": 0.6, "draft": 0.2}, ok),
+        rec(1, 2, 1.0, [2], {"target_forward": 1.0}, bad),
+        rec(2, 3, 2.0, [1, 1, 1], {"target_forward": 2.0}),
+    ]
+    s = metrics.summarize(records)
+    assert s["n_questions"] == 2 and s["n_turns"] == 3
+    assert s["new_tokens"] == 9 and s["steps"] == 6
+    assert s["mat"] == pytest.approx(1.5) and s["accepted_draft_mean"] == pytest.approx(0.5)
+    assert s["lossless"] == {"checked": 2, "equal": 1, "first_divergences": [7]}
+    assert s["phase_times"]["target_forward"] == pytest.approx(3.6)
+    assert s["phase_sum_over_wall"] == pytest.approx(1.0)
+    assert s["overhead_share"] == pytest.approx(0.2 / 4)
