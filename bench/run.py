@@ -227,10 +227,14 @@ def print_summary(path: Path) -> None:
     m = s["summary"]
     ll = m["lossless"]
     sp = s["speedup"].get("vs_hf_generate") or s["speedup"].get("vs_ar") or {}
+
+    def fmt(x, spec=".2f"):
+        return "—" if x is None else format(x, spec)
+
     print(
-        f"{s['method']}: MAT {m['mat']:.2f}, {m['tokens_per_s']['mean_of_questions']:.1f} tok/s, "
-        f"speedup {sp.get('value', float('nan')):.2f}, lossless {ll['equal']}/{ll['checked']}, "
-        f"overhead {m['overhead_share'] if m['overhead_share'] is not None else float('nan'):.3f}"
+        f"{s['method']}: MAT {fmt(m['mat'])}, {fmt(m['tokens_per_s']['mean_of_questions'], '.1f')} tok/s, "
+        f"speedup {fmt(sp.get('value'))}, lossless {ll['equal']}/{ll['checked']}, "
+        f"overhead {fmt(m['overhead_share'], '.3f')}"
     )
 
 

@@ -13,7 +13,7 @@ def log_run(cfg, run_dir: Path) -> None:
 
     summary = json.loads((run_dir / "summary.json").read_text())
     records = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
-    group = cfg.logger.group or cfg.get("experiment_name") or f"{cfg.dataset.name}-{cfg.model.name}"
+    group = cfg.logger.group or f"{cfg.dataset.name}-{cfg.model.name}"
     run = wandb.init(
         project=cfg.logger.project,
         entity=cfg.logger.entity,

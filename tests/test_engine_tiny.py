@@ -9,7 +9,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 from omegaconf import OmegaConf
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from bench.engine import Engine
 from bench.timing import PHASES, PhaseTimer
@@ -19,6 +18,7 @@ from methods.base import Draft, Proposer
 from methods.hf import HFGenerate, HFPromptLookup
 from methods.pld import PromptLookup
 from methods.token_recycling import TokenRecycling
+from tests.conftest import tiny_llama
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 V = 100
@@ -31,19 +31,7 @@ PROMPTS.append([5, 6, 7, 8, 9, 10] * 3 + [5, 6])  # repetition: PLD drafts from 
 
 @pytest.fixture(scope="module", params=["eager", "sdpa"])
 def model(request):
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=V,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        initializer_range=0.1,
-        attn_implementation=request.param,
-    )
-    m = LlamaForCausalLM(cfg).eval()
+    m = tiny_llama(V, request.param, 512)
     assert m.config._attn_implementation == request.param
     m._ar_cache = {}
     return m

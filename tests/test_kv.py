@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import torch
-from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+from transformers import DynamicCache
 
 from bench.kv import keep_accepted
 from bench.tree import tree_from_paths
+from tests.conftest import tiny_llama
 
 PREFIX, SLOTS = 5, 6  # cached prompt positions, then tree slots (root + 5 drafts)
 
@@ -54,22 +55,6 @@ def test_non_contiguous_path_gathers():
     assert cache.get_seq_length() == PREFIX + 3
     for layer in range(2):
         assert positions(cache, layer) == [0, 1, 2, 3, 4, PREFIX, PREFIX + 2, PREFIX + 5]
-
-
-def tiny_llama():
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        attn_implementation="eager",
-        initializer_range=0.1,
-    )
-    return LlamaForCausalLM(cfg).eval()
 
 
 @torch.inference_mode()

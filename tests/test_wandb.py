@@ -1,0 +1,34 @@
+"""logger=wandb copies a finished run to an offline W&B run (no network) and closes it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from omegaconf import OmegaConf
+
+from bench.wandb_log import log_run
+
+
+def test_offline_run_is_written(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run_dir = tmp_path / "runs" / "r1"
+    run_dir.mkdir(parents=True)
+    record = {"question_id": 1, "group": "code", "turn": 0, "new_tokens": 8, "wall_time": 0.5, "steps": 4}
+    (run_dir / "records.jsonl").write_text(json.dumps(record) + "\n")
+    summary = {
+        "run_id": "r1",
+        "speedup": {"vs_ar": {"value": 1.5, "baseline_run": "r0"}},
+        "summary": {"mat": 2.0, "tokens_per_s": {"mean_of_questions": 16.0, "total": 16.0},
+                    "overhead_share": 0.05, "lossless": {"equal": 1, "checked": 1},
+                    "phase_share": {"target_forward": 0.9}},
+    }
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    cfg = OmegaConf.create({
+        "logger": {"project": "test", "entity": None, "mode": "offline", "group": None},
+        "dataset": {"name": "humaneval"}, "model": {"name": "m"},
+    })
+    log_run(cfg, run_dir)
+    offline = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(offline) == 1 and any(offline[0].glob("*.wandb"))
