@@ -155,14 +155,17 @@ def _dataset_cells(prefix: str, run: Run | None, base: Run | None) -> dict:
 
 
 def build_token_recycling_table1(results_dir: str | Path, model: str | None = None,
-                                 paper_size: str | None = None) -> pd.DataFrame:
+                                 paper_size: str | None = None, mbpp_model: str | None = None) -> pd.DataFrame:
     """One row per paper row (paper order); `<col>` is ours (NaN: no run), `<col>_paper` the paper's.
 
-    Run provenance and caveats are in df.attrs: model, paper_size, machines, run_ids, notes.
+    The paper ran Vicuna on SpecBench and Code Llama on MBPP: `mbpp_model` (default: `model`) names the
+    model whose mbpp_tr runs fill the MBPP columns. Run provenance and caveats are in df.attrs.
     """
     runs = load_runs(results_dir)
     model = model or (runs[-1].meta.get("model") if runs else None) or DEFAULT_MODEL
-    mine = [r for r in runs if r.meta.get("model") == model]
+    mbpp_model = mbpp_model or model
+    models = {"spec_bench": model, "mbpp_tr": mbpp_model}
+    mine = [r for r in runs if r.meta.get("model") == models.get(r.meta.get("dataset"))]
     paper_size = paper_size or next((r.meta["paper_size"] for r in reversed(mine)
                                      if r.meta.get("paper_size")), DEFAULT_PAPER_SIZE)
     latest = latest_runs(mine)
@@ -175,9 +178,9 @@ def build_token_recycling_table1(results_dir: str | Path, model: str | None = No
     for method, variant, paper_row, label, paper_name in TR_ROWS:
         row = {"method": method, "variant": variant, "label": label, "paper_method": paper_name}
         for prefix, dataset in TR_DATASETS.items():
-            run = latest.get((model, method, variant, dataset))
+            run = latest.get((models[dataset], method, variant, dataset))
             # The paper's speedups are against HF's AR, so the baseline is always hf_generate.
-            base = latest.get((model, "hf_generate", None, dataset))
+            base = latest.get((models[dataset], "hf_generate", None, dataset))
             row.update(_dataset_cells(prefix, run, base))
             if run is None:
                 continue
@@ -204,7 +207,8 @@ def build_token_recycling_table1(results_dir: str | Path, model: str | None = No
                                              "specbench_lossless", "mbpp_lossless",
                                              "specbench_run_id", "mbpp_run_id"])
     df[numeric] = df[numeric].astype(float)  # None -> NaN, so the CSV has empty cells, not "None"
-    df.attrs.update(model=model, paper_size=paper_size, notes=list(dict.fromkeys(notes)),
+    df.attrs.update(model=model if mbpp_model == model else f"{model} (SpecBench), {mbpp_model} (MBPP)",
+                    paper_size=paper_size, notes=list(dict.fromkeys(notes)),
                     machines=sorted({str(r.meta.get("machine")) for r in used}),
                     run_ids={_run_label(r): r.run_id for r in used})
     return df
@@ -248,9 +252,10 @@ def render_token_recycling_table1(df: pd.DataFrame) -> dict[str, str]:
 
 
 def token_recycling_table1(results_dir: str | Path, model: str | None = None,
-                           paper_size: str | None = None) -> str:
+                           paper_size: str | None = None, mbpp_model: str | None = None) -> str:
     """Build, write results/tables/token_recycling_table1.{md,csv,tex}; returns the markdown."""
-    texts = render_token_recycling_table1(build_token_recycling_table1(results_dir, model, paper_size))
+    df = build_token_recycling_table1(results_dir, model, paper_size, mbpp_model)
+    texts = render_token_recycling_table1(df)
     for ext, text in texts.items():
         write_atomic(Path(results_dir, "tables", f"token_recycling_table1.{ext}"), text)
     return texts["md"]
@@ -305,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results", default="results", help="results dir holding runs/ (tables/ is written)")
     p.add_argument("--model", default=None, help="default: the model of the most recent run")
     p.add_argument("--paper-size", default=None, help="paper rows to compare with; default: the runs'")
+    p.add_argument("--mbpp-model", default=None, help="token_recycling_table1: model of the MBPP columns")
     p.add_argument("--dataset", default=None, help="runs report: only this dataset")
     p.add_argument("--max-new-tokens", type=int, default=None, help="runs report: only runs with this limit")
     args = p.parse_args(argv)
@@ -313,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     kwargs = {"model": args.model, "paper_size": args.paper_size}
     if args.report == "runs":
         kwargs.update(dataset=args.dataset, max_new_tokens=args.max_new_tokens)
+    else:
+        kwargs.update(mbpp_model=args.mbpp_model)
     print(REPORTS[args.report](args.results, **kwargs), end="")
     return 0
 

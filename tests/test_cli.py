@@ -53,20 +53,20 @@ def test_malformed_line(tmp_path):
 
 
 @pytest.mark.model
-def test_model_offline(tmp_path):
+def test_model_offline(tmp_path, smollm):  # smollm: the one-time GGUF conversion happens first
     proc = run_cli("model=vicuna-7b", "model.device=cpu", "run.limit=1", tmp_path=tmp_path)
     assert_one_line_error(proc, "vicuna-7b")
 
 
 @pytest.mark.model
-def test_prompt_longer_than_context(tmp_path):
+def test_prompt_longer_than_context(tmp_path, smollm):
     proc = run_cli("run.limit=1", "run.max_new_tokens=9000", tmp_path=tmp_path)
     assert_one_line_error(proc, "context")
     assert not list((tmp_path / "results").glob("runs/*"))
 
 
 @pytest.mark.model
-def test_real_run_writes_complete_results(tmp_path):
+def test_real_run_writes_complete_results(tmp_path, smollm):
     proc = run_cli("method=token_recycling", "dataset=humaneval", "run.limit=2", "run.max_new_tokens=24",
                    tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -24,14 +24,15 @@ def record(qid, group, tokens, wall, accepts, equal=None):
             "lossless": None if equal is None else {"equal": equal, "first_divergence": None if equal else 3}}
 
 
-def write_run(results, run_id, method, dataset, created, records, variant=None, summary=True):
+def write_run(results, run_id, method, dataset, created, records, variant=None, summary=True,
+              model="smollm2-135m"):
     d = results / "runs" / run_id
     d.mkdir(parents=True)
     (d / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     if summary:  # the summary/groups blocks are deliberately bogus: the report must use records
         (d / "summary.json").write_text(json.dumps({
             "run_id": run_id, "method": method, "variant": variant, "dataset": dataset,
-            "model": "smollm2-135m", "paper_size": "7B", "max_new_tokens": 64, "created": created,
+            "model": model, "paper_size": "7B", "max_new_tokens": 64, "created": created,
             "machine": "test-cpu", "summary": {"mat": 99.0}, "groups": {}}))
 
 
@@ -123,3 +124,16 @@ def test_unknown_report_is_one_line_exit_2():
                        capture_output=True, text=True)
     assert p.returncode == 2
     assert len(p.stderr.strip().splitlines()) == 1 and "no_such_report" in p.stderr
+
+
+def test_mbpp_columns_can_come_from_another_model(results):
+    # The paper: Vicuna on SpecBench, Code Llama on MBPP. 8 tokens in 2 steps over 1 s -> MAT 4, 8 tok/s.
+    write_run(results, "code_tr", "token_recycling", "mbpp_tr", "2025-01-05T00:00:00",
+              [record("m1", "code", 8, 1.0, [4, 4], equal=True)], model="codellama-7b")
+    same = row(build_token_recycling_table1(results, model="smollm2-135m"), "token_recycling")
+    assert same["mbpp_mat"] == pytest.approx(3.0)  # only smollm2's own MBPP run
+    mixed_df = build_token_recycling_table1(results, model="smollm2-135m", mbpp_model="codellama-7b")
+    mixed = row(mixed_df, "token_recycling")
+    assert mixed["mbpp_mat"] == pytest.approx(4.0) and mixed["mbpp_tok_s"] == pytest.approx(8.0)
+    assert mixed["specbench_mat"] == pytest.approx(5.0)
+    assert "codellama-7b" in mixed_df.attrs["model"]
