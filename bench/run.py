@@ -45,29 +45,29 @@ def project_path(p: str) -> Path:
     return p if p.is_absolute() else ROOT / p
 
 
-def get_bundle(model_cfg):
+def get_bundle(model_cfg, model_cache: str = "data/cache/models"):
     key = json.dumps(OmegaConf.to_container(model_cfg, resolve=True), sort_keys=True)
     if key not in _BUNDLES:
         _BUNDLES.clear()  # one model in memory at a time
-        _BUNDLES[key] = load_model(model_cfg, str(project_path("data/cache/models")))
+        _BUNDLES[key] = load_model(model_cfg, str(project_path(model_cache)))
     return _BUNDLES[key]
 
 
 def select_items(items: list[dict], run) -> list[dict]:
-    if run.shuffle:
-        items = items[:]
-        random.Random(run.seed).shuffle(items)
+    """Limit first, then shuffle: a shuffled run measures the same questions in another order."""
     if run.limit_per_group is not None:
         seen: dict[str, int] = {}
         kept = []
         for it in items:
-            g = it["group"]
-            if seen.get(g, 0) < run.limit_per_group:
+            seen[it["group"]] = seen.get(it["group"], 0) + 1
+            if seen[it["group"]] <= run.limit_per_group:
                 kept.append(it)
-                seen[g] = seen.get(g, 0) + 1
         items = kept
     if run.limit is not None:
         items = items[: run.limit]
+    if run.shuffle:
+        items = items[:]
+        random.Random(run.seed).shuffle(items)
     return items
 
 
@@ -86,7 +86,7 @@ class Runner:
         )
         if not self.items:
             raise HarnessError(f"dataset '{cfg.dataset.name}' selection is empty")
-        self.bundle = get_bundle(cfg.model)
+        self.bundle = get_bundle(cfg.model, cfg.paths.model_cache)
         self.method = build_method(cfg.method, self.bundle)
         b = self.bundle
         self.engine = Engine(b.model, b.eos_token_ids, b.max_context)
@@ -97,11 +97,13 @@ class Runner:
 
     def encode(self, history, question) -> list[int]:
         ids = prompt_ids(self.bundle.tokenizer, self.cfg.model.chat_template, history, question)
-        budget = self.cfg.run.max_new_tokens + getattr(getattr(self.method, "tree", None), "size", 0) + 16
-        if len(ids) + budget > self.bundle.max_context:
+        # Room for the output and one draft beyond it (a static tree's size; chains get a margin of 16).
+        draft_room = max(getattr(getattr(self.method, "tree", None), "size", 0), 16)
+        if len(ids) + self.cfg.run.max_new_tokens + draft_room > self.bundle.max_context:
             raise HarnessError(
-                f"prompt of {len(ids)} tokens plus {self.cfg.run.max_new_tokens} new tokens exceeds the "
-                f"context of {self.bundle.max_context} tokens of model '{self.bundle.name}'"
+                f"prompt of {len(ids)} tokens plus {self.cfg.run.max_new_tokens} new tokens and {draft_room} "
+                f"draft tokens exceeds the context of {self.bundle.max_context} tokens of model "
+                f"'{self.bundle.name}'"
             )
         return ids
 
