@@ -74,7 +74,7 @@ def forward_cost(runner: Runner, prefix_len: int, sizes: list[int], reps: int) -
     ids = torch.randint(100, b.vocab_size - 1, (1, prefix_len), device=device)
     cache = DynamicCache(config=model.config)
     model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
-    out = {}
+    shapes = {}
     for n in sizes:
         tree = tree_from_paths([[0] * d for d in range(1, n)]) if n > 1 else None  # a chain of n-1 drafts
         inputs = torch.randint(100, b.vocab_size - 1, (1, n), device=device)
@@ -83,16 +83,17 @@ def forward_cost(runner: Runner, prefix_len: int, sizes: list[int], reps: int) -
         if tree is not None:  # time with an explicit 4D mask, as a real tree is verified
             bias = tree.attention_bias(b.dtype, device)
             mask = torch.cat([torch.zeros(n, prefix_len, dtype=b.dtype, device=device), bias], 1)[None, None]
-        times = []
-        for _ in range(reps + 1):
+        shapes[n] = (inputs, pos, mask)
+    times: dict[int, list[float]] = {n: [] for n in sizes}
+    for _ in range(reps + 1):  # sizes interleaved within each repeat, so machine drift hits all alike
+        for n, (inputs, pos, mask) in shapes.items():
             device_sync(device)
             t0 = time.perf_counter()
             model(input_ids=inputs, position_ids=pos, attention_mask=mask, past_key_values=cache, use_cache=True)
             device_sync(device)
-            times.append(time.perf_counter() - t0)
+            times[n].append(time.perf_counter() - t0)
             cache.crop(-n)
-        out[n] = statistics.median(times[1:])  # first rep is a warm-up
-    return out
+    return {n: statistics.median(t[1:]) for n, t in times.items()}  # the first repeat is a warm-up
 
 
 def in_run_forward(steps: list[dict]) -> float:
@@ -127,7 +128,7 @@ def main(argv=None) -> int:
     prompt_len = statistics.mean(len(ar.encode([], it["turns"][0])) for it in ar.items)
     tree_slots = tr.method.tree.size + 1
     sizes = sorted({1, 4, 8, 16, 32, 64, tree_slots})
-    costs = forward_cost(ar, int(prompt_len + args.max_new_tokens / 2), sizes, reps=10)
+    costs = forward_cost(ar, int(prompt_len + args.max_new_tokens / 2), sizes, reps=15)
     ideal = tr_mat * costs[1] / costs[tree_slots]
     achieved = tr_ar["ratio"]
     result = {
