@@ -3,8 +3,11 @@
 - ar_vs_hf_generate: our AR tok/s / HF generate tok/s (same model, prompts, dtype; outputs must match).
 - pld_vs_hf_pld: our PLD in the HF setting (n-gram 2, partial continuation) / generate(prompt_lookup_...).
 - tr_overhead_share: share of Token Recycling's timed wall time outside model forwards.
-- tr_speedup_efficiency: achieved TR speedup over our AR / (MAT x T(1) / T(tree + root)), with the
-  forward cost curve T(n) measured here, on a cache as long as a typical prompt + half the output.
+- tr_speedup_efficiency: achieved TR speedup over our AR / (MAT x T(1) / T(tree + root)), with T(1) and
+  T(tree + root) the mean target-forward time per decode step measured inside those same AR and TR runs.
+  The isolated forward-cost curve T(n) (a cache as long as a typical prompt + half the output) is kept
+  in the details with the efficiency it implies: on the 2-core CPU here its T(81) moved by +-40% from one
+  invocation to the next while the in-run means stayed within a few percent.
 Pairs run interleaved (A, B, A, B, ...; order flipped every repeat) so drift hits both sides alike.
 """
 
@@ -129,7 +132,8 @@ def main(argv=None) -> int:
     tree_slots = tr.method.tree.size + 1
     sizes = sorted({1, 4, 8, 16, 32, 64, tree_slots})
     costs = forward_cost(ar, int(prompt_len + args.max_new_tokens / 2), sizes, reps=15)
-    ideal = tr_mat * costs[1] / costs[tree_slots]
+    t_ar, t_tr = in_run_forward(tr_ar["b_steps"]), in_run_forward(tr_ar["a_steps"])
+    ideal = tr_mat * t_ar / t_tr
     achieved = tr_ar["ratio"]
     result = {
         "ar_vs_hf_generate": ar_hf["ratio"],
@@ -147,11 +151,8 @@ def main(argv=None) -> int:
             "tr_mat": tr_mat, "tr_speedup_over_ar": achieved, "tr_ideal_speedup": ideal,
             "tree_slots": tree_slots, "forward_cost_s": {str(k): v for k, v in costs.items()},
             "forward_cost_prefix_len": int(prompt_len + args.max_new_tokens / 2),
-            # The same ratio with T taken from the runs' own forward phases instead of the isolated curve:
-            # the two differ by how far an isolated forward's cost predicts the cost inside the loop.
-            "in_run_forward_s": {"ar": in_run_forward(tr_ar["b_steps"]), "tr": in_run_forward(tr_ar["a_steps"])},
-            "tr_speedup_efficiency_in_run_T": achieved / (
-                tr_mat * in_run_forward(tr_ar["b_steps"]) / in_run_forward(tr_ar["a_steps"])),
+            "in_run_forward_s": {"ar": t_ar, "tr": t_tr},
+            "tr_speedup_efficiency_isolated_T": achieved / (tr_mat * costs[1] / costs[tree_slots]),
         },
         "goals": GOALS,
         "settings": vars(args),
@@ -169,10 +170,10 @@ def main(argv=None) -> int:
         rel = "<=" if key == "tr_overhead_share" else ">="
         print(f"{key:24s} {value:7.3f}   goal {rel} {goal:.2f}: {'met' if ok else 'MISSED'}")
     d = result["details"]
-    print(f"T(1) = {costs[1] * 1e3:.1f} ms, T({tree_slots}) = {costs[tree_slots] * 1e3:.1f} ms (isolated); "
-          f"in the runs {d['in_run_forward_s']['ar'] * 1e3:.1f} / {d['in_run_forward_s']['tr'] * 1e3:.1f} ms; "
-          f"TR MAT {tr_mat:.2f}, ideal speedup {ideal:.2f}, achieved {achieved:.2f}, "
-          f"efficiency with in-run T {d['tr_speedup_efficiency_in_run_T']:.2f}")
+    print(f"T(1) = {t_ar * 1e3:.1f} ms, T({tree_slots}) = {t_tr * 1e3:.1f} ms in the runs; isolated "
+          f"{costs[1] * 1e3:.1f} / {costs[tree_slots] * 1e3:.1f} ms (efficiency with those: "
+          f"{d['tr_speedup_efficiency_isolated_T']:.2f}); TR MAT {tr_mat:.2f}, ideal speedup {ideal:.2f}, "
+          f"achieved {achieved:.2f}")
     print(f"outputs identical: ar/hf {d['ar_hf_outputs_identical']}, pld/hf_pld {d['pld_hf_outputs_identical']}, "
           f"tr/ar {d['tr_ar_outputs_identical']}; PLD MAT ours {d['pld_mat']:.2f} vs HF {d['hf_pld_mat']:.2f}")
     print(f"results: {args.out}")
