@@ -54,12 +54,6 @@ class HFGenerate(Method):
         output = out[0, len(prompt_ids) :].tolist()
         lengths = [len(prompt_ids)] + recorder.lengths
         accept = [b - a for a, b in pairwise(lengths)]
-        # generate() pads nothing at batch 1, but trim any tokens after EOS defensively.
-        eos = set(self.bundle.eos_token_ids)
-        for i, t in enumerate(output):
-            if t in eos:
-                output = output[: i + 1]
-                break
         return Generation(output, accept, timer.result())
 
 
