@@ -34,8 +34,8 @@ class Engine:
             raise ValueError("max_new_tokens must be at least 1")
         if n_prompt + 1 > self.max_context:
             raise RuntimeError(f"prompt of {n_prompt} tokens exceeds the model context ({self.max_context} tokens)")
-        # The sequence buffer holds prompt + output; drafts may peek past the end (never committed).
-        seq = torch.zeros(n_prompt + max_new_tokens + 1, dtype=torch.long, device=device)
+        # Committed tokens (prompt + output) live in one preallocated buffer; seq[:length] is valid.
+        seq = torch.zeros(n_prompt + max_new_tokens, dtype=torch.long, device=device)
         seq[:n_prompt] = torch.tensor(prompt_ids, dtype=torch.long)
         cache = DynamicCache(config=model.config)
         accept_lengths: list[int] = []

@@ -154,7 +154,6 @@ class Runner:
                 "phase_times": gen.phase_times,
                 "output_ids": gen.output_ids,
                 "lossless": self.reference(ids, gen.output_ids),
-                **({"extra": gen.extra} if gen.extra else {}),
             })
 
     def run(self) -> list[dict]:

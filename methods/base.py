@@ -26,7 +26,6 @@ class Generation:
     output_ids: list[int]
     accept_lengths: list[int]  # tokens committed per target forward (prefill's first token counts as 1)
     phase_times: dict[str, float] = field(default_factory=dict)
-    extra: dict = field(default_factory=dict)
 
 
 class Method:
