@@ -76,7 +76,7 @@ class Engine:
             timer.lap("target_forward")
             logits = out.logits[0]
             target = logits.argmax(-1)
-            acc = greedy_accept(tree, inputs[None], target[None])
+            acc = greedy_accept(tree, inputs[None], target[None], draft.candidates)
             path = acc.path[0].nonzero().flatten()
             new = torch.cat([inputs[path[1:]], acc.bonus])  # accepted drafts + bonus
             timer.lap("verify")

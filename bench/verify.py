@@ -21,8 +21,11 @@ class Acceptance:
     bonus: torch.Tensor  # [B] target's choice after the accepted path
 
 
-def greedy_accept(tree: Tree, tokens: torch.Tensor, target: torch.Tensor) -> Acceptance:
+def greedy_accept(
+    tree: Tree, tokens: torch.Tensor, target: torch.Tensor, candidates: torch.Tensor | None = None
+) -> Acceptance:
     """tokens: [B, N+1] tree inputs (slot 0 = root); target: [B, N+1] target argmax at each slot.
+    candidates: optional [N+1] or [B, N+1] bool; slots marked False are never accepted (input-only).
 
     A node is accepted when every node on its path (root excluded) equals the target's argmax at its
     parent. Among accepted nodes the deepest wins; ties go to the lowest slot, which for greedy decoding
@@ -33,6 +36,10 @@ def greedy_accept(tree: Tree, tokens: torch.Tensor, target: torch.Tensor) -> Acc
     wrong = tokens != target[:, parents]  # [B, N+1]
     wrong[:, 0] = False  # the root is already committed
     accepted = ~(anc.unsqueeze(0) & wrong.unsqueeze(1)).any(-1)  # [B, N+1]
+    if candidates is not None:  # a node is acceptable only if its whole path is made of candidates
+        side = ~candidates.to(tokens.device).view(-1, anc.shape[0])
+        side[:, 0] = False
+        accepted &= ~(anc.unsqueeze(0) & side.unsqueeze(1)).any(-1)
     score = torch.where(accepted, tree.depth.to(tokens.device), -1)
     best = score.argmax(-1)  # first maximum: lowest slot on ties
     path = anc[best]

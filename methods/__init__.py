@@ -11,7 +11,9 @@ REGISTRY = {
     "ar": "methods.ar:Autoregressive",
     "hf_generate": "methods.hf:HFGenerate",
     "hf_pld": "methods.hf:HFPromptLookup",
+    "lookahead": "methods.lookahead:Lookahead",
     "pld": "methods.pld:PromptLookup",
+    "rest": "methods.rest:Rest",
     "token_recycling": "methods.token_recycling:TokenRecycling",
 }
 

@@ -17,6 +17,9 @@ from bench.tree import Tree, chain
 class Draft:
     tree: Tree
     tokens: torch.Tensor  # [N] draft tokens for tree slots 1..N (the root is the engine's)
+    # [N+1] bool or None: slots that may be accepted. False marks input-only slots whose logits the
+    # proposer wants but which are never committed (e.g. Lookahead's Jacobi window). None = all.
+    candidates: torch.Tensor | None = None
 
 
 @dataclass

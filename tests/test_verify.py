@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from bench.tree import chain, tree_from_paths
+from bench.tree import chain, tree_from_parents, tree_from_paths
 from bench.verify import greedy_accept
 
 
@@ -62,3 +62,15 @@ def test_batch_rows_differ():
     assert a.accept_len.tolist() == [4, 2]
     assert a.bonus.tolist() == [4, 7]
     assert a.path.tolist() == [[True] * 4, [True, True, False, False]]
+
+
+def test_input_only_slots_are_never_accepted():
+    # root -> a -> b and root -> c -> d; c is input-only (e.g. a Lookahead window slot), so even when
+    # c and d match the target neither may be accepted.
+    tree = tree_from_parents([-1, 0, 0, 1, 2])  # slots: root, a, c, b, d
+    tokens = torch.tensor([[5, 7, 7, 8, 9]])
+    target = torch.tensor([[7, 1, 9, 0, 2]])
+    assert int(greedy_accept(tree, tokens, target).best[0]) == 4
+    cand = torch.tensor([True, True, False, True, True])
+    acc = greedy_accept(tree, tokens, target, cand)
+    assert int(acc.best[0]) == 1 and int(acc.accept_len[0]) == 2 and int(acc.bonus[0]) == 1
