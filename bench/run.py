@@ -181,6 +181,16 @@ def find_baseline(results: Path, summary: dict, method: str) -> tuple[str, list[
     return best.name, [json.loads(line) for line in (best / "records.jsonl").read_text().splitlines()]
 
 
+def command_overrides() -> dict[str, str]:
+    """This job's command-line/sweep overrides as {key: value} (a sweep's swept values), {} outside Hydra."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return {}
+    pairs = (o.split("=", 1) for o in HydraConfig.get().overrides.task if "=" in o)
+    return {k.lstrip("+~"): v for k, v in pairs}
+
+
 def write_run(cfg, runner: Runner, records: list[dict]) -> Path:
     b = runner.bundle
     results = project_path(cfg.paths.results)
@@ -195,6 +205,8 @@ def write_run(cfg, runner: Runner, records: list[dict]) -> Path:
         "model": cfg.model.name,
         "paper_size": cfg.model.get("paper_size"),
         "max_new_tokens": cfg.run.max_new_tokens,
+        "experiment": cfg.run.get("experiment"),
+        "overrides": command_overrides(),
         "machine": prov["machine"],
         "method_settings": runner.method.describe(),
         "summary": metrics.summarize(records),

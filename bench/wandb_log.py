@@ -13,7 +13,15 @@ def log_run(cfg, run_dir: Path) -> None:
 
     summary = json.loads((run_dir / "summary.json").read_text())
     records = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
-    group = cfg.logger.group or f"{cfg.dataset.name}-{cfg.model.name}"
+    # A sweep's jobs share one group (experiment + model), and each swept value is a top-level config key
+    # (swept/<key>), so a W&B panel can plot MAT or tokens/s against e.g. swept/tree.size.
+    experiment = summary.get("experiment")
+    group = cfg.logger.group or (
+        f"{experiment}-{cfg.model.name}" if experiment else f"{cfg.dataset.name}-{cfg.model.name}"
+    )
+    config = OmegaConf.to_container(cfg, resolve=True)
+    config.update({f"swept/{k}": _number(v) for k, v in (summary.get("overrides") or {}).items()})
+    config["method_settings"] = summary.get("method_settings", {})
     run = wandb.init(
         project=cfg.logger.project,
         entity=cfg.logger.entity,
@@ -21,7 +29,7 @@ def log_run(cfg, run_dir: Path) -> None:
         group=group,
         name=summary["run_id"],
         dir=str(run_dir.parent.parent),
-        config=OmegaConf.to_container(cfg, resolve=True),
+        config=config,
         reinit="finish_previous",
     )
     try:
@@ -43,3 +51,13 @@ def log_run(cfg, run_dir: Path) -> None:
         run.log({"records": table})
     finally:
         run.finish()  # every multirun job closes its own W&B run
+
+
+def _number(value: str):
+    """Sweep values arrive as strings; W&B plots numbers only as numbers."""
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value

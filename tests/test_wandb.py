@@ -19,6 +19,8 @@ def test_offline_run_is_written(tmp_path, monkeypatch):
     (run_dir / "records.jsonl").write_text(json.dumps(record) + "\n")
     summary = {
         "run_id": "r1",
+        "experiment": "tr_fig3a",
+        "overrides": {"tree.size": "40", "method": "token_recycling"},
         "speedup": {"vs_ar": {"value": 1.5, "baseline_run": "r0"}},
         "summary": {"mat": 2.0, "tokens_per_s": {"mean_of_questions": 16.0, "total": 16.0},
                     "overhead_share": 0.05, "lossless": {"equal": 1, "checked": 1},
@@ -32,3 +34,6 @@ def test_offline_run_is_written(tmp_path, monkeypatch):
     log_run(cfg, run_dir)
     offline = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(offline) == 1 and any(offline[0].glob("*.wandb"))
+    # The offline log (protobuf) carries the config and group as JSON/plain strings.
+    log = next(offline[0].glob("*.wandb")).read_bytes()
+    assert b"swept/tree.size" in log and b"tr_fig3a-m" in log
