@@ -18,18 +18,13 @@ import json
 import os
 import statistics
 import sys
-import time
 
-import torch
 from hydra import compose, initialize_config_dir
 from tqdm import tqdm
-from transformers import DynamicCache
 
-from bench import metrics
+from bench import forward_cost, metrics
 from bench.provenance import ROOT, provenance
 from bench.run import Runner
-from bench.timing import device_sync
-from bench.tree import tree_from_paths
 
 GOALS = {"ar_vs_hf_generate": 0.95, "pld_vs_hf_pld": 0.95, "tr_overhead_share": 0.10, "tr_speedup_efficiency": 0.95}
 
@@ -69,36 +64,6 @@ def timed_pair(a: Runner, b: Runner, repeats: int, label: str) -> dict:
     }
 
 
-@torch.inference_mode()
-def forward_cost(runner: Runner, prefix_len: int, sizes: list[int], reps: int) -> dict[int, float]:
-    """Median seconds of one target forward over n tree tokens after a cache of prefix_len tokens."""
-    b = runner.bundle
-    model, device = b.model, b.device
-    ids = torch.randint(100, b.vocab_size - 1, (1, prefix_len), device=device)
-    cache = DynamicCache(config=model.config)
-    model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
-    shapes = {}
-    for n in sizes:
-        tree = tree_from_paths([[0] * d for d in range(1, n)]) if n > 1 else None  # a chain of n-1 drafts
-        inputs = torch.randint(100, b.vocab_size - 1, (1, n), device=device)
-        pos = (prefix_len + torch.arange(n, device=device))[None]
-        mask = None
-        if tree is not None:  # time with an explicit 4D mask, as a real tree is verified
-            bias = tree.attention_bias(b.dtype, device)
-            mask = torch.cat([torch.zeros(n, prefix_len, dtype=b.dtype, device=device), bias], 1)[None, None]
-        shapes[n] = (inputs, pos, mask)
-    times: dict[int, list[float]] = {n: [] for n in sizes}
-    for _ in range(reps + 1):  # sizes interleaved within each repeat, so machine drift hits all alike
-        for n, (inputs, pos, mask) in shapes.items():
-            device_sync(device)
-            t0 = time.perf_counter()
-            model(input_ids=inputs, position_ids=pos, attention_mask=mask, past_key_values=cache, use_cache=True)
-            device_sync(device)
-            times[n].append(time.perf_counter() - t0)
-            cache.crop(-n)
-    return {n: statistics.median(t[1:]) for n, t in times.items()}  # the first repeat is a warm-up
-
-
 def in_run_forward(steps: list[dict]) -> float:
     """Mean target-forward seconds per decode step (prefill excluded), from the runs' own phase times."""
     total = sum(s["phase_times"].get("target_forward", 0.0) for s in steps)
@@ -131,7 +96,7 @@ def main(argv=None) -> int:
     prompt_len = statistics.mean(len(ar.encode([], it["turns"][0])) for it in ar.items)
     tree_slots = tr.method.tree.size + 1
     sizes = sorted({1, 4, 8, 16, 32, 64, tree_slots})
-    costs = forward_cost(ar, int(prompt_len + args.max_new_tokens / 2), sizes, reps=15)
+    costs = forward_cost.measure(ar.bundle, sizes, int(prompt_len + args.max_new_tokens / 2), reps=15)
     t_ar, t_tr = in_run_forward(tr_ar["b_steps"]), in_run_forward(tr_ar["a_steps"])
     ideal = tr_mat * t_ar / t_tr
     achieved = tr_ar["ratio"]

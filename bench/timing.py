@@ -9,13 +9,13 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 
-import torch
-
 PHASES = ("prefill", "preprocess", "draft", "target_forward", "verify", "update")
 MODEL_PHASES = ("prefill", "target_forward")  # everything else is overhead
 
 
 def device_sync(device) -> None:
+    import torch  # here, not at module top: reports and notebooks import PHASES without paying for torch
+
     device = torch.device(device)
     if device.type == "cuda":
         torch.cuda.synchronize(device)

@@ -1,8 +1,9 @@
 """Token Recycling (Luo et al. 2024): reuse the target's top-k candidates as future drafts.
 
 An adjacency matrix [vocab, k] maps each token to the top-k tokens the target predicted after it the
-last time it was a tree input. A static tree (given as data: conf/tree/*.yaml) is filled level by level
-from the matrix with one gather per level; after verification every tree input's row is overwritten with
+last time it was a tree input. A static tree (conf/tree/*.yaml: node paths, or built from measured
+acceptance statistics by bench/tree_builder.py) is filled level by level from the matrix with one gather
+per level; after verification every tree input's row is overwritten with
 the top-k of its own output logits, accepted or not. The matrix starts at zeros (token 0 everywhere) and
 persists across prompts and turns ("hot"); `start: cold` resets it per prompt-turn.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from bench.errors import ConfigError
-from bench.tree import tree_from_paths
+from bench.tree_builder import resolve_tree
 from methods.base import Draft, Proposer
 
 UPDATE_STRATEGIES = ("parallel", "first", "last")
@@ -23,8 +24,8 @@ class TokenRecycling(Proposer):
 
     def __init__(self, cfg, bundle):
         super().__init__(cfg, bundle)
-        self.tree = tree_from_paths([list(p) for p in cfg.tree.paths])
         self.k = int(cfg.topk)
+        self.tree, self.tree_info = resolve_tree(cfg.tree, bundle, self.k)
         if int(self.tree.choice.max()) >= self.k:
             raise ConfigError(f"tree uses candidate rank {int(self.tree.choice.max())} but topk is {self.k}")
         if cfg.update_strategy not in UPDATE_STRATEGIES:
@@ -51,6 +52,7 @@ class TokenRecycling(Proposer):
             "topk": self.k,
             "update": self.update_strategy,
             "start": "cold" if self.cold else "hot",
+            **self.tree_info,
         }
 
     def start(self, prompt_ids):

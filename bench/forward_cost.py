@@ -1,0 +1,95 @@
+"""The target's forward cost curve T(n): seconds of one forward over n tokens (root + draft) after a prefix.
+
+Hardware decides how much a draft tree costs: on an A100 an 81-token forward costs about one 1-token step,
+on a 2-core CPU several. Tree methods that adapt to the machine (`tree=auto`, Sequoia) need T(n), so it is
+measured once per machine, model and dtype and cached as JSON under results/cache/forward_cost/.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import time
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import DynamicCache
+
+from bench.provenance import machine_id
+from bench.timing import device_sync
+from bench.tree import chain
+
+DEFAULT_SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 81, 96, 128)
+
+
+@torch.inference_mode()
+def measure(bundle, sizes=DEFAULT_SIZES, prefix_tokens: int = 256, reps: int = 7) -> dict[int, float]:
+    """Median seconds of one forward over n tokens after a cache of prefix_tokens (random tokens).
+
+    Multi-token forwards carry an explicit 4D additive mask, as a verified tree does. Sizes are
+    interleaved within each repeat so machine drift hits them alike; the first repeat is a warm-up.
+    """
+    model, device, dtype = bundle.model, bundle.device, bundle.dtype
+    gen = torch.Generator().manual_seed(0)
+    prefix = torch.randint(100, bundle.vocab_size - 1, (1, prefix_tokens), generator=gen).to(device)
+    cache = DynamicCache(config=model.config)
+    model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    shapes = {}
+    for n in sizes:
+        inputs = torch.randint(100, bundle.vocab_size - 1, (1, n), generator=gen).to(device)
+        pos = (prefix_tokens + torch.arange(n, device=device))[None]
+        mask = None
+        if n > 1:
+            bias = chain(n - 1).attention_bias(dtype, device)
+            mask = torch.cat([torch.zeros(n, prefix_tokens, dtype=dtype, device=device), bias], 1)[None, None]
+        shapes[n] = (inputs, pos, mask)
+    times: dict[int, list[float]] = {n: [] for n in sizes}
+    for _ in range(reps + 1):
+        for n, (inputs, pos, mask) in shapes.items():
+            device_sync(device)
+            t0 = time.perf_counter()
+            model(input_ids=inputs, position_ids=pos, attention_mask=mask, past_key_values=cache, use_cache=True)
+            device_sync(device)
+            times[n].append(time.perf_counter() - t0)
+            cache.crop(-n)
+    return {n: statistics.median(t[1:]) for n, t in times.items()}
+
+
+def cache_file(cache_dir: str | Path, bundle) -> Path:
+    machine = re.sub(r"[^A-Za-z0-9._-]+", "_", machine_id(bundle.device))
+    dtype = str(bundle.dtype).replace("torch.", "")
+    return Path(cache_dir) / f"{bundle.name}-{dtype}-{bundle.device.type}-{machine}.json"
+
+
+def load_or_measure(bundle, cache_dir: str | Path, sizes=DEFAULT_SIZES, prefix_tokens: int = 256) -> dict:
+    """The cached curve for this machine/model/dtype, measured (about a minute on CPU) if absent."""
+    path = cache_file(cache_dir, bundle)
+    if path.is_file():
+        return json.loads(path.read_text())
+    seconds = measure(bundle, sizes, prefix_tokens)
+    curve = {
+        "model": bundle.name,
+        "dtype": str(bundle.dtype).replace("torch.", ""),
+        "device": str(bundle.device),
+        "machine": machine_id(bundle.device),
+        "prefix_tokens": prefix_tokens,
+        "sizes": list(seconds),
+        "ms": [1000 * s for s in seconds.values()],
+        "created": datetime.now().isoformat(timespec="seconds"),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(curve, indent=2))
+    tmp.replace(path)
+    return curve
+
+
+def cost_at(curve: dict, n) -> np.ndarray:
+    """T(n) in ms, linearly interpolated between measured sizes (extrapolated linearly past the last)."""
+    sizes, ms = np.asarray(curve["sizes"], float), np.asarray(curve["ms"], float)
+    n = np.asarray(n, float)
+    slope = (ms[-1] - ms[-2]) / (sizes[-1] - sizes[-2])
+    return np.where(n <= sizes[-1], np.interp(n, sizes, ms), ms[-1] + slope * (n - sizes[-1]))

@@ -1,0 +1,224 @@
+"""Static draft trees built from measured acceptance statistics (Medusa/Sequoia-style greedy construction).
+
+Model: the draft at depth d with candidate rank r is accepted, given its parent was, with probability
+p[d, r], independently along a path (Medusa's assumption). A node's chance of lying on the accepted path
+is the product of p along its path, and the expected tokens per step is 1 + the sum of those products.
+Because the products shrink along a path, the n most likely nodes form a prefix-closed set, so best-first
+expansion from the root yields the tree of n nodes with the highest expected acceptance. For a required
+depth D the most likely depth-D path is placed first and the rest filled best-first: the best tree of that
+size among those that reach depth D.
+
+p is measured per model by running Token Recycling with a calibration tree (every rank at every depth
+below the rank-0 spine) on a calibration set disjoint from the evaluation sets, and cached as counts.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+
+from bench.errors import ConfigError
+from bench.provenance import ROOT
+from bench.tree import Tree, tree_from_paths
+
+
+class AcceptanceStats:
+    """trials[d, r]: times the rank-r draft at depth d+1 had an accepted parent; hits[d, r]: it was accepted."""
+
+    def __init__(self, depth: int, topk: int):
+        self.trials = np.zeros((depth, topk), dtype=np.int64)
+        self.hits = np.zeros((depth, topk), dtype=np.int64)
+
+    def observe(self, tree: Tree, inputs: torch.Tensor, target: torch.Tensor) -> None:
+        """Count, for one verified tree, which nodes would lie on a correct path (not only the chosen one)."""
+        parents = tree.parents.to(inputs.device)
+        ok = torch.zeros(tree.size + 1, dtype=torch.bool, device=inputs.device)
+        ok[0] = True
+        for a, b in tree.level_slices:  # parents precede children, so one pass per level suffices
+            ok[a:b] = ok[parents[a:b]] & (inputs[a:b] == target[parents[a:b]])
+        d = (tree.depth[1:] - 1).numpy()
+        r = tree.choice[1:].numpy()
+        np.add.at(self.trials, (d, r), ok[parents[1:]].cpu().numpy())
+        np.add.at(self.hits, (d, r), ok[1:].cpu().numpy())
+
+    def probs(self, prior_weight: float = 2.0) -> np.ndarray:
+        """p[d, r], shrunk toward the previous depth's estimate where a depth has few trials (deep levels)."""
+        p = np.zeros(self.trials.shape)
+        for d in range(len(p)):
+            prior = p[d - 1] if d else (self.hits.sum(0) + 1) / (self.trials.sum(0) + 2)
+            p[d] = (self.hits[d] + prior_weight * prior) / (self.trials[d] + prior_weight)
+        return p
+
+    def to_json(self) -> dict:
+        return {"trials": self.trials.tolist(), "hits": self.hits.tolist()}
+
+    @classmethod
+    def from_json(cls, data: dict) -> AcceptanceStats:
+        trials = np.asarray(data["trials"], dtype=np.int64)
+        stats = cls(*trials.shape)
+        stats.trials, stats.hits = trials, np.asarray(data["hits"], dtype=np.int64)
+        return stats
+
+
+def spine_paths(depth: int, topk: int) -> list[list[int]]:
+    """Calibration tree: every rank at every depth below the rank-0 chain (depth * topk nodes)."""
+    return [[0] * j + [r] for j in range(depth) for r in range(topk)]
+
+
+def best_tree(p: np.ndarray, size: int, depth: int) -> list[list[int]]:
+    """The `size` nodes with the highest path probability, reaching exactly `depth` (see module doc)."""
+    max_depth, topk = p.shape
+    if not 1 <= depth <= size:
+        raise ConfigError(f"a tree of {size} nodes cannot have depth {depth}")
+    if depth > max_depth:
+        raise ConfigError(f"depth {depth} exceeds the calibrated depth {max_depth}")
+    if size > sum(topk ** (d + 1) for d in range(depth)):
+        raise ConfigError(f"{size} nodes do not fit in a depth-{depth} tree of {topk} children per node")
+    spine = [int(np.argmax(p[d])) for d in range(depth)]
+    chosen: dict[tuple, float] = {}
+    logp = 0.0
+    for d, r in enumerate(spine):
+        logp += math.log(max(p[d, r], 1e-12))
+        chosen[tuple(spine[: d + 1])] = logp
+    frontier: list[tuple[float, tuple]] = []
+
+    def push_children(path: tuple, logp: float) -> None:
+        d = len(path)
+        if d < depth:
+            for r in range(topk):
+                child = (*path, r)
+                if child not in chosen:
+                    heapq.heappush(frontier, (-(logp + math.log(max(p[d, r], 1e-12))), child))
+
+    push_children((), 0.0)
+    for path, lp in list(chosen.items()):
+        push_children(path, lp)
+    while len(chosen) < size:
+        neg, path = heapq.heappop(frontier)
+        if path in chosen:
+            continue
+        chosen[path] = -neg
+        push_children(path, -neg)
+    return [list(path) for path in sorted(chosen, key=lambda q: (len(q), q))]
+
+
+def expected_mat(p: np.ndarray, paths) -> float:
+    """Predicted tokens per step: 1 (bonus) + the sum over nodes of the product of p along the path."""
+    return 1.0 + sum(math.prod(p[d, r] for d, r in enumerate(path)) for path in paths)
+
+
+# ---- calibration (runs the model; cached per model and dtype) ----
+
+def stats_file(calib, bundle) -> Path:
+    dtype = str(bundle.dtype).replace("torch.", "")
+    name = f"{bundle.name}-{dtype}-{calib.dataset}-{calib.limit}x{calib.max_new_tokens}-d{calib.depth}k{calib.topk}"
+    return _project_path(calib.cache_dir) / f"{name}.json"
+
+
+def load_or_calibrate(calib, bundle) -> AcceptanceStats:
+    path = stats_file(calib, bundle)
+    if path.is_file():
+        return AcceptanceStats.from_json(json.loads(path.read_text()))
+    stats = calibrate(calib, bundle)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({**stats.to_json(), "calibration": OmegaConf.to_container(calib, resolve=True)}))
+    tmp.replace(path)
+    return stats
+
+
+def calibrate(calib, bundle) -> AcceptanceStats:
+    """Run Token Recycling (hot matrix, as evaluated) with the spine tree over the calibration prompts."""
+    from tqdm import tqdm
+
+    from bench.engine import Engine
+    from bench.prompts import prompt_ids
+    from bench.timing import PhaseTimer
+    from data.loaders import load_items
+    from methods.token_recycling import TokenRecycling
+
+    stats = AcceptanceStats(calib.depth, calib.topk)
+
+    class Calibrating(TokenRecycling):
+        def update(self, inputs, logits, target):
+            stats.observe(self.tree, inputs, target)
+            super().update(inputs, logits, target)
+
+    ds = OmegaConf.load(ROOT / "conf" / "dataset" / f"{calib.dataset}.yaml")
+    items = load_items(ds, str(_project_path(calib.data_mirror)), str(_project_path(calib.data_cache)))
+    method_cfg = OmegaConf.create({
+        "name": "token_recycling", "topk": calib.topk, "update_strategy": "parallel", "start": "hot",
+        "tree": {"name": "calibration", "paths": spine_paths(calib.depth, calib.topk)},
+    })
+    proposer = Calibrating(method_cfg, bundle)
+    engine = Engine(bundle.model, bundle.eos_token_ids, bundle.max_context)
+    timer = PhaseTimer(bundle.device, sync=False)
+    picked = items[:: max(len(items) // calib.limit, 1)][: calib.limit]  # spread over the set's sources
+    for item in tqdm(picked, desc=f"calibrating trees on {calib.dataset}", unit="q"):
+        ids = prompt_ids(bundle.tokenizer, calib.chat_template, [], item["turns"][0])
+        ids = ids[-(bundle.max_context - calib.max_new_tokens - proposer.tree.size - 1):]
+        engine.generate(proposer, ids, calib.max_new_tokens, timer)
+    return stats
+
+
+def _project_path(p) -> Path:
+    p = Path(str(p))
+    return p if p.is_absolute() else ROOT / p
+
+
+# ---- tree config group -> Tree ----
+
+def resolve_tree(tree_cfg, bundle, topk: int) -> tuple[Tree, dict]:
+    """A `tree` config (template paths | built: size, depth | auto) as a Tree plus what to record about it."""
+    kind = tree_cfg.get("kind", "template")
+    if kind == "template":
+        tree = tree_from_paths([list(p) for p in tree_cfg.paths])
+        return tree, {"tree_source": "template", "tree_config": tree_cfg.name}
+    if tree_cfg.calibration.topk != topk:
+        raise ConfigError(f"tree calibration topk {tree_cfg.calibration.topk} != method topk {topk}")
+    p = load_or_calibrate(tree_cfg.calibration, bundle).probs()
+    if kind == "built":
+        paths = best_tree(p, int(tree_cfg.size), int(tree_cfg.depth))
+        info = {"tree_source": "built", "predicted_mat": expected_mat(p, paths)}
+    elif kind == "auto":
+        from bench import forward_cost
+
+        curve = forward_cost.load_or_measure(bundle, _project_path(tree_cfg.forward_cost_dir))
+        paths, info = auto_tree(p, curve, tree_cfg.sizes, tree_cfg.max_depth)
+    else:
+        raise ConfigError(f"tree kind must be template, built or auto, got {kind!r}")
+    return tree_from_paths(paths), {**info, "tree_config": tree_cfg.name, "tree_paths": paths}
+
+
+def auto_tree(p: np.ndarray, curve: dict, sizes, max_depth: int) -> tuple[list[list[int]], dict]:
+    """The (size, depth) maximizing predicted tokens per second, MAT(n) / T(n + 1), over the grid."""
+    from bench.forward_cost import cost_at
+
+    t1 = float(cost_at(curve, 1))
+    best = None
+    for n in sizes:
+        for d in range(1, min(int(n), max_depth, len(p)) + 1):
+            try:
+                paths = best_tree(p, int(n), d)
+            except ConfigError:
+                continue  # n nodes do not fit at this shallow depth
+            mat = expected_mat(p, paths)
+            speed = mat / float(cost_at(curve, int(n) + 1))
+            if best is None or speed > best[0]:
+                best = (speed, paths, mat)
+    if best is None:
+        raise ConfigError("tree=auto: no size in the grid fits")
+    speed, paths, mat = best
+    return paths, {
+        "tree_source": "auto",
+        "predicted_mat": mat,
+        "predicted_speedup_vs_ar": speed * t1,
+        "forward_cost_machine": curve["machine"],
+        "forward_cost_ms": dict(zip(map(str, curve["sizes"]), curve["ms"])),
+    }

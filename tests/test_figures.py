@@ -1,0 +1,273 @@
+"""bench.figures: run selection and reduction, the Figure 4 component mapping, files, and errors."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bench.errors import HarnessError
+from bench.figures import (
+    FIG4_COMPONENTS,
+    MAKE_TARGETS,
+    MissingRunsError,
+    auto_table,
+    component_shares,
+    fig3_points,
+    fig4_points,
+    forward_cost_curve,
+    latest_per_x,
+    load_forward_cost,
+    main,
+    paper_fig4,
+    select_group,
+    setting,
+    tr_auto,
+    tr_fig3,
+    tr_fig4,
+)
+from bench.report import Run
+from tests.fixtures.tr_results import (
+    AR_TOK_S,
+    AUTO,
+    FIG3A,
+    FIG3B,
+    FIG3C,
+    MACHINE,
+    MODEL,
+    MT_BENCH,
+    TR_SHARES,
+    ResultsWriter,
+    make_records,
+    tr_settings,
+    write_auto,
+    write_fig3,
+    write_fixture_results,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    return write_fixture_results(tmp_path_factory.mktemp("fx") / "results")
+
+
+def fake(run_id, **meta) -> Run:
+    base = {"run_id": run_id, "model": "m", "dataset": "mt_bench", "machine": "x", "max_new_tokens": 64}
+    return Run(Path(run_id), {**base, **meta})
+
+
+# ---------------------------------------------------------------- selection logic
+
+
+def test_latest_per_x_keeps_the_last_run_and_skips_missing_x():
+    runs = [fake("r1", method_settings={"tree_size": 40}), fake("r2", method_settings={"tree_size": 80}),
+            fake("r3", method_settings={}), fake("r4", method_settings={"tree_size": 40})]
+    got = latest_per_x(runs, setting("tree_size"))
+    assert {x: r.run_id for x, r in got.items()} == {40: "r4", 80: "r2"}
+    # A default stands in for a missing setting (old runs have no tree_source: the paper's template).
+    assert set(latest_per_x(runs, setting("tree_source", "template"))) == {"template"}
+
+
+def test_select_group_takes_the_latest_runs_model_machine_and_length():
+    runs = [fake("a"), fake("b", machine="y"), fake("c", max_new_tokens=128), fake("d")]
+    kept, key, dropped = select_group(runs)
+    assert [r.run_id for r in kept] == ["a", "d"] and key == ("m", "mt_bench", "x", 64) and dropped == 2
+    assert select_group([]) == ([], None, 0)
+
+
+def test_fig3_uses_the_latest_run_per_x_in_plot_order(results):
+    df, notes = fig3_points(results)
+    a = df[df["panel"] == "a"]
+    assert list(a["x"]) == sorted(FIG3A)
+    assert list(a["mat"]) == pytest.approx([FIG3A[x][0] for x in sorted(FIG3A)])  # not the superseded 6.0
+    assert list(a["tokens_per_s"]) == pytest.approx([FIG3A[x][1] for x in sorted(FIG3A)])
+    assert list(df[df["panel"] == "b"]["x"]) == sorted(FIG3B)
+    c = df[df["panel"] == "c"]
+    assert list(c["x"]) == ["first", "parallel", "last"]  # the paper's First, Cur, Last
+    assert list(c["mat"]) == pytest.approx([FIG3C[u][0] for u in ("first", "parallel", "last")])
+    assert set(df["model"]) == {MODEL} and set(df["machine"]) == {MACHINE}
+    assert any("superseded" in n for n in notes)
+
+
+def test_fig3_other_machine_is_left_out_and_model_filter(tmp_path):
+    w = ResultsWriter(tmp_path)
+    write_fig3(w)
+    # Newer runs on another machine win the group; then only that machine's points are plotted.
+    w.run("token_recycling", "mt_bench", make_records(MT_BENCH, 2.0, 30.0, TR_SHARES), experiment="tr_fig3a",
+          method_settings=tr_settings(tree_size=40), machine="other/GPU")
+    df, notes = fig3_points(tmp_path)
+    a = df[df["panel"] == "a"]
+    assert list(a["x"]) == [40] and list(a["machine"]) == ["other/GPU"]
+    assert any("left out" in n for n in notes)
+    assert len(df[df["panel"] == "b"]) == len(FIG3B)  # panels choose their group independently
+    with pytest.raises(MissingRunsError, match="model 'nope'"):
+        fig3_points(tmp_path, model="nope")
+
+
+# ---------------------------------------------------------------- Figure 4 mapping
+
+
+def test_component_mapping_folds_prefill_into_model_forward():
+    share = {"prefill": 0.1, "preprocess": 0.01, "draft": 0.02, "target_forward": 0.8, "verify": 0.04,
+             "update": 0.03}
+    c = component_shares(share)
+    assert list(c) == [k for k, _, _ in FIG4_COMPONENTS] and set(c) == set(paper_fig4())
+    assert c["model_forward"]["share"] == pytest.approx(0.9)
+    assert c["model_forward"]["phases"] == "target_forward+prefill"
+    assert c["retrieval"]["share"] == 0.02 and c["retrieval"]["label"] == "Retrieval"
+    assert sum(v["share"] for v in c.values()) == pytest.approx(1.0)
+    sep = component_shares(share, fold_prefill=False)
+    assert sep["model_forward"]["share"] == pytest.approx(0.8) and sep["prefill"]["share"] == 0.1
+    # An unmapped phase is never dropped silently.
+    assert component_shares({**share, "generate": 0.5})["other"]["share"] == 0.5
+
+
+def test_paper_fig4_numbers():
+    paper = paper_fig4()
+    assert paper["model_forward"] == 90.1 and paper["verify"] == 5.2 and paper["retrieval"] == 1.6
+    assert sum(paper.values()) == pytest.approx(100.0)
+
+
+def test_fig4_points(results):
+    df, _ = fig4_points(results)
+    row = df.set_index("component")
+    assert row.loc["model_forward", "ours_percent"] == pytest.approx(
+        100 * (TR_SHARES["target_forward"] + TR_SHARES["prefill"]))
+    assert row.loc["retrieval", "ours_percent"] == pytest.approx(100 * TR_SHARES["draft"])
+    assert row.loc["model_forward", "paper_percent"] == 90.1
+    assert df.attrs["prefill_percent"] == pytest.approx(100 * TR_SHARES["prefill"])
+    sep, _ = fig4_points(results, fold_prefill=False)
+    assert math.isnan(sep.set_index("component").loc["prefill", "paper_percent"])
+
+
+# ---------------------------------------------------------------- tree=auto
+
+
+def test_auto_table_rows_speedups_and_forward_cost(results):
+    df, curve, notes = auto_table(results)
+    assert list(df["method"]) == ["ar", "token_recycling", "token_recycling"]
+    assert list(df["tree_source"].iloc[1:]) == ["template", "auto"]
+    t = df.set_index("tree_source")
+    assert t.loc["auto", "predicted_mat"] == 3.5 and math.isnan(t.loc["template", "predicted_mat"])
+    assert t.loc["auto", "predicted_speedup_vs_ar"] == pytest.approx(3.5 / 1.6)
+    assert t.loc["auto", "mat"] == pytest.approx(AUTO["auto"][0])
+    assert t.loc["auto", "speedup_vs_ar"] == pytest.approx(AUTO["auto"][1] / AR_TOK_S)
+    assert t.loc["template", "speedup_vs_ar"] == pytest.approx(AUTO["template"][1] / AR_TOK_S)
+    assert t.loc["template", "forward_cost_ratio"] == pytest.approx(2.0)  # T(81)/T(1) = 40/20
+    assert t.loc["auto", "forward_cost_ratio"] == pytest.approx(1.6)  # T(49)/T(1) = 32/20
+    assert curve["ratio"].iloc[0] == 1.0 and not notes
+
+
+def test_forward_cost_selection_and_normalisation(tmp_path):
+    w = ResultsWriter(tmp_path)
+    w.forward_cost([1, 8], [10.0, 20.0])
+    w.forward_cost([1, 8], [10.0, 30.0], machine="elsewhere")
+    newer = w.forward_cost([2, 8], [10.0, 20.0])  # same model and machine, created later: wins
+    cost = load_forward_cost(tmp_path, MODEL, MACHINE)
+    assert cost["path"] == str(newer)
+    assert list(forward_cost_curve(cost)["ratio"]) == [1.0, 2.0]  # no n=1: relative to the smallest n
+    assert load_forward_cost(tmp_path, MODEL, "nowhere") is None
+
+
+def test_auto_falls_back_to_the_curve_recorded_in_the_auto_run(tmp_path):
+    write_auto(ResultsWriter(tmp_path), forward_cost=False)
+    df, curve, notes = auto_table(tmp_path)
+    assert curve is not None
+    assert not notes and "method_settings.forward_cost_ms" in df.attrs["forward_cost"]
+    assert df.set_index("tree_source").loc["auto", "forward_cost_ratio"] == pytest.approx(1.6)
+
+
+def test_auto_without_forward_cost_or_ar(tmp_path):
+    w = ResultsWriter(tmp_path)
+    for source, (mat, tok_s) in AUTO.items():
+        w.run("token_recycling", "mt_bench", make_records(MT_BENCH, mat, tok_s, TR_SHARES), experiment="tr_auto",
+              method_settings=tr_settings(tree_source=source))
+    df, curve, notes = auto_table(tmp_path)
+    assert curve is None and any("forward-cost" in n for n in notes) and any("no ar run" in n for n in notes)
+    assert list(df["tree_source"]) == ["template", "auto"] and df["speedup_vs_ar"].isna().all()
+    assert df["forward_cost_ratio"].isna().all()
+    paths = tr_auto(tmp_path)
+    assert {p.name for p in paths} == {"tr_auto.png", "tr_auto.csv", "tr_auto.md"}
+
+
+# ---------------------------------------------------------------- files and errors
+
+
+def test_figures_write_png_and_csv_atomically(results):
+    written = tr_fig3(results) + tr_fig4(results) + tr_auto(results)
+    names = {p.name for p in written}
+    assert names == {"tr_fig3.png", "tr_fig3.csv", "tr_fig4.png", "tr_fig4.csv", "tr_auto.png", "tr_auto.csv",
+                     "tr_auto_forward_cost.csv", "tr_auto.md"}
+    for p in written:
+        assert p.parent == results / "figures" and p.stat().st_size > 0
+        if p.suffix == ".png":
+            assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list((results / "figures").glob(".*"))  # no temp files left behind
+    csv = pd.read_csv(results / "figures" / "tr_fig3.csv")
+    assert set(csv["panel"]) == {"a", "b", "c"} and len(csv) == len(FIG3A) + len(FIG3B) + len(FIG3C)
+    md = (results / "figures" / "tr_auto.md").read_text()
+    assert "| 3.75" in md and "n48-d5-auto" in md
+
+
+def test_partial_fig3_still_draws_and_says_what_is_missing(tmp_path):
+    w = ResultsWriter(tmp_path)
+    for size in (40, 80):
+        w.run("token_recycling", "mt_bench", make_records(MT_BENCH, *FIG3A[size], TR_SHARES),
+              experiment="tr_fig3a", method_settings=tr_settings(tree_size=size))
+    df, notes = fig3_points(tmp_path)
+    assert set(df["panel"]) == {"a"}
+    assert any("panel (b)" in n and MAKE_TARGETS["tr_fig3b"] in n for n in notes)
+    assert (tmp_path / "figures" / "tr_fig3.png") in tr_fig3(tmp_path)
+
+
+@pytest.mark.parametrize("fn, experiment", [(tr_fig3, "tr_fig3a"), (tr_fig4, "tr_fig4"), (tr_auto, "tr_auto")])
+def test_missing_runs_name_the_experiment_and_make_target(tmp_path, fn, experiment):
+    w = ResultsWriter(tmp_path)
+    # Runs of other experiments or methods never stand in.
+    w.run("ar", "mt_bench", make_records(MT_BENCH, 1.0, 10.0, TR_SHARES), experiment=experiment)
+    w.run("token_recycling", "mt_bench", make_records(MT_BENCH, 3.0, 10.0, TR_SHARES), experiment="table1")
+    with pytest.raises(MissingRunsError) as err:
+        fn(tmp_path)
+    assert isinstance(err.value, HarnessError) and isinstance(err.value, ValueError)
+    msg = str(err.value)
+    assert experiment in msg and MAKE_TARGETS[experiment] in msg and "\n" not in msg
+    assert not (tmp_path / "figures").exists()
+
+
+def test_cli_prints_paths_and_one_line_errors(results, tmp_path, capsys):
+    assert main(["tr_fig4", "--results", str(results)]) == 0
+    out = capsys.readouterr().out.split()
+    assert out == [str(results / "figures" / "tr_fig4.png"), str(results / "figures" / "tr_fig4.csv")]
+    assert main(["tr_fig4", "--results", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1 and "make reproduce-tr-fig4" in err
+
+
+def test_cli_unknown_figure_is_one_line_exit_2(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["no_such_figure"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and len(err.strip().splitlines()) == 1 and "no_such_figure" in err
+
+
+def test_cli_module_exit_code(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "bench.figures", "tr_auto", "--results", str(tmp_path)],
+                       cwd=REPO, capture_output=True, text=True, check=False)
+    assert p.returncode == 1 and p.stderr.startswith("error: ") and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_fixture_fills_table1(results):
+    from bench.report import build_token_recycling_table1
+
+    df = build_token_recycling_table1(results).set_index("label")
+    assert not df.attrs["notes"]
+    for label in ("hf_generate", "ar", "pld", "lookahead", "rest", "token_recycling", "token_recycling[shuffle]"):
+        assert not math.isnan(df.loc[label, "specbench_speedup"]) and not math.isnan(df.loc[label, "mbpp_mat"])
+    tr = df.loc["token_recycling"]
+    assert tr["math"] > tr["mt"] > tr["rag"]  # per-category speeds differ by construction
