@@ -39,7 +39,7 @@ data: setup  ## fill data/cache/ from the mirror (SPECREPRO_DATA_MIRROR or ../sh
 	$(PY) scripts/fetch_data.py
 
 # The paper ran Vicuna on SpecBench and Code Llama on MBPP, hence one sweep per dataset (MBPP_MODEL).
-reproduce-table1: setup  ## Token Recycling Table 1: 7 rows x {spec_bench, mbpp_tr}, LIMIT per group, then the report
+reproduce-table1: setup datastore  ## Token Recycling Table 1: 7 rows x {spec_bench, mbpp_tr}, LIMIT per group, then the report
 	$(PY) -m bench.run -m experiment=table1 model=$(MODEL) hydra.sweeper.params.dataset=spec_bench \
 		run.limit_per_group=$(LIMIT) run.max_new_tokens=$(MAX_NEW)
 	$(PY) -m bench.run -m experiment=table1 model=$(MODEL) hydra.sweeper.params.dataset=spec_bench \

@@ -257,7 +257,7 @@ def check_names(argv: list[str]) -> None:
         if "=" not in arg or arg.startswith(("+", "~", "hydra")):
             continue
         key, value = arg.split("=", 1)
-        if key in ("model", "dataset", "method", "logger", "tree", "experiment"):
+        if key in ("model", "dataset", "method", "logger", "tree", "datastore", "experiment"):
             known = sorted(p.stem for p in (CONF / key).glob("*.yaml"))
             for v in value.split(","):
                 if v and v not in known and not v.startswith(("glob(", "choice(", "range(")):

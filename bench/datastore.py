@@ -1,0 +1,538 @@
+"""REST's datastore: corpora (conf/datastore/*.yaml), build, load, suffix-array search, trie -> draft tree.
+
+Backend: our own suffix array in numpy, not the `draftretriever` PyPI package. The only wheel on PyPI
+(draftretriever 0.1.1, cp311 manylinux) installs and runs here, but it is ADED's fork of REST's
+DraftRetriever, not REST's: measured on a toy store, its `search` returns continuations that do not
+follow the query (query [9, 2, 3] also returned the continuation of [1, 2, 3]), caps the draft depth at 4
+whatever `long` is, and aborts the whole process (a Rust panic, not an exception) on a one-token query.
+So it cannot give REST's drafts. This module implements REST's retrieval (implementations.md §6) directly.
+
+Store layout (all under data/cache/datastores/, git-ignored): `<model>-<corpus>.tokens.npy` (every
+document's tokens followed by a separator, uint16 when the vocabulary fits, as REST's u16 store, else
+uint32), `<model>-<corpus>.sa.npy` (the full suffix array, int32/int64, built by prefix doubling) and
+`<model>-<corpus>.json` (sidecar: corpus name and config, sources, documents, tokens, build seconds,
+backend, tokenizer fingerprint, documents dropped by decontamination).
+
+Differences from REST, all on purpose:
+- documents are separated by a token id outside the vocabulary, so a match or a continuation never runs
+  into the next document (REST concatenates entries with only the BOS of the next one in between);
+- a span whose matches all end their document (no continuation token) counts as no match and the search
+  goes on with the next shorter span;
+- a no-match step is an empty draft (a plain AR step), not REST's dummy token 100.
+
+Retrieval per step: the query is the last s tokens of the committed context (the tree root included),
+s = max_span..min_span; the first s with a match wins. The first `max_matches` matches in suffix-array
+order (REST's k=5000) each give their next `continuation` tokens; every prefix of every continuation is
+counted (a trie with counts) and the `num_draft` most frequent prefixes form the draft tree. Because the
+matches are consecutive suffixes, their continuations are already sorted, so the trie is a run-length
+count per depth (vectorized).
+
+Decontamination: a corpus names the evaluation sets it serves (`disjoint_from`, prompts and answers);
+documents that share a window of `window_words` consecutive words with any of them are dropped at build
+time and counted in the sidecar. tests/test_datastore.py checks the result independently of the build.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import gzip
+import hashlib
+import importlib
+import json
+import logging
+import os
+import re
+import socket
+import time
+from collections.abc import Iterable, Iterator
+from itertools import islice
+from pathlib import Path
+from urllib.parse import urlparse
+
+import numpy as np
+from omegaconf import OmegaConf
+
+from bench.errors import HarnessError
+from bench.provenance import ROOT
+from data.loaders import DataError, load_items
+
+BACKEND = "numpy-suffix-array"
+CORPUS_DIR = ROOT / "conf" / "datastore"
+DATASET_DIR = ROOT / "conf" / "dataset"
+FORMAT_VERSION = 1
+
+
+# ----------------------------------------------------------------------------------------------------------
+# corpus configs and documents
+
+
+def corpus_names(offline_only: bool = False) -> list[str]:
+    names = sorted(p.stem for p in CORPUS_DIR.glob("*.yaml"))
+    return [n for n in names if not offline_only or load_corpus(n).get("offline", False)]
+
+
+def load_corpus(name_or_cfg) -> dict:
+    """A corpus config as a plain dict; `include: [other]` appends the other corpora's sources."""
+    if isinstance(name_or_cfg, str):
+        path = CORPUS_DIR / f"{name_or_cfg}.yaml"
+        if not path.is_file():
+            raise HarnessError(f"unknown datastore corpus '{name_or_cfg}' (known: {', '.join(corpus_names())})")
+        cfg = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    else:
+        cfg = OmegaConf.to_container(OmegaConf.create(name_or_cfg), resolve=True)
+    sources = list(cfg.get("sources") or [])
+    included = list(cfg.get("included") or [])
+    for other in cfg.pop("include", None) or []:  # merged once; `included` records what was merged
+        sources += load_corpus(other)["sources"]
+        included.append(other)
+    cfg["sources"] = sources
+    cfg["included"] = included
+    return cfg
+
+
+def _read_rows(path: Path, fmt: str) -> Iterator[dict]:
+    opener = gzip.open if fmt == "jsonl.gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if line.strip():
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise DataError(f"malformed line {lineno} in {path}: {e.msg}") from None
+
+
+def _hub_reachable() -> str | None:
+    """None if the hub may be reachable, else why not (saves datasets' ~30 s of retries offline)."""
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        if os.environ.get(var, "").lower() in ("1", "true", "yes", "on"):
+            return f"{var} is set"
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
+    try:
+        socket.getaddrinfo(host, 443)
+    except OSError as e:
+        return f"cannot resolve {host}: {e.strerror or e}"
+    return None
+
+
+def _hub_rows(hub: dict, skip: int, limit: int | None) -> Iterator[dict]:
+    import datasets
+
+    loggers = [logging.getLogger(n) for n in ("huggingface_hub", "datasets", "fsspec")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        rows = datasets.load_dataset(**hub, streaming=True)
+        yield from _window(rows, skip, limit)
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def _window(rows: Iterable, skip: int, limit: int | None) -> Iterator:
+    return islice(rows, skip, None if limit is None else skip + limit)
+
+
+def source_rows(corpus_name: str, src: dict, mirror_dir: str | None):
+    """(rows iterator, where) from the first place that has the source: mirror, package file, hub.
+
+    `skip_rows` / `max_rows` of the source select a window of its rows."""
+    looked = []
+    skip, limit = int(src.get("skip_rows") or 0), src.get("max_rows")
+    fmt = src.get("format", "jsonl")
+    if src.get("mirror_path"):
+        if mirror_dir:
+            path = Path(mirror_dir) / src["mirror_path"]
+            if path.is_file():
+                return _window(_read_rows(path, fmt), skip, limit), f"mirror {path}"
+            looked.append(f"mirror {path} (missing)")
+        else:
+            looked.append("mirror (not set)")
+    if src.get("package_file"):
+        pkg = src["package_file"]
+        try:
+            path = Path(getattr(importlib.import_module(pkg["module"]), pkg["attr"]))
+        except (ImportError, AttributeError) as e:
+            looked.append(f"package {pkg['module']} ({type(e).__name__})")
+        else:
+            if path.is_file():
+                return _window(_read_rows(path, fmt), skip, limit), f"package {pkg['module']}.{pkg['attr']} ({path})"
+            looked.append(f"package file {path} (missing)")
+    if src.get("hub"):
+        hub = dict(src["hub"])
+        why = _hub_reachable()
+        if why is None:
+            try:
+                rows = _hub_rows(hub, skip, limit)
+                first = next(rows, None)
+            except Exception as e:  # noqa: BLE001 - network/auth/format errors all mean "not here"
+                why = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"[:200]
+            else:
+                head = [] if first is None else [first]
+                return (r for chunk in (head, rows) for r in chunk), f"hub {hub['path']}"
+        looked.append(f"hub {hub['path']} (unreachable: {why})")
+    raise DataError(
+        f"datastore corpus '{corpus_name}': source '{src.get('name', '?')}' not found: " + ", ".join(looked)
+    )
+
+
+def row_documents(row: dict, src: dict) -> list[str]:
+    """One document per template (`documents`) or per element of a list field (`list_field`, e.g. turns)."""
+    if src.get("list_field"):
+        values = row[src["list_field"]]
+        return [v for v in values if isinstance(v, str) and v.strip()]
+    docs = [t.format(**row) for t in src["documents"]]
+    return [d for d in docs if d.strip()]
+
+
+def iter_documents(corpus: dict, mirror_dir: str | None, sources_out: list | None = None):
+    """(source name, text) for every document of the corpus, in config order, up to `max_documents`."""
+    left = corpus.get("max_documents")
+    for src in corpus["sources"]:
+        if left is not None and left <= 0:
+            return
+        rows, where = source_rows(corpus["name"], src, mirror_dir)
+        n = 0
+        for row in rows:
+            docs = row_documents(row, src)
+            if left is not None:
+                docs = docs[: left - n]
+            for doc in docs:
+                yield src["name"], doc
+            n += len(docs)
+            if left is not None and n >= left:
+                break
+        if left is not None:
+            left -= n
+        if sources_out is not None:
+            sources_out.append({"name": src["name"], "where": where, "documents_read": n})
+
+
+# ----------------------------------------------------------------------------------------------------------
+# decontamination: word windows shared with evaluation prompts and answers
+
+_WORD = re.compile(r"\w+")
+
+
+def normalized_words(text: str) -> list[str]:
+    """Lowercased word tokens; punctuation and whitespace differences do not hide a copy."""
+    return _WORD.findall(text.lower())
+
+
+def windows(text: str, n: int) -> set[int]:
+    words = normalized_words(text)
+    return {hash(" ".join(words[i : i + n])) for i in range(len(words) - n + 1)}
+
+
+class OverlapIndex:
+    """All n-word windows of a set of evaluation texts; `hits(doc)` says which texts a document shares one with."""
+
+    def __init__(self, texts: Iterable[tuple[str, str]], n: int = 12):
+        self.n = n
+        self.index: dict[int, set[str]] = {}
+        for label, text in texts:
+            for h in windows(text, n):
+                self.index.setdefault(h, set()).add(label)
+
+    def hits(self, doc: str) -> set[str]:
+        found: set[str] = set()
+        for h in windows(doc, self.n):
+            found |= self.index.get(h, set())
+        return found
+
+
+def _answer_strings(value) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [s for v in value for s in _answer_strings(v)]
+    return []
+
+
+def eval_texts(disjoint_from: list[dict], mirror_dir: str | None, cache_dir: str) -> list[tuple[str, str]]:
+    """(dataset name, text): every prompt turn (data.loaders) and every answer field of the raw rows."""
+    out = []
+    for entry in disjoint_from:
+        name = entry["dataset"]
+        ds_cfg = OmegaConf.to_container(OmegaConf.load(DATASET_DIR / f"{name}.yaml"), resolve=True)
+        for item in load_items(ds_cfg, mirror_dir, cache_dir):
+            out += [(name, t) for t in item["turns"]]
+        fields = entry.get("answers") or []
+        if fields:
+            src = {"name": name, **{k: ds_cfg.get(k) for k in ("mirror_path", "format", "package_file")}}
+            rows, _ = source_rows(f"eval:{name}", src, mirror_dir)
+            for row in rows:
+                out += [(name, s) for f in fields for s in _answer_strings(row.get(f))]
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# suffix array and search
+
+
+def token_dtype(vocab_size: int) -> tuple[np.dtype, int]:
+    """(storage dtype, separator id): u16 as REST when the vocabulary leaves room for a separator."""
+    if vocab_size < np.iinfo(np.uint16).max:
+        return np.dtype(np.uint16), int(np.iinfo(np.uint16).max)
+    return np.dtype(np.uint32), int(np.iinfo(np.uint32).max)
+
+
+def suffix_array(tokens: np.ndarray) -> np.ndarray:
+    """Suffix array by prefix doubling (Manber-Myers) on int64 rank pairs; a shorter suffix sorts first."""
+    n = len(tokens)
+    index_dtype = np.int32 if n < 2**31 else np.int64
+    if n == 0:
+        return np.zeros(0, dtype=index_dtype)
+    _, rank = np.unique(tokens, return_inverse=True)
+    rank = rank.astype(np.int64)
+    k = 1
+    while True:
+        second = np.zeros(n, dtype=np.int64)  # 0 = past the end, so a shorter suffix sorts first
+        second[: n - k] = rank[k:] + 1
+        key = rank * (n + 1) + second
+        sa = np.argsort(key)
+        sorted_key = key[sa]
+        new = np.empty(n, dtype=np.int64)
+        new[sa] = np.concatenate([[0], np.cumsum(sorted_key[1:] != sorted_key[:-1])])
+        rank = new
+        if int(rank[sa[-1]]) == n - 1 or k >= n:
+            return sa.astype(index_dtype)
+        k *= 2
+
+
+class Datastore:
+    """Tokens (documents each followed by `sep`) + suffix array; `retrieve` is one REST lookup."""
+
+    def __init__(self, tokens: np.ndarray, sa: np.ndarray, sep: int, meta: dict | None = None):
+        self.tokens = np.ascontiguousarray(tokens)
+        self.sa = np.ascontiguousarray(sa)
+        self.sep = int(sep)
+        self.meta = meta if meta is not None else {}
+        self.width = self.tokens.dtype.itemsize
+        # Big-endian bytes compare like token sequences, so bisect can compare spans with bytes slicing.
+        self._bytes = self.tokens.astype(self.tokens.dtype.newbyteorder(">")).tobytes()
+        self._sa_view = memoryview(self.sa)  # indexing gives Python ints (fast in bisect)
+        self._be = self.tokens.dtype.newbyteorder(">")
+
+    @classmethod
+    def from_documents(cls, docs: Iterable[list[int]], vocab_size: int, meta: dict | None = None) -> Datastore:
+        dtype, sep = token_dtype(vocab_size)
+        parts = []
+        for ids in docs:
+            parts.append(np.asarray(ids, dtype=np.int64))
+            parts.append(np.array([sep], dtype=np.int64))
+        flat = np.concatenate(parts) if parts else np.array([sep], dtype=np.int64)
+        if len(flat) and int(flat[flat != sep].max(initial=0)) >= sep:
+            raise HarnessError(f"token id >= {sep} does not fit the {dtype} datastore")
+        tokens = flat.astype(dtype)
+        return cls(tokens, suffix_array(tokens), sep, meta)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def find(self, query: list[int]) -> tuple[int, int]:
+        """[lo, hi): the suffix-array range of suffixes that start with `query`."""
+        if not query or max(query) >= self.sep or min(query) < 0:
+            return 0, 0
+        q = np.asarray(query, dtype=self._be).tobytes()
+        w, buf = self.width * len(query), self._bytes
+
+        def key(p):
+            return buf[p * self.width : p * self.width + w]
+
+        lo = bisect.bisect_left(self._sa_view, q, key=key)
+        hi = bisect.bisect_right(self._sa_view, q, lo=lo, key=key)
+        return lo, hi
+
+    def continuations(self, lo: int, hi: int, span: int, max_matches: int, length: int) -> np.ndarray:
+        """[m, length] next tokens after the first max_matches matches; `sep` from a document's end on.
+
+        Rows are in suffix-array order, i.e. sorted; rows with no token at all are dropped.
+        """
+        starts = self.sa[lo : min(hi, lo + max_matches)].astype(np.int64) + span
+        idx = np.minimum(starts[:, None] + np.arange(length), len(self.tokens) - 1)  # the last token is sep
+        cont = self.tokens[idx].astype(np.int64)
+        ended = np.logical_or.accumulate(cont == self.sep, axis=1)
+        cont[ended] = self.sep
+        return cont[~ended[:, 0]]
+
+    def retrieve(self, context: list[int], max_span: int, min_span: int, max_matches: int, length: int):
+        """(span, continuations) for the longest span s in max_span..min_span whose query matches."""
+        for s in range(min(max_span, len(context)), min_span - 1, -1):
+            lo, hi = self.find(context[-s:])
+            if hi > lo:
+                cont = self.continuations(lo, hi, s, max_matches, length)
+                if len(cont):
+                    return s, cont
+        return 0, None
+
+    # ---- files
+    def save(self, prefix: Path) -> None:
+        prefix.parent.mkdir(parents=True, exist_ok=True)
+        tmp = {s: prefix.with_name(prefix.name + f".tmp{s}") for s in (".tokens.npy", ".sa.npy", ".json")}
+        np.save(tmp[".tokens.npy"], self.tokens)
+        np.save(tmp[".sa.npy"], self.sa)
+        tmp[".json"].write_text(json.dumps({**self.meta, "sep": self.sep}, indent=2))
+        for suffix, path in tmp.items():  # the sidecar last: a store counts as present once it exists
+            os.replace(path, prefix.with_name(prefix.name + suffix))
+
+    @classmethod
+    def load(cls, prefix: Path) -> Datastore:
+        meta = json.loads(prefix.with_name(prefix.name + ".json").read_text())
+        tokens = np.load(prefix.with_name(prefix.name + ".tokens.npy"))
+        sa = np.load(prefix.with_name(prefix.name + ".sa.npy"))
+        return cls(tokens, sa, meta["sep"], meta)
+
+
+def draft_tree(cont: np.ndarray, sep: int, num_draft: int) -> tuple[np.ndarray, np.ndarray]:
+    """Trie of all prefixes of the sorted continuations -> the num_draft most frequent, as a BFS tree.
+
+    Returns (parents [N+1] with parents[0] = -1, tokens [N]). Ordering by (-count, depth, first row) keeps
+    the selection prefix-closed: a parent's count is at least its child's and its depth is smaller.
+    """
+    m, length = cont.shape
+    if m == 0 or num_draft <= 0:
+        return np.array([-1], dtype=np.int64), np.zeros(0, dtype=np.int64)
+    change = np.ones((m, length), dtype=bool)  # change[i, d]: row i starts a new prefix of length d+1
+    if m > 1:
+        change[1:] = np.logical_or.accumulate(cont[1:] != cont[:-1], axis=1)
+    flat = change.T.ravel()  # column-major: each depth's runs are contiguous and start at its row 0
+    starts = np.flatnonzero(flat)
+    counts = np.diff(np.append(starts, flat.size))
+    depth, row = np.divmod(starts, m)
+    valid = cont[row, depth] != sep
+    depth, row, counts = depth[valid], row[valid], counts[valid]
+    keep = np.lexsort((row, depth, -counts))[:num_draft]
+    depth, row = depth[keep], row[keep]
+    order = np.lexsort((row, depth))  # breadth first, siblings in trie (sorted) order
+    depth, row = depth[order], row[order]
+    keys = depth * m + row
+    parent_idx = np.searchsorted(keys, (depth - 1) * m + row, side="right") - 1
+    parents = np.where(depth == 0, 0, parent_idx + 1)
+    return np.concatenate([[-1], parents]).astype(np.int64), cont[row, depth]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# build and open
+
+
+def store_prefix(store_dir: str | Path, model_name: str, corpus_name: str) -> Path:
+    d = Path(store_dir)
+    d = d if d.is_absolute() else ROOT / d
+    return d / f"{model_name}-{corpus_name}"
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    vocab = sorted(tokenizer.get_vocab().items())
+    return hashlib.sha1(json.dumps(vocab).encode()).hexdigest()[:16]
+
+
+def load_tokenizer(model_cfg, model_cache: str = "data/cache/models"):
+    """Only the model's tokenizer (a packaged GGUF is converted once, as bench.models does)."""
+    from transformers import AutoTokenizer
+
+    from bench.models import _from_gguf, packaged_gguf
+
+    target = model_cfg.target
+    cache = Path(model_cache) if Path(model_cache).is_absolute() else ROOT / model_cache
+    if target.source == "package":
+        path = _from_gguf(packaged_gguf(target.id, target.get("gguf_file")), None, cache)
+    else:
+        path = str(target.id)
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except OSError as err:
+        raise HarnessError(
+            f"cannot load the tokenizer of model '{model_cfg.name}' from '{path}': {str(err).splitlines()[0]}"
+        ) from None
+
+
+def _batched(it: Iterator, n: int) -> Iterator[list]:
+    while batch := list(islice(it, n)):
+        yield batch
+
+
+def corpus_documents(corpus: dict, mirror_dir: str | None, cache_dir: str, stats: dict | None = None):
+    """The documents a store is built from: the corpus's documents minus those sharing a `window_words`
+    window with a prompt or answer of its `disjoint_from` evaluation sets. `stats` receives the sources
+    read and the drop counts (per evaluation set and in all)."""
+    corpus = load_corpus(corpus)
+    stats = {} if stats is None else stats
+    stats.update(sources=[], dropped={}, kept=0)
+    for src in corpus["sources"]:  # a missing source fails before the evaluation sets are loaded
+        if not src.get("hub"):
+            source_rows(corpus["name"], src, mirror_dir)
+        elif not (src.get("mirror_path") or src.get("package_file")) and (why := _hub_reachable()):
+            raise DataError(f"datastore corpus '{corpus['name']}': source '{src.get('name', '?')}' not found: "
+                            f"hub {src['hub']['path']} (unreachable: {why})")
+    overlap = None
+    if corpus.get("disjoint_from"):
+        overlap = OverlapIndex(eval_texts(corpus["disjoint_from"], mirror_dir, cache_dir),
+                               int(corpus.get("window_words", 12)))
+    dropped = stats["dropped"]
+    for _, doc in iter_documents(corpus, mirror_dir, stats["sources"]):
+        hit = overlap.hits(doc) if overlap else set()
+        if hit:
+            for label in sorted(hit):
+                dropped[label] = dropped.get(label, 0) + 1
+            dropped["documents"] = dropped.get("documents", 0) + 1
+            continue
+        stats["kept"] += 1
+        yield doc
+
+
+def build(corpus: dict, tokenizer, mirror_dir: str | None, cache_dir: str, model_name: str) -> Datastore:
+    """Tokenize every kept document separately (REST: `tokenizer.encode`, so with BOS if the tokenizer adds
+    one) and build the suffix array; the sidecar metadata is `store.meta`."""
+    t0 = time.perf_counter()
+    corpus = load_corpus(corpus)
+    stats: dict = {}
+
+    def token_lists():
+        with _quiet_length_warning():
+            for batch in _batched(corpus_documents(corpus, mirror_dir, cache_dir, stats), 256):
+                yield from tokenizer(batch, add_special_tokens=True)["input_ids"]
+
+    meta = {
+        "format_version": FORMAT_VERSION,
+        "corpus": corpus["name"],
+        "model": model_name,
+        "backend": BACKEND,
+        "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer),
+        "vocab_size": len(tokenizer),
+    }
+    store = Datastore.from_documents(token_lists(), len(tokenizer), meta)
+    meta.update({
+        "documents": stats["kept"],
+        "tokens": int(np.count_nonzero(store.tokens != store.sep)),
+        "dropped_overlapping_eval": stats["dropped"],
+        "sources": stats["sources"],
+        "token_dtype": str(store.tokens.dtype),
+        "build_seconds": round(time.perf_counter() - t0, 2),
+        "corpus_config": corpus,
+    })
+    return store
+
+
+@contextlib.contextmanager
+def _quiet_length_warning():
+    # Long documents trigger "Token indices sequence length is longer than ..." (irrelevant: no forward).
+    lg = logging.getLogger("transformers.tokenization_utils_base")
+    level = lg.level
+    lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        lg.setLevel(level)
+
+
+def open_store(store_dir, model_name: str, corpus_name: str) -> Datastore:
+    prefix = store_prefix(store_dir, model_name, corpus_name)
+    if not prefix.with_name(prefix.name + ".json").is_file():
+        raise HarnessError(
+            f"REST datastore '{corpus_name}' for model '{model_name}' not found ({prefix}.*): "
+            f"run `make datastore MODEL={model_name}` "
+            f"(or `python scripts/build_datastore.py model={model_name} datastore={corpus_name}`)"
+        )
+    return Datastore.load(prefix)

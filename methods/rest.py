@@ -1,0 +1,81 @@
+"""REST (He et al. 2024): retrieval-based speculative decoding from a datastore of tokenized text.
+
+Per step the query is the last s tokens of the committed context (the tree root included) for
+s = max_span..min_span (16..2); the first s with a match wins. Up to `max_matches` (5000) matches each
+give their next `continuation` (10) tokens; every prefix of every continuation is counted (a trie with
+counts) and the `num_draft` (64) most frequent prefixes, a prefix-closed set, are drafted as one tree.
+No match: an empty draft (a plain AR step). Search, trie and datastore: bench/datastore.py; build the
+store with `make datastore` (scripts/build_datastore.py). The engine's greedy verification keeps the
+longest accepted path, as REST's greedy mode.
+
+The store is chosen by `method.store`: by default the dataset's `rest_datastore` (mbpp_tr: code_offline),
+else the `datastore` config group (default chat_offline).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+from bench.datastore import draft_tree, open_store, tokenizer_fingerprint
+from bench.errors import ConfigError, HarnessError
+from bench.tree import tree_from_parents
+from methods.base import Draft, Proposer, empty_draft
+
+
+@lru_cache(maxsize=4096)
+def _tree(parents: tuple[int, ...]):
+    """Trees repeat (chains, common shapes), so their masks are built once."""
+    return tree_from_parents(list(parents))
+
+
+class Rest(Proposer):
+    def __init__(self, cfg, bundle):
+        super().__init__(cfg, bundle)
+        self.max_span = int(cfg.max_span)
+        self.min_span = int(cfg.min_span)
+        self.max_matches = int(cfg.max_matches)
+        self.continuation = int(cfg.continuation)
+        self.num_draft = int(cfg.num_draft)
+        if not 1 <= self.min_span <= self.max_span:
+            raise ConfigError(f"need 1 <= min_span <= max_span, got {self.min_span}, {self.max_span}")
+        if min(self.max_matches, self.continuation, self.num_draft) < 1:
+            raise ConfigError("max_matches, continuation and num_draft must be at least 1")
+        self.store_name = str(cfg.store)
+        self.store = open_store(cfg.store_dir, str(cfg.model), self.store_name)
+        meta = self.store.meta
+        if bundle is not None and meta.get("tokenizer_fingerprint") != tokenizer_fingerprint(bundle.tokenizer):
+            raise HarnessError(
+                f"REST datastore '{self.store_name}' was built with another tokenizer than model "
+                f"'{bundle.name}'s: rebuild it with `make datastore MODEL={cfg.model}`"
+            )
+        self.max_context = bundle.max_context if bundle is not None else None
+
+    def describe(self):
+        meta = self.store.meta
+        return {
+            "datastore": self.store_name,
+            "datastore_model": meta.get("model"),
+            "datastore_documents": meta.get("documents"),
+            "datastore_tokens": meta.get("tokens"),
+            "datastore_build_seconds": meta.get("build_seconds"),
+            "backend": meta.get("backend"),
+            "num_draft": self.num_draft,
+            "max_span": self.max_span,
+            "min_span": self.min_span,
+            "max_matches": self.max_matches,
+            "continuation": self.continuation,
+        }
+
+    def propose(self, seq, length):
+        num_draft = self.num_draft
+        if self.max_context is not None:  # the engine refuses a tree past the context: draft less
+            num_draft = min(num_draft, self.max_context - length)
+        context = seq[max(0, length - self.max_span) : length].tolist()
+        _, cont = self.store.retrieve(context, self.max_span, self.min_span, self.max_matches, self.continuation)
+        if cont is None or num_draft <= 0:
+            return empty_draft()
+        parents, tokens = draft_tree(cont, self.store.sep, num_draft)
+        return Draft(_tree(tuple(parents.tolist())), torch.from_numpy(np.ascontiguousarray(tokens)))

@@ -1,0 +1,101 @@
+"""`make datastore`: build REST datastores for a model's tokenizer under data/cache/datastores/.
+
+    python scripts/build_datastore.py [model=smollm2-135m] [datastore=chat_offline,code_offline] [--force]
+
+Without `datastore=`, builds every offline corpus of conf/datastore/ (`offline: true`). Other Hydra
+overrides (e.g. paths.data_mirror=/x, datastore.max_documents=500 with one datastore) are passed on. A store
+whose sidecar already matches the corpus config and the tokenizer is kept unless --force. Prints one line
+per store (documents, tokens, size, build seconds); a missing corpus source or tokenizer is one `error:`
+line and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # `python scripts/build_datastore.py` puts scripts/, not the repo, on sys.path
+
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from bench.datastore import (
+    build,
+    corpus_names,
+    load_corpus,
+    load_tokenizer,
+    store_prefix,
+    tokenizer_fingerprint,
+)
+from bench.errors import HarnessError
+from bench.run import project_path
+from data.loaders import DataError
+
+
+def compose_cfg(overrides: list[str]):
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return compose("config", overrides=overrides)
+
+
+def size_mb(prefix: Path) -> float:
+    files = [prefix.with_name(prefix.name + s) for s in (".tokens.npy", ".sa.npy", ".json")]
+    return sum(f.stat().st_size for f in files if f.is_file()) / 2**20
+
+
+def up_to_date(prefix: Path, corpus: dict, fingerprint: str) -> dict | None:
+    import json
+
+    sidecar = prefix.with_name(prefix.name + ".json")
+    if not sidecar.is_file():
+        return None
+    meta = json.loads(sidecar.read_text())
+    same = meta.get("corpus_config") == corpus and meta.get("tokenizer_fingerprint") == fingerprint
+    return meta if same else None
+
+
+def main(argv: list[str]) -> int:
+    force = "--force" in argv
+    args = [a for a in argv if a != "--force"]
+    unknown_flags = [a for a in args if a.startswith("-")]
+    if unknown_flags:
+        print(f"error: unknown option {unknown_flags[0]} (usage: {__doc__.strip().splitlines()[2].strip()})",
+              file=sys.stderr)
+        return 2
+    chosen = [a.split("=", 1)[1] for a in args if a.startswith("datastore=")]
+    overrides = [a for a in args if not a.startswith("datastore=")]
+    names = [n for c in chosen for n in c.split(",") if n] or corpus_names(offline_only=True)
+    known = corpus_names()
+    bad = [n for n in names if n not in known]
+    if bad:
+        print(f"error: unknown datastore '{bad[0]}' (known: {', '.join(known)})", file=sys.stderr)
+        return 2
+    try:
+        tokenizer = None
+        for name in names:
+            cfg = compose_cfg(overrides + [f"datastore={name}"])
+            if tokenizer is None:
+                tokenizer = load_tokenizer(cfg.model, cfg.paths.model_cache)
+                fingerprint = tokenizer_fingerprint(tokenizer)
+            corpus = load_corpus(OmegaConf.to_container(cfg.datastore, resolve=True))
+            prefix = store_prefix(project_path(cfg.paths.data_cache) / "datastores", cfg.model.name, name)
+            meta = None if force else up_to_date(prefix, corpus, fingerprint)
+            state = "up to date"
+            if meta is None:
+                store = build(corpus, tokenizer, str(project_path(cfg.paths.data_mirror)),
+                              str(project_path(cfg.paths.data_cache)), cfg.model.name)
+                store.save(prefix)
+                meta, state = store.meta, "built"
+            print(
+                f"{name}: {state}, {meta['documents']} documents, {meta['tokens']} tokens, "
+                f"{size_mb(prefix):.1f} MB, build {meta['build_seconds']:.1f} s, "
+                f"dropped (overlap with eval sets) {meta['dropped_overlapping_eval'].get('documents', 0)} -> {prefix}.*"
+            )
+    except (HarnessError, DataError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
