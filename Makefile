@@ -7,9 +7,12 @@ MODEL  ?= smollm2-135m
 MBPP_MODEL ?= $(MODEL)
 LIMIT  ?= 5
 MAX_NEW ?= 128
+# LOGGER=wandb copies every run to W&B (offline unless WANDB_MODE=online)
+LOGGER ?= none
+RUN_ARGS = model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
 STAMP  := $(VENV)/.installed
 
-.PHONY: help setup demo test lint data reproduce-table1 datastore bench-engine clean-results
+.PHONY: help setup demo test lint data datastore reproduce-table1 reproduce-tr-fig3 reproduce-tr-fig4 reproduce-tr-auto bench-engine clean-results
 
 help:  ## list targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' Makefile | sed 's/:.*## /\t/'
@@ -41,29 +44,28 @@ data: setup  ## fill data/cache/ from the mirror (SPECREPRO_DATA_MIRROR or ../sh
 # The paper ran Vicuna on SpecBench and Code Llama on MBPP, hence one sweep per dataset (MBPP_MODEL).
 reproduce-table1: setup datastore  ## Token Recycling Table 1: 7 rows x {spec_bench, mbpp_tr}, LIMIT per group, then the report
 	$(PY) -m bench.run -m experiment=table1 model=$(MODEL) hydra.sweeper.params.dataset=spec_bench \
-		run.limit_per_group=$(LIMIT) run.max_new_tokens=$(MAX_NEW)
+		run.limit_per_group=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
 	$(PY) -m bench.run -m experiment=table1 model=$(MODEL) hydra.sweeper.params.dataset=spec_bench \
 		hydra.sweeper.params.method=token_recycling run.shuffle=true run.variant=shuffle \
-		run.limit_per_group=$(LIMIT) run.max_new_tokens=$(MAX_NEW)
+		run.limit_per_group=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
 	$(PY) -m bench.run -m experiment=table1 model=$(MBPP_MODEL) hydra.sweeper.params.dataset=mbpp_tr \
-		run.limit_per_group=$(LIMIT) run.max_new_tokens=$(MAX_NEW)
+		run.limit_per_group=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
 	$(PY) -m bench.report token_recycling_table1 --model $(MODEL) --mbpp-model $(MBPP_MODEL)
 
 # Figures 3 and 4 run on MT-Bench (LIMIT questions, both turns). Plots: bench/figures.py -> results/figures/.
 reproduce-tr-fig3: setup  ## Token Recycling Figure 3: breadth, depth and update-strategy sweeps, then the plot
-	$(PY) -m bench.run -m experiment=tr_fig3a model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW)
-	$(PY) -m bench.run -m experiment=tr_fig3b model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW)
-	$(PY) -m bench.run -m experiment=tr_fig3c model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW)
+	$(PY) -m bench.run -m experiment=tr_fig3a $(RUN_ARGS)
+	$(PY) -m bench.run -m experiment=tr_fig3b $(RUN_ARGS)
+	$(PY) -m bench.run -m experiment=tr_fig3c $(RUN_ARGS)
 	$(PY) -m bench.figures tr_fig3 --model $(MODEL)
 
 reproduce-tr-fig4: setup  ## Token Recycling Figure 4: time per component of a step, beside the paper's shares
-	$(PY) -m bench.run experiment=tr_fig4 model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW)
+	$(PY) -m bench.run experiment=tr_fig4 $(RUN_ARGS)
 	$(PY) -m bench.figures tr_fig4 --model $(MODEL)
 
 reproduce-tr-auto: setup  ## AR, Token Recycling with the paper tree and with tree=auto on this machine, T(n) curve
-	$(PY) -m bench.run experiment=tr_auto method=ar model=$(MODEL) hydra.mode=RUN \
-		run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW)
-	$(PY) -m bench.run -m experiment=tr_auto model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW)
+	$(PY) -m bench.run experiment=tr_auto method=ar hydra.mode=RUN $(RUN_ARGS)
+	$(PY) -m bench.run -m experiment=tr_auto $(RUN_ARGS)
 	$(PY) -m bench.figures tr_auto --model $(MODEL)
 
 datastore: setup  ## REST datastores (conf/datastore/, offline corpora) for MODEL's tokenizer -> data/cache/datastores/

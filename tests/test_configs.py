@@ -20,6 +20,23 @@ def test_experiment_composes(experiment):
     cfg = compose_cfg(f"experiment={experiment}")
     assert cfg.method.name in REGISTRY
     assert cfg.run.max_new_tokens > 0
+    assert cfg.run.experiment == experiment  # reports and W&B group a sweep's runs by this name
+
+
+@pytest.mark.parametrize("experiment", names("experiment"))
+def test_every_sweep_job_composes_and_resolves(experiment):
+    """Each value of each swept key composes and resolves (a typo in a sweep fails here, not mid-run)."""
+    from omegaconf import OmegaConf
+
+    raw = OmegaConf.load(Path(ROOT, "conf", "experiment", f"{experiment}.yaml"))
+    params = OmegaConf.select(raw, "hydra.sweeper.params", default=None) or {}
+    for key, values in params.items():
+        for value in str(values).split(","):
+            cfg = compose_cfg(f"experiment={experiment}", f"{key}={value}")
+            resolved = OmegaConf.to_container(cfg, resolve=True)
+            assert resolved["method"]["name"] in REGISTRY
+            if "." in key:
+                assert str(OmegaConf.select(cfg, key)) == value
 
 
 @pytest.mark.parametrize("model", names("model"))
