@@ -179,7 +179,7 @@ def resolve_tree(tree_cfg, bundle, topk: int) -> tuple[Tree, dict]:
     kind = tree_cfg.get("kind", "template")
     if kind == "template":
         tree = tree_from_paths([list(p) for p in tree_cfg.paths])
-        return tree, {"tree_source": "template", "tree_config": tree_cfg.name}
+        return tree, {"tree_source": "template", "tree_config": tree_cfg.get("name")}
     if tree_cfg.calibration.topk != topk:
         raise ConfigError(f"tree calibration topk {tree_cfg.calibration.topk} != method topk {topk}")
     p = load_or_calibrate(tree_cfg.calibration, bundle).probs()
@@ -193,7 +193,7 @@ def resolve_tree(tree_cfg, bundle, topk: int) -> tuple[Tree, dict]:
         paths, info = auto_tree(p, curve, tree_cfg.sizes, tree_cfg.max_depth)
     else:
         raise ConfigError(f"tree kind must be template, built or auto, got {kind!r}")
-    return tree_from_paths(paths), {**info, "tree_config": tree_cfg.name, "tree_paths": paths}
+    return tree_from_paths(paths), {**info, "tree_config": tree_cfg.get("name"), "tree_paths": paths}
 
 
 def auto_tree(p: np.ndarray, curve: dict, sizes, max_depth: int) -> tuple[list[list[int]], dict]:

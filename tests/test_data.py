@@ -20,7 +20,10 @@ REPO = Path(__file__).resolve().parents[1]
 CONF_DIR = REPO / "conf" / "dataset"
 # CI keeps the offline prompt sets beside the repo; tests that need them skip when it is absent.
 MIRROR = REPO.parent / "shared" / "data"
-COUNTS = {"spec_bench": 480, "mt_bench": 80, "mbpp_tr": 399, "humaneval": 164, "gsm8k": 1319, "mbpp": 974}
+COUNTS = {
+    "spec_bench": 480, "mt_bench": 80, "mbpp_tr": 399, "humaneval": 164, "gsm8k": 1319, "mbpp": 974,
+    "alpaca_eval": 805,
+}
 
 
 def ds_cfg(name: str):
