@@ -12,7 +12,7 @@ LOGGER ?= none
 RUN_ARGS = model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
 STAMP  := $(VENV)/.installed
 
-.PHONY: help setup demo test lint data datastore reproduce-table1 reproduce-tr-fig3 reproduce-tr-fig4 reproduce-tr-auto bench-engine clean-results
+.PHONY: help setup demo test lint data datastore reproduce-table1 reproduce-tr-fig3 reproduce-tr-fig4 reproduce-tr-auto draft reproduce-dyspec-table1 reproduce-dyspec-table2 reproduce-dyspec-table3 reproduce-dyspec-table5 bench-engine clean-results
 
 help:  ## list targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' Makefile | sed 's/:.*## /\t/'
@@ -67,6 +67,26 @@ reproduce-tr-auto: setup  ## AR, Token Recycling with the paper tree and with tr
 	$(PY) -m bench.run experiment=tr_auto method=ar hydra.mode=RUN $(RUN_ARGS)
 	$(PY) -m bench.run -m experiment=tr_auto $(RUN_ARGS)
 	$(PY) -m bench.figures tr_auto --model $(MODEL)
+
+# DySpec (Sequoia's protocol): raw-text c4/openwebtext/cnn_dailymail, 128-token prompts, 128 new tokens, T 0 and 0.6.
+# Table 1 = MODEL with its own draft (smollm2-135m: `make draft` first); Tables 2-3 = the paper's Llama-2 pairs (hub, GPU).
+reproduce-dyspec-table1: setup  ## DySpec Table 1: ar, specinfer, sequoia, dyspec x 3 datasets x T {0, 0.6}, then the reports
+	$(PY) -m bench.run -m experiment=dyspec_table1 model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
+	$(PY) -m bench.report dyspec_table --model $(MODEL) --paper-table 1
+	$(PY) -m bench.report dyspec_time_breakdown --model $(MODEL)
+
+reproduce-dyspec-table2: setup  ## DySpec Table 2 (llama-68m -> Llama-2-13B; needs the hub and a GPU)
+	$(PY) -m bench.run -m experiment=dyspec_table1 model=llama-2-13b run.limit=$(LIMIT) logger=$(LOGGER)
+	$(PY) -m bench.report dyspec_table --model llama-2-13b --paper-table 2
+
+reproduce-dyspec-table3: setup  ## DySpec Table 3 (Llama-2-7B -> Llama-2-70B; needs the hub and GPUs)
+	$(PY) -m bench.run -m experiment=dyspec_table1 model=llama-2-70b run.limit=$(LIMIT) logger=$(LOGGER)
+	$(PY) -m bench.report dyspec_table --model llama-2-70b --paper-table 3
+
+# Block counts need no model: random trees by default; TREES=file.jsonl adds real DySpec trees, e.g. written by
+# `python -m bench.run model=smollm2-135m dataset=c4 method=dyspec run.limit=3 method.record_trees=$PWD/results/dyspec_trees.jsonl`
+reproduce-dyspec-table5: setup  ## DySpec Table 5 / Figs 7, 9: non-zero 32x32 tiles of tree attention masks, with and without DFS reorder
+	$(PY) -m bench.dyspec_table5 --sizes 256,512,1024,2048 --trees-per-size 20 --seed 0 $(if $(TREES),--trees $(TREES))
 
 datastore: setup  ## REST datastores (conf/datastore/, offline corpora) for MODEL's tokenizer -> data/cache/datastores/
 	$(PY) scripts/build_datastore.py model=$(MODEL)

@@ -1,8 +1,9 @@
 """The one decode loop shared by all proposer methods.
 
 Per step: the proposer drafts a tree rooted at the last committed token; one target forward runs over
-root + draft with tree attention (a 4D additive mask, position ids = prefix length + depth); the verifier
-keeps the longest path matching the target's greedy choices; the KV cache is compacted to prefix +
+root + draft with tree attention (a 4D additive mask, position ids = prefix length + depth); at temperature 0
+the verifier keeps the longest path matching the target's greedy choices, above 0 the stochastic verifier
+(bench.sampling) walks the tree with the proposer's rule and samples the bonus token; the KV cache is compacted to prefix +
 accepted path; the accepted drafts plus the bonus token are committed. Stops at EOS or max_new_tokens,
 never past it. The prefill's first token counts as one step of one token, so sum(accept_lengths) equals
 the number of new tokens for every method, AR included (MAT = 1.00 for AR by construction).
@@ -14,17 +15,33 @@ import torch
 from transformers import DynamicCache
 
 from bench.kv import keep_accepted
+from bench.sampling import sample, stochastic_accept, target_probs
 from bench.verify import greedy_accept
-from methods.base import Generation, Proposer
+from methods.base import Generation, Proposer, StepContext
 
 
 class Engine:
-    def __init__(self, model, eos_token_ids: list[int], max_context: int):
+    def __init__(self, model, eos_token_ids: list[int], max_context: int, temperature: float = 0.0):
         self.model = model
         self.eos = torch.tensor(sorted(set(eos_token_ids)), dtype=torch.long, device=model.device)
         self.max_context = max_context
         self.device = model.device
         self.dtype = model.dtype
+        if temperature < 0:
+            raise ValueError("temperature must be >= 0")
+        self.temperature = float(temperature)
+        # One generator for the target's and the proposer's sampling; the runner reseeds it per prompt-turn
+        # so a sampled output does not depend on which prompts ran before it.
+        self.generator = torch.Generator(device=model.device)
+
+    def reseed(self, seed: int) -> None:
+        self.generator.manual_seed(seed)
+
+    def _pick(self, logits: torch.Tensor) -> torch.Tensor:
+        """The next token from one row of logits: argmax at temperature 0, else a sample."""
+        if self.temperature == 0:
+            return logits.argmax()
+        return torch.tensor(sample(target_probs(logits, self.temperature), self.generator), device=self.device)
 
     @torch.inference_mode()
     def generate(self, proposer: Proposer, prompt_ids: list[int], max_new_tokens: int, timer) -> Generation:
@@ -41,10 +58,11 @@ class Engine:
         accept_lengths: list[int] = []
 
         timer.start()
+        proposer.bind(StepContext(self.temperature, self.generator, timer))
         proposer.start(prompt_ids)
         timer.lap("draft")
         out = model(input_ids=seq[None, :n_prompt], past_key_values=cache, use_cache=True, logits_to_keep=1)
-        root = out.logits[0, -1].argmax()
+        root = self._pick(out.logits[0, -1])
         timer.lap("prefill")
         seq[n_prompt] = root
         length = n_prompt + 1  # committed tokens; the last one (the root) is not in the KV cache yet
@@ -76,9 +94,19 @@ class Engine:
             timer.lap("target_forward")
             logits = out.logits[0]
             target = logits.argmax(-1)
-            acc = greedy_accept(tree, inputs[None], target[None], draft.candidates)
-            path = acc.path[0].nonzero().flatten()
-            new = torch.cat([inputs[path[1:]], acc.bonus])  # accepted drafts + bonus
+            if self.temperature == 0:
+                acc = greedy_accept(tree, inputs[None], target[None], draft.candidates)
+                path = acc.path[0].nonzero().flatten()
+                bonus = acc.bonus
+            else:
+                p = target_probs(logits, self.temperature)
+                timer.lap("sampling")
+                slots, token = stochastic_accept(
+                    tree, inputs, p, draft.probs, proposer.rule, self.generator, draft.candidates
+                )
+                path = torch.tensor(slots, device=device)
+                bonus = torch.tensor([token], device=device)
+            new = torch.cat([inputs[path[1:]], bonus])  # accepted drafts + bonus
             timer.lap("verify")
 
             room = n_prompt + max_new_tokens - length

@@ -1,11 +1,17 @@
-"""Load a target model (and later a draft) from a model config: HF hub id, local path or packaged GGUF."""
+"""Load a target model from a model config (HF hub id, local path or packaged GGUF), and its draft on demand.
+
+A model config's `draft` block names the draft model of draft-model methods (sd, specinfer, sequoia, dyspec,
+hf_assisted): `source: hub | path | trained`, where `trained` is a draft distilled from the target by
+`make draft` (scripts/train_draft.py) into data/cache/drafts/<id>/ (beside the model cache, git-ignored).
+The draft is loaded by `ModelBundle.load_draft()` the first time a method asks for it, never with the target.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -27,6 +33,16 @@ class ModelBundle:
     pad_token_id: int
     max_context: int
     source: str
+    draft_cfg: object = None  # the model config's `draft` block (None: the model has no draft)
+    model_cache: str | None = None  # where converted models live; trained drafts are in its sibling drafts/
+    # The draft once loaded (or set directly, e.g. tests put an untrained draft from init_draft_from_target).
+    draft: object = field(default=None, repr=False)
+
+    def load_draft(self):
+        """The draft model: loaded once and kept on the bundle; same device and dtype as the target, eval mode."""
+        if self.draft is None:
+            self.draft = load_draft_model(self)
+        return self.draft
 
 
 def packaged_gguf(package: str, filename: str | None) -> Path:
@@ -64,6 +80,46 @@ def _from_gguf(gguf: Path, dtype, cache_dir: Path):
         tok.save_pretrained(tmp)
         os.replace(tmp, converted)
     return str(converted)
+
+
+def drafts_dir(model_cache: str | Path) -> Path:
+    """Trained drafts live beside the model cache: data/cache/models -> data/cache/drafts/<id>/."""
+    return Path(model_cache).parent / "drafts"
+
+
+def load_draft_model(bundle: ModelBundle):
+    from transformers import AutoModelForCausalLM
+
+    cfg = bundle.draft_cfg
+    if cfg is None:
+        raise HarnessError(f"model '{bundle.name}' has no draft model (set model.draft)")
+    name = cfg.get("name") or cfg.id
+    if cfg.source == "trained":
+        if bundle.model_cache is None:
+            raise HarnessError(f"draft '{name}': no model cache to find trained drafts in")
+        path = drafts_dir(bundle.model_cache) / str(cfg.id)
+        if not (path / "config.json").is_file():
+            raise HarnessError(f"draft '{name}' is not built: run `make draft` (MODEL={bundle.name}; looked in {path})")
+    elif cfg.source == "path":
+        path = Path(str(cfg.id))
+        if not path.exists():
+            raise HarnessError(f"draft path '{path}' does not exist")
+    elif cfg.source == "hub":
+        path = str(cfg.id)
+    else:
+        raise HarnessError(f"unknown draft source '{cfg.source}' (known: hub, path, trained)")
+    try:
+        draft = AutoModelForCausalLM.from_pretrained(
+            str(path), dtype=bundle.dtype, attn_implementation=bundle.model.config._attn_implementation
+        ).to(bundle.device)
+    except OSError as err:
+        raise HarnessError(f"cannot load draft '{name}' from {cfg.source} '{path}': "
+                           f"{str(err).splitlines()[0]}") from None
+    vocab = draft.get_output_embeddings().weight.shape[0]
+    if vocab != bundle.vocab_size:
+        raise HarnessError(f"draft '{name}' has vocabulary size {vocab}, target '{bundle.name}' has "
+                           f"{bundle.vocab_size}: a draft must share the target's tokenizer")
+    return draft.eval()
 
 
 def load_model(cfg, model_cache: str) -> ModelBundle:
@@ -114,4 +170,6 @@ def load_model(cfg, model_cache: str) -> ModelBundle:
         pad_token_id=pad,
         max_context=int(getattr(model.config, "max_position_embeddings", 2048)),
         source=f"{target.source}:{target.id}",
+        draft_cfg=cfg.get("draft"),
+        model_cache=str(model_cache),
     )

@@ -16,6 +16,7 @@ import random
 import shutil
 import sys
 import time
+import zlib
 from datetime import datetime
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from bench.prompts import prompt_ids
 from bench.provenance import ROOT, provenance
 from bench.reference import ReferenceStore
 from bench.timing import PhaseTimer, device_sync
-from data.loaders import DataError, load_items
+from data.loaders import DataError, load_selection
 from methods import UnknownMethod, build_method
 from methods.ar import Autoregressive
 
@@ -80,25 +81,42 @@ def run_id(cfg) -> str:
 class Runner:
     def __init__(self, cfg):
         self.cfg = cfg
-        self.items = select_items(
-            load_items(cfg.dataset, str(project_path(cfg.paths.data_mirror)), str(project_path(cfg.paths.data_cache))),
-            cfg.run,
+        items, self.selection = load_selection(
+            cfg.dataset, str(project_path(cfg.paths.data_mirror)), str(project_path(cfg.paths.data_cache))
         )
+        self.temperature = float(cfg.run.temperature)
+        self.bundle = get_bundle(cfg.model, cfg.paths.model_cache)
+        self.raw_tokens = cfg.dataset.get("raw_prompt_tokens")
+        if self.raw_tokens:  # raw-text sets (DySpec/Sequoia): rows shorter than the prompt length are skipped
+            kept = [it for it in items if len(self.raw_ids(it["turns"][0], full=True)) >= self.raw_tokens]
+            if len(kept) < len(items):
+                self.selection += f"; {len(items) - len(kept)} rows shorter than {self.raw_tokens} tokens skipped"
+            items = kept
+        self.items = select_items(items, cfg.run)
         if not self.items:
             raise HarnessError(f"dataset '{cfg.dataset.name}' selection is empty")
-        self.bundle = get_bundle(cfg.model, cfg.paths.model_cache)
         self.method = build_method(cfg.method, self.bundle)
         b = self.bundle
-        self.engine = Engine(b.model, b.eos_token_ids, b.max_context)
+        self.engine = Engine(b.model, b.eos_token_ids, b.max_context, temperature=self.temperature)
         self.timer = PhaseTimer(b.device, sync=cfg.run.sync_phases)
         ref_key = f"{b.name}-{str(b.dtype).replace('torch.', '')}-{b.device.type}"
         self.references = ReferenceStore(project_path(cfg.paths.results) / "cache" / "ar_reference", ref_key)
-        self.is_reference = cfg.method.name == "ar"
+        # Sampled outputs cannot be compared with greedy AR; greedy AR at T=0 is the reference.
+        self.is_reference = cfg.method.name == "ar" and self.temperature == 0
+
+    def raw_ids(self, text: str, full: bool = False) -> list[int]:
+        ids = self.bundle.tokenizer(text).input_ids
+        return ids if full else ids[: self.raw_tokens]
 
     def encode(self, history, question) -> list[int]:
-        ids = prompt_ids(self.bundle.tokenizer, self.cfg.model.chat_template, history, question)
-        # Room for the output and one draft beyond it (a static tree's size; chains get a margin of 16).
-        draft_room = max(getattr(getattr(self.method, "tree", None), "size", 0), 16)
+        if self.raw_tokens:
+            ids = self.raw_ids(question)
+        else:
+            ids = prompt_ids(self.bundle.tokenizer, self.cfg.model.chat_template, history, question)
+        # Room for the output and one draft beyond it (a static tree's size or a method's most draft nodes;
+        # chains get a margin of 16).
+        tree_size = getattr(getattr(self.method, "tree", None), "size", 0)
+        draft_room = max(tree_size, getattr(self.method, "max_draft_tokens", 0), 16)
         if len(ids) + self.cfg.run.max_new_tokens + draft_room > self.bundle.max_context:
             raise HarnessError(
                 f"prompt of {len(ids)} tokens plus {self.cfg.run.max_new_tokens} new tokens and {draft_room} "
@@ -116,7 +134,7 @@ class Runner:
         return gen, time.perf_counter() - t0
 
     def reference(self, ids, output):
-        if not self.cfg.run.check_lossless:
+        if not self.cfg.run.check_lossless or self.temperature > 0:
             return None
         max_new = self.cfg.run.max_new_tokens
         if self.is_reference:
@@ -135,6 +153,8 @@ class Runner:
         tok = self.bundle.tokenizer
         for turn, question in enumerate(item["turns"]):
             ids = self.encode(history, question)
+            # Per prompt-turn seed: a sampled output does not depend on which prompts ran before it.
+            self.engine.reseed(zlib.crc32(f"{self.cfg.run.seed}-{item['question_id']}-{turn}".encode()))
             gen, wall = self.timed(ids)
             history.append((question, tok.decode(gen.output_ids, skip_special_tokens=True)))
             if records is None:
@@ -174,6 +194,7 @@ def find_baseline(results: Path, summary: dict, method: str) -> tuple[str, list[
     for s in sorted((results / "runs").glob("*/summary.json")):
         other = json.loads(s.read_text())
         same = all(other.get(k) == summary[k] for k in ("model", "dataset", "max_new_tokens", "machine"))
+        same = same and other.get("temperature", 0.0) == summary["temperature"]
         if same and other["method"] == method and not other.get("variant"):
             best = s.parent
     if best is None:
@@ -205,6 +226,8 @@ def write_run(cfg, runner: Runner, records: list[dict]) -> Path:
         "model": cfg.model.name,
         "paper_size": cfg.model.get("paper_size"),
         "max_new_tokens": cfg.run.max_new_tokens,
+        "temperature": runner.temperature,
+        "selection": runner.selection,
         "experiment": cfg.run.get("experiment"),
         "overrides": command_overrides(),
         "machine": prov["machine"],

@@ -9,7 +9,10 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 
-PHASES = ("prefill", "preprocess", "draft", "target_forward", "verify", "update")
+PHASES = ("prefill", "preprocess", "draft", "target_forward", "verify", "update")  # every engine step laps these
+# Laps only some runs have: draft-model proposers split `draft` into the draft model's forwards and tree
+# construction (token sampling, heap work); temperature > 0 adds the target softmax (`sampling`).
+OPTIONAL_PHASES = ("draft_forward", "tree", "sampling")
 MODEL_PHASES = ("prefill", "target_forward")  # everything else is overhead
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import torch
 
@@ -32,6 +32,14 @@ class Tree:
     def size(self) -> int:
         """Number of draft nodes (root excluded)."""
         return len(self.parents) - 1
+
+    @cached_property
+    def children(self) -> tuple[tuple[int, ...], ...]:
+        """Child slots of every slot, in slot order (the order they were drafted in)."""
+        kids: list[list[int]] = [[] for _ in range(len(self.parents))]
+        for i, p in enumerate(self.parents.tolist()[1:], start=1):
+            kids[p].append(i)
+        return tuple(tuple(k) for k in kids)
 
     @property
     def max_depth(self) -> int:

@@ -5,7 +5,8 @@ Each dataset is a YAML file in conf/dataset/ that says where its rows live and h
 {"question_id": int|str, "category": str, "group": str, "turns": [str, ...]}, in file order.
 
 Sources are tried in order, first hit wins: mirror dir, local cache, an installed package's data file,
-the HF hub. See data/README.md.
+the HF hub. A dataset's optional `selection` block (e.g. Sequoia's seeded example choice) is applied after
+loading, whatever the source, so the cache always holds every row. See data/README.md.
 """
 
 from __future__ import annotations
@@ -15,13 +16,16 @@ import gzip
 import importlib
 import json
 import logging
+import random
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
 ITEM_KEYS = ("question_id", "category", "group", "turns")
-FORMATS = ("jsonl", "jsonl.gz")
+# lines: plain text, one item per non-blank line, read as the row {"text": line} (CNN/DM's .source files).
+FORMATS = ("jsonl", "jsonl.gz", "lines")
+SELECTION_KINDS = ("sequoia",)
 # Keys of a dataset YAML that map raw rows to items; the `hub.fields` block may override them.
 FIELD_KEYS = ("id_field", "category_field", "category", "turns_field", "template", "join")
 
@@ -31,8 +35,49 @@ class DataError(Exception):
 
 
 def load_items(ds_cfg, mirror_dir: str | None, cache_dir: str) -> list[dict]:
-    """The dataset's items from the first source that has them (see resolve_items)."""
-    return resolve_items(ds_cfg, mirror_dir, cache_dir)[0]
+    """The dataset's items from the first source that has them, after its `selection` (see load_selection)."""
+    return load_selection(ds_cfg, mirror_dir, cache_dir)[0]
+
+
+def load_selection(ds_cfg, mirror_dir: str | None, cache_dir: str) -> tuple[list[dict], str]:
+    """(items, description): the loaded items after the dataset's `selection` block, and one line saying
+    which rows were kept and from where, for run summaries, e.g.
+    "sequoia seed 17: 200 of rows 200-999 in shuffled order (...); 1000 rows loaded from mirror /x/c4.jsonl".
+    """
+    cfg = _plain(ds_cfg)
+    selection = cfg.get("selection")
+    _check_selection(cfg.get("name") or "<unnamed>", selection)  # before loading: bad config fails fast
+    items, source = resolve_items(cfg, mirror_dir, cache_dir)
+    kept, what = apply_selection(items, selection)
+    return kept, f"{what}; {len(items)} rows loaded from {source}"
+
+
+def apply_selection(items: list[dict], selection: dict | None) -> tuple[list[dict], str]:
+    """(kept items, what was kept). Items are in row order, so items[i] is row i of the source.
+
+    kind sequoia (Sequoia's tests/testbed.py, implementations.md section 7.1): `random.seed(seed)`, then
+    `eval_list = list(range(start, stop))` shuffled with the module's `random.shuffle`, then the first `count`
+    of it. We draw the same permutation from a private `random.Random(seed)` (same Mersenne Twister state as
+    `random.seed(seed)`; no global state touched) and keep, in that order, the indices that exist in the
+    loaded set (< n) before taking `count`: our mirrors are smaller than Sequoia's 2000-row pools. A set
+    with no row at index `start` or above (CNN/DM's 100 mirror rows) is used whole, in file order. Items keep
+    their question_id (the row index when the YAML names no id field).
+    """
+    n = len(items)
+    if not selection:
+        return list(items), f"all {n} rows in file order"
+    _check_selection("<selection>", selection)
+    seed, start, stop, count = (int(selection[k]) for k in ("seed", "start", "stop", "count"))
+    if n <= start:
+        return list(items), (f"all {n} rows in file order (sequoia seed {seed} draws from rows "
+                             f"{start}-{stop - 1}; this set has only {n} rows)")
+    order = list(range(start, stop))
+    random.Random(seed).shuffle(order)
+    kept = [i for i in order if i < n][:count]
+    what = f"sequoia seed {seed}: {len(kept)} of rows {start}-{min(n, stop) - 1} in shuffled order"
+    if n < stop:
+        what += f" (Sequoia's pool is rows {start}-{stop - 1}; this set has {n} rows)"
+    return [items[i] for i in kept], what
 
 
 def resolve_items(
@@ -56,7 +101,7 @@ def resolve_items(
     if mirror_dir and cfg.get("mirror_path"):
         path = Path(mirror_dir) / cfg["mirror_path"]
         if path.is_file():
-            return _to_items(_read_jsonl(path, fmt), fields, groups, str(path)), f"mirror {path}"
+            return _to_items(_read_rows(path, fmt), fields, groups, str(path)), f"mirror {path}"
         looked.append(f"mirror {path} (missing)")
     else:
         looked.append("mirror (not set)")
@@ -76,7 +121,7 @@ def resolve_items(
             looked.append(f"{label} (not installed: {_short(e)})")
         else:
             if path.is_file():
-                return _to_items(_read_jsonl(path, fmt), fields, groups, str(path)), f"{label} ({path})"
+                return _to_items(_read_rows(path, fmt), fields, groups, str(path)), f"{label} ({path})"
             looked.append(f"{label} ({path} missing)")
 
     hub = dict(cfg.get("hub") or {})
@@ -104,6 +149,23 @@ def _plain(ds_cfg) -> dict:
     return OmegaConf.to_container(OmegaConf.create(ds_cfg), resolve=True)
 
 
+def _check_selection(name: str, selection) -> None:
+    if selection is None:
+        return
+    if not isinstance(selection, dict):
+        raise DataError(f"dataset {name!r}: selection must be a mapping, got {selection!r}")
+    kind = selection.get("kind")
+    if kind not in SELECTION_KINDS:
+        raise DataError(f"dataset {name!r}: unknown selection kind {kind!r} (expected one of "
+                        f"{', '.join(SELECTION_KINDS)})")
+    keys = ("seed", "start", "stop", "count")
+    bad = [k for k in keys if not isinstance(selection.get(k), int) or isinstance(selection.get(k), bool)]
+    if bad:
+        raise DataError(f"dataset {name!r}: selection needs integer {', '.join(bad)}")
+    if not (0 <= selection["start"] < selection["stop"]) or selection["count"] < 1:
+        raise DataError(f"dataset {name!r}: selection needs 0 <= start < stop and count >= 1")
+
+
 def _check_fields(name: str, fields: dict) -> None:
     if bool(fields["turns_field"]) == bool(fields["template"]):
         raise DataError(f"dataset {name!r}: set exactly one of turns_field, template")
@@ -114,6 +176,20 @@ def _check_fields(name: str, fields: dict) -> None:
 def _short(e: BaseException) -> str:
     first = (str(e).strip().splitlines() or [""])[0]
     return f"{type(e).__name__}: {first}"[:160]
+
+
+def _read_rows(path: Path, fmt: str) -> Iterator[tuple[int, dict]]:
+    """(1-based line number, row) for each non-blank line of a file in `fmt`."""
+    return _read_lines(path) if fmt == "lines" else _read_jsonl(path, fmt)
+
+
+def _read_lines(path: Path) -> Iterator[tuple[int, dict]]:
+    # Only the line break is stripped: the text is the prompt, byte for byte.
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            text = line.rstrip("\r\n")
+            if text.strip():
+                yield lineno, {"text": text}
 
 
 def _read_jsonl(path: Path, fmt: str) -> Iterator[tuple[int, dict]]:

@@ -9,11 +9,16 @@ import importlib
 
 REGISTRY = {
     "ar": "methods.ar:Autoregressive",
+    "dyspec": "methods.dyspec:DySpec",
+    "hf_assisted": "methods.hf:HFAssisted",
     "hf_generate": "methods.hf:HFGenerate",
     "hf_pld": "methods.hf:HFPromptLookup",
     "lookahead": "methods.lookahead:Lookahead",
     "pld": "methods.pld:PromptLookup",
     "rest": "methods.rest:Rest",
+    "sd": "methods.sd:SpeculativeDecoding",
+    "sequoia": "methods.sequoia:Sequoia",
+    "specinfer": "methods.specinfer:SpecInfer",
     "token_recycling": "methods.token_recycling:TokenRecycling",
 }
 

@@ -20,6 +20,18 @@ class Draft:
     # [N+1] bool or None: slots that may be accepted. False marks input-only slots whose logits the
     # proposer wants but which are never committed (e.g. Lookahead's Jacobi window). None = all.
     candidates: torch.Tensor | None = None
+    # [N+1, V] float or None: at temperature > 0, the draft distribution each slot's children were sampled
+    # from (draft-model methods). None: the drafts are deterministic candidates (PLD, Token Recycling, ...).
+    probs: torch.Tensor | None = None
+
+
+@dataclass
+class StepContext:
+    """What the engine lends a proposer for one generation: sampling settings and the phase timer."""
+
+    temperature: float  # the target's; 0 = greedy
+    generator: torch.Generator  # shared with the engine's verifier, reseeded per prompt-turn
+    timer: object  # bench.timing.PhaseTimer: proposers may lap sub-phases (draft_forward, tree)
 
 
 @dataclass
@@ -50,6 +62,12 @@ class Proposer(Method):
     """Drafts for the shared engine. Override `propose`; `start` and `update` are optional hooks."""
 
     wants_logits = False  # set True to receive the target logits of every tree slot in `update`
+    rule = "sequoia"  # stochastic verification rule at temperature > 0 (bench.sampling.RULES)
+    ctx: StepContext | None = None
+
+    def bind(self, ctx: StepContext) -> None:
+        """Called by the engine before `start` of every generation."""
+        self.ctx = ctx
 
     def start(self, prompt_ids: list[int]) -> None:
         """Called at the start of every prompt-turn (inside the timed region)."""

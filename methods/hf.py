@@ -2,8 +2,19 @@
 
 `hf_generate` is plain greedy `model.generate`, the reference that the Token Recycling paper's speedups
 are measured against; `hf_pld` is `generate(prompt_lookup_num_tokens=N)`, the peer of our `pld` in its
-HF setting. Steps are counted through a StoppingCriteria (a public hook, called once per target forward),
-so MAT is measured for these too.
+HF setting; `hf_assisted` is `generate(assistant_model=draft)`, transformers' speculative decoding with the
+model's draft (`model.draft`), the peer baseline of the draft-model methods. Steps are counted through a
+StoppingCriteria (a public hook, called once per target forward), so MAT is measured for these too.
+
+In assisted generation (transformers 5.x `_assisted_decoding`) the stopping criteria run once per loop
+iteration, i.e. once per target forward, after the accepted tokens and the bonus token are appended; the
+assistant's own `generate` calls get their own criteria, not ours. So one recorded length = one target
+forward. The first forward also prefills the prompt, so its step may commit several tokens (the engine's
+methods count the prefill as a one-token step instead): either way MAT = tokens per target forward.
+
+At temperature > 0 (`engine.temperature`) the HF baselines sample with do_sample=True, that temperature,
+top_k=0 and top_p=1.0 (HF's default top_k=50 would truncate the distribution). HF's sampling draws from the
+global torch RNG, which is seeded per prompt-turn from the engine's generator (reseeded by the runner).
 """
 
 from __future__ import annotations
@@ -27,6 +38,17 @@ class StepRecorder(StoppingCriteria):
         return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
 
+def sampling_kwargs(engine) -> dict:
+    """generate() sampling settings for the engine's temperature (0 = greedy)."""
+    temperature = float(getattr(engine, "temperature", 0.0) or 0.0)
+    if temperature == 0:
+        return {"do_sample": False}
+    generator = getattr(engine, "generator", None)
+    if generator is not None:
+        torch.manual_seed(int(torch.randint(2**62, (1,), generator=generator, device=generator.device)))
+    return {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
+
+
 class HFGenerate(Method):
     def generate_kwargs(self) -> dict:
         return {}
@@ -39,15 +61,16 @@ class HFGenerate(Method):
         model = self.bundle.model
         ids = torch.tensor([prompt_ids], dtype=torch.long, device=model.device)
         recorder = StepRecorder()
+        sampling = sampling_kwargs(engine)
         timer.start()
         out = model.generate(
             input_ids=ids,
             attention_mask=torch.ones_like(ids),
-            do_sample=False,
             max_new_tokens=max_new_tokens,
             eos_token_id=self.bundle.eos_token_ids,
             pad_token_id=self.bundle.pad_token_id,
             stopping_criteria=StoppingCriteriaList([recorder]),
+            **sampling,
             **self.generate_kwargs(),
         )
         timer.lap("generate")
@@ -63,3 +86,57 @@ class HFPromptLookup(HFGenerate):
         if self.cfg.get("max_ngram") is not None:
             kw["max_matching_ngram_size"] = int(self.cfg.max_ngram)
         return kw
+
+
+# Assisted-generation settings transformers reads from the *assistant's* generation_config (passing them to
+# the target's generate() does not reach the candidate generator).
+ASSISTANT_KEYS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
+
+
+def assistant_defaults() -> dict:
+    """transformers' defaults for ASSISTANT_KEYS (5.x: 20, "constant", 0.4); {} if it does not expose them."""
+    from transformers import GenerationConfig
+
+    get = getattr(GenerationConfig, "_get_default_generation_params", None)
+    defaults = get() if callable(get) else {}
+    return {k: defaults[k] for k in ASSISTANT_KEYS if k in defaults}
+
+
+class HFAssisted(HFGenerate):
+    """`generate(assistant_model=draft)`. Config keys num_assistant_tokens, num_assistant_tokens_schedule,
+    assistant_confidence_threshold: null = transformers' defaults. They are set on the draft's
+    generation_config, where assisted generation reads them; with schedule "heuristic" transformers writes
+    the adapted draft length back there, so it carries over to the next prompt (upstream behaviour)."""
+
+    def __init__(self, cfg, bundle):
+        super().__init__(cfg, bundle)
+        self.draft = bundle.load_draft()
+        self.configured = {k: cfg.get(k) for k in ASSISTANT_KEYS}
+        for key, value in self.configured.items():
+            setattr(self.draft.generation_config, key, value)  # None: transformers fills in its default
+
+    def generate_kwargs(self):
+        return {"assistant_model": self.draft}
+
+    def in_effect(self) -> dict:
+        """The assistant settings transformers uses now: the draft's generation_config, defaults filled in."""
+        gen = self.draft.generation_config
+        defaults = assistant_defaults()
+        return {k: getattr(gen, k) if getattr(gen, k, None) is not None else defaults.get(k) for k in ASSISTANT_KEYS}
+
+    def describe(self):
+        import transformers
+        from transformers.utils import is_sklearn_available
+
+        effect = self.in_effect()
+        return {
+            "generate_kwargs": {"assistant_model": "model.draft"},
+            "draft": getattr(self.draft.config, "name_or_path", None) or str(self.bundle.draft_cfg.id),
+            "draft_layers": self.draft.config.num_hidden_layers,
+            "configured": self.configured,
+            **effect,
+            # Without scikit-learn transformers keeps the confidence threshold fixed; with it, the threshold is
+            # re-tuned during each generate() call from an ROC curve of the draft's confidences.
+            "confidence_threshold_adapts": bool(effect["assistant_confidence_threshold"]) and is_sklearn_available(),
+            "transformers": transformers.__version__,
+        }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import random
 import subprocess
 import sys
 from collections import Counter
@@ -14,7 +15,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from data import loaders
-from data.loaders import DataError, load_items, resolve_items
+from data.loaders import DataError, apply_selection, load_items, load_selection, resolve_items
 
 REPO = Path(__file__).resolve().parents[1]
 CONF_DIR = REPO / "conf" / "dataset"
@@ -22,8 +23,11 @@ CONF_DIR = REPO / "conf" / "dataset"
 MIRROR = REPO.parent / "shared" / "data"
 COUNTS = {
     "spec_bench": 480, "mt_bench": 80, "mbpp_tr": 399, "humaneval": 164, "gsm8k": 1319, "mbpp": 974,
-    "alpaca_eval": 805,
+    "alpaca_eval": 805, "c4": 1000, "openwebtext": 1000, "cnn_dailymail": 100,
 }
+# DySpec's raw-text sets after Sequoia's selection (seed 17, rows 200-1999, 200 examples) on the mirrors.
+DYSPEC_SETS = {"c4": 200, "openwebtext": 200, "cnn_dailymail": 100}
+SEQUOIA = {"kind": "sequoia", "seed": 17, "start": 200, "stop": 2000, "count": 200}
 
 
 def ds_cfg(name: str):
@@ -190,3 +194,151 @@ def test_fetch_data_round_trip(mirror, tmp_path, offline, capsys):
         assert items == load_items(ds_cfg(name), mirror, str(tmp_path / "empty"))
     first = json.loads((cache / "spec_bench" / "items.jsonl").read_text().splitlines()[0])
     assert first["group"] == "mt_bench"
+
+
+# ---------------------------------------------------------------- DySpec's raw-text sets and Sequoia's selection
+
+
+def sequoia_eval_list(seed=17, start=200, stop=2000) -> list[int]:
+    """Sequoia's order re-derived independently, as tests/testbed.py does it: module-level random.seed and
+    random.shuffle (global state saved and restored around it)."""
+    state = random.getstate()
+    try:
+        random.seed(seed)
+        eval_list = list(range(start, stop))
+        random.shuffle(eval_list)
+    finally:
+        random.setstate(state)
+    return eval_list
+
+
+def rows(n: int) -> list[dict]:
+    return [{"question_id": i, "category": "c", "group": "c", "turns": [f"row {i}"]} for i in range(n)]
+
+
+def test_sequoia_order_is_pinned():
+    # CPython's Mersenne Twister shuffle for seed 17: a change here means Sequoia's examples are not ours.
+    assert sequoia_eval_list()[:10] == [561, 559, 434, 795, 1803, 1356, 679, 1608, 1167, 1699]
+
+
+@pytest.mark.parametrize("n", [2000, 5000])
+def test_sequoia_selection_on_a_full_pool_is_sequoias_first_200(n):
+    kept, what = apply_selection(rows(n), SEQUOIA)
+    assert [it["question_id"] for it in kept] == sequoia_eval_list()[:200]
+    assert what == "sequoia seed 17: 200 of rows 200-1999 in shuffled order"
+
+
+@pytest.mark.parametrize("n", [201, 350, 1000, 1999])
+def test_sequoia_selection_on_a_small_set_keeps_existing_rows_in_sequoia_order(n):
+    kept, what = apply_selection(rows(n), SEQUOIA)
+    expected = [i for i in sequoia_eval_list() if i < n][:200]
+    assert [it["question_id"] for it in kept] == expected
+    assert len(kept) == min(200, n - 200) and all(200 <= i < n for i in expected)
+    assert what.startswith(f"sequoia seed 17: {len(kept)} of rows 200-{n - 1} in shuffled order")
+    assert f"this set has {n} rows" in what
+
+
+@pytest.mark.parametrize("n", [0, 100, 200])
+def test_sequoia_selection_on_a_set_without_its_rows_uses_all_in_file_order(n):
+    kept, what = apply_selection(rows(n), SEQUOIA)
+    assert kept == rows(n)
+    assert what.startswith(f"all {n} rows in file order")
+
+
+def test_sequoia_selection_is_deterministic_and_leaves_global_random_alone():
+    random.seed(0)
+    before = random.getstate()
+    first = apply_selection(rows(1000), SEQUOIA)
+    assert random.getstate() == before
+    random.seed(12345)  # a different global state must not change the choice
+    assert apply_selection(rows(1000), SEQUOIA) == first
+    other_seed = apply_selection(rows(1000), {**SEQUOIA, "seed": 18})[0]
+    assert [i["question_id"] for i in other_seed] != [i["question_id"] for i in first[0]]
+
+
+def test_no_selection_keeps_everything():
+    assert apply_selection(rows(5), None) == (rows(5), "all 5 rows in file order")
+
+
+@pytest.mark.parametrize("bad, msg", [
+    ({**SEQUOIA, "kind": "random"}, "unknown selection kind 'random'"),
+    ({**SEQUOIA, "seed": "17"}, "selection needs integer seed"),
+    ({k: v for k, v in SEQUOIA.items() if k != "count"}, "selection needs integer count"),
+    ({**SEQUOIA, "start": 2000}, "0 <= start < stop"),
+])
+def test_bad_selection_is_one_line(tmp_path, bad, msg):
+    cfg, mirror_dir = fake_dataset(tmp_path, ['{"q": "a"}'], selection=bad)
+    with pytest.raises(DataError, match=msg) as e:
+        load_items(cfg, mirror_dir, str(tmp_path / "cache"))
+    assert "\n" not in str(e.value) and str(e.value).startswith("dataset 'fake': ")
+
+
+def test_lines_format_rows_are_text_lines(tmp_path):
+    (tmp_path / "fake").mkdir()
+    (tmp_path / "fake" / "a.source").write_bytes(b"first  article .\r\n\n   \nsecond {braces} article\n")
+    cfg = {"name": "fake", "mirror_path": "fake/a.source", "format": "lines", "category": "fake",
+           "template": "{text}"}
+    assert load_items(cfg, str(tmp_path), str(tmp_path / "cache")) == [
+        {"question_id": 0, "category": "fake", "group": "fake", "turns": ["first  article ."]},
+        {"question_id": 1, "category": "fake", "group": "fake", "turns": ["second {braces} article"]},
+    ]
+
+
+@pytest.mark.parametrize("name", sorted(DYSPEC_SETS))
+def test_dyspec_yamls_are_raw_text(name):
+    cfg = ds_cfg(name)
+    assert cfg.raw_prompt_tokens == 128 and cfg.template == "{text}" and cfg.category == name
+    assert dict(cfg.selection) == SEQUOIA
+    assert "chat_template" not in cfg and not cfg.get("id_field")
+
+
+@pytest.mark.parametrize("name", sorted(DYSPEC_SETS))
+def test_dyspec_sets_from_mirror(name, mirror, tmp_path):
+    items, what = load_selection(ds_cfg(name), mirror, str(tmp_path))
+    assert len(items) == DYSPEC_SETS[name]
+    assert what.endswith(f"{COUNTS[name]} rows loaded from mirror {Path(mirror) / ds_cfg(name).mirror_path}")
+    everything = load_items({**ds_cfg(name), "selection": None}, mirror, str(tmp_path))
+    ids = [it["question_id"] for it in items]
+    if COUNTS[name] <= 200:  # CNN/DM's 100 lines: all of them, in file order
+        assert items == everything and what.startswith("all 100 rows in file order")
+        lines = (Path(mirror) / "cnn_dailymail" / "test.source").read_text(encoding="utf-8").splitlines()
+        assert [it["turns"][0] for it in items] == lines
+    else:
+        assert ids == [i for i in sequoia_eval_list() if i < COUNTS[name]][:200]
+        assert all(items[k] == everything[i] for k, i in enumerate(ids))  # question_id = row index
+        assert what.startswith("sequoia seed 17: 200 of rows 200-999 in shuffled order")
+
+
+def test_c4_mirror_is_train_and_yaml_says_so():
+    text = (CONF_DIR / "c4.yaml").read_text()
+    assert "TRAIN" in text and "validation" in text
+
+
+def test_selection_applies_after_the_cache(mirror, tmp_path, offline):
+    spec = importlib.util.spec_from_file_location("fetch_data", REPO / "scripts" / "fetch_data.py")
+    fetch_data = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fetch_data)
+    cache = tmp_path / "cache"
+    assert fetch_data.main(["--mirror", mirror, "--cache", str(cache), "c4"]) == 0
+    assert len((cache / "c4" / "items.jsonl").read_text().splitlines()) == 1000  # the cache holds every row
+    from_cache, what = load_selection(ds_cfg("c4"), None, str(cache))
+    assert what.endswith(f"1000 rows loaded from cache {cache / 'c4' / 'items.jsonl'}")
+    assert from_cache == load_items(ds_cfg("c4"), mirror, str(tmp_path / "empty"))
+
+
+def test_cnn_dailymail_hub_is_sequoias_source(tmp_path, monkeypatch):
+    """Offline stand-in for the hub: Sequoia's 2000-article pool gives Sequoia's 200, prompts from `article`."""
+    asked = []
+
+    def fake_hub(hub_args):
+        asked.append(hub_args)
+        return [{"article": f"article {i}", "highlights": "h", "id": f"x{i}"} for i in range(2000)]
+
+    monkeypatch.setattr(loaders, "_hub_rows", fake_hub)
+    items, what = load_selection({**ds_cfg("cnn_dailymail"), "mirror_path": "nowhere"}, str(tmp_path),
+                                 str(tmp_path / "cache"))
+    assert asked == [{"path": "abisee/cnn_dailymail", "name": "1.0.0", "split": "test[0:2000]"}]
+    assert [it["question_id"] for it in items] == sequoia_eval_list()[:200]
+    assert items[0]["turns"] == [f"article {sequoia_eval_list()[0]}"]
+    assert what == ("sequoia seed 17: 200 of rows 200-1999 in shuffled order; 2000 rows loaded from "
+                    "hub abisee/cnn_dailymail")

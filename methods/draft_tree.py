@@ -1,0 +1,170 @@
+"""Shared machinery of the draft-model methods (sd, specinfer, sequoia, dyspec): the draft model's own KV
+cache kept in step with the committed sequence, tree nodes added in any order, batched draft forwards with
+tree attention, child selection, and the conversion of a grown tree into the engine's breadth-first Draft.
+
+Per step: `catch_up` feeds the tokens committed since the last step (the first call is the draft's prefill,
+inside the timed region) and returns the draft logits at the root; the method grows nodes and asks
+`forward` for the logits of the nodes whose children it wants to draw; `finish` drops the tree nodes from
+the draft cache (the next `catch_up` re-feeds the accepted ones with the bonus token: a few tokens, one
+forward) and returns the Draft. Draft-model forwards are lapped as `draft_forward`, the rest of the
+proposer's time as `tree` (sampling draft tokens, heap and bookkeeping).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from transformers import DynamicCache
+
+from bench.errors import HarnessError
+from bench.tree import tree_from_parents
+from methods.base import Draft, Proposer
+
+ROOT = -1  # parent id of the root's children (the root is the last committed token)
+
+
+class DraftTree:
+    """Nodes in insertion order: parent id (ROOT or an earlier node), token, depth, ancestor bits."""
+
+    def __init__(self, capacity: int):
+        self.parent: list[int] = []
+        self.token: list[int] = []
+        self.depth: list[int] = []
+        self.anc = torch.zeros(capacity, capacity, dtype=torch.bool)
+
+    def __len__(self) -> int:
+        return len(self.parent)
+
+    def add(self, parent: int, token: int) -> int:
+        i = len(self.parent)
+        if i >= self.anc.shape[0]:
+            raise RuntimeError("draft tree capacity exceeded")
+        self.parent.append(parent)
+        self.token.append(int(token))
+        self.depth.append(1 if parent == ROOT else self.depth[parent] + 1)
+        if parent != ROOT:
+            self.anc[i] = self.anc[parent]
+        self.anc[i, i] = True
+        return i
+
+    def breadth_first(self) -> list[int]:
+        """Node ids in slot order: by depth, then parent's slot, then insertion (= sibling draw) order."""
+        slot = {ROOT: 0}
+        order: list[int] = []
+        for d in range(1, max(self.depth, default=0) + 1):
+            level = [i for i in range(len(self)) if self.depth[i] == d]
+            level.sort(key=lambda i: (slot[self.parent[i]], i))
+            for i in level:
+                slot[i] = len(order) + 1
+                order.append(i)
+        return order
+
+
+class DraftModelProposer(Proposer):
+    """Base of the draft-model methods. Config: draft_temperature, t0_children (topk | sample)."""
+
+    max_nodes = 64  # subclasses set their largest tree (capacity of DraftTree, context room)
+
+    def __init__(self, cfg, bundle):
+        super().__init__(cfg, bundle)
+        self.draft = bundle.load_draft()
+        self.draft_temperature = float(cfg.draft_temperature)
+        if self.draft_temperature <= 0:
+            raise HarnessError(f"method '{cfg.name}': draft_temperature must be > 0 (its probabilities rank the tree)")
+        self.t0_children = str(cfg.get("t0_children", "topk"))
+        if self.t0_children not in ("topk", "sample"):
+            raise HarnessError(f"method '{cfg.name}': t0_children must be topk or sample")
+        self.record_trees = cfg.get("record_trees")
+        self.cache = None
+        self.cached = 0
+
+    @property
+    def max_draft_tokens(self) -> int:
+        return self.max_nodes
+
+    def describe(self):
+        return {"draft": getattr(self.draft, "name_or_path", None) or self.draft.config.name_or_path,
+                "draft_layers": self.draft.config.num_hidden_layers,
+                "draft_temperature": self.draft_temperature, "t0_children": self.t0_children}
+
+    def start(self, prompt_ids):
+        self.cache = DynamicCache(config=self.draft.config)
+        self.cached = 0
+
+    # -- draft model -------------------------------------------------------------------------------------
+    def _lap(self, phase: str) -> None:
+        self.ctx.timer.lap(phase)
+
+    def catch_up(self, seq: torch.Tensor, length: int) -> torch.Tensor:
+        """Feed seq[cached:length] to the draft; returns its logits [V] at the root seq[length - 1]."""
+        self._lap("tree")
+        dev = self.draft.device
+        new = seq[self.cached : length].to(dev)
+        pos = torch.arange(self.cached, length, device=dev)[None]
+        out = self.draft(input_ids=new[None], position_ids=pos, past_key_values=self.cache, use_cache=True,
+                         logits_to_keep=1)
+        self.cached = length
+        self.tree = DraftTree(self.max_nodes)
+        self.forwarded: list[int] = []  # node ids in draft-cache order after the committed tokens
+        self._lap("draft_forward")
+        return out.logits[0, -1]
+
+    def forward(self, nodes: list[int]) -> torch.Tensor:
+        """Draft logits [len(nodes), V] of tree nodes (their ancestors must have been forwarded)."""
+        self._lap("tree")
+        t, dev, dtype = self.tree, self.draft.device, self.draft.dtype
+        cols = self.forwarded + nodes
+        visible = t.anc[nodes][:, cols]  # [n, forwarded + n]
+        mask = torch.full(visible.shape, torch.finfo(dtype).min, dtype=dtype).masked_fill_(visible, 0.0)
+        prefix = torch.zeros(len(nodes), self.cached, dtype=dtype)
+        mask = torch.cat([prefix, mask], dim=1).to(dev)[None, None]
+        ids = torch.tensor([t.token[i] for i in nodes], device=dev)[None]
+        pos = torch.tensor([self.cached - 1 + t.depth[i] for i in nodes], device=dev)[None]
+        out = self.draft(input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=self.cache,
+                         use_cache=True)
+        self.forwarded += nodes
+        self._lap("draft_forward")
+        return out.logits[0]
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(logits.float() / self.draft_temperature, dim=-1)
+
+    # -- child selection -----------------------------------------------------------------------------------
+    @property
+    def greedy(self) -> bool:
+        return self.ctx.temperature == 0 and self.t0_children == "topk"
+
+    def choose(self, q: torch.Tensor, k: int, replacement: bool) -> list[int]:
+        """k children drawn from q (in draw order), or q's top-k at temperature 0 with t0_children=topk."""
+        if self.greedy:
+            return q.topk(k).indices.tolist()
+        if not replacement:
+            k = min(k, int((q > 0).sum()))
+        return torch.multinomial(q, k, replacement=replacement, generator=self.ctx.generator).tolist()
+
+    # -- result --------------------------------------------------------------------------------------------
+    def finish(self, q_root: torch.Tensor, q_nodes: dict[int, torch.Tensor]) -> Draft:
+        """Crop the draft cache back to the committed tokens; the breadth-first Draft with, at temperature > 0,
+        each slot's draft distribution (zeros where a node has no children)."""
+        extra = self.cache.get_seq_length() - self.cached
+        if extra > 0:
+            self.cache.crop(-extra)  # transformers 5: a negative crop drops that many trailing positions
+        t = self.tree
+        order = t.breadth_first()
+        slot = {ROOT: 0, **{node: s + 1 for s, node in enumerate(order)}}
+        tree = tree_from_parents([-1] + [slot[t.parent[i]] for i in order])
+        tokens = torch.tensor([t.token[i] for i in order], dtype=torch.long)
+        probs = None
+        if self.ctx.temperature > 0:
+            probs = torch.zeros(len(order) + 1, q_root.shape[-1], dtype=torch.float32, device=q_root.device)
+            probs[0] = q_root
+            for node, q in q_nodes.items():
+                probs[slot[node]] = q
+        if self.record_trees:  # in drafting order (node i+1 = the i-th drawn), DySpec's "original" order
+            drafted = [-1] + [0 if p == ROOT else p + 1 for p in t.parent]
+            with Path(self.record_trees).open("a") as f:
+                f.write(json.dumps({"parents": drafted, "prefix_len": self.cached - 1}) + "\n")
+        self._lap("tree")
+        return Draft(tree, tokens, probs=probs)

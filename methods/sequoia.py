@@ -1,0 +1,75 @@
+"""Sequoia (Chen et al. 2024): a static tree shape from Sequoia's search over a measured acceptance vector
+and, with `size: auto`, this machine's measured target/draft cost (bench/sequoia_tree.py); children are drawn
+*without* replacement (the draft's top-k at temperature 0); Sequoia's verification rule. The shape is
+chosen once per target temperature (the acceptance vector depends on it) and cached on disk."""
+
+from __future__ import annotations
+
+from bench import sequoia_tree
+from bench.errors import ConfigError
+from bench.tree import tree_from_paths
+from methods.draft_tree import ROOT, DraftModelProposer
+
+
+class Sequoia(DraftModelProposer):
+    rule = "sequoia"
+
+    def __init__(self, cfg, bundle):
+        super().__init__(cfg, bundle)
+        self.width, self.max_depth = int(cfg.width), int(cfg.max_depth)
+        sizes = [int(s) for s in cfg.sizes] if cfg.size == "auto" else [int(cfg.size)]
+        self.max_nodes = max(sizes)
+        self.shape_for: dict[float, tuple] = {}  # temperature -> (children counts per rank path, info)
+
+    @property
+    def draft_name(self) -> str:
+        return f"{self.bundle.name}-draft-{self.draft.config.num_hidden_layers}l"
+
+    def describe(self):
+        info = {f"T{t:g}": {"tree": tree_from_paths(paths).name, "paths": paths, **extra}
+                for t, (_, paths, extra) in self.shape_for.items()}
+        return {**super().describe(), "size": str(self.cfg.size), "width": self.width, "trees": info}
+
+    def _shape(self, temperature: float):
+        if temperature not in self.shape_for:
+            cfg = self.cfg
+            acc = sequoia_tree.load_or_measure_acceptance(
+                self.bundle, self.draft, self.draft_name, temperature, self.draft_temperature, self.width,
+                cfg.calibration)
+            if cfg.size == "auto":
+                from bench import forward_cost
+
+                curve = forward_cost.load_or_measure(self.bundle, sequoia_tree._path(cfg.forward_cost_dir))
+                draft_ms = sequoia_tree.draft_cost_ms(self.draft, self.bundle, cfg.forward_cost_dir)
+                paths, info = sequoia_tree.choose_size(acc, cfg.sizes, self.max_depth,
+                                                       lambda n: forward_cost.cost_at(curve, n), draft_ms)
+            else:
+                paths, info = sequoia_tree.shape(acc, int(cfg.size), self.max_depth), {}
+            counts: dict[tuple, int] = {}
+            for p in paths:  # number of children of each node, by its rank path
+                counts[tuple(p[:-1])] = counts.get(tuple(p[:-1]), 0) + 1
+            if max(counts.values()) > self.width:
+                raise ConfigError("sequoia: tree wider than the measured acceptance vector")
+            self.shape_for[temperature] = (counts, paths, {**info, "acceptance": [round(x, 4) for x in acc]})
+        return self.shape_for[temperature][0]
+
+    def start(self, prompt_ids):
+        super().start(prompt_ids)
+        self.counts = self._shape(self.ctx.temperature)
+
+    def propose(self, seq, length):
+        q_root = self.probs(self.catch_up(seq, length))
+        level = [(ROOT, ())]  # (node id, rank path)
+        qs = {}
+        while level:
+            parents = [(n, path) for n, path in level if path in self.counts]
+            if not parents:
+                break
+            rows = [q_root] if parents[0][0] == ROOT else list(map(self.probs, self.forward([n for n, _ in parents])))
+            level = []
+            for (node, path), q in zip(parents, rows):
+                if node != ROOT:
+                    qs[node] = q
+                for rank, tok in enumerate(self.choose(q, self.counts[path], replacement=False)):
+                    level.append((self.tree.add(node, tok), (*path, rank)))
+        return self.finish(q_root, qs)

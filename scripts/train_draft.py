@@ -1,0 +1,88 @@
+"""`make draft`: distil a small draft model from a target into data/cache/drafts/<id>/.
+
+    python scripts/train_draft.py [model=smollm2-135m] [--force] [model.draft.train.max_minutes=1 ...]
+
+The recipe is the model config's `draft.train` block (bench/draft_training.py). A model whose draft is not a
+trained one (e.g. `draft: null`, or a hub draft) gets the reference recipe of conf/model/smollm2-135m.yaml
+and the id `<model>-draft`; the last line then says how to point the model at it. A draft whose report
+already matches the recipe and the target is kept unless --force. Prints one summary line: top-1 agreement
+with the target on held-out text (per source), relative cost per token, trained tokens and minutes.
+Missing data, weights or an unknown model is one `error:` line and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # `python scripts/train_draft.py` puts scripts/, not the repo, on sys.path
+
+from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
+from omegaconf import OmegaConf, open_dict
+
+from bench.draft_training import build_draft, plain, read_report, summary_line
+from bench.errors import HarnessError
+from bench.models import drafts_dir
+from bench.run import get_bundle, project_path
+from data.loaders import DataError
+
+REFERENCE_RECIPE = REPO / "conf" / "model" / "smollm2-135m.yaml"
+
+
+def compose_cfg(overrides: list[str]):
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return compose("config", overrides=overrides)
+
+
+def with_trained_draft(model_cfg):
+    """The model config, its draft made a trained one (reference recipe) if it is not already."""
+    draft = model_cfg.get("draft")
+    if draft is not None and draft.get("source") == "trained" and draft.get("train") is not None:
+        return model_cfg, None
+    recipe = OmegaConf.load(REFERENCE_RECIPE).draft.train
+    name = f"{model_cfg.name}-draft"
+    model_cfg = OmegaConf.create(OmegaConf.to_container(model_cfg, resolve=True))
+    with open_dict(model_cfg):
+        model_cfg.draft = {"name": name, "source": "trained", "id": name, "train": recipe}
+    hint = f"to use it: model.draft='{{name: {name}, source: trained, id: {name}}}' (or set it in conf/model/)"
+    return model_cfg, hint
+
+
+def main(argv: list[str]) -> int:
+    force = "--force" in argv
+    args = [a for a in argv if a != "--force"]
+    unknown_flags = [a for a in args if a.startswith("-")]
+    if unknown_flags:
+        print(f"error: unknown option {unknown_flags[0]} (usage: {__doc__.strip().splitlines()[2].strip()})",
+              file=sys.stderr)
+        return 2
+    try:
+        cfg = compose_cfg(args)
+    except HydraException as err:
+        print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)
+        return 2
+    try:
+        model_cfg, hint = with_trained_draft(cfg.model)
+        out_dir = drafts_dir(project_path(cfg.paths.model_cache)) / str(model_cfg.draft.id)
+        existing = read_report(out_dir)
+        target = f"{model_cfg.target.source}:{model_cfg.target.id}"
+        if (not force and existing and existing.get("recipe") == plain(model_cfg.draft.train)
+                and existing.get("target_source") == target):
+            print(f"up to date: {summary_line(existing)} -> {out_dir}")
+        else:
+            bundle = get_bundle(cfg.model, cfg.paths.model_cache)
+            report = build_draft(bundle.model, bundle.tokenizer, model_cfg, out_dir,
+                                 str(project_path(cfg.paths.data_mirror)), str(project_path(cfg.paths.data_cache)))
+            print(f"{summary_line(report)} -> {out_dir}")
+        if hint:
+            print(hint)
+    except (HarnessError, DataError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,284 @@
+"""bench.report's DySpec reports (Tables 1-3, Figure 4 breakdown) on hand-made runs: expected values by hand."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bench import report
+from bench.errors import HarnessError
+from bench.report import (
+    REPORTS,
+    Run,
+    build_dyspec_table,
+    build_dyspec_time_breakdown,
+    dyspec_component_shares,
+    dyspec_table,
+    dyspec_time_breakdown,
+    latest_runs,
+    load_runs,
+    main,
+)
+
+DATASETS = ("c4", "openwebtext", "cnn_dailymail")
+METHODS = ("dyspec", "sequoia", "specinfer", "ar")
+TOKENS = 12  # new tokens per prompt
+# Accept lengths per step (prefill's first token = a step of 1); each sums to TOKENS. MAT = TOKENS / steps.
+ACCEPTS = {"dyspec": [1, 4, 4, 3], "sequoia": [1, 3, 3, 3, 2], "specinfer": [1, 2, 2, 2, 2, 2, 1], "ar": [1] * 12}
+MAT = {m: TOKENS / len(a) for m, a in ACCEPTS.items()}
+# Seconds per token: per method, scaled per dataset and temperature so every cell differs.
+LATENCY = {"dyspec": 0.005, "sequoia": 0.006, "specinfer": 0.008, "ar": 0.02}
+DATASET_SCALE = {"c4": 1.0, "openwebtext": 1.5, "cnn_dailymail": 2.0}
+PHASES = {"prefill": 0.1, "draft_forward": 0.2, "tree": 0.05, "preprocess": 0.05, "target_forward": 0.4,
+          "sampling": 0.05, "verify": 0.1, "update": 0.03, "draft": 0.02}  # shares of wall time, sum 1
+SELECTION = "sequoia seed 17: 200 of rows 200-999 in shuffled order; 1000 rows loaded from mirror x"
+
+
+def expected_latency(method, dataset, t):
+    return LATENCY[method] * DATASET_SCALE[dataset] * (1 + t)
+
+
+class Writer:
+    """Complete runs in bench.run's on-disk format (summary.json + records.jsonl), one minute apart."""
+
+    def __init__(self, root: Path, start: datetime = datetime(2026, 1, 1, 12, 0, 0)):
+        self.root = root
+        self.clock = start
+
+    def run(self, method, dataset, temperature=0.0, *, latency=None, accepts=None, questions=(0, 1),
+            phases=PHASES, model="smollm2-135m", paper_size="7B", with_temperature=True, selection=SELECTION):
+        self.clock += timedelta(minutes=1)
+        latency = expected_latency(method, dataset, temperature) if latency is None else latency
+        accepts = accepts or ACCEPTS[method]
+        wall = latency * sum(accepts)
+        records = [{"question_id": q, "category": dataset, "group": dataset, "turn": 0, "prompt_tokens": 128,
+                    "new_tokens": sum(accepts), "wall_time": wall, "steps": len(accepts),
+                    "accept_lengths": accepts, "phase_times": {k: v * wall for k, v in phases.items()},
+                    "output_ids": list(range(sum(accepts))), "lossless": None} for q in questions]
+        rid = f"{self.clock:%Y%m%d-%H%M%S}-{model}-{dataset}-{method}-T{temperature:g}"
+        summary = {"run_id": rid, "created": self.clock.isoformat(), "method": method, "variant": None,
+                   "dataset": dataset, "model": model, "paper_size": paper_size, "max_new_tokens": 128,
+                   "machine": "fixture/GPU", "selection": selection,
+                   "method_settings": {} if method == "ar" else {"draft": "fixture-draft-68m", "budget": 64},
+                   "provenance": {"dtype": "float16"}, "summary": {"mat": 99.0}}  # bogus: records rule
+        if with_temperature:
+            summary["temperature"] = temperature
+        d = self.root / "runs" / rid
+        d.mkdir(parents=True)
+        (d / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        (d / "summary.json").write_text(json.dumps(summary))
+        return rid
+
+
+@pytest.fixture
+def results(tmp_path):
+    return tmp_path / "results"
+
+
+@pytest.fixture
+def full(results):
+    w = Writer(results)
+    for d in DATASETS:
+        for t in (0.0, 0.6):
+            for m in METHODS:
+                w.run(m, d, t)
+    return results
+
+
+def cell(df, dataset, t, col):
+    return df[(df["dataset"] == dataset) & (df["temperature"] == t)][col].item()
+
+
+def table_lines(md: str) -> list[str]:
+    return [line for line in md.splitlines() if line.startswith("| ") and not line.startswith("| Dataset")]
+
+
+def test_every_cell_is_filled_from_records(full):
+    df = build_dyspec_table(full)
+    assert df.attrs["table"] == 1 and df.attrs["model"] == "smollm2-135m"
+    assert [(d, t) for d, t in zip(df["dataset"], df["temperature"])] == [(d, t) for d in DATASETS
+                                                                          for t in (0.0, 0.6)]
+    for d in DATASETS:
+        for t in (0.0, 0.6):
+            ar = expected_latency("ar", d, t)
+            assert cell(df, d, t, "ar_latency_s") == pytest.approx(ar)
+            for m in METHODS[:3]:
+                assert cell(df, d, t, f"{m}_latency_s") == pytest.approx(expected_latency(m, d, t))
+                assert cell(df, d, t, f"{m}_accepted") == pytest.approx(MAT[m])
+                assert cell(df, d, t, f"{m}_speedup") == pytest.approx(ar / expected_latency(m, d, t))
+    md = dyspec_table(full)
+    lines = table_lines(md)
+    assert len(lines) == 6 and not any("—" in line for line in lines)
+    # c4 T=0: DySpec 5.00 ms/token (paper 0.00730 s), accepted 3.00 (5.25), speedup 4.00 (0.02303/0.00730).
+    first = [c.strip() for c in lines[0].split("|")[1:-1]]
+    assert first[:5] == ["c4 (C4)", "0", "5.00 (7.30)", "3.00 (5.25)", "4.00 (3.15)"]
+    assert first[-1] == "20.00 (23.03)"
+
+
+def test_latency_is_total_time_over_total_tokens(results):
+    # Two prompts with different lengths and speeds: Sequoia's total_time / tokens, not a mean of rates.
+    w = Writer(results)
+    w.run("dyspec", "c4", latency=0.01, accepts=[1, 5, 6], questions=(0,))
+    rid = w.run("dyspec", "c4", latency=0.01, accepts=[1, 5, 6], questions=(0,))
+    rec = json.loads((results / "runs" / rid / "records.jsonl").read_text())
+    rec2 = {**rec, "question_id": 1, "new_tokens": 4, "wall_time": 1.0, "accept_lengths": [1, 3]}
+    (results / "runs" / rid / "records.jsonl").write_text(json.dumps(rec) + "\n" + json.dumps(rec2) + "\n")
+    df = build_dyspec_table(results)
+    assert cell(df, "c4", 0.0, "dyspec_latency_s") == pytest.approx((0.12 + 1.0) / 16)
+    assert cell(df, "c4", 0.0, "dyspec_accepted") == pytest.approx(16 / 5)
+
+
+def test_paper_numbers_come_from_the_csv(full, tmp_path, monkeypatch):
+    df = build_dyspec_table(full)
+    assert cell(df, "openwebtext", 0.6, "sequoia_latency_s_paper") == 0.01206
+    assert cell(df, "openwebtext", 0.6, "sequoia_accepted_paper") == 3.04
+    assert cell(df, "cnn_dailymail", 0.0, "ar_latency_s_paper") == 0.02246
+    assert cell(df, "cnn_dailymail", 0.0, "specinfer_speedup_paper") == pytest.approx(0.02246 / 0.01464)
+    assert df.attrs["paper_pair"] == "JackFram/llama-68m -> Llama-2-7B" and df.attrs["paper_budget"] == 64
+    t2 = build_dyspec_table(full, paper_table=2)
+    assert cell(t2, "c4", 0.0, "dyspec_accepted_paper") == 4.98 and "13B" in t2.attrs["paper_pair"]
+    # A different CSV gives different paper cells: nothing is hard-coded in the report.
+    fake = tmp_path / "fake.csv"
+    fake.write_text("table,draft,target,tree_budget,dataset,temperature,method,latency_s_per_token,"
+                    "accepted_per_step\n1,d,t,64,C4,0,dyspec,0.5,9.99\n1,d,t,64,C4,0,baseline,1.0,\n")
+    monkeypatch.setattr(report, "DYSPEC_PAPER_CSV", fake)
+    df = build_dyspec_table(full)
+    assert cell(df, "c4", 0.0, "dyspec_accepted_paper") == 9.99
+    assert cell(df, "c4", 0.0, "dyspec_speedup_paper") == 2.0
+    assert math.isnan(cell(df, "c4", 0.6, "dyspec_accepted_paper"))
+    assert cell(df, "c4", 0.0, "dyspec_accepted") == pytest.approx(MAT["dyspec"])  # ours unchanged
+
+
+def test_temperature_06_does_not_replace_temperature_0(results):
+    w = Writer(results)
+    w.run("dyspec", "c4", 0.0, latency=0.004)
+    w.run("dyspec", "c4", 0.6, latency=0.009)  # newer, other temperature
+    w.run("sequoia", "c4", 0.0, latency=0.007, with_temperature=False)  # old summary: greedy
+    df = build_dyspec_table(results)
+    assert cell(df, "c4", 0.0, "dyspec_latency_s") == pytest.approx(0.004)
+    assert cell(df, "c4", 0.6, "dyspec_latency_s") == pytest.approx(0.009)
+    assert cell(df, "c4", 0.0, "sequoia_latency_s") == pytest.approx(0.007)
+    assert math.isnan(cell(df, "c4", 0.6, "sequoia_latency_s"))
+    keys = set(latest_runs(load_runs(results)))
+    assert ("smollm2-135m", "dyspec", None, "c4", 0.0) in keys and ("smollm2-135m", "dyspec", None, "c4", 0.6) in keys
+    # The newest run at one temperature does replace an older one at the same temperature.
+    w.run("dyspec", "c4", 0.0, latency=0.003)
+    assert cell(build_dyspec_table(results), "c4", 0.0, "dyspec_latency_s") == pytest.approx(0.003)
+
+
+def test_missing_runs_give_dashes_beside_paper_numbers(results):
+    Writer(results).run("dyspec", "c4", 0.0)
+    md = dyspec_table(results)
+    lines = table_lines(md)
+    first = [c.strip() for c in lines[0].split("|")[1:-1]]
+    assert first[2:5] == ["5.00 (7.30)", "3.00 (5.25)", "— (3.15)"]  # no AR run: no speedup of ours
+    assert first[5] == "— (8.71)" and first[-1] == "— (23.03)"
+    df = build_dyspec_table(results)
+    assert df.drop(columns=[c for c in df.columns if c.startswith("dyspec_") or c.endswith("_paper")]
+                   ).select_dtypes("number").drop(columns="temperature").isna().all().all()
+    assert "No run: " in md and "AR c4 T=0" in md and "DySpec c4 T=0," not in md
+    csv = pd.read_csv(results / "tables" / "dyspec_table1.csv")
+    assert csv["sequoia_latency_s"].isna().all() and "—" not in (results / "tables" / "dyspec_table1.csv").read_text()
+
+
+def test_no_runs_at_all_still_prints_the_paper(results):
+    (results / "runs").mkdir(parents=True)
+    lines = table_lines(dyspec_table(results))
+    assert len(lines) == 6 and all(c.strip().startswith("— (") or c.strip() in ("0", "0.6") or "(" in c
+                                   for line in lines for c in line.split("|")[1:-1])
+
+
+def test_footer_states_pairs_selection_machine_and_ar_protocol(full):
+    md = dyspec_table(full)
+    assert "target smollm2-135m, draft fixture-draft-68m" in md
+    assert "paper: JackFram/llama-68m -> Llama-2-7B, tree budget 64, one A100 40GB" in md
+    assert f"c4: 2 prompts measured; selection: {SELECTION}" in md
+    assert "Machine: fixture/GPU" in md and "dtype: float16" in md
+    assert "only 32 decoding steps" in md and "full max_new_tokens" in md
+    assert "C4 en/train" in md
+    assert "dyspec/c4/T=0.6=" in md  # run ids named by method, dataset, temperature
+
+
+def test_files_cli_and_table_choice(full, capsys):
+    assert REPORTS["dyspec_table"] is dyspec_table
+    assert main(["dyspec_table", "--results", str(full), "--paper-table", "2"]) == 0
+    out = capsys.readouterr().out
+    tables = full / "tables"
+    assert out == (tables / "dyspec_table2.md").read_text() and "DySpec Table 2" in out
+    tex = (tables / "dyspec_table2.tex").read_text()
+    assert "\\toprule" in tex and "c4 (C4)" in tex
+    assert not list(tables.glob(".*"))
+    assert main(["dyspec_table", "--results", str(full), "--paper-size", "70B"]) == 0
+    assert (tables / "dyspec_table3.md").is_file()
+    with pytest.raises(SystemExit) as e:
+        main(["dyspec_table", "--results", str(full), "--paper-table", "9"])
+    assert e.value.code == 1 and "no Table 9" in capsys.readouterr().err
+
+
+def test_default_table_follows_the_model_paper_size(results):
+    Writer(results).run("dyspec", "c4", model="big", paper_size="13B")
+    assert build_dyspec_table(results).attrs["table"] == 2
+
+
+# ---------------------------------------------------------------- Figure 4 time breakdown
+
+
+def test_component_shares_sum_to_one_and_map_phases():
+    shares = dyspec_component_shares({**PHASES, "mystery": 0.1})
+    assert sum(shares.values()) == pytest.approx(1.0)
+    total = 1.1
+    assert shares["target_forward"] == pytest.approx(0.5 / total)  # target_forward + prefill
+    assert shares["tree_construction"] == pytest.approx(0.05 / total)
+    assert shares["mask_building"] == pytest.approx(0.05 / total)
+    assert shares["other"] == pytest.approx((0.03 + 0.02 + 0.1) / total)  # update + draft + unknown
+    assert dyspec_component_shares({}) == {}
+
+
+def test_breakdown_per_method_from_records(full):
+    later = Writer(full, start=datetime(2026, 2, 1))  # newer than every run of `full`
+    later.run("ar", "c4", 0.0, phases={"prefill": 0.25, "target_forward": 0.5, "update": 0.25})
+    df = build_dyspec_time_breakdown(full).set_index("method")
+    assert list(df.index) == ["dyspec", "sequoia", "specinfer", "ar"]
+    comps = [k for k, _, _ in report.DYSPEC_FIG4_COMPONENTS]
+    for m in df.index:
+        assert df.loc[m, comps].sum() == pytest.approx(1.0)
+    assert df.loc["dyspec", "runs"] == 6 and df.loc["dyspec", "prompts"] == 12
+    assert df.loc["dyspec", "draft_forward"] == pytest.approx(0.2)
+    assert df.loc["dyspec", "phase_sum_over_wall"] == pytest.approx(1.0)
+    # AR pooled: 5 runs with PHASES, the newest c4 T=0 run with its own phases (latest per dataset/temperature).
+    walls = {(d, t): TOKENS * 2 * expected_latency("ar", d, t) for d in DATASETS for t in (0.0, 0.6)}
+    other = sum(w for k, w in walls.items() if k != ("c4", 0.0))
+    expected_tf = (0.5 * other + 0.75 * walls[("c4", 0.0)]) / sum(walls.values())
+    assert df.loc["ar", "target_forward"] == pytest.approx(expected_tf)
+    only = build_dyspec_time_breakdown(full, dataset="c4", temperature=0.0).set_index("method")
+    assert only.loc["ar", "target_forward"] == pytest.approx(0.75) and only.loc["ar", "runs"] == 1
+
+
+def test_breakdown_files_and_errors(full, tmp_path, capsys):
+    assert REPORTS["dyspec_time_breakdown"] is dyspec_time_breakdown
+    assert main(["dyspec_time_breakdown", "--results", str(full)]) == 0
+    md = capsys.readouterr().out
+    assert md == (full / "tables" / "dyspec_time_breakdown.md").read_text()
+    assert "| DySpec " in md and "20.0%" in md and "Tree construction (tree)" in md and "under 2%" in md
+    png = full / "figures" / "dyspec_time_breakdown.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    csv = pd.read_csv(full / "tables" / "dyspec_time_breakdown.csv")
+    assert list(csv["method"]) == ["dyspec", "sequoia", "specinfer", "ar"]
+    empty = tmp_path / "empty"
+    (empty / "runs").mkdir(parents=True)
+    with pytest.raises(HarnessError, match="no complete dyspec/sequoia/specinfer/ar runs"):
+        build_dyspec_time_breakdown(empty)
+    with pytest.raises(SystemExit) as e:
+        main(["dyspec_time_breakdown", "--results", str(full), "--temperature", "0.9"])
+    err = capsys.readouterr().err
+    assert e.value.code == 1 and len(err.strip().splitlines()) == 1 and "at T=0.9" in err
+
+
+def test_run_key_defaults_to_greedy():
+    assert Run(Path("x"), {"method": "ar"}).key[-1] == 0.0
+    assert Run(Path("x"), {"method": "ar", "temperature": 0.6}).key[-1] == 0.6

@@ -1,0 +1,110 @@
+"""The stochastic verifier keeps the target distribution (as vLLM tests its rejection sampler).
+
+A tiny vocabulary with known target and draft distributions for two positions: p0 at the root, p1[x1] after
+token x1 (the same for q). Each trial drafts a depth-2 tree the way a method does (i.i.d. for SpecInfer,
+without replacement for Sequoia/DySpec, fixed candidates for deterministic drafts), verifies it, and keeps
+the first two output tokens (the second drawn from p1 when the step produced one token, as the next step
+would). The joint histogram of (x1, x2) over many trials must match p0(x1) p1[x1](x2) by a chi-square test,
+and the same test must reject verifiers that are wrong on purpose, so it has the power to fail.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bench.sampling import stochastic_accept
+from bench.tree import tree_from_paths
+
+V = 6
+TRIALS = 12000
+# Chi-square 99.99% quantile for 35 degrees of freedom is about 74; a correct rule stays well below it.
+LIMIT = 80.0
+TREES: dict = {}  # tree shapes repeat across trials
+
+
+def dists(seed: int):
+    """Random target and draft distributions (Dirichlet), and the trial generator."""
+    torch.manual_seed(seed)
+    dirichlet = torch.distributions.Dirichlet(torch.full((V,), 0.7))
+    p0, q0 = dirichlet.sample(), dirichlet.sample()
+    p1, q1 = dirichlet.sample((V,)), dirichlet.sample((V,))
+    return torch.Generator().manual_seed(seed), p0, q0, p1, q1
+
+
+def draw(q, k, scheme, g):
+    if scheme == "iid":
+        return torch.multinomial(q, k, replacement=True, generator=g).tolist()
+    return torch.multinomial(q, min(k, int((q > 0).sum())), replacement=False, generator=g).tolist()
+
+
+def run_trials(rule, scheme, seed=0, widths=(3, 2), verify=stochastic_accept, q_scale=None):
+    g, p0, q0, p1, q1 = dists(seed)
+    counts = torch.zeros(V, V)
+    k0, k1 = widths
+    for _ in range(TRIALS):
+        if scheme == "fixed":  # deterministic candidates, no q: [0, 1, 2] then [3, 4] below each
+            first = [0, 1, 2][:k0]
+            second = {i: [3, 4][:k1] for i in range(k0)}
+        else:
+            first = draw(q0, k0, scheme, g)
+            second = {i: draw(q1[x], k1, scheme, g) for i, x in enumerate(first)}
+        paths = [[i] for i in range(len(first))] + [[i, j] for i in second for j in range(len(second[i]))]
+        key = tuple(map(tuple, paths))
+        tree = TREES[key] if key in TREES else TREES.setdefault(key, tree_from_paths(paths))
+        # slot order of tree_from_paths: sorted by (length, path)
+        ordered = sorted((tuple(p) for p in paths), key=lambda p: (len(p), p))
+        tokens = [0] + [first[p[0]] if len(p) == 1 else second[p[0]][p[1]] for p in ordered]
+        ctx = [None] + [first[p[0]] if len(p) == 1 else None for p in ordered]  # x1 of depth-1 slots
+        p = torch.stack([p0] + [p1[c] if c is not None else p0 for c in ctx[1:]])
+        q = None
+        if scheme != "fixed":
+            q = torch.stack([q0] + [q1[c] if c is not None else q0 for c in ctx[1:]])
+            if q_scale is not None:  # verify against a draft distribution other than the one sampled from
+                q = torch.softmax(q.log() * q_scale, -1)
+        path, bonus = verify(tree, torch.tensor(tokens), p, q, rule, g)
+        out = [tokens[s] for s in path[1:]] + [bonus]
+        if len(out) == 1:
+            out.append(int(torch.multinomial(p1[out[0]], 1, generator=g)))
+        counts[out[0], out[1]] += 1
+    expected = (p0[:, None] * p1) * TRIALS
+    return chi_square(counts, expected)
+
+
+def chi_square(counts, expected):
+    keep = expected >= 5  # pool the sparse cells
+    stat = ((counts[keep] - expected[keep]) ** 2 / expected[keep]).sum()
+    rest_c, rest_e = counts[~keep].sum(), expected[~keep].sum()
+    if rest_e > 0:
+        stat += (rest_c - rest_e) ** 2 / rest_e
+    return float(stat)
+
+
+@pytest.mark.parametrize("rule,scheme", [("specinfer", "iid"), ("sequoia", "wor"), ("sequoia", "fixed"),
+                                         ("specinfer", "fixed")])
+def test_rule_preserves_target_distribution(rule, scheme):
+    assert run_trials(rule, scheme) < LIMIT
+
+
+def test_chain_is_leviathan_speculative_sampling():
+    assert run_trials("specinfer", "iid", seed=3, widths=(1, 1)) < LIMIT
+
+
+def test_wrong_rules_fail():
+    # SpecInfer's rule assumes i.i.d. siblings: on siblings drawn without replacement it is biased.
+    assert run_trials("specinfer", "wor", seed=1, widths=(4, 3)) > 3 * LIMIT
+
+    def no_residual(tree, tokens, p, q, rule, g):
+        """Accepts with min(1, p/q) but never updates the target residual after a rejection."""
+        path, node = [0], 0
+        while True:
+            for child in tree.children[node]:
+                x = int(tokens[child])
+                if float(torch.rand((), generator=g)) * float(q[node][x]) <= float(p[node][x]):
+                    path.append(child)
+                    node = child
+                    break
+            else:
+                return path, int(torch.multinomial(p[node], 1, generator=g))
+
+    assert run_trials("sequoia", "wor", seed=1, verify=no_residual) > 3 * LIMIT
