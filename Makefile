@@ -68,6 +68,9 @@ reproduce-tr-auto: setup  ## AR, Token Recycling with the paper tree and with tr
 	$(PY) -m bench.run -m experiment=tr_auto $(RUN_ARGS)
 	$(PY) -m bench.figures tr_auto --model $(MODEL)
 
+draft: setup  ## distil MODEL's draft (conf/model/<MODEL>.yaml draft.train) into data/cache/drafts/ (~25 min here); prints agreement and relative cost
+	$(PY) scripts/train_draft.py model=$(MODEL)
+
 # DySpec (Sequoia's protocol): raw-text c4/openwebtext/cnn_dailymail, 128-token prompts, 128 new tokens, T 0 and 0.6.
 # Table 1 = MODEL with its own draft (smollm2-135m: `make draft` first); Tables 2-3 = the paper's Llama-2 pairs (hub, GPU).
 reproduce-dyspec-table1: setup  ## DySpec Table 1: ar, specinfer, sequoia, dyspec x 3 datasets x T {0, 0.6}, then the reports
