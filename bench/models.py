@@ -100,14 +100,8 @@ def load_draft_model(bundle: ModelBundle):
         path = drafts_dir(bundle.model_cache) / str(cfg.id)
         if not (path / "config.json").is_file():
             raise HarnessError(f"draft '{name}' is not built: run `make draft` (MODEL={bundle.name}; looked in {path})")
-    elif cfg.source == "path":
-        path = Path(str(cfg.id))
-        if not path.exists():
-            raise HarnessError(f"draft path '{path}' does not exist")
-    elif cfg.source == "hub":
-        path = str(cfg.id)
     else:
-        raise HarnessError(f"unknown draft source '{cfg.source}' (known: hub, path, trained)")
+        path = _path_or_hub(cfg.source, cfg.id, "draft", "trained")
     try:
         draft = AutoModelForCausalLM.from_pretrained(
             str(path), dtype=bundle.dtype, attn_implementation=bundle.model.config._attn_implementation
@@ -120,6 +114,18 @@ def load_draft_model(bundle: ModelBundle):
         raise HarnessError(f"draft '{name}' has vocabulary size {vocab}, target '{bundle.name}' has "
                            f"{bundle.vocab_size}: a draft must share the target's tokenizer")
     return draft.eval()
+
+
+def _path_or_hub(source: str, ident, what: str, other: str) -> str:
+    """A local path (must exist) or a hub id, for targets and drafts alike; `other` names the third source
+    the caller handles itself (package for targets, trained for drafts)."""
+    if source == "path":
+        if not Path(str(ident)).exists():
+            raise HarnessError(f"{what} path '{ident}' does not exist")
+        return str(ident)
+    if source == "hub":
+        return str(ident)
+    raise HarnessError(f"unknown {what} source '{source}' (known: hub, path, {other})")
 
 
 def load_model(cfg, model_cache: str) -> ModelBundle:
@@ -137,14 +143,8 @@ def load_model(cfg, model_cache: str) -> ModelBundle:
         raise HarnessError(f"model '{cfg.name}' wants device cuda, but no CUDA device is available")
     if target.source == "package":
         path = _from_gguf(packaged_gguf(target.id, target.get("gguf_file")), dtype, Path(model_cache))
-    elif target.source == "path":
-        path = str(target.id)
-        if not Path(path).exists():
-            raise HarnessError(f"model path '{path}' does not exist")
-    elif target.source == "hub":
-        path = str(target.id)
     else:
-        raise HarnessError(f"unknown model source '{target.source}' (known: hub, path, package)")
+        path = _path_or_hub(target.source, target.id, "model", "package")
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(

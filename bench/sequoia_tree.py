@@ -23,6 +23,7 @@ from bench.errors import ConfigError
 from bench.provenance import ROOT as PROJECT
 from bench.sampling import stochastic_accept, target_probs
 from bench.tree import tree_from_paths
+from bench.tree_builder import _project_path as _path  # relative paths are relative to the project root
 from bench.tree_builder import best_tree, expected_mat
 
 
@@ -131,8 +132,3 @@ def draft_cost_ms(draft, bundle, cache_dir) -> float:
                              name=f"{bundle.name}-draft-{draft.config.num_hidden_layers}l")
     curve = forward_cost.load_or_measure(pseudo, _path(cache_dir), sizes=(1, 2, 4, 8))
     return float(forward_cost.cost_at(curve, 1))
-
-
-def _path(p) -> Path:
-    p = Path(str(p))
-    return p if p.is_absolute() else PROJECT / p
