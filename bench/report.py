@@ -187,6 +187,9 @@ def build_token_recycling_table1(results_dir: str | Path, model: str | None = No
     rows = []
     for method, variant, paper_row, label, paper_name in TR_ROWS:
         row = {"method": method, "variant": variant, "label": label, "paper_method": paper_name}
+        if paper_row is None and not any(latest.get((models[d], method, variant, d, 0.0))
+                                         for d in TR_DATASETS.values()):
+            continue  # our extra rows (ar, hf_pld) appear only when run; the paper's rows always do
         for prefix, dataset in TR_DATASETS.items():
             # Token Recycling is greedy: only temperature-0 runs fill its table.
             run = latest.get((models[dataset], method, variant, dataset, 0.0))

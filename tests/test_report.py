@@ -42,6 +42,8 @@ def results(tmp_path):
     # Baseline: 10 tok/s on both questions, AR steps.
     write_run(r, "base", "hf_generate", "spec_bench", "2025-01-01T00:00:00",
               [record("q1", "mt_bench", 10, 1.0, [1] * 10), record("q2", "qa", 10, 1.0, [1] * 10)])
+    write_run(r, "ar", "ar", "spec_bench", "2025-01-01T00:30:00",  # our extra row: shown because it ran
+              [record("q1", "mt_bench", 10, 1.0, [1] * 10), record("q2", "qa", 10, 1.0, [1] * 10)])
     # An older token_recycling run that must lose to the newer one.
     write_run(r, "tr_old", "token_recycling", "spec_bench", "2025-01-02T00:00:00",
               [record("q1", "mt_bench", 10, 10.0, [1] * 10), record("q2", "qa", 10, 10.0, [1] * 10)])
@@ -86,7 +88,8 @@ def test_numbers_come_from_latest_complete_records(results):
 
 def test_paper_values_beside_ours(results):
     df = build_token_recycling_table1(results)
-    assert list(df["label"]) == ["hf_generate", "ar", "lookahead", "pld", "hf_pld", "rest", "medusa",
+    # every paper row, run or not (medusa); our extra rows only when run (ar is, hf_pld is not)
+    assert list(df["label"]) == ["hf_generate", "ar", "lookahead", "pld", "rest", "medusa",
                                  "token_recycling", "token_recycling[shuffle]"]
     assert row(df, "token_recycling")["mt_paper"] == 2.17
     assert row(df, "token_recycling[shuffle]")["specbench_tok_s_paper"] == 109.07
@@ -103,12 +106,13 @@ def test_files_and_cells(results, capsys):
     assert out == md
     assert "| 2.00 (2.17) |" in md  # TR MT: ours 2.00, paper 2.17
     assert "— (1.64)" in md  # lookahead: no run, paper MAT 1.64
-    hf_pld = next(line for line in md.splitlines() if line.startswith("| hf_pld"))
-    assert {c.strip() for c in hf_pld.split("|")[2:-1]} == {"—"}  # no run, not in the paper
+    medusa = next(line for line in md.splitlines() if line.startswith("| medusa"))
+    assert "— (1.90)" in medusa  # a paper row without a run of ours: dashes beside the paper's values
+    assert "| hf_pld" not in md  # not in the paper and not run: no row
     assert "ours (paper)" in md and "test-cpu" in md and "tr_new" in md and "mean over questions" in md
     csv = pd.read_csv(tables / "token_recycling_table1.csv").set_index("label")
     assert csv.loc["token_recycling", "mt"] == 2.0 and csv.loc["token_recycling", "mt_paper"] == 2.17
-    assert csv.loc["hf_pld"].drop("method").isna().all()  # tidy: empty cells, never "—"
+    assert csv.loc["medusa", ["mt", "specbench_mat"]].isna().all()  # tidy: empty cells, never "—"
     tex = (tables / "token_recycling_table1.tex").read_text()
     assert "\\toprule" in tex and "token\\_recycling" in tex and "2.00 (2.17)" in tex
     assert not list(tables.glob(".*"))  # no temp files left behind
