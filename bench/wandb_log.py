@@ -51,6 +51,9 @@ def log_run(cfg, run_dir: Path) -> None:
         run.log({"records": table})
     finally:
         run.finish()  # every multirun job closes its own W&B run
+        # finish() can return before wandb-core's writer has flushed the .wandb file (seen under load);
+        # teardown waits for it, so the offline copy is complete on disk when a job returns.
+        wandb.teardown()
 
 
 def _number(value: str):
