@@ -185,16 +185,19 @@ def build_token_recycling_table1(results_dir: str | Path, model: str | None = No
     used: list[Run] = []
     notes = [] if len(paper) else [f"the paper has no {paper_size} rows"]
     rows = []
+    # Token Recycling is greedy: only temperature-0 runs fill its table.
+    def latest_of(method, variant, dataset):
+        return latest.get((models[dataset], method, variant, dataset, 0.0))
+
+    # The paper's speedups are against HF's AR, so the baseline is always hf_generate.
+    bases = {dataset: latest_of("hf_generate", None, dataset) for dataset in TR_DATASETS.values()}
     for method, variant, paper_row, label, paper_name in TR_ROWS:
         row = {"method": method, "variant": variant, "label": label, "paper_method": paper_name}
-        if paper_row is None and not any(latest.get((models[d], method, variant, d, 0.0))
-                                         for d in TR_DATASETS.values()):
+        found = {dataset: latest_of(method, variant, dataset) for dataset in TR_DATASETS.values()}
+        if paper_row is None and not any(found.values()):
             continue  # our extra rows (ar, hf_pld) appear only when run; the paper's rows always do
         for prefix, dataset in TR_DATASETS.items():
-            # Token Recycling is greedy: only temperature-0 runs fill its table.
-            run = latest.get((models[dataset], method, variant, dataset, 0.0))
-            # The paper's speedups are against HF's AR, so the baseline is always hf_generate.
-            base = latest.get((models[dataset], "hf_generate", None, dataset, 0.0))
+            run, base = found[dataset], bases[dataset]
             row.update(_dataset_cells(prefix, run, base))
             if run is None:
                 continue
