@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
@@ -24,55 +24,17 @@ from bench.report import (
     load_runs,
     main,
 )
-
-DATASETS = ("c4", "openwebtext", "cnn_dailymail")
-METHODS = ("dyspec", "sequoia", "specinfer", "ar")
-TOKENS = 12  # new tokens per prompt
-# Accept lengths per step (prefill's first token = a step of 1); each sums to TOKENS. MAT = TOKENS / steps.
-ACCEPTS = {"dyspec": [1, 4, 4, 3], "sequoia": [1, 3, 3, 3, 2], "specinfer": [1, 2, 2, 2, 2, 2, 1], "ar": [1] * 12}
-MAT = {m: TOKENS / len(a) for m, a in ACCEPTS.items()}
-# Seconds per token: per method, scaled per dataset and temperature so every cell differs.
-LATENCY = {"dyspec": 0.005, "sequoia": 0.006, "specinfer": 0.008, "ar": 0.02}
-DATASET_SCALE = {"c4": 1.0, "openwebtext": 1.5, "cnn_dailymail": 2.0}
-PHASES = {"prefill": 0.1, "draft_forward": 0.2, "tree": 0.05, "preprocess": 0.05, "target_forward": 0.4,
-          "sampling": 0.05, "verify": 0.1, "update": 0.03, "draft": 0.02}  # shares of wall time, sum 1
-SELECTION = "sequoia seed 17: 200 of rows 200-999 in shuffled order; 1000 rows loaded from mirror x"
-
-
-def expected_latency(method, dataset, t):
-    return LATENCY[method] * DATASET_SCALE[dataset] * (1 + t)
-
-
-class Writer:
-    """Complete runs in bench.run's on-disk format (summary.json + records.jsonl), one minute apart."""
-
-    def __init__(self, root: Path, start: datetime = datetime(2026, 1, 1, 12, 0, 0)):
-        self.root = root
-        self.clock = start
-
-    def run(self, method, dataset, temperature=0.0, *, latency=None, accepts=None, questions=(0, 1),
-            phases=PHASES, model="smollm2-135m", paper_size="7B", with_temperature=True, selection=SELECTION):
-        self.clock += timedelta(minutes=1)
-        latency = expected_latency(method, dataset, temperature) if latency is None else latency
-        accepts = accepts or ACCEPTS[method]
-        wall = latency * sum(accepts)
-        records = [{"question_id": q, "category": dataset, "group": dataset, "turn": 0, "prompt_tokens": 128,
-                    "new_tokens": sum(accepts), "wall_time": wall, "steps": len(accepts),
-                    "accept_lengths": accepts, "phase_times": {k: v * wall for k, v in phases.items()},
-                    "output_ids": list(range(sum(accepts))), "lossless": None} for q in questions]
-        rid = f"{self.clock:%Y%m%d-%H%M%S}-{model}-{dataset}-{method}-T{temperature:g}"
-        summary = {"run_id": rid, "created": self.clock.isoformat(), "method": method, "variant": None,
-                   "dataset": dataset, "model": model, "paper_size": paper_size, "max_new_tokens": 128,
-                   "machine": "fixture/GPU", "selection": selection,
-                   "method_settings": {} if method == "ar" else {"draft": "fixture-draft-68m", "budget": 64},
-                   "provenance": {"dtype": "float16"}, "summary": {"mat": 99.0}}  # bogus: records rule
-        if with_temperature:
-            summary["temperature"] = temperature
-        d = self.root / "runs" / rid
-        d.mkdir(parents=True)
-        (d / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-        (d / "summary.json").write_text(json.dumps(summary))
-        return rid
+from tests.fixtures.dyspec_results import (
+    DATASETS,
+    MAT,
+    METHODS,
+    PHASES,
+    SELECTION,
+    TOKENS,
+    Writer,
+    expected_latency,
+    write_full,
+)
 
 
 @pytest.fixture
@@ -82,12 +44,7 @@ def results(tmp_path):
 
 @pytest.fixture
 def full(results):
-    w = Writer(results)
-    for d in DATASETS:
-        for t in (0.0, 0.6):
-            for m in METHODS:
-                w.run(m, d, t)
-    return results
+    return write_full(results)
 
 
 def cell(df, dataset, t, col):
