@@ -31,8 +31,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from bench.errors import HarnessError
-from bench.metrics import speedup, summarize
 from bench.report import PAPER_TABLES, Run, load_runs, write_atomic
+from bench.run.metrics import speedup, summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 METHOD = "token_recycling"

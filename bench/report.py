@@ -27,7 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.errors import HarnessError
-from bench.metrics import mat, phase_totals, speedup, summarize
+from bench.run.metrics import mat, phase_totals, speedup, summarize
 
 PAPER_TABLES = Path(__file__).parent / "paper_tables"
 DEFAULT_MODEL = "smollm2-135m"

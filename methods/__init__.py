@@ -9,17 +9,17 @@ import importlib
 
 REGISTRY = {
     "ar": "methods.ar:Autoregressive",
-    "dyspec": "methods.dyspec:DySpec",
+    "dyspec": "methods.draft_model.dyspec:DySpec",
     "hf_assisted": "methods.hf:HFAssisted",
     "hf_generate": "methods.hf:HFGenerate",
     "hf_pld": "methods.hf:HFPromptLookup",
     "lookahead": "methods.lookahead:Lookahead",
     "pld": "methods.pld:PromptLookup",
-    "rest": "methods.rest:Rest",
-    "sd": "methods.sd:SpeculativeDecoding",
-    "sequoia": "methods.sequoia:Sequoia",
-    "specinfer": "methods.specinfer:SpecInfer",
-    "token_recycling": "methods.token_recycling:TokenRecycling",
+    "rest": "methods.rest.proposer:Rest",
+    "sd": "methods.draft_model.sd:SpeculativeDecoding",
+    "sequoia": "methods.draft_model.sequoia:Sequoia",
+    "specinfer": "methods.draft_model.specinfer:SpecInfer",
+    "token_recycling": "methods.token_recycling.proposer:TokenRecycling",
 }
 
 

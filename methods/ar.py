@@ -1,6 +1,6 @@
 """Greedy autoregressive decoding on the shared engine: an empty draft every step."""
 
-from methods.base import Proposer, empty_draft
+from bench.core.proposer import Proposer, empty_draft
 
 
 class Autoregressive(Proposer):

@@ -24,7 +24,7 @@ from itertools import pairwise
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-from methods.base import Generation, Method
+from bench.core.proposer import Generation, Method
 
 
 class StepRecorder(StoppingCriteria):

@@ -27,9 +27,9 @@ from functools import lru_cache
 
 import torch
 
+from bench.core.proposer import Draft, Proposer
+from bench.core.tree import tree_from_parents
 from bench.errors import ConfigError
-from bench.tree import tree_from_parents
-from methods.base import Draft, Proposer
 
 
 class NgramPool:

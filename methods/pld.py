@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from bench.tree import chain
-from methods.base import Draft, Proposer, empty_draft
+from bench.core.proposer import Draft, Proposer, empty_draft
+from bench.core.tree import chain
 
 
 def find_candidates(seq: torch.Tensor, max_ngram: int, num_tokens: int, full_continuation: bool) -> torch.Tensor:

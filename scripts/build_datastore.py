@@ -14,27 +14,24 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # `python scripts/build_datastore.py` puts scripts/, not the repo, on sys.path
-
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from bench.datastore import (
+from bench.errors import HarnessError
+from bench.models.loading import load_tokenizer
+from bench.paths import PROJECT, project_path
+from data.loaders import DataError
+from methods.rest.datastore import (
     build,
     corpus_names,
     load_corpus,
-    load_tokenizer,
     store_prefix,
     tokenizer_fingerprint,
 )
-from bench.errors import HarnessError
-from bench.run import project_path
-from data.loaders import DataError
 
 
 def compose_cfg(overrides: list[str]):
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(PROJECT / "conf"), version_base="1.3"):
         return compose("config", overrides=overrides)
 
 

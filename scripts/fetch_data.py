@@ -14,21 +14,19 @@ import os
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # `python scripts/fetch_data.py` puts scripts/, not the repo, on sys.path
-
 from omegaconf import OmegaConf
 
+from bench.paths import PROJECT
 from data.loaders import DataError, cache_path, resolve_items
 
-CONF_DIR = REPO / "conf" / "dataset"
+CONF_DIR = PROJECT / "conf" / "dataset"
 
 
 def default_mirror() -> str | None:
     """$SPECREPRO_DATA_MIRROR, else ../shared/data beside the repo if it exists."""
     if os.environ.get("SPECREPRO_DATA_MIRROR"):
         return os.environ["SPECREPRO_DATA_MIRROR"]
-    beside = REPO.parent / "shared" / "data"
+    beside = PROJECT.parent / "shared" / "data"
     return str(beside) if beside.is_dir() else None
 
 
@@ -46,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mirror", default=default_mirror(), help="mirror dir (default: %(default)s)")
     parser.add_argument(
-        "--cache", default=str(REPO / "data" / "cache"), help="cache dir (default: %(default)s)"
+        "--cache", default=str(PROJECT / "data" / "cache"), help="cache dir (default: %(default)s)"
     )
     parser.add_argument("names", nargs="*", help=f"datasets (default: all of {', '.join(known)})")
     args = parser.parse_args(argv)

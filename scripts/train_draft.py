@@ -13,26 +13,23 @@ Missing data, weights or an unknown model is one `error:` line and a non-zero ex
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # `python scripts/train_draft.py` puts scripts/, not the repo, on sys.path
 
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf import OmegaConf, open_dict
 
-from bench.draft_training import build_draft, plain, read_report, summary_line
 from bench.errors import HarnessError
-from bench.models import drafts_dir
-from bench.run import get_bundle, project_path
+from bench.models.loading import drafts_dir
+from bench.models.training import build_draft, plain, read_report, summary_line
+from bench.paths import PROJECT, project_path
+from bench.run.runner import get_bundle
 from data.loaders import DataError
 
-REFERENCE_RECIPE = REPO / "conf" / "model" / "smollm2-135m.yaml"
+REFERENCE_RECIPE = PROJECT / "conf" / "model" / "smollm2-135m.yaml"
 
 
 def compose_cfg(overrides: list[str]):
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(PROJECT / "conf"), version_base="1.3"):
         return compose("config", overrides=overrides)
 
 

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from bench.provenance import ROOT
+from bench.paths import PROJECT
 from methods import REGISTRY
 from tests.conftest import compose_cfg
 
 
 def names(group: str) -> list[str]:
-    return sorted(p.stem for p in Path(ROOT, "conf", group).glob("*.yaml"))
+    return sorted(p.stem for p in Path(PROJECT, "conf", group).glob("*.yaml"))
 
 
 @pytest.mark.parametrize("experiment", names("experiment"))
@@ -28,7 +28,7 @@ def test_every_sweep_job_composes_and_resolves(experiment):
     """Each value of each swept key composes and resolves (a typo in a sweep fails here, not mid-run)."""
     from omegaconf import OmegaConf
 
-    raw = OmegaConf.load(Path(ROOT, "conf", "experiment", f"{experiment}.yaml"))
+    raw = OmegaConf.load(Path(PROJECT, "conf", "experiment", f"{experiment}.yaml"))
     params = OmegaConf.select(raw, "hydra.sweeper.params", default=None) or {}
     for key, values in params.items():
         for value in str(values).split(","):

@@ -11,7 +11,10 @@ import re
 import numpy as np
 import pytest
 
-from bench.datastore import (
+from bench.errors import HarnessError
+from bench.paths import PROJECT
+from data.loaders import DataError, load_items
+from methods.rest.datastore import (
     Datastore,
     corpus_documents,
     corpus_names,
@@ -22,12 +25,9 @@ from bench.datastore import (
     suffix_array,
     token_dtype,
 )
-from bench.errors import HarnessError
-from bench.provenance import ROOT
-from data.loaders import DataError, load_items
 from tests.conftest import compose_cfg
 
-MIRROR = (ROOT / ".." / "shared" / "data").resolve()
+MIRROR = (PROJECT / ".." / "shared" / "data").resolve()
 VOCAB = 100
 DOCS = [[1, 2, 3, 4, 5, 6], [1, 2, 3, 7, 8], [9, 2, 3, 4, 10], [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22]]
 
@@ -171,7 +171,7 @@ def test_draft_tree_empty():
 
 
 def test_draft_tree_from_toy_store_is_a_valid_tree():
-    from bench.tree import tree_from_parents
+    from bench.core.tree import tree_from_parents
 
     store = toy()
     _, cont = store.retrieve([2, 3], 16, 2, 5000, 10)
@@ -298,8 +298,8 @@ def test_built_store_is_disjoint(name, eval_sets):
     """If `make datastore` built this corpus for the embedded model, decode the store itself and check it."""
     from transformers import AutoTokenizer
 
-    sidecar = ROOT / "data" / "cache" / "datastores" / f"smollm2-135m-{name}.json"
-    models = sorted((ROOT / "data" / "cache" / "models").glob("SmolLM2*/tokenizer.json"))
+    sidecar = PROJECT / "data" / "cache" / "datastores" / f"smollm2-135m-{name}.json"
+    models = sorted((PROJECT / "data" / "cache" / "models").glob("SmolLM2*/tokenizer.json"))
     if not sidecar.is_file() or not models:
         pytest.skip(f"no built smollm2-135m {name} store (run `make datastore`)")
     store = Datastore.load(sidecar.with_name(sidecar.name[: -len(".json")]))

@@ -12,8 +12,10 @@ import torch
 from omegaconf import OmegaConf
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from bench.draft_model import agreement, cost_ratio, init_draft_from_target, pick_layers
-from bench.draft_training import (
+from bench.errors import HarnessError
+from bench.models.drafts import agreement, cost_ratio, init_draft_from_target, pick_layers
+from bench.models.loading import ModelBundle, drafts_dir, load_model
+from bench.models.training import (
     REPORT,
     build_draft,
     distill_loss,
@@ -23,8 +25,6 @@ from bench.draft_training import (
     train,
     write_draft,
 )
-from bench.errors import HarnessError
-from bench.models import ModelBundle, drafts_dir, load_model
 from tests.conftest import compose_cfg
 
 V = 64
@@ -170,7 +170,7 @@ def test_trained_draft_is_loaded_once(tmp_path):
 
 @pytest.fixture(scope="module")
 def smol_tokenizer():
-    from bench.datastore import load_tokenizer
+    from bench.models.loading import load_tokenizer
 
     return load_tokenizer(compose_cfg("model=smollm2-135m").model)
 
@@ -298,8 +298,8 @@ def test_build_draft_smoke(tmp_path, smol_tokenizer):
 
 
 def test_chat_documents_use_the_chat_template(smol_tokenizer):
-    from bench.draft_training import document_ids
-    from bench.prompts import prompt_ids
+    from bench.models.chat import prompt_ids
+    from bench.models.training import document_ids
 
     src = {"chat": {"user": "{instruction}", "assistant": "{output}"}}
     text, ids = document_ids({"instruction": "Hi?", "output": "Hello."}, src, smol_tokenizer, "tokenizer", 2)

@@ -9,9 +9,9 @@ import dataclasses
 
 import pytest
 
-from bench.draft_model import init_draft_from_target
-from bench.engine import Engine
-from bench.timing import PhaseTimer
+from bench.core.engine import Engine
+from bench.core.timing import PhaseTimer
+from bench.models.drafts import init_draft_from_target
 from methods import build_method
 from tests.conftest import compose_cfg
 from tests.test_real_model import MAX_NEW, prompts  # noqa: F401  (fixture)

@@ -1,4 +1,4 @@
-"""bench.engine on a tiny random Llama (CPU, fp32): every method is lossless vs greedy AR, counts, EOS, timing."""
+"""bench.core.engine on a tiny random Llama (CPU, fp32): every method is lossless vs greedy AR, counts, EOS, timing."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from bench.engine import Engine
-from bench.timing import PHASES, PhaseTimer
-from bench.tree import chain, tree_from_paths
+from bench.core.engine import Engine
+from bench.core.proposer import Draft, Proposer
+from bench.core.timing import PHASES, PhaseTimer
+from bench.core.tree import chain, tree_from_paths
 from methods.ar import Autoregressive
-from methods.base import Draft, Proposer
 from methods.hf import HFGenerate, HFPromptLookup
 from methods.pld import PromptLookup
-from methods.token_recycling import TokenRecycling
+from methods.token_recycling.proposer import TokenRecycling
 from tests.conftest import tiny_llama
 
 CONF = Path(__file__).resolve().parents[1] / "conf"

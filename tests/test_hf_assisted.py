@@ -9,10 +9,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from bench.draft_model import init_draft_from_target
-from bench.engine import Engine
-from bench.provenance import ROOT
-from bench.timing import PhaseTimer
+from bench.core.engine import Engine
+from bench.core.timing import PhaseTimer
+from bench.models.drafts import init_draft_from_target
+from bench.paths import PROJECT
 from methods.ar import Autoregressive
 from methods.hf import ASSISTANT_KEYS, HFAssisted, assistant_defaults
 from tests.conftest import compose_cfg, tiny_llama
@@ -36,7 +36,7 @@ def bundle(model, draft):
 
 
 def assisted(model, draft, **settings):
-    cfg = OmegaConf.load(ROOT / "conf" / "method" / "hf_assisted.yaml")
+    cfg = OmegaConf.load(PROJECT / "conf" / "method" / "hf_assisted.yaml")
     for k, v in settings.items():
         cfg[k] = v
     return HFAssisted(cfg, bundle(model, draft))
@@ -144,7 +144,7 @@ def test_real_model_identical_to_greedy_ar(smollm):
     """An untrained 2-layer draft (first 2 target layers): output equal to greedy AR, MAT from the steps."""
     from dataclasses import replace
 
-    from bench.prompts import prompt_ids
+    from bench.models.chat import prompt_ids
     from data.loaders import load_items
     from methods import build_method
 

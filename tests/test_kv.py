@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from bench.kv import keep_accepted
-from bench.tree import tree_from_paths
+from bench.core.kv import keep_accepted
+from bench.core.tree import tree_from_paths
 from tests.conftest import tiny_llama
 
 PREFIX, SLOTS = 5, 6  # cached prompt positions, then tree slots (root + 5 drafts)

@@ -8,9 +8,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from bench.engine import Engine
+from bench.core.engine import Engine
+from bench.core.timing import PhaseTimer
 from bench.errors import ConfigError
-from bench.timing import PhaseTimer
 from methods.ar import Autoregressive
 from methods.lookahead import Lookahead, NgramPool, window_structure
 from tests import test_real_model as real

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from bench.engine import Engine
-from bench.prompts import prompt_ids
-from bench.timing import PhaseTimer
+from bench.core.engine import Engine
+from bench.core.timing import PhaseTimer
+from bench.models.chat import prompt_ids
 from data.loaders import load_items
 from methods import build_method
 from tests.conftest import compose_cfg

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import pytest
 
-from bench.datastore import build, load_corpus, store_prefix
-from bench.engine import Engine
+from bench.core.engine import Engine
+from bench.core.timing import PhaseTimer
 from bench.errors import HarnessError
-from bench.prompts import prompt_ids
-from bench.timing import PhaseTimer
+from bench.models.chat import prompt_ids
 from data.loaders import load_items
 from methods import build_method
+from methods.rest.datastore import build, load_corpus, store_prefix
 from tests.conftest import compose_cfg
 
 pytestmark = pytest.mark.model

@@ -13,8 +13,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bench.sampling import stochastic_accept
-from bench.tree import tree_from_paths
+from bench.core.sampling import stochastic_accept
+from bench.core.tree import tree_from_paths
 
 V = 6
 TRIALS = 12000

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from omegaconf import OmegaConf
 
-from bench.run import select_items
+from bench.run.runner import select_items
 
 ITEMS = [{"question_id": i, "group": "ab"[i % 2]} for i in range(10)]
 

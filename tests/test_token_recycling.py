@@ -1,4 +1,4 @@
-"""methods.token_recycling: vectorized tree fill, adjacency-matrix updates, hot/cold start, config checks."""
+"""methods.token_recycling.proposer: vectorized tree fill, adjacency-matrix updates, hot/cold start, config checks."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from methods.token_recycling import TokenRecycling
+from methods.token_recycling.proposer import TokenRecycling
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 V = 50

@@ -1,4 +1,4 @@
-"""bench.tree: tree construction (paths / parents / chain), the TR 2.2.2 tree, attention bias and names."""
+"""bench.core.tree: tree construction (paths / parents / chain), the TR 2.2.2 tree, attention bias and names."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from bench.tree import chain, tree_from_parents, tree_from_paths
+from bench.core.tree import chain, tree_from_parents, tree_from_paths
 
 TR_YAML = Path(__file__).resolve().parents[1] / "conf" / "tree" / "tr_2_2_2.yaml"
 

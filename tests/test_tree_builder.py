@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
+from bench.core.tree import tree_from_paths
 from bench.errors import ConfigError
-from bench.tree import tree_from_paths
-from bench.tree_builder import AcceptanceStats, auto_tree, best_tree, expected_mat, resolve_tree, spine_paths
+from methods.trees import AcceptanceStats, auto_tree, best_tree, expected_mat, resolve_tree, spine_paths
 from tests.conftest import compose_cfg
 
 # Token Recycling's "2.2.2" tree as published (official tree_template_.py, implementations.md §1.2).

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from bench.core.tree import tree_from_paths
 from bench.dyspec_table5 import main
-from bench.tree import tree_from_paths
 from bench.tree_order import (
     GENERATORS,
     TreeOrderError,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from bench.tree import chain, tree_from_parents, tree_from_paths
-from bench.verify import greedy_accept
+from bench.core.tree import chain, tree_from_parents, tree_from_paths
+from bench.core.verify import greedy_accept
 
 
 def accept(tree, tokens, target):

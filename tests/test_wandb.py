@@ -7,7 +7,7 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from bench.wandb_log import log_run
+from bench.run.wandb_log import log_run
 
 
 def test_offline_runs_are_complete_on_return(tmp_path, monkeypatch):

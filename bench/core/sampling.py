@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from bench.tree import Tree
+from bench.core.tree import Tree
 
 RULES = ("specinfer", "sequoia")
 

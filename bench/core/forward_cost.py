@@ -18,9 +18,9 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
-from bench.provenance import machine_id
-from bench.timing import device_sync
-from bench.tree import chain
+from bench.core.machine import machine_id
+from bench.core.timing import device_sync
+from bench.core.tree import chain
 
 DEFAULT_SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 81, 96, 128)
 

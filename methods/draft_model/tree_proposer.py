@@ -18,9 +18,9 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache
 
+from bench.core.proposer import Draft, Proposer
+from bench.core.tree import tree_from_parents
 from bench.errors import HarnessError
-from bench.tree import tree_from_parents
-from methods.base import Draft, Proposer
 
 ROOT = -1  # parent id of the root's children (the root is the last committed token)
 

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from methods.draft_tree import ROOT, DraftModelProposer
+from methods.draft_model.tree_proposer import ROOT, DraftModelProposer
 
 
 class SpeculativeDecoding(DraftModelProposer):

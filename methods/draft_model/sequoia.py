@@ -5,10 +5,11 @@ chosen once per target temperature (the acceptance vector depends on it) and cac
 
 from __future__ import annotations
 
-from bench import sequoia_tree
+from bench.core.tree import tree_from_paths
 from bench.errors import ConfigError
-from bench.tree import tree_from_paths
-from methods.draft_tree import ROOT, DraftModelProposer
+from bench.paths import project_path
+from methods.draft_model import sequoia_tree
+from methods.draft_model.tree_proposer import ROOT, DraftModelProposer
 
 
 class Sequoia(DraftModelProposer):
@@ -37,9 +38,9 @@ class Sequoia(DraftModelProposer):
                 self.bundle, self.draft, self.draft_name, temperature, self.draft_temperature, self.width,
                 cfg.calibration)
             if cfg.size == "auto":
-                from bench import forward_cost
+                from bench.core import forward_cost
 
-                curve = forward_cost.load_or_measure(self.bundle, sequoia_tree._path(cfg.forward_cost_dir))
+                curve = forward_cost.load_or_measure(self.bundle, project_path(cfg.forward_cost_dir))
                 draft_ms = sequoia_tree.draft_cost_ms(self.draft, self.bundle, cfg.forward_cost_dir)
                 paths, info = sequoia_tree.choose_size(acc, cfg.sizes, self.max_depth,
                                                        lambda n: forward_cost.cost_at(curve, n), draft_ms)

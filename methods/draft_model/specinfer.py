@@ -4,7 +4,7 @@ verification rule (q unchanged across siblings). K = 1 is plain speculative deco
 
 from __future__ import annotations
 
-from methods.draft_tree import ROOT, DraftModelProposer
+from methods.draft_model.tree_proposer import ROOT, DraftModelProposer
 
 
 class SpecInfer(DraftModelProposer):

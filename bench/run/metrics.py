@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from bench.timing import MODEL_PHASES
+from bench.core.timing import MODEL_PHASES
 
 
 def mat(records: list[dict]) -> float | None:

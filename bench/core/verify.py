@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from bench.tree import Tree
+from bench.core.tree import Tree
 
 
 @dataclass

@@ -31,10 +31,10 @@ import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
 
-from bench.datastore import OverlapIndex, eval_texts, source_rows
-from bench.draft_model import agreement_rate, decode_step_seconds, init_draft_from_target, top1
 from bench.errors import HarnessError
-from bench.prompts import prompt_ids
+from bench.models.chat import prompt_ids
+from bench.models.drafts import agreement_rate, decode_step_seconds, init_draft_from_target, top1
+from methods.rest.datastore import OverlapIndex, eval_texts, source_rows
 
 REPORT = "draft_report.json"
 

@@ -23,9 +23,9 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
+from bench.core.tree import Tree, tree_from_paths
 from bench.errors import ConfigError
-from bench.provenance import ROOT
-from bench.tree import Tree, tree_from_paths
+from bench.paths import PROJECT, project_path
 
 
 class AcceptanceStats:
@@ -118,7 +118,7 @@ def expected_mat(p: np.ndarray, paths) -> float:
 def stats_file(calib, bundle) -> Path:
     dtype = str(bundle.dtype).replace("torch.", "")
     name = f"{bundle.name}-{dtype}-{calib.dataset}-{calib.limit}x{calib.max_new_tokens}-d{calib.depth}k{calib.topk}"
-    return _project_path(calib.cache_dir) / f"{name}.json"
+    return project_path(calib.cache_dir) / f"{name}.json"
 
 
 def load_or_calibrate(calib, bundle) -> AcceptanceStats:
@@ -137,11 +137,11 @@ def calibrate(calib, bundle) -> AcceptanceStats:
     """Run Token Recycling (hot matrix, as evaluated) with the spine tree over the calibration prompts."""
     from tqdm import tqdm
 
-    from bench.engine import Engine
-    from bench.prompts import prompt_ids
-    from bench.timing import PhaseTimer
+    from bench.core.engine import Engine
+    from bench.core.timing import PhaseTimer
+    from bench.models.chat import prompt_ids
     from data.loaders import load_items
-    from methods.token_recycling import TokenRecycling
+    from methods.token_recycling.proposer import TokenRecycling
 
     stats = AcceptanceStats(calib.depth, calib.topk)
 
@@ -150,8 +150,8 @@ def calibrate(calib, bundle) -> AcceptanceStats:
             stats.observe(self.tree, inputs, target)
             super().update(inputs, logits, target)
 
-    ds = OmegaConf.load(ROOT / "conf" / "dataset" / f"{calib.dataset}.yaml")
-    items = load_items(ds, str(_project_path(calib.data_mirror)), str(_project_path(calib.data_cache)))
+    ds = OmegaConf.load(PROJECT / "conf" / "dataset" / f"{calib.dataset}.yaml")
+    items = load_items(ds, str(project_path(calib.data_mirror)), str(project_path(calib.data_cache)))
     method_cfg = OmegaConf.create({
         "name": "token_recycling", "topk": calib.topk, "update_strategy": "parallel", "start": "hot",
         "tree": {"name": "calibration", "paths": spine_paths(calib.depth, calib.topk)},
@@ -165,11 +165,6 @@ def calibrate(calib, bundle) -> AcceptanceStats:
         ids = ids[-(bundle.max_context - calib.max_new_tokens - proposer.tree.size - 1):]
         engine.generate(proposer, ids, calib.max_new_tokens, timer)
     return stats
-
-
-def _project_path(p) -> Path:
-    p = Path(str(p))
-    return p if p.is_absolute() else ROOT / p
 
 
 # ---- tree config group -> Tree ----
@@ -187,9 +182,9 @@ def resolve_tree(tree_cfg, bundle, topk: int) -> tuple[Tree, dict]:
         paths = best_tree(p, int(tree_cfg.size), int(tree_cfg.depth))
         info = {"tree_source": "built", "predicted_mat": expected_mat(p, paths)}
     elif kind == "auto":
-        from bench import forward_cost
+        from bench.core import forward_cost
 
-        curve = forward_cost.load_or_measure(bundle, _project_path(tree_cfg.forward_cost_dir))
+        curve = forward_cost.load_or_measure(bundle, project_path(tree_cfg.forward_cost_dir))
         paths, info = auto_tree(p, curve, tree_cfg.sizes, tree_cfg.max_depth)
     else:
         raise ConfigError(f"tree kind must be template, built or auto, got {kind!r}")
@@ -198,7 +193,7 @@ def resolve_tree(tree_cfg, bundle, topk: int) -> tuple[Tree, dict]:
 
 def auto_tree(p: np.ndarray, curve: dict, sizes, max_depth: int) -> tuple[list[list[int]], dict]:
     """The (size, depth) maximizing predicted tokens per second, MAT(n) / T(n + 1), over the grid."""
-    from bench.forward_cost import cost_at
+    from bench.core.forward_cost import cost_at
 
     t1 = float(cost_at(curve, 1))
     best = None

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import torch
 
+from bench.core.proposer import Draft, Proposer
 from bench.errors import ConfigError
-from bench.tree_builder import resolve_tree
-from methods.base import Draft, Proposer
+from methods.trees import resolve_tree
 
 UPDATE_STRATEGIES = ("parallel", "first", "last")
 

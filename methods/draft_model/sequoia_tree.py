@@ -19,12 +19,11 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
+from bench.core.sampling import stochastic_accept, target_probs
+from bench.core.tree import tree_from_paths
 from bench.errors import ConfigError
-from bench.provenance import ROOT as PROJECT
-from bench.sampling import stochastic_accept, target_probs
-from bench.tree import tree_from_paths
-from bench.tree_builder import _project_path as _path  # relative paths are relative to the project root
-from bench.tree_builder import best_tree, expected_mat
+from bench.paths import PROJECT, project_path
+from methods.trees import best_tree, expected_mat
 
 
 @torch.inference_mode()
@@ -93,7 +92,7 @@ def choose_size(acceptance, sizes, max_depth, target_ms, draft_ms: float) -> tup
 def acceptance_file(cache_dir, target_name, draft_name, temperature, draft_temperature, width, calib) -> Path:
     name = (f"{target_name}-{draft_name}-T{temperature:g}-Td{draft_temperature:g}-w{width}-"
             f"{calib.dataset}-{calib.limit}x{calib.tokens}")
-    return _path(cache_dir) / f"{name.replace('/', '_')}.json"
+    return project_path(cache_dir) / f"{name.replace('/', '_')}.json"
 
 
 def calibration_rows(calib, bundle) -> list[list[int]]:
@@ -105,7 +104,7 @@ def calibration_rows(calib, bundle) -> list[list[int]]:
 
     ds = OmegaConf.load(PROJECT / "conf" / "dataset" / f"{calib.dataset}.yaml")
     ds.pop("selection", None)
-    items = load_items(ds, str(_path(calib.data_mirror)), str(_path(calib.data_cache)))[: int(calib.limit)]
+    items = load_items(ds, str(project_path(calib.data_mirror)), str(project_path(calib.data_cache)))[: int(calib.limit)]
     return [bundle.tokenizer(it["turns"][0]).input_ids[: int(calib.tokens)] for it in items]
 
 
@@ -126,9 +125,9 @@ def load_or_measure_acceptance(bundle, draft, draft_name: str, temperature: floa
 
 def draft_cost_ms(draft, bundle, cache_dir) -> float:
     """T_draft(1) in ms, measured like the target's curve (bench.forward_cost), cached per machine."""
-    from bench import forward_cost
+    from bench.core import forward_cost
 
     pseudo = SimpleNamespace(model=draft, device=bundle.device, dtype=bundle.dtype, vocab_size=bundle.vocab_size,
                              name=f"{bundle.name}-draft-{draft.config.num_hidden_layers}l")
-    curve = forward_cost.load_or_measure(pseudo, _path(cache_dir), sizes=(1, 2, 4, 8))
+    curve = forward_cost.load_or_measure(pseudo, project_path(cache_dir), sizes=(1, 2, 4, 8))
     return float(forward_cost.cost_at(curve, 1))

@@ -1,52 +1,42 @@
-"""One run = model x dataset x method, measured with the Spec-Bench protocol.
-
-    python -m bench.run model=smollm2-135m dataset=humaneval method=token_recycling run.limit=5
+"""One run = model x dataset x method, measured with the Spec-Bench protocol (entry point: bench/run/__main__.py).
 
 Protocol: `run.warmup` untimed passes of the first prompt (stateful methods keep what they learn, as in
 Spec-Bench), then per prompt-turn a timed region of prefill + decode with device sync; tokenization is
 outside. Each prompt-turn's output is compared with greedy AR (untimed, cached). Results are written to
-results/runs/<run_id>/ only when the run completes; the last line printed is `results: <run dir>`.
+results/runs/<run_id>/ (bench.run.store) only when the run completes.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import random
-import shutil
 import sys
 import time
 import zlib
 from datetime import datetime
 from pathlib import Path
 
-import hydra
-import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from bench import metrics
-from bench.engine import Engine
+from bench.core.engine import Engine
+from bench.core.timing import PhaseTimer, device_sync
 from bench.errors import HarnessError
-from bench.models import load_model
-from bench.prompts import prompt_ids
-from bench.provenance import ROOT, provenance
-from bench.reference import ReferenceStore
-from bench.timing import PhaseTimer, device_sync
-from data.loaders import DataError, load_selection
-from methods import UnknownMethod, build_method
+from bench.models.chat import prompt_ids
+from bench.models.loading import ModelBundle, load_model
+from bench.paths import project_path
+from bench.run import metrics, store
+from bench.run.provenance import provenance
+from bench.run.reference import ReferenceStore
+from data.loaders import load_selection
+from methods import build_method
 from methods.ar import Autoregressive
 
-CONF = ROOT / "conf"
 _BUNDLES: dict = {}  # model bundles reused across the jobs of one multirun process
 
 
-def project_path(p: str) -> Path:
-    p = Path(os.path.expanduser(str(p)))
-    return p if p.is_absolute() else ROOT / p
-
-
-def get_bundle(model_cfg, model_cache: str = "data/cache/models"):
+def get_bundle(model_cfg, model_cache: str = "data/cache/models") -> ModelBundle:
+    """The model bundle of a model config, kept across the jobs of one multirun process (one model at a time)."""
     key = json.dumps(OmegaConf.to_container(model_cfg, resolve=True), sort_keys=True)
     if key not in _BUNDLES:
         _BUNDLES.clear()  # one model in memory at a time
@@ -188,20 +178,6 @@ class Runner:
         return records
 
 
-def find_baseline(results: Path, summary: dict, method: str) -> tuple[str, list[dict]] | None:
-    """Latest complete run of `method` with the same model, dataset, max_new_tokens and machine."""
-    best = None
-    for s in sorted((results / "runs").glob("*/summary.json")):
-        other = json.loads(s.read_text())
-        same = all(other.get(k) == summary[k] for k in ("model", "dataset", "max_new_tokens", "machine"))
-        same = same and other.get("temperature", 0.0) == summary["temperature"]
-        if same and other["method"] == method and not other.get("variant"):
-            best = s.parent
-    if best is None:
-        return None
-    return best.name, [json.loads(line) for line in (best / "records.jsonl").read_text().splitlines()]
-
-
 def command_overrides() -> dict[str, str]:
     """This job's command-line/sweep overrides as {key: value} (a sweep's swept values), {} outside Hydra."""
     from hydra.core.hydra_config import HydraConfig
@@ -213,6 +189,7 @@ def command_overrides() -> dict[str, str]:
 
 
 def write_run(cfg, runner: Runner, records: list[dict]) -> Path:
+    """The run's summary (metrics, speedups against the latest baselines, provenance), then the store writes it."""
     b = runner.bundle
     results = project_path(cfg.paths.results)
     rid = run_id(cfg)
@@ -238,74 +215,8 @@ def write_run(cfg, runner: Runner, records: list[dict]) -> Path:
     }
     speedups = {}
     for base in ("hf_generate", "ar"):
-        found = find_baseline(results, summary, base)
+        found = store.find_baseline(results, summary, base)
         if found:
-            speedups[f"vs_{base}"] = {"value": metrics.speedup(records, found[1]), "baseline_run": found[0]}
+            speedups[f"vs_{base}"] = {"value": metrics.speedup(records, found.records), "baseline_run": found.run_id}
     summary["speedup"] = speedups
-    # Write into a hidden temp dir and rename: a crash never leaves a run that looks complete.
-    final = results / "runs" / rid
-    tmp = results / "runs" / f".tmp-{rid}"
-    tmp.mkdir(parents=True)
-    try:
-        with (tmp / "records.jsonl").open("w") as f:
-            for r in records:
-                f.write(json.dumps(r) + "\n")
-        (tmp / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-        (tmp / "summary.json").write_text(json.dumps(summary, indent=2))
-        os.replace(tmp, final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return final
-
-
-def print_summary(path: Path) -> None:
-    s = json.loads((path / "summary.json").read_text())
-    m = s["summary"]
-    ll = m["lossless"]
-    sp = s["speedup"].get("vs_hf_generate") or s["speedup"].get("vs_ar") or {}
-
-    def fmt(x, spec=".2f"):
-        return "—" if x is None else format(x, spec)
-
-    print(
-        f"{s['method']}: MAT {fmt(m['mat'])}, {fmt(m['tokens_per_s']['mean_of_questions'], '.1f')} tok/s, "
-        f"speedup {fmt(sp.get('value'))}, lossless {ll['equal']}/{ll['checked']}, "
-        f"overhead {fmt(m['overhead_share'], '.3f')}"
-    )
-
-
-def check_names(argv: list[str]) -> None:
-    """Fail fast with one line on unknown group options, before Hydra prints its multi-line error."""
-    for arg in argv:
-        if "=" not in arg or arg.startswith(("+", "~", "hydra")):
-            continue
-        key, value = arg.split("=", 1)
-        if key in ("model", "dataset", "method", "logger", "tree", "datastore", "experiment"):
-            known = sorted(p.stem for p in (CONF / key).glob("*.yaml"))
-            for v in value.split(","):
-                if v and v not in known and not v.startswith(("glob(", "choice(", "range(")):
-                    print(f"error: unknown {key} '{v}' (known: {', '.join(known)})", file=sys.stderr)
-                    sys.exit(2)
-
-
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
-def main(cfg: DictConfig) -> None:
-    try:
-        torch.manual_seed(cfg.run.seed)
-        runner = Runner(cfg)
-        records = runner.run()
-        path = write_run(cfg, runner, records)
-    except (HarnessError, DataError, UnknownMethod) as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(1)
-    if cfg.logger.name == "wandb":
-        from bench.wandb_log import log_run
-
-        log_run(cfg, path)
-    print_summary(path)
-    print(f"results: {path}")
-
-
-if __name__ == "__main__":
-    check_names(sys.argv[1:])
-    main()
+    return store.write_run(results, rid, records, summary, OmegaConf.to_yaml(cfg, resolve=True))

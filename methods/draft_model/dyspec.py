@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 import itertools
 
-from methods.draft_tree import ROOT, DraftModelProposer
+from methods.draft_model.tree_proposer import ROOT, DraftModelProposer
 
 
 class DySpec(DraftModelProposer):

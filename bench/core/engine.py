@@ -14,10 +14,10 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from bench.kv import keep_accepted
-from bench.sampling import sample, stochastic_accept, target_probs
-from bench.verify import greedy_accept
-from methods.base import Generation, Proposer, StepContext
+from bench.core.kv import keep_accepted
+from bench.core.proposer import Generation, Proposer, StepContext
+from bench.core.sampling import sample, stochastic_accept, target_probs
+from bench.core.verify import greedy_accept
 
 
 class Engine:

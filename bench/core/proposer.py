@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from bench.tree import Tree, chain
+from bench.core.tree import Tree, chain
 
 
 @dataclass

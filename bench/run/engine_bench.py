@@ -22,15 +22,17 @@ import sys
 from hydra import compose, initialize_config_dir
 from tqdm import tqdm
 
-from bench import forward_cost, metrics
-from bench.provenance import ROOT, provenance
-from bench.run import Runner
+from bench.core import forward_cost
+from bench.paths import PROJECT
+from bench.run import metrics
+from bench.run.provenance import provenance
+from bench.run.runner import Runner
 
 GOALS = {"ar_vs_hf_generate": 0.95, "pld_vs_hf_pld": 0.95, "tr_overhead_share": 0.10, "tr_speedup_efficiency": 0.95}
 
 
 def runner_for(model: str, method: str, overrides: list[str], args) -> Runner:
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(PROJECT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=[
             f"model={model}", f"method={method}", "dataset=humaneval",
             f"run.limit={args.prompts}", f"run.max_new_tokens={args.max_new_tokens}", *overrides,
@@ -76,7 +78,7 @@ def main(argv=None) -> int:
     ap.add_argument("--prompts", type=int, default=5)
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--out", default=str(ROOT / "results" / "bench" / "engine.json"))
+    ap.add_argument("--out", default=str(PROJECT / "results" / "bench" / "engine.json"))
     args = ap.parse_args(argv)
 
     hf = runner_for(args.model, "hf_generate", [], args)

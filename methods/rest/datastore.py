@@ -54,12 +54,12 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from bench.errors import HarnessError
-from bench.provenance import ROOT
+from bench.paths import PROJECT, project_path
 from data.loaders import DataError, load_items
 
 BACKEND = "numpy-suffix-array"
-CORPUS_DIR = ROOT / "conf" / "datastore"
-DATASET_DIR = ROOT / "conf" / "dataset"
+CORPUS_DIR = PROJECT / "conf" / "datastore"
+DATASET_DIR = PROJECT / "conf" / "dataset"
 FORMAT_VERSION = 1
 
 
@@ -418,34 +418,12 @@ def draft_tree(cont: np.ndarray, sep: int, num_draft: int) -> tuple[np.ndarray, 
 
 
 def store_prefix(store_dir: str | Path, model_name: str, corpus_name: str) -> Path:
-    d = Path(store_dir)
-    d = d if d.is_absolute() else ROOT / d
-    return d / f"{model_name}-{corpus_name}"
+    return project_path(store_dir) / f"{model_name}-{corpus_name}"
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
     vocab = sorted(tokenizer.get_vocab().items())
     return hashlib.sha1(json.dumps(vocab).encode()).hexdigest()[:16]
-
-
-def load_tokenizer(model_cfg, model_cache: str = "data/cache/models"):
-    """Only the model's tokenizer (a packaged GGUF is converted once, as bench.models does)."""
-    from transformers import AutoTokenizer
-
-    from bench.models import _from_gguf, packaged_gguf
-
-    target = model_cfg.target
-    cache = Path(model_cache) if Path(model_cache).is_absolute() else ROOT / model_cache
-    if target.source == "package":
-        path = _from_gguf(packaged_gguf(target.id, target.get("gguf_file")), None, cache)
-    else:
-        path = str(target.id)
-    try:
-        return AutoTokenizer.from_pretrained(path)
-    except OSError as err:
-        raise HarnessError(
-            f"cannot load the tokenizer of model '{model_cfg.name}' from '{path}': {str(err).splitlines()[0]}"
-        ) from None
 
 
 def _batched(it: Iterator, n: int) -> Iterator[list]:

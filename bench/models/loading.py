@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from bench.errors import HarnessError
+from bench.paths import project_path
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -57,7 +58,7 @@ def packaged_gguf(package: str, filename: str | None) -> Path:
     return files[0]
 
 
-def _from_gguf(gguf: Path, dtype, cache_dir: Path):
+def convert_gguf(gguf: Path, dtype, cache_dir: Path):
     """Dequantize once, then keep a safetensors copy keyed by the GGUF's size and mtime."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -101,7 +102,7 @@ def load_draft_model(bundle: ModelBundle):
         if not (path / "config.json").is_file():
             raise HarnessError(f"draft '{name}' is not built: run `make draft` (MODEL={bundle.name}; looked in {path})")
     else:
-        path = _path_or_hub(cfg.source, cfg.id, "draft", "trained")
+        path = path_or_hub(cfg.source, cfg.id, "draft", "trained")
     try:
         draft = AutoModelForCausalLM.from_pretrained(
             str(path), dtype=bundle.dtype, attn_implementation=bundle.model.config._attn_implementation
@@ -116,7 +117,7 @@ def load_draft_model(bundle: ModelBundle):
     return draft.eval()
 
 
-def _path_or_hub(source: str, ident, what: str, other: str) -> str:
+def path_or_hub(source: str, ident, what: str, other: str) -> str:
     """A local path (must exist) or a hub id, for targets and drafts alike; `other` names the third source
     the caller handles itself (package for targets, trained for drafts)."""
     if source == "path":
@@ -142,9 +143,9 @@ def load_model(cfg, model_cache: str) -> ModelBundle:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise HarnessError(f"model '{cfg.name}' wants device cuda, but no CUDA device is available")
     if target.source == "package":
-        path = _from_gguf(packaged_gguf(target.id, target.get("gguf_file")), dtype, Path(model_cache))
+        path = convert_gguf(packaged_gguf(target.id, target.get("gguf_file")), dtype, Path(model_cache))
     else:
-        path = _path_or_hub(target.source, target.id, "model", "package")
+        path = path_or_hub(target.source, target.id, "model", "package")
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(
@@ -173,3 +174,20 @@ def load_model(cfg, model_cache: str) -> ModelBundle:
         draft_cfg=cfg.get("draft"),
         model_cache=str(model_cache),
     )
+
+
+def load_tokenizer(model_cfg, model_cache: str = "data/cache/models"):
+    """Only the model's tokenizer (a packaged GGUF is converted once, as for the model)."""
+    from transformers import AutoTokenizer
+
+    target = model_cfg.target
+    if target.source == "package":
+        path = convert_gguf(packaged_gguf(target.id, target.get("gguf_file")), None, project_path(model_cache))
+    else:
+        path = str(target.id)
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except OSError as err:
+        raise HarnessError(
+            f"cannot load the tokenizer of model '{model_cfg.name}' from '{path}': {str(err).splitlines()[0]}"
+        ) from None

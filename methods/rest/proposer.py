@@ -19,10 +19,10 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from bench.datastore import draft_tree, open_store, tokenizer_fingerprint
+from bench.core.proposer import Draft, Proposer, empty_draft
+from bench.core.tree import tree_from_parents
 from bench.errors import ConfigError, HarnessError
-from bench.tree import tree_from_parents
-from methods.base import Draft, Proposer, empty_draft
+from methods.rest.datastore import draft_tree, open_store, tokenizer_fingerprint
 
 
 @lru_cache(maxsize=4096)

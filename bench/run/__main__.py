@@ -1,0 +1,76 @@
+"""`python -m bench.run model=... dataset=... method=...`: one run, or a sweep with -m (Hydra).
+
+Prints `results: <run dir>` last. Bad input (unknown model/dataset/method, malformed data, missing weights,
+a prompt longer than the context) prints one `error:` line and exits non-zero.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import hydra
+import torch
+from omegaconf import DictConfig
+
+from bench.errors import HarnessError
+from bench.paths import PROJECT
+from bench.run.runner import Runner, write_run
+from data.loaders import DataError
+from methods import UnknownMethod
+
+CONF = PROJECT / "conf"
+
+
+def print_summary(path: Path) -> None:
+    s = json.loads((path / "summary.json").read_text())
+    m = s["summary"]
+    ll = m["lossless"]
+    sp = s["speedup"].get("vs_hf_generate") or s["speedup"].get("vs_ar") or {}
+
+    def fmt(x, spec=".2f"):
+        return "—" if x is None else format(x, spec)
+
+    print(
+        f"{s['method']}: MAT {fmt(m['mat'])}, {fmt(m['tokens_per_s']['mean_of_questions'], '.1f')} tok/s, "
+        f"speedup {fmt(sp.get('value'))}, lossless {ll['equal']}/{ll['checked']}, "
+        f"overhead {fmt(m['overhead_share'], '.3f')}"
+    )
+
+
+def check_names(argv: list[str]) -> None:
+    """Fail fast with one line on unknown group options, before Hydra prints its multi-line error."""
+    for arg in argv:
+        if "=" not in arg or arg.startswith(("+", "~", "hydra")):
+            continue
+        key, value = arg.split("=", 1)
+        if key in ("model", "dataset", "method", "logger", "tree", "datastore", "experiment"):
+            known = sorted(p.stem for p in (CONF / key).glob("*.yaml"))
+            for v in value.split(","):
+                if v and v not in known and not v.startswith(("glob(", "choice(", "range(")):
+                    print(f"error: unknown {key} '{v}' (known: {', '.join(known)})", file=sys.stderr)
+                    sys.exit(2)
+
+
+@hydra.main(version_base="1.3", config_path="../../conf", config_name="config")
+def main(cfg: DictConfig) -> None:
+    try:
+        torch.manual_seed(cfg.run.seed)
+        runner = Runner(cfg)
+        records = runner.run()
+        path = write_run(cfg, runner, records)
+    except (HarnessError, DataError, UnknownMethod) as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(1)
+    if cfg.logger.name == "wandb":
+        from bench.run.wandb_log import log_run
+
+        log_run(cfg, path)
+    print_summary(path)
+    print(f"results: {path}")
+
+
+if __name__ == "__main__":
+    check_names(sys.argv[1:])
+    main()

@@ -1,0 +1,117 @@
+"""The results store: the one module that reads and writes results/runs/<run_id>/.
+
+A run directory holds records.jsonl (one line per prompt-turn), summary.json and config.yaml. A run is written
+into a hidden temp directory and renamed when complete, so a directory without summary.json is still being
+written, or died, and readers skip it. Records are the source of truth; summary.json says what the run was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import cached_property
+from pathlib import Path
+
+
+@dataclass
+class Run:
+    path: Path
+    meta: dict = field(repr=False)
+
+    @property
+    def run_id(self) -> str:
+        return self.meta.get("run_id") or self.path.name
+
+    @property
+    def temperature(self) -> float:
+        # Summaries before sampling existed have no temperature: they were greedy.
+        return round(float(self.meta.get("temperature") or 0.0), 6)
+
+    @property
+    def key(self) -> tuple:
+        # "" and null both mean the method's default configuration. The temperature is part of the key so
+        # runs at 0 and 0.6 (DySpec's tables) never shadow each other.
+        return (self.meta.get("model"), self.meta.get("method"), self.meta.get("variant") or None,
+                self.meta.get("dataset"), self.temperature)
+
+    @property
+    def created(self) -> datetime:
+        # Naive and aware stamps cannot be compared; treat naive ones as UTC.
+        try:
+            t = datetime.fromisoformat(self.meta.get("created") or "")
+        except ValueError:
+            return datetime.min.replace(tzinfo=UTC)
+        return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+    @cached_property
+    def records(self) -> list[dict]:
+        return read_records(self.path)
+
+
+def read_records(run_dir: Path) -> list[dict]:
+    with open(Path(run_dir) / "records.jsonl") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def load_runs(results_dir: str | Path) -> list[Run]:
+    """Complete runs under results_dir/runs, oldest first."""
+    runs = []
+    for d in sorted(Path(results_dir, "runs").glob("*/")):
+        if not (d / "summary.json").is_file() or not (d / "records.jsonl").is_file():
+            continue
+        try:
+            runs.append(Run(d, json.loads((d / "summary.json").read_text())))
+        except json.JSONDecodeError:
+            print(f"report: skipping {d} (unreadable summary.json)", file=sys.stderr)
+    return sorted(runs, key=lambda r: (r.created, r.run_id))
+
+
+def latest_runs(runs: list[Run]) -> dict[tuple, Run]:
+    """(model, method, variant, dataset, temperature) -> the most recent run; runs sorted oldest first."""
+    return {r.key: r for r in runs}
+
+
+def find_baseline(results_dir: str | Path, summary: dict, method: str) -> Run | None:
+    """Latest complete run of `method` with the same model, dataset, max_new_tokens, machine and temperature."""
+    best = None
+    for s in sorted(Path(results_dir, "runs").glob("*/summary.json")):
+        other = json.loads(s.read_text())
+        same = all(other.get(k) == summary[k] for k in ("model", "dataset", "max_new_tokens", "machine"))
+        same = same and other.get("temperature", 0.0) == summary["temperature"]
+        if same and other["method"] == method and not other.get("variant"):
+            best = Run(s.parent, other)
+    return best
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Readers (notebooks, CI) never see a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as f:
+        f.write(text)
+    os.replace(f.name, path)
+
+
+def write_run(results_dir: str | Path, run_id: str, records: list[dict], summary: dict, config_yaml: str) -> Path:
+    """Write a complete run into a hidden temp dir and rename it: a crash never leaves a run that looks complete."""
+    runs = Path(results_dir) / "runs"
+    final, tmp = runs / run_id, runs / f".tmp-{run_id}"
+    tmp.mkdir(parents=True)
+    try:
+        with (tmp / "records.jsonl").open("w") as f:
+            for r in records:
+                f.write(json.dumps(r) + "\n")
+        (tmp / "config.yaml").write_text(config_yaml)
+        (tmp / "summary.json").write_text(json.dumps(summary, indent=2))
+        os.replace(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def read_summary(run_dir: Path) -> dict:
+    return json.loads((Path(run_dir) / "summary.json").read_text())

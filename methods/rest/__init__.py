@@ -1,0 +1,1 @@
+"""REST: retrieval proposer and its suffix-array datastore."""
