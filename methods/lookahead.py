@@ -143,7 +143,7 @@ class Lookahead(Proposer):
         self.slots = [[new_slot[s] for s in level] for level in grid]
         return Draft(tree, torch.tensor([tokens[o] for o in order[1:]], dtype=torch.long), cand)
 
-    def update(self, inputs, logits, target):
+    def update(self, inputs, logits, target, acceptance):
         out = target.tolist()
         new = [out[s] for s in self.slots[-1]]  # top level's argmax: the next Jacobi iterate, one column on
         levels = self.levels

@@ -146,9 +146,9 @@ def calibrate(calib, bundle) -> AcceptanceStats:
     stats = AcceptanceStats(calib.depth, calib.topk)
 
     class Calibrating(TokenRecycling):
-        def update(self, inputs, logits, target):
+        def update(self, inputs, logits, target, acceptance):
             stats.observe(self.tree, inputs, target)
-            super().update(inputs, logits, target)
+            super().update(inputs, logits, target, acceptance)
 
     ds = OmegaConf.load(PROJECT / "conf" / "dataset" / f"{calib.dataset}.yaml")
     items = load_items(ds, str(project_path(calib.data_mirror)), str(project_path(calib.data_cache)))

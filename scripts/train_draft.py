@@ -2,7 +2,7 @@
 
     python scripts/train_draft.py [model=smollm2-135m] [--force] [model.draft.train.max_minutes=1 ...]
 
-The recipe is the model config's `draft.train` block (bench/draft_training.py). A model whose draft is not a
+The recipe is the model config's `draft.train` block (bench/models/training.py). A model whose draft is not a
 trained one (e.g. `draft: null`, or a hub draft) gets the reference recipe of conf/model/smollm2-135m.yaml
 and the id `<model>-draft`; the last line then says how to point the model at it. A draft whose report
 already matches the recipe and the target is kept unless --force. Prints one summary line: top-1 agreement
@@ -14,23 +14,17 @@ from __future__ import annotations
 
 import sys
 
-from hydra import compose, initialize_config_dir
-from hydra.errors import HydraException
 from omegaconf import OmegaConf, open_dict
 
 from bench.errors import HarnessError
 from bench.models.loading import drafts_dir
 from bench.models.training import build_draft, plain, read_report, summary_line
 from bench.paths import PROJECT, project_path
+from bench.run.compose import compose_config, split_flags
 from bench.run.runner import get_bundle
 from data.loaders import DataError
 
 REFERENCE_RECIPE = PROJECT / "conf" / "model" / "smollm2-135m.yaml"
-
-
-def compose_cfg(overrides: list[str]):
-    with initialize_config_dir(config_dir=str(PROJECT / "conf"), version_base="1.3"):
-        return compose("config", overrides=overrides)
 
 
 def with_trained_draft(model_cfg):
@@ -48,18 +42,13 @@ def with_trained_draft(model_cfg):
 
 
 def main(argv: list[str]) -> int:
-    force = "--force" in argv
-    args = [a for a in argv if a != "--force"]
-    unknown_flags = [a for a in args if a.startswith("-")]
-    if unknown_flags:
-        print(f"error: unknown option {unknown_flags[0]} (usage: {__doc__.strip().splitlines()[2].strip()})",
-              file=sys.stderr)
-        return 2
     try:
-        cfg = compose_cfg(args)
-    except HydraException as err:
-        print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)
+        overrides, flags = split_flags(argv, ("--force",), __doc__.strip().splitlines()[2].strip())
+        cfg = compose_config(overrides)
+    except HarnessError as err:
+        print(f"error: {err}", file=sys.stderr)
         return 2
+    force = "--force" in flags
     try:
         model_cfg, hint = with_trained_draft(cfg.model)
         out_dir = drafts_dir(project_path(cfg.paths.model_cache)) / str(model_cfg.draft.id)

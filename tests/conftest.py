@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from hydra import compose, initialize_config_dir
 
-from bench.paths import PROJECT
+from bench.run.compose import compose_config
 
 
 def compose_cfg(*overrides: str):
-    with initialize_config_dir(config_dir=str(PROJECT / "conf"), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
+    return compose_config(overrides)
 
 
 @pytest.fixture(scope="session")

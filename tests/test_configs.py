@@ -12,7 +12,9 @@ from tests.conftest import compose_cfg
 
 
 def names(group: str) -> list[str]:
-    return sorted(p.stem for p in Path(PROJECT, "conf", group).glob("*.yaml"))
+    """Options of a config group; nested folders (conf/experiment/<paper>/) give `<paper>/<name>`."""
+    root = Path(PROJECT, "conf", group)
+    return sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.yaml"))
 
 
 @pytest.mark.parametrize("experiment", names("experiment"))
@@ -20,7 +22,9 @@ def test_experiment_composes(experiment):
     cfg = compose_cfg(f"experiment={experiment}")
     assert cfg.method.name in REGISTRY
     assert cfg.run.max_new_tokens > 0
-    assert cfg.run.experiment == experiment  # reports and W&B group a sweep's runs by this name
+    # Reports and W&B group a sweep's runs by this name; a paper's experiments live in its folder.
+    assert cfg.run.experiment
+    assert "/" in experiment or experiment == "demo"
 
 
 @pytest.mark.parametrize("experiment", names("experiment"))
@@ -59,3 +63,10 @@ def test_dataset_composes(dataset):
 def test_token_recycling_tree_comes_from_tree_group():
     cfg = compose_cfg("method=token_recycling")
     assert len(cfg.method.tree.paths) == 80
+
+
+def test_run_cli_knows_nested_experiments():
+    from bench.run.__main__ import group_options
+
+    assert "token_recycling/fig3a" in group_options("experiment")
+    assert "dyspec/table1" in group_options("experiment")

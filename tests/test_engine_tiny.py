@@ -228,3 +228,33 @@ def test_context_limit_raises(model):
     engine = Engine(model, [NO_EOS], max_context=len(PROMPTS[0]) + 5)
     with pytest.raises(RuntimeError, match="context"):
         tr(model).generate(engine, PROMPTS[0], 20, PhaseTimer("cpu"))
+
+
+def test_target_forward_seam_and_acceptance_reach_the_proposer(model):
+    """Every target forward goes through the engine's `forward` seam, and `update` gets each step's
+    acceptance: its accept_len is what the step committed (no EOS or limit cut in this run)."""
+    from bench.core.forward import full_forward
+
+    calls = []
+
+    def counting_forward(m, input_ids, **kw):
+        calls.append(input_ids.shape[1])
+        return full_forward(m, input_ids, **kw)
+
+    seen = []
+
+    class Recording(PromptLookup):
+        def update(self, inputs, logits, target, acceptance):
+            seen.append((int(acceptance.accept_len[0]), acceptance.slots().tolist()))
+            super().update(inputs, logits, target, acceptance)
+
+    prompt = PROMPTS[3]
+    cfg = OmegaConf.load(CONF / "method" / "pld.yaml")
+    engine = Engine(model, [NO_EOS], max_context=512, forward=counting_forward)
+    out = Recording(cfg, bundle(model)).generate(engine, prompt, 24, PhaseTimer("cpu"))
+    assert out.output_ids == ar(model, prompt, 24)
+    assert calls[0] == len(prompt) and len(calls) == len(out.accept_lengths)  # prefill + one per step
+    steps = out.accept_lengths[1:]
+    assert [n for n, _ in seen[:-1]] == steps[:-1] and seen[-1][0] >= steps[-1]  # the last step may be cut
+    assert all(slots[0] == 0 and len(slots) == n for n, slots in seen)
+    assert max(steps) > 1  # PLD drafted and had drafts accepted on this repetitive prompt

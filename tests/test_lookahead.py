@@ -65,7 +65,7 @@ def warm(method, prompt, steps):
     seq = torch.tensor(prompt)
     for _ in range(steps):
         draft = method.propose(seq, len(seq))
-        method.update(None, None, 50 + torch.arange(draft.tree.size + 1))
+        method.update(None, None, 50 + torch.arange(draft.tree.size + 1), None)
     return seq
 
 
@@ -77,7 +77,7 @@ def test_warm_up_and_window_tree():
     assert set(method.levels[0]) <= set(range(10, 22))
     draft = method.propose(seq, len(seq))
     assert draft.tree.is_chain and draft.candidates.tolist() == [True] + [False] * (w + n - 3)
-    method.update(None, None, 50 + torch.arange(draft.tree.size + 1))
+    method.update(None, None, 50 + torch.arange(draft.tree.size + 1), None)
     assert [len(lv) for lv in method.levels] == [3, 4]  # first column dropped, argmax of level 0 stacked
     assert method.levels[1] == [50 + s for s in method.slots[0][1:]]
 
@@ -109,7 +109,7 @@ def test_harvest_shift_and_trie():
     draft = method.propose(seq, len(seq))
     root = int(seq[-1])
     target = 50 + torch.arange(draft.tree.size + 1)
-    method.update(None, None, target)
+    method.update(None, None, target, None)
     new = [int(target[s]) for s in method.slots[-1]]
     # One n-gram per column, keyed by its level-0 token (the root for column 0).
     for i, key in enumerate([root] + levels[0]):

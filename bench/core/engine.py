@@ -3,7 +3,7 @@
 Per step: the proposer drafts a tree rooted at the last committed token; one target forward runs over
 root + draft with tree attention (a 4D additive mask, position ids = prefix length + depth); at temperature 0
 the verifier keeps the longest path matching the target's greedy choices, above 0 the stochastic verifier
-(bench.sampling) walks the tree with the proposer's rule and samples the bonus token; the KV cache is compacted to prefix +
+(bench.core.sampling) walks the tree with the proposer's rule and samples the bonus token; the KV cache is compacted to prefix +
 accepted path; the accepted drafts plus the bonus token are committed. Stops at EOS or max_new_tokens,
 never past it. The prefill's first token counts as one step of one token, so sum(accept_lengths) equals
 the number of new tokens for every method, AR included (MAT = 1.00 for AR by construction).
@@ -14,15 +14,19 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
+from bench.core.forward import TargetForward, full_forward
 from bench.core.kv import keep_accepted
-from bench.core.proposer import Generation, Proposer, StepContext
+from bench.core.proposer import Acceptance, Generation, Proposer, StepContext
 from bench.core.sampling import sample, stochastic_accept, target_probs
+from bench.core.timing import Timer
 from bench.core.verify import greedy_accept
 
 
 class Engine:
-    def __init__(self, model, eos_token_ids: list[int], max_context: int, temperature: float = 0.0):
+    def __init__(self, model, eos_token_ids: list[int], max_context: int, temperature: float = 0.0,
+                 forward: TargetForward = full_forward):
         self.model = model
+        self.forward = forward  # the seam: every target forward of the loop goes through it
         self.eos = torch.tensor(sorted(set(eos_token_ids)), dtype=torch.long, device=model.device)
         self.max_context = max_context
         self.device = model.device
@@ -44,7 +48,7 @@ class Engine:
         return torch.tensor(sample(target_probs(logits, self.temperature), self.generator), device=self.device)
 
     @torch.inference_mode()
-    def generate(self, proposer: Proposer, prompt_ids: list[int], max_new_tokens: int, timer) -> Generation:
+    def generate(self, proposer: Proposer, prompt_ids: list[int], max_new_tokens: int, timer: Timer) -> Generation:
         model, device = self.model, self.device
         n_prompt = len(prompt_ids)
         if max_new_tokens < 1:
@@ -61,8 +65,8 @@ class Engine:
         proposer.bind(StepContext(self.temperature, self.generator, timer))
         proposer.start(prompt_ids)
         timer.lap("draft")
-        out = model(input_ids=seq[None, :n_prompt], past_key_values=cache, use_cache=True, logits_to_keep=1)
-        root = self._pick(out.logits[0, -1])
+        logits = self.forward(model, seq[None, :n_prompt], cache=cache, logits_to_keep=1)
+        root = self._pick(logits[0, -1])
         timer.lap("prefill")
         seq[n_prompt] = root
         length = n_prompt + 1  # committed tokens; the last one (the root) is not in the KV cache yet
@@ -84,29 +88,21 @@ class Engine:
                 visible = torch.zeros(tree.size + 1, prefix, dtype=self.dtype, device=device)
                 mask = torch.cat([visible, bias], dim=1)[None, None]
             timer.lap("preprocess")
-            out = model(
-                input_ids=inputs[None],
-                position_ids=positions,
-                attention_mask=mask,
-                past_key_values=cache,
-                use_cache=True,
-            )
+            logits = self.forward(model, inputs[None], cache=cache, position_ids=positions, attention_mask=mask,
+                                  tree=tree)[0]
             timer.lap("target_forward")
-            logits = out.logits[0]
             target = logits.argmax(-1)
             if self.temperature == 0:
                 acc = greedy_accept(tree, inputs[None], target[None], draft.candidates)
-                path = acc.path[0].nonzero().flatten()
-                bonus = acc.bonus
             else:
                 p = target_probs(logits, self.temperature)
                 timer.lap("sampling")
                 slots, token = stochastic_accept(
                     tree, inputs, p, draft.probs, proposer.rule, self.generator, draft.candidates
                 )
-                path = torch.tensor(slots, device=device)
-                bonus = torch.tensor([token], device=device)
-            new = torch.cat([inputs[path[1:]], bonus])  # accepted drafts + bonus
+                acc = Acceptance.from_path(tree, slots, token)
+            path = acc.slots().to(device)
+            new = torch.cat([inputs[path[1:]], acc.bonus.to(device)])  # accepted drafts + bonus
             timer.lap("verify")
 
             room = n_prompt + max_new_tokens - length
@@ -121,7 +117,7 @@ class Engine:
             done = done or length - n_prompt >= max_new_tokens
             if not done:
                 keep_accepted(cache, prefix, path)
-            proposer.update(inputs, logits if proposer.wants_logits else None, target)
+            proposer.update(inputs, logits if proposer.wants_logits else None, target, acc)
             timer.lap("update")
 
         return Generation(seq[n_prompt:length].tolist(), accept_lengths, timer.result())

@@ -1,16 +1,36 @@
-"""What a method is: a proposer that drafts a tree of tokens, or a whole-sequence generator (HF baselines).
+"""The proposer contract: what a method is and what the engine exchanges with it.
 
-Proposers own only their proposing state; the one decode loop (bench.engine) runs the target,
-verifies with the one verifier (bench.verify) and manages the KV cache.
+A method is a proposer that drafts a tree of tokens, or a whole-sequence generator (HF baselines).
+Proposers own only their proposing state; the one decode loop (bench.core.engine) runs the target,
+verifies with the one verifier (bench.core.verify or bench.core.sampling) and manages the KV cache.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from bench.core.tree import Tree, chain
+
+if TYPE_CHECKING:
+    from bench.core.timing import Timer
+
+
+class TargetBundle(Protocol):
+    """What a method may use of the loaded model (bench.models.loading.ModelBundle is one)."""
+
+    name: str
+    model: torch.nn.Module
+    tokenizer: object
+    device: torch.device
+    dtype: torch.dtype
+    vocab_size: int
+    eos_token_ids: list[int]
+    max_context: int
+
+    def load_draft(self) -> torch.nn.Module: ...
 
 
 @dataclass
@@ -31,7 +51,28 @@ class StepContext:
 
     temperature: float  # the target's; 0 = greedy
     generator: torch.Generator  # shared with the engine's verifier, reseeded per prompt-turn
-    timer: object  # bench.timing.PhaseTimer: proposers may lap sub-phases (draft_forward, tree)
+    timer: Timer  # proposers may lap sub-phases (draft_forward, tree)
+
+
+@dataclass
+class Acceptance:
+    """One verification's outcome. Shapes carry a batch dimension B (B = 1 in the engine today)."""
+
+    best: torch.Tensor  # [B] slot of the deepest accepted node (0 = only the root)
+    path: torch.Tensor  # [B, N+1] bool, slots on the accepted path root..best
+    accept_len: torch.Tensor  # [B] tokens this step = accepted drafts + bonus (before any EOS/limit cut)
+    bonus: torch.Tensor  # [B] target's choice after the accepted path
+
+    @classmethod
+    def from_path(cls, tree: Tree, slots: list[int], bonus: int) -> Acceptance:
+        """Batch-1 acceptance from a path of slots (root first), as the stochastic verifier returns it."""
+        path = torch.zeros(1, tree.size + 1, dtype=torch.bool)
+        path[0, slots] = True
+        return cls(torch.tensor([slots[-1]]), path, torch.tensor([len(slots)]), torch.tensor([bonus]))
+
+    def slots(self, row: int = 0) -> torch.Tensor:
+        """Accepted slots of one row, root (slot 0) first, ascending."""
+        return self.path[row].nonzero().flatten()
 
 
 @dataclass
@@ -46,7 +87,7 @@ class Generation:
 class Method:
     """Common base: `name`, the method config and the model bundle."""
 
-    def __init__(self, cfg, bundle):
+    def __init__(self, cfg, bundle: TargetBundle):
         self.cfg = cfg
         self.bundle = bundle
 
@@ -54,7 +95,7 @@ class Method:
         """Settings worth recording in the run's summary (e.g. the tree name)."""
         return {}
 
-    def generate(self, engine, prompt_ids: list[int], max_new_tokens: int, timer) -> Generation:
+    def generate(self, engine, prompt_ids: list[int], max_new_tokens: int, timer: Timer) -> Generation:
         raise NotImplementedError
 
 
@@ -76,10 +117,12 @@ class Proposer(Method):
         """seq[:length] are the committed tokens; seq[length - 1] is the root of the next tree."""
         raise NotImplementedError
 
-    def update(self, inputs: torch.Tensor, logits: torch.Tensor | None, target: torch.Tensor) -> None:
-        """After verification: inputs [N+1] tree tokens, logits [N+1, V] (if wanted), target [N+1] argmax."""
+    def update(self, inputs: torch.Tensor, logits: torch.Tensor | None, target: torch.Tensor,
+               acceptance: Acceptance) -> None:
+        """After verification: inputs [N+1] tree tokens, logits [N+1, V] (if wanted), target [N+1] argmax,
+        acceptance: the accepted path and length (stateful methods, e.g. acceptance estimates, need it)."""
 
-    def generate(self, engine, prompt_ids, max_new_tokens, timer) -> Generation:
+    def generate(self, engine, prompt_ids: list[int], max_new_tokens: int, timer: Timer) -> Generation:
         return engine.generate(self, prompt_ids, max_new_tokens, timer)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from typing import Protocol
 
 PHASES = ("prefill", "preprocess", "draft", "target_forward", "verify", "update")  # every engine step laps these
 # Laps only some runs have: draft-model proposers split `draft` into the draft model's forwards and tree
@@ -24,6 +25,16 @@ def device_sync(device) -> None:
         torch.cuda.synchronize(device)
     elif device.type == "mps":
         torch.mps.synchronize()
+
+
+class Timer(Protocol):
+    """What the engine and proposers need of a timer: start the timed region, charge time to a phase."""
+
+    def start(self) -> None: ...
+
+    def lap(self, phase: str) -> None: ...
+
+    def result(self) -> dict[str, float]: ...
 
 
 class PhaseTimer:

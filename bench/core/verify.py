@@ -1,24 +1,15 @@
 """The one greedy verifier: longest draft path that matches the target's own argmax choices.
 
 Shapes carry a batch dimension B so a batch of sequences with different accepted lengths per row can be
-verified together later (ProPD measures batch sizes 1-16); the engine uses B = 1 today.
+verified together later (ProPD measures batch sizes 1-16); the engine uses B = 1 today. The result type, Acceptance, is part of the proposer contract.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
+from bench.core.proposer import Acceptance
 from bench.core.tree import Tree
-
-
-@dataclass
-class Acceptance:
-    best: torch.Tensor  # [B] slot of the deepest accepted node (0 = only the root)
-    path: torch.Tensor  # [B, N+1] bool, slots on the accepted path root..best
-    accept_len: torch.Tensor  # [B] committed tokens this step = accepted drafts + bonus token
-    bonus: torch.Tensor  # [B] target's choice after the accepted path
 
 
 def greedy_accept(

@@ -39,6 +39,12 @@ def print_summary(path: Path) -> None:
     )
 
 
+def group_options(group: str) -> list[str]:
+    """A config group's options; nested folders (conf/experiment/<paper>/) give `<paper>/<name>`."""
+    root = CONF / group
+    return sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.yaml"))
+
+
 def check_names(argv: list[str]) -> None:
     """Fail fast with one line on unknown group options, before Hydra prints its multi-line error."""
     for arg in argv:
@@ -46,7 +52,7 @@ def check_names(argv: list[str]) -> None:
             continue
         key, value = arg.split("=", 1)
         if key in ("model", "dataset", "method", "logger", "tree", "datastore", "experiment"):
-            known = sorted(p.stem for p in (CONF / key).glob("*.yaml"))
+            known = group_options(key)
             for v in value.split(","):
                 if v and v not in known and not v.startswith(("glob(", "choice(", "range(")):
                     print(f"error: unknown {key} '{v}' (known: {', '.join(known)})", file=sys.stderr)

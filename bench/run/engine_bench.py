@@ -19,12 +19,12 @@ import os
 import statistics
 import sys
 
-from hydra import compose, initialize_config_dir
 from tqdm import tqdm
 
 from bench.core import forward_cost
 from bench.paths import PROJECT
 from bench.run import metrics
+from bench.run.compose import compose_config
 from bench.run.provenance import provenance
 from bench.run.runner import Runner
 
@@ -32,11 +32,8 @@ GOALS = {"ar_vs_hf_generate": 0.95, "pld_vs_hf_pld": 0.95, "tr_overhead_share": 
 
 
 def runner_for(model: str, method: str, overrides: list[str], args) -> Runner:
-    with initialize_config_dir(config_dir=str(PROJECT / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=[
-            f"model={model}", f"method={method}", "dataset=humaneval",
-            f"run.limit={args.prompts}", f"run.max_new_tokens={args.max_new_tokens}", *overrides,
-        ])
+    cfg = compose_config([f"model={model}", f"method={method}", "dataset=humaneval",
+                          f"run.limit={args.prompts}", f"run.max_new_tokens={args.max_new_tokens}", *overrides])
     return Runner(cfg)
 
 

@@ -66,7 +66,7 @@ class TokenRecycling(Proposer):
             tokens[slots] = self.adj[tokens[parents], ranks]
         return Draft(self.tree, tokens[1:].clone())
 
-    def update(self, inputs, logits, target):
+    def update(self, inputs, logits, target, acceptance):
         top = logits.topk(self.k, dim=-1).indices  # [N+1, k]
         if self.update_strategy == "parallel":
             # One scatter; for a token present several times one of the writes wins (as in the paper).

@@ -1,0 +1,53 @@
+"""The generic `runs` table: the latest run per method for one model and dataset, any paper."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from bench.report.tables import MISSING, fmt, lossless_text, markdown, write_texts
+from bench.run.metrics import speedup, summarize
+from bench.run.store import Run, latest_runs, load_runs
+
+DEFAULT_MODEL = "smollm2-135m"
+FOOTER = ("MAT: tokens per target forward incl. the bonus token, pooled over steps; tok/s: mean of "
+          "per-question rates; speedup: ratio of mean rates on the same questions, baseline at the same "
+          "temperature T; overhead: share of "
+          "wall time outside model forwards (— for HF generate, timed as one phase); lossless: "
+          "prompt-turns token-identical to greedy AR.")
+
+
+def default_model(runs: list[Run], model: str | None = None) -> str:
+    """`model`, else the model of the most recent run (runs oldest first), else DEFAULT_MODEL."""
+    return model or (runs[-1].meta.get("model") if runs else None) or DEFAULT_MODEL
+
+
+def runs_table(results_dir: str | Path, model: str | None = None, paper_size: str | None = None,
+               dataset: str | None = None, max_new_tokens: int | None = None) -> str:
+    """Latest run per method for one model and dataset: MAT, tok/s, speedups, overhead, losslessness."""
+    runs = [r for r in load_runs(results_dir)
+            if (model is None or r.meta.get("model") == model)
+            and (dataset is None or r.meta.get("dataset") == dataset)
+            and (max_new_tokens is None or r.meta.get("max_new_tokens") == max_new_tokens)]
+    latest = latest_runs(runs)
+    rows = []
+    for key, run in latest.items():
+        s = summarize(run.records)
+        speed = {}
+        for m in ("hf_generate", "ar"):
+            b = latest.get((key[0], m, None, key[3], key[4]))
+            speed[m] = speedup(run.records, b.records) if b else None
+        rows.append({
+            "model": key[0], "dataset": key[3], "method": key[1] + (f"[{key[2]}]" if key[2] else ""),
+            "T": f"{key[4]:g}",
+            "turns": s["n_turns"], "MAT": fmt(s["mat"]),
+            "tok/s": fmt(s["tokens_per_s"]["mean_of_questions"]),
+            "speedup vs hf_generate": fmt(speed["hf_generate"]), "speedup vs ar": fmt(speed["ar"]),
+            "overhead": fmt(s["overhead_share"]), "lossless": lossless_text(s["lossless"]) or MISSING,
+        })
+    if not rows:
+        return "no complete runs match\n"
+    md = markdown(pd.DataFrame(rows), None, [FOOTER])
+    write_texts(Path(results_dir, "tables"), "runs", {"md": md})
+    return md

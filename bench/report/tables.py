@@ -1,0 +1,62 @@
+"""Table cells and rendering shared by every paper: "ours (paper)" cells, md/csv/tex texts, atomic writes."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from bench.run.store import write_atomic
+
+MISSING = "—"
+
+
+def is_missing(x) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def fmt(x, spec: str = ".2f") -> str:
+    """A number in `spec`, or MISSING for None/NaN."""
+    return MISSING if is_missing(x) else format(x, spec)
+
+
+def pair(ours: str, theirs: str) -> str:
+    """"ours (paper)"; MISSING alone when both sides are missing."""
+    return MISSING if ours == theirs == MISSING else f"{ours} ({theirs})"
+
+
+def lossless_text(counts: dict) -> str | None:
+    """"equal/checked" of summarize()["lossless"]; None when nothing was checked."""
+    return f"{counts['equal']}/{counts['checked']}" if counts["checked"] else None
+
+
+def latex_escape(s: str) -> str:
+    for a, b in (("\\", r"\textbackslash{}"), ("_", r"\_"), ("%", r"\%"), ("&", r"\&"), ("#", r"\#")):
+        s = s.replace(a, b)
+    return s
+
+
+def markdown(display: pd.DataFrame, caption: str | None, footer: list[str], numparse: bool = True) -> str:
+    """Caption, the table, the footer lines; blank lines between the three."""
+    table = display.to_markdown(index=False, disable_numparse=not numparse)
+    return "\n\n".join([*([caption] if caption else []), table, "\n".join(footer)]) + "\n"
+
+
+def render(display: pd.DataFrame, caption: str, footer: list[str], data: pd.DataFrame,
+           formats: tuple[str, ...] = ("md", "csv", "tex")) -> dict[str, str]:
+    """{"md", "csv", "tex"} texts: md and tex show `display` (string cells), csv is the tidy `data`."""
+    texts = {"md": lambda: markdown(display, caption, footer),
+             "csv": lambda: data.to_csv(index=False),
+             "tex": lambda: (display.style.format(escape="latex").hide(axis="index")
+                             .to_latex(hrules=True, caption=latex_escape(caption)))}
+    return {ext: texts[ext]() for ext in formats}
+
+
+def write_texts(folder: str | Path, stem: str, texts: dict[str, str]) -> list[Path]:
+    """Each text to folder/stem.ext, atomically (readers never see a half-written table)."""
+    paths = []
+    for ext, text in texts.items():
+        paths.append(Path(folder, f"{stem}.{ext}"))
+        write_atomic(paths[-1], text)
+    return paths

@@ -1,0 +1,206 @@
+"""Token Recycling with the paper's tree vs `tree=auto` vs ar, and this machine's forward cost T(n)/T(1).
+
+Writes `<results>/figures/tr_auto.png` (the curve and the table), `tr_auto.csv` / `tr_auto.md` (the table)
+and `tr_auto_forward_cost.csv` (the curve). The curve is read from results/cache/forward_cost/*.json (the
+files bench.core.forward_cost writes; read here without torch), else from the auto run's method_settings.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bench.report.plots import figures_dir, new_figure, save_csv, save_figure, wrap
+from bench.report.tables import MISSING, is_missing, markdown
+from bench.report.token_recycling.select import (
+    MAKE_TARGETS,
+    METHOD,
+    context,
+    describe,
+    experiment_runs,
+    group_key,
+    latest_per_x,
+    left_out,
+    missing_runs,
+    run_metrics,
+    select_group,
+    setting,
+    warn,
+)
+from bench.run.metrics import speedup
+from bench.run.store import load_runs, write_atomic
+
+AUTO_COLUMNS = ["method", "tree_source", "tree", "size", "depth", "predicted_mat", "mat", "tokens_per_s",
+                "predicted_speedup_vs_ar", "speedup_vs_ar", "forward_cost_ratio", "bound_speedup", "lossless",
+                "run_id", "model", "dataset", "machine", "max_new_tokens"]
+AUTO_HEADERS = {"method": "method", "tree_source": "tree source", "tree": "tree", "size": "size",
+                "depth": "depth", "predicted_mat": "predicted MAT", "mat": "MAT", "tokens_per_s": "tok/s",
+                "predicted_speedup_vs_ar": "predicted speedup", "speedup_vs_ar": "speedup vs ar",
+                "forward_cost_ratio": "T(size+1)/T(1)",
+                "bound_speedup": "MAT·T(1)/T(size+1)", "lossless": "lossless"}
+AUTO_DEFINITIONS = ("MAT incl. bonus token; tok/s: mean over questions; speedup vs our ar run on the same "
+                    "questions; predicted MAT and speedup: the tree builder's estimates (none for the paper's "
+                    "template tree); T(n): median ms of one forward of n tokens (root + draft) on this machine; "
+                    "MAT·T(1)/T(size+1): the speedup if drafting and verifying cost nothing.")
+IMAGE_HEADERS = {"predicted MAT": "predicted\nMAT", "predicted speedup": "predicted\nspeedup",
+                 "speedup vs ar": "speedup\nvs ar", "T(size+1)/T(1)": "T(size+1)\n/T(1)",
+                 "MAT·T(1)/T(size+1)": "MAT·T(1)\n/T(size+1)"}
+SOURCE_ORDER = ["template", "built", "auto"]
+NUMERIC = ["size", "depth", "predicted_mat", "mat", "tokens_per_s", "predicted_speedup_vs_ar", "speedup_vs_ar",
+           "forward_cost_ratio", "bound_speedup"]
+
+
+def load_forward_cost(results_dir, model: str | None, machine: str | None,
+                      dtype: str | None = None) -> dict | None:
+    """Latest results/cache/forward_cost/*.json of this model, machine (and dtype, if given); None: none."""
+    best = None
+    for p in sorted(Path(results_dir, "cache", "forward_cost").glob("*.json")):
+        try:
+            d = json.loads(p.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        mine = (d.get("model") == model and d.get("machine") == machine and d.get("sizes") and d.get("ms")
+                and (dtype is None or d.get("dtype") == dtype))
+        if mine and (best is None or str(d.get("created") or "") >= str(best.get("created") or "")):
+            best = {**d, "path": str(p)}
+    return best
+
+
+def forward_cost_curve(cost: dict) -> pd.DataFrame:
+    """n, ms, ratio = T(n)/T(1) (T of the smallest measured n when n=1 is missing), sorted by n."""
+    df = pd.DataFrame({"n": cost["sizes"], "ms": cost["ms"]}).astype(float).sort_values("n")
+    base = df.loc[df["n"] == 1, "ms"]
+    df["ratio"] = df["ms"] / (base.iloc[0] if len(base) else df["ms"].iloc[0])
+    df["n"] = df["n"].astype(int)
+    return df.reset_index(drop=True)
+
+
+def interp_ratio(curve: pd.DataFrame | None, n: int | None) -> float:
+    if curve is None or n is None or not (curve["n"].min() <= n <= curve["n"].max()):
+        return math.nan
+    return float(np.interp(n, curve["n"], curve["ratio"]))
+
+
+def auto_table(results_dir, model: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame | None, list[str]]:
+    """Rows: ar, then token_recycling per tree_source (latest each); the forward-cost curve; notes."""
+    runs = load_runs(results_dir)
+    kept, key, dropped = select_group(experiment_runs(runs, "tr_auto", model=model))
+    if not kept:
+        raise missing_runs(["tr_auto"], results_dir, model)
+    notes = left_out("tr_auto", dropped)
+    ctx = context(key)
+    # The ar baseline: same group, preferably from this experiment, else the latest such ar run.
+    ars = [r for r in runs
+           if r.meta.get("method") == "ar" and not r.meta.get("variant") and group_key(r) == key]
+    ar = ([r for r in ars if r.meta.get("experiment") == "tr_auto"] or ars or [None])[-1]
+    if ar is None:
+        notes.append(f"no ar run for {describe(ctx)}: no speedups")
+    per_source = latest_per_x(kept, setting("tree_source", "template"))
+    dtype = (kept[-1].meta.get("provenance") or {}).get("dtype")
+    cost = load_forward_cost(results_dir, ctx["model"], ctx["machine"], dtype)
+    if cost is None and (per_source.get("auto") and setting("forward_cost_ms")(per_source["auto"])):
+        # No cached file (e.g. results copied without cache/): the curve the auto run chose its tree with.
+        recorded = setting("forward_cost_ms")(per_source["auto"])
+        cost = {"sizes": [int(k) for k in recorded], "ms": list(recorded.values()),
+                "path": f"method_settings.forward_cost_ms of run {per_source['auto'].run_id}"}
+    curve = forward_cost_curve(cost) if cost else None
+    if curve is None:
+        notes.append(f"no forward-cost curve for {ctx['model']} on {ctx['machine']} in "
+                     f"{Path(results_dir, 'cache', 'forward_cost')} ({MAKE_TARGETS['tr_auto']})")
+    rows = []
+    if ar is not None:
+        m = run_metrics(ar)
+        rows.append({"method": "ar", "tree_source": None, "tree": None, "size": 0, "depth": 0,
+                     "predicted_mat": None, "predicted_speedup_vs_ar": None, "mat": m["mat"],
+                     "tokens_per_s": m["tokens_per_s"], "speedup_vs_ar": 1.0, "forward_cost_ratio": 1.0,
+                     "bound_speedup": m["mat"], "lossless": m["lossless"], "run_id": ar.run_id, **ctx})
+    order = SOURCE_ORDER + sorted(set(per_source) - set(SOURCE_ORDER))
+    for source in (s for s in order if s in per_source):
+        run = per_source[source]
+        ms = run.meta.get("method_settings") or {}
+        m = run_metrics(run)
+        size = ms.get("tree_size")
+        ratio = interp_ratio(curve, None if size is None else size + 1)  # root + draft tokens
+        rows.append({"method": METHOD, "tree_source": source, "tree": ms.get("tree"), "size": size,
+                     "depth": ms.get("tree_depth"), "predicted_mat": ms.get("predicted_mat"),
+                     "predicted_speedup_vs_ar": ms.get("predicted_speedup_vs_ar"),
+                     "mat": m["mat"], "tokens_per_s": m["tokens_per_s"],
+                     "speedup_vs_ar": speedup(run.records, ar.records) if ar else None,
+                     "forward_cost_ratio": ratio, "bound_speedup": m["mat"] / ratio if ratio else math.nan,
+                     "lossless": m["lossless"], "run_id": run.run_id, **ctx})
+    df = pd.DataFrame(rows, columns=AUTO_COLUMNS)
+    df[NUMERIC] = df[NUMERIC].astype(float)
+    if cost:
+        df.attrs["forward_cost"] = cost["path"]
+    return df, curve, notes
+
+
+def cell(v, spec=".2f") -> str:
+    if is_missing(v):
+        return MISSING
+    return format(v, spec) if isinstance(v, float) else str(v)
+
+
+def auto_display(df: pd.DataFrame) -> pd.DataFrame:
+    out = pd.DataFrame()
+    for col, head in AUTO_HEADERS.items():
+        spec = ".0f" if col in ("size", "depth") else ".1f" if col == "tokens_per_s" else ".2f"
+        out[head] = [cell(v, spec) for v in df[col]]
+    return out
+
+
+def plot_curve(ax, curve: pd.DataFrame | None, df: pd.DataFrame) -> None:
+    """T(n)/T(1) with each tree's n marked; a note where no curve is cached."""
+    if curve is not None:
+        ax.plot(curve["n"], curve["ratio"], "o-", ms=3, color="tab:blue", label="T(n)/T(1), measured")
+        for _, r in df[df["method"] == METHOD].iterrows():
+            if not math.isnan(r["forward_cost_ratio"]):
+                ax.plot([r["size"] + 1], [r["forward_cost_ratio"]], "*", ms=14,
+                        label=f"{r['tree_source']} tree: n = {int(r['size']) + 1}")
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, wrap(f"no forward-cost curve cached for this model and machine "
+                               f"({MAKE_TARGETS['tr_auto']})", 35), ha="center", va="center",
+                transform=ax.transAxes)
+    ax.set_xlabel("n = tokens in one forward (root + draft)")
+    ax.set_ylabel("T(n) / T(1)")
+    ax.grid(alpha=0.3)
+
+
+def tr_auto(results_dir, model: str | None = None) -> list[Path]:
+    """The paper's tree vs tree=auto vs ar: T(n)/T(1) of this machine and the table of both trees."""
+    df, curve, notes = auto_table(results_dir, model)
+    ctx = df.iloc[0]
+    fig = new_figure(figsize=(16, 5))
+    ax, axt = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.8]})
+    plot_curve(ax, curve, df)
+    ax.set_title(f"Forward cost, {ctx['model']} on {ctx['machine']}", fontsize=9)
+    axt.axis("off")
+    disp = auto_display(df)
+    # In the image: one label column instead of method + tree source, headers broken over two lines.
+    shown = disp.drop(columns=["method", "tree source"])
+    labels = ["ar" if m == "ar" else f"TR, {src} tree" for m, src in zip(df["method"], df["tree_source"])]
+    table = axt.table(cellText=shown.values, rowLabels=labels, loc="center", cellLoc="center",
+                      colLabels=[IMAGE_HEADERS.get(c, c) for c in shown.columns])
+    table.auto_set_font_size(False)
+    table.set_fontsize(8)
+    table.auto_set_column_width(list(range(-1, len(shown.columns))))
+    table.scale(1, 2.2)
+    axt.set_title(f"Paper's tree vs tree=auto vs ar: {describe(ctx)}", fontsize=9)
+    axt.text(0.5, 0.02, wrap(AUTO_DEFINITIONS, 120), transform=axt.transAxes, ha="center", va="bottom",
+             fontsize=7.5, style="italic")
+    out = figures_dir(results_dir)
+    paths = [save_figure(fig, out / "tr_auto.png"), save_csv(df, out / "tr_auto.csv")]
+    if curve is not None:
+        paths.append(save_csv(curve, out / "tr_auto_forward_cost.csv"))
+    md = markdown(disp, f"Token Recycling: the paper's tree vs tree=auto vs ar, {describe(ctx)}.",
+                  [AUTO_DEFINITIONS, f"Runs: {', '.join(df['run_id'])}.", *(f"Note: {n}." for n in notes)],
+                  numparse=False)
+    write_atomic(out / "tr_auto.md", md)
+    paths.append(out / "tr_auto.md")
+    warn(notes)
+    return paths

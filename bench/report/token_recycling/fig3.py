@@ -1,0 +1,145 @@
+"""Token Recycling Figure 3: (a) tree breadth, (b) tree depth, (c) update strategy; MAT and tokens/s.
+
+Writes `<results>/figures/tr_fig3.png` and the plotted points `tr_fig3.csv`. Figure 3 of the paper has no
+point values, only axis ranges and qualitative claims; the figure prints those as a note under each panel
+and never draws paper points.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from bench.report.plots import figures_dir, new_figure, save_csv, save_figure, wrap
+from bench.report.token_recycling.select import (
+    MAKE_TARGETS,
+    METHOD,
+    context,
+    experiment_runs,
+    latest_model,
+    latest_per_x,
+    left_out,
+    missing_runs,
+    run_metrics,
+    select_group,
+    setting,
+    warn,
+)
+from bench.run.store import Run, load_runs
+
+UPDATE_ORDER = ["first", "parallel", "last"]  # the paper's First, Cur, Last
+UPDATE_LABELS = {"parallel": "parallel\n(paper's Cur)"}
+
+# experiment, panel, x column, x setting, axis label, what the paper gives (axis ranges and claims only)
+FIG3_PANELS = [
+    ("tr_fig3a", "a", "tree_size", "Breadth (tree nodes, depth 6)",
+     ("Paper (Vicuna-7B, MT-Bench, A100): axis ranges only, no point values: MAT 2.20-2.80, "
+      "tokens/s 102-120. MAT rises steadily with breadth; tokens/s falls beyond 80 nodes.")),
+    ("tr_fig3b", "b", "tree_depth", "Depth (80 nodes)",
+     ("Paper: axis ranges only, no point values: MAT 2.67-2.73, tokens/s 115-121. MAT rises, then "
+      "flattens; tokens/s fluctuates.")),
+    ("tr_fig3c", "c", "update", "Update strategy",
+     ("Paper: axis ranges only, no point values: MAT 2.68-2.77, tokens/s 111-120. Last has the highest "
+      "MAT but the differences are tiny; Cur (our parallel) is clearly the fastest.")),
+]
+FIG3_COLUMNS = ["panel", "experiment", "x_name", "x", "mat", "tokens_per_s", "tokens_per_s_total",
+                "tree", "tree_size", "tree_depth", "update", "n_turns", "lossless", "run_id", "model",
+                "dataset", "machine", "max_new_tokens"]
+
+
+def x_sort_key(x_name: str):
+    if x_name == "update":
+        return lambda x: (UPDATE_ORDER.index(x) if x in UPDATE_ORDER else len(UPDATE_ORDER), str(x))
+    return lambda x: (0, x) if isinstance(x, int | float) else (1, str(x))
+
+
+def sweep_points(runs: list[Run], experiment: str, x_name: str, panel: str = "",
+                 model: str | None = None) -> tuple[pd.DataFrame, list[str]]:
+    """One row per x value (the latest run with it) of one sweep experiment, and notes."""
+    kept, key, dropped = select_group(experiment_runs(runs, experiment, model=model))
+    notes = left_out(experiment, dropped)
+    per_x = latest_per_x(kept, setting(x_name))
+    if len(per_x) < len(kept):
+        notes.append(f"{experiment}: {len(kept) - len(per_x)} older or unlabelled run(s) superseded")
+    rows = []
+    for x in sorted(per_x, key=x_sort_key(x_name)):
+        run = per_x[x]
+        m = run_metrics(run)
+        ms = run.meta.get("method_settings") or {}
+        rows.append({"panel": panel, "experiment": experiment, "x_name": x_name, "x": x, "mat": m["mat"],
+                     "tokens_per_s": m["tokens_per_s"], "tokens_per_s_total": m["tokens_per_s_total"],
+                     "tree": ms.get("tree"), "tree_size": ms.get("tree_size"),
+                     "tree_depth": ms.get("tree_depth"), "update": ms.get("update"),
+                     "n_turns": m["n_turns"], "lossless": m["lossless"], "run_id": run.run_id,
+                     **context(key)})
+    return pd.DataFrame(rows, columns=FIG3_COLUMNS), notes
+
+
+def fig3_points(results_dir, model: str | None = None) -> tuple[pd.DataFrame, list[str]]:
+    """All three panels' points (columns FIG3_COLUMNS) and notes; MissingRunsError if no panel has runs."""
+    runs = load_runs(results_dir)
+    exps = [p[0] for p in FIG3_PANELS]
+    model = model or latest_model([r for r in runs if r.meta.get("experiment") in exps
+                                   and r.meta.get("method") == METHOD])
+    frames, notes = [], []
+    for experiment, panel, x_name, _, _ in FIG3_PANELS:
+        df, n = sweep_points(runs, experiment, x_name, panel, model)
+        frames.append(df)
+        notes += n
+        if df.empty:
+            notes.append(f"no runs for panel ({panel}): {MAKE_TARGETS[experiment]}")
+    if all(df.empty for df in frames):
+        raise missing_runs(exps, results_dir, model)
+    return pd.concat([f for f in frames if not f.empty], ignore_index=True), notes
+
+
+def twin_panel(ax, xs, labels, mat, tps, xlabel, categorical):
+    """MAT on the left axis, tokens/s on the right; categorical x (update strategy) at 0..n-1."""
+    ax2 = ax.twinx()
+    pos = list(range(len(xs))) if categorical else xs
+    (l1,) = ax.plot(pos, mat, "o-", color="tab:blue", label="MAT")
+    (l2,) = ax2.plot(pos, tps, "s--", color="tab:red", label="Tokens/s")
+    if categorical:
+        ax.set_xticks(pos, labels)
+        ax.set_xlim(-0.5, len(pos) - 0.5)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("MAT", color="tab:blue")
+    ax2.set_ylabel("Tokens/s", color="tab:red")
+    ax.grid(alpha=0.3)
+    return [l1, l2]
+
+
+def tr_fig3(results_dir, model: str | None = None) -> list[Path]:
+    """Figure 3 (a) breadth, (b) depth, (c) update strategy: MAT (left axis) and tokens/s (right)."""
+    df, notes = fig3_points(results_dir, model)
+    fig = new_figure(figsize=(16, 5.6))
+    axes = fig.subplots(1, 3)
+    handles = None
+    for ax, (experiment, panel, x_name, xlabel, paper) in zip(axes, FIG3_PANELS):
+        sub = df[df["panel"] == panel]
+        ax.set_title(f"({panel}) {experiment}")
+        if sub.empty:
+            ax.text(0.5, 0.5, wrap(f"no runs: {MAKE_TARGETS[experiment]}", 30), ha="center", va="center",
+                    transform=ax.transAxes)
+            ax.set_xticks([])
+            ax.set_yticks([])
+        else:
+            xs = list(sub["x"])
+            labels = [UPDATE_LABELS.get(x, str(x)) for x in xs]
+            handles = twin_panel(ax, xs, labels, sub["mat"], sub["tokens_per_s"], xlabel,
+                                 categorical=x_name == "update") or handles
+            first = sub.iloc[0]
+            ax.set_title(f"({panel}) {experiment}: {first['machine']}, {first['max_new_tokens']} tok", fontsize=9)
+        ax.text(0.5, -0.27, wrap(paper, 62), transform=ax.transAxes, ha="center", va="top", fontsize=7.5,
+                style="italic")
+    if handles:
+        axes[0].legend(handles=handles, loc="upper left", fontsize=8)
+    ctx = df.iloc[0]
+    fig.suptitle(f"Token Recycling Figure 3, ours: {ctx['model']} on {ctx['dataset']} "
+                 f"(MAT incl. bonus token; tokens/s = mean over questions)")
+    fig.subplots_adjust(bottom=0.32, wspace=0.45)
+    out = figures_dir(results_dir)
+    paths = [save_figure(fig, out / "tr_fig3.png"), save_csv(df, out / "tr_fig3.csv")]
+    warn(notes)
+    return paths

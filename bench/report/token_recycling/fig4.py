@@ -1,0 +1,114 @@
+"""Token Recycling Figure 4: share of a response's time per component, ours beside the paper's.
+
+Writes `<results>/figures/tr_fig4.png` (grouped bars) and `tr_fig4.csv`. The paper's percentages are in
+paper_tables/token_recycling_fig4_time_allocation.csv.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bench.report.plots import figures_dir, new_figure, save_csv, save_figure, wrap
+from bench.report.token_recycling.select import (
+    context,
+    describe,
+    experiment_runs,
+    left_out,
+    missing_runs,
+    run_metrics,
+    select_group,
+    warn,
+)
+from bench.run.store import load_runs
+
+# paper component (CSV key), label, our phases. Prefill is folded into Model Forward by default: the paper
+# times a whole response to a query and lists no separate prefill component.
+FIG4_COMPONENTS = [
+    ("preprocess", "Preprocess", ("preprocess",)),
+    ("retrieval", "Retrieval", ("draft",)),
+    ("model_forward", "Model Forward", ("target_forward", "prefill")),
+    ("verify", "Verify", ("verify",)),
+    ("update", "Update", ("update",)),
+]
+FIG4_PAPER_CSV = Path(__file__).with_name("paper_tables") / "token_recycling_fig4_time_allocation.csv"
+
+
+def component_shares(phase_share: dict[str, float], fold_prefill: bool = True) -> dict[str, dict]:
+    """Our phase shares (of wall time) -> the paper's components: {key: {"label", "phases", "share"}}.
+
+    fold_prefill=False gives prefill its own "prefill" component (the paper has no value for it). Phases
+    outside the mapping (none for token_recycling today) go to "other".
+    """
+    comps = []
+    for key, label, phases in FIG4_COMPONENTS:
+        if not fold_prefill:
+            phases = tuple(p for p in phases if p != "prefill")
+        comps.append((key, label, phases))
+    if not fold_prefill:
+        comps.append(("prefill", "Prefill", ("prefill",)))
+    mapped = {p for _, _, phases in comps for p in phases}
+    other = tuple(sorted(set(phase_share) - mapped))
+    if other:
+        comps.append(("other", "Other", other))
+    return {key: {"label": label, "phases": "+".join(phases),
+                  "share": sum(phase_share.get(p, 0.0) for p in phases)} for key, label, phases in comps}
+
+
+def paper_fig4() -> dict[str, float]:
+    """The paper's Figure 4 percentages, component -> percent."""
+    df = pd.read_csv(FIG4_PAPER_CSV)
+    return dict(zip(df["component"], df["percent"].astype(float)))
+
+
+def fig4_points(results_dir, model: str | None = None,
+                fold_prefill: bool = True) -> tuple[pd.DataFrame, list[str]]:
+    runs = experiment_runs(load_runs(results_dir), "tr_fig4", model=model)
+    kept, key, dropped = select_group(runs)
+    if not kept:
+        raise missing_runs(["tr_fig4"], results_dir, model)
+    run = kept[-1]
+    m = run_metrics(run)
+    paper = paper_fig4()
+    rows = [{"component": k, "label": c["label"], "our_phases": c["phases"], "ours_percent": 100 * c["share"],
+             "paper_percent": paper.get(k, math.nan), "run_id": run.run_id, **context(key)}
+            for k, c in component_shares(m["phase_share"], fold_prefill).items()]
+    df = pd.DataFrame(rows)
+    df.attrs.update(prefill_percent=100 * m["phase_share"].get("prefill", 0.0), fold_prefill=fold_prefill)
+    return df, left_out("tr_fig4", dropped)
+
+
+def tr_fig4(results_dir, model: str | None = None, fold_prefill: bool = True) -> list[Path]:
+    """Figure 4: share of a response's time per component, ours beside the paper's (grouped bars)."""
+    df, notes = fig4_points(results_dir, model, fold_prefill)
+    fig = new_figure(figsize=(9, 5))
+    ax = fig.subplots()
+    pos = np.arange(len(df))
+    w = 0.38
+    bars = [ax.bar(pos - w / 2, df["ours_percent"], w, label=f"ours ({df.iloc[0]['model']})",
+                   color="tab:blue"),
+            ax.bar(pos + w / 2, df["paper_percent"].fillna(0), w, label="paper (Vicuna-7B, A100)",
+                   color="tab:gray")]
+    for bar_set, values in zip(bars, (df["ours_percent"], df["paper_percent"])):
+        for b, v in zip(bar_set, values):
+            ax.annotate("n/a" if math.isnan(v) else f"{v:.1f}%",
+                        (b.get_x() + b.get_width() / 2, b.get_height()), ha="center", va="bottom",
+                        fontsize=8, xytext=(0, 2), textcoords="offset points")
+    ax.set_xticks(pos, [f"{lab}\n({ph})" for lab, ph in zip(df["label"], df["our_phases"])], fontsize=8)
+    ax.set_ylabel("% of response time")
+    ax.set_ylim(0, 105)
+    ax.legend()
+    r = df.iloc[0]
+    prefill = (f"Prefill ({df.attrs['prefill_percent']:.1f}% of ours) is folded into Model Forward."
+               if fold_prefill else "Prefill is shown separately; the paper has no prefill component.")
+    ax.set_title(f"Token Recycling Figure 4, time allocation: ours ({describe(r)}) vs paper", fontsize=9)
+    ax.text(0.5, -0.2, wrap(f"{prefill} Ours: share of wall time per phase (our phase names in brackets), "
+                            f"run {r['run_id']}.", 110),
+            transform=ax.transAxes, ha="center", va="top", fontsize=8, style="italic")
+    out = figures_dir(results_dir)
+    paths = [save_figure(fig, out / "tr_fig4.png"), save_csv(df, out / "tr_fig4.csv")]
+    warn(notes)
+    return paths

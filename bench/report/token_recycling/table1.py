@@ -1,0 +1,181 @@
+"""Token Recycling Table 1: SpecBench per-category speedups, MAT, tok/s and speedup on SpecBench and MBPP.
+
+Writes results/tables/token_recycling_table1.{md,csv,tex}: cells "ours (paper)", the paper's numbers from
+paper_tables/token_recycling_table1.csv. Only temperature-0 runs fill it (Token Recycling is greedy); the
+speedups are against our hf_generate run (the paper's baseline is HF's AR).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from bench.report.runs import default_model
+from bench.report.tables import MISSING, fmt, lossless_text, pair, render, write_texts
+from bench.run.metrics import speedup, summarize
+from bench.run.store import Run, latest_runs, load_runs
+
+PAPER_CSV = Path(__file__).with_name("paper_tables") / "token_recycling_table1.csv"
+DEFAULT_PAPER_SIZE = "7B"
+
+# (our method, our variant, paper row, shown label, paper's name); paper row None: not in the paper.
+ROWS = [
+    ("hf_generate", None, "vanilla", "hf_generate", "Vanilla"),
+    ("ar", None, None, "ar", None),
+    ("lookahead", None, "lookahead", "lookahead", "Lookahead"),
+    ("pld", None, "pld", "pld", "PLD"),
+    ("hf_pld", None, None, "hf_pld", None),
+    ("rest", None, "rest", "rest", "REST"),
+    ("medusa", None, "medusa", "medusa", "Medusa*"),
+    ("token_recycling", None, "token_recycling", "token_recycling", "Ours (Token Recycling)"),
+    ("token_recycling", "shuffle", "token_recycling_shuffle", "token_recycling[shuffle]", "shuffle"),
+]
+# Spec-Bench group name in our records -> paper column.
+GROUPS = {"mt_bench": "mt", "translation": "trans", "summarization": "sum", "qa": "qa",
+          "math_reasoning": "math", "rag": "rag"}
+DATASETS = {"specbench": "spec_bench", "mbpp": "mbpp_tr"}
+METRICS = [*GROUPS.values(), "specbench_mat", "specbench_tok_s", "specbench_speedup",
+           "mbpp_mat", "mbpp_tok_s", "mbpp_speedup"]
+HEADERS = {"mt": "MT", "trans": "Trans", "sum": "Sum", "qa": "QA", "math": "Math", "rag": "RAG",
+           "specbench_mat": "SB MAT", "specbench_tok_s": "SB tok/s", "specbench_speedup": "SB speedup",
+           "mbpp_mat": "MBPP MAT", "mbpp_tok_s": "MBPP tok/s", "mbpp_speedup": "MBPP speedup",
+           "specbench_lossless": "SB lossless", "mbpp_lossless": "MBPP lossless"}
+
+DEFINITIONS = (
+    "Cells: ours (paper); — = no run / no published value. MAT: mean tokens committed per target forward, "
+    "bonus token included, pooled over all steps. tok/s: mean over questions of per-question tokens/s. "
+    "Speedup: ratio of those means vs our hf_generate run on the same model and dataset (questions in "
+    "both runs); MT..RAG are SpecBench per-category speedups. Lossless: outputs equal to the greedy "
+    "reference / outputs checked."
+)
+
+
+def group_records(records: list[dict]) -> dict[str, list[dict]]:
+    # Same grouping key as metrics.by_group, but keeping the records: speedup needs both sides' records.
+    groups: dict[str, list[dict]] = {}
+    for r in records:
+        groups.setdefault(r.get("group") or r.get("category") or "all", []).append(r)
+    return groups
+
+
+def dataset_cells(prefix: str, run: Run | None, base: Run | None) -> dict:
+    """MAT, tok/s, speedup (and lossless) of one run on one dataset; None where not measurable."""
+    if run is None:
+        return {}
+    s = summarize(run.records)
+    return {f"{prefix}_mat": s["mat"], f"{prefix}_tok_s": s["tokens_per_s"]["mean_of_questions"],
+            f"{prefix}_speedup": speedup(run.records, base.records) if base else None,
+            f"{prefix}_lossless": lossless_text(s["lossless"]), f"{prefix}_run_id": run.run_id}
+
+
+def baseline_notes(label: str, dataset: str, run: Run, base: Run) -> list[str]:
+    notes = []
+    if base.meta.get("max_new_tokens") != run.meta.get("max_new_tokens"):
+        notes.append(f"{label} on {dataset}: max_new_tokens {run.meta.get('max_new_tokens')} "
+                     f"vs baseline {base.meta.get('max_new_tokens')}")
+    if base.meta.get("machine") != run.meta.get("machine"):
+        notes.append(f"{label} on {dataset}: machine differs from the baseline's")
+    return notes
+
+
+def build_token_recycling_table1(results_dir: str | Path, model: str | None = None,
+                                 paper_size: str | None = None, mbpp_model: str | None = None) -> pd.DataFrame:
+    """One row per paper row (paper order); `<col>` is ours (NaN: no run), `<col>_paper` the paper's.
+
+    The paper ran Vicuna on SpecBench and Code Llama on MBPP: `mbpp_model` (default: `model`) names the
+    model whose mbpp_tr runs fill the MBPP columns. Run provenance and caveats are in df.attrs.
+    """
+    runs = load_runs(results_dir)
+    model = default_model(runs, model)
+    mbpp_model = mbpp_model or model
+    models = {"spec_bench": model, "mbpp_tr": mbpp_model}
+    mine = [r for r in runs if r.meta.get("model") == models.get(r.meta.get("dataset"))]
+    paper_size = paper_size or next((r.meta["paper_size"] for r in reversed(mine)
+                                     if r.meta.get("paper_size")), DEFAULT_PAPER_SIZE)
+    latest = latest_runs(mine)
+    paper = pd.read_csv(PAPER_CSV)
+    paper = paper[paper["size"] == paper_size].set_index("method")
+
+    used: list[Run] = []
+    notes = [] if len(paper) else [f"the paper has no {paper_size} rows"]
+    rows = []
+
+    # Token Recycling is greedy: only temperature-0 runs fill its table.
+    def latest_of(method, variant, dataset):
+        return latest.get((models[dataset], method, variant, dataset, 0.0))
+
+    # The paper's speedups are against HF's AR, so the baseline is always hf_generate.
+    bases = {dataset: latest_of("hf_generate", None, dataset) for dataset in DATASETS.values()}
+    for method, variant, paper_row, label, paper_name in ROWS:
+        row = {"method": method, "variant": variant, "label": label, "paper_method": paper_name}
+        found = {dataset: latest_of(method, variant, dataset) for dataset in DATASETS.values()}
+        if paper_row is None and not any(found.values()):
+            continue  # our extra rows (ar, hf_pld) appear only when run; the paper's rows always do
+        for prefix, dataset in DATASETS.items():
+            run, base = found[dataset], bases[dataset]
+            row.update(dataset_cells(prefix, run, base))
+            if run is None:
+                continue
+            used.append(run)
+            if base is None:
+                notes.append(f"no hf_generate run on {dataset}: {label} has no speedup")
+                continue
+            notes += baseline_notes(label, dataset, run, base)
+            if prefix == "specbench":
+                base_groups = group_records(base.records)
+                for group, rs in group_records(run.records).items():
+                    if group in GROUPS and group in base_groups:
+                        row[GROUPS[group]] = speedup(rs, base_groups[group])
+        for col in METRICS:
+            row[f"{col}_paper"] = paper.at[paper_row, col] if paper_row in paper.index else None
+        rows.append(row)
+
+    numeric = [c for col in METRICS for c in (col, f"{col}_paper")]
+    df = pd.DataFrame(rows).reindex(columns=["method", "variant", "label", "paper_method", *numeric,
+                                             "specbench_lossless", "mbpp_lossless",
+                                             "specbench_run_id", "mbpp_run_id"])
+    df[numeric] = df[numeric].astype(float)  # None -> NaN, so the CSV has empty cells, not "None"
+    df.attrs.update(model=model if mbpp_model == model else f"{model} (SpecBench), {mbpp_model} (MBPP)",
+                    paper_size=paper_size, notes=list(dict.fromkeys(notes)),
+                    machines=sorted({str(r.meta.get("machine")) for r in used}),
+                    run_ids={run_label(r): r.run_id for r in used})
+    return df
+
+
+def run_label(run: Run) -> str:
+    variant = run.meta.get("variant")
+    return f"{run.meta.get('method')}{f'[{variant}]' if variant else ''}/{run.meta.get('dataset')}"
+
+
+def display(df: pd.DataFrame) -> pd.DataFrame:
+    """String cells "ours (paper)"; "—" for a missing side, just "—" when both are missing."""
+    out = pd.DataFrame({"Method": df["label"], "Paper": df["paper_method"].fillna(MISSING)})
+    for col in METRICS:
+        out[HEADERS[col]] = [pair(fmt(ours), fmt(theirs)) for ours, theirs in zip(df[col], df[f"{col}_paper"])]
+    for col in ("specbench_lossless", "mbpp_lossless"):
+        out[HEADERS[col]] = [v if isinstance(v, str) else MISSING for v in df[col]]
+    return out
+
+
+def render_token_recycling_table1(df: pd.DataFrame) -> dict[str, str]:
+    """{"md", "csv", "tex"} texts of the table built by build_token_recycling_table1."""
+    a = df.attrs
+    caption = (f"Token Recycling Table 1, ours (paper): model {a['model']} vs the paper's {a['paper_size']} "
+               f"(Vicuna on SpecBench, Code Llama on MBPP, A100-80GB).")
+    footer = [
+        f"Machine: {', '.join(a['machines']) or MISSING}.",
+        DEFINITIONS,
+        "Runs: " + (", ".join(f"{k}={v}" for k, v in a["run_ids"].items()) or "none") + ".",
+        *(f"Note: {n}." for n in a["notes"]),
+    ]
+    return render(display(df), caption, footer, df)
+
+
+def token_recycling_table1(results_dir: str | Path, model: str | None = None,
+                           paper_size: str | None = None, mbpp_model: str | None = None) -> str:
+    """Build, write results/tables/token_recycling_table1.{md,csv,tex}; returns the markdown."""
+    texts = render_token_recycling_table1(build_token_recycling_table1(results_dir, model, paper_size, mbpp_model))
+    write_texts(Path(results_dir, "tables"), "token_recycling_table1", texts)
+    return texts["md"]
+

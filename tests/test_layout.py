@@ -1,0 +1,155 @@
+"""The layout's rules, checked on the source (ast; nothing is imported or run).
+
+- No import cycles between the project's modules (lazy imports inside functions count too).
+- The engine core (bench/core) imports nothing from methods/, the runner (bench.run), the reports
+  (bench.report) or the model loaders (bench.models): everything else builds on it, not the reverse.
+- Reports import neither methods/ nor the runner's model-loading side (only bench.run.store/metrics).
+- No private (underscore) name is imported from another module.
+- No source file over 450 lines; no run of 6 identical code lines in two source files.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from bench.paths import PROJECT
+
+PACKAGES = ("bench", "methods", "data")
+SOURCE_DIRS = (*PACKAGES, "scripts", "notebooks")
+
+
+def source_files() -> list[Path]:
+    return sorted(p for d in SOURCE_DIRS for p in (PROJECT / d).rglob("*.py") if "cache" not in p.parts)
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PROJECT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in source_files()}
+
+
+def imports(path: Path) -> list[tuple[str, list[str]]]:
+    """(imported project module, names taken from it) for every import statement, lazy ones included."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(a.name, []) for a in node.names if a.name.split(".")[0] in PACKAGES]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.split(".")[0] not in PACKAGES:
+                continue
+            for alias in node.names:  # `from bench.run import metrics` imports the module bench.run.metrics
+                sub = f"{node.module}.{alias.name}"
+                found.append((sub, []) if sub in MODULES else (node.module, [alias.name]))
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = defaultdict(set)
+    for mod, path in MODULES.items():
+        for target, _ in imports(path):
+            if target in MODULES and target != mod:
+                edges[mod].add(target)
+    return edges
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(set(edges) | {w for ws in edges.values() for w in ws}):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycles():
+    assert cycles(graph()) == []
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+FORBIDDEN = {
+    "bench.core": ("methods", "bench.run", "bench.report", "bench.models"),
+    "bench.report": ("methods", "bench.run.runner", "bench.run.__main__", "bench.models"),
+    "methods": ("bench.run", "bench.report"),
+    "bench.models": ("methods", "bench.run", "bench.report"),
+    "data": ("bench", "methods"),
+}
+
+
+@pytest.mark.parametrize("room", sorted(FORBIDDEN))
+def test_rooms_import_only_downwards(room):
+    bad = []
+    for mod, path in MODULES.items():
+        if mod != room and not mod.startswith(room + "."):
+            continue
+        for target, _ in imports(path):
+            if any(target == f or target.startswith(f + ".") for f in FORBIDDEN[room]):
+                bad.append(f"{mod} -> {target}")
+    assert bad == []
+
+
+def test_no_private_names_imported_across_modules():
+    bad = [f"{mod}: {target}.{name}" for mod, path in MODULES.items() for target, names in imports(path)
+           for name in names if name.startswith("_") and not name.startswith("__")]
+    assert bad == []
+
+
+def test_no_source_file_over_450_lines():
+    long = {str(p.relative_to(PROJECT)): n for p in source_files() if (n := len(p.read_text().splitlines())) > 450}
+    assert long == {}
+
+
+def code_lines(path: Path) -> list[tuple[int, str]]:
+    """Lines that carry code: stripped, without blanks, comments and import lines (shared imports are fine)."""
+    out = []
+    for i, line in enumerate(path.read_text().splitlines(), start=1):
+        s = line.strip()
+        if s and not s.startswith(("#", "import ", "from ", ")", "]", "}")) and len(s) > 3:
+            out.append((i, s))
+    return out
+
+
+def test_no_six_line_block_repeated_across_source_files():
+    seen: dict[tuple, str] = {}
+    repeats = []
+    for path in source_files():
+        lines = code_lines(path)
+        for k in range(len(lines) - 5):
+            block = tuple(s for _, s in lines[k:k + 6])
+            where = f"{path.relative_to(PROJECT)}:{lines[k][0]}"
+            first = seen.setdefault(block, where)
+            if first.split(":")[0] != where.split(":")[0]:
+                repeats.append(f"{first} == {where}")
+    assert repeats == []
