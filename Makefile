@@ -10,9 +10,10 @@ MAX_NEW ?= 128
 # LOGGER=wandb copies every run to W&B (offline unless WANDB_MODE=online)
 LOGGER ?= none
 RUN_ARGS = model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
+TABLE1_ARGS = run.limit_per_group=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
 STAMP  := $(VENV)/.installed
 
-.PHONY: help setup demo test lint data datastore reproduce-table1 reproduce-tr-fig3 reproduce-tr-fig4 reproduce-tr-auto draft reproduce-dyspec-table1 reproduce-dyspec-table2 reproduce-dyspec-table3 reproduce-dyspec-table5 bench-engine clean-results
+.PHONY: help setup demo test lint data datastore reproduce-table1 reproduce-tr-table1 reproduce-tr-fig3 reproduce-tr-fig4 reproduce-tr-auto tree-stats draft reproduce-dyspec-table1 reproduce-dyspec-table2 reproduce-dyspec-table3 reproduce-dyspec-table5 reproduced bench-engine clean-results
 
 help:  ## list targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' Makefile | sed 's/:.*## /\t/'
@@ -41,61 +42,68 @@ lint: setup  ## ruff
 data: setup  ## fill data/cache/ from the mirror (SPECREPRO_DATA_MIRROR or ../shared/data) or the HF hub
 	$(PY) scripts/fetch_data.py
 
+# ---- Token Recycling (experiments: conf/experiment/token_recycling/, reports: bench/report/token_recycling/)
 # The paper ran Vicuna on SpecBench and Code Llama on MBPP, hence one sweep per dataset (MBPP_MODEL).
-reproduce-table1: setup datastore  ## Token Recycling Table 1: 7 rows x {spec_bench, mbpp_tr}, LIMIT per group, then the report
-	$(PY) -m bench.run -m experiment=table1 model=$(MODEL) hydra.sweeper.params.dataset=spec_bench \
-		run.limit_per_group=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
-	$(PY) -m bench.run -m experiment=table1 model=$(MODEL) hydra.sweeper.params.dataset=spec_bench \
-		hydra.sweeper.params.method=token_recycling run.shuffle=true run.variant=shuffle \
-		run.limit_per_group=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
-	$(PY) -m bench.run -m experiment=table1 model=$(MBPP_MODEL) hydra.sweeper.params.dataset=mbpp_tr \
-		run.limit_per_group=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
-	$(PY) -m bench.report token_recycling_table1 --model $(MODEL) --mbpp-model $(MBPP_MODEL)
+reproduce-tr-table1: setup datastore  ## Token Recycling Table 1: 7 rows x {spec_bench, mbpp_tr}, LIMIT per group, then the report
+	$(PY) -m bench.run -m experiment=token_recycling/table1_spec_bench $(TABLE1_ARGS) model=$(MODEL)
+	$(PY) -m bench.run experiment=token_recycling/table1_shuffle $(TABLE1_ARGS) model=$(MODEL)
+	$(PY) -m bench.run -m experiment=token_recycling/table1_mbpp $(TABLE1_ARGS) model=$(MBPP_MODEL)
+	$(PY) -m bench.report token_recycling/table1 --model $(MODEL) --mbpp-model $(MBPP_MODEL)
 
-# Figures 3 and 4 run on MT-Bench (LIMIT questions, both turns). Plots: bench/figures.py -> results/figures/.
-reproduce-tr-fig3: setup  ## Token Recycling Figure 3: breadth, depth and update-strategy sweeps, then the plot
-	$(PY) -m bench.run -m experiment=tr_fig3a $(RUN_ARGS)
-	$(PY) -m bench.run -m experiment=tr_fig3b $(RUN_ARGS)
-	$(PY) -m bench.run -m experiment=tr_fig3c $(RUN_ARGS)
-	$(PY) -m bench.figures tr_fig3 --model $(MODEL)
+reproduce-table1: reproduce-tr-table1  ## the design card's name for Token Recycling Table 1
+
+# Figures 3 and 4 run on MT-Bench (LIMIT questions, both turns); plots and CSVs go to results/figures/.
+reproduce-tr-fig3: setup tree-stats  ## Token Recycling Figure 3: breadth, depth and update-strategy sweeps, then the plot
+	$(PY) -m bench.run -m experiment=token_recycling/fig3a $(RUN_ARGS)
+	$(PY) -m bench.run -m experiment=token_recycling/fig3b $(RUN_ARGS)
+	$(PY) -m bench.run -m experiment=token_recycling/fig3c $(RUN_ARGS)
+	$(PY) -m bench.report token_recycling/fig3 --model $(MODEL)
 
 reproduce-tr-fig4: setup  ## Token Recycling Figure 4: time per component of a step, beside the paper's shares
-	$(PY) -m bench.run experiment=tr_fig4 $(RUN_ARGS)
-	$(PY) -m bench.figures tr_fig4 --model $(MODEL)
+	$(PY) -m bench.run experiment=token_recycling/fig4 $(RUN_ARGS)
+	$(PY) -m bench.report token_recycling/fig4 --model $(MODEL)
 
-reproduce-tr-auto: setup  ## AR, Token Recycling with the paper tree and with tree=auto on this machine, T(n) curve
-	$(PY) -m bench.run experiment=tr_auto method=ar hydra.mode=RUN $(RUN_ARGS)
-	$(PY) -m bench.run -m experiment=tr_auto $(RUN_ARGS)
-	$(PY) -m bench.figures tr_auto --model $(MODEL)
+reproduce-tr-auto: setup tree-stats  ## AR, Token Recycling with the paper tree and with tree=auto on this machine, T(n) curve
+	$(PY) -m bench.run experiment=token_recycling/auto_ar $(RUN_ARGS)
+	$(PY) -m bench.run -m experiment=token_recycling/auto $(RUN_ARGS)
+	$(PY) -m bench.report token_recycling/auto --model $(MODEL)
+
+tree-stats: setup  ## per-rank acceptance of MODEL (Token Recycling calibration) for tree=built/auto -> results/cache/tree_stats/
+	$(PY) scripts/calibrate_tree.py model=$(MODEL)
 
 draft: setup  ## distil MODEL's draft (conf/model/<MODEL>.yaml draft.train) into data/cache/drafts/ (~25 min here); prints agreement and relative cost
 	$(PY) scripts/train_draft.py model=$(MODEL)
 
-# DySpec (Sequoia's protocol): raw-text c4/openwebtext/cnn_dailymail, 128-token prompts, 128 new tokens, T 0 and 0.6.
+# ---- DySpec (experiments: conf/experiment/dyspec/, reports: bench/report/dyspec/)
+# Sequoia's protocol: raw-text c4/openwebtext/cnn_dailymail, 128-token prompts, 128 new tokens, T 0 and 0.6.
 # Table 1 = MODEL with its own draft (smollm2-135m: `make draft` first); Tables 2-3 = the paper's Llama-2 pairs (hub, GPU).
 reproduce-dyspec-table1: setup  ## DySpec Table 1: ar, specinfer, sequoia, dyspec x 3 datasets x T {0, 0.6}, then the reports
-	$(PY) -m bench.run -m experiment=dyspec_table1 model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
-	$(PY) -m bench.report dyspec_table --model $(MODEL) --paper-table 1
-	$(PY) -m bench.report dyspec_time_breakdown --model $(MODEL)
+	$(PY) -m bench.run -m experiment=dyspec/table1 model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
+	$(PY) -m bench.report dyspec/table --model $(MODEL) --paper-table 1
+	$(PY) -m bench.report dyspec/time_breakdown --model $(MODEL)
 
 reproduce-dyspec-table2: setup  ## DySpec Table 2 (llama-68m -> Llama-2-13B; needs the hub and a GPU)
-	$(PY) -m bench.run -m experiment=dyspec_table1 model=llama-2-13b run.limit=$(LIMIT) logger=$(LOGGER)
-	$(PY) -m bench.report dyspec_table --model llama-2-13b --paper-table 2
+	$(PY) -m bench.run -m experiment=dyspec/table1 model=llama-2-13b run.limit=$(LIMIT) logger=$(LOGGER)
+	$(PY) -m bench.report dyspec/table --model llama-2-13b --paper-table 2
 
 reproduce-dyspec-table3: setup  ## DySpec Table 3 (Llama-2-7B -> Llama-2-70B; needs the hub and GPUs)
-	$(PY) -m bench.run -m experiment=dyspec_table1 model=llama-2-70b run.limit=$(LIMIT) logger=$(LOGGER)
-	$(PY) -m bench.report dyspec_table --model llama-2-70b --paper-table 3
+	$(PY) -m bench.run -m experiment=dyspec/table1 model=llama-2-70b run.limit=$(LIMIT) logger=$(LOGGER)
+	$(PY) -m bench.report dyspec/table --model llama-2-70b --paper-table 3
 
 # Block counts need no model: random trees by default; TREES=file.jsonl adds real DySpec trees, e.g. written by
 # `python -m bench.run model=smollm2-135m dataset=c4 method=dyspec run.limit=3 method.record_trees=$PWD/results/dyspec_trees.jsonl`
 reproduce-dyspec-table5: setup  ## DySpec Table 5 / Figs 7, 9: non-zero 32x32 tiles of tree attention masks, with and without DFS reorder
-	$(PY) -m bench.dyspec_table5 --sizes 256,512,1024,2048 --trees-per-size 20 --seed 0 $(if $(TREES),--trees $(TREES))
+	$(PY) -m bench.report dyspec/table5 --sizes 256,512,1024,2048 --trees-per-size 20 --seed 0 $(if $(TREES),--trees $(TREES))
 
+# ---- shared
 datastore: setup  ## REST datastores (conf/datastore/, offline corpora) for MODEL's tokenizer -> data/cache/datastores/
 	$(PY) scripts/build_datastore.py model=$(MODEL)
 
+reproduced: setup  ## REPRODUCED.md: per paper, the latest measured tables beside the paper's numbers, from results/
+	$(PY) -m bench.report reproduced
+
 bench-engine: setup  ## engine micro-benchmarks side by side in one process -> results/bench/engine.json
-	$(PY) -m bench.engine_bench --model $(MODEL)
+	$(PY) -m bench.run.engine_bench --model $(MODEL)
 
 clean-results:  ## delete results/ (runs, tables, caches of AR references)
 	rm -rf results/* && touch results/.gitkeep

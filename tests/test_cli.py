@@ -16,7 +16,7 @@ from bench.paths import PROJECT
 def run_cli(*args, tmp_path, env=None):
     full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **(env or {})}
     return subprocess.run(
-        [sys.executable, "-m", "bench.run.runner", f"paths.results={tmp_path / 'results'}", *args],
+        [sys.executable, "-m", "bench.run", f"paths.results={tmp_path / 'results'}", *args],
         cwd=PROJECT, capture_output=True, text=True, env=full_env, timeout=600, check=False,
     )
 

@@ -6,17 +6,15 @@ a prompt longer than the context) prints one `error:` line and exits non-zero.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import hydra
-import torch
 from omegaconf import DictConfig
 
 from bench.errors import HarnessError
 from bench.paths import PROJECT
-from bench.run.runner import Runner, write_run
+from bench.run.store import read_summary
 from data.loaders import DataError
 from methods import UnknownMethod
 
@@ -24,7 +22,7 @@ CONF = PROJECT / "conf"
 
 
 def print_summary(path: Path) -> None:
-    s = json.loads((path / "summary.json").read_text())
+    s = read_summary(path)
     m = s["summary"]
     ll = m["lossless"]
     sp = s["speedup"].get("vs_hf_generate") or s["speedup"].get("vs_ar") or {}
@@ -61,6 +59,11 @@ def check_names(argv: list[str]) -> None:
 
 @hydra.main(version_base="1.3", config_path="../../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
+    # Loaded here, not at the top: a bad name on the command line fails in a fraction of a second.
+    import torch
+
+    from bench.run.runner import Runner, write_run
+
     try:
         torch.manual_seed(cfg.run.seed)
         runner = Runner(cfg)
