@@ -1,4 +1,5 @@
-"""bench.report's DySpec reports (Tables 1-3, Figure 4 breakdown) on hand-made runs: expected values by hand."""
+"""DySpec's reports (bench/report/dyspec/: Tables 1-3, Figure 4 breakdown) on hand-made runs: expected values
+by hand."""
 
 from __future__ import annotations
 
@@ -10,20 +11,18 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench import report
 from bench.errors import HarnessError
-from bench.report import (
-    REPORTS,
-    Run,
-    build_dyspec_table,
+from bench.report.__main__ import main
+from bench.report.dyspec import tables as dyspec_tables
+from bench.report.dyspec.tables import build_dyspec_table, dyspec_table
+from bench.report.dyspec.time_breakdown import (
+    FIG4_COMPONENTS,
     build_dyspec_time_breakdown,
     dyspec_component_shares,
-    dyspec_table,
     dyspec_time_breakdown,
-    latest_runs,
-    load_runs,
-    main,
 )
+from bench.report.registry import resolve
+from bench.run.store import Run, latest_runs, load_runs
 from tests.fixtures.dyspec_results import (
     DATASETS,
     MAT,
@@ -103,7 +102,7 @@ def test_paper_numbers_come_from_the_csv(full, tmp_path, monkeypatch):
     fake = tmp_path / "fake.csv"
     fake.write_text("table,draft,target,tree_budget,dataset,temperature,method,latency_s_per_token,"
                     "accepted_per_step\n1,d,t,64,C4,0,dyspec,0.5,9.99\n1,d,t,64,C4,0,baseline,1.0,\n")
-    monkeypatch.setattr(report, "DYSPEC_PAPER_CSV", fake)
+    monkeypatch.setattr(dyspec_tables, "PAPER_CSV", fake)
     df = build_dyspec_table(full)
     assert cell(df, "c4", 0.0, "dyspec_accepted_paper") == 9.99
     assert cell(df, "c4", 0.0, "dyspec_speedup_paper") == 2.0
@@ -162,19 +161,20 @@ def test_footer_states_pairs_selection_machine_and_ar_protocol(full):
 
 
 def test_files_cli_and_table_choice(full, capsys):
-    assert REPORTS["dyspec_table"] is dyspec_table
-    assert main(["dyspec_table", "--results", str(full), "--paper-table", "2"]) == 0
+    assert resolve("dyspec_table")[1].load() is dyspec_table
+    assert main(["dyspec/table", "--results", str(full), "--paper-table", "2"]) == 0
     out = capsys.readouterr().out
     tables = full / "tables"
     assert out == (tables / "dyspec_table2.md").read_text() and "DySpec Table 2" in out
     tex = (tables / "dyspec_table2.tex").read_text()
     assert "\\toprule" in tex and "c4 (C4)" in tex
     assert not list(tables.glob(".*"))
-    assert main(["dyspec_table", "--results", str(full), "--paper-size", "70B"]) == 0
+    assert main(["dyspec_table", "--results", str(full), "--paper-size", "70B"]) == 0  # the old name works
     assert (tables / "dyspec_table3.md").is_file()
-    with pytest.raises(SystemExit) as e:
-        main(["dyspec_table", "--results", str(full), "--paper-table", "9"])
-    assert e.value.code == 1 and "no Table 9" in capsys.readouterr().err
+    capsys.readouterr()
+    assert main(["dyspec/table", "--results", str(full), "--paper-table", "9"]) == 1
+    err = capsys.readouterr().err
+    assert "no Table 9" in err and len(err.strip().splitlines()) == 1
 
 
 def test_default_table_follows_the_model_paper_size(results):
@@ -201,7 +201,7 @@ def test_breakdown_per_method_from_records(full):
     later.run("ar", "c4", 0.0, phases={"prefill": 0.25, "target_forward": 0.5, "update": 0.25})
     df = build_dyspec_time_breakdown(full).set_index("method")
     assert list(df.index) == ["dyspec", "sequoia", "specinfer", "ar"]
-    comps = [k for k, _, _ in report.DYSPEC_FIG4_COMPONENTS]
+    comps = [k for k, _, _ in FIG4_COMPONENTS]
     for m in df.index:
         assert df.loc[m, comps].sum() == pytest.approx(1.0)
     assert df.loc["dyspec", "runs"] == 6 and df.loc["dyspec", "prompts"] == 12
@@ -217,8 +217,8 @@ def test_breakdown_per_method_from_records(full):
 
 
 def test_breakdown_files_and_errors(full, tmp_path, capsys):
-    assert REPORTS["dyspec_time_breakdown"] is dyspec_time_breakdown
-    assert main(["dyspec_time_breakdown", "--results", str(full)]) == 0
+    assert resolve("dyspec_time_breakdown")[1].load() is dyspec_time_breakdown
+    assert main(["dyspec/time_breakdown", "--results", str(full)]) == 0
     md = capsys.readouterr().out
     assert md == (full / "tables" / "dyspec_time_breakdown.md").read_text()
     assert "| DySpec " in md and "20.0%" in md and "Tree construction (tree)" in md and "under 2%" in md
@@ -230,10 +230,9 @@ def test_breakdown_files_and_errors(full, tmp_path, capsys):
     (empty / "runs").mkdir(parents=True)
     with pytest.raises(HarnessError, match="no complete dyspec/sequoia/specinfer/ar runs"):
         build_dyspec_time_breakdown(empty)
-    with pytest.raises(SystemExit) as e:
-        main(["dyspec_time_breakdown", "--results", str(full), "--temperature", "0.9"])
+    assert main(["dyspec_time_breakdown", "--results", str(full), "--temperature", "0.9"]) == 1
     err = capsys.readouterr().err
-    assert e.value.code == 1 and len(err.strip().splitlines()) == 1 and "at T=0.9" in err
+    assert len(err.strip().splitlines()) == 1 and "at T=0.9" in err
 
 
 def test_run_key_defaults_to_greedy():

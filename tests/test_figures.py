@@ -1,4 +1,5 @@
-"""bench.figures: run selection and reduction, the Figure 4 component mapping, files, and errors."""
+"""Token Recycling's figures (bench/report/token_recycling/): run selection and reduction, the Figure 4
+component mapping, files, and errors."""
 
 from __future__ import annotations
 
@@ -11,26 +12,24 @@ import pandas as pd
 import pytest
 
 from bench.errors import HarnessError
-from bench.figures import (
+from bench.report.__main__ import main
+from bench.report.token_recycling.auto import auto_table, forward_cost_curve, load_forward_cost, tr_auto
+from bench.report.token_recycling.fig3 import fig3_points, tr_fig3
+from bench.report.token_recycling.fig4 import (
     FIG4_COMPONENTS,
-    MAKE_TARGETS,
-    MissingRunsError,
-    auto_table,
     component_shares,
-    fig3_points,
     fig4_points,
-    forward_cost_curve,
-    latest_per_x,
-    load_forward_cost,
-    main,
     paper_fig4,
-    select_group,
-    setting,
-    tr_auto,
-    tr_fig3,
     tr_fig4,
 )
-from bench.report import Run
+from bench.report.token_recycling.select import (
+    MAKE_TARGETS,
+    MissingRunsError,
+    latest_per_x,
+    select_group,
+    setting,
+)
+from bench.run.store import Run
 from tests.fixtures.tr_results import (
     AR_TOK_S,
     AUTO,
@@ -246,7 +245,8 @@ def test_cli_prints_paths_and_one_line_errors(results, tmp_path, capsys):
     assert out == [str(results / "figures" / "tr_fig4.png"), str(results / "figures" / "tr_fig4.csv")]
     assert main(["tr_fig4", "--results", str(tmp_path)]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1 and "make reproduce-tr-fig4" in err
+    assert err.startswith("bench.report: error: ") and len(err.strip().splitlines()) == 1
+    assert "make reproduce-tr-fig4" in err
 
 
 def test_cli_unknown_figure_is_one_line_exit_2(capsys):
@@ -257,13 +257,14 @@ def test_cli_unknown_figure_is_one_line_exit_2(capsys):
 
 
 def test_cli_module_exit_code(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "bench.figures", "tr_auto", "--results", str(tmp_path)],
+    p = subprocess.run([sys.executable, "-m", "bench.report", "token_recycling/auto", "--results", str(tmp_path)],
                        cwd=REPO, capture_output=True, text=True, check=False)
-    assert p.returncode == 1 and p.stderr.startswith("error: ") and len(p.stderr.strip().splitlines()) == 1
+    assert p.returncode == 1 and p.stderr.startswith("bench.report: error: ")
+    assert len(p.stderr.strip().splitlines()) == 1 and "make reproduce-tr-auto" in p.stderr
 
 
 def test_fixture_fills_table1(results):
-    from bench.report import build_token_recycling_table1
+    from bench.report.token_recycling.table1 import build_token_recycling_table1
 
     df = build_token_recycling_table1(results).set_index("label")
     assert not df.attrs["notes"]

@@ -1,6 +1,8 @@
-"""Every notebooks/*.py (Jupytext py:percent) runs as a plain script on a synthetic results dir, reading only.
+"""Every notebooks/<paper>/*.py (Jupytext py:percent) runs as a plain script on a synthetic results dir, reading
+only.
 
-No Jupyter kernel is needed: py:percent files are valid Python. SPECREPRO_RESULTS points at the fixture.
+No Jupyter kernel is needed: py:percent files are valid Python. SPECREPRO_RESULTS points at the fixture, which
+holds Token Recycling's fixture runs and DySpec's (tests/fixtures/tr_results.py, dyspec_results.py).
 """
 
 from __future__ import annotations
@@ -12,31 +14,46 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.dyspec_results import write_full
 from tests.fixtures.tr_results import write_fixture_results
 
 REPO = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted((REPO / "notebooks").glob("*.py"))
-# notebook -> files it must leave under the results dir
+NOTEBOOKS = sorted((REPO / "notebooks").rglob("*.py"))
+# notebook (relative to notebooks/) -> files it must leave under the results dir
 EXPECTED = {
-    "tr_table1.py": ["tables/token_recycling_table1.md", "tables/token_recycling_table1.csv",
-                     "tables/token_recycling_table1.tex"],
-    "tr_fig3.py": ["figures/tr_fig3.png", "figures/tr_fig3.csv"],
-    "tr_fig4.py": ["figures/tr_fig4.png", "figures/tr_fig4.csv"],
-    "tr_auto.py": ["figures/tr_auto.png", "figures/tr_auto.csv", "figures/tr_auto.md",
-                   "figures/tr_auto_forward_cost.csv"],
+    "token_recycling/table1.py": ["tables/token_recycling_table1.md", "tables/token_recycling_table1.csv",
+                                  "tables/token_recycling_table1.tex"],
+    "token_recycling/fig3.py": ["figures/tr_fig3.png", "figures/tr_fig3.csv"],
+    "token_recycling/fig4.py": ["figures/tr_fig4.png", "figures/tr_fig4.csv"],
+    "token_recycling/auto.py": ["figures/tr_auto.png", "figures/tr_auto.csv", "figures/tr_auto.md",
+                                "figures/tr_auto_forward_cost.csv"],
+    "dyspec/table.py": ["tables/dyspec_table1.md", "tables/dyspec_table1.csv", "tables/dyspec_table1.tex"],
+    "dyspec/time_breakdown.py": ["tables/dyspec_time_breakdown.md", "tables/dyspec_time_breakdown.csv",
+                                 "figures/dyspec_time_breakdown.png"],
+    "dyspec/table5.py": ["tables/dyspec_table5.md", "tables/dyspec_table5.csv",
+                         "figures/dyspec_fig9_block_counts.png", "figures/dyspec_fig9_block_counts.csv",
+                         "figures/dyspec_fig7_masks.png"],
 }
+# Table 5's sweep, small (the notebook's defaults are the paper's sizes, 20 trees each).
+TABLE5 = {"SPECREPRO_TABLE5_SIZES": "64,256", "SPECREPRO_TABLE5_TREES_PER_SIZE": "3",
+          "SPECREPRO_TABLE5_FIG_SIZES": "64"}
+
+
+def rel(nb: Path) -> str:
+    return nb.relative_to(REPO / "notebooks").as_posix()
 
 
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory):
-    """Run all notebooks at once (each pays the torch/pandas import), each on its own copy of the fixture."""
+    """Run all notebooks at once (each pays the pandas/matplotlib import), each on its own copy of the fixture."""
     procs = {}
     for nb in NOTEBOOKS:
-        results = write_fixture_results(tmp_path_factory.mktemp(nb.stem) / "results")
-        env = {**os.environ, "SPECREPRO_RESULTS": str(results), "MPLBACKEND": "Agg"}
-        env.pop("SPECREPRO_MODEL", None)
+        results = write_full(write_fixture_results(tmp_path_factory.mktemp(nb.stem) / "results"))
+        env = {**os.environ, "SPECREPRO_RESULTS": str(results), "MPLBACKEND": "Agg", **TABLE5}
+        for name in ("SPECREPRO_MODEL", "SPECREPRO_TREES", "SPECREPRO_DATASET", "SPECREPRO_TEMPERATURE"):
+            env.pop(name, None)
         runs_before = sorted(p.name for p in (results / "runs").iterdir())
-        procs[nb.name] = (results, runs_before, subprocess.Popen(
+        procs[rel(nb)] = (results, runs_before, subprocess.Popen(
             [sys.executable, str(nb)], cwd=tmp_path_factory.getbasetemp(), env=env, text=True,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
     out = {}
@@ -47,10 +64,10 @@ def executed(tmp_path_factory):
 
 
 def test_every_notebook_is_covered():
-    assert {nb.name for nb in NOTEBOOKS} == set(EXPECTED)
+    assert {rel(nb) for nb in NOTEBOOKS} == set(EXPECTED)
 
 
-@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=rel)
 def test_jupytext_percent_format(nb):
     text = nb.read_text()
     assert text.startswith("# ---\n# jupyter:\n#   jupytext:")
@@ -61,14 +78,23 @@ def test_jupytext_percent_format(nb):
 def test_notebook_runs_and_writes_its_files(executed, name):
     results, runs_before, rc, stdout = executed[name]
     assert rc == 0, stdout
-    for rel in EXPECTED[name]:
-        path = results / rel
-        assert path.is_file() and path.stat().st_size > 0, f"{name} did not write {rel}"
+    for rel_path in EXPECTED[name]:
+        path = results / rel_path
+        assert path.is_file() and path.stat().st_size > 0, f"{name} did not write {rel_path}"
         assert str(path) in stdout  # the notebook says what it wrote
     assert sorted(p.name for p in (results / "runs").iterdir()) == runs_before  # read only: no new runs
     assert not list(results.glob("*/.*"))  # no temp files left behind
 
 
 def test_table1_notebook_shows_ours_beside_the_paper(executed):
-    _, _, _, stdout = executed["tr_table1.py"]
+    _, _, _, stdout = executed["token_recycling/table1.py"]
     assert "ours (paper)" in stdout and "(110.06)" in stdout  # the paper's 7B Token Recycling tok/s
+
+
+def test_dyspec_notebooks_show_ours_beside_the_paper(executed):
+    _, _, _, stdout = executed["dyspec/table.py"]
+    assert "DySpec Table 1, ours (paper)" in stdout and "5.00 (7.30)" in stdout  # c4 T=0 DySpec ms/token
+    _, _, _, stdout = executed["dyspec/time_breakdown.py"]
+    assert "Tree construction (tree)" in stdout and "under 2%" in stdout
+    _, _, _, stdout = executed["dyspec/table5.py"]
+    assert "(22.5)" in stdout  # the paper's 256-node DFS tile count

@@ -1,4 +1,5 @@
-"""bench.report on a hand-made results dir: every expected number is worked out by hand from the records."""
+"""Token Recycling Table 1 and the reports CLI on a hand-made results dir: every expected number is worked out
+by hand from the records."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench.report import REPORTS, build_token_recycling_table1, main, token_recycling_table1
+from bench.report.__main__ import main
+from bench.report.registry import resolve
+from bench.report.token_recycling.table1 import build_token_recycling_table1, token_recycling_table1
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -119,7 +122,8 @@ def test_files_and_cells(results, capsys):
 
 
 def test_registry_and_default_model(results):
-    assert REPORTS["token_recycling_table1"] is token_recycling_table1
+    assert resolve("token_recycling_table1") == resolve("token_recycling/table1")
+    assert resolve("token_recycling_table1")[1].load() is token_recycling_table1
     assert build_token_recycling_table1(results / "nowhere").attrs["model"] == "smollm2-135m"
 
 
@@ -141,3 +145,35 @@ def test_mbpp_columns_can_come_from_another_model(results):
     assert mixed["mbpp_mat"] == pytest.approx(4.0) and mixed["mbpp_tok_s"] == pytest.approx(8.0)
     assert mixed["specbench_mat"] == pytest.approx(5.0)
     assert "codellama-7b" in mixed_df.attrs["model"]
+
+
+def test_list_names_every_artifact(capsys):
+    assert main(["--list"]) == 0
+    listed = capsys.readouterr().out.split()
+    assert listed[0] == "runs" and {"token_recycling/table1", "token_recycling/fig3", "token_recycling/fig4",
+                                    "token_recycling/auto", "dyspec/table", "dyspec/time_breakdown",
+                                    "dyspec/table5"} <= set(listed)
+    assert main(["list"]) == 0 and capsys.readouterr().out.split() == listed
+
+
+def test_registry_is_lazy_and_options_belong_to_their_artifact(results, capsys):
+    # Naming an artifact imports its paper's small __init__, not the report modules, nor torch.
+    code = ("import sys; from bench.report.registry import names, resolve; names(); resolve('dyspec/table'); "
+            "print(sorted(m for m in sys.modules if m.startswith('bench.report') or m == 'torch'))")
+    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, capture_output=True, text=True)
+    assert eval(p.stdout) == ["bench.report", "bench.report.dyspec", "bench.report.registry",
+                              "bench.report.token_recycling"]
+    with pytest.raises(SystemExit) as e:  # --paper-table is dyspec/table's, not token_recycling/table1's
+        main(["token_recycling/table1", "--results", str(results), "--paper-table", "1"])
+    assert e.value.code == 2 and "--paper-table" in capsys.readouterr().err
+
+
+def test_missing_runs_dir_is_one_line_exit_1(tmp_path, capsys):
+    assert main(["runs", "--results", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err == f"bench.report: error: no runs/ under {str(tmp_path)!r}\n"
+
+
+def test_an_artifacts_own_option_may_come_before_its_name(results, capsys):
+    assert main(["--mbpp-model", "smollm2-135m", "token_recycling/table1", "--results", str(results)]) == 0
+    assert capsys.readouterr().out == (results / "tables" / "token_recycling_table1.md").read_text()

@@ -1,4 +1,5 @@
-"""bench.tree_order (DFS / heavy-path reorder, ancestor masks, tile counts) and the DySpec Table 5 CLI."""
+"""bench/report/dyspec/tree_order.py (DFS / heavy-path reorder, ancestor masks, tile counts) and DySpec's Table 5
+(`python -m bench.report dyspec/table5`)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import pandas as pd
 import pytest
 
 from bench.core.tree import tree_from_paths
-from bench.dyspec_table5 import main
-from bench.tree_order import (
+from bench.report.__main__ import main as report_main
+from bench.report.dyspec.tree_order import (
     GENERATORS,
     TreeOrderError,
     bfs_order,
@@ -182,6 +183,10 @@ def test_generators_give_valid_trees_of_the_exact_size():
 
 
 # ---------------------------------------------------------------- CLI
+
+
+def main(argv: list[str]) -> int:
+    return report_main(["dyspec/table5", *argv])
 
 
 def test_cli_writes_the_table_with_the_paper_column_and_the_figure(tmp_path, capsys):

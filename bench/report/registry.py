@@ -47,7 +47,8 @@ class Artifact:
 
 
 GENERIC = {
-    "runs": Artifact("bench.report.runs:runs_table", "latest run per method: MAT, tok/s, speedups, losslessness",
+    "runs": Artifact("bench.report.runs:runs_table",
+                     "latest run per method (MAT, tok/s, speedups) -> tables/runs.md",
                      options=(option("--dataset", help="only runs on this dataset"),
                               option("--max-new-tokens", type=int, help="only runs with this limit"))),
 }
@@ -77,7 +78,7 @@ def papers() -> list[str]:
 def paper_artifacts(paper: str) -> dict[str, Artifact]:
     if not paper.isidentifier() or paper not in papers():
         raise UnknownArtifact(f"no paper {paper!r} (papers: {', '.join(papers())})")
-    return importlib.import_module(f"{PACKAGE}.{paper}").ARTIFACTS
+    return getattr(importlib.import_module(f"{PACKAGE}.{paper}"), "ARTIFACTS", {})
 
 
 def names() -> list[str]:

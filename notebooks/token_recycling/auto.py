@@ -23,7 +23,8 @@
 # %%
 import pandas as pd
 
-from bench.figures import notebook_model, notebook_results, show, tr_auto
+from bench.report.plots import notebook_model, notebook_results, show
+from bench.report.token_recycling.auto import tr_auto
 
 RESULTS = notebook_results()
 MODEL = notebook_model()

@@ -27,7 +27,8 @@
 # %%
 import pandas as pd
 
-from bench.figures import FIG3_PANELS, notebook_model, notebook_results, show, tr_fig3
+from bench.report.plots import notebook_model, notebook_results, show
+from bench.report.token_recycling.fig3 import FIG3_PANELS, tr_fig3
 
 RESULTS = notebook_results()
 MODEL = notebook_model()

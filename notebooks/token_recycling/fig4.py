@@ -19,12 +19,14 @@
 # Our phases map to the paper's components as preprocess → Preprocess, draft → Retrieval,
 # target_forward → Model Forward, verify → Verify, update → Update; prefill is folded into Model Forward
 # (the paper times a whole response and has no prefill component). Writes `<results>/figures/tr_fig4.png`
-# and `tr_fig4.csv` (ours beside the paper's percentages, from `bench/paper_tables/`).
+# and `tr_fig4.csv` (ours beside the paper's percentages, from
+# `bench/report/token_recycling/paper_tables/`).
 
 # %%
 import pandas as pd
 
-from bench.figures import fig4_points, notebook_model, notebook_results, show, tr_fig4
+from bench.report.plots import notebook_model, notebook_results, show
+from bench.report.token_recycling.fig4 import fig4_points, tr_fig4
 
 RESULTS = notebook_results()
 MODEL = notebook_model()

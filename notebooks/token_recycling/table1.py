@@ -17,7 +17,8 @@
 #
 # Reads the runs under `$SPECREPRO_RESULTS` (default `results/`, relative paths from the project root),
 # never runs a model. `make reproduce-table1` produces the runs. The table is built by
-# `bench.report.build_token_recycling_table1` (every number recomputed from `records.jsonl`) and written to
+# `bench.report.token_recycling.table1.build_token_recycling_table1` (every number recomputed from
+# `records.jsonl`; also `python -m bench.report token_recycling/table1`) and written to
 # `<results>/tables/token_recycling_table1.{md,csv,tex}`. Optional: `$SPECREPRO_MODEL` (SpecBench model)
 # and `$SPECREPRO_MBPP_MODEL` (MBPP model, the paper's Code Llama), `$SPECREPRO_PAPER_SIZE` (7B/13B/33B).
 
@@ -25,8 +26,9 @@
 import os
 from pathlib import Path
 
-from bench.figures import notebook_model, notebook_results, show
-from bench.report import build_token_recycling_table1, render_token_recycling_table1, write_atomic
+from bench.report.plots import notebook_model, notebook_results, show
+from bench.report.tables import write_texts
+from bench.report.token_recycling.table1 import build_token_recycling_table1, render_token_recycling_table1
 
 RESULTS = notebook_results()
 MODEL = notebook_model()
@@ -37,9 +39,7 @@ print(f"results: {RESULTS}")
 # %%
 table = build_token_recycling_table1(RESULTS, model=MODEL, paper_size=PAPER_SIZE, mbpp_model=MBPP_MODEL)
 texts = render_token_recycling_table1(table)
-for ext, text in texts.items():
-    path = Path(RESULTS, "tables", f"token_recycling_table1.{ext}")
-    write_atomic(path, text)
+for path in write_texts(Path(RESULTS, "tables"), "token_recycling_table1", texts):
     print(path)
 
 # %% [markdown]

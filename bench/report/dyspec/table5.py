@@ -1,11 +1,11 @@
 """DySpec Table 5 and Figure 9: non-zero 32x32 tiles of the tree attention mask, with and without reordering.
 
-    python -m bench.dyspec_table5 [--sizes 256,512,1024,2048] [--trees-per-size 20] [--seed 0]
+    python -m bench.report dyspec/table5 [--sizes 256,512,1024,2048] [--trees-per-size 20] [--seed 0]
         [--generators recursive,greedy] [--trees FILE] [--prefixes 0,128,256,512,1024]
         [--fig-sizes 768,1024] [--block 32] [--results results]
 
 Table 5 (random trees): per generator and tree size, the mean tile count of the tree-only size x size mask
-in four orders: `original` (the generator's index order = creation order), `bfs` (bench.tree's slot
+in four orders: `original` (the generator's index order = creation order), `bfs` (bench.core.tree's slot
 layout), `dfs` (DySpec's reorder: pre-order, children in rank order) and `heavy` (heavy-path order, the
 paper's near-optimal reference), beside the paper's counts. Writes results/tables/dyspec_table5.{md,csv}.
 
@@ -23,37 +23,29 @@ CPU kernel (torch sdpa with a float mask) computes every tile whatever the order
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from bench.errors import HarnessError
-from bench.report import PAPER_TABLES, write_atomic
-from bench.tree_order import (
+from bench.report.dyspec.fig9 import fig7, fig9, fig9_points
+from bench.report.dyspec.tree_order import (
     BLOCK,
     GENERATORS,
+    ORDERS,
     as_parents,
-    bfs_order,
-    block_count,
-    dfs_order,
-    heavy_path_order,
     permute,
     prefix_block_count,
     tree_mask,
 )
-from data.loaders import DataError
+from bench.report.tables import fmt
+from bench.run.store import write_atomic
 
-ORDERS = {
-    "original": lambda p: np.arange(len(p)),
-    "bfs": bfs_order,
-    "dfs": dfs_order,
-    "heavy": heavy_path_order,
-}
+PAPER_CSV = Path(__file__).with_name("paper_tables") / "dyspec_table5_tree_attention.csv"
 GENERATOR_NOTES = {
     "recursive": "uniform random recursive tree: node i's parent is uniform over nodes 0..i-1; original "
                  "order = creation order",
@@ -61,6 +53,10 @@ GENERATOR_NOTES = {
               "Beta(1, 1) shares of its draft probability; original order = expansion order",
 }
 BUCKET = 128  # real DySpec trees vary in size: grouped in buckets of this many nodes
+
+
+class TreeFileError(HarnessError, ValueError):
+    """A --trees file that is missing, empty, or has a malformed line."""
 
 
 def order_counts(parents, prefixes: list[int], block: int = BLOCK) -> dict[tuple[str, int], int]:
@@ -90,9 +86,9 @@ def synthetic_counts(generator: str, size: int, n_trees: int, seed: int, prefixe
 
 
 def load_tree_file(path: Path) -> list[tuple[np.ndarray, int]]:
-    """(parents, prefix_len) per JSONL line; a malformed line is one DataError naming it."""
+    """(parents, prefix_len) per JSONL line; a malformed line is one TreeFileError naming it."""
     if not path.is_file():
-        raise DataError(f"tree file not found: {path}")
+        raise TreeFileError(f"tree file not found: {path}")
     trees = []
     for lineno, line in enumerate(path.read_text().splitlines(), start=1):
         if not line.strip():
@@ -107,9 +103,9 @@ def load_tree_file(path: Path) -> list[tuple[np.ndarray, int]]:
             trees.append((as_parents(parents), prefix))
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
             what = f"missing key {e}" if isinstance(e, KeyError) else str(e)
-            raise DataError(f"malformed line {lineno} in {path}: {what}") from None
+            raise TreeFileError(f"malformed line {lineno} in {path}: {what}") from None
     if not trees:
-        raise DataError(f"no trees in {path}")
+        raise TreeFileError(f"no trees in {path}")
     return trees
 
 
@@ -139,7 +135,7 @@ def file_counts(trees: list[tuple[np.ndarray, int]], prefixes: list[int], block:
 
 def paper_table5() -> pd.DataFrame:
     """tree_size -> paper's block counts without / with reorder."""
-    paper = pd.read_csv(PAPER_TABLES / "dyspec_table5_tree_attention.csv")
+    paper = pd.read_csv(PAPER_CSV)
     wide = paper.pivot(index="tree_size", columns="reorder", values="block_count")
     return pd.DataFrame({"paper_blocks_original": wide[False], "paper_blocks_dfs": wide[True]})
 
@@ -188,12 +184,9 @@ def trees_table(long: pd.DataFrame) -> pd.DataFrame:
     return df.reset_index().drop(columns="bucket_hi").rename(columns={"bucket": "size_bucket"})
 
 
-def _num(x, spec: str = ".1f") -> str:
-    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
-
-
-def _beside(ours, paper, spec: str = ".1f") -> str:
-    return _num(ours, spec) if paper is None or math.isnan(paper) else f"{_num(ours, spec)} ({_num(paper, spec)})"
+def beside(ours, paper, spec: str = ".1f") -> str:
+    """"ours (paper)", or ours alone where the paper has no value."""
+    return fmt(ours, spec) if paper is None or math.isnan(paper) else f"{fmt(ours, spec)} ({fmt(paper, spec)})"
 
 
 def closeness(df: pd.DataFrame) -> dict[str, tuple[float, float]]:
@@ -205,11 +198,12 @@ def closeness(df: pd.DataFrame) -> dict[str, tuple[float, float]]:
     return out
 
 
-def markdown(df: pd.DataFrame, args, trees_df: pd.DataFrame | None) -> str:
+def table5_markdown(df: pd.DataFrame, trees_df: pd.DataFrame | None, trees_per_size: int, seed: int,
+                    block: int, trees: str | None) -> str:
     lines = [
-        f"# DySpec Table 5: non-zero {args.block}x{args.block} tiles of the tree attention mask",
+        f"# DySpec Table 5: non-zero {block}x{block} tiles of the tree attention mask",
         "",
-        (f"Random trees, {args.trees_per_size} per size, seed {args.seed}; mean tiles of the tree-only "
+        (f"Random trees, {trees_per_size} per size, seed {seed}; mean tiles of the tree-only "
         "size x size mask (tree size = nodes including the root = the mask's side; partial edge tiles "
         "count). `ours (paper)`: the paper's Table 5 in parentheses. original = the generator's creation "
         "order, BFS = bench.tree's slot layout, DFS = DySpec's reorder (children in rank order), heavy = "
@@ -221,12 +215,12 @@ def markdown(df: pd.DataFrame, args, trees_df: pd.DataFrame | None) -> str:
         lines += [f"## generator `{source}`", "", GENERATOR_NOTES[source] + ".", ""]
         shown = pd.DataFrame({
             "tree size": g.tree_size,
-            "original": [_beside(a, b) for a, b in zip(g.blocks_original, g.paper_blocks_original)],
-            "BFS": [_num(x) for x in g.blocks_bfs],
-            "DFS": [_beside(a, b) for a, b in zip(g.blocks_dfs, g.paper_blocks_dfs)],
-            "heavy": [_num(x) for x in g.blocks_heavy],
-            "reduction (DFS)": [_beside(a, b, ".2f") for a, b in zip(g.reduction_dfs, g.paper_reduction)],
-            "reduction (heavy)": [_num(x, ".2f") for x in g.reduction_heavy],
+            "original": [beside(a, b) for a, b in zip(g.blocks_original, g.paper_blocks_original)],
+            "BFS": [fmt(x, ".1f") for x in g.blocks_bfs],
+            "DFS": [beside(a, b) for a, b in zip(g.blocks_dfs, g.paper_blocks_dfs)],
+            "heavy": [fmt(x, ".1f") for x in g.blocks_heavy],
+            "reduction (DFS)": [beside(a, b, ".2f") for a, b in zip(g.reduction_dfs, g.paper_reduction)],
+            "reduction (heavy)": [fmt(x, ".2f") for x in g.reduction_heavy],
             "lower triangle": g.lower_triangle,
         })
         lines += [shown.to_markdown(index=False, disable_numparse=True), ""]
@@ -245,85 +239,19 @@ def markdown(df: pd.DataFrame, args, trees_df: pd.DataFrame | None) -> str:
         "float mask computes every tile."),
     ]
     if trees_df is not None:
-        lines += ["", f"## Recorded trees from `{args.trees}`", "",
+        lines += ["", f"## Recorded trees from `{trees}`", "",
                   ("Per size bucket: mean tiles at prefix 0 per order, and at each tree's recorded prefix "
                   "(every prefix key visible to every tree node)."), "",
                   trees_df.to_markdown(index=False, floatfmt=".2f")]
     return "\n".join(lines) + "\n"
 
 
-# ---------------------------------------------------------------- Figure 9
+# ---------------------------------------------------------------- the artifact
 
-def paper_fig9() -> pd.DataFrame:
-    return pd.read_csv(PAPER_TABLES / "dyspec_fig9_block_counts.csv")
-
-
-def fig9_points(long: pd.DataFrame, sizes_col: str) -> pd.DataFrame:
-    """Mean tiles per (source, size or bucket, prefix, order) over the prefix sweep."""
-    sweep = long[~long.recorded] if "recorded" in long else long
-    g = sweep.groupby(["source", sizes_col, "prefix_len", "order"], sort=True).blocks
-    pts = pd.DataFrame({"blocks_mean": g.mean(), "trees": g.size()}).reset_index()
-    return pts.rename(columns={sizes_col: "tree_size"})
-
-
-def fig9(points: pd.DataFrame, out_dir: Path, title_of: dict[str, str], block: int) -> list[Path]:
-    from bench.figures import new_figure, save_csv, save_figure
-
-    sources = [s for s in title_of if s in set(points.source)]  # the command line's order
-    fig = new_figure(figsize=(5.2 * len(sources), 4.2))
-    axes = fig.subplots(1, len(sources), squeeze=False)[0]
-    styles = {"original": "-", "bfs": ":", "dfs": "--", "heavy": "-."}
-    for ax, source in zip(axes, sources):
-        pts = points[points.source == source]
-        one_size = pts.tree_size.nunique() == 1  # then all four orders, one colour each
-        for i, (size, g) in enumerate(pts.groupby("tree_size", sort=False)):
-            for j, (order, style) in enumerate(styles.items()):
-                line = g[g.order == order]
-                if one_size or order in ("original", "dfs"):
-                    ax.plot(line.prefix_len, line.blocks_mean, style, marker="o", ms=3,
-                            color=f"C{j if one_size else i}", label=f"{size} nodes: {order}")
-        ax.set_title(title_of[source], fontsize=9)
-        ax.set_xlabel("prefix length (tokens, all visible to every tree node)")
-        ax.set_ylabel(f"non-zero {block}x{block} tiles (mean)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    paper = paper_fig9()
-    quote = "; ".join(f"{s}: {g[~g.reorder].block_count.iloc[0]:.2f} -> {g[g.reorder].block_count.iloc[0]:.2f}"
-                      for s, g in paper.groupby("tree_size"))
-    fig.text(0.01, -0.04, f"Paper, Fig. 9 text (real DySpec trees, prefix length not given), tree size: "
-             f"tiles original -> reordered: {quote}", fontsize=8)
-    png = save_figure(fig, out_dir / "dyspec_fig9_block_counts.png")
-    return [png, save_csv(points, out_dir / "dyspec_fig9_block_counts.csv")]
-
-
-def fig7(parents, title: str, out_dir: Path, block: int) -> Path:
-    """Figure 7's picture: one tree's mask in original and DFS order, tile grid drawn, tiles counted."""
-    from bench.figures import new_figure, save_figure
-
-    fig = new_figure(figsize=(10, 5.2))
-    for ax, order in zip(fig.subplots(1, 2), ("original", "dfs")):
-        mask = tree_mask(permute(parents, ORDERS[order](parents)))
-        ax.imshow(mask, cmap="Greys", interpolation="nearest")
-        for edge in range(block, len(parents), block):
-            ax.axhline(edge - 0.5, color="C1", lw=0.4)
-            ax.axvline(edge - 0.5, color="C1", lw=0.4)
-        ax.set_title(f"{order} order: {block_count(mask, block)} non-zero {block}x{block} tiles", fontsize=9)
-        ax.set_xlabel("key (tree node)")
-        ax.set_ylabel("query (tree node)")
-    fig.suptitle(title, fontsize=9)
-    return save_figure(fig, out_dir / "dyspec_fig7_masks.png")
-
-
-# ---------------------------------------------------------------- CLI
-
-class _OneLineParser(argparse.ArgumentParser):
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def int_list(text: str, name: str, minimum: int) -> list[int]:
+def int_list(text: str | Iterable[int], name: str, minimum: int) -> list[int]:
+    """Sorted distinct integers >= minimum from "a,b,c" (the CLI) or a list."""
     try:
-        vals = [int(x) for x in text.split(",") if x.strip()]
+        vals = [int(x) for x in (text.split(",") if isinstance(text, str) else text) if str(x).strip()]
     except ValueError:
         raise HarnessError(f"--{name} must be comma-separated integers, got {text!r}") from None
     if not vals or min(vals) < minimum:
@@ -331,78 +259,56 @@ def int_list(text: str, name: str, minimum: int) -> list[int]:
     return sorted(set(vals))
 
 
-def run(args) -> list[Path]:
-    sizes = int_list(args.sizes, "sizes", 1)
-    prefixes = int_list(args.prefixes, "prefixes", 0)
-    fig_sizes = int_list(args.fig_sizes, "fig-sizes", 1)
-    generators = [g.strip() for g in args.generators.split(",") if g.strip()]
-    unknown = [g for g in generators if g not in GENERATORS]
-    if unknown or not generators:
-        raise HarnessError(f"--generators: unknown {unknown or generators}; known: {', '.join(GENERATORS)}")
-    if args.trees_per_size < 1 or args.block < 1:
+def dyspec_table5(results_dir: str | Path = "results", sizes: str | Iterable[int] = "256,512,1024,2048",
+                  trees_per_size: int = 20, seed: int = 0, generators: str = "recursive,greedy",
+                  trees: str | None = None, prefixes: str | Iterable[int] = "0,128,256,512,1024",
+                  fig_sizes: str | Iterable[int] = "768,1024", block: int = BLOCK) -> list[Path]:
+    """Table 5, Figure 9 and Figure 7 (see the module docstring); prints the markdown, returns the paths."""
+    sizes = int_list(sizes, "sizes", 1)
+    prefixes = int_list(prefixes, "prefixes", 0)
+    fig_sizes = int_list(fig_sizes, "fig-sizes", 1)
+    gens = [g.strip() for g in generators.split(",") if g.strip()]
+    unknown = [g for g in gens if g not in GENERATORS]
+    if unknown or not gens:
+        raise HarnessError(f"--generators: unknown {unknown or gens}; known: {', '.join(GENERATORS)}")
+    if trees_per_size < 1 or block < 1:
         raise HarnessError("--trees-per-size and --block must be >= 1")
-    recorded = load_tree_file(Path(args.trees)) if args.trees else None  # fail before the long part
+    recorded = load_tree_file(Path(trees)) if trees else None  # fail before the long part
 
     rows = []
-    for gen in generators:
+    for gen in gens:
         for size in sorted(set(sizes) | (set() if recorded else set(fig_sizes))):
             sweep = prefixes if (size in fig_sizes and not recorded) else [0]
-            rows += synthetic_counts(gen, size, args.trees_per_size, args.seed, sorted({0, *sweep}), args.block)
+            rows += synthetic_counts(gen, size, trees_per_size, seed, sorted({0, *sweep}), block)
     long = pd.DataFrame(rows)
-    df = table5(long[long.tree_size.isin(sizes)], args.block)
+    df = table5(long[long.tree_size.isin(sizes)], block)
 
     trees_df = None
     if recorded:
-        flong = pd.DataFrame(file_counts(recorded, prefixes, args.block))
+        flong = pd.DataFrame(file_counts(recorded, prefixes, block))
         trees_df = trees_table(flong)
         points = fig9_points(flong, "bucket")
-        titles = {"file": f"DySpec trees from {Path(args.trees).name} ({len(recorded)} trees, by size bucket)"}
+        titles = {"file": f"DySpec trees from {Path(trees).name} ({len(recorded)} trees, by size bucket)"}
     else:
         points = fig9_points(long[long.tree_size.isin(fig_sizes)], "tree_size")
         titles = {g: f"Synthetic: '{g}' random trees (not real DySpec trees), "
-                     f"{args.trees_per_size} per size" for g in generators}
+                     f"{trees_per_size} per size" for g in gens}
 
-    results = Path(args.results)
-    md = markdown(df, args, trees_df)
+    results = Path(results_dir)
+    md = table5_markdown(df, trees_df, trees_per_size, seed, block, trees)
     paths = [results / "tables" / "dyspec_table5.md", results / "tables" / "dyspec_table5.csv"]
     write_atomic(paths[0], md)
     write_atomic(paths[1], df.to_csv(index=False))
     if trees_df is not None:
         paths.append(results / "tables" / "dyspec_table5_trees.csv")
         write_atomic(paths[-1], trees_df.to_csv(index=False))
-    paths += fig9(points, results / "figures", titles, args.block)
+    paths += fig9(points, results / "figures", titles, block)
     if recorded:
-        example, what = recorded[0][0], f"first tree of {Path(args.trees).name} ({len(recorded[0][0])} nodes)"
+        example, what = recorded[0][0], f"first tree of {Path(trees).name} ({len(recorded[0][0])} nodes)"
     else:
         size = min(fig_sizes)
-        example = GENERATORS[generators[0]](size, np.random.default_rng([args.seed, 99, size]))
-        what = f"a synthetic '{generators[0]}' random tree of {size} nodes (not a real DySpec tree)"
-    paths.append(fig7(example, f"Tree attention mask (black: visible), {what}", results / "figures", args.block))
+        example = GENERATORS[gens[0]](size, np.random.default_rng([seed, 99, size]))
+        what = f"a synthetic '{gens[0]}' random tree of {size} nodes (not a real DySpec tree)"
+    paths.append(fig7(example, f"Tree attention mask (black: visible), {what}", results / "figures", block))
     print(md)
     return paths
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = _OneLineParser(prog="bench.dyspec_table5", description=__doc__.splitlines()[0])
-    p.add_argument("--sizes", default="256,512,1024,2048", help="tree sizes (nodes incl. the root)")
-    p.add_argument("--trees-per-size", type=int, default=20)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--generators", default="recursive,greedy", help=f"of {', '.join(GENERATORS)}")
-    p.add_argument("--trees", default=None, help='JSONL of {"parents": [...], "prefix_len": int}')
-    p.add_argument("--prefixes", default="0,128,256,512,1024", help="prefix lengths for Figure 9")
-    p.add_argument("--fig-sizes", default="768,1024", help="synthetic tree sizes for Figure 9")
-    p.add_argument("--block", type=int, default=BLOCK)
-    p.add_argument("--results", default="results")
-    args = p.parse_args(argv)
-    try:
-        paths = run(args)
-    except (HarnessError, DataError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    for path in paths:
-        print(path)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

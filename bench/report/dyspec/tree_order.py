@@ -10,7 +10,7 @@ Trees are parent arrays (list, 1-D numpy array or CPU tensor): `parents[0] = -1`
 other node's parent comes before it (`parents[i] < i`). The "tree size" is the number of nodes including
 the root, i.e. the side of the tree's mask (DySpec Table 5: 256 nodes without reordering = 36 tiles = the
 full lower triangle of 8x8 tiles). Orders are arrays `order` with `order[k]` = the old index of the node
-placed at position k. Masks and orders are numpy arrays. Independent of bench.tree except `parents_of`.
+placed at position k. Masks and orders are numpy arrays. Independent of bench.core.tree except `parents_of`.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def as_parents(parents) -> np.ndarray:
 
 
 def parents_of(tree) -> np.ndarray:
-    """Convenience: the parent array of a bench.tree.Tree (its slots are breadth-first)."""
+    """Convenience: the parent array of a bench.core.tree.Tree (its slots are breadth-first)."""
     return as_parents(tree.parents)
 
 
@@ -85,7 +85,7 @@ def heavy_path_order(parents) -> np.ndarray:
 
 
 def bfs_order(parents) -> np.ndarray:
-    """Breadth-first, children in index order: the slot layout bench.tree uses."""
+    """Breadth-first, children in index order: the slot layout bench.core.tree uses."""
     p = as_parents(parents)
     depth = np.zeros(p.size, dtype=np.int64)
     for i in range(1, p.size):
@@ -200,3 +200,11 @@ def greedy_expansion_tree(size: int, rng: np.random.Generator, concentration: fl
 
 
 GENERATORS = {"recursive": random_recursive_tree, "greedy": greedy_expansion_tree}
+# The orders DySpec's Table 5 compares: creation order, bench.core.tree's slot layout, DySpec's reorder, and
+# the paper's near-optimal reference.
+ORDERS = {
+    "original": lambda p: np.arange(len(p)),
+    "bfs": bfs_order,
+    "dfs": dfs_order,
+    "heavy": heavy_path_order,
+}

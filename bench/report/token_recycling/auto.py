@@ -21,13 +21,11 @@ from bench.report.token_recycling.select import (
     METHOD,
     context,
     describe,
-    experiment_runs,
     group_key,
+    group_runs,
     latest_per_x,
-    left_out,
     missing_runs,
     run_metrics,
-    select_group,
     setting,
     warn,
 )
@@ -88,10 +86,9 @@ def interp_ratio(curve: pd.DataFrame | None, n: int | None) -> float:
 def auto_table(results_dir, model: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame | None, list[str]]:
     """Rows: ar, then token_recycling per tree_source (latest each); the forward-cost curve; notes."""
     runs = load_runs(results_dir)
-    kept, key, dropped = select_group(experiment_runs(runs, "tr_auto", model=model))
+    kept, key, notes = group_runs(runs, "tr_auto", model)
     if not kept:
         raise missing_runs(["tr_auto"], results_dir, model)
-    notes = left_out("tr_auto", dropped)
     ctx = context(key)
     # The ar baseline: same group, preferably from this experiment, else the latest such ar run.
     ars = [r for r in runs

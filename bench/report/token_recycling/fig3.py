@@ -16,13 +16,11 @@ from bench.report.token_recycling.select import (
     MAKE_TARGETS,
     METHOD,
     context,
-    experiment_runs,
+    group_runs,
     latest_model,
     latest_per_x,
-    left_out,
     missing_runs,
     run_metrics,
-    select_group,
     setting,
     warn,
 )
@@ -57,8 +55,7 @@ def x_sort_key(x_name: str):
 def sweep_points(runs: list[Run], experiment: str, x_name: str, panel: str = "",
                  model: str | None = None) -> tuple[pd.DataFrame, list[str]]:
     """One row per x value (the latest run with it) of one sweep experiment, and notes."""
-    kept, key, dropped = select_group(experiment_runs(runs, experiment, model=model))
-    notes = left_out(experiment, dropped)
+    kept, key, notes = group_runs(runs, experiment, model)
     per_x = latest_per_x(kept, setting(x_name))
     if len(per_x) < len(kept):
         notes.append(f"{experiment}: {len(kept) - len(per_x)} older or unlabelled run(s) superseded")
@@ -130,7 +127,8 @@ def tr_fig3(results_dir, model: str | None = None) -> list[Path]:
             handles = twin_panel(ax, xs, labels, sub["mat"], sub["tokens_per_s"], xlabel,
                                  categorical=x_name == "update") or handles
             first = sub.iloc[0]
-            ax.set_title(f"({panel}) {experiment}: {first['machine']}, {first['max_new_tokens']} tok", fontsize=9)
+            ax.set_title(f"({panel}) {experiment}: {first['machine']}, {first['max_new_tokens']} tok",
+                         fontsize=9)
         ax.text(0.5, -0.27, wrap(paper, 62), transform=ax.transAxes, ha="center", va="top", fontsize=7.5,
                 style="italic")
     if handles:

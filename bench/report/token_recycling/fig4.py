@@ -13,16 +13,7 @@ import numpy as np
 import pandas as pd
 
 from bench.report.plots import figures_dir, new_figure, save_csv, save_figure, wrap
-from bench.report.token_recycling.select import (
-    context,
-    describe,
-    experiment_runs,
-    left_out,
-    missing_runs,
-    run_metrics,
-    select_group,
-    warn,
-)
+from bench.report.token_recycling.select import context, describe, group_runs, missing_runs, run_metrics, warn
 from bench.run.store import load_runs
 
 # paper component (CSV key), label, our phases. Prefill is folded into Model Forward by default: the paper
@@ -66,8 +57,7 @@ def paper_fig4() -> dict[str, float]:
 
 def fig4_points(results_dir, model: str | None = None,
                 fold_prefill: bool = True) -> tuple[pd.DataFrame, list[str]]:
-    runs = experiment_runs(load_runs(results_dir), "tr_fig4", model=model)
-    kept, key, dropped = select_group(runs)
+    kept, key, notes = group_runs(load_runs(results_dir), "tr_fig4", model)
     if not kept:
         raise missing_runs(["tr_fig4"], results_dir, model)
     run = kept[-1]
@@ -78,7 +68,7 @@ def fig4_points(results_dir, model: str | None = None,
             for k, c in component_shares(m["phase_share"], fold_prefill).items()]
     df = pd.DataFrame(rows)
     df.attrs.update(prefill_percent=100 * m["phase_share"].get("prefill", 0.0), fold_prefill=fold_prefill)
-    return df, left_out("tr_fig4", dropped)
+    return df, notes
 
 
 def tr_fig4(results_dir, model: str | None = None, fold_prefill: bool = True) -> list[Path]:

@@ -67,10 +67,14 @@ def select_group(runs: list[Run]) -> tuple[list[Run], tuple | None, int]:
     return kept, key, len(runs) - len(kept)
 
 
-def left_out(experiment: str, dropped: int) -> list[str]:
-    """The note for runs of other groups, if any."""
-    return [f"{experiment}: {dropped} run(s) of other models/datasets/machines/max_new_tokens left out"] \
+def group_runs(runs: list[Run], experiment: str, model: str | None = None) -> tuple[list[Run], tuple | None,
+                                                                                  list[str]]:
+    """The experiment's token_recycling runs of the most recent run's group, the group key, and a note on
+    the runs of other groups left out (if any)."""
+    kept, key, dropped = select_group(experiment_runs(runs, experiment, model=model))
+    notes = [f"{experiment}: {dropped} run(s) of other models/datasets/machines/max_new_tokens left out"] \
         if dropped else []
+    return kept, key, notes
 
 
 def latest_per_x(runs: list[Run], x_of: Callable[[Run], object]) -> dict:

@@ -152,7 +152,8 @@ def display(df: pd.DataFrame) -> pd.DataFrame:
     """String cells "ours (paper)"; "—" for a missing side, just "—" when both are missing."""
     out = pd.DataFrame({"Method": df["label"], "Paper": df["paper_method"].fillna(MISSING)})
     for col in METRICS:
-        out[HEADERS[col]] = [pair(fmt(ours), fmt(theirs)) for ours, theirs in zip(df[col], df[f"{col}_paper"])]
+        out[HEADERS[col]] = [pair(fmt(ours), fmt(theirs))
+                             for ours, theirs in zip(df[col], df[f"{col}_paper"])]
     for col in ("specbench_lossless", "mbpp_lossless"):
         out[HEADERS[col]] = [v if isinstance(v, str) else MISSING for v in df[col]]
     return out
@@ -175,7 +176,8 @@ def render_token_recycling_table1(df: pd.DataFrame) -> dict[str, str]:
 def token_recycling_table1(results_dir: str | Path, model: str | None = None,
                            paper_size: str | None = None, mbpp_model: str | None = None) -> str:
     """Build, write results/tables/token_recycling_table1.{md,csv,tex}; returns the markdown."""
-    texts = render_token_recycling_table1(build_token_recycling_table1(results_dir, model, paper_size, mbpp_model))
+    df = build_token_recycling_table1(results_dir, model, paper_size, mbpp_model)
+    texts = render_token_recycling_table1(df)
     write_texts(Path(results_dir, "tables"), "token_recycling_table1", texts)
     return texts["md"]
 

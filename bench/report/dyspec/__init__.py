@@ -1,0 +1,35 @@
+"""DySpec (Xiong et al., 2024): Tables 1-3, the Figure 4 time breakdown, Table 5 and Figures 7 and 9.
+
+Only the registrations live here; each artifact's module is imported when it runs.
+"""
+
+from bench.report.registry import Artifact, option
+
+TABLE5_OPTIONS = (
+    option("--sizes", help="tree sizes, nodes incl. the root (default 256,512,1024,2048)"),
+    option("--trees-per-size", type=int, help="default 20"),
+    option("--seed", type=int, help="default 0"),
+    option("--generators", help="of recursive, greedy (default: both)"),
+    option("--trees", help='recorded trees, JSONL of {"parents": [...], "prefix_len": int}'),
+    option("--prefixes", help="prefix lengths for Figure 9 (default 0,128,256,512,1024)"),
+    option("--fig-sizes", help="synthetic tree sizes for Figure 9 (default 768,1024)"),
+    option("--block", type=int, help="tile side (default 32, DySpec's kernel)"),
+)
+
+ARTIFACTS = {
+    "table": Artifact(
+        f"{__name__}.tables:dyspec_table",
+        "Tables 1-3 (latency, accepted tokens) -> tables/dyspec_table{N}.{md,csv,tex}",
+        options=(option("--paper-table", type=int,
+                        help="the paper's table (1: 68M/7B, 2: 68M/13B, 3: 7B/70B); "
+                             "default: by --paper-size, else by the runs' paper size"),)),
+    "time_breakdown": Artifact(
+        f"{__name__}.time_breakdown:dyspec_time_breakdown",
+        "Figure 4 (time per component) -> tables/dyspec_time_breakdown.{md,csv}, figures/",
+        options=(option("--dataset", help="only runs on this dataset"),
+                 option("--temperature", type=float, help="only runs at this temperature (default: all)"))),
+    "table5": Artifact(
+        f"{__name__}.table5:dyspec_table5",
+        "Table 5, Figures 7 and 9 (mask tiles per tree order; no runs needed)",
+        options=TABLE5_OPTIONS, common=(), needs_runs=False),
+}

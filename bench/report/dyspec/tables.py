@@ -1,0 +1,258 @@
+"""DySpec Tables 1-3: latency per token, accepted tokens per step and speedup vs AR, ours (paper).
+
+Writes results/tables/dyspec_table{N}.{md,csv,tex}; the paper's numbers come from
+paper_tables/dyspec_tables_latency_per_token.csv. Runs are the latest per (model, method, dataset,
+temperature) with no variant.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from bench.errors import HarnessError
+from bench.report.runs import default_model
+from bench.report.tables import MISSING, fmt, is_missing, pair, render, write_texts
+from bench.run.metrics import mat
+from bench.run.store import Run, latest_runs, load_runs
+
+PAPER_CSV = Path(__file__).with_name("paper_tables") / "dyspec_tables_latency_per_token.csv"
+DATASETS = {"c4": "C4", "openwebtext": "OWT", "cnn_dailymail": "CNN"}  # ours -> the paper's name
+TEMPERATURES = (0.0, 0.6)
+METHODS = ("dyspec", "sequoia", "specinfer")  # paper column order: Ours, Sequoia, Specinfer
+BASELINE = "ar"  # the paper's "Baseline" (autoregressive decoding)
+LABELS = {"dyspec": "DySpec", "sequoia": "Sequoia", "specinfer": "SpecInfer", "ar": "AR"}
+# Our model's paper_size -> the paper table whose target size matches (Table 3: 7B draft, 70B target).
+TABLE_FOR_SIZE = {"7B": 1, "13B": 2, "70B": 3}
+PAPER_SETUP = {1: "one A100 40GB", 2: "one A100 40GB", 3: "one A100 40GB, target CPU-offloaded",
+               4: "one A100 40GB, target CPU-offloaded"}
+DEFINITIONS = (
+    "Cells: ours (paper); — = no run / no published value. Latency: total wall time / total new tokens over "
+    "all prompts of the run, in ms per token (Sequoia's accounting: the target prefill is inside the timed "
+    "region). Accepted: tokens committed per target forward, bonus token included, pooled over all steps "
+    "(MAT); our prefill counts as one step of one token, while Sequoia's first verification step includes "
+    "the target prefill, so ours is lower by about MAT/steps. Speedup: our AR latency / the method's latency "
+    "on the prompts of both runs (same dataset and temperature); the paper's: its Baseline / its latency."
+)
+AR_NOTE = ("Sequoia's AR baseline (the paper's Baseline) times only 32 decoding steps per prompt "
+           "(prefill as step 0) and reports time / steps; our AR runs the full max_new_tokens with the "
+           "same engine, cache and dtype as the methods.")
+DATA_NOTES = {
+    "c4": "c4 from the data mirror is C4 en/train (first 1000 documents), not the en/validation shard "
+          "Sequoia and DySpec evaluate on (only the hub fallback is validation)",
+    "openwebtext": "openwebtext is the head of the hub copy stas/openwebtext-10k (train), not Sequoia's "
+                   "pre-tokenized local copy",
+    "cnn_dailymail": "cnn_dailymail from the mirror has 100 test articles, fewer than the rows Sequoia's "
+                     "selection skips, so all 100 are used",
+}
+
+
+def latency_per_token(records: list[dict]) -> float | None:
+    """Seconds per generated token: all wall time / all new tokens (Sequoia's total_time / tokens)."""
+    tokens = sum(r["new_tokens"] for r in records)
+    return sum(r["wall_time"] for r in records) / tokens if tokens > 0 else None
+
+
+def latency_speedup(records: list[dict], baseline: list[dict]) -> float | None:
+    """Baseline latency / our latency, over the questions present in both runs."""
+    common = {r["question_id"] for r in records} & {r["question_id"] for r in baseline}
+    mine = latency_per_token([r for r in records if r["question_id"] in common])
+    base = latency_per_token([r for r in baseline if r["question_id"] in common])
+    return base / mine if mine and base is not None else None
+
+
+def dyspec_paper(table: int) -> pd.DataFrame:
+    """The paper's rows of one table: index (paper dataset, temperature, method)."""
+    df = pd.read_csv(PAPER_CSV)
+    df = df[df["table"] == table]
+    if df.empty:
+        known = sorted(pd.read_csv(PAPER_CSV)["table"].unique())
+        raise HarnessError(f"DySpec has no Table {table} in {PAPER_CSV.name} (tables: "
+                           f"{', '.join(map(str, known))})")
+    return df.assign(temperature=df["temperature"].astype(float)).set_index(["dataset", "temperature", "method"])
+
+
+def paper_value(paper: pd.DataFrame, dataset: str, temperature: float, method: str, col: str) -> float | None:
+    key = (DATASETS[dataset], temperature, "baseline" if method == BASELINE else method)
+    if key not in paper.index:
+        return None
+    v = paper.at[key, col]
+    return None if pd.isna(v) else float(v)
+
+
+def dyspec_runs(results_dir, model: str | None, methods=(*METHODS, BASELINE)) -> tuple[list[Run], str]:
+    """Complete runs of DySpec's methods on its datasets for `model` (default: the latest such run's)."""
+    runs = [r for r in load_runs(results_dir)
+            if r.meta.get("dataset") in DATASETS and r.meta.get("method") in methods]
+    model = default_model(runs, model)
+    return [r for r in runs if r.meta.get("model") == model], model
+
+
+def table_number(runs: list[Run], paper_table: int | str | None) -> int:
+    if paper_table is not None:
+        return int(paper_table)
+    size = next((r.meta["paper_size"] for r in reversed(runs) if r.meta.get("paper_size")), None)
+    return TABLE_FOR_SIZE.get(size, 1)
+
+
+def method_cells(m: str, run: Run | None, base: Run | None, paper: pd.DataFrame, dataset: str, t: float,
+                 paper_base: float | None) -> dict:
+    paper_lat = paper_value(paper, dataset, t, m, "latency_s_per_token")
+    return {
+        f"{m}_latency_s": latency_per_token(run.records) if run else None,
+        f"{m}_accepted": mat(run.records) if run else None,
+        f"{m}_speedup": latency_speedup(run.records, base.records) if run and base else None,
+        f"{m}_latency_s_paper": paper_lat,
+        f"{m}_accepted_paper": paper_value(paper, dataset, t, m, "accepted_per_step"),
+        f"{m}_speedup_paper": paper_base / paper_lat if paper_base and paper_lat else None,
+        f"{m}_run_id": run.run_id if run else None,
+    }
+
+
+def build_dyspec_table(results_dir: str | Path, model: str | None = None,
+                       paper_table: int | str | None = None) -> pd.DataFrame:
+    """One row per (dataset, temperature) in the paper's order; per method `<m>_latency_s`, `<m>_accepted`,
+    `<m>_speedup` (ours; NaN: no run) and the same with `_paper`; `ar_latency_s(_paper)`. Provenance in attrs.
+
+    Runs are the latest per (model, method, dataset, temperature) with no variant; default model: that of
+    the most recent run of these methods on these datasets; default table: the one whose target size is the
+    model's paper_size (7B -> 1, 13B -> 2, 70B -> 3).
+    """
+    runs, model = dyspec_runs(results_dir, model)
+    table = table_number(runs, paper_table)
+    paper = dyspec_paper(table)
+    latest = latest_runs(runs)
+    used: list[Run] = []
+    notes: list[str] = []
+    rows = []
+    for dataset, paper_name in DATASETS.items():
+        for t in TEMPERATURES:
+            row = {"dataset": dataset, "paper_dataset": paper_name, "temperature": t}
+            base = latest.get((model, BASELINE, None, dataset, t))
+            row["ar_latency_s"] = latency_per_token(base.records) if base else None
+            row["ar_latency_s_paper"] = paper_base = paper_value(paper, dataset, t, BASELINE, "latency_s_per_token")
+            row["ar_run_id"] = base.run_id if base else None
+            if base:
+                used.append(base)
+            for m in METHODS:
+                run = latest.get((model, m, None, dataset, t))
+                row.update(method_cells(m, run, base, paper, dataset, t, paper_base))
+                if run is None:
+                    continue
+                used.append(run)
+                if base is not None and base.meta.get("max_new_tokens") != run.meta.get("max_new_tokens"):
+                    notes.append(f"{m} on {dataset} at T={t:g}: max_new_tokens {run.meta.get('max_new_tokens')}"
+                                 f" vs AR's {base.meta.get('max_new_tokens')}")
+                if base is not None and base.meta.get("machine") != run.meta.get("machine"):
+                    notes.append(f"{m} on {dataset} at T={t:g}: machine differs from AR's")
+            rows.append(row)
+
+    numeric = [f"{c}{suffix}" for c in ["ar_latency_s", *(f"{m}_{k}" for m in METHODS
+                                                           for k in ("latency_s", "accepted", "speedup"))]
+               for suffix in ("", "_paper")]
+    run_cols = ["ar_run_id", *(f"{m}_run_id" for m in METHODS)]
+    df = pd.DataFrame(rows).reindex(columns=["dataset", "paper_dataset", "temperature", *numeric, *run_cols])
+    df[numeric] = df[numeric].astype(float)  # None -> NaN: empty CSV cells, never "None"
+    missing = [f"{LABELS[k[1]]} {k[3]} T={k[4]:g}"
+               for k in ((model, m, None, d, t) for d in DATASETS for t in TEMPERATURES
+                         for m in (*METHODS, BASELINE)) if k not in latest]
+    df.attrs.update(provenance(model, table, paper, used), notes=list(dict.fromkeys(notes)), missing=missing)
+    return df
+
+
+def provenance(model: str, table: int, paper: pd.DataFrame, used: list[Run]) -> dict:
+    """What the footer says about the runs used and the paper's setting."""
+    first = paper.iloc[0]
+    return {
+        "model": model, "table": table, "paper_pair": f"{first['draft']} -> {first['target']}",
+        "paper_budget": int(first["tree_budget"]), "paper_setup": PAPER_SETUP.get(table, "?"),
+        "drafts": sorted({str((r.meta.get("method_settings") or {}).get("draft")) for r in used
+                          if r.meta.get("method") != BASELINE}),
+        "dtypes": sorted({str((r.meta.get("provenance") or {}).get("dtype")) for r in used}),
+        "budgets": sorted({budget(r) for r in used if r.meta.get("method") != BASELINE}),
+        "machines": sorted({str(r.meta.get("machine")) for r in used}),
+        "max_new_tokens": sorted({str(r.meta.get("max_new_tokens")) for r in used}),
+        "selections": {d: sorted({selection(r) for r in used if r.meta.get("dataset") == d}) for d in DATASETS},
+        "prompts": {d: sorted({len({rec["question_id"] for rec in r.records}) for r in used
+                               if r.meta.get("dataset") == d}) for d in DATASETS},
+        "run_ids": {f"{r.meta.get('method')}/{r.meta.get('dataset')}/T={r.temperature:g}": r.run_id
+                    for r in used},
+    }
+
+
+def budget(run: Run) -> str:
+    ms = run.meta.get("method_settings") or {}
+    size = next((ms[k] for k in ("budget", "tree_size", "size") if ms.get(k) is not None), None)
+    if size is None and ms.get("branches") and ms.get("depth"):
+        size = int(ms["branches"]) * int(ms["depth"])  # SpecInfer's K x D tree
+    return f"{run.meta.get('method')} {size if size is not None else '?'}"
+
+
+def selection(run: Run) -> str:
+    sel = run.meta.get("selection")
+    if sel is None:
+        return "not recorded"
+    return sel if isinstance(sel, str) else json.dumps(sel, sort_keys=True)
+
+
+def ms(x) -> str:
+    return fmt(x if is_missing(x) else 1000 * x)
+
+
+def display(df: pd.DataFrame) -> pd.DataFrame:
+    out = pd.DataFrame({"Dataset": [f"{d} ({p})" for d, p in zip(df["dataset"], df["paper_dataset"])],
+                        "T": [f"{t:g}" for t in df["temperature"]]})
+    for m in METHODS:
+        label = LABELS[m]
+        out[f"{label} ms/tok"] = [pair(ms(a), ms(b)) for a, b in zip(df[f"{m}_latency_s"], df[f"{m}_latency_s_paper"])]
+        out[f"{label} accepted"] = [pair(fmt(a), fmt(b))
+                                    for a, b in zip(df[f"{m}_accepted"], df[f"{m}_accepted_paper"])]
+        out[f"{label} speedup"] = [pair(fmt(a), fmt(b))
+                                   for a, b in zip(df[f"{m}_speedup"], df[f"{m}_speedup_paper"])]
+    out["AR ms/tok"] = [pair(ms(a), ms(b)) for a, b in zip(df["ar_latency_s"], df["ar_latency_s_paper"])]
+    return out
+
+
+def render_dyspec_table(df: pd.DataFrame) -> dict[str, str]:
+    """{"md", "csv", "tex"} texts of the table built by build_dyspec_table."""
+    a = df.attrs
+    caption = (f"DySpec Table {a['table']}, ours (paper): latency per token (ms) and accepted tokens per step. "
+               f"Ours: target {a['model']}, draft {', '.join(a['drafts']) or MISSING}; paper: {a['paper_pair']}, "
+               f"tree budget {a['paper_budget']}, {a['paper_setup']}.")
+    examples = []
+    for d in DATASETS:
+        sel = "; ".join(a["selections"][d]) or "no runs"
+        n = "/".join(map(str, a["prompts"][d])) or MISSING
+        examples.append(f"{d}: {n} prompts measured; selection: {sel}")
+    footer = [
+        (f"Machine: {', '.join(a['machines']) or MISSING}. dtype: {', '.join(a['dtypes']) or MISSING}. "
+         f"max_new_tokens: {', '.join(a['max_new_tokens']) or MISSING}. "
+         f"Trees: {', '.join(a['budgets']) or MISSING} (paper: {a['paper_budget']})."),
+        "Examples: " + " | ".join(examples) + ".",
+        *(f"Data: {n}." for n in DATA_NOTES.values()),
+        DEFINITIONS,
+        AR_NOTE,
+        "Runs: " + (", ".join(f"{k}={v}" for k, v in a["run_ids"].items()) or "none") + ".",
+        *(f"Note: {n}." for n in a["notes"]),
+        *([f"No run: {', '.join(a['missing'])}."] if a["missing"] else []),
+    ]
+    return render(display(df), caption, footer, df)
+
+
+def dyspec_table(results_dir: str | Path, model: str | None = None, paper_size: str | None = None,
+                 paper_table: int | str | None = None) -> str:
+    """Build, write results/tables/dyspec_table{N}.{md,csv,tex}; returns the markdown.
+
+    paper_size (the CLI's --paper-size) picks the table by target size when paper_table is not given.
+    """
+    if paper_table is None and paper_size is not None:
+        if paper_size not in TABLE_FOR_SIZE:
+            raise HarnessError(f"DySpec has no table for paper size {paper_size!r} "
+                               f"(sizes: {', '.join(TABLE_FOR_SIZE)})")
+        paper_table = TABLE_FOR_SIZE[paper_size]
+    df = build_dyspec_table(results_dir, model, paper_table)
+    texts = render_dyspec_table(df)
+    write_texts(Path(results_dir, "tables"), f"dyspec_table{df.attrs['table']}", texts)
+    return texts["md"]

@@ -1,0 +1,136 @@
+"""DySpec Figure 4: share of the timed region per component (draft forward, target forward, tree
+construction, mask building, sampling, verification, other), per method, from our phase timings.
+
+Writes results/tables/dyspec_time_breakdown.{md,csv} and results/figures/dyspec_time_breakdown.png. The paper
+gives no values for Figure 4, only claims (FIG4_PAPER), printed under ours.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+
+from bench.errors import HarnessError
+from bench.report.dyspec.tables import BASELINE, LABELS, METHODS, dyspec_runs
+from bench.report.plots import new_figure, save_figure
+from bench.report.tables import MISSING, fmt, is_missing, markdown, write_texts
+from bench.run.metrics import phase_totals
+from bench.run.store import latest_runs
+
+# DySpec Figure 4 component, label, our phases. The target prefill is a target forward (Sequoia and DySpec
+# run it inside the first verification); `update` (KV compaction, commit) and `draft` (any other proposer
+# time, e.g. the draft's own prefill) are "other", as is any phase not named here.
+FIG4_COMPONENTS = [
+    ("draft_forward", "Draft forward", ("draft_forward",)),
+    ("target_forward", "Target forward", ("target_forward", "prefill")),
+    ("tree_construction", "Tree construction", ("tree",)),
+    ("mask_building", "Mask building", ("preprocess",)),
+    ("sampling", "Sampling", ("sampling",)),
+    ("verification", "Verification", ("verify",)),
+    ("other", "Other", ("update", "draft")),
+]
+FIG4_PAPER = ("Paper (Figure 4, no values in the text): tree construction is under 2% of the time for "
+              "JF68M/Llama2-7B and JF68M/Llama2-13B; mask building, sampling and verification take "
+              "significant time there (mostly waiting on CUDA sync); with Llama2-7B/70B offloaded, "
+              "everything but the two models' inference is under 2%.")
+
+
+def dyspec_component_shares(phase_times: dict[str, float]) -> dict[str, float]:
+    """Our phase seconds -> share of each Figure 4 component in their sum (the timed region); sums to 1."""
+    total = sum(phase_times.values())
+    if total <= 0:
+        return {}
+    mapped = {p for _, _, phases in FIG4_COMPONENTS for p in phases}
+    shares = {key: sum(phase_times.get(p, 0.0) for p in phases) / total
+              for key, _, phases in FIG4_COMPONENTS}
+    shares["other"] += sum(v for p, v in phase_times.items() if p not in mapped) / total
+    return shares
+
+
+def build_dyspec_time_breakdown(results_dir: str | Path, model: str | None = None,
+                                dataset: str | None = None, temperature: float | None = None) -> pd.DataFrame:
+    """One row per method (DySpec's order, AR last): share of each Figure 4 component, pooled over the latest
+    run per (dataset, temperature) of that method (optionally only one dataset / temperature)."""
+    runs, model = dyspec_runs(results_dir, model)
+    latest = [r for r in latest_runs(runs).values() if r.meta.get("variant") in (None, "")
+              and (dataset is None or r.meta.get("dataset") == dataset)
+              and (temperature is None or math.isclose(r.temperature, float(temperature)))]
+    if not latest:
+        where = "".join([f" on {dataset}" if dataset else "", f" at T={float(temperature):g}"
+                         if temperature is not None else ""])
+        raise HarnessError(f"no complete dyspec/sequoia/specinfer/ar runs of model '{model}'{where} under "
+                           f"{Path(results_dir, 'runs')} (produced by `make reproduce-dyspec-table1`)")
+    rows = []
+    for m in (*METHODS, BASELINE):
+        mine = [r for r in latest if r.meta.get("method") == m]
+        if not mine:
+            continue
+        records = [rec for r in mine for rec in r.records]
+        totals = phase_totals(records)
+        wall = sum(rec["wall_time"] for rec in records)
+        shares = dyspec_component_shares(totals)
+        rows.append({"method": m, "label": LABELS[m], "runs": len(mine),
+                     "datasets": ",".join(sorted({r.meta["dataset"] for r in mine})),
+                     "temperatures": ",".join(sorted({f"{r.temperature:g}" for r in mine})),
+                     "prompts": len(records), "wall_s": wall,
+                     "phase_sum_over_wall": sum(totals.values()) / wall if wall > 0 else None,
+                     **{key: shares.get(key) for key, _, _ in FIG4_COMPONENTS},
+                     "phases": json.dumps({k: round(v, 6) for k, v in sorted(totals.items())}),
+                     "run_ids": ",".join(r.run_id for r in mine)})
+    df = pd.DataFrame(rows)
+    df.attrs.update(model=model, machines=sorted({str(r.meta.get("machine")) for r in latest}),
+                    dataset=dataset, temperature=temperature)
+    return df
+
+
+def plot_breakdown(df: pd.DataFrame, path: Path) -> Path:
+    """Stacked bars, one per method: % of the timed region per component."""
+    fig = new_figure(figsize=(8, 4.8))
+    ax = fig.subplots()
+    bottom = [0.0] * len(df)
+    colors = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:gray"]
+    for (key, label, phases), color in zip(FIG4_COMPONENTS, colors):
+        values = [100 * (v or 0.0) for v in df[key]]
+        ax.bar(df["label"], values, bottom=bottom, label=f"{label} ({'+'.join(phases)})", color=color)
+        bottom = [b + v for b, v in zip(bottom, values)]
+    ax.set_ylabel("% of timed region")
+    ax.set_ylim(0, 100)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    a = df.attrs
+    ax.set_title(f"DySpec Figure 4, time per component: ours ({a['model']}, {', '.join(a['machines'])})",
+                 fontsize=9)
+    ax.text(0.5, -0.14, "\n".join(textwrap.wrap(FIG4_PAPER, 100)), transform=ax.transAxes,
+            ha="center", va="top", fontsize=7, style="italic")
+    return save_figure(fig, path)
+
+
+def dyspec_time_breakdown(results_dir: str | Path, model: str | None = None, paper_size: str | None = None,
+                          dataset: str | None = None, temperature: float | None = None) -> str:
+    """Writes results/tables/dyspec_time_breakdown.{md,csv} and results/figures/dyspec_time_breakdown.png."""
+    df = build_dyspec_time_breakdown(results_dir, model, dataset, temperature)
+    display = pd.DataFrame({"Method": df["label"], "runs": df["runs"], "prompts": df["prompts"]})
+    for key, label, phases in FIG4_COMPONENTS:
+        display[f"{label} ({'+'.join(phases)})"] = [MISSING if is_missing(v) else f"{100 * v:.1f}%"
+                                                    for v in df[key]]
+    a = df.attrs
+    scope = ", ".join([a["dataset"] or "c4+openwebtext+cnn_dailymail",
+                       f"T={float(a['temperature']):g}" if a["temperature"] is not None else "T=0 and 0.6"])
+    png = plot_breakdown(df, Path(results_dir, "figures", "dyspec_time_breakdown.png"))
+    footer = [
+        f"Machine: {', '.join(a['machines'])}. Shares of the summed phase times of all prompts (the phases "
+        f"tile the timed region; phase sum / wall: "
+        + ", ".join(f"{lab} {fmt(v)}" for lab, v in zip(df["label"], df["phase_sum_over_wall"])) + ").",
+        "Our phase names in brackets; prefill (the target's prompt forward) counts as target forward.",
+        FIG4_PAPER,
+        f"Figure: {png}.",
+        "Runs: " + "; ".join(f"{lab}: {ids}" for lab, ids in zip(df["label"], df["run_ids"])) + ".",
+    ]
+    caption = f"DySpec Figure 4, time breakdown per method: ours, {a['model']} on {scope}."
+    md = markdown(display, caption, footer)
+    write_texts(Path(results_dir, "tables"), "dyspec_time_breakdown",
+                {"md": md, "csv": df.to_csv(index=False)})
+    return md
