@@ -51,6 +51,10 @@ GENERIC = {
                      "latest run per method (MAT, tok/s, speedups) -> tables/runs.md",
                      options=(option("--dataset", help="only runs on this dataset"),
                               option("--max-new-tokens", type=int, help="only runs with this limit"))),
+    "reproduced": Artifact("bench.report.reproduced:reproduced_page",
+                           "REPRODUCED.md: every paper's tables from results/, with machine, date, git sha",
+                           options=(option("--out", help="default: REPRODUCED.md at the project root"),),
+                           common=(), needs_runs=False),
 }
 # Names from before the paper packages; they keep working.
 ALIASES = {

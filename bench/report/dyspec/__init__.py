@@ -33,3 +33,6 @@ ARTIFACTS = {
         "Table 5, Figures 7 and 9 (mask tiles per tree order; no runs needed)",
         options=TABLE5_OPTIONS, common=(), needs_runs=False),
 }
+
+# Shown on REPRODUCED.md (`make reproduced`): (artifact, options, the command that makes its runs).
+REPRODUCED = (("table", {"paper_table": 1}, "make draft && make reproduce-dyspec-table1 LIMIT=10"),)

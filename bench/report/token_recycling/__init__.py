@@ -18,3 +18,6 @@ ARTIFACTS = {
     "auto": Artifact(f"{__name__}.auto:tr_auto",
                      "paper's tree vs tree=auto vs ar -> figures/tr_auto.{png,csv,md}", **FIGURE),
 }
+
+# Shown on REPRODUCED.md (`make reproduced`): (artifact, options, the command that makes its runs).
+REPRODUCED = (("table1", {}, "make reproduce-tr-table1 LIMIT=5"),)
