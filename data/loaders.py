@@ -98,13 +98,9 @@ def resolve_items(
     groups = cfg.get("groups") or {}
     looked = []
 
-    if mirror_dir and cfg.get("mirror_path"):
-        path = Path(mirror_dir) / cfg["mirror_path"]
-        if path.is_file():
-            return _to_items(_read_rows(path, fmt), fields, groups, str(path)), f"mirror {path}"
-        looked.append(f"mirror {path} (missing)")
-    else:
-        looked.append("mirror (not set)")
+    path = mirror_file(cfg, mirror_dir, looked)
+    if path:
+        return _to_items(read_rows(path, fmt), fields, groups, str(path)), f"mirror {path}"
 
     if use_cache:
         path = cache_path(cache_dir, name)
@@ -112,17 +108,10 @@ def resolve_items(
             return _read_cache(path), f"cache {path}"
         looked.append(f"cache {path} (missing)")
 
-    package = cfg.get("package_file")
-    if package:
-        label = f"package {package['module']}.{package['attr']}"
-        try:
-            path = Path(getattr(importlib.import_module(package["module"]), package["attr"]))
-        except (ImportError, AttributeError) as e:
-            looked.append(f"{label} (not installed: {_short(e)})")
-        else:
-            if path.is_file():
-                return _to_items(_read_rows(path, fmt), fields, groups, str(path)), f"{label} ({path})"
-            looked.append(f"{label} ({path} missing)")
+    found = package_file(cfg.get("package_file"), looked)
+    if found:
+        path, where = found
+        return _to_items(read_rows(path, fmt), fields, groups, str(path)), where
 
     hub = dict(cfg.get("hub") or {})
     if hub:
@@ -138,6 +127,35 @@ def resolve_items(
             return _to_items(((i + 1, row) for i, row in enumerate(rows)), fields, groups, label), label
 
     raise DataError(f"dataset {name!r} not found: " + ", ".join(looked))
+
+
+def mirror_file(cfg: dict, mirror_dir: str | None, looked: list[str]) -> Path | None:
+    """`<mirror_dir>/<mirror_path>` if that file exists; else None, and `looked` gets why not."""
+    if mirror_dir and cfg.get("mirror_path"):
+        path = Path(mirror_dir) / cfg["mirror_path"]
+        if path.is_file():
+            return path
+        looked.append(f"mirror {path} (missing)")
+    else:
+        looked.append("mirror (not set)")
+    return None
+
+
+def package_file(package: dict | None, looked: list[str]) -> tuple[Path, str] | None:
+    """(path, where) of an installed package's data file (`package_file: {module, attr}`, an attribute holding
+    the path); None if there is none or it is not installed, and `looked` gets why not."""
+    if not package:
+        return None
+    label = f"package {package['module']}.{package['attr']}"
+    try:
+        path = Path(getattr(importlib.import_module(package["module"]), package["attr"]))
+    except (ImportError, AttributeError) as e:
+        looked.append(f"{label} (not installed: {_short(e)})")
+        return None
+    if not path.is_file():
+        looked.append(f"{label} ({path} missing)")
+        return None
+    return path, f"{label} ({path})"
 
 
 def cache_path(cache_dir: str | Path, name: str) -> Path:
@@ -178,8 +196,8 @@ def _short(e: BaseException) -> str:
     return f"{type(e).__name__}: {first}"[:160]
 
 
-def _read_rows(path: Path, fmt: str) -> Iterator[tuple[int, dict]]:
-    """(1-based line number, row) for each non-blank line of a file in `fmt`."""
+def read_rows(path: Path, fmt: str) -> Iterator[tuple[int, dict]]:
+    """(1-based line number, row) for each non-blank line of a file in `fmt` (one of FORMATS); lazy."""
     return _read_lines(path) if fmt == "lines" else _read_jsonl(path, fmt)
 
 
@@ -248,12 +266,12 @@ def _hub_rows(hub_args: dict) -> list[dict]:
     """Rows from datasets.load_dataset(**hub_args); imported lazily because `datasets` is slow to import."""
     import datasets  # before quieting: importing it configures its own (and huggingface_hub's) log levels
 
-    with _quiet_hub_logs():
+    with quiet_hub_logs():
         return list(datasets.load_dataset(**hub_args))
 
 
 @contextlib.contextmanager
-def _quiet_hub_logs():
+def quiet_hub_logs():
     # Offline, huggingface_hub logs a "Retrying in 8s" warning per attempt; the DataError already says why.
     loggers = [logging.getLogger(n) for n in ("huggingface_hub", "datasets", "fsspec")]
     levels = [lg.level for lg in loggers]

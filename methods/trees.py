@@ -8,8 +8,10 @@ expansion from the root yields the tree of n nodes with the highest expected acc
 depth D the most likely depth-D path is placed first and the rest filled best-first: the best tree of that
 size among those that reach depth D.
 
-p is measured per model by running Token Recycling with a calibration tree (every rank at every depth
-below the rank-0 spine) on a calibration set disjoint from the evaluation sets, and cached as counts.
+p is measured per model, once, by running Token Recycling with a calibration tree (every rank at every
+depth below the rank-0 spine) on a calibration set disjoint from the evaluation sets: a step above the
+method (`make tree-stats MODEL=<name>`, scripts/calibrate_tree.py, methods/token_recycling/calibration.py)
+that writes the counts to `stats_file`. Building a tree only reads them; missing, it is a one-line error.
 """
 
 from __future__ import annotations
@@ -113,58 +115,33 @@ def expected_mat(p: np.ndarray, paths) -> float:
     return 1.0 + sum(math.prod(p[d, r] for d, r in enumerate(path)) for path in paths)
 
 
-# ---- calibration (runs the model; cached per model and dtype) ----
+# ---- per-rank acceptance statistics on disk (written by methods/token_recycling/calibration.py) ----
 
 def stats_file(calib, bundle) -> Path:
+    """Where a model's statistics for a `tree.calibration` block live (per model, dtype and calibration)."""
     dtype = str(bundle.dtype).replace("torch.", "")
     name = f"{bundle.name}-{dtype}-{calib.dataset}-{calib.limit}x{calib.max_new_tokens}-d{calib.depth}k{calib.topk}"
     return project_path(calib.cache_dir) / f"{name}.json"
 
 
-def load_or_calibrate(calib, bundle) -> AcceptanceStats:
-    path = stats_file(calib, bundle)
-    if path.is_file():
-        return AcceptanceStats.from_json(json.loads(path.read_text()))
-    stats = calibrate(calib, bundle)
+def save_stats(stats: AcceptanceStats, calib, path: Path) -> None:
+    """Atomically: the counts and the calibration config they were measured with."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({**stats.to_json(), "calibration": OmegaConf.to_container(calib, resolve=True)}))
     tmp.replace(path)
-    return stats
 
 
-def calibrate(calib, bundle) -> AcceptanceStats:
-    """Run Token Recycling (hot matrix, as evaluated) with the spine tree over the calibration prompts."""
-    from tqdm import tqdm
-
-    from bench.core.engine import Engine
-    from bench.core.timing import PhaseTimer
-    from bench.models.chat import prompt_ids
-    from data.loaders import load_items
-    from methods.token_recycling.proposer import TokenRecycling
-
-    stats = AcceptanceStats(calib.depth, calib.topk)
-
-    class Calibrating(TokenRecycling):
-        def update(self, inputs, logits, target, acceptance):
-            stats.observe(self.tree, inputs, target)
-            super().update(inputs, logits, target, acceptance)
-
-    ds = OmegaConf.load(PROJECT / "conf" / "dataset" / f"{calib.dataset}.yaml")
-    items = load_items(ds, str(project_path(calib.data_mirror)), str(project_path(calib.data_cache)))
-    method_cfg = OmegaConf.create({
-        "name": "token_recycling", "topk": calib.topk, "update_strategy": "parallel", "start": "hot",
-        "tree": {"name": "calibration", "paths": spine_paths(calib.depth, calib.topk)},
-    })
-    proposer = Calibrating(method_cfg, bundle)
-    engine = Engine(bundle.model, bundle.eos_token_ids, bundle.max_context)
-    timer = PhaseTimer(bundle.device, sync=False)
-    picked = items[:: max(len(items) // calib.limit, 1)][: calib.limit]  # spread over the set's sources
-    for item in tqdm(picked, desc=f"calibrating trees on {calib.dataset}", unit="q"):
-        ids = prompt_ids(bundle.tokenizer, calib.chat_template, [], item["turns"][0])
-        ids = ids[-(bundle.max_context - calib.max_new_tokens - proposer.tree.size - 1):]
-        engine.generate(proposer, ids, calib.max_new_tokens, timer)
-    return stats
+def load_stats(calib, bundle) -> AcceptanceStats:
+    """The cached statistics; missing, a one-line ConfigError naming the command that writes them."""
+    path = stats_file(calib, bundle)
+    if not path.is_file():
+        shown = path.relative_to(PROJECT) if path.is_relative_to(PROJECT) else path
+        raise ConfigError(
+            f"no tree statistics for model '{bundle.name}' ({shown}): run `make tree-stats MODEL={bundle.name}` "
+            f"(or `python scripts/calibrate_tree.py model={bundle.name}` plus this run's tree.calibration overrides)"
+        )
+    return AcceptanceStats.from_json(json.loads(path.read_text()))
 
 
 # ---- tree config group -> Tree ----
@@ -175,19 +152,19 @@ def resolve_tree(tree_cfg, bundle, topk: int) -> tuple[Tree, dict]:
     if kind == "template":
         tree = tree_from_paths([list(p) for p in tree_cfg.paths])
         return tree, {"tree_source": "template", "tree_config": tree_cfg.get("name")}
+    if kind not in ("built", "auto"):
+        raise ConfigError(f"tree kind must be template, built or auto, got {kind!r}")
     if tree_cfg.calibration.topk != topk:
         raise ConfigError(f"tree calibration topk {tree_cfg.calibration.topk} != method topk {topk}")
-    p = load_or_calibrate(tree_cfg.calibration, bundle).probs()
+    p = load_stats(tree_cfg.calibration, bundle).probs()
     if kind == "built":
         paths = best_tree(p, int(tree_cfg.size), int(tree_cfg.depth))
         info = {"tree_source": "built", "predicted_mat": expected_mat(p, paths)}
-    elif kind == "auto":
+    else:
         from bench.core import forward_cost
 
         curve = forward_cost.load_or_measure(bundle, project_path(tree_cfg.forward_cost_dir))
         paths, info = auto_tree(p, curve, tree_cfg.sizes, tree_cfg.max_depth)
-    else:
-        raise ConfigError(f"tree kind must be template, built or auto, got {kind!r}")
     return tree_from_paths(paths), {**info, "tree_config": tree_cfg.get("name"), "tree_paths": paths}
 
 

@@ -11,28 +11,19 @@ line and a non-zero exit.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from bench.errors import HarnessError
 from bench.models.loading import load_tokenizer
-from bench.paths import PROJECT, project_path
+from bench.paths import project_path
+from bench.run.compose import compose_config, split_flags
+from data.corpus import corpus_names, load_corpus
 from data.loaders import DataError
-from methods.rest.datastore import (
-    build,
-    corpus_names,
-    load_corpus,
-    store_prefix,
-    tokenizer_fingerprint,
-)
-
-
-def compose_cfg(overrides: list[str]):
-    with initialize_config_dir(config_dir=str(PROJECT / "conf"), version_base="1.3"):
-        return compose("config", overrides=overrides)
+from methods.rest.datastore import build, store_prefix, tokenizer_fingerprint
 
 
 def size_mb(prefix: Path) -> float:
@@ -41,8 +32,6 @@ def size_mb(prefix: Path) -> float:
 
 
 def up_to_date(prefix: Path, corpus: dict, fingerprint: str) -> dict | None:
-    import json
-
     sidecar = prefix.with_name(prefix.name + ".json")
     if not sidecar.is_file():
         return None
@@ -51,13 +40,35 @@ def up_to_date(prefix: Path, corpus: dict, fingerprint: str) -> dict | None:
     return meta if same else None
 
 
+def build_stores(names: list[str], overrides: list[str], force: bool) -> None:
+    """Build (or keep, if up to date) each named store; one line per store."""
+    tokenizer = None
+    for name in names:
+        cfg = compose_config(overrides + [f"datastore={name}"])
+        if tokenizer is None:
+            tokenizer = load_tokenizer(cfg.model, cfg.paths.model_cache)
+            fingerprint = tokenizer_fingerprint(tokenizer)
+        corpus = load_corpus(OmegaConf.to_container(cfg.datastore, resolve=True))
+        prefix = store_prefix(project_path(cfg.paths.data_cache) / "datastores", cfg.model.name, name)
+        meta = None if force else up_to_date(prefix, corpus, fingerprint)
+        state = "up to date"
+        if meta is None:
+            store = build(corpus, tokenizer, str(project_path(cfg.paths.data_mirror)),
+                          str(project_path(cfg.paths.data_cache)), cfg.model.name)
+            store.save(prefix)
+            meta, state = store.meta, "built"
+        print(
+            f"{name}: {state}, {meta['documents']} documents, {meta['tokens']} tokens, "
+            f"{size_mb(prefix):.1f} MB, build {meta['build_seconds']:.1f} s, "
+            f"dropped (overlap with eval sets) {meta['dropped_overlapping_eval'].get('documents', 0)} -> {prefix}.*"
+        )
+
+
 def main(argv: list[str]) -> int:
-    force = "--force" in argv
-    args = [a for a in argv if a != "--force"]
-    unknown_flags = [a for a in args if a.startswith("-")]
-    if unknown_flags:
-        print(f"error: unknown option {unknown_flags[0]} (usage: {__doc__.strip().splitlines()[2].strip()})",
-              file=sys.stderr)
+    try:
+        args, flags = split_flags(argv, ("--force",), __doc__.strip().splitlines()[2].strip())
+    except HarnessError as err:
+        print(f"error: {err}", file=sys.stderr)
         return 2
     chosen = [a.split("=", 1)[1] for a in args if a.startswith("datastore=")]
     overrides = [a for a in args if not a.startswith("datastore=")]
@@ -68,30 +79,11 @@ def main(argv: list[str]) -> int:
         print(f"error: unknown datastore '{bad[0]}' (known: {', '.join(known)})", file=sys.stderr)
         return 2
     try:
-        tokenizer = None
-        for name in names:
-            cfg = compose_cfg(overrides + [f"datastore={name}"])
-            if tokenizer is None:
-                tokenizer = load_tokenizer(cfg.model, cfg.paths.model_cache)
-                fingerprint = tokenizer_fingerprint(tokenizer)
-            corpus = load_corpus(OmegaConf.to_container(cfg.datastore, resolve=True))
-            prefix = store_prefix(project_path(cfg.paths.data_cache) / "datastores", cfg.model.name, name)
-            meta = None if force else up_to_date(prefix, corpus, fingerprint)
-            state = "up to date"
-            if meta is None:
-                store = build(corpus, tokenizer, str(project_path(cfg.paths.data_mirror)),
-                              str(project_path(cfg.paths.data_cache)), cfg.model.name)
-                store.save(prefix)
-                meta, state = store.meta, "built"
-            print(
-                f"{name}: {state}, {meta['documents']} documents, {meta['tokens']} tokens, "
-                f"{size_mb(prefix):.1f} MB, build {meta['build_seconds']:.1f} s, "
-                f"dropped (overlap with eval sets) {meta['dropped_overlapping_eval'].get('documents', 0)} -> {prefix}.*"
-            )
+        build_stores(names, overrides, force="--force" in flags)
+        return 0
     except (HarnessError, DataError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    return 0
 
 
 if __name__ == "__main__":

@@ -13,18 +13,9 @@ import pytest
 
 from bench.errors import HarnessError
 from bench.paths import PROJECT
+from data.corpus import corpus_documents, corpus_names, iter_documents, load_corpus
 from data.loaders import DataError, load_items
-from methods.rest.datastore import (
-    Datastore,
-    corpus_documents,
-    corpus_names,
-    draft_tree,
-    iter_documents,
-    load_corpus,
-    open_store,
-    suffix_array,
-    token_dtype,
-)
+from methods.rest.datastore import Datastore, draft_tree, open_store, suffix_array, token_dtype
 from tests.conftest import compose_cfg
 
 MIRROR = (PROJECT / ".." / "shared" / "data").resolve()
@@ -221,7 +212,7 @@ def serve_texts(corpus_name: str) -> list[tuple[str, str]]:
 
 def shared(texts: list[tuple[str, str]], docs: list[str]) -> list[str]:
     """One line per document that shares a window with an evaluation text (a separate implementation from
-    bench.datastore.OverlapIndex, which the build uses)."""
+    data.corpus.OverlapIndex, which the build uses)."""
     index: dict[tuple[str, ...], str] = {}
     for name, t in texts:
         for w in word_windows(t):

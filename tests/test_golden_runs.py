@@ -18,8 +18,9 @@ from bench.core.engine import Engine
 from bench.core.timing import PhaseTimer
 from bench.models.chat import prompt_ids
 from bench.models.drafts import init_draft_from_target
+from data.corpus import load_corpus
 from methods import build_method
-from methods.rest.datastore import build, load_corpus, store_prefix
+from methods.rest.datastore import build, store_prefix
 from tests.conftest import compose_cfg
 from tests.test_rest import CORPUS
 

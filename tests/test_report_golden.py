@@ -42,9 +42,12 @@ def produced(tmp_path_factory) -> dict[str, bytes]:
     return {f.name: f.read_bytes().replace(str(results).encode(), b"<results>") for f in files}
 
 
+NEW = {"reproduced"}  # added after the move, so it has no golden file; tests/test_reproduced.py covers it
+
+
 def test_every_artifact_is_called():
     called = {ALIASES.get(c[0], c[0]) for c in CALLS}
-    assert called == set(names())
+    assert called == set(names()) - NEW
 
 
 def test_the_same_files_as_before(produced):

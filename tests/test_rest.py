@@ -12,9 +12,10 @@ from bench.core.engine import Engine
 from bench.core.timing import PhaseTimer
 from bench.errors import HarnessError
 from bench.models.chat import prompt_ids
+from data.corpus import load_corpus
 from data.loaders import load_items
 from methods import build_method
-from methods.rest.datastore import build, load_corpus, store_prefix
+from methods.rest.datastore import build, store_prefix
 from tests.conftest import compose_cfg
 
 pytestmark = pytest.mark.model

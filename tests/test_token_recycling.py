@@ -53,7 +53,7 @@ def test_update_parallel_writes_topk_rows():
     tr = make(SMALL, topk=3)
     inputs = torch.tensor([5, 7, 9, 11, 13, 2, 40])
     logits = torch.randn(len(inputs), V, generator=torch.Generator().manual_seed(1))
-    tr.update(inputs, logits, logits.argmax(-1))
+    tr.update(inputs, logits, logits.argmax(-1), None)
     top = logits.topk(3, dim=-1).indices
     for i, tok in enumerate(inputs.tolist()):
         assert tr.adj[tok].tolist() == top[i].tolist()
@@ -67,7 +67,7 @@ def test_update_first_last_duplicate(strategy, row):
     tr = make(SMALL, topk=3, update_strategy=strategy)
     inputs = torch.tensor([5, 7, 9, 11, 5, 2, 9])  # 5 at slots 0 and 4, 9 at slots 2 and 6
     logits = torch.randn(len(inputs), V, generator=torch.Generator().manual_seed(2))
-    tr.update(inputs, logits, logits.argmax(-1))
+    tr.update(inputs, logits, logits.argmax(-1), None)
     top = logits.topk(3, dim=-1).indices
     assert tr.adj[5].tolist() == top[row].tolist()
     assert tr.adj[9].tolist() == top[2 if strategy == "first" else 6].tolist()
@@ -81,7 +81,7 @@ def test_start_hot_keeps_cold_resets(start):
     tr.start([1, 2, 3])
     inputs = torch.arange(7)
     logits = torch.randn(7, V, generator=torch.Generator().manual_seed(3))
-    tr.update(inputs, logits, logits.argmax(-1))
+    tr.update(inputs, logits, logits.argmax(-1), None)
     before = tr.adj.clone()
     assert int(before.abs().sum()) > 0
     tr.start([4, 5])
@@ -101,3 +101,15 @@ def test_config_checks():
         make(SMALL, update_strategy="random")
     with pytest.raises(ValueError):
         make(SMALL, start="warm")
+
+
+def test_the_proposer_does_not_import_its_calibration():
+    """Calibration is a step above the method (make tree-stats): it imports the proposer, never the reverse."""
+    import ast
+
+    from methods.token_recycling import proposer
+
+    tree = ast.parse(Path(proposer.__file__).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not {m for m in imported if m and "calibration" in m}

@@ -1,9 +1,12 @@
-"""Tree builder: exact size and depth, optimal on small cases, the paper template unchanged by name."""
+"""Tree builder: exact size and depth, optimal on small cases, the paper template unchanged by name; built trees
+read the statistics `make tree-stats` writes (a one-line error without them)."""
 
 from __future__ import annotations
 
 import itertools
+import json
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -11,7 +14,16 @@ import torch
 
 from bench.core.tree import tree_from_paths
 from bench.errors import ConfigError
-from methods.trees import AcceptanceStats, auto_tree, best_tree, expected_mat, resolve_tree, spine_paths
+from methods.trees import (
+    AcceptanceStats,
+    auto_tree,
+    best_tree,
+    expected_mat,
+    resolve_tree,
+    save_stats,
+    spine_paths,
+    stats_file,
+)
 from tests.conftest import compose_cfg
 
 # Token Recycling's "2.2.2" tree as published (official tree_template_.py, implementations.md §1.2).
@@ -99,3 +111,68 @@ def test_auto_prefers_small_trees_when_forwards_are_expensive():
     assert len(big) > len(small)
     assert info_big["predicted_speedup_vs_ar"] > info_small["predicted_speedup_vs_ar"]
     assert math.isclose(info_small["predicted_mat"], expected_mat(p, small))
+
+
+# ---------------------------------------------------------------- statistics on disk
+
+FP32 = SimpleNamespace(name="smollm2-135m", dtype=torch.float32)
+
+
+def built_cfg(tmp_path, *overrides):
+    return compose_cfg("method=token_recycling", "tree=built", f"tree.calibration.cache_dir={tmp_path}", *overrides)
+
+
+def test_stats_file_name_is_unchanged():
+    """Existing caches stay valid: per model, dtype and calibration block, as before the calibration moved."""
+    calib = compose_cfg("tree=built").tree.calibration
+    path = stats_file(calib, FP32)
+    assert path.name == "smollm2-135m-float32-alpaca_eval-10x128-d8k8.json"
+    assert path.parent.parts[-3:] == ("results", "cache", "tree_stats")
+
+
+@pytest.mark.parametrize("tree", ["built", "auto"])
+def test_missing_stats_is_one_line_naming_the_command(tmp_path, tree):
+    cfg = built_cfg(tmp_path, f"tree={tree}")
+    with pytest.raises(ConfigError) as err:
+        resolve_tree(cfg.method.tree, FP32, topk=8)
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert msg.startswith("no tree statistics for model 'smollm2-135m'")
+    assert "run `make tree-stats MODEL=smollm2-135m`" in msg
+    assert stats_file(cfg.method.tree.calibration, FP32).name in msg
+    assert not list(tmp_path.iterdir())  # nothing was measured or written
+
+
+def test_built_tree_reads_the_saved_stats(tmp_path):
+    cfg = built_cfg(tmp_path, "tree.size=40", "tree.depth=5")
+    calib = cfg.method.tree.calibration
+    stats = AcceptanceStats(8, 8)
+    stats.trials[:] = 1000
+    stats.hits[:] = (decaying_probs() * 1000).astype(np.int64)
+    path = stats_file(calib, FP32)
+    save_stats(stats, calib, path)
+    saved = json.loads(path.read_text())
+    assert set(saved) == {"trials", "hits", "calibration"} and saved["calibration"]["dataset"] == "alpaca_eval"
+    tree, info = resolve_tree(cfg.method.tree, FP32, topk=8)
+    p = AcceptanceStats.from_json(saved).probs()
+    assert tree.size == 40 and tree.max_depth == 5
+    assert info["tree_paths"] == best_tree(p, 40, 5)
+    assert info["tree_source"] == "built" and info["predicted_mat"] == pytest.approx(expected_mat(p, tree.paths))
+
+
+@pytest.mark.model
+def test_calibration_script_writes_the_stats_a_built_tree_reads(smollm, tmp_path, capsys):
+    """`make tree-stats` end to end on the embedded model (2 HumanEval prompts x 16 tokens), then tree=built."""
+    from methods import build_method
+    from scripts.calibrate_tree import main
+
+    overrides = ["model=smollm2-135m", "tree.calibration.dataset=humaneval", "tree.calibration.limit=2",
+                 "tree.calibration.max_new_tokens=16", f"tree.calibration.cache_dir={tmp_path}"]
+    assert main(overrides) == 0
+    path = stats_file(compose_cfg("tree=built", *overrides).tree.calibration, smollm)
+    assert capsys.readouterr().out.strip() == f"tree statistics for smollm2-135m: calibrated -> {path}"
+    saved = json.loads(path.read_text())
+    assert np.asarray(saved["trials"]).shape == (8, 8) and np.asarray(saved["trials"])[0].sum() > 0
+    assert main(overrides) == 0 and "up to date" in capsys.readouterr().out
+    method = build_method(compose_cfg("method=token_recycling", "tree=built", *overrides).method, smollm)
+    assert method.tree.size == 80 and method.describe()["tree_source"] == "built"

@@ -8,7 +8,7 @@ inference_mode. Embeddings and lm_head stay frozen (they are the target's, and m
 parameters); AdamW trains the decoder layers and the final norm. Training stops at `max_minutes` of training
 or `max_tokens`, whichever comes first; the learning rate follows warm-up then cosine decay over that budget.
 
-Data: text that no benchmark evaluates. Each source is read like a REST corpus source (bench.datastore:
+Data: text that no benchmark evaluates. Each source is read like a REST corpus source (data/corpus.py:
 mirror, package file or hub, in that order) and split by row into training and held-out rows; documents that
 share a 12-word window with an evaluation prompt or answer (`disjoint_from`) are dropped from training, as
 for the REST datastores. Plain-text sources are tokenized as the tokenizer does by default; chat sources
@@ -34,7 +34,7 @@ from omegaconf import OmegaConf
 from bench.errors import HarnessError
 from bench.models.chat import prompt_ids
 from bench.models.drafts import agreement_rate, decode_step_seconds, init_draft_from_target, top1
-from methods.rest.datastore import OverlapIndex, eval_texts, source_rows
+from data.corpus import OverlapIndex, eval_texts, source_rows
 
 REPORT = "draft_report.json"
 

@@ -4,7 +4,7 @@ Per step the query is the last s tokens of the committed context (the tree root 
 s = max_span..min_span (16..2); the first s with a match wins. Up to `max_matches` (5000) matches each
 give their next `continuation` (10) tokens; every prefix of every continuation is counted (a trie with
 counts) and the `num_draft` (64) most frequent prefixes, a prefix-closed set, are drafted as one tree.
-No match: an empty draft (a plain AR step). Search, trie and datastore: bench/datastore.py; build the
+No match: an empty draft (a plain AR step). Search, trie and datastore: methods/rest/datastore.py; build the
 store with `make datastore` (scripts/build_datastore.py). The engine's greedy verification keeps the
 longest accepted path, as REST's greedy mode.
 
@@ -34,8 +34,7 @@ def _tree(parents: tuple[int, ...]):
 class Rest(Proposer):
     def __init__(self, cfg, bundle):
         super().__init__(cfg, bundle)
-        self.max_span = int(cfg.max_span)
-        self.min_span = int(cfg.min_span)
+        self.max_span, self.min_span = int(cfg.max_span), int(cfg.min_span)
         self.max_matches = int(cfg.max_matches)
         self.continuation = int(cfg.continuation)
         self.num_draft = int(cfg.num_draft)

@@ -1,0 +1,65 @@
+"""Per-rank acceptance statistics for built trees (methods/trees.py), measured with Token Recycling.
+
+A step above the method: `make tree-stats MODEL=<name>` (scripts/calibrate_tree.py) runs it once per model,
+dtype and `tree.calibration` block and writes the counts to `methods.trees.stats_file`; `tree=built` and
+`tree=auto` only read them. Token Recycling runs as evaluated (hot matrix, parallel update) with the
+calibration tree (every rank at every depth below the rank-0 spine) on a calibration set disjoint from the
+evaluation sets, and every verified tree is counted: which nodes would lie on a correct path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from bench.core.engine import Engine
+from bench.core.timing import PhaseTimer
+from bench.models.chat import prompt_ids
+from bench.paths import PROJECT, project_path
+from data.loaders import load_items
+from methods.token_recycling.proposer import TokenRecycling
+from methods.trees import AcceptanceStats, save_stats, spine_paths, stats_file
+
+
+class Calibrating(TokenRecycling):
+    """Token Recycling that adds every verified tree to `stats` before its usual matrix update."""
+
+    def __init__(self, cfg, bundle, stats: AcceptanceStats):
+        super().__init__(cfg, bundle)
+        self.stats = stats
+
+    def update(self, inputs, logits, target, acceptance):
+        self.stats.observe(self.tree, inputs, target)
+        super().update(inputs, logits, target, acceptance)
+
+
+def calibrate(calib, bundle) -> AcceptanceStats:
+    """Run Token Recycling (hot matrix, as evaluated) with the spine tree over the calibration prompts."""
+    from tqdm import tqdm
+
+    stats = AcceptanceStats(calib.depth, calib.topk)
+    ds = OmegaConf.load(PROJECT / "conf" / "dataset" / f"{calib.dataset}.yaml")
+    items = load_items(ds, str(project_path(calib.data_mirror)), str(project_path(calib.data_cache)))
+    method_cfg = OmegaConf.create({
+        "name": "token_recycling", "topk": calib.topk, "update_strategy": "parallel", "start": "hot",
+        "tree": {"name": "calibration", "paths": spine_paths(calib.depth, calib.topk)},
+    })
+    proposer = Calibrating(method_cfg, bundle, stats)
+    engine = Engine(bundle.model, bundle.eos_token_ids, bundle.max_context)
+    timer = PhaseTimer(bundle.device, sync=False)
+    picked = items[:: max(len(items) // calib.limit, 1)][: calib.limit]  # spread over the set's sources
+    for item in tqdm(picked, desc=f"calibrating trees on {calib.dataset}", unit="q"):
+        ids = prompt_ids(bundle.tokenizer, calib.chat_template, [], item["turns"][0])
+        ids = ids[-(bundle.max_context - calib.max_new_tokens - proposer.tree.size - 1):]
+        engine.generate(proposer, ids, calib.max_new_tokens, timer)
+    return stats
+
+
+def write_tree_stats(calib, bundle, force: bool = False) -> tuple[Path, bool]:
+    """(stats file, whether it was measured now): calibrate and save, unless the file exists and not force."""
+    path = stats_file(calib, bundle)
+    if path.is_file() and not force:
+        return path, False
+    save_stats(calibrate(calib, bundle), calib, path)
+    return path, True
