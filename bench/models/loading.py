@@ -11,10 +11,12 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from filelock import FileLock
 
 from bench.errors import HarnessError
 from bench.paths import project_path
@@ -60,27 +62,39 @@ def packaged_gguf(package: str, filename: str | None) -> Path:
 
 def convert_gguf(gguf: Path, dtype, cache_dir: Path):
     """Dequantize once, then keep a safetensors copy keyed by the GGUF's size and mtime."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     stat = gguf.stat()
     key = hashlib.sha1(f"{gguf.name}:{stat.st_size}:{int(stat.st_mtime)}".encode()).hexdigest()[:10]
     converted = cache_dir / f"{gguf.stem}-{key}"
-    if not (converted / "config.json").is_file():
-        loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        # A GGUF-loaded model refuses save_pretrained (it counts as quantized), but its weights are already
-        # dequantized: copy them into a plain model of the same config and save that.
-        config = loaded.config
-        if hasattr(config, "quantization_config"):
-            del config.quantization_config
-        plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-        plain.load_state_dict(loaded.state_dict())
-        plain.generation_config = loaded.generation_config
-        tmp = converted.with_name(converted.name + ".tmp")
-        plain.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        os.replace(tmp, converted)
+    if (converted / "config.json").is_file():
+        return str(converted)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    # Two processes (pytest workers, a sweep's jobs) may start at once: one converts, the others wait for it.
+    with FileLock(str(converted) + ".lock"):
+        if not (converted / "config.json").is_file():
+            write_converted(gguf, converted)
     return str(converted)
+
+
+def write_converted(gguf: Path, converted: Path) -> None:
+    """The GGUF's weights as a plain fp32 model folder, written beside and renamed into place."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # A GGUF-loaded model refuses save_pretrained (it counts as quantized), but its weights are already
+    # dequantized: copy them into a plain model of the same config and save that.
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(loaded.state_dict())
+    plain.generation_config = loaded.generation_config
+    tmp = converted.with_name(converted.name + ".tmp")
+    for stale in (tmp, converted):  # left by a crash mid-write: never renamed into place, or never completed
+        shutil.rmtree(stale, ignore_errors=True)
+    plain.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    os.replace(tmp, converted)
 
 
 def drafts_dir(model_cache: str | Path) -> Path:
