@@ -16,6 +16,7 @@ def test_page_names_every_paper_its_runs_and_their_provenance(tmp_path):
     assert "### `dyspec/table`: `make draft && make reproduce-dyspec-table1 LIMIT=10`" in md
     assert "Machine: fixture/CPU/2t. Measured: 2026-01-01. Git: 0000000000." in md  # TR fixture provenance
     assert "Machine: fixture/GPU. Measured: 2026-01-01. Git: unknown. Runs: 24." in md
+    assert "Runs: 24. Run settings: " in md  # what the runs were given, beside the recipe's command
     assert "Token Recycling Table 1, ours (paper)" in md and "DySpec Table 1, ours (paper)" in md
 
 
