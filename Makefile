@@ -34,9 +34,9 @@ demo: setup  ## offline demo: smollm2-135m on 20 HumanEval prompts x 128 tokens,
 	$(PY) -m bench.run -m experiment=demo
 	$(PY) -m bench.report runs --dataset humaneval --model smollm2-135m --max-new-tokens 128
 
-# Two 1-thread workers: on 2 cores a second torch thread buys ~10% per step, a second process ~2x.
+# Two workers of one torch thread each (tests/conftest.py): on 2 cores a second thread buys ~10%, a second process ~2x.
 test: setup  ## the test suite (unit, engine, real-model losslessness, configs, CLI errors); TEST_WORKERS=2
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=15
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=15
 
 lint: setup  ## ruff
 	$(PY) -m ruff check .

@@ -75,6 +75,11 @@ def rest_store(smollm, tmp_path_factory):
     return d
 
 
+def rest_overrides(store_dir) -> tuple[str, ...]:
+    """REST on the REST_CORPUS store in `store_dir`."""
+    return "method=rest", f"method.store={REST_CORPUS['name']}", f"method.store_dir={store_dir}"
+
+
 def run_method(bundle, prompts, *overrides, max_new: int = MAX_NEW, temperature: float = 0.0, seed: int = 0):
     """One method (config overrides) on the prompts, in order, through the engine; prompt i is seeded seed + i."""
     from bench.core.engine import Engine

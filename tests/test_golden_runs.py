@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from bench.models.drafts import init_draft_from_target
-from tests.conftest import REST_CORPUS, run_method
+from tests.conftest import rest_overrides, run_method
 
 pytestmark = pytest.mark.model
 GOLDEN = json.loads((Path(__file__).parent / "fixtures" / "golden_runs.json").read_text())
@@ -34,7 +34,7 @@ def with_cut_draft(smollm):
 
 CASES = {
     "ar": ("method=ar",), "pld": ("method=pld",), "token_recycling": ("method=token_recycling",),
-    "lookahead": ("method=lookahead",), "rest": ("method=rest",),
+    "lookahead": ("method=lookahead",), "rest": ("method=rest",),  # on the store of tests/conftest.py
     "sd": ("method=sd",), "dyspec": ("method=dyspec", "method.budget=24"),
 }
 
@@ -46,9 +46,7 @@ def test_ar_record_is_hf_greedy(greedy):
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_same_outputs_and_accept_lengths_as_before(name, smollm, with_cut_draft, prompts, rest_store):
-    overrides = CASES[name]
-    if name == "rest":
-        overrides += (f"method.store={REST_CORPUS['name']}", f"method.store_dir={rest_store}")
+    overrides = rest_overrides(rest_store) if name == "rest" else CASES[name]
     bundle = with_cut_draft if name in ("sd", "dyspec") else smollm
     got = run_method(bundle, prompts[:N], *overrides, max_new=MAX_NEW)  # in order: TR keeps its matrix
     for i, (gen, want) in enumerate(zip(got, GOLDEN[name], strict=True)):

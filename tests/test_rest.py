@@ -11,21 +11,17 @@ import pytest
 
 from bench.errors import HarnessError
 from methods import build_method
-from tests.conftest import REST_CORPUS, assert_lossless, compose_cfg, run_method
+from tests.conftest import REST_CORPUS, assert_lossless, compose_cfg, rest_overrides, run_method
 
 pytestmark = pytest.mark.model
 
 
-def store(store_dir) -> tuple[str, ...]:
-    return "method=rest", f"method.store={REST_CORPUS['name']}", f"method.store_dir={store_dir}"
-
-
 def rest(smollm, store_dir):
-    return build_method(compose_cfg(*store(store_dir)).method, smollm)
+    return build_method(compose_cfg(*rest_overrides(store_dir)).method, smollm)
 
 
 def test_small_tree_identical_to_hf_generate(smollm, rest_store, prompts, greedy):
-    gens = run_method(smollm, prompts[:3], *store(rest_store), "method.num_draft=8", "method.max_span=4")
+    gens = run_method(smollm, prompts[:3], *rest_overrides(rest_store), "method.num_draft=8", "method.max_span=4")
     assert assert_lossless(gens, greedy[:3]) > 1.0  # drafts were accepted, so the identity check is not trivial
 
 
