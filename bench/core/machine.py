@@ -1,12 +1,17 @@
-"""The machine label runs are matched on before a speedup is computed (same machine, same device, same threads)."""
+"""The machine label runs are matched on before a speedup is computed (same machine, device, threads, jobs)."""
 
 from __future__ import annotations
 
+import os
 import platform
 import socket
 from pathlib import Path
 
 import torch
+
+# Set by bench.run when a parallel launcher runs several jobs side by side on this machine: their timings
+# are not comparable with a job that had the machine to itself, so the label says so.
+JOBS_ENV = "SPECREPRO_PARALLEL_JOBS"
 
 
 def cpu_name() -> str:
@@ -19,9 +24,19 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def parallel_jobs() -> int:
+    """How many jobs share this machine with this one (1: it runs alone)."""
+    try:
+        return max(1, int(os.environ.get(JOBS_ENV, "1")))
+    except ValueError:
+        return 1
+
+
 def machine_id(device) -> str:
-    """A short label runs are matched on before a speedup is computed (same machine, same device)."""
+    """A short label runs are matched on before a speedup is computed (same machine, device, threads, jobs)."""
     device = torch.device(device)
+    jobs = parallel_jobs()
+    shared = f"/{jobs}jobs" if jobs > 1 else ""
     if device.type == "cuda":
-        return f"{socket.gethostname()}/{torch.cuda.get_device_name(device)}"
-    return f"{socket.gethostname()}/{cpu_name()}/{torch.get_num_threads()}t"
+        return f"{socket.gethostname()}/{torch.cuda.get_device_name(device)}{shared}"
+    return f"{socket.gethostname()}/{cpu_name()}/{torch.get_num_threads()}t{shared}"

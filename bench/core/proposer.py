@@ -95,6 +95,14 @@ class Method:
         """Settings worth recording in the run's summary (e.g. the tree name)."""
         return {}
 
+    def state_dict(self) -> dict:
+        """What the method learned across prompt-turns (e.g. Token Recycling's matrix): saved with every
+        checkpoint of a run, so a resumed run decodes exactly as an uninterrupted one. {}: stateless."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what `state_dict` returned."""
+
     def generate(self, engine, prompt_ids: list[int], max_new_tokens: int, timer: Timer) -> Generation:
         raise NotImplementedError
 

@@ -34,6 +34,7 @@ def print_summary(path: Path) -> None:
         f"{s['method']}: MAT {fmt(m['mat'])}, {fmt(m['tokens_per_s']['mean_of_questions'], '.1f')} tok/s, "
         f"speedup {fmt(sp.get('value'))}, lossless {ll['equal']}/{ll['checked']}, "
         f"overhead {fmt(m['overhead_share'], '.3f')}"
+        + "".join(f", resumed after {r['at_record']} prompt-turns" for r in s.get("resumed") or [])
     )
 
 
@@ -60,18 +61,15 @@ def check_names(argv: list[str]) -> None:
 @hydra.main(version_base="1.3", config_path="../../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     # Loaded here, not at the top: a bad name on the command line fails in a fraction of a second.
-    import torch
-
-    from bench.run.runner import Runner, write_run
+    from bench.run.jobs import measure
 
     try:
-        torch.manual_seed(cfg.run.seed)
-        runner = Runner(cfg)
-        records = runner.run()
-        path = write_run(cfg, runner, records)
+        path = measure(cfg)
     except (HarnessError, DataError, UnknownMethod) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)
+    if path is None:  # a re-launched sweep found this job complete
+        return
     if cfg.logger.name == "wandb":
         from bench.run.wandb_log import log_run
 

@@ -9,7 +9,7 @@ import subprocess
 import torch
 import transformers
 
-from bench.core.machine import cpu_name, machine_id
+from bench.core.machine import cpu_name, machine_id, parallel_jobs
 from bench.paths import PROJECT
 
 
@@ -33,6 +33,7 @@ def provenance(device, dtype) -> dict:
         "cpu": cpu_name(),
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
         "threads": torch.get_num_threads(),
+        "parallel_jobs": parallel_jobs(),
         "dtype": str(dtype).replace("torch.", ""),
         "hostname": socket.gethostname(),
         "machine": machine_id(device),

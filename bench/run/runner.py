@@ -2,8 +2,9 @@
 
 Protocol: `run.warmup` untimed passes of the first prompt (stateful methods keep what they learn, as in
 Spec-Bench), then per prompt-turn a timed region of prefill + decode with device sync; tokenization is
-outside. Each prompt-turn's output is compared with greedy AR (untimed, cached). Results are written to
-results/runs/<run_id>/ (bench.run.store) only when the run completes.
+outside. Each prompt-turn's output is compared with greedy AR (untimed, cached). Each record is checkpointed
+as it is made (bench.run.checkpoint), so a killed run resumes; results/runs/<run_id>/ (bench.run.store) is
+written only when the run completes.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from bench.models.chat import prompt_ids
 from bench.models.loading import ModelBundle, load_model
 from bench.paths import project_path
 from bench.run import metrics, store
+from bench.run.checkpoint import Checkpoint, config_key
 from bench.run.provenance import provenance
 from bench.run.reference import ReferenceStore
 from data.loaders import load_selection
@@ -93,6 +95,8 @@ class Runner:
         self.references = ReferenceStore(project_path(cfg.paths.results) / "cache" / "ar_reference", ref_key)
         # Sampled outputs cannot be compared with greedy AR; greedy AR at T=0 is the reference.
         self.is_reference = cfg.method.name == "ar" and self.temperature == 0
+        for item in self.items:  # fail before anything is measured or written if a first-turn prompt cannot fit
+            self.encode([], item["turns"][0])
 
     def raw_ids(self, text: str, full: bool = False) -> list[int]:
         ids = self.bundle.tokenizer(text).input_ids
@@ -138,10 +142,16 @@ class Runner:
         div = metrics.first_divergence(output, ref)
         return {"equal": div is None, "first_divergence": div, "reference": "ar"}
 
-    def run_item(self, item, records=None):
+    def run_item(self, item, records=None, done=None, save=None):
+        """All turns of one question; `done` maps (question_id, turn) to the records of a resumed run, whose
+        turns are not run again (their outputs rebuild the conversation); `save` checkpoints each new record."""
         history: list[tuple[str, str]] = []
         tok = self.bundle.tokenizer
         for turn, question in enumerate(item["turns"]):
+            if done and (item["question_id"], turn) in done:
+                history.append((question, tok.decode(done[item["question_id"], turn]["output_ids"],
+                                                     skip_special_tokens=True)))
+                continue
             ids = self.encode(history, question)
             # Per prompt-turn seed: a sampled output does not depend on which prompts ran before it.
             self.engine.reseed(zlib.crc32(f"{self.cfg.run.seed}-{item['question_id']}-{turn}".encode()))
@@ -165,16 +175,25 @@ class Runner:
                 "output_ids": gen.output_ids,
                 "lossless": self.reference(ids, gen.output_ids),
             })
+            if save:
+                save(records[-1], self.method.state_dict())
 
-    def run(self) -> list[dict]:
-        for item in self.items:  # fail before any timing if a first-turn prompt cannot fit
-            self.encode([], item["turns"][0])
+    def run(self, ckpt: Checkpoint | None = None) -> list[dict]:
+        """Records of every prompt-turn; with a checkpoint, each is saved as it is made, and a resumed run
+        starts after the last saved one with the proposer's saved state."""
         for _ in range(self.cfg.run.warmup):
             self.run_item(self.items[0])
         records: list[dict] = []
+        done: dict = {}
+        if ckpt is not None and ckpt.resumed_at:
+            # Warm-up taught a stateful method something; the saved state is what the killed run knew.
+            self.method.load_state_dict(ckpt.proposer_state)
+            records = list(ckpt.records)
+            done = {(r["question_id"], r["turn"]): r for r in records}
+            print(f"resuming {ckpt.run_id} after {ckpt.resumed_at} prompt-turns", file=sys.stderr)
         desc = f"{self.cfg.method.name} on {self.cfg.dataset.name}"
         for item in tqdm(self.items, desc=desc, unit="q", file=sys.stderr):
-            self.run_item(item, records)
+            self.run_item(item, records, done, ckpt.save if ckpt else None)
         return records
 
 
@@ -188,14 +207,18 @@ def command_overrides() -> dict[str, str]:
     return {k.lstrip("+~"): v for k, v in pairs}
 
 
-def write_run(cfg, runner: Runner, records: list[dict]) -> Path:
-    """The run's summary (metrics, speedups against the latest baselines, provenance), then the store writes it."""
+def write_run(cfg, runner: Runner, records: list[dict], ckpt: Checkpoint | None = None) -> Path:
+    """The run's summary (metrics, speedups against the latest baselines, provenance), then the store writes it.
+
+    With a checkpoint, the run keeps the id it was started under and says where it was resumed."""
     b = runner.bundle
     results = project_path(cfg.paths.results)
-    rid = run_id(cfg)
+    rid = ckpt.run_id if ckpt else run_id(cfg)
     prov = provenance(b.device, b.dtype)
     summary = {
         "run_id": rid,
+        "config_key": config_key(cfg),
+        "resumed": ckpt.resumes if ckpt else [],
         "created": datetime.now().isoformat(timespec="seconds"),
         "method": cfg.method.name,
         "variant": cfg.run.variant,

@@ -2,7 +2,8 @@
 
 A run directory holds records.jsonl (one line per prompt-turn), summary.json and config.yaml. A run is written
 into a hidden temp directory and renamed when complete, so a directory without summary.json is still being
-written, or died, and readers skip it. Records are the source of truth; summary.json says what the run was.
+written, or died, and readers skip it (a run in progress is checkpointed under runs/.partial/ by
+bench.run.checkpoint). Records are the source of truth; summary.json says what the run was.
 """
 
 from __future__ import annotations
@@ -88,6 +89,13 @@ def find_baseline(results_dir: str | Path, summary: dict, method: str) -> Run | 
     return best
 
 
+def find_complete(results_dir: str | Path, config_key: str, machine: str) -> Run | None:
+    """The latest complete run of the same config (bench.run.checkpoint.config_key) on the same machine label."""
+    found = [r for r in load_runs(results_dir)
+             if r.meta.get("config_key") == config_key and r.meta.get("machine") == machine]
+    return found[-1] if found else None
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Readers (notebooks, CI) never see a half-written file."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -100,6 +108,7 @@ def write_run(results_dir: str | Path, run_id: str, records: list[dict], summary
     """Write a complete run into a hidden temp dir and rename it: a crash never leaves a run that looks complete."""
     runs = Path(results_dir) / "runs"
     final, tmp = runs / run_id, runs / f".tmp-{run_id}"
+    shutil.rmtree(tmp, ignore_errors=True)  # left by a process killed while writing this (resumed) run
     tmp.mkdir(parents=True)
     try:
         with (tmp / "records.jsonl").open("w") as f:

@@ -55,6 +55,12 @@ class TokenRecycling(Proposer):
             **self.tree_info,
         }
 
+    def state_dict(self):
+        return {"adj": self.adj}  # the adjacency matrix persists across prompts (hot start)
+
+    def load_state_dict(self, state):
+        self.adj.copy_(state["adj"])
+
     def start(self, prompt_ids):
         if self.cold:
             self.adj.zero_()

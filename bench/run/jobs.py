@@ -1,0 +1,76 @@
+"""One job of `python -m bench.run`: threads and machine label, skip-if-complete, checkpointed measurement.
+
+A parallel launcher (conf/hydra/launcher/local_parallel.yaml) runs several jobs side by side on one machine:
+each then gets cores / jobs torch threads, and the machine label says how many jobs shared the machine, so a
+speedup pairs a run only with a baseline measured the same way. A re-launched sweep skips every job whose
+complete run (same config key, same machine label) exists, and resumes a killed one from its checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+
+from bench.core.machine import JOBS_ENV, machine_id
+from bench.paths import project_path
+from bench.run.checkpoint import Checkpoint, config_key, job_key
+from bench.run.runner import Runner, command_overrides, run_id, write_run
+from bench.run.store import find_complete
+
+
+def is_multirun() -> bool:
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def launcher_jobs() -> int:
+    """Jobs the sweep's launcher runs at once on this machine: joblib's n_jobs (-1 = one per core), else 1."""
+    if not is_multirun():
+        return 1
+    n = HydraConfig.get().launcher.get("n_jobs")
+    if n is None:
+        return 1
+    cpus = os.cpu_count() or 1
+    return max(1, cpus + 1 + int(n)) if int(n) < 0 else int(n)
+
+
+def set_threads(run_cfg) -> None:
+    jobs = launcher_jobs()
+    os.environ[JOBS_ENV] = str(jobs)  # read by machine_id, here and in anything this job starts
+    threads = run_cfg.threads or (max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None)
+    if threads:
+        torch.set_num_threads(int(threads))
+
+
+def describe(cfg) -> str:
+    swept = " ".join(f"{k}={v}" for k, v in command_overrides().items())
+    return f"{cfg.method.name} on {cfg.dataset.name}" + (f" ({swept})" if swept else "")
+
+
+def measure(cfg) -> Path | None:
+    """Run one job and write its results; None when a sweep finds the job already complete."""
+    set_threads(cfg.run)
+    results = project_path(cfg.paths.results)
+    device = torch.device(cfg.model.device)
+    machine = machine_id(device) if device.type != "cuda" or torch.cuda.is_available() else None
+    if cfg.run.resume and is_multirun() and machine:
+        done = find_complete(results, config_key(cfg), machine)
+        if done is not None:
+            print(f"skip: {describe(cfg)}: complete run {done.run_id} exists", file=sys.stderr)
+            return None
+    torch.manual_seed(cfg.run.seed)
+    runner = Runner(cfg)
+    ckpt = Checkpoint(results, job_key(cfg, machine_id(runner.bundle.device)))
+    ckpt.open(run_id(cfg), resume=cfg.run.resume)
+    finished = False
+    try:
+        records = runner.run(ckpt)
+        path = write_run(cfg, runner, records, ckpt)
+        finished = True
+    finally:
+        ckpt.close(done=finished)
+    return path

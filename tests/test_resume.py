@@ -1,0 +1,147 @@
+"""Runs and sweeps that survive a kill: the checkpoint's rules, and a sweep SIGKILLed in the middle of a job."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from bench.errors import HarnessError
+from bench.paths import PROJECT
+from bench.run.checkpoint import Checkpoint, config_key
+from bench.run.store import load_runs
+
+
+def record(i: int) -> dict:
+    return {"question_id": f"q{i}", "turn": 0, "output_ids": [i, i + 1]}
+
+
+def test_config_key_ignores_what_does_not_change_a_measurement():
+    cfg = OmegaConf.create({"run": {"limit": 3, "resume": True}, "logger": {"name": "none"},
+                            "paths": {"results": "a"}, "method": {"name": "pld"}})
+    other = OmegaConf.merge(cfg, {"run": {"resume": False}, "logger": {"name": "wandb"}, "paths": {"results": "b"}})
+    assert config_key(cfg) == config_key(other)
+    assert config_key(cfg) != config_key(OmegaConf.merge(cfg, {"run": {"limit": 4}}))
+
+
+def test_checkpoint_resumes_after_the_last_saved_record(tmp_path):
+    ck = Checkpoint(tmp_path, "k").open("run-1")
+    ck.save(record(0), {"adj": torch.arange(4)})
+    ck.save(record(1), {"adj": torch.arange(4) * 2})
+    ck.lock.release()  # as a killed process would
+    with (ck.dir / "records.jsonl").open("a") as f:  # a record whose state never got written, then a torn line
+        f.write(json.dumps(record(2)) + "\n" + '{"question_id": "q3", "tu')
+    again = Checkpoint(tmp_path, "k").open("run-2")
+    assert again.run_id == "run-1" and again.resumed_at == 2
+    assert [r["question_id"] for r in again.records] == ["q0", "q1"]
+    assert torch.equal(again.proposer_state["adj"], torch.arange(4) * 2)
+    assert len((again.dir / "records.jsonl").read_text().splitlines()) == 2
+    again.save(record(2), {})
+    again.close(done=True)
+    assert not again.dir.exists()
+
+
+def test_no_resume_and_completed_runs_start_over(tmp_path):
+    ck = Checkpoint(tmp_path, "k").open("run-1")
+    ck.save(record(0), {})
+    ck.lock.release()
+    fresh = Checkpoint(tmp_path, "k").open("run-2", resume=False)
+    assert fresh.run_id == "run-2" and not fresh.records and fresh.resumed_at is None
+    fresh.save(record(0), {})
+    fresh.lock.release()
+    (tmp_path / "runs" / "run-2").mkdir()
+    (tmp_path / "runs" / "run-2" / "summary.json").write_text("{}")  # it completed before its checkpoint went
+    after = Checkpoint(tmp_path, "k").open("run-3")
+    assert after.run_id == "run-3" and not after.records
+
+
+def test_corrupt_state_starts_over_with_one_line(tmp_path, capsys):
+    ck = Checkpoint(tmp_path, "k").open("run-1")
+    ck.save(record(0), {})
+    ck.lock.release()
+    (ck.dir / "state.pt").write_bytes(b"not a checkpoint")
+    again = Checkpoint(tmp_path, "k").open("run-2")
+    assert again.run_id == "run-2" and not again.records
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "state.pt" in err[0]
+
+
+def test_one_process_per_job(tmp_path):
+    """A second process on the same job stops at once (file locks are per process, hence a subprocess)."""
+    held = Checkpoint(tmp_path, "k").open("run-1")
+    code = ("import sys; from bench.run.checkpoint import Checkpoint\n"
+            "try: Checkpoint(sys.argv[1], 'k').open('run-2')\nexcept Exception as e: print(type(e).__name__, e)")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=PROJECT, capture_output=True, text=True,
+                         check=False)
+    assert out.stdout.startswith(f"{HarnessError.__name__} this run is in progress"), out.stdout + out.stderr
+    held.close(done=True)
+
+
+# ---- a sweep killed in the middle of a job, then the same command again
+
+SWEEP = ("-m", "method=pld,token_recycling", "dataset=humaneval", "run.limit=3", "run.max_new_tokens=24",
+         "run.warmup=0", "logger=none")
+
+
+def sweep(results: Path) -> subprocess.Popen:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+           "WANDB_MODE": "disabled"}
+    return subprocess.Popen([sys.executable, "-m", "bench.run", *SWEEP, f"paths.results={results}"],
+                            cwd=PROJECT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def finish(proc: subprocess.Popen) -> str:
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    return err
+
+
+def by_method(results: Path) -> dict:
+    runs = load_runs(results)
+    assert len(runs) == len({r.meta["method"] for r in runs}), "a job ran twice"
+    return {r.meta["method"]: r for r in runs}
+
+
+@pytest.mark.model
+def test_killed_sweep_resumes_to_the_uninterrupted_result(tmp_path, smollm):
+    finish(sweep(tmp_path / "whole"))
+    whole = by_method(tmp_path / "whole")
+
+    killed = tmp_path / "killed"
+    proc = sweep(killed)
+    partial = killed / "runs" / ".partial"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:  # kill once token_recycling has saved a prompt
+        pld_done = any(r.meta["method"] == "pld" for r in load_runs(killed))
+        if pld_done and any(f.stat().st_size for f in partial.glob("*/records.jsonl")):
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, "the sweep ended before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    (before,) = load_runs(killed)
+    assert before.meta["method"] == "pld"
+
+    err = finish(sweep(killed))
+    assert "skip: pld on humaneval" in err and "resuming" in err
+    resumed = by_method(killed)
+    assert sorted(resumed) == ["pld", "token_recycling"]
+    assert resumed["token_recycling"].meta["resumed"] and not resumed["pld"].meta["resumed"]
+    assert resumed["pld"].run_id == before.run_id
+    for method, run in resumed.items():
+        got = [(r["question_id"], r["turn"]) for r in run.records]
+        assert len(got) == len(set(got)) == 3, f"{method}: every prompt exactly once"
+        ref = whole[method]
+        assert [r["output_ids"] for r in run.records] == [r["output_ids"] for r in ref.records]
+        assert [r["accept_lengths"] for r in run.records] == [r["accept_lengths"] for r in ref.records]
+        assert run.meta["summary"]["mat"] == ref.meta["summary"]["mat"]
+    assert not list(partial.glob("*/"))
