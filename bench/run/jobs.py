@@ -34,14 +34,20 @@ def launcher_jobs() -> int:
     n = HydraConfig.get().launcher.get("n_jobs")
     if n is None:
         return 1
-    cpus = os.cpu_count() or 1
-    return max(1, cpus + 1 + int(n)) if int(n) < 0 else int(n)
+    return max(1, cpus() + 1 + int(n)) if int(n) < 0 else int(n)
+
+
+def cpus() -> int:
+    """Cores this process may use (affinity and cgroup limits included), as joblib counts them for n_jobs=-1."""
+    from joblib import cpu_count
+
+    return cpu_count()
 
 
 def set_threads(run_cfg) -> None:
     jobs = launcher_jobs()
     os.environ[JOBS_ENV] = str(jobs)  # read by machine_id, here and in anything this job starts
-    threads = run_cfg.threads or (max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None)
+    threads = run_cfg.threads or (max(1, cpus() // jobs) if jobs > 1 else None)
     if threads:
         torch.set_num_threads(int(threads))
 
