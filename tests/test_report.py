@@ -28,7 +28,7 @@ def record(qid, group, tokens, wall, accepts, equal=None):
 
 
 def write_run(results, run_id, method, dataset, created, records, variant=None, summary=True,
-              model="smollm2-135m"):
+              model="smollm2-135m", machine="test-cpu"):
     d = results / "runs" / run_id
     d.mkdir(parents=True)
     (d / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -36,7 +36,7 @@ def write_run(results, run_id, method, dataset, created, records, variant=None, 
         (d / "summary.json").write_text(json.dumps({
             "run_id": run_id, "method": method, "variant": variant, "dataset": dataset,
             "model": model, "paper_size": "7B", "max_new_tokens": 64, "created": created,
-            "machine": "test-cpu", "summary": {"mat": 99.0}, "groups": {}}))
+            "machine": machine, "summary": {"mat": 99.0}, "groups": {}}))
 
 
 @pytest.fixture
@@ -87,6 +87,16 @@ def test_numbers_come_from_latest_complete_records(results):
     vanilla = row(df, "hf_generate")
     assert vanilla["specbench_speedup"] == 1.0 and vanilla["mt"] == 1.0 and vanilla["specbench_mat"] == 1.0
     assert row(df, "token_recycling[shuffle]")["specbench_speedup"] == pytest.approx(1.5)
+
+
+def test_speedups_pair_runs_measured_the_same_way(results):
+    """A newer baseline from a parallel sweep (another machine label) does not pair with a sequential run."""
+    write_run(results, "base_parallel", "hf_generate", "spec_bench", "2025-02-01T00:00:00",
+              [record("q1", "mt_bench", 10, 5.0, [1] * 10), record("q2", "qa", 10, 5.0, [1] * 10)],
+              machine="test-cpu/1t/2jobs")
+    df = build_token_recycling_table1(results)
+    assert row(df, "token_recycling")["specbench_speedup"] == pytest.approx(2.5)  # against "base", not 12.5
+    assert row(df, "hf_generate")["specbench_run_id"] == "base_parallel"
 
 
 def test_paper_values_beside_ours(results):

@@ -8,7 +8,7 @@ import pandas as pd
 
 from bench.report.tables import MISSING, fmt, lossless_text, markdown, write_texts
 from bench.run.metrics import speedup, summarize
-from bench.run.store import Run, latest_runs, load_runs
+from bench.run.store import Run, latest_runs, load_runs, paired_baseline
 
 DEFAULT_MODEL = "smollm2-135m"
 FOOTER = ("MAT: tokens per target forward incl. the bonus token, pooled over steps; tok/s: mean of "
@@ -36,7 +36,7 @@ def runs_table(results_dir: str | Path, model: str | None = None, paper_size: st
         s = summarize(run.records)
         speed = {}
         for m in ("hf_generate", "ar"):
-            b = latest.get((key[0], m, None, key[3], key[4]))
+            b = paired_baseline(runs, run, m) or latest.get((key[0], m, None, key[3], key[4]))
             speed[m] = speedup(run.records, b.records) if b else None
         rows.append({
             "model": key[0], "dataset": key[3], "method": key[1] + (f"[{key[2]}]" if key[2] else ""),

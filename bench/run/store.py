@@ -77,6 +77,15 @@ def latest_runs(runs: list[Run]) -> dict[tuple, Run]:
     return {r.key: r for r in runs}
 
 
+def paired_baseline(runs: list[Run], run: Run, method: str) -> Run | None:
+    """The latest `method` run (default variant) measured like `run`: same model, dataset, temperature,
+    max_new_tokens and machine label (threads and parallel jobs included); None if there is none."""
+    keys = ("model", "dataset", "max_new_tokens", "machine")
+    found = [r for r in runs if r.meta.get("method") == method and not r.meta.get("variant")
+             and r.temperature == run.temperature and all(r.meta.get(k) == run.meta.get(k) for k in keys)]
+    return found[-1] if found else None
+
+
 def find_baseline(results_dir: str | Path, summary: dict, method: str) -> Run | None:
     """Latest complete run of `method` with the same model, dataset, max_new_tokens, machine and temperature."""
     best = None

@@ -16,7 +16,7 @@ from bench.errors import HarnessError
 from bench.report.runs import default_model
 from bench.report.tables import MISSING, fmt, is_missing, pair, render, write_texts
 from bench.run.metrics import mat
-from bench.run.store import Run, latest_runs, load_runs
+from bench.run.store import Run, latest_runs, load_runs, paired_baseline
 
 PAPER_CSV = Path(__file__).with_name("paper_tables") / "dyspec_tables_latency_per_token.csv"
 DATASETS = {"c4": "C4", "openwebtext": "OWT", "cnn_dailymail": "CNN"}  # ours -> the paper's name
@@ -138,14 +138,18 @@ def build_dyspec_table(results_dir: str | Path, model: str | None = None,
                 used.append(base)
             for m in METHODS:
                 run = latest.get((model, m, None, dataset, t))
-                row.update(method_cells(m, run, base, paper, dataset, t, paper_base))
+                paired = (paired_baseline(runs, run, BASELINE) or base) if run is not None else base
+                row.update(method_cells(m, run, paired, paper, dataset, t, paper_base))
                 if run is None:
                     continue
                 used.append(run)
-                if base is not None and base.meta.get("max_new_tokens") != run.meta.get("max_new_tokens"):
+                if paired is not base:  # the row's latest AR was measured another way (machine, threads, jobs)
+                    used.append(paired)
+                    notes.append(f"{m} on {dataset} at T={t:g}: speedup against AR run {paired.run_id} (same machine)")
+                if paired is not None and paired.meta.get("max_new_tokens") != run.meta.get("max_new_tokens"):
                     notes.append(f"{m} on {dataset} at T={t:g}: max_new_tokens {run.meta.get('max_new_tokens')}"
-                                 f" vs AR's {base.meta.get('max_new_tokens')}")
-                if base is not None and base.meta.get("machine") != run.meta.get("machine"):
+                                 f" vs AR's {paired.meta.get('max_new_tokens')}")
+                if paired is not None and paired.meta.get("machine") != run.meta.get("machine"):
                     notes.append(f"{m} on {dataset} at T={t:g}: machine differs from AR's")
             rows.append(row)
 

@@ -14,7 +14,7 @@ import pandas as pd
 from bench.report.runs import default_model
 from bench.report.tables import MISSING, fmt, lossless_text, pair, render, write_texts
 from bench.run.metrics import speedup, summarize
-from bench.run.store import Run, latest_runs, load_runs
+from bench.run.store import Run, latest_runs, load_runs, paired_baseline
 
 PAPER_CSV = Path(__file__).with_name("paper_tables") / "token_recycling_table1.csv"
 DEFAULT_PAPER_SIZE = "7B"
@@ -114,6 +114,8 @@ def build_token_recycling_table1(results_dir: str | Path, model: str | None = No
             continue  # our extra rows (ar, hf_pld) appear only when run; the paper's rows always do
         for prefix, dataset in DATASETS.items():
             run, base = found[dataset], bases[dataset]
+            if run is not None:  # prefer the baseline measured the same way (machine label, threads, jobs)
+                base = paired_baseline(mine, run, "hf_generate") or base
             row.update(dataset_cells(prefix, run, base))
             if run is None:
                 continue
