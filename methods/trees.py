@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
+from bench.cachefile import CorruptCache, atomic_write, load_or_fail, lock
 from bench.core.tree import Tree, tree_from_paths
 from bench.errors import ConfigError
 from bench.paths import PROJECT, project_path
@@ -125,23 +126,31 @@ def stats_file(calib, bundle) -> Path:
 
 
 def save_stats(stats: AcceptanceStats, calib, path: Path) -> None:
-    """Atomically: the counts and the calibration config they were measured with."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({**stats.to_json(), "calibration": OmegaConf.to_container(calib, resolve=True)}))
-    tmp.replace(path)
+    """Atomically, under the file's lock: the counts and the calibration config they were measured with."""
+    with lock(path):
+        atomic_write(path, json.dumps({**stats.to_json(), "calibration": OmegaConf.to_container(calib, resolve=True)}))
+
+
+def read_stats(path: Path) -> AcceptanceStats:
+    """Saved statistics; CorruptCache (or the JSON error) unless they are counts with hits <= trials."""
+    stats = AcceptanceStats.from_json(json.loads(path.read_text()))
+    t, h = stats.trials, stats.hits
+    if t.ndim != 2 or not t.size or h.shape != t.shape or (h > t).any() or (h < 0).any():
+        raise CorruptCache(f"trials {t.shape} and hits {h.shape} are not counts of one calibration")
+    return stats
 
 
 def load_stats(calib, bundle) -> AcceptanceStats:
-    """The cached statistics; missing, a one-line ConfigError naming the command that writes them."""
+    """The cached statistics; missing or corrupt, a one-line error naming the command that writes them."""
     path = stats_file(calib, bundle)
+    shown = path.relative_to(PROJECT) if path.is_relative_to(PROJECT) else path
+    command = f"`make tree-stats MODEL={bundle.name}`"
     if not path.is_file():
-        shown = path.relative_to(PROJECT) if path.is_relative_to(PROJECT) else path
         raise ConfigError(
-            f"no tree statistics for model '{bundle.name}' ({shown}): run `make tree-stats MODEL={bundle.name}` "
+            f"no tree statistics for model '{bundle.name}' ({shown}): run {command} "
             f"(or `python scripts/calibrate_tree.py model={bundle.name}` plus this run's tree.calibration overrides)"
         )
-    return AcceptanceStats.from_json(json.loads(path.read_text()))
+    return load_or_fail(path, read_stats, f"the tree statistics {shown}", command)
 
 
 # ---- tree config group -> Tree ----
@@ -161,7 +170,7 @@ def resolve_tree(tree_cfg, bundle, topk: int) -> tuple[Tree, dict]:
         paths = best_tree(p, int(tree_cfg.size), int(tree_cfg.depth))
         info = {"tree_source": "built", "predicted_mat": expected_mat(p, paths)}
     else:
-        from bench.core import forward_cost
+        from bench.models import forward_cost
 
         curve = forward_cost.load_or_measure(bundle, project_path(tree_cfg.forward_cost_dir))
         paths, info = auto_tree(p, curve, tree_cfg.sizes, tree_cfg.max_depth)
@@ -170,7 +179,7 @@ def resolve_tree(tree_cfg, bundle, topk: int) -> tuple[Tree, dict]:
 
 def auto_tree(p: np.ndarray, curve: dict, sizes, max_depth: int) -> tuple[list[list[int]], dict]:
     """The (size, depth) maximizing predicted tokens per second, MAT(n) / T(n + 1), over the grid."""
-    from bench.core.forward_cost import cost_at
+    from bench.models.forward_cost import cost_at
 
     t1 = float(cost_at(curve, 1))
     best = None

@@ -11,19 +11,19 @@ line and a non-zero exit.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from bench.cachefile import READ_ERRORS, lock, report_corrupt
 from bench.errors import HarnessError
 from bench.models.loading import load_tokenizer
 from bench.paths import project_path
 from bench.run.compose import compose_config, split_flags
 from data.corpus import corpus_names, load_corpus
 from data.loaders import DataError
-from methods.rest.datastore import build, store_prefix, tokenizer_fingerprint
+from methods.rest.datastore import Datastore, build, store_prefix, tokenizer_fingerprint
 
 
 def size_mb(prefix: Path) -> float:
@@ -32,16 +32,22 @@ def size_mb(prefix: Path) -> float:
 
 
 def up_to_date(prefix: Path, corpus: dict, fingerprint: str) -> dict | None:
-    sidecar = prefix.with_name(prefix.name + ".json")
-    if not sidecar.is_file():
+    """The sidecar of a whole store built from this corpus config and tokenizer; None if there is none, if it was
+    built otherwise, or if the store is damaged (reported in one line, then rebuilt)."""
+    if not prefix.with_name(prefix.name + ".json").is_file():
         return None
-    meta = json.loads(sidecar.read_text())
+    try:
+        meta = Datastore.load(prefix).meta
+    except READ_ERRORS as err:
+        report_corrupt(f"REST datastore {prefix}.*", err)
+        return None
     same = meta.get("corpus_config") == corpus and meta.get("tokenizer_fingerprint") == fingerprint
     return meta if same else None
 
 
 def build_stores(names: list[str], overrides: list[str], force: bool) -> None:
-    """Build (or keep, if up to date) each named store; one line per store."""
+    """Build (or keep, if up to date) each named store; one line per store. Under each store's lock, so two
+    `make datastore` build a store once."""
     tokenizer = None
     for name in names:
         cfg = compose_config(overrides + [f"datastore={name}"])
@@ -50,13 +56,14 @@ def build_stores(names: list[str], overrides: list[str], force: bool) -> None:
             fingerprint = tokenizer_fingerprint(tokenizer)
         corpus = load_corpus(OmegaConf.to_container(cfg.datastore, resolve=True))
         prefix = store_prefix(project_path(cfg.paths.data_cache) / "datastores", cfg.model.name, name)
-        meta = None if force else up_to_date(prefix, corpus, fingerprint)
-        state = "up to date"
-        if meta is None:
-            store = build(corpus, tokenizer, str(project_path(cfg.paths.data_mirror)),
-                          str(project_path(cfg.paths.data_cache)), cfg.model.name)
-            store.save(prefix)
-            meta, state = store.meta, "built"
+        with lock(prefix):
+            meta = None if force else up_to_date(prefix, corpus, fingerprint)
+            state = "up to date"
+            if meta is None:
+                store = build(corpus, tokenizer, str(project_path(cfg.paths.data_mirror)),
+                              str(project_path(cfg.paths.data_cache)), cfg.model.name)
+                store.save(prefix)
+                meta, state = store.meta, "built"
         print(
             f"{name}: {state}, {meta['documents']} documents, {meta['tokens']} tokens, "
             f"{size_mb(prefix):.1f} MB, build {meta['build_seconds']:.1f} s, "

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from bench.cachefile import atomic_write, lock
 from bench.paths import PROJECT
 from data.loaders import DataError, cache_path, resolve_items
 
@@ -31,12 +32,10 @@ def default_mirror() -> str | None:
 
 
 def write_items(path: Path, items: list[dict]) -> None:
-    """Write atomically, so an interrupted run never leaves a half-written cache that later loads."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.writelines(json.dumps(item, ensure_ascii=False) + "\n" for item in items)
-    os.replace(tmp, path)
+    """Write atomically under the file's lock (bench.cachefile), so an interrupted run never leaves a half-written
+    cache that later loads, and two `make data` never interleave."""
+    with lock(path):
+        atomic_write(path, "".join(json.dumps(item, ensure_ascii=False) + "\n" for item in items))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
-import shutil
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from filelock import FileLock
 
+from bench.cachefile import CorruptCache, atomic_dir, load_or_build, load_or_fail
 from bench.errors import HarnessError
 from bench.paths import project_path
 
@@ -61,18 +60,18 @@ def packaged_gguf(package: str, filename: str | None) -> Path:
 
 
 def convert_gguf(gguf: Path, dtype, cache_dir: Path):
-    """Dequantize once, then keep a safetensors copy keyed by the GGUF's size and mtime."""
+    """Dequantize once, then keep a safetensors copy keyed by the GGUF's size and mtime. Several processes
+    (pytest workers, a sweep's jobs) may start at once: one converts, the others wait for it and reuse its folder;
+    an incomplete or damaged folder is reported, removed and converted again (bench.cachefile)."""
     stat = gguf.stat()
     key = hashlib.sha1(f"{gguf.name}:{stat.st_size}:{int(stat.st_mtime)}".encode()).hexdigest()[:10]
     converted = cache_dir / f"{gguf.stem}-{key}"
-    if (converted / "config.json").is_file():
-        return str(converted)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    # Two processes (pytest workers, a sweep's jobs) may start at once: one converts, the others wait for it.
-    with FileLock(str(converted) + ".lock"):
-        if not (converted / "config.json").is_file():
-            write_converted(gguf, converted)
-    return str(converted)
+
+    def build(path: Path) -> Path:
+        write_converted(gguf, path)
+        return path
+
+    return str(load_or_build(converted, check_model_dir, build, "converted model"))
 
 
 def write_converted(gguf: Path, converted: Path) -> None:
@@ -89,12 +88,34 @@ def write_converted(gguf: Path, converted: Path) -> None:
     plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     plain.load_state_dict(loaded.state_dict())
     plain.generation_config = loaded.generation_config
-    tmp = converted.with_name(converted.name + ".tmp")
-    for stale in (tmp, converted):  # left by a crash mid-write: never renamed into place, or never completed
-        shutil.rmtree(stale, ignore_errors=True)
-    plain.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    os.replace(tmp, converted)
+    with atomic_dir(converted) as tmp:
+        plain.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+
+
+def check_model_dir(path: Path) -> Path:
+    """`path` if it holds a whole model folder: config.json, every JSON file parses, every safetensors file is as
+    long as its header says (a cut-off copy is shorter) and an index's shards exist; else CorruptCache (or the
+    JSON/OS error). Reads headers only, so it costs milliseconds."""
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise CorruptCache("no config.json")
+    parsed = {f.name: json.loads(f.read_text()) for f in path.glob("*.json")}
+    shards = set(parsed.get("model.safetensors.index.json", {}).get("weight_map", {}).values())
+    weights = sorted(path.glob("*.safetensors"))
+    if not weights or not shards <= {f.name for f in weights}:
+        raise CorruptCache("safetensors weights missing")
+    for f in weights:
+        size = f.stat().st_size
+        with f.open("rb") as fh:
+            n = int.from_bytes(fh.read(8), "little")
+            if not 0 < n <= size - 8:
+                raise CorruptCache(f"{f.name}: no safetensors header")
+            header = json.loads(fh.read(n))
+        end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+        if size != 8 + n + end:
+            raise CorruptCache(f"{f.name} has {size} bytes, its header says {8 + n + end}")
+    return path
 
 
 def drafts_dir(model_cache: str | Path) -> Path:
@@ -115,6 +136,7 @@ def load_draft_model(bundle: ModelBundle):
         path = drafts_dir(bundle.model_cache) / str(cfg.id)
         if not (path / "config.json").is_file():
             raise HarnessError(f"draft '{name}' is not built: run `make draft` (MODEL={bundle.name}; looked in {path})")
+        load_or_fail(path, check_model_dir, f"trained draft '{name}' ({path})", f"`make draft MODEL={bundle.name}`")
     else:
         path = path_or_hub(cfg.source, cfg.id, "draft", "trained")
     try:

@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,9 +29,11 @@ import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
 
+from bench.cachefile import READ_ERRORS, atomic_dir, report_corrupt
 from bench.errors import HarnessError
 from bench.models.chat import prompt_ids
 from bench.models.drafts import agreement_rate, decode_step_seconds, init_draft_from_target, top1
+from bench.models.loading import check_model_dir
 from data.corpus import OverlapIndex, eval_texts, source_rows
 
 REPORT = "draft_report.json"
@@ -226,34 +226,27 @@ def train(target, draft, windows: torch.Tensor, recipe: dict, log=None, progress
 
 
 def write_draft(draft, tokenizer, report: dict, out_dir: Path) -> None:
-    """Write the draft and its report to <out_dir>.tmp, then swap it in: never a half-written draft folder."""
-    out_dir = Path(out_dir)
-    tmp = out_dir.with_name(out_dir.name + ".tmp")
-    old = out_dir.with_name(out_dir.name + ".old")
-    for leftover in (tmp, old):
-        if leftover.exists():
-            shutil.rmtree(leftover)
-    tmp.mkdir(parents=True)
-    try:
+    """Write the draft and its report into a temporary folder, then swap it in (bench.cachefile.atomic_dir):
+    never a half-written draft folder. `make draft` calls it holding the folder's lock, so two builds do not race."""
+    with atomic_dir(out_dir) as tmp:
         draft.save_pretrained(tmp)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         (tmp / REPORT).write_text(json.dumps(report, indent=2) + "\n")
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if out_dir.exists():
-        os.replace(out_dir, old)
-    os.replace(tmp, out_dir)
-    if old.exists():
-        shutil.rmtree(old)
 
 
 def read_report(out_dir: Path) -> dict | None:
-    path = Path(out_dir) / REPORT
-    if not (Path(out_dir) / "config.json").is_file() or not path.is_file():
+    """The report of a whole draft folder; None if there is none, or if the folder is damaged (reported in one
+    line, so that `make draft` builds it again)."""
+    out_dir = Path(out_dir)
+    if not (out_dir / "config.json").is_file() or not (out_dir / REPORT).is_file():
         return None
-    return json.loads(path.read_text())
+    try:
+        check_model_dir(out_dir)
+        return json.loads((out_dir / REPORT).read_text())
+    except READ_ERRORS as err:
+        report_corrupt(f"trained draft {out_dir}", err)
+        return None
 
 
 def summary_line(report: dict) -> str:

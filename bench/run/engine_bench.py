@@ -21,7 +21,7 @@ import sys
 
 from tqdm import tqdm
 
-from bench.core import forward_cost
+from bench.models import forward_cost
 from bench.paths import PROJECT
 from bench.run import metrics
 from bench.run.compose import compose_config

@@ -38,7 +38,7 @@ class Sequoia(DraftModelProposer):
                 self.bundle, self.draft, self.draft_name, temperature, self.draft_temperature, self.width,
                 cfg.calibration)
             if cfg.size == "auto":
-                from bench.core import forward_cost
+                from bench.models import forward_cost
 
                 curve = forward_cost.load_or_measure(self.bundle, project_path(cfg.forward_cost_dir))
                 draft_ms = sequoia_tree.draft_cost_ms(self.draft, self.bundle, cfg.forward_cost_dir)

@@ -19,6 +19,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
+from bench.cachefile import CorruptCache, atomic_write, load_or_build
 from bench.core.sampling import stochastic_accept, target_probs
 from bench.core.tree import tree_from_paths
 from bench.errors import ConfigError
@@ -108,24 +109,32 @@ def calibration_rows(calib, bundle) -> list[list[int]]:
     return [bundle.tokenizer(it["turns"][0]).input_ids[: int(calib.tokens)] for it in items]
 
 
-def load_or_measure_acceptance(bundle, draft, draft_name: str, temperature: float, draft_temperature: float,
-                               width: int, calib) -> np.ndarray:
-    """Cached per (target, draft, temperatures, width, calibration set)."""
-    path = acceptance_file(calib.cache_dir, bundle.name, draft_name, temperature, draft_temperature, width, calib)
-    if path.is_file():
-        return np.asarray(json.loads(path.read_text())["acceptance"])
-    rows = calibration_rows(calib, bundle)
-    acc = measure_acceptance(bundle.model, draft, rows, temperature, draft_temperature, width)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"acceptance": acc.tolist(), "rows": len(rows)}, indent=2))
-    tmp.replace(path)
+def read_acceptance(path: Path) -> np.ndarray:
+    """A cached acceptance vector; CorruptCache (or the JSON error) unless it is a non-empty vector in [0, 1]."""
+    acc = np.asarray(json.loads(path.read_text())["acceptance"], dtype=float)
+    if acc.ndim != 1 or not len(acc) or not ((acc >= 0) & (acc <= 1)).all():
+        raise CorruptCache(f"acceptance of shape {acc.shape} is not a vector of probabilities")
     return acc
 
 
+def load_or_measure_acceptance(bundle, draft, draft_name: str, temperature: float, draft_temperature: float,
+                               width: int, calib) -> np.ndarray:
+    """Cached per (target, draft, temperatures, width, calibration set); measured if absent or corrupt, by one
+    process while the others that want it wait (bench.cachefile)."""
+
+    def build(path: Path) -> np.ndarray:
+        rows = calibration_rows(calib, bundle)
+        acc = measure_acceptance(bundle.model, draft, rows, temperature, draft_temperature, width)
+        atomic_write(path, json.dumps({"acceptance": acc.tolist(), "rows": len(rows)}, indent=2))
+        return acc
+
+    path = acceptance_file(calib.cache_dir, bundle.name, draft_name, temperature, draft_temperature, width, calib)
+    return load_or_build(path, read_acceptance, build, "Sequoia acceptance vector")
+
+
 def draft_cost_ms(draft, bundle, cache_dir) -> float:
-    """T_draft(1) in ms, measured like the target's curve (bench.forward_cost), cached per machine."""
-    from bench.core import forward_cost
+    """T_draft(1) in ms, measured like the target's curve (bench.models.forward_cost), cached per machine."""
+    from bench.models import forward_cost
 
     pseudo = SimpleNamespace(model=draft, device=bundle.device, dtype=bundle.dtype, vocab_size=bundle.vocab_size,
                              name=f"{bundle.name}-draft-{draft.config.num_hidden_layers}l")

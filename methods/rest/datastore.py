@@ -39,7 +39,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import os
 import time
 from collections.abc import Iterable, Iterator
 from itertools import islice
@@ -47,6 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.cachefile import CorruptCache, atomic_file, atomic_write, clear_leftovers, load_or_fail, lock
 from bench.errors import HarnessError
 from bench.paths import project_path
 from data.corpus import corpus_documents, load_corpus
@@ -157,20 +157,34 @@ class Datastore:
 
     # ---- files
     def save(self, prefix: Path) -> None:
-        prefix.parent.mkdir(parents=True, exist_ok=True)
-        tmp = {s: prefix.with_name(prefix.name + f".tmp{s}") for s in (".tokens.npy", ".sa.npy", ".json")}
-        np.save(tmp[".tokens.npy"], self.tokens)
-        np.save(tmp[".sa.npy"], self.sa)
-        tmp[".json"].write_text(json.dumps({**self.meta, "sep": self.sep}, indent=2))
-        for suffix, path in tmp.items():  # the sidecar last: a store counts as present once it exists
-            os.replace(path, prefix.with_name(prefix.name + suffix))
+        """The three files as one set (bench.cachefile): under the store's lock, the sidecar removed first and
+        written last, so a sidecar only ever stands beside the arrays it describes (it records their length)."""
+        files = store_files(prefix)
+        with lock(prefix):
+            files[".json"].unlink(missing_ok=True)
+            for suffix, array in ((".tokens.npy", self.tokens), (".sa.npy", self.sa)):
+                clear_leftovers(files[suffix])
+                with atomic_file(files[suffix]) as f:
+                    np.save(f, array)
+            clear_leftovers(files[".json"])
+            atomic_write(files[".json"], json.dumps({**self.meta, "sep": self.sep, "length": len(self)}, indent=2))
 
     @classmethod
     def load(cls, prefix: Path) -> Datastore:
-        meta = json.loads(prefix.with_name(prefix.name + ".json").read_text())
-        tokens = np.load(prefix.with_name(prefix.name + ".tokens.npy"))
-        sa = np.load(prefix.with_name(prefix.name + ".sa.npy"))
+        """The store; CorruptCache (or numpy's or json's error) if its files are damaged or not one set."""
+        files = store_files(prefix)
+        meta = json.loads(files[".json"].read_text())
+        tokens, sa = np.load(files[".tokens.npy"]), np.load(files[".sa.npy"])
+        length = meta.get("length", len(tokens))  # stores saved before the sidecar recorded it
+        if tokens.ndim != 1 or sa.shape != tokens.shape or len(tokens) != length:
+            raise CorruptCache(f"{len(tokens)} tokens, {len(sa)} suffix-array entries, the sidecar says {length}")
+        if len(tokens) and int(tokens[-1]) != meta["sep"]:
+            raise CorruptCache("the tokens do not end with a separator")
         return cls(tokens, sa, meta["sep"], meta)
+
+
+def store_files(prefix: Path) -> dict[str, Path]:
+    return {s: prefix.with_name(prefix.name + s) for s in (".tokens.npy", ".sa.npy", ".json")}
 
 
 def draft_tree(cont: np.ndarray, sep: int, num_draft: int) -> tuple[np.ndarray, np.ndarray]:
@@ -266,10 +280,9 @@ def _quiet_length_warning():
 
 def open_store(store_dir, model_name: str, corpus_name: str) -> Datastore:
     prefix = store_prefix(store_dir, model_name, corpus_name)
+    rebuild = (f"`make datastore MODEL={model_name}` "
+               f"(or `python scripts/build_datastore.py model={model_name} datastore={corpus_name}`)")
     if not prefix.with_name(prefix.name + ".json").is_file():
-        raise HarnessError(
-            f"REST datastore '{corpus_name}' for model '{model_name}' not found ({prefix}.*): "
-            f"run `make datastore MODEL={model_name}` "
-            f"(or `python scripts/build_datastore.py model={model_name} datastore={corpus_name}`)"
-        )
-    return Datastore.load(prefix)
+        raise HarnessError(f"REST datastore '{corpus_name}' for model '{model_name}' not found ({prefix}.*): "
+                           f"run {rebuild}")
+    return load_or_fail(prefix, Datastore.load, f"REST datastore '{corpus_name}' ({prefix}.*)", rebuild)

@@ -13,13 +13,14 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from bench.cachefile import load_or_build, lock
 from bench.core.engine import Engine
 from bench.core.timing import PhaseTimer
 from bench.models.chat import prompt_ids
 from bench.paths import PROJECT, project_path
 from data.loaders import load_items
 from methods.token_recycling.proposer import TokenRecycling
-from methods.trees import AcceptanceStats, save_stats, spine_paths, stats_file
+from methods.trees import AcceptanceStats, read_stats, save_stats, spine_paths, stats_file
 
 
 class Calibrating(TokenRecycling):
@@ -57,9 +58,18 @@ def calibrate(calib, bundle) -> AcceptanceStats:
 
 
 def write_tree_stats(calib, bundle, force: bool = False) -> tuple[Path, bool]:
-    """(stats file, whether it was measured now): calibrate and save, unless the file exists and not force."""
+    """(stats file, whether it was measured now): calibrate and save, unless a sound file exists and not force.
+    Under the file's lock, so two `make tree-stats` calibrate once; a corrupt file is reported and remeasured."""
     path = stats_file(calib, bundle)
-    if path.is_file() and not force:
-        return path, False
-    save_stats(calibrate(calib, bundle), calib, path)
-    return path, True
+    measured = []
+
+    def build(p: Path) -> None:
+        save_stats(calibrate(calib, bundle), calib, p)
+        measured.append(p)
+
+    if force:
+        with lock(path):
+            build(path)
+    else:
+        load_or_build(path, read_stats, build, "tree statistics")
+    return path, bool(measured)

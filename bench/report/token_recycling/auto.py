@@ -2,7 +2,7 @@
 
 Writes `<results>/figures/tr_auto.png` (the curve and the table), `tr_auto.csv` / `tr_auto.md` (the table)
 and `tr_auto_forward_cost.csv` (the curve). The curve is read from results/cache/forward_cost/*.json (the
-files bench.core.forward_cost writes; read here without torch), else from the auto run's method_settings.
+files bench.models.forward_cost writes; read here without torch), else from the auto run's method_settings.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
+from bench.cachefile import CorruptCache, atomic_write, load_or_build
 from bench.core.machine import machine_id
 from bench.core.timing import device_sync
 from bench.core.tree import chain
@@ -64,27 +65,34 @@ def cache_file(cache_dir: str | Path, bundle) -> Path:
     return Path(cache_dir) / f"{bundle.name}-{dtype}-{bundle.device.type}-{machine}.json"
 
 
-def load_or_measure(bundle, cache_dir: str | Path, sizes=DEFAULT_SIZES, prefix_tokens: int = 256) -> dict:
-    """The cached curve for this machine/model/dtype, measured (about a minute on CPU) if absent."""
-    path = cache_file(cache_dir, bundle)
-    if path.is_file():
-        return json.loads(path.read_text())
-    seconds = measure(bundle, sizes, prefix_tokens)
-    curve = {
-        "model": bundle.name,
-        "dtype": str(bundle.dtype).replace("torch.", ""),
-        "device": str(bundle.device),
-        "machine": machine_id(bundle.device),
-        "prefix_tokens": prefix_tokens,
-        "sizes": list(seconds),
-        "ms": [1000 * s for s in seconds.values()],
-        "created": datetime.now().isoformat(timespec="seconds"),
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(curve, indent=2))
-    tmp.replace(path)
+def read_curve(path: Path) -> dict:
+    """A cached curve; CorruptCache (or the JSON error) if the file is not a whole one."""
+    curve = json.loads(path.read_text())
+    if not curve["sizes"] or len(curve["sizes"]) != len(curve["ms"]) or "machine" not in curve:
+        raise CorruptCache("no sizes, sizes and ms differ in length, or no machine")
     return curve
+
+
+def load_or_measure(bundle, cache_dir: str | Path, sizes=DEFAULT_SIZES, prefix_tokens: int = 256) -> dict:
+    """The cached curve for this machine/model/dtype, measured (about a minute on CPU) if absent or corrupt;
+    one process measures while others that want it wait (bench.cachefile)."""
+
+    def build(path: Path) -> dict:
+        seconds = measure(bundle, sizes, prefix_tokens)
+        curve = {
+            "model": bundle.name,
+            "dtype": str(bundle.dtype).replace("torch.", ""),
+            "device": str(bundle.device),
+            "machine": machine_id(bundle.device),
+            "prefix_tokens": prefix_tokens,
+            "sizes": list(seconds),
+            "ms": [1000 * s for s in seconds.values()],
+            "created": datetime.now().isoformat(timespec="seconds"),
+        }
+        atomic_write(path, json.dumps(curve, indent=2))
+        return curve
+
+    return load_or_build(cache_file(cache_dir, bundle), read_curve, build, "forward-cost curve")
 
 
 def cost_at(curve: dict, n) -> np.ndarray:
