@@ -17,6 +17,7 @@ import importlib
 import json
 import logging
 import random
+import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -197,8 +198,13 @@ def _short(e: BaseException) -> str:
 
 
 def read_rows(path: Path, fmt: str) -> Iterator[tuple[int, dict]]:
-    """(1-based line number, row) for each non-blank line of a file in `fmt` (one of FORMATS); lazy."""
-    return _read_lines(path) if fmt == "lines" else _read_jsonl(path, fmt)
+    """(1-based line number, row) for each non-blank line of a file in `fmt` (one of FORMATS); lazy. A file that
+    cannot be read as `fmt` (a cut-off or damaged .gz, bytes that are not UTF-8) is one DataError."""
+    rows = _read_lines(path) if fmt == "lines" else _read_jsonl(path, fmt)
+    try:
+        yield from rows
+    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
+        raise DataError(f"unreadable {fmt} file {path}: {_short(e)}") from None
 
 
 def _read_lines(path: Path) -> Iterator[tuple[int, dict]]:
@@ -253,12 +259,16 @@ def _to_item(row: dict, index: int, fields: dict, groups: dict) -> dict:
 
 
 def _read_cache(path: Path) -> list[dict]:
+    """The items `make data` wrote; a damaged file (cut off, hand-edited) is one DataError naming `make data`."""
     items = []
-    for lineno, row in _read_jsonl(path, "jsonl"):
-        missing = [k for k in ITEM_KEYS if k not in row]
-        if missing:
-            raise DataError(f"malformed line {lineno} in {path}: missing field {missing[0]!r}")
-        items.append({k: row[k] for k in ITEM_KEYS})
+    try:
+        for lineno, row in _read_jsonl(path, "jsonl"):
+            missing = [k for k in ITEM_KEYS if k not in row]
+            if missing:
+                raise DataError(f"malformed line {lineno} in {path}: missing field {missing[0]!r}")
+            items.append({k: row[k] for k in ITEM_KEYS})
+    except (DataError, UnicodeDecodeError) as e:
+        raise DataError(f"corrupt cache: {e} (rebuild it with `make data`)") from None
     return items
 
 

@@ -66,7 +66,7 @@ def test_token_recycling_tree_comes_from_tree_group():
 
 
 def test_run_cli_knows_nested_experiments():
-    from bench.run.__main__ import group_options
+    from bench.run.precheck import group_options
 
     assert "token_recycling/fig3a" in group_options("experiment")
     assert "dyspec/table1" in group_options("experiment")

@@ -13,12 +13,11 @@ import hydra
 from omegaconf import DictConfig
 
 from bench.errors import HarnessError
-from bench.paths import PROJECT
+from bench.run.precheck import check_names
 from bench.run.store import read_summary
+from bench.run.validate import check_run
 from data.loaders import DataError
 from methods import UnknownMethod
-
-CONF = PROJECT / "conf"
 
 
 def print_summary(path: Path) -> None:
@@ -38,32 +37,13 @@ def print_summary(path: Path) -> None:
     )
 
 
-def group_options(group: str) -> list[str]:
-    """A config group's options; nested folders (conf/experiment/<paper>/) give `<paper>/<name>`."""
-    root = CONF / group
-    return sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.yaml"))
-
-
-def check_names(argv: list[str]) -> None:
-    """Fail fast with one line on unknown group options, before Hydra prints its multi-line error."""
-    for arg in argv:
-        if "=" not in arg or arg.startswith(("+", "~", "hydra")):
-            continue
-        key, value = arg.split("=", 1)
-        if key in ("model", "dataset", "method", "logger", "tree", "datastore", "experiment"):
-            known = group_options(key)
-            for v in value.split(","):
-                if v and v not in known and not v.startswith(("glob(", "choice(", "range(")):
-                    print(f"error: unknown {key} '{v}' (known: {', '.join(known)})", file=sys.stderr)
-                    sys.exit(2)
-
-
 @hydra.main(version_base="1.3", config_path="../../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
-    # Loaded here, not at the top: a bad name on the command line fails in a fraction of a second.
-    from bench.run.jobs import measure
-
     try:
+        check_run(cfg)  # bad run.* values or an unwritable results dir: one line, before torch loads
+        # Loaded here, not at the top: a bad name or value on the command line fails in a fraction of a second.
+        from bench.run.jobs import measure
+
         path = measure(cfg)
     except (HarnessError, DataError, UnknownMethod) as err:
         print(f"error: {err}", file=sys.stderr)

