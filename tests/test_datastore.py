@@ -84,6 +84,25 @@ def test_retrieve_respects_min_span_and_max_matches():
     assert len(cont) == 2
 
 
+def test_retrieval_is_stateless_and_keyed_on_the_whole_span():
+    """Issue 17: the PyPI `draftretriever` 0.1.1 wheel that Spec-Bench's REST installs is ADED's trigram drafter: it
+    keys on the last 2 tokens and learns the trigrams of every query, so its drafts copy the decoding context and
+    earlier questions (MAT 1.80 vs our 1.345 on code_offline). REST's retriever, and ours, does neither."""
+    store = toy()
+    tokens, sa = store.tokens.copy(), store.sa.copy()
+    sep = store.sep
+    # [9, 2, 3] is only in doc 2: its continuation alone, not those of [2, 3] in docs 0 and 1.
+    span, cont = store.retrieve([9, 2, 3], 16, 2, 5000, 10)
+    assert span == 3 and cont.tolist() == [[4, 10] + [sep] * 8]
+    first = draft_tree(cont, sep, 64)
+    assert store.retrieve([50, 51], 16, 2, 5000, 10) == (0, None)
+    store.retrieve([50, 51, 52, 53, 54, 55], 16, 2, 5000, 10)  # the wheel would learn 52..55 after [50, 51]
+    assert store.retrieve([50, 51], 16, 2, 5000, 10) == (0, None)
+    assert np.array_equal(store.tokens, tokens) and np.array_equal(store.sa, sa)
+    again = draft_tree(store.retrieve([9, 2, 3], 16, 2, 5000, 10)[1], sep, 64)
+    assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
+
+
 def test_no_match_and_document_end_give_nothing():
     store = toy()
     assert store.retrieve([42, 43], 16, 2, 5000, 10) == (0, None)
