@@ -48,3 +48,16 @@ def test_store_of_another_tokenizer_is_refused(smollm, rest_store, tmp_path):
     sidecar.write_text(json.dumps({**meta, "tokenizer_fingerprint": "0" * 16}))
     with pytest.raises(HarnessError, match="another tokenizer"):
         rest(smollm, tmp_path)
+
+
+def test_replay_gives_the_mat_of_a_real_run(smollm, rest_store, prompts, capsys):
+    """scripts/rest_replay.py (issue 17): replaying our retriever along greedy AR gives the MAT the engine's run gets."""
+    from scripts.rest_replay import main
+
+    store = [o for o in rest_overrides(rest_store) if o.startswith("method.")]
+    main(["dataset=humaneval", "run.limit=2", "run.max_new_tokens=32", *store])
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("ours"))
+    gens = run_method(smollm, prompts[:2], *rest_overrides(rest_store), max_new=32)
+    steps = sum(len(g.accept_lengths) for g in gens)
+    tokens = sum(sum(g.accept_lengths) for g in gens)
+    assert f"({tokens} tokens / {steps} steps, 2 prompts)" in line
