@@ -27,6 +27,7 @@ import torch
 from filelock import FileLock, Timeout
 from omegaconf import OmegaConf
 
+from bench.cachefile import atomic_file, atomic_write, reason
 from bench.errors import HarnessError
 
 STATE, RECORDS = "state.pt", "records.jsonl"
@@ -104,15 +105,12 @@ class Checkpoint:
                 raise ValueError(f"{RECORDS} has fewer lines than {state['n_records']}")
         except (OSError, EOFError, RuntimeError, ValueError, KeyError, TypeError, pickle.UnpicklingError) as err:
             # an unreadable checkpoint: say so in one line and start the run over
-            reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
-            print(f"checkpoint: {path} is unreadable ({reason}); starting the run over", file=sys.stderr)
+            print(f"checkpoint: {path} is unreadable ({reason(err)}); starting the run over", file=sys.stderr)
             return None
         return state if state["n_records"] else None
 
     def rewrite_records(self) -> None:
-        tmp = self.dir / f".{RECORDS}.tmp"
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in self.records))
-        os.replace(tmp, self.dir / RECORDS)
+        atomic_write(self.dir / RECORDS, "".join(json.dumps(r) + "\n" for r in self.records))
 
     def save(self, record: dict, proposer_state: dict) -> None:
         """After each prompt-turn: the record first (fsynced), then the state that counts it."""
@@ -123,9 +121,8 @@ class Checkpoint:
         self.records.append(record)
         state = {"n_records": len(self.records), "run_id": self.run_id, "resumes": self.resumes,
                  "proposer": proposer_state}
-        tmp = self.dir / f".{STATE}.tmp"
-        torch.save(state, tmp)
-        os.replace(tmp, self.dir / STATE)
+        with atomic_file(self.dir / STATE) as f:
+            torch.save(state, f)
 
     def close(self, done: bool) -> None:
         """Release the job; a completed run's checkpoint is removed, a failed one's kept for the next try."""

@@ -70,7 +70,7 @@ def measure(cfg) -> Path | None:
             return None
     torch.manual_seed(cfg.run.seed)
     runner = Runner(cfg)
-    ckpt = Checkpoint(results, job_key(cfg, machine_id(runner.bundle.device)))
+    ckpt = Checkpoint(results, job_key(cfg, machine or machine_id(runner.bundle.device)))
     ckpt.open(run_id(cfg), resume=cfg.run.resume)
     finished = False
     try:

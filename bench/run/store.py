@@ -12,11 +12,12 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
+
+from bench.cachefile import atomic_write
 
 
 @dataclass
@@ -108,9 +109,7 @@ def find_complete(results_dir: str | Path, config_key: str, machine: str) -> Run
 def write_atomic(path: Path, text: str) -> None:
     """Readers (notebooks, CI) never see a half-written file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as f:
-        f.write(text)
-    os.replace(f.name, path)
+    atomic_write(path, text)
 
 
 def write_run(results_dir: str | Path, run_id: str, records: list[dict], summary: dict, config_yaml: str) -> Path:
