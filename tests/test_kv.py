@@ -1,11 +1,11 @@
-"""bench.kv.keep_accepted on a real transformers DynamicCache: crop for leading paths, gather otherwise."""
+"""bench.core.kv on a real transformers DynamicCache: accepted paths move behind each row's own prefix."""
 
 from __future__ import annotations
 
 import torch
 from transformers import DynamicCache
 
-from bench.core.kv import keep_accepted
+from bench.core.kv import keep_accepted, keep_rows
 from bench.core.tree import tree_from_paths
 from tests.conftest import tiny_llama
 
@@ -31,7 +31,7 @@ def positions(cache, layer):
 
 def test_leading_path_crops():
     cache = filled_cache()
-    keep_accepted(cache, PREFIX, torch.tensor([0, 1, 2]))
+    keep_accepted(cache, [PREFIX], [torch.tensor([0, 1, 2])], PREFIX)
     assert cache.get_seq_length() == PREFIX + 3
     for layer in range(2):
         assert positions(cache, layer) == list(range(PREFIX + 3))
@@ -39,19 +39,19 @@ def test_leading_path_crops():
 
 def test_root_only_path():
     cache = filled_cache()
-    keep_accepted(cache, PREFIX, torch.tensor([0]))
+    keep_accepted(cache, [PREFIX], [torch.tensor([0])], PREFIX)
     assert [positions(cache, lay) for lay in range(2)] == [list(range(PREFIX + 1))] * 2
 
 
 def test_whole_tree_kept():
     cache = filled_cache()
-    keep_accepted(cache, PREFIX, torch.arange(SLOTS))
+    keep_accepted(cache, [PREFIX], [torch.arange(SLOTS)], PREFIX)
     assert positions(cache, 1) == list(range(PREFIX + SLOTS))
 
 
 def test_non_contiguous_path_gathers():
     cache = filled_cache()
-    keep_accepted(cache, PREFIX, torch.tensor([0, 2, 5]))
+    keep_accepted(cache, [PREFIX], [torch.tensor([0, 2, 5])], PREFIX)
     assert cache.get_seq_length() == PREFIX + 3
     for layer in range(2):
         assert positions(cache, layer) == [0, 1, 2, 3, 4, PREFIX, PREFIX + 2, PREFIX + 5]
@@ -79,7 +79,7 @@ def test_tree_forward_then_compaction_matches_linear_sequence():
         use_cache=True,
     )
     assert cache.get_seq_length() == prefix + tree.size + 1
-    keep_accepted(cache, prefix, path)
+    keep_accepted(cache, [prefix], [path], prefix)
 
     linear = torch.cat([prompt[:, :-1], tree_tokens[:, path]], 1)
     ref = DynamicCache(config=model.config)
@@ -95,3 +95,40 @@ def test_tree_forward_then_compaction_matches_linear_sequence():
     full = model(input_ids=torch.cat([linear, nxt], 1), use_cache=False).logits[0, -1]
     torch.testing.assert_close(out, full, rtol=1e-5, atol=1e-5)
     assert cache.get_seq_length() == prefix + 4
+
+
+def batch_cache(prefixes, width, n_layers=2):
+    """Rows with valid prefixes of different lengths, stale columns up to the longest, then a tree of `width`
+    slots; column c of row b holds 1000 * b + c (values: negated)."""
+    cache = DynamicCache()
+    cols = max(prefixes) + width
+    for layer in range(n_layers):
+        k = torch.stack([1000 * b + torch.arange(cols, dtype=torch.float32) for b in range(len(prefixes))])
+        k = k.view(len(prefixes), 1, cols, 1).expand(-1, 2, -1, 4).clone()
+        cache.update(k, -k, layer)
+    return cache
+
+
+def row_columns(cache, row, n):
+    keys = cache.layers[1].keys
+    assert torch.equal(cache.layers[1].values, -keys)
+    return (keys[row, 0, :n, 0] - 1000 * row).long().tolist()
+
+
+def test_rows_keep_their_own_prefix_and_path():
+    prefixes, start = [3, 7, 5], 7
+    cache = batch_cache(prefixes, 6)
+    paths = [torch.tensor([0, 2, 5]), torch.tensor([0]), torch.tensor([0, 1, 3, 4])]
+    new = keep_accepted(cache, prefixes, paths, start)
+    assert new == [6, 8, 9] and cache.get_seq_length() == 9
+    assert row_columns(cache, 0, 6) == [0, 1, 2, 7, 9, 12]
+    assert row_columns(cache, 1, 8) == list(range(7)) + [7]
+    assert row_columns(cache, 2, 9) == [0, 1, 2, 3, 4, 7, 8, 10, 11]
+
+
+def test_finished_rows_leave_the_batch():
+    prefixes = [3, 9, 5]
+    cache = batch_cache(prefixes, 0)
+    keep_rows(cache, [0, 2], prefixes)
+    assert cache.layers[0].keys.shape[0] == 2 and cache.get_seq_length() == 5
+    assert row_columns(cache, 1, 5) == [1000 * 2 - 1000 + c for c in range(5)]  # old row 2, now row 1

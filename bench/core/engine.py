@@ -1,25 +1,52 @@
-"""The one decode loop shared by all proposer methods.
+"""The one decode loop shared by all proposer methods, for one sequence or a batch of them.
 
-Per step: the proposer drafts a tree rooted at the last committed token; one target forward runs over
-root + draft with tree attention (a 4D additive mask, position ids = prefix length + depth); at temperature 0
-the verifier keeps the longest path matching the target's greedy choices, above 0 the stochastic verifier
-(bench.core.sampling) walks the tree with the proposer's rule and samples the bonus token; the KV cache is compacted to prefix +
-accepted path; the accepted drafts plus the bonus token are committed. Stops at EOS or max_new_tokens,
-never past it. The prefill's first token counts as one step of one token, so sum(accept_lengths) equals
-the number of new tokens for every method, AR included (MAT = 1.00 for AR by construction).
+Per step: each row's proposer drafts a tree rooted at the row's last committed token; one target forward runs
+over every row's root + draft, padded to the largest tree, with tree attention (a 4D additive mask; position
+ids = the row's prefix length + depth); at temperature 0 the verifier keeps the longest path matching the
+target's greedy choices, above 0 the stochastic verifier (bench.core.sampling) walks the tree with the
+proposer's rule and the row's own generator and samples the bonus token; each row's KV is compacted to its
+prefix + accepted path (bench.core.kv); the accepted drafts plus the bonus token are committed. A row stops at
+EOS or max_new_tokens, never past it, and leaves the batch for the following steps. The prefill's first token
+counts as one step of one token, so sum(accept_lengths) equals the number of new tokens for every method,
+AR included (MAT = 1.00 for AR by construction).
+
+Padding: prompts are right-padded for the prefill (a 2D mask); afterwards row b's cache holds its valid
+prefix in columns [0, prefix_b) and stale columns up to the cache length, hidden by the mask (see
+bench.core.kv for why this beats re-aligning the batch every step). At batch 1 there is no padding and the
+forward is the plain one: no mask for chains, prefix + tree bias otherwise.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import torch
 from transformers import DynamicCache
 
 from bench.core.forward import TargetForward, full_forward
-from bench.core.kv import keep_accepted
-from bench.core.proposer import Acceptance, Generation, Proposer, StepContext
+from bench.core.kv import keep_accepted, keep_rows
+from bench.core.proposer import Acceptance, Draft, Generation, Proposer, StepContext
 from bench.core.sampling import sample, stochastic_accept, target_probs
 from bench.core.timing import Timer
 from bench.core.verify import greedy_accept
+
+
+@dataclass
+class Row:
+    """One sequence of the batch: its committed tokens seq[:length]; the KV cache holds seq[:length - 1]."""
+
+    proposer: Proposer
+    seq: torch.Tensor
+    n_prompt: int
+    length: int
+    generator: torch.Generator
+    accept_lengths: list[int] = field(default_factory=list)
+    done: bool = False
+    elapsed: float | None = None
+
+    @property
+    def prefix(self) -> int:
+        return self.length - 1
 
 
 class Engine:
@@ -34,90 +61,181 @@ class Engine:
         if temperature < 0:
             raise ValueError("temperature must be >= 0")
         self.temperature = float(temperature)
-        # One generator for the target's and the proposer's sampling; the runner reseeds it per prompt-turn
-        # so a sampled output does not depend on which prompts ran before it.
+        # The generator of batch-1 generation (the target's and the proposer's sampling); the runner reseeds it
+        # per prompt-turn so a sampled output does not depend on which prompts ran before it. A batch passes
+        # one generator per row instead.
         self.generator = torch.Generator(device=model.device)
 
     def reseed(self, seed: int) -> None:
         self.generator.manual_seed(seed)
 
-    def _pick(self, logits: torch.Tensor) -> torch.Tensor:
+    def _pick(self, logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """The next token from one row of logits: argmax at temperature 0, else a sample."""
         if self.temperature == 0:
             return logits.argmax()
-        return torch.tensor(sample(target_probs(logits, self.temperature), self.generator), device=self.device)
+        return torch.tensor(sample(target_probs(logits, self.temperature), generator), device=self.device)
+
+    def generate(self, proposer: Proposer, prompt_ids: list[int], max_new_tokens: int, timer: Timer) -> Generation:
+        return self.generate_batch([proposer], [prompt_ids], max_new_tokens, timer, [self.generator])[0]
 
     @torch.inference_mode()
-    def generate(self, proposer: Proposer, prompt_ids: list[int], max_new_tokens: int, timer: Timer) -> Generation:
-        model, device = self.model, self.device
-        n_prompt = len(prompt_ids)
+    def generate_batch(self, proposers: list[Proposer], prompts: list[list[int]], max_new_tokens: int,
+                       timer: Timer, generators: list[torch.Generator]) -> list[Generation]:
+        """Decode prompts[b] with proposers[b] (distinct objects: see Proposer.fork) and generators[b]."""
         if max_new_tokens < 1:
             raise ValueError("max_new_tokens must be at least 1")
-        if n_prompt + 1 > self.max_context:
-            raise RuntimeError(f"prompt of {n_prompt} tokens exceeds the model context ({self.max_context} tokens)")
-        # Committed tokens (prompt + output) live in one preallocated buffer; seq[:length] is valid.
-        seq = torch.zeros(n_prompt + max_new_tokens, dtype=torch.long, device=device)
-        seq[:n_prompt] = torch.tensor(prompt_ids, dtype=torch.long)
-        cache = DynamicCache(config=model.config)
-        accept_lengths: list[int] = []
+        longest = max(len(p) for p in prompts)
+        if longest + 1 > self.max_context:
+            raise RuntimeError(f"prompt of {longest} tokens exceeds the model context ({self.max_context} tokens)")
+        rows = []
+        for proposer, prompt, gen in zip(proposers, prompts, generators, strict=True):
+            seq = torch.zeros(len(prompt) + max_new_tokens, dtype=torch.long, device=self.device)
+            seq[: len(prompt)] = torch.tensor(prompt, dtype=torch.long)
+            rows.append(Row(proposer, seq, len(prompt), len(prompt), gen))
+        cache = DynamicCache(config=self.model.config)
+        occupancy: list[int] = []
 
         timer.start()
-        proposer.bind(StepContext(self.temperature, self.generator, timer))
-        proposer.start(prompt_ids)
+        for row, prompt in zip(rows, prompts):
+            row.proposer.bind(StepContext(self.temperature, row.generator, timer))
+            row.proposer.start(prompt)
         timer.lap("draft")
-        logits = self.forward(model, seq[None, :n_prompt], cache=cache, logits_to_keep=1)
-        root = self._pick(logits[0, -1])
-        timer.lap("prefill")
-        seq[n_prompt] = root
-        length = n_prompt + 1  # committed tokens; the last one (the root) is not in the KV cache yet
-        accept_lengths.append(1)
-        done = bool(torch.isin(root, self.eos)) or max_new_tokens <= 1
+        self._prefill(rows, cache, max_new_tokens, timer)
+        occupancy.append(len(rows))
+        self._finish_rows(rows, timer)
         timer.lap("update")
 
-        while not done:
-            draft = proposer.propose(seq, length)
+        alive = [r for r in rows if not r.done]
+        while alive:
+            drafts = [r.proposer.propose(r.seq, r.length) for r in alive]
             timer.lap("draft")
-            tree, prefix = draft.tree, length - 1
-            if prefix + tree.size + 1 > self.max_context:
+            alive = self._step(alive, drafts, cache, max_new_tokens, timer)
+            occupancy.append(len(drafts))
+            self._finish_rows(rows, timer)
+            timer.lap("update")
+
+        phases = timer.result()
+        return [Generation(r.seq[r.n_prompt : r.length].tolist(), r.accept_lengths, phases,
+                           r.elapsed if len(rows) > 1 else None, occupancy if len(rows) > 1 else [])
+                for r in rows]
+
+    def _finish_rows(self, rows: list[Row], timer: Timer) -> None:
+        """Stamp the latency of rows that finished this step (timed time so far)."""
+        for r in rows:
+            if r.done and r.elapsed is None:
+                r.elapsed = sum(timer.result().values())
+
+    def _wants_hidden(self, rows: list[Row]) -> bool:
+        return any(r.proposer.wants_hidden for r in rows)
+
+    def _prefill(self, rows: list[Row], cache, max_new_tokens: int, timer: Timer) -> None:
+        lengths = [r.n_prompt for r in rows]
+        hidden = self._wants_hidden(rows)
+        if len(rows) == 1:
+            out = self.forward(self.model, rows[0].seq[None, : lengths[0]], cache=cache, logits_to_keep=1,
+                               output_hidden=hidden)
+            logits, at = out.logits[:, -1], [lengths[0] - 1]
+        else:  # right padding: every row's tokens start at column 0, so positions are the default ones
+            ids = torch.zeros(len(rows), max(lengths), dtype=torch.long, device=self.device)
+            mask = torch.zeros_like(ids)
+            for b, r in enumerate(rows):
+                ids[b, : r.n_prompt] = r.seq[: r.n_prompt]
+                mask[b, : r.n_prompt] = 1
+            last = sorted({n - 1 for n in lengths})  # logits only where some row's prompt ends
+            keep = torch.tensor(last, device=self.device)
+            out = self.forward(self.model, ids, cache=cache, attention_mask=mask, logits_to_keep=keep,
+                               output_hidden=hidden)
+            logits = torch.stack([out.logits[b, last.index(n - 1)] for b, n in enumerate(lengths)])
+            at = [n - 1 for n in lengths]
+        roots = [self._pick(logits[b], r.generator) for b, r in enumerate(rows)]
+        timer.lap("prefill")
+        for b, (r, root) in enumerate(zip(rows, roots)):
+            r.seq[r.length] = root
+            r.length += 1
+            r.accept_lengths.append(1)
+            r.done = bool(torch.isin(root, self.eos)) or max_new_tokens <= 1
+            if hidden and not r.done:
+                r.proposer.observe_hidden(out.hidden[b, at[b]])
+
+    def _mask(self, rows: list[Row], drafts: list[Draft], width: int, cached: int) -> torch.Tensor | None:
+        """[B, 1, width, cached + width] additive mask: each row sees its own prefix and its tree's ancestors;
+        padding slots see only themselves. None at batch 1 for a chain (the model's causal mask is the same)."""
+        if len(rows) == 1:
+            tree = drafts[0].tree
+            if tree.is_chain:
+                return None
+            visible = torch.zeros(tree.size + 1, rows[0].prefix, dtype=self.dtype, device=self.device)
+            return torch.cat([visible, tree.attention_bias(self.dtype, self.device)], dim=1)[None, None]
+        low = torch.finfo(self.dtype).min
+        mask = torch.full((len(rows), 1, width, cached + width), low, dtype=self.dtype, device=self.device)
+        pad = torch.arange(width, device=self.device)
+        mask[:, 0, pad, cached + pad] = 0.0
+        for b, (r, d) in enumerate(zip(rows, drafts)):
+            n = d.tree.size + 1
+            mask[b, 0, :n, : r.prefix] = 0.0
+            mask[b, 0, :n, cached : cached + n] = d.tree.attention_bias(self.dtype, self.device)
+        return mask
+
+    def _step(self, rows: list[Row], drafts: list[Draft], cache, max_new_tokens: int, timer: Timer) -> list[Row]:
+        """One verification of every row; returns the rows still decoding (the cache keeps only those)."""
+        width = max(d.tree.size for d in drafts) + 1
+        cached = cache.get_seq_length()
+        before = [r.prefix for r in rows]
+        inputs = torch.zeros(len(rows), width, dtype=torch.long, device=self.device)
+        positions = torch.empty(len(rows), width, dtype=torch.long, device=self.device)
+        for b, (r, d) in enumerate(zip(rows, drafts)):
+            n = d.tree.size + 1
+            if r.prefix + n > self.max_context:
                 raise RuntimeError(f"sequence would exceed the model context ({self.max_context} tokens)")
-            inputs = torch.cat([seq[length - 1 : length], draft.tokens.to(device)])
-            positions = (prefix + tree.depth.to(device)).unsqueeze(0)
-            mask = None  # a chain's tree mask is the causal mask, which the model builds itself
-            if not tree.is_chain:
-                bias = tree.attention_bias(self.dtype, device)
-                visible = torch.zeros(tree.size + 1, prefix, dtype=self.dtype, device=device)
-                mask = torch.cat([visible, bias], dim=1)[None, None]
-            timer.lap("preprocess")
-            logits = self.forward(model, inputs[None], cache=cache, position_ids=positions, attention_mask=mask,
-                                  tree=tree)[0]
-            timer.lap("target_forward")
+            inputs[b, 0] = r.seq[r.length - 1]
+            inputs[b, 1:n] = d.tokens.to(self.device)
+            positions[b] = r.prefix
+            positions[b, :n] += d.tree.depth.to(self.device)
+        mask = self._mask(rows, drafts, width, cached)
+        timer.lap("preprocess")
+        hidden = self._wants_hidden(rows)
+        out = self.forward(self.model, inputs, cache=cache, position_ids=positions, attention_mask=mask,
+                           trees=[d.tree for d in drafts], output_hidden=hidden)
+        timer.lap("target_forward")
+
+        accepted = []
+        for b, (r, d) in enumerate(zip(rows, drafts)):
+            n = d.tree.size + 1
+            logits, tokens = out.logits[b, :n], inputs[b, :n]
             target = logits.argmax(-1)
             if self.temperature == 0:
-                acc = greedy_accept(tree, inputs[None], target[None], draft.candidates)
+                acc = greedy_accept(d.tree, tokens[None], target[None], d.candidates)
             else:
                 p = target_probs(logits, self.temperature)
                 timer.lap("sampling")
-                slots, token = stochastic_accept(
-                    tree, inputs, p, draft.probs, proposer.rule, self.generator, draft.candidates
-                )
-                acc = Acceptance.from_path(tree, slots, token)
-            path = acc.slots().to(device)
-            new = torch.cat([inputs[path[1:]], acc.bonus.to(device)])  # accepted drafts + bonus
-            timer.lap("verify")
+                slots, token = stochastic_accept(d.tree, tokens, p, d.probs, r.proposer.rule, r.generator,
+                                                 d.candidates)
+                acc = Acceptance.from_path(d.tree, slots, token)
+            accepted.append((acc, logits, tokens, target))
+        timer.lap("verify")
 
-            room = n_prompt + max_new_tokens - length
+        paths = []
+        for r, (acc, _, tokens, _) in zip(rows, accepted):
+            path = acc.slots().to(self.device)
+            paths.append(path)
+            new = torch.cat([tokens[path[1:]], acc.bonus.to(self.device)])  # accepted drafts + bonus
+            room = r.n_prompt + max_new_tokens - r.length
             is_eos = torch.isin(new[:room], self.eos)
             n_new = min(len(new), room)
             if bool(is_eos.any()):
                 n_new = int(is_eos.nonzero()[0]) + 1
-                done = True
-            seq[length : length + n_new] = new[:n_new]
-            length += n_new
-            accept_lengths.append(n_new)
-            done = done or length - n_prompt >= max_new_tokens
-            if not done:
-                keep_accepted(cache, prefix, path)
-            proposer.update(inputs, logits if proposer.wants_logits else None, target, acc)
-            timer.lap("update")
-
-        return Generation(seq[n_prompt:length].tolist(), accept_lengths, timer.result())
+                r.done = True
+            r.seq[r.length : r.length + n_new] = new[:n_new]
+            r.length += n_new
+            r.accept_lengths.append(n_new)
+            r.done = r.done or r.length - r.n_prompt >= max_new_tokens
+        alive = [b for b, r in enumerate(rows) if not r.done]
+        if alive:
+            prefixes = keep_accepted(cache, before, paths, cached)
+            if len(alive) < len(rows):
+                keep_rows(cache, alive, prefixes)
+        for b, (r, (acc, logits, tokens, target)) in enumerate(zip(rows, accepted)):
+            r.proposer.update(tokens, logits if r.proposer.wants_logits else None, target, acc)
+            if hidden and not r.done:
+                r.proposer.observe_hidden(out.hidden[b, int(acc.best[0])])
+        return [rows[b] for b in alive]

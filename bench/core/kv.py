@@ -1,24 +1,50 @@
-"""KV-cache compaction after verification: keep the prefix plus the accepted path, drop the rest."""
+"""KV-cache bookkeeping of the decode loop: after verification every row keeps its prefix plus its accepted path.
+
+Layout: a DynamicCache of shape [B, H, L, D] per layer. Row b's valid entries are columns [0, prefix[b]);
+columns from prefix[b] to the cache length L are stale (a shorter row's padding, or drafts it rejected) and
+the attention mask hides them. A verification appends the padded draft trees at columns L..L+T-1; each row's
+accepted slots are then moved right behind its own prefix, and the cache is cut to the longest row. Moving
+only the accepted tokens costs O(tree depth) per row and step, where re-aligning every row (left padding
+rebuilt each step) would copy the whole cache. Only full-attention layers (DynamicLayer) are handled;
+sliding-window caches would need their own rule.
+"""
 
 from __future__ import annotations
 
 import torch
 
 
-def keep_accepted(cache, prefix_len: int, path_slots: torch.Tensor) -> None:
-    """Keep the first `prefix_len` positions and the tree slots `path_slots` (ascending) after them.
+def keep_accepted(cache, prefix: list[int], paths: list[torch.Tensor], start: int) -> list[int]:
+    """Row b keeps columns [0, prefix[b]) and the tree slots paths[b] (ascending, root first) of the tree
+    appended at column `start`, moved to prefix[b], prefix[b] + 1, ... Returns the rows' new prefix lengths.
 
-    When the accepted path is the leading run of slots (always so for chains) a crop is enough;
-    otherwise the path's entries are gathered with index_select on every layer's keys and values.
-    Only full-attention layers (DynamicLayer) can be gathered like this; sliding-window caches would need
-    their own rule. Batch 1 today: a batch would pass one index row per sequence and pad the shorter rows.
-    """
-    n = len(path_slots)
-    if bool((path_slots == torch.arange(n, device=path_slots.device)).all()):
-        cache.crop(prefix_len + n - cache.get_seq_length())  # transformers 5: negative = drop that many
-        return
+    At batch 1 with a leading path (always so for chains) nothing moves and a crop is enough."""
     device = cache.layers[0].keys.device
-    keep = torch.cat([torch.arange(prefix_len, device=device), prefix_len + path_slots.to(device)])
+    rows, width = len(paths), max(len(p) for p in paths)
+    src = torch.empty(rows, width, dtype=torch.long)
+    dst = torch.empty(rows, width, dtype=torch.long)
+    for b, (k, path) in enumerate(zip(prefix, paths)):
+        n = len(path)
+        dst[b] = torch.arange(k, k + width)
+        src[b, :n] = start + path.cpu()
+        src[b, n:] = dst[b, n:]  # padding copies a stale column onto itself
+    new_prefix = [k + len(p) for k, p in zip(prefix, paths)]
+    if not torch.equal(src, dst):
+        src, dst = src.to(device), dst.to(device)
+        for layer in cache.layers:
+            for name in ("keys", "values"):
+                t = getattr(layer, name)
+                b_, h, _, d = t.shape
+                moved = t.gather(2, src.view(b_, 1, width, 1).expand(b_, h, width, d))  # read all, then write
+                t.scatter_(2, dst.view(b_, 1, width, 1).expand(b_, h, width, d), moved)
+    cache.crop(max(new_prefix) - cache.get_seq_length())  # transformers 5: negative = drop that many
+    return new_prefix
+
+
+def keep_rows(cache, rows: list[int], prefix: list[int]) -> None:
+    """Drop finished rows from the batch (keep `rows`, in order) and cut to the longest kept row."""
+    index = torch.tensor(rows, dtype=torch.long, device=cache.layers[0].keys.device)
     for layer in cache.layers:
-        layer.keys = layer.keys.index_select(2, keep)
-        layer.values = layer.values.index_select(2, keep)
+        layer.keys = layer.keys.index_select(0, index)
+        layer.values = layer.values.index_select(0, index)
+    cache.crop(max(prefix[r] for r in rows) - cache.get_seq_length())

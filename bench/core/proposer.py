@@ -7,6 +7,7 @@ verifies with the one verifier (bench.core.verify or bench.core.sampling) and ma
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -56,7 +57,8 @@ class StepContext:
 
 @dataclass
 class Acceptance:
-    """One verification's outcome. Shapes carry a batch dimension B (B = 1 in the engine today)."""
+    """One verification's outcome for one row (the engine verifies a batch row by row); shapes keep a
+    leading dimension of 1 so the greedy verifier can also take several rows at once."""
 
     best: torch.Tensor  # [B] slot of the deepest accepted node (0 = only the root)
     path: torch.Tensor  # [B, N+1] bool, slots on the accepted path root..best
@@ -81,7 +83,11 @@ class Generation:
 
     output_ids: list[int]
     accept_lengths: list[int]  # tokens committed per target forward (prefill's first token counts as 1)
-    phase_times: dict[str, float] = field(default_factory=dict)
+    phase_times: dict[str, float] = field(default_factory=dict)  # of the whole batch when decoded in one
+    # In a batch: timed seconds from the batch's start until this row left it (its latency), and the number
+    # of rows still decoding at each of the batch's steps (prefill first). None / [] outside a batch.
+    elapsed: float | None = None
+    occupancy: list[int] = field(default_factory=list)
 
 
 class Method:
@@ -106,11 +112,19 @@ class Method:
     def generate(self, engine, prompt_ids: list[int], max_new_tokens: int, timer: Timer) -> Generation:
         raise NotImplementedError
 
+    def generate_batch(self, engine, prompts: list[list[int]], max_new_tokens: int, timer: Timer,
+                       generators: list[torch.Generator]) -> list[Generation]:
+        """Decode several prompts together (run.batch_size > 1); one generator per row at temperature > 0."""
+        if len(prompts) == 1:
+            return [self.generate(engine, prompts[0], max_new_tokens, timer)]
+        raise NotImplementedError(f"method '{self.cfg.name}' does not decode batches")
+
 
 class Proposer(Method):
     """Drafts for the shared engine. Override `propose`; `start` and `update` are optional hooks."""
 
     wants_logits = False  # set True to receive the target logits of every tree slot in `update`
+    wants_hidden = False  # set True to receive the target's final hidden state in `observe_hidden`
     rule = "sequoia"  # stochastic verification rule at temperature > 0 (bench.sampling.RULES)
     ctx: StepContext | None = None
 
@@ -118,8 +132,18 @@ class Proposer(Method):
         """Called by the engine before `start` of every generation."""
         self.ctx = ctx
 
+    def fork(self) -> Proposer:
+        """The proposer of one more row of a batch. A shallow copy: what the method learns across prompts
+        (Token Recycling's matrix) stays shared by every row, so each row's verification updates it; state
+        that `start` rebinds (a draft model's KV cache) is per row. Override when `start` mutates in place."""
+        return copy.copy(self)
+
     def start(self, prompt_ids: list[int]) -> None:
         """Called at the start of every prompt-turn (inside the timed region)."""
+
+    def observe_hidden(self, hidden: torch.Tensor) -> None:
+        """With `wants_hidden`: the target's final hidden state [H] at the last token whose KV is cached (the
+        position whose logits gave the next tree's root), after the prefill and after every verification."""
 
     def propose(self, seq: torch.Tensor, length: int) -> Draft:
         """seq[:length] are the committed tokens; seq[length - 1] is the root of the next tree."""
@@ -132,6 +156,10 @@ class Proposer(Method):
 
     def generate(self, engine, prompt_ids: list[int], max_new_tokens: int, timer: Timer) -> Generation:
         return engine.generate(self, prompt_ids, max_new_tokens, timer)
+
+    def generate_batch(self, engine, prompts, max_new_tokens, timer, generators):
+        rows = [self] + [self.fork() for _ in prompts[1:]]
+        return engine.generate_batch(rows, prompts, max_new_tokens, timer, generators)
 
 
 EMPTY = torch.empty(0, dtype=torch.long)

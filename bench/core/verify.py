@@ -1,7 +1,8 @@
 """The one greedy verifier: longest draft path that matches the target's own argmax choices.
 
-Shapes carry a batch dimension B so a batch of sequences with different accepted lengths per row can be
-verified together later (ProPD measures batch sizes 1-16); the engine uses B = 1 today. The result type, Acceptance, is part of the proposer contract.
+Shapes carry a batch dimension B: rows that share one tree can be verified together; the engine verifies a
+batch row by row, since rows draft trees of different shapes. The result type, Acceptance, is part of the
+proposer contract.
 """
 
 from __future__ import annotations
