@@ -9,11 +9,13 @@ import importlib
 
 REGISTRY = {
     "ar": "methods.ar:Autoregressive",
+    "bpd": "methods.medusa.proposer:BPD",
     "dyspec": "methods.draft_model.dyspec:DySpec",
     "hf_assisted": "methods.hf:HFAssisted",
     "hf_generate": "methods.hf:HFGenerate",
     "hf_pld": "methods.hf:HFPromptLookup",
     "lookahead": "methods.lookahead:Lookahead",
+    "medusa": "methods.medusa.proposer:Medusa",
     "pld": "methods.pld:PromptLookup",
     "rest": "methods.rest.proposer:Rest",
     "sd": "methods.draft_model.sd:SpeculativeDecoding",

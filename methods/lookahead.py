@@ -100,6 +100,11 @@ class Lookahead(Proposer):
         """Root + full window + full trie."""
         return 1 + (self.n - 1) * self.w - 1 + self.g * (self.n - 1)
 
+    def fork(self):
+        clone = super().fork()
+        clone.pool = NgramPool(self.g)  # `start` clears the pool in place: each row needs its own
+        return clone
+
     def start(self, prompt_ids):
         # LADE builds the pool and the window inside each generate call, so both are per prompt-turn here.
         # Seeded per call like LADE's random.seed(10) (a different generator, so different draws).

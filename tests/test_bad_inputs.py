@@ -103,6 +103,7 @@ CASES = [
     *(Case(f"unknown-{g}", (f"{g}=nope",), f"unknown {g} 'nope'")
       for g in ("model", "dataset", "method", "tree", "datastore", "logger", "experiment")),
     Case("unknown-method-in-sweep", ("-m", "method=ar,nope"), "unknown method 'nope'"),
+    Case("unknown-method-tree", ("method=medusa", "tree@method.tree=nope"), "unknown tree 'nope'"),
     Case("config-yaml-malformed", ("hydra.searchpath=[file://{tmp}/conf]", "method=broken"),
          "malformed YAML in method config", files({"conf/method/broken.yaml": BROKEN_YAML})),
     Case("config-yaml-not-a-mapping", ("hydra.searchpath=[file://{tmp}/conf]", "method=listed"),

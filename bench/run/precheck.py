@@ -67,14 +67,16 @@ def yaml_problem(path: Path) -> str | None:
 
 
 def selected(argv: list[str]) -> dict[str, list[str]]:
-    """{group: [options]} chosen on the command line (a sweep's comma-separated values split)."""
+    """{group: [options]} chosen on the command line (a sweep's comma-separated values split). A group placed
+    at another package (`tree@method.tree=...`, Medusa's own tree) counts as its group."""
     chosen: dict[str, list[str]] = {}
     for arg in argv:
         if "=" not in arg or arg.startswith(("+", "~", "hydra")):
             continue
         key, value = arg.split("=", 1)
-        if key in GROUPS:
-            chosen[key] = [v for v in value.split(",") if v]
+        group = key.split("@", 1)[0]
+        if group in GROUPS:
+            chosen.setdefault(group, []).extend(v for v in value.split(",") if v)
     return chosen
 
 
