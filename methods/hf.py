@@ -50,6 +50,8 @@ def sampling_kwargs(engine) -> dict:
 
 
 class HFGenerate(Method):
+    batchable = True
+
     def generate_kwargs(self) -> dict:
         return {}
 
@@ -80,7 +82,34 @@ class HFGenerate(Method):
         return Generation(output, accept, timer.result())
 
 
+    @torch.inference_mode()
+    def generate_batch(self, engine, prompts, max_new_tokens, timer, generators):
+        """Plain greedy/sampled `generate` over a left-padded batch (the outside reference at batch B; HF's
+        assisted and prompt-lookup generation refuse batches). Every row gets one token per forward; a
+        finished row is padded by HF and still computed, and its latency is the batch's."""
+        if self.generate_kwargs():
+            return super().generate_batch(engine, prompts, max_new_tokens, timer, generators)
+        model, width = self.bundle.model, max(len(p) for p in prompts)
+        pad = self.bundle.pad_token_id
+        ids = torch.full((len(prompts), width), pad, dtype=torch.long, device=model.device)
+        mask = torch.zeros_like(ids)
+        for b, p in enumerate(prompts):
+            ids[b, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            mask[b, width - len(p) :] = 1
+        timer.start()
+        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                             eos_token_id=self.bundle.eos_token_ids, pad_token_id=pad, **sampling_kwargs(engine))
+        timer.lap("generate")
+        phases, eos = timer.result(), set(self.bundle.eos_token_ids)
+        gens = []
+        for row in out[:, width:].tolist():
+            stop = next((i + 1 for i, t in enumerate(row) if t in eos), len(row))
+            gens.append(Generation(row[:stop], [1] * stop, phases, sum(phases.values())))
+        return gens
+
+
 class HFPromptLookup(HFGenerate):
+    batchable = False  # transformers raises for prompt lookup at batch > 1
     def generate_kwargs(self):
         kw = {"prompt_lookup_num_tokens": int(self.cfg.num_draft_tokens)}
         if self.cfg.get("max_ngram") is not None:
@@ -107,6 +136,8 @@ class HFAssisted(HFGenerate):
     assistant_confidence_threshold: null = transformers' defaults. They are set on the draft's
     generation_config, where assisted generation reads them; with schedule "heuristic" transformers writes
     the adapted draft length back there, so it carries over to the next prompt (upstream behaviour)."""
+
+    batchable = False  # transformers raises for assisted generation at batch > 1
 
     def __init__(self, cfg, bundle):
         super().__init__(cfg, bundle)

@@ -121,7 +121,8 @@ CASES = [
     Case("warmup-negative", ("run.warmup=-1",), "run.warmup must be >= 0, got -1"),
     Case("batch-size-zero", ("run.batch_size=0",), "run.batch_size must be >= 1, got 0"),
     Case("batch-size-negative", ("run.batch_size=-4",), "run.batch_size must be >= 1, got -4"),
-    Case("batch-size-unsupported", ("run.batch_size=4",), "run.batch_size=4 is not supported yet"),
+    Case("batch-size-unbatchable", ("method=hf_pld", "run.batch_size=4"),
+         "method 'hf_pld' does not decode batches (run.batch_size=4)"),
     Case("temperature-negative", ("run.temperature=-0.5",), "run.temperature must be a number >= 0"),
     # as root, permission bits do not stop a write: a results directory below a regular file does
     Case("results-dir-unwritable", ("paths.results={tmp}/file/results",), "not writable: Not a directory",

@@ -40,3 +40,25 @@ def test_real_run_writes_complete_results(tmp_path, smollm):
     prov = summary["provenance"]
     assert prov["torch"] and prov["transformers"] and prov["dtype"] == "float32"
     assert summary["method_settings"]["tree_size"] == 80
+
+
+@pytest.mark.model
+def test_batched_run_writes_rows_and_throughput(tmp_path, smollm):
+    """run.batch_size=2 over 3 MT-Bench questions (both turns; the last batch has one row): per-row records,
+    each lossless, the batch's timed region once per batch, aggregate and per-sequence throughput named."""
+    proc = run_cli("method=pld", "dataset=mt_bench", "run.limit=3", "run.max_new_tokens=16", "run.batch_size=2",
+                   "run.warmup=0", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "batch 2:" in proc.stdout and "aggregate" in proc.stdout
+    run_dir = Path(proc.stdout.strip().splitlines()[-1].split(" ", 1)[1])
+    summary = json.loads((run_dir / "summary.json").read_text())
+    records = [json.loads(x) for x in (run_dir / "records.jsonl").read_text().splitlines()]
+    assert summary["batch_size"] == 2 and len(records) == 6
+    assert {r["batch"]["size"] for r in records} == {1, 2} and len({r["batch"]["id"] for r in records}) == 4
+    s = summary["summary"]
+    assert s["lossless"]["checked"] == s["lossless"]["equal"] == 6
+    t = s["throughput"]
+    assert t["batch_size"] == 2 and t["aggregate_tokens_per_s"] > 0 and t["per_sequence_tokens_per_s"] > 0
+    assert abs(s["phase_sum_over_wall"] - 1) < 0.02
+    for r in records:  # a row's latency is within its batch's wall time
+        assert 0 < r["wall_time"] <= r["batch"]["wall_time"] + 1e-6

@@ -75,3 +75,40 @@ def test_summarize():
     assert s["phase_times"]["target_forward"] == pytest.approx(3.6)
     assert s["phase_sum_over_wall"] == pytest.approx(1.0)
     assert s["overhead_share"] == pytest.approx(0.2 / 4)
+
+
+def test_acceptance_by_depth_counts_verification_steps_only():
+    recs = [{"accept_lengths": [1, 3, 1, 2]}, {"accept_lengths": [1, 4]}]  # steps 3, 1, 2, 4 (prefill dropped)
+    assert metrics.acceptance_by_depth(recs) == [3 / 4, 2 / 4, 1 / 4]
+
+
+def batched_records():
+    """Two batches of two rows: latencies per row, one wall time, phase times and occupancy per batch."""
+    b1 = {"id": 1, "size": 2, "wall_time": 4.0, "new_tokens": 30, "phase_times": {"target_forward": 3.0,
+          "draft": 1.0}, "occupancy": [2, 2, 1]}
+    b2 = {"id": 2, "size": 2, "wall_time": 2.0, "new_tokens": 12, "phase_times": {"target_forward": 2.0},
+          "occupancy": [2, 2]}
+    rec = {"group": "g", "accept_lengths": [1, 2], "phase_times": {}, "lossless": None}
+    return [{**rec, "question_id": 1, "new_tokens": 20, "wall_time": 4.0, "batch": b1},
+            {**rec, "question_id": 2, "new_tokens": 10, "wall_time": 2.0, "batch": b1},
+            {**rec, "question_id": 3, "new_tokens": 6, "wall_time": 2.0, "batch": b2},
+            {**rec, "question_id": 4, "new_tokens": 6, "wall_time": 1.0, "batch": b2}]
+
+
+def test_batched_throughput_and_phases_count_each_batch_once():
+    s = metrics.summarize(batched_records())
+    t = s["throughput"]
+    assert t["batch_size"] == 2 and t["batch_wall_time"] == 6.0
+    assert t["aggregate_tokens_per_s"] == 42 / 6.0 == s["tokens_per_s"]["total"]
+    assert t["per_sequence_tokens_per_s"] == (5.0 + 5.0 + 3.0 + 6.0) / 4 == s["tokens_per_s"]["mean_of_questions"]
+    assert t["mean_occupancy"] == (5 / 3 + 2.0) / 2
+    assert s["phase_times"] == {"target_forward": 5.0, "draft": 1.0} and s["wall_time"] == 6.0
+    assert s["overhead_share"] == 1.0 / 6.0
+
+
+def test_aggregate_speedup_is_a_throughput_ratio():
+    mine = batched_records()
+    base = [{**r, "wall_time": 2 * r["wall_time"], "batch": {**r["batch"], "wall_time": 2 * r["batch"]["wall_time"]}}
+            for r in mine]
+    assert metrics.aggregate_speedup(mine, base) == 2.0
+    assert metrics.speedup(mine, base) == 2.0

@@ -115,8 +115,7 @@ class Engine:
             timer.lap("update")
 
         phases = timer.result()
-        return [Generation(r.seq[r.n_prompt : r.length].tolist(), r.accept_lengths, phases,
-                           r.elapsed if len(rows) > 1 else None, occupancy if len(rows) > 1 else [])
+        return [Generation(r.seq[r.n_prompt : r.length].tolist(), r.accept_lengths, phases, r.elapsed, occupancy)
                 for r in rows]
 
     def _finish_rows(self, rows: list[Row], timer: Timer) -> None:

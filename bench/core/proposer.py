@@ -84,14 +84,16 @@ class Generation:
     output_ids: list[int]
     accept_lengths: list[int]  # tokens committed per target forward (prefill's first token counts as 1)
     phase_times: dict[str, float] = field(default_factory=dict)  # of the whole batch when decoded in one
-    # In a batch: timed seconds from the batch's start until this row left it (its latency), and the number
-    # of rows still decoding at each of the batch's steps (prefill first). None / [] outside a batch.
+    # Timed seconds from the start until this row left its batch (its latency), and the number of rows still
+    # decoding at each step (prefill first); None / [] for methods that do not decode through the engine.
     elapsed: float | None = None
     occupancy: list[int] = field(default_factory=list)
 
 
 class Method:
     """Common base: `name`, the method config and the model bundle."""
+
+    batchable = False  # True: `generate_batch` decodes several prompts together (run.batch_size > 1)
 
     def __init__(self, cfg, bundle: TargetBundle):
         self.cfg = cfg
@@ -123,6 +125,7 @@ class Method:
 class Proposer(Method):
     """Drafts for the shared engine. Override `propose`; `start` and `update` are optional hooks."""
 
+    batchable = True  # the engine batches any proposer (one fork per row)
     wants_logits = False  # set True to receive the target logits of every tree slot in `update`
     wants_hidden = False  # set True to receive the target's final hidden state in `observe_hidden`
     rule = "sequoia"  # stochastic verification rule at temperature > 0 (bench.sampling.RULES)

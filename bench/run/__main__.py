@@ -29,9 +29,15 @@ def print_summary(path: Path) -> None:
     def fmt(x, spec=".2f"):
         return "—" if x is None else format(x, spec)
 
+    rate = f"{fmt(m['tokens_per_s']['mean_of_questions'], '.1f')} tok/s"
+    speed = f"speedup {fmt(sp.get('value'))}"
+    if (s.get("batch_size") or 1) > 1:
+        rate = (f"batch {s['batch_size']}: {fmt(m['throughput']['aggregate_tokens_per_s'], '.1f')} tok/s aggregate, "
+                f"{fmt(m['throughput']['per_sequence_tokens_per_s'], '.1f')} tok/s per sequence")
+        speed = f"speedup {fmt(sp.get('aggregate'))} aggregate"
     print(
-        f"{s['method']}: MAT {fmt(m['mat'])}, {fmt(m['tokens_per_s']['mean_of_questions'], '.1f')} tok/s, "
-        f"speedup {fmt(sp.get('value'))}, lossless {ll['equal']}/{ll['checked']}, "
+        f"{s['method']}: MAT {fmt(m['mat'])}, {rate}, "
+        f"{speed}, lossless {ll['equal']}/{ll['checked']}, "
         f"overhead {fmt(m['overhead_share'], '.3f')}"
         + "".join(f", resumed after {r['at_record']} prompt-turns" for r in s.get("resumed") or [])
     )

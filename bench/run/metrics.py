@@ -12,6 +12,15 @@ per target forward, prefill's first token included as a step of 1), phase_times,
   count tokens the same way (the engine's committed ids), unlike Spec-Bench's re-tokenized baseline.
 - overhead_share: share of timed wall time outside model forwards (prefill, target_forward); None for
   methods timed as one opaque phase (HF generate).
+- acceptance_by_depth[d-1]: share of verification steps (prefill excluded) whose accepted path reaches
+  depth d, i.e. that committed at least d drafts (per-position acceptance of a chain; of a tree's depth).
+
+At run.batch_size > 1 (records carry a `batch`): a record's wall_time is its row's latency (batch start until
+the row left the batch) and the batch's wall time, phase times and occupancy are kept once per batch.
+- throughput.aggregate_tokens_per_s: all new tokens / all batch wall time (what a server delivers);
+- throughput.per_sequence_tokens_per_s: mean over rows of new tokens / the row's latency (what a user sees).
+tokens_per_s.total is the aggregate rate and tokens_per_s.mean_of_questions the per-sequence one; at batch 1
+the two pairs coincide with the definitions above.
 """
 
 from __future__ import annotations
@@ -35,9 +44,15 @@ def question_rates(records: list[dict]) -> dict:
     return {q: tokens[q] / wall[q] for q in tokens if wall[q] > 0}
 
 
+def timed_regions(records: list[dict]) -> list[dict]:
+    """The timed regions (wall_time, phase_times): one per record at batch 1, one per batch otherwise."""
+    batches = {r["batch"]["id"]: r["batch"] for r in records if r.get("batch")}
+    return list(batches.values()) if batches else records
+
+
 def tokens_per_s(records: list[dict]) -> dict:
     rates = question_rates(records)
-    wall = sum(r["wall_time"] for r in records)
+    wall = sum(r["wall_time"] for r in timed_regions(records))
     return {
         "mean_of_questions": sum(rates.values()) / len(rates) if rates else None,
         "total": sum(r["new_tokens"] for r in records) / wall if wall > 0 else None,
@@ -46,7 +61,7 @@ def tokens_per_s(records: list[dict]) -> dict:
 
 def phase_totals(records: list[dict]) -> dict[str, float]:
     totals: dict[str, float] = defaultdict(float)
-    for r in records:
+    for r in timed_regions(records):
         for k, v in r["phase_times"].items():
             totals[k] += v
     return dict(totals)
@@ -61,6 +76,14 @@ def overhead_share(records: list[dict]) -> float | None:
     return (timed - model) / timed if timed > 0 else None
 
 
+def aggregate_speedup(records: list[dict], baseline: list[dict]) -> float | None:
+    """Ratio of aggregate throughputs (all tokens / all timed wall time), over the questions in both runs."""
+    common = {r["question_id"] for r in records} & {r["question_id"] for r in baseline}
+    mine = tokens_per_s([r for r in records if r["question_id"] in common])["total"]
+    base = tokens_per_s([r for r in baseline if r["question_id"] in common])["total"]
+    return mine / base if mine and base else None
+
+
 def speedup(records: list[dict], baseline: list[dict]) -> float | None:
     """Ratio of mean per-question tokens/s; only questions present in both runs are compared."""
     mine, base = question_rates(records), question_rates(baseline)
@@ -70,10 +93,30 @@ def speedup(records: list[dict], baseline: list[dict]) -> float | None:
     return (sum(mine[q] for q in common) / len(common)) / (sum(base[q] for q in common) / len(common))
 
 
+def acceptance_by_depth(records: list[dict]) -> list[float]:
+    steps = [a for r in records for a in r["accept_lengths"][1:]]  # [0] is the prefill's token
+    deepest = max(steps, default=1) - 1
+    return [sum(1 for a in steps if a - 1 >= d) / len(steps) for d in range(1, deepest + 1)]
+
+
+def throughput(records: list[dict]) -> dict:
+    regions = timed_regions(records)
+    wall = sum(r["wall_time"] for r in regions)
+    rows = [r["new_tokens"] / r["wall_time"] for r in records if r["wall_time"] > 0]
+    return {
+        "batch_size": max((r["batch"]["size"] for r in records if r.get("batch")), default=1),
+        "aggregate_tokens_per_s": sum(r["new_tokens"] for r in records) / wall if wall > 0 else None,
+        "per_sequence_tokens_per_s": sum(rows) / len(rows) if rows else None,
+        "batch_wall_time": wall,
+        "mean_occupancy": (sum(sum(b["occupancy"]) / len(b["occupancy"]) for b in regions) / len(regions)
+                           if regions and regions[0].get("occupancy") else None),
+    }
+
+
 def summarize(records: list[dict]) -> dict:
     m = mat(records)
     totals = phase_totals(records)
-    wall = sum(r["wall_time"] for r in records)
+    wall = sum(r["wall_time"] for r in timed_regions(records))
     checked = [r["lossless"] for r in records if r.get("lossless") is not None]
     return {
         "n_questions": len({r["question_id"] for r in records}),
@@ -82,7 +125,9 @@ def summarize(records: list[dict]) -> dict:
         "steps": sum(len(r["accept_lengths"]) for r in records),
         "mat": m,
         "accepted_draft_mean": None if m is None else m - 1,
+        "acceptance_by_depth": acceptance_by_depth(records),
         "tokens_per_s": tokens_per_s(records),
+        "throughput": throughput(records),
         "wall_time": wall,
         "phase_times": totals,
         "phase_share": {k: v / wall for k, v in totals.items()} if wall > 0 else {},

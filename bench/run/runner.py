@@ -17,6 +17,7 @@ import zlib
 from datetime import datetime
 from pathlib import Path
 
+import torch
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
@@ -88,6 +89,11 @@ class Runner:
         if not self.items:
             raise HarnessError(f"dataset '{cfg.dataset.name}' selection is empty")
         self.method = build_method(cfg.method, self.bundle)
+        self.batch_size = int(cfg.run.batch_size)
+        self.batches = 0  # generate calls so far: a batch's id in its records
+        if self.batch_size > 1 and not self.method.batchable:
+            raise HarnessError(f"method '{cfg.method.name}' does not decode batches (run.batch_size="
+                               f"{self.batch_size}); run it at run.batch_size=1")
         b = self.bundle
         self.engine = Engine(b.model, b.eos_token_ids, b.max_context, temperature=self.temperature)
         self.timer = PhaseTimer(b.device, sync=cfg.run.sync_phases)
@@ -119,13 +125,18 @@ class Runner:
             )
         return ids
 
-    def timed(self, ids):
-        """Wall time of one generate call, synced at both ends; the method laps phases inside it."""
+    def timed(self, prompts: list[list[int]], generators):
+        """Wall time of one generate call over the prompts (a batch), synced at both ends; the method laps
+        phases inside it."""
+        max_new = self.cfg.run.max_new_tokens
         device_sync(self.bundle.device)
         t0 = time.perf_counter()
-        gen = self.method.generate(self.engine, ids, self.cfg.run.max_new_tokens, self.timer)
+        if len(prompts) == 1 and self.batch_size == 1:
+            gens = [self.method.generate(self.engine, prompts[0], max_new, self.timer)]
+        else:
+            gens = self.method.generate_batch(self.engine, prompts, max_new, self.timer, generators)
         device_sync(self.bundle.device)
-        return gen, time.perf_counter() - t0
+        return gens, time.perf_counter() - t0
 
     def reference(self, ids, output):
         if not self.cfg.run.check_lossless or self.temperature > 0:
@@ -142,47 +153,71 @@ class Runner:
         div = metrics.first_divergence(output, ref)
         return {"equal": div is None, "first_divergence": div, "reference": "ar"}
 
-    def run_item(self, item, records=None, done=None, save=None):
-        """All turns of one question; `done` maps (question_id, turn) to the records of a resumed run, whose
+    def seed(self, item, turn) -> int:
+        # Per prompt-turn seed: a sampled output does not depend on which prompts ran before it.
+        return zlib.crc32(f"{self.cfg.run.seed}-{item['question_id']}-{turn}".encode())
+
+    def run_items(self, items, records=None, done=None, save=None):
+        """All turns of a batch of questions (one at run.batch_size 1), turn by turn: turn t of every question
+        that has one is decoded together. `done` maps (question_id, turn) to the records of a resumed run, whose
         turns are not run again (their outputs rebuild the conversation); `save` checkpoints each new record."""
-        history: list[tuple[str, str]] = []
         tok = self.bundle.tokenizer
-        for turn, question in enumerate(item["turns"]):
-            if done and (item["question_id"], turn) in done:
-                history.append((question, tok.decode(done[item["question_id"], turn]["output_ids"],
-                                                     skip_special_tokens=True)))
+        history: dict = {it["question_id"]: [] for it in items}
+        for turn in range(max(len(it["turns"]) for it in items)):
+            todo = []
+            for it in items:
+                if turn >= len(it["turns"]):
+                    continue
+                question = it["turns"][turn]
+                if done and (it["question_id"], turn) in done:
+                    out = done[it["question_id"], turn]["output_ids"]
+                    history[it["question_id"]].append((question, tok.decode(out, skip_special_tokens=True)))
+                else:
+                    todo.append((it, self.encode(history[it["question_id"]], question)))
+            if not todo:
                 continue
-            ids = self.encode(history, question)
-            # Per prompt-turn seed: a sampled output does not depend on which prompts ran before it.
-            self.engine.reseed(zlib.crc32(f"{self.cfg.run.seed}-{item['question_id']}-{turn}".encode()))
-            gen, wall = self.timed(ids)
-            history.append((question, tok.decode(gen.output_ids, skip_special_tokens=True)))
-            if records is None:
-                continue
-            if sum(gen.accept_lengths) != len(gen.output_ids):
-                raise RuntimeError(f"{self.cfg.method.name}: accept lengths do not add up to the output length")
-            records.append({
-                "question_id": item["question_id"],
-                "category": item["category"],
-                "group": item["group"],
-                "turn": turn,
-                "prompt_tokens": len(ids),
-                "new_tokens": len(gen.output_ids),
-                "wall_time": wall,
-                "steps": len(gen.accept_lengths),
-                "accept_lengths": gen.accept_lengths,
-                "phase_times": gen.phase_times,
-                "output_ids": gen.output_ids,
-                "lossless": self.reference(ids, gen.output_ids),
-            })
-            if save:
-                save(records[-1], self.method.state_dict())
+            self.engine.reseed(self.seed(todo[0][0], turn))
+            generators = [self.engine.generator] if len(todo) == 1 else [
+                torch.Generator(device=self.bundle.device).manual_seed(self.seed(it, turn)) for it, _ in todo]
+            gens, wall = self.timed([ids for _, ids in todo], generators)
+            self.batches += 1
+            batch = None
+            if self.batch_size > 1:  # the batch's timed region, once per batch (bench.run.metrics)
+                batch = {"id": self.batches, "size": len(todo), "wall_time": wall,
+                         "new_tokens": sum(len(g.output_ids) for g in gens),
+                         "phase_times": gens[0].phase_times, "occupancy": gens[0].occupancy}
+            for (it, ids), gen in zip(todo, gens, strict=True):
+                history[it["question_id"]].append((it["turns"][turn],
+                                                   tok.decode(gen.output_ids, skip_special_tokens=True)))
+                if records is None:
+                    continue
+                if sum(gen.accept_lengths) != len(gen.output_ids):
+                    raise RuntimeError(f"{self.cfg.method.name}: accept lengths do not add up to the output length")
+                records.append({
+                    "question_id": it["question_id"],
+                    "category": it["category"],
+                    "group": it["group"],
+                    "turn": turn,
+                    "prompt_tokens": len(ids),
+                    "new_tokens": len(gen.output_ids),
+                    # At batch > 1: the row's latency; the batch's wall time is in `batch`.
+                    "wall_time": wall if batch is None or gen.elapsed is None else gen.elapsed,
+                    "steps": len(gen.accept_lengths),
+                    "accept_lengths": gen.accept_lengths,
+                    "phase_times": gen.phase_times if batch is None else {},
+                    "output_ids": gen.output_ids,
+                    "lossless": self.reference(ids, gen.output_ids),
+                    **({"batch": batch} if batch else {}),
+                })
+                if save:
+                    save(records[-1], self.method.state_dict())
 
     def run(self, ckpt: Checkpoint | None = None) -> list[dict]:
         """Records of every prompt-turn; with a checkpoint, each is saved as it is made, and a resumed run
         starts after the last saved one with the proposer's saved state."""
+        batches = [self.items[i : i + self.batch_size] for i in range(0, len(self.items), self.batch_size)]
         for _ in range(self.cfg.run.warmup):
-            self.run_item(self.items[0])
+            self.run_items(batches[0])
         records: list[dict] = []
         done: dict = {}
         if ckpt is not None and ckpt.resumed_at:
@@ -192,8 +227,10 @@ class Runner:
             done = {(r["question_id"], r["turn"]): r for r in records}
             print(f"resuming {ckpt.run_id} after {ckpt.resumed_at} prompt-turns", file=sys.stderr)
         desc = f"{self.cfg.method.name} on {self.cfg.dataset.name}"
-        for item in tqdm(self.items, desc=desc, unit="q", file=sys.stderr):
-            self.run_item(item, records, done, ckpt.save if ckpt else None)
+        with tqdm(total=len(self.items), desc=desc, unit="q", file=sys.stderr) as bar:
+            for batch in batches:
+                self.run_items(batch, records, done, ckpt.save if ckpt else None)
+                bar.update(len(batch))
         return records
 
 
@@ -226,6 +263,7 @@ def write_run(cfg, runner: Runner, records: list[dict], ckpt: Checkpoint | None 
         "model": cfg.model.name,
         "paper_size": cfg.model.get("paper_size"),
         "max_new_tokens": cfg.run.max_new_tokens,
+        "batch_size": runner.batch_size,
         "temperature": runner.temperature,
         "selection": runner.selection,
         "experiment": cfg.run.get("experiment"),
@@ -240,6 +278,8 @@ def write_run(cfg, runner: Runner, records: list[dict], ckpt: Checkpoint | None 
     for base in ("hf_generate", "ar"):
         found = store.find_baseline(results, summary, base)
         if found:
-            speedups[f"vs_{base}"] = {"value": metrics.speedup(records, found.records), "baseline_run": found.run_id}
+            speedups[f"vs_{base}"] = {"value": metrics.speedup(records, found.records),
+                                      "aggregate": metrics.aggregate_speedup(records, found.records),
+                                      "baseline_run": found.run_id}
     summary["speedup"] = speedups
     return store.write_run(results, rid, records, summary, OmegaConf.to_yaml(cfg, resolve=True))

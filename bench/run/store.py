@@ -35,6 +35,10 @@ class Run:
         return round(float(self.meta.get("temperature") or 0.0), 6)
 
     @property
+    def batch_size(self) -> int:
+        return int(self.meta.get("batch_size") or 1)  # summaries before batching were batch 1
+
+    @property
     def key(self) -> tuple:
         # "" and null both mean the method's default configuration. The temperature is part of the key so
         # runs at 0 and 0.6 (DySpec's tables) never shadow each other.
@@ -73,27 +77,31 @@ def load_runs(results_dir: str | Path) -> list[Run]:
     return sorted(runs, key=lambda r: (r.created, r.run_id))
 
 
-def latest_runs(runs: list[Run]) -> dict[tuple, Run]:
-    """(model, method, variant, dataset, temperature) -> the most recent run; runs sorted oldest first."""
-    return {r.key: r for r in runs}
+def latest_runs(runs: list[Run], batch_size: int = 1) -> dict[tuple, Run]:
+    """(model, method, variant, dataset, temperature) -> the most recent run at `batch_size`; runs sorted oldest
+    first. A batched run never stands in for a batch-1 one (its speed is another quantity)."""
+    return {r.key: r for r in runs if r.batch_size == batch_size}
 
 
 def paired_baseline(runs: list[Run], run: Run, method: str) -> Run | None:
     """The latest `method` run (default variant) measured like `run`: same model, dataset, temperature,
-    max_new_tokens and machine label (threads and parallel jobs included); None if there is none."""
+    max_new_tokens, batch size and machine label (threads and parallel jobs included); None if there is none."""
     keys = ("model", "dataset", "max_new_tokens", "machine")
     found = [r for r in runs if r.meta.get("method") == method and not r.meta.get("variant")
-             and r.temperature == run.temperature and all(r.meta.get(k) == run.meta.get(k) for k in keys)]
+             and r.temperature == run.temperature and r.batch_size == run.batch_size
+             and all(r.meta.get(k) == run.meta.get(k) for k in keys)]
     return found[-1] if found else None
 
 
 def find_baseline(results_dir: str | Path, summary: dict, method: str) -> Run | None:
-    """Latest complete run of `method` with the same model, dataset, max_new_tokens, machine and temperature."""
+    """Latest complete run of `method` with the same model, dataset, max_new_tokens, machine, temperature and
+    batch size (speedups at batch B are against the baseline at batch B)."""
     best = None
     for s in sorted(Path(results_dir, "runs").glob("*/summary.json")):
         other = json.loads(s.read_text())
         same = all(other.get(k) == summary[k] for k in ("model", "dataset", "max_new_tokens", "machine"))
         same = same and other.get("temperature", 0.0) == summary["temperature"]
+        same = same and (other.get("batch_size") or 1) == summary.get("batch_size", 1)
         if same and other["method"] == method and not other.get("variant"):
             best = Run(s.parent, other)
     return best

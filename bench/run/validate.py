@@ -12,7 +12,6 @@ from bench.errors import ConfigError
 from bench.paths import project_path
 
 # Until the batched engine (issue 13) lands, the engine decodes one sequence at a time.
-SUPPORTED_BATCH_SIZES = (1,)
 
 
 def _int(run, key: str, minimum: int, optional: bool = False) -> None:
@@ -34,9 +33,6 @@ def check_run(cfg) -> None:
     _int(run, "warmup", 0)
     _int(run, "threads", 1, optional=True)
     _int(run, "batch_size", 1)
-    if run.batch_size not in SUPPORTED_BATCH_SIZES:
-        raise ConfigError(f"run.batch_size={run.batch_size} is not supported yet: the engine decodes one sequence "
-                          "at a time (run.batch_size=1) until batched decoding lands (issue 13)")
     temperature = run.get("temperature")
     if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not temperature >= 0:
         raise ConfigError(f"run.temperature must be a number >= 0 (0 = greedy), got {temperature!r}")
