@@ -18,7 +18,7 @@ SWEEP = -m $(if $(HYDRA_LAUNCHER),hydra/launcher=$(HYDRA_LAUNCHER))
 TEST_WORKERS ?= 2
 STAMP  := $(VENV)/.installed
 
-.PHONY: help setup demo test lint data datastore reproduce-table1 reproduce-tr-table1 reproduce-tr-fig3 reproduce-tr-fig4 reproduce-tr-auto tree-stats draft reproduce-dyspec-table1 reproduce-dyspec-table2 reproduce-dyspec-table3 reproduce-dyspec-table5 reproduced bench-engine clean-results
+.PHONY: help setup demo test lint data datastore reproduce-table1 reproduce-tr-table1 reproduce-tr-fig3 reproduce-tr-fig4 reproduce-tr-auto tree-stats draft heads reproduce-dyspec-table1 reproduce-dyspec-table2 reproduce-dyspec-table3 reproduce-dyspec-table5 reproduced bench-engine clean-results
 
 help:  ## list targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' Makefile | sed 's/:.*## /\t/'
@@ -79,6 +79,9 @@ tree-stats: setup  ## per-rank acceptance of MODEL (Token Recycling calibration)
 
 draft: setup  ## distil MODEL's draft (conf/model/<MODEL>.yaml draft.train) into data/cache/drafts/ (~25 min here); prints agreement and relative cost
 	$(PY) scripts/train_draft.py model=$(MODEL)
+
+heads: setup  ## train MODEL's Medusa heads by self-distillation (conf/model/<MODEL>.yaml heads.train) into data/cache/heads/ (~30 min here); prints held-out accuracy per head and relative cost
+	$(PY) scripts/train_heads.py model=$(MODEL)
 
 # ---- DySpec (experiments: conf/experiment/dyspec/, reports: bench/report/dyspec/)
 # Sequoia's protocol: raw-text c4/openwebtext/cnn_dailymail, 128-token prompts, 128 new tokens, T 0 and 0.6.

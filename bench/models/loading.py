@@ -4,6 +4,8 @@ A model config's `draft` block names the draft model of draft-model methods (sd,
 hf_assisted): `source: hub | path | trained`, where `trained` is a draft distilled from the target by
 `make draft` (scripts/train_draft.py) into data/cache/drafts/<id>/ (beside the model cache, git-ignored).
 The draft is loaded by `ModelBundle.load_draft()` the first time a method asks for it, never with the target.
+Likewise the `heads` block names Medusa heads (medusa, bpd; bench/models/heads.py), loaded by
+`ModelBundle.load_heads()`; `trained` heads are written by `make heads` into data/cache/heads/<id>/.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import torch
 
 from bench.cachefile import CorruptCache, atomic_dir, load_or_build, load_or_fail
 from bench.errors import HarnessError
+from bench.models.heads import load_heads
 from bench.paths import project_path
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -39,12 +42,21 @@ class ModelBundle:
     model_cache: str | None = None  # where converted models live; trained drafts are in its sibling drafts/
     # The draft once loaded (or set directly, e.g. tests put an untrained draft from init_draft_from_target).
     draft: object = field(default=None, repr=False)
+    heads_cfg: object = None  # the model config's `heads` block (None: the model has no Medusa heads)
+    # The Medusa heads once loaded (or set directly, e.g. tests put untrained heads from heads.init_heads).
+    heads: object = field(default=None, repr=False)
 
     def load_draft(self):
         """The draft model: loaded once and kept on the bundle; same device and dtype as the target, eval mode."""
         if self.draft is None:
             self.draft = load_draft_model(self)
         return self.draft
+
+    def load_heads(self):
+        """The Medusa heads: loaded once and kept on the bundle; same device and dtype as the target, eval mode."""
+        if self.heads is None:
+            self.heads = load_heads(self)
+        return self.heads
 
 
 def packaged_gguf(package: str, filename: str | None) -> Path:
@@ -208,6 +220,7 @@ def load_model(cfg, model_cache: str) -> ModelBundle:
         max_context=int(getattr(model.config, "max_position_embeddings", 2048)),
         source=f"{target.source}:{target.id}",
         draft_cfg=cfg.get("draft"),
+        heads_cfg=cfg.get("heads"),
         model_cache=str(model_cache),
     )
 

@@ -50,7 +50,7 @@ def plain(cfg) -> dict:
     return OmegaConf.to_container(OmegaConf.create(cfg), resolve=True) if not isinstance(cfg, dict) else cfg
 
 
-def _row_split(src: dict, index: int) -> str | None:
+def row_split(src: dict, index: int) -> str | None:
     """'train', 'heldout' or None (unused) for row `index` of a source."""
     held = src.get("heldout_rows")
     if held and held[0] <= index < held[1]:
@@ -63,7 +63,7 @@ def _row_split(src: dict, index: int) -> str | None:
     return "train" if in_train else None
 
 
-def _rows_needed(src: dict) -> int | None:
+def rows_needed(src: dict) -> int | None:
     stops = [r[1] for r in (src.get("train_rows"), src.get("heldout_rows")) if r]
     if src.get("train_rows") is None:
         return None
@@ -90,7 +90,7 @@ def load_draft_data(train_cfg, tokenizer, chat_template: str, eos: int, mirror_d
         raise HarnessError("draft.train.sources is empty: nothing to train on")
     rows_by_source = {}
     for src in sources:  # every source is found before the (slower) evaluation sets are loaded
-        window = {**src, "skip_rows": 0, "max_rows": _rows_needed(src)}
+        window = {**src, "skip_rows": 0, "max_rows": rows_needed(src)}
         rows, where = source_rows(f"draft:{src['name']}", window, mirror_dir)
         rows_by_source[src["name"]] = (list(rows), where)
     overlap = None
@@ -103,7 +103,7 @@ def load_draft_data(train_cfg, tokenizer, chat_template: str, eos: int, mirror_d
         st = stats[src["name"]] = {"where": where, "rows": len(rows), "train_documents": 0, "train_tokens": 0,
                                    "heldout_documents": 0, "dropped_overlapping_eval": 0}
         for i, row in enumerate(rows):
-            split = _row_split(src, i)
+            split = row_split(src, i)
             if split is None:
                 continue
             text, ids = document_ids(row, src, tokenizer, chat_template, eos)

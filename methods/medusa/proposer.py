@@ -53,11 +53,12 @@ class HeadsProposer(Proposer):
         self.hidden = hidden  # rebound, not copied into: fork() copies stay independent
 
     @torch.inference_mode()
-    def head_topk(self, k: int) -> torch.Tensor:
-        """[num_heads, k] token ids: each head's top-k at the observed hidden state (one heads forward)."""
+    def head_topk(self, k: int, heads: int) -> torch.Tensor:
+        """[heads, k] token ids: the first `heads` heads' top-k at the observed hidden state (one heads forward;
+        heads the draft does not use are not computed)."""
         if self.hidden is None:
             raise RuntimeError(f"{type(self).__name__}: propose before observe_hidden (the engine must call it)")
-        return self.heads(self.hidden).topk(k, dim=-1).indices
+        return self.heads(self.hidden, heads).topk(k, dim=-1).indices
 
 
 class Medusa(HeadsProposer):
@@ -87,7 +88,7 @@ class Medusa(HeadsProposer):
         }
 
     def propose(self, seq, length):
-        top = self.head_topk(self.k)[: self.depth]  # [D, K]
+        top = self.head_topk(self.k, self.depth)  # [D, K]
         return Draft(self.tree, top.flatten()[self.index])
 
 
@@ -104,4 +105,4 @@ class BPD(HeadsProposer):
         return {"draft_length": self.length, **self.heads_info()}
 
     def propose(self, seq, length):
-        return Draft(self.tree, self.head_topk(1)[: self.length, 0])
+        return Draft(self.tree, self.head_topk(1, self.length)[:, 0])
