@@ -50,7 +50,7 @@ data: setup  ## fill data/cache/ from the mirror (SPECREPRO_DATA_MIRROR or ../sh
 
 # ---- Token Recycling (experiments: conf/experiment/token_recycling/, reports: bench/report/token_recycling/)
 # The paper ran Vicuna on SpecBench and Code Llama on MBPP, hence one sweep per dataset (MBPP_MODEL).
-reproduce-tr-table1: setup datastore  ## Token Recycling Table 1: 7 rows x {spec_bench, mbpp_tr}, LIMIT per group, then the report
+reproduce-tr-table1: setup datastore heads  ## Token Recycling Table 1: 8 rows x {spec_bench, mbpp_tr}, LIMIT per group, then the report
 	$(PY) -m bench.run $(SWEEP) experiment=token_recycling/table1_spec_bench $(TABLE1_ARGS) model=$(MODEL)
 	$(PY) -m bench.run $(SWEEP) experiment=token_recycling/table1_shuffle $(TABLE1_ARGS) model=$(MODEL)
 	$(PY) -m bench.run $(SWEEP) experiment=token_recycling/table1_mbpp $(TABLE1_ARGS) model=$(MBPP_MODEL)
