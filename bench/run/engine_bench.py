@@ -134,7 +134,7 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--batch-prompts", type=int, default=16, help="prompts of the batched AR/HF comparison")
-    ap.add_argument("--batch-max-new-tokens", type=int, default=64)
+    ap.add_argument("--batch-max-new-tokens", type=int, default=128)
     ap.add_argument("--batch-tr-max-new-tokens", type=int, default=32, help="Token Recycling at batch 16")
     ap.add_argument("--out", default=str(PROJECT / "results" / "bench" / "engine.json"))
     args = ap.parse_args(argv)
