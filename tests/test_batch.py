@@ -186,3 +186,26 @@ def test_real_model_rows_identical_to_batch1_greedy(real, name):
     gens = batched(method, engine, prompts, 4, REAL_NEW)
     for i, (gen, ref) in enumerate(zip(gens, refs, strict=True)):
         assert gen.output_ids == ref, f"{name}: prompt {i} diverges at token {first_divergence(gen.output_ids, ref)}"
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("name", ["rest", "sequoia"])
+def test_real_model_rest_and_sequoia_rows_identical(real, rest_store, name, tmp_path):
+    """The two proposers the tiny model cannot run (a datastore of real tokens; Sequoia's calibration on a real
+    dataset) at B = 2 on 3 prompts: the last batch has one row."""
+    from tests.conftest import rest_overrides
+
+    bundle, prompts, refs = real
+    if name == "rest":
+        overrides = rest_overrides(rest_store)
+    else:
+        cut = init_draft_from_target(bundle.model, 2)
+        bundle = dataclasses.replace(bundle)
+        bundle.load_draft = lambda: cut
+        overrides = ("method=sequoia", "method.calibration.dataset=humaneval", "method.calibration.limit=2",
+                     "method.calibration.tokens=64", "method.size=16", f"method.calibration.cache_dir={tmp_path}")
+    method = build_method(compose_cfg(*overrides).method, bundle)
+    engine = Engine(bundle.model, bundle.eos_token_ids, bundle.max_context)
+    gens = batched(method, engine, prompts[:3], 2, 24)
+    for i, (gen, ref) in enumerate(zip(gens, refs)):
+        assert gen.output_ids == ref[:24], f"{name}: prompt {i} diverges at token {first_divergence(gen.output_ids, ref[:24])}"
