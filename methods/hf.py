@@ -87,7 +87,7 @@ class HFGenerate(Method):
         """Plain greedy/sampled `generate` over a left-padded batch (the outside reference at batch B; HF's
         assisted and prompt-lookup generation refuse batches). Every row gets one token per forward; a
         finished row is padded by HF and still computed, and its latency is the batch's."""
-        if self.generate_kwargs():
+        if self.generate_kwargs() or len(prompts) == 1:
             return super().generate_batch(engine, prompts, max_new_tokens, timer, generators)
         model, width = self.bundle.model, max(len(p) for p in prompts)
         pad = self.bundle.pad_token_id

@@ -120,9 +120,11 @@ class Engine:
 
     def _finish_rows(self, rows: list[Row], timer: Timer) -> None:
         """Stamp the latency of rows that finished this step (timed time so far)."""
-        for r in rows:
-            if r.done and r.elapsed is None:
-                r.elapsed = sum(timer.result().values())
+        finished = [r for r in rows if r.done and r.elapsed is None]
+        if finished:
+            elapsed = sum(timer.result().values())
+            for r in finished:
+                r.elapsed = elapsed
 
     def _wants_hidden(self, rows: list[Row]) -> bool:
         return any(r.proposer.wants_hidden for r in rows)

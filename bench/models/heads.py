@@ -64,6 +64,14 @@ class MedusaHeads(nn.Module):
         else:
             self.proj = nn.ModuleList(nn.Linear(hidden, vocab, bias=False) for _ in range(num_heads))
 
+    @property
+    def hidden_size(self) -> int:
+        return self.blocks[0][0].linear.weight.shape[0]
+
+    @property
+    def vocab_size(self) -> int:
+        return self.lm_head.out_features if self.shared else self.proj[0].out_features
+
     def head(self, i: int, hidden: torch.Tensor) -> torch.Tensor:
         """Logits [..., V] of head i alone (training runs the heads one at a time to bound memory)."""
         project = self.lm_head if self.shared else self.proj[i]
@@ -170,10 +178,8 @@ def save_heads(heads: MedusaHeads, folder: Path, extra: dict | None = None) -> N
     state = {k: v.detach().contiguous().cpu() for k, v in heads.state_dict().items()}
     save_file(state, str(Path(folder) / WEIGHTS))
     (Path(folder) / WEIGHTS).chmod(0o644)  # safetensors writes 0600; caches are as readable as other files
-    first = heads.blocks[0][0].linear.weight
-    vocab = heads.lm_head.out_features if heads.shared else heads.proj[0].out_features
     config = {"num_heads": heads.num_heads, "num_layers": heads.num_layers, "shared_lm_head": heads.shared,
-              "hidden": first.shape[0], "vocab": vocab, **(extra or {})}
+              "hidden": heads.hidden_size, "vocab": heads.vocab_size, **(extra or {})}
     (Path(folder) / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
 
 
@@ -216,8 +222,7 @@ def load_heads(bundle) -> MedusaHeads:
         heads = heads_at_path(Path(str(cfg.id)), lm_head, f"heads '{name}'")
     else:
         raise HarnessError(f"unknown heads source '{cfg.source}' (known: trained, hub, path)")
-    hidden = heads.blocks[0][0].linear.weight.shape[0]
-    vocab = heads.lm_head.out_features if heads.shared else heads.proj[0].out_features
+    hidden, vocab = heads.hidden_size, heads.vocab_size
     if (hidden, vocab) != (lm_head.in_features, bundle.vocab_size):
         raise HarnessError(f"heads '{name}' are for hidden size {hidden} and vocabulary {vocab}, target "
                            f"'{bundle.name}' has {lm_head.in_features} and {bundle.vocab_size}")

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bench.cachefile import READ_ERRORS, atomic_dir, report_corrupt
+from bench.core.timing import device_sync
 from bench.errors import HarnessError
 from bench.models.heads import CONFIG, MedusaHeads, from_state_dict, init_heads, read_heads_dir, save_heads
 from bench.models.heads_data import selfdistill
@@ -185,8 +186,7 @@ def head_accuracy(heads: MedusaHeads, hidden: torch.Tensor, labels: torch.Tensor
 
 
 def now(device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    device_sync(device)
     return time.perf_counter()
 
 

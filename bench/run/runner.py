@@ -131,10 +131,7 @@ class Runner:
         max_new = self.cfg.run.max_new_tokens
         device_sync(self.bundle.device)
         t0 = time.perf_counter()
-        if len(prompts) == 1 and self.batch_size == 1:
-            gens = [self.method.generate(self.engine, prompts[0], max_new, self.timer)]
-        else:
-            gens = self.method.generate_batch(self.engine, prompts, max_new, self.timer, generators)
+        gens = self.method.generate_batch(self.engine, prompts, max_new, self.timer, generators)
         device_sync(self.bundle.device)
         return gens, time.perf_counter() - t0
 
