@@ -16,6 +16,7 @@ REGISTRY = {
     "hf_pld": "methods.hf:HFPromptLookup",
     "lookahead": "methods.lookahead:Lookahead",
     "medusa": "methods.medusa.proposer:Medusa",
+    "propd": "methods.propd.proposer:ProPD",
     "pld": "methods.pld:PromptLookup",
     "rest": "methods.rest.proposer:Rest",
     "sd": "methods.draft_model.sd:SpeculativeDecoding",

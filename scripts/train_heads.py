@@ -19,6 +19,8 @@ from omegaconf import OmegaConf, open_dict
 
 from bench.cachefile import lock
 from bench.errors import HarnessError
+from bench.models.early_heads import build_early_heads, read_early_report
+from bench.models.early_heads import summary as early_summary
 from bench.models.heads import heads_dir
 from bench.models.heads_training import build_heads, read_report, summary
 from bench.models.training import plain
@@ -61,12 +63,30 @@ def train(cfg, force: bool) -> str | None:
         existing = None if force else read_report(out_dir)
         if is_current(existing, model_cfg):
             print(f"up to date ({out_dir}):\n{summary(existing)}")
-            return hint
-        bundle = get_bundle(cfg.model, cfg.paths.model_cache)
-        report = build_heads(bundle.model, bundle.tokenizer, model_cfg, out_dir,
-                             str(project_path(cfg.paths.data_mirror)), str(project_path(cfg.paths.data_cache)))
-        print(f"{summary(report)}\n-> {out_dir}")
+        else:
+            bundle = get_bundle(cfg.model, cfg.paths.model_cache)
+            report = build_heads(bundle.model, bundle.tokenizer, model_cfg, out_dir,
+                                 str(project_path(cfg.paths.data_mirror)), str(project_path(cfg.paths.data_cache)))
+            print(f"{summary(report)}\n-> {out_dir}")
+    if model_cfg.get("early_heads") is not None:
+        train_early(cfg, model_cfg, force)
     return hint
+
+
+def train_early(cfg, model_cfg, force: bool) -> None:
+    """ProPD's early heads (model config `early_heads`), from the same self-distilled data."""
+    out_dir = heads_dir(project_path(cfg.paths.model_cache)) / str(model_cfg.early_heads.id)
+    with lock(out_dir):
+        existing = None if force else read_early_report(out_dir)
+        if existing and existing.get("recipe") == plain(model_cfg.early_heads.train) and \
+                existing.get("layers") == [int(n) for n in model_cfg.early_heads.layers] and \
+                existing.get("data", {}).get("recipe") == plain(model_cfg.heads.train):
+            print(f"up to date ({out_dir}):\n{early_summary(existing)}")
+            return
+        bundle = get_bundle(cfg.model, cfg.paths.model_cache)
+        report = build_early_heads(bundle.model, bundle.tokenizer, model_cfg, out_dir,
+                                   str(project_path(cfg.paths.data_mirror)), str(project_path(cfg.paths.data_cache)))
+        print(f"{early_summary(report)}\n-> {out_dir}")
 
 
 def main(argv: list[str]) -> int:

@@ -41,6 +41,8 @@ class Row:
     length: int
     generator: torch.Generator
     accept_lengths: list[int] = field(default_factory=list)
+    draft_nodes: list[int] = field(default_factory=list)  # per verification: nodes drafted (root excluded)
+    verified_nodes: list[int] = field(default_factory=list)  # of which the forward ran through every layer
     done: bool = False
     elapsed: float | None = None
 
@@ -87,6 +89,7 @@ class Engine:
         longest = max(len(p) for p in prompts)
         if longest + 1 > self.max_context:
             raise RuntimeError(f"prompt of {longest} tokens exceeds the model context ({self.max_context} tokens)")
+        forward = proposers[0].target_forward or self.forward  # one forward for the whole batch
         rows = []
         for proposer, prompt, gen in zip(proposers, prompts, generators, strict=True):
             seq = torch.zeros(len(prompt) + max_new_tokens, dtype=torch.long, device=self.device)
@@ -100,7 +103,7 @@ class Engine:
             row.proposer.bind(StepContext(self.temperature, row.generator, timer))
             row.proposer.start(prompt)
         timer.lap("draft")
-        self._prefill(rows, cache, max_new_tokens, timer)
+        self._prefill(rows, cache, max_new_tokens, timer, forward)
         occupancy.append(len(rows))
         self._finish_rows(rows, timer)
         timer.lap("update")
@@ -109,14 +112,14 @@ class Engine:
         while alive:
             drafts = [r.proposer.propose(r.seq, r.length) for r in alive]
             timer.lap("draft")
-            alive = self._step(alive, drafts, cache, max_new_tokens, timer)
+            alive = self._step(alive, drafts, cache, max_new_tokens, timer, forward)
             occupancy.append(len(drafts))
             self._finish_rows(rows, timer)
             timer.lap("update")
 
         phases = timer.result()
-        return [Generation(r.seq[r.n_prompt : r.length].tolist(), r.accept_lengths, phases, r.elapsed, occupancy)
-                for r in rows]
+        return [Generation(r.seq[r.n_prompt : r.length].tolist(), r.accept_lengths, phases, r.elapsed, occupancy,
+                           r.draft_nodes, r.verified_nodes) for r in rows]
 
     def _finish_rows(self, rows: list[Row], timer: Timer) -> None:
         """Stamp the latency of rows that finished this step (timed time so far)."""
@@ -129,11 +132,11 @@ class Engine:
     def _wants_hidden(self, rows: list[Row]) -> bool:
         return any(r.proposer.wants_hidden for r in rows)
 
-    def _prefill(self, rows: list[Row], cache, max_new_tokens: int, timer: Timer) -> None:
+    def _prefill(self, rows: list[Row], cache, max_new_tokens: int, timer: Timer, forward: TargetForward) -> None:
         lengths = [r.n_prompt for r in rows]
         hidden = self._wants_hidden(rows)
         if len(rows) == 1:
-            out = self.forward(self.model, rows[0].seq[None, : lengths[0]], cache=cache, logits_to_keep=1,
+            out = forward(self.model, rows[0].seq[None, : lengths[0]], cache=cache, logits_to_keep=1,
                                output_hidden=hidden)
             logits, at = out.logits[:, -1], [lengths[0] - 1]
         else:  # right padding: every row's tokens start at column 0, so positions are the default ones
@@ -144,7 +147,7 @@ class Engine:
                 mask[b, : r.n_prompt] = 1
             last = sorted({n - 1 for n in lengths})  # logits only where some row's prompt ends
             keep = torch.tensor(last, device=self.device)
-            out = self.forward(self.model, ids, cache=cache, attention_mask=mask, logits_to_keep=keep,
+            out = forward(self.model, ids, cache=cache, attention_mask=mask, logits_to_keep=keep,
                                output_hidden=hidden)
             logits = torch.stack([out.logits[b, last.index(n - 1)] for b, n in enumerate(lengths)])
             at = [n - 1 for n in lengths]
@@ -177,7 +180,8 @@ class Engine:
             mask[b, 0, :n, cached : cached + n] = d.tree.attention_bias(self.dtype, self.device)
         return mask
 
-    def _step(self, rows: list[Row], drafts: list[Draft], cache, max_new_tokens: int, timer: Timer) -> list[Row]:
+    def _step(self, rows: list[Row], drafts: list[Draft], cache, max_new_tokens: int, timer: Timer,
+              forward: TargetForward) -> list[Row]:
         """One verification of every row; returns the rows still decoding (the cache keeps only those)."""
         width = max(d.tree.size for d in drafts) + 1
         cached = cache.get_seq_length()
@@ -195,7 +199,7 @@ class Engine:
         mask = self._mask(rows, drafts, width, cached)
         timer.lap("preprocess")
         hidden = self._wants_hidden(rows)
-        out = self.forward(self.model, inputs, cache=cache, position_ids=positions, attention_mask=mask,
+        out = forward(self.model, inputs, cache=cache, position_ids=positions, attention_mask=mask,
                            trees=[d.tree for d in drafts], output_hidden=hidden)
         timer.lap("target_forward")
 
@@ -204,13 +208,21 @@ class Engine:
             n = d.tree.size + 1
             logits, tokens = out.logits[b, :n], inputs[b, :n]
             target = logits.argmax(-1)
+            candidates = d.candidates
+            r.draft_nodes.append(d.tree.size)
+            if out.kept is not None:  # slots the forward dropped are never accepted
+                kept = out.kept[b, :n].to(self.device)
+                candidates = kept if candidates is None else candidates.to(self.device) & kept
+                r.verified_nodes.append(int(kept.sum()) - 1)
+            else:
+                r.verified_nodes.append(d.tree.size)
             if self.temperature == 0:
-                acc = greedy_accept(d.tree, tokens[None], target[None], d.candidates)
+                acc = greedy_accept(d.tree, tokens[None], target[None], candidates)
             else:
                 p = target_probs(logits, self.temperature)
                 timer.lap("sampling")
                 slots, token = stochastic_accept(d.tree, tokens, p, d.probs, r.proposer.rule, r.generator,
-                                                 d.candidates)
+                                                 candidates)
                 acc = Acceptance.from_path(d.tree, slots, token)
             accepted.append((acc, logits, tokens, target))
         timer.lap("verify")
@@ -232,7 +244,7 @@ class Engine:
             r.done = r.done or r.length - r.n_prompt >= max_new_tokens
         alive = [b for b, r in enumerate(rows) if not r.done]
         if alive:
-            prefixes = keep_accepted(cache, before, paths, cached)
+            prefixes = keep_accepted(cache, before, paths, cached, out.kv_columns)
             if len(alive) < len(rows):
                 keep_rows(cache, alive, prefixes)
         for b, (r, (acc, logits, tokens, target)) in enumerate(zip(rows, accepted)):

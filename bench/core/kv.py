@@ -14,30 +14,37 @@ from __future__ import annotations
 import torch
 
 
-def keep_accepted(cache, prefix: list[int], paths: list[torch.Tensor], start: int) -> list[int]:
+def keep_accepted(cache, prefix: list[int], paths: list[torch.Tensor], start: int,
+                  columns: list[torch.Tensor | None] | None = None) -> list[int]:
     """Row b keeps columns [0, prefix[b]) and the tree slots paths[b] (ascending, root first) of the tree
     appended at column `start`, moved to prefix[b], prefix[b] + 1, ... Returns the rows' new prefix lengths.
 
+    `columns` (per layer, from ForwardOutput.kv_columns): None where the layer appended every slot in order,
+    else [B, T] the column (from `start`) of each slot; layers that cached only some slots (a pruned forward)
+    are compacted with their own index map and cut to the same length as the others.
     At batch 1 with a leading path (always so for chains) nothing moves and a crop is enough."""
     device = cache.layers[0].keys.device
-    rows, width = len(paths), max(len(p) for p in paths)
-    src = torch.empty(rows, width, dtype=torch.long)
-    dst = torch.empty(rows, width, dtype=torch.long)
-    for b, (k, path) in enumerate(zip(prefix, paths)):
-        n = len(path)
-        dst[b] = torch.arange(k, k + width)
-        src[b, :n] = start + path.cpu()
-        src[b, n:] = dst[b, n:]  # padding copies a stale column onto itself
+    width = max(len(p) for p in paths)
+    dst = torch.stack([torch.arange(k, k + width) for k in prefix])
     new_prefix = [k + len(p) for k, p in zip(prefix, paths)]
-    if not torch.equal(src, dst):
-        src, dst = src.to(device), dst.to(device)
-        for layer in cache.layers:
+    plans: dict[int, tuple[torch.Tensor, torch.Tensor] | None] = {}  # one per distinct index map
+    for i, layer in enumerate(cache.layers):
+        cmap = None if columns is None else columns[i]
+        key = -1 if cmap is None else id(cmap)
+        if key not in plans:
+            src = dst.clone()  # padding copies a stale column onto itself
+            for b, path in enumerate(paths):
+                slots = path.cpu() if cmap is None else cmap[b, path].cpu()
+                src[b, : len(path)] = start + slots
+            plans[key] = None if torch.equal(src, dst) else (src.to(device), dst.to(device))
+        if plans[key] is not None:
+            src, to = plans[key]
             for name in ("keys", "values"):
                 t = getattr(layer, name)
                 b_, h, _, d = t.shape
                 moved = t.gather(2, src.view(b_, 1, width, 1).expand(b_, h, width, d))  # read all, then write
-                t.scatter_(2, dst.view(b_, 1, width, 1).expand(b_, h, width, d), moved)
-    cache.crop(max(new_prefix) - cache.get_seq_length())  # transformers 5: negative = drop that many
+                t.scatter_(2, to.view(b_, 1, width, 1).expand(b_, h, width, d), moved)
+        layer.crop(max(new_prefix) - layer.get_seq_length())  # transformers 5: negative = drop that many
     return new_prefix
 
 

@@ -16,6 +16,7 @@ import torch
 from bench.core.tree import Tree, chain
 
 if TYPE_CHECKING:
+    from bench.core.forward import TargetForward
     from bench.core.timing import Timer
 
 
@@ -88,6 +89,10 @@ class Generation:
     # decoding at each step (prefill first); None / [] for methods that do not decode through the engine.
     elapsed: float | None = None
     occupancy: list[int] = field(default_factory=list)
+    # Per verification step: nodes drafted (root excluded), and of those the nodes the target's forward ran
+    # through every layer (fewer when a forward drops slots, e.g. ProPD's early pruning).
+    draft_nodes: list[int] = field(default_factory=list)
+    verified_nodes: list[int] = field(default_factory=list)
 
 
 class Method:
@@ -129,6 +134,9 @@ class Proposer(Method):
     wants_logits = False  # set True to receive the target logits of every tree slot in `update`
     wants_hidden = False  # set True to receive the target's final hidden state in `observe_hidden`
     rule = "sequoia"  # stochastic verification rule at temperature > 0 (bench.sampling.RULES)
+    # The target forward this proposer's generations use (bench.core.forward; None = the engine's own). The
+    # first row's decides for a batch.
+    target_forward: TargetForward | None = None
     ctx: StepContext | None = None
 
     def bind(self, ctx: StepContext) -> None:

@@ -13,7 +13,7 @@ from typing import Protocol
 PHASES = ("prefill", "preprocess", "draft", "target_forward", "verify", "update")  # every engine step laps these
 # Laps only some runs have: draft-model proposers split `draft` into the draft model's forwards and tree
 # construction (token sampling, heap work); temperature > 0 adds the target softmax (`sampling`).
-OPTIONAL_PHASES = ("draft_forward", "tree", "sampling")
+OPTIONAL_PHASES = ("draft_forward", "tree", "sampling", "controller")
 MODEL_PHASES = ("prefill", "target_forward")  # everything else is overhead
 
 

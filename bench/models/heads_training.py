@@ -76,8 +76,8 @@ def loss_weights(recipe: dict, num_heads: int) -> list[float]:
 
 def train_heads(heads: MedusaHeads, hidden: torch.Tensor, labels: torch.Tensor, recipe: dict, log=None,
                 progress_bar: bool = True) -> dict:
-    """Train `heads` on cached hidden states [N, H] and head_labels [num_heads, N] until max_minutes (or
-    max_steps). Returns the loss curve (every `log_every` steps: mean total and per-head losses) and counters."""
+    """Train `heads` on cached hidden states [N, H] (or [num_heads, N, H]: one input per head, e.g. early-layer
+    heads) and head_labels [num_heads, N] until max_minutes (or max_steps). Returns the loss curve (every `log_every` steps: mean total and per-head losses) and counters."""
     from tqdm import tqdm
 
     weights = loss_weights(recipe, heads.num_heads)
@@ -110,7 +110,8 @@ def train_heads(heads: MedusaHeads, hidden: torch.Tensor, labels: torch.Tensor, 
                 order, cursor, epochs = usable[torch.randperm(usable.numel(), generator=g)], 0, epochs + 1
             idx = order[cursor : cursor + batch]
             cursor += batch
-            x, y = hidden[idx].to(device, dtype), labels[:, idx].to(device)
+            per_head = hidden.dim() == 3
+            x, y = (hidden[:, idx] if per_head else hidden[idx]).to(device, dtype), labels[:, idx].to(device)
             lr = lr_at(step, progress, base_lr, int(recipe.get("warmup_steps", 0)), float(recipe.get("min_lr", 0.1)))
             for group in opt.param_groups:
                 group["lr"] = lr
@@ -121,7 +122,8 @@ def train_heads(heads: MedusaHeads, hidden: torch.Tensor, labels: torch.Tensor, 
                 if not keep.any():
                     losses.append(0.0)
                     continue
-                loss = F.cross_entropy(heads.head(i, x[keep]).float(), y[i, keep])
+                xi = x[i] if per_head else x
+                loss = F.cross_entropy(heads.head(i, xi[keep]).float(), y[i, keep])
                 (weights[i] * loss).backward()
                 losses.append(loss.item())
             if recipe.get("grad_clip"):
@@ -219,11 +221,12 @@ def heads_cost(target, heads: MedusaHeads, reps: int = 20, warmup: int = 3, pref
             "kv_tokens": prefix}
 
 
-def write_heads(heads: MedusaHeads, report: dict, out_dir: Path) -> None:
+def write_heads(heads: MedusaHeads, report: dict, out_dir: Path, report_name: str = REPORT,
+                extra: dict | None = None) -> None:
     """Weights, config and report into a temporary folder swapped in whole (bench.cachefile.atomic_dir)."""
     with atomic_dir(out_dir) as tmp:
-        save_heads(heads, tmp, {"target": report["target_source"]})
-        (tmp / REPORT).write_text(json.dumps(report, indent=2) + "\n")
+        save_heads(heads, tmp, {"target": report["target_source"], **(extra or {})})
+        (tmp / report_name).write_text(json.dumps(report, indent=2) + "\n")
 
 
 def read_report(out_dir: Path) -> dict | None:

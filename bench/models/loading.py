@@ -45,6 +45,8 @@ class ModelBundle:
     heads_cfg: object = None  # the model config's `heads` block (None: the model has no Medusa heads)
     # The Medusa heads once loaded (or set directly, e.g. tests put untrained heads from heads.init_heads).
     heads: object = field(default=None, repr=False)
+    early_heads_cfg: object = None  # the model config's `early_heads` block (ProPD's pruning heads)
+    early_heads: object = field(default=None, repr=False)
 
     def load_draft(self):
         """The draft model: loaded once and kept on the bundle; same device and dtype as the target, eval mode."""
@@ -57,6 +59,14 @@ class ModelBundle:
         if self.heads is None:
             self.heads = load_heads(self)
         return self.heads
+
+    def load_early_heads(self):
+        """ProPD's early prediction heads (bench.models.early_heads): loaded once and kept on the bundle."""
+        if self.early_heads is None:
+            from bench.models.early_heads import load_early_heads
+
+            self.early_heads = load_early_heads(self)
+        return self.early_heads
 
 
 def packaged_gguf(package: str, filename: str | None) -> Path:
@@ -221,6 +231,7 @@ def load_model(cfg, model_cache: str) -> ModelBundle:
         source=f"{target.source}:{target.id}",
         draft_cfg=cfg.get("draft"),
         heads_cfg=cfg.get("heads"),
+        early_heads_cfg=cfg.get("early_heads"),
         model_cache=str(model_cache),
     )
 

@@ -113,6 +113,17 @@ def throughput(records: list[dict]) -> dict:
     }
 
 
+def tree_nodes(records: list[dict]) -> dict:
+    """Mean draft nodes per verification and the share of them a pruning forward dropped (ProPD's prune rate:
+    1 - verified / drafted over all steps); None for methods that do not decode through the engine."""
+    drafted = sum(sum(r.get("draft_nodes") or []) for r in records)
+    verified = sum(sum(r.get("verified_nodes") or []) for r in records)
+    steps = sum(len(r.get("draft_nodes") or []) for r in records)
+    if steps == 0:
+        return {"draft_nodes_mean": None, "prune_rate": None}
+    return {"draft_nodes_mean": drafted / steps, "prune_rate": 1 - verified / drafted if drafted else 0.0}
+
+
 def summarize(records: list[dict]) -> dict:
     m = mat(records)
     totals = phase_totals(records)
@@ -133,6 +144,7 @@ def summarize(records: list[dict]) -> dict:
         "phase_share": {k: v / wall for k, v in totals.items()} if wall > 0 else {},
         "phase_sum_over_wall": sum(totals.values()) / wall if wall > 0 else None,
         "overhead_share": overhead_share(records),
+        **tree_nodes(records),
         "lossless": {
             "checked": len(checked),
             "equal": sum(1 for c in checked if c["equal"]),

@@ -201,6 +201,8 @@ class Runner:
                     "wall_time": wall if batch is None or gen.elapsed is None else gen.elapsed,
                     "steps": len(gen.accept_lengths),
                     "accept_lengths": gen.accept_lengths,
+                    "draft_nodes": gen.draft_nodes,
+                    "verified_nodes": gen.verified_nodes,
                     "phase_times": gen.phase_times if batch is None else {},
                     "output_ids": gen.output_ids,
                     "lossless": self.reference(ids, gen.output_ids),

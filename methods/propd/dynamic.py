@@ -1,0 +1,173 @@
+"""ProPD's dynamic token tree generation (paper §4.2): pick the tree size that maximises expected accepted tokens
+per second, from online estimates of the verification time and of the heads' acceptance.
+
+- Verification time (§4.2.1): per tree size i an EMA of the measured iteration time, T_perf[i] <- (1 - alpha)
+  T_perf[i] + alpha t; a weighted least-squares line T_est(i) = b0 + b1 i with weights exp(-lambda o_i), o_i the
+  steps since T_perf[i] was last updated (`IterationTimes`).
+- Acceptance (§4.2.2): per head i and rank k an EMA of "the token the head predicted for was in its top-k",
+  P[i, k]; p[i, k] = P[i, k] - P[i, k-1] is the chance that the rank-k candidate is the right one, and a node's
+  expected acceptance is the product of p along its path (`HitRates`). Tokens per step of a tree = 1 (the bonus
+  token, always committed) + the sum of its nodes' expected acceptances.
+- Selection (§4.2.3): nodes ordered best first by expected acceptance (a child never beats its parent, so every
+  prefix of the order is a tree: the best tree of that size); for each candidate size, l(size) / T_est(size);
+  the argmax wins. Selection runs again when the batch size or the sequence length has changed by the configured
+  margin since the last one (the paper's trigger), not every step.
+
+Before the time model has two distinct sizes, the controller cycles through `warmup_sizes`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+import torch
+
+
+class IterationTimes:
+    def __init__(self, alpha: float, decay: float):
+        self.alpha, self.decay = float(alpha), float(decay)
+        self.mean: dict[int, float] = {}  # T_perf per size
+        self.updated: dict[int, int] = {}  # step of the last update per size
+        self.step = 0
+
+    def observe(self, size: int, seconds: float) -> None:
+        self.step += 1
+        old = self.mean.get(size)
+        self.mean[size] = seconds if old is None else (1 - self.alpha) * old + self.alpha * seconds
+        self.updated[size] = self.step
+
+    def fit(self) -> tuple[float, float] | None:
+        """(b0, b1) of the weighted least-squares line, None with fewer than two distinct sizes."""
+        if len(self.mean) < 2:
+            return None
+        sizes = list(self.mean)
+        x = torch.tensor(sizes, dtype=torch.float64)
+        y = torch.tensor([self.mean[s] for s in sizes], dtype=torch.float64)
+        w = torch.tensor([math.exp(-self.decay * (self.step - self.updated[s])) for s in sizes], dtype=torch.float64)
+        xm, ym = (w * x).sum() / w.sum(), (w * y).sum() / w.sum()
+        var = (w * (x - xm) ** 2).sum()
+        b1 = float((w * (x - xm) * (y - ym)).sum() / var) if var > 0 else 0.0
+        return float(ym - b1 * xm), b1
+
+    def state_dict(self) -> dict:
+        return {"mean": dict(self.mean), "updated": dict(self.updated), "step": self.step}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.mean = {int(k): float(v) for k, v in state["mean"].items()}
+        self.updated = {int(k): int(v) for k, v in state["updated"].items()}
+        self.step = int(state["step"])
+
+
+class HitRates:
+    def __init__(self, heads: int, topk: int, alpha: float):
+        self.alpha = float(alpha)
+        self.P = torch.zeros(heads, topk + 1, dtype=torch.float64)  # P[i, 0] = 0: in the top-0 never
+        self.ranks = torch.arange(1, topk + 1)
+
+    def observe(self, head: int, rank: int | None) -> None:
+        """The token head `head` predicted for is its rank-`rank` candidate (0-based; None: not in its top-k)."""
+        hit = (self.ranks > (self.P.shape[1] if rank is None else rank)).to(torch.float64)
+        self.P[head, 1:] = (1 - self.alpha) * self.P[head, 1:] + self.alpha * hit
+
+    def p(self) -> torch.Tensor:
+        """[heads, topk]: p[i, k] = P[i, k+1] - P[i, k], the chance that head i's rank-k candidate is right."""
+        return (self.P[:, 1:] - self.P[:, :-1]).clamp(min=0)
+
+    def state_dict(self) -> dict:
+        return {"P": self.P.clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.P = state["P"].clone().to(torch.float64)
+
+
+def best_first(p: torch.Tensor, limit: int) -> list[tuple[tuple[int, ...], float]]:
+    """The `limit` tree nodes (rank paths: [a, b] = rank-b candidate of head 1 under rank-a of head 0) of highest
+    expected acceptance prod_i p[i, k_i], best first; parents always come before their children."""
+    depth, k = p.shape
+    values = p.tolist()
+    heap = [(-values[0][r], (r,)) for r in range(k)]
+    heapq.heapify(heap)
+    out = []
+    while heap and len(out) < limit:
+        neg, path = heapq.heappop(heap)
+        out.append((path, -neg))
+        if len(path) < depth:
+            for r in range(k):
+                heapq.heappush(heap, (neg * values[len(path)][r], (*path, r)))
+    return out
+
+
+def choose_size(nodes: list[tuple[tuple[int, ...], float]], sizes: list[int], fit: tuple[float, float]) -> dict:
+    """The size of highest l(size) / T_est(size), l = 1 + the expected acceptances of the best `size` nodes."""
+    b0, b1 = fit
+    cumulative = [1.0]
+    for _, value in nodes:
+        cumulative.append(cumulative[-1] + value)
+    best = None
+    for size in sizes:
+        size = min(size, len(nodes))
+        est = b0 + b1 * size
+        if est <= 0:  # a fit through noise can go negative for small sizes: fall back to the slope alone
+            est = max(b1 * size, 1e-9)
+        speed = cumulative[size] / est
+        if best is None or speed > best["speed"]:
+            best = {"size": size, "speed": speed, "expected_tokens": cumulative[size], "time_est": est}
+    return best
+
+
+class DynamicTrees:
+    """The shared controller of one ProPD method (every batch row's proposer holds the same one)."""
+
+    def __init__(self, cfg, heads: int, topk: int):
+        self.sizes = sorted(int(s) for s in cfg.tree_size_choices)
+        self.warmup = [int(s) for s in cfg.warmup_sizes]
+        self.batch_margin = int(cfg.reselect_batch_margin)
+        self.seq_margin = int(cfg.reselect_seq_margin)
+        self.times = IterationTimes(cfg.time_alpha, cfg.time_decay)
+        self.hits = HitRates(heads, topk, cfg.hit_alpha)
+        self.condition: tuple[int, int] | None = None  # (batch, sequence length) of the last forward seen
+        self.selected_at: tuple[int, int] | None = None
+        self.paths: list[tuple[int, ...]] | None = None
+        self.last_choice: dict | None = None
+        self.warm = 0
+        self.selections = 0
+
+    def observe_forward(self, batch: int, seq_len: int, size: int, seconds: float) -> None:
+        self.condition = (batch, seq_len)
+        self.times.observe(size, seconds)
+
+    def due(self) -> bool:
+        if self.paths is None or self.selected_at is None or self.condition is None:
+            return True
+        (b, s), (b0, s0) = self.condition, self.selected_at
+        return abs(b - b0) >= self.batch_margin or abs(s - s0) >= self.seq_margin
+
+    def current(self) -> list[tuple[int, ...]]:
+        """The rank paths of the tree to draft now (re-selected when due)."""
+        fit = self.times.fit()
+        if fit is None and self.warm < len(self.warmup):
+            size = self.warmup[self.warm]
+            self.warm += 1
+            self.paths = [path for path, _ in best_first(self.hits.p(), size)]
+            self.selected_at = None  # warm-up: choose again next step
+            return self.paths
+        if fit is None:  # warm-up done and still one size measured: stay at the largest
+            fit = (0.0, 1.0)
+        if self.due():
+            nodes = best_first(self.hits.p(), max(self.sizes))
+            choice = choose_size(nodes, self.sizes, fit)
+            self.paths = [path for path, _ in nodes[: choice["size"]]]
+            self.selected_at = self.condition
+            self.last_choice = {**choice, "b0": fit[0], "b1": fit[1]}
+            self.selections += 1
+        return self.paths
+
+    def state_dict(self) -> dict:
+        return {"times": self.times.state_dict(), "hits": self.hits.state_dict(), "warm": self.warm}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.times.load_state_dict(state["times"])
+        self.hits.load_state_dict(state["hits"])
+        self.warm = int(state["warm"])
+        self.paths = None

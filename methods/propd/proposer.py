@@ -1,0 +1,140 @@
+"""ProPD (Zhong et al., ICCAD 2024): Medusa with early pruning of the draft tree inside the target forward and a
+tree size chosen online from measured verification times and the heads' hit rates.
+
+- `prune` (paper §4.1, methods/propd/prune.py): the target runs through the core's `LayerwiseForward`; after
+  `prune_layer` layers the early head of that layer (`make heads` trains them, bench/models/early_heads.py) drops
+  every node outside its parent's top-`prune_topk` with its subtree, and the remaining layers run on the rest.
+  Dropped nodes are never accepted, so the output stays the target's greedy output.
+- `dynamic` (paper §4.2, methods/propd/dynamic.py): the tree is the best `size` nodes by expected acceptance
+  (p products over the heads' top-`max_topk` ranks) for the size maximising expected tokens per estimated second;
+  otherwise the static template tree of `method.tree` (Medusa's mc_sim_7b_63), as Medusa drafts it.
+- With both off, ProPD is Medusa (the ablation's baseline row).
+
+As in Medusa, a node's token is the rank-r candidate of head depth-1 (one gather). The controller and the early
+head are shared by every row of a batch (`fork` is a shallow copy); the pending hit-rate checks are per row.
+The forward is timed (device-synced) for the controller only when `dynamic` is on.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from bench.core.forward import LayerwiseForward, full_forward
+from bench.core.proposer import Draft
+from bench.core.timing import device_sync
+from bench.core.tree import tree_from_paths
+from bench.errors import ConfigError
+from methods.medusa.proposer import Medusa
+from methods.propd.dynamic import DynamicTrees
+from methods.propd.prune import TopKPrune
+
+
+class TimedForward:
+    """Wraps a TargetForward: each verification's seconds go to the controller with its batch size, sequence length
+    and tree width (the iteration time of paper §4.2.1)."""
+
+    def __init__(self, inner, controller: DynamicTrees):
+        self.inner = inner
+        self.controller = controller
+
+    def __call__(self, model, input_ids, *, cache, trees=None, **kwargs):
+        if trees is None:
+            return self.inner(model, input_ids, cache=cache, trees=trees, **kwargs)
+        seq_len = cache.get_seq_length()
+        device_sync(input_ids.device)
+        t0 = time.perf_counter()
+        out = self.inner(model, input_ids, cache=cache, trees=trees, **kwargs)
+        device_sync(input_ids.device)
+        self.controller.observe_forward(input_ids.shape[0], seq_len, input_ids.shape[1] - 1, time.perf_counter() - t0)
+        return out
+
+
+class ProPD(Medusa):
+    def __init__(self, cfg, bundle):
+        super().__init__(cfg, bundle)
+        self.prune, self.dynamic = bool(cfg.prune), bool(cfg.dynamic)
+        self.prune_layer, self.prune_topk = int(cfg.prune_layer), int(cfg.prune_topk)
+        self.max_topk = int(cfg.max_topk)
+        self.controller = None
+        self.early = None
+        forward = full_forward
+        if self.prune:
+            self.early = bundle.load_early_heads()
+            layers = [int(n) for n in self.early.layers]
+            if self.prune_layer not in layers:
+                raise ConfigError(f"propd prune_layer {self.prune_layer}: the early heads cover layers {layers}")
+            n_layers = bundle.model.config.num_hidden_layers
+            if not 1 <= self.prune_layer < n_layers:
+                raise ConfigError(f"propd prune_layer {self.prune_layer} must be between 1 and {n_layers - 1}")
+            i = layers.index(self.prune_layer)
+            norm = bundle.model.get_decoder().norm
+            forward = LayerwiseForward(self.prune_layer, TopKPrune(norm, lambda x: self.early.head(i, x),
+                                                                   self.prune_topk))
+        if self.dynamic:
+            self.controller = DynamicTrees(cfg, self.num_heads, self.max_topk)
+            self.max_draft_tokens = max(self.controller.sizes)
+            forward = TimedForward(forward, self.controller)
+        self.target_forward = None if forward is full_forward else forward
+        self.trees: dict[tuple, tuple] = {}  # rank paths -> (tree, gather index): trees repeat, build them once
+        self.pending: list[tuple[int, torch.Tensor]] = []
+
+    def describe(self):
+        info = {**super().describe(), "prune": self.prune, "dynamic": self.dynamic, "prune_layer": self.prune_layer,
+                "prune_topk": self.prune_topk}
+        if self.early is not None:
+            info["early_heads"] = getattr(self.early, "name_or_path", None) or getattr(self.early, "name", None)
+        if self.controller is not None:
+            c = self.controller
+            info.update({"tree_size_choices": c.sizes, "max_topk": self.max_topk, "selections": c.selections,
+                         "last_choice": c.last_choice})
+        return info
+
+    def state_dict(self) -> dict:
+        return {} if self.controller is None else {"controller": self.controller.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.controller is not None and state:
+            self.controller.load_state_dict(state["controller"])
+
+    def start(self, prompt_ids):
+        super().start(prompt_ids)
+        self.pending = []  # rebound: each row's fork has its own
+
+    def tree_for(self, paths: list[tuple[int, ...]]):
+        key = tuple(paths)
+        if key not in self.trees:
+            tree = tree_from_paths([list(p) for p in paths])
+            index = (tree.depth[1:] - 1) * self.max_topk + tree.choice[1:]
+            self.trees[key] = (tree, index.to(self.bundle.device))
+        return self.trees[key]
+
+    def score_heads(self, seq: torch.Tensor, length: int) -> None:
+        """Hit-rate updates for the heads' earlier predictions whose target token is now committed."""
+        still = []
+        for first, top in self.pending:
+            for i in range(top.shape[0]):
+                pos = first + i
+                if top[i, 0] < 0 or pos >= length:
+                    continue
+                match = (top[i] == seq[pos].cpu()).nonzero()
+                self.controller.hits.observe(i, int(match[0]) if len(match) else None)
+                top[i, 0] = -1  # scored
+            if bool((top[:, 0] >= 0).any()):
+                still.append((first, top))
+        self.pending = still
+
+    def propose(self, seq, length):
+        if not self.dynamic:
+            return super().propose(seq, length)
+        timer = self.ctx.timer if self.ctx is not None else None
+        self.score_heads(seq, length)
+        if timer is not None:
+            timer.lap("draft")
+        tree, index = self.tree_for(self.controller.current())
+        if timer is not None:
+            timer.lap("controller")
+        top = self.head_topk(self.max_topk, self.num_heads)  # [heads, K]: every head, for the hit rates
+        self.pending.append((length, top.cpu().clone()))
+        return Draft(tree, top.flatten()[index])

@@ -1,0 +1,325 @@
+"""ProPD (methods/propd) and the core's layer-wise forward: a pruned forward is exact for the survivors (logits and
+KV equal an unpruned forward over the surviving subtree), the top-k criterion drops whole subtrees, the dynamic
+tree controller's estimates and choice, and propd in every switch combination is token-identical to greedy AR:
+tiny random Llama at B = 1 and 4, the real embedded model at B = 1 and 4."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from transformers import DynamicCache
+
+from bench.core.engine import Engine
+from bench.core.forward import LayerwiseForward, full_forward, kept_order
+from bench.core.kv import keep_accepted
+from bench.core.timing import PhaseTimer
+from bench.core.tree import tree_from_parents, tree_from_paths
+from bench.errors import HarnessError
+from bench.models.heads import MedusaHeads, init_heads
+from bench.run.metrics import first_divergence, tree_nodes
+from methods import build_method
+from methods.propd.dynamic import DynamicTrees, HitRates, IterationTimes, best_first, choose_size
+from methods.propd.prune import TopKPrune
+from tests.conftest import compose_cfg, tiny_llama
+
+V = 64
+NO_EOS = 10_000
+# A 9-node tree: root -> 1, 2; 1 -> 3, 4; 2 -> 5; 3 -> 6, 7; 5 -> 8; 6 -> 9
+PARENTS = [-1, 0, 0, 1, 1, 2, 3, 3, 5, 6]
+
+
+def subtree_of(parents, slot):
+    out = {slot}
+    for i, p in enumerate(parents):
+        if p in out:
+            out.add(i)
+    return out
+
+
+class DropSlots:
+    """A slot filter that drops given slots (with their subtrees) per row, whatever the hidden states."""
+
+    def __init__(self, drops):
+        self.drops = drops
+
+    def __call__(self, hidden, input_ids, trees):
+        keep = torch.zeros(input_ids.shape, dtype=torch.bool)
+        for b, tree in enumerate(trees):
+            keep[b, : tree.size + 1] = True
+            parents = tree.parents.tolist()
+            for slot in self.drops[b]:
+                for s in subtree_of(parents, slot):
+                    keep[b, s] = False
+        return keep
+
+
+def prefill(model, prefix):
+    cache = DynamicCache(config=model.config)
+    model(input_ids=torch.tensor([prefix]), past_key_values=cache, use_cache=True)
+    return cache
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("drops", [[2], [3, 5], [1, 2], []], ids=["branch", "two", "all", "none"])
+@torch.inference_mode()
+def test_pruned_forward_is_exact_for_the_survivors(attn, drops):
+    model = tiny_llama(V, attn)
+    tree = tree_from_parents(PARENTS)
+    g = torch.Generator().manual_seed(0)
+    prefix = torch.randint(0, V, (11,), generator=g).tolist()
+    tokens = torch.randint(0, V, (tree.size + 1,), generator=g)
+    positions = (len(prefix) - 1 + tree.depth)[None]
+    mask = torch.cat([torch.zeros(tree.size + 1, len(prefix)), tree.attention_bias(torch.float32, "cpu")], 1)[None, None]
+    cache = prefill(model, prefix)
+    out = LayerwiseForward(1, DropSlots([drops]))(model, tokens[None], cache=cache, position_ids=positions,
+                                                  attention_mask=mask, trees=[tree], output_hidden=True)
+    survivors = [s for s in range(tree.size + 1) if bool(out.kept[0, s])]
+    gone = set().union(*[subtree_of(PARENTS, d) for d in drops]) if drops else set()
+    assert set(survivors) == set(range(tree.size + 1)) - gone
+    # the surviving subtree, verified by the plain forward
+    index = {s: i for i, s in enumerate(survivors)}
+    sub = tree_from_parents([-1] + [index[PARENTS[s]] for s in survivors[1:]])
+    sub_mask = torch.cat([torch.zeros(sub.size + 1, len(prefix)), sub.attention_bias(torch.float32, "cpu")], 1)
+    ref_cache = prefill(model, prefix)
+    ref = full_forward(model, tokens[survivors][None], cache=ref_cache, position_ids=positions[:, survivors],
+                       attention_mask=sub_mask[None, None], output_hidden=True)
+    assert torch.allclose(out.logits[0, survivors], ref.logits[0], atol=1e-5)
+    assert torch.allclose(out.hidden[0, survivors], ref.hidden[0], atol=1e-5)
+    # KV: keep the deepest surviving path; every layer then equals the reference's compacted cache
+    leaf = max(survivors, key=lambda s: (int(tree.depth[s]), -s))
+    path = sorted(s for s in survivors if bool(tree.ancestors[leaf, s]))
+    start = len(prefix)
+    keep_accepted(cache, [start], [torch.tensor(path)], start, out.kv_columns)
+    keep_accepted(ref_cache, [start], [torch.tensor([index[s] for s in path])], start)
+    for a, b in zip(cache.layers, ref_cache.layers):
+        assert a.keys.shape == b.keys.shape
+        assert torch.allclose(a.keys, b.keys, atol=1e-5) and torch.allclose(a.values, b.values, atol=1e-5)
+
+
+def test_kept_order_pads_rows_with_their_dropped_slots():
+    keep = torch.tensor([[1, 0, 1, 1, 0], [1, 1, 0, 0, 0]], dtype=torch.bool)
+    select, columns = kept_order(keep)
+    assert select.tolist() == [[0, 2, 3], [0, 1, 2]]
+    for b in range(2):
+        assert [int(columns[b, s]) for s in select[b]] == [0, 1, 2]
+
+
+class FixedHead:
+    """Early 'head' whose logits at a slot are given directly (by the slot's input token)."""
+
+    def __init__(self, table):
+        self.table = table
+
+    def __call__(self, x):
+        return self.table[x[..., 0].round().long()]
+
+
+def test_topk_prune_drops_nodes_outside_the_parents_topk_with_their_subtrees():
+    tree = tree_from_parents(PARENTS)
+    tokens = torch.tensor([[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]])
+    table = torch.zeros(10, 10)
+    # the parent of token t (slot t) ranks its children: slot 1 (token 1) ranks 3 first, 4 last, ...
+    table[0, 1], table[0, 2] = 5.0, 4.0   # root: 1 and 2 in top-2
+    table[1, 3], table[1, 4] = 5.0, -5.0  # 4 not in top-2 of slot 1
+    table[2, 5] = -5.0                    # 5 not in top-2 of slot 2 -> 8 goes too
+    table[3, 6], table[3, 7] = 5.0, 4.0
+    table[6, 9] = 5.0
+    hidden = tokens[..., None].float().expand(1, 10, 4)
+    prune = TopKPrune(lambda x: x, FixedHead(table), topk=2)
+    keep = prune(hidden, tokens, [tree])
+    assert keep[0].tolist() == [True, True, True, True, False, False, True, True, False, True]
+
+
+# ---- dynamic tree generation -----------------------------------------------------------------------------
+
+def test_iteration_time_regression_is_weighted_least_squares():
+    t = IterationTimes(alpha=1.0, decay=0.0)
+    for size, sec in [(1, 0.12), (16, 0.27), (64, 0.75)]:
+        t.observe(size, sec)
+    b0, b1 = t.fit()
+    assert b0 == pytest.approx(0.11) and b1 == pytest.approx(0.01)
+    # EMA and recency weights: an old outlier at size 32 barely moves the line
+    t = IterationTimes(alpha=0.5, decay=1.0)
+    t.observe(32, 10.0)
+    for _ in range(30):
+        t.observe(1, 0.11)
+        t.observe(64, 0.74)
+    assert t.mean[1] == pytest.approx(0.11) and t.fit()[1] == pytest.approx(0.01, rel=1e-3)
+
+
+def test_hit_rates_and_expected_acceptance():
+    h = HitRates(heads=2, topk=3, alpha=0.5)
+    h.observe(0, 0)  # rank 0: in top-1, 2, 3
+    assert h.P[0].tolist() == [0, 0.5, 0.5, 0.5]
+    h.observe(0, 2)  # rank 2: only in top-3
+    assert h.P[0].tolist() == [0, 0.25, 0.25, 0.75]
+    h.observe(1, None)
+    assert h.P[1].tolist() == [0, 0, 0, 0]
+    assert h.p()[0].tolist() == [0.25, 0.0, 0.5]
+    # the paper's Figure 6 example: heads' top-2 p = (0.6, 0.3) and (0.1, ...): 'ab' 0.6, 'abe' 0.06
+    nodes = best_first(torch.tensor([[0.6, 0.3], [0.1, 0.05]]), 6)
+    values = dict(nodes)
+    assert values[(0,)] == pytest.approx(0.6) and values[(0, 0)] == pytest.approx(0.06)
+    # best first, and every prefix is a tree
+    assert [v for _, v in nodes] == sorted((v for _, v in nodes), reverse=True)
+    for n in range(1, 7):
+        tree_from_paths([list(p) for p, _ in nodes[:n]])
+
+
+def test_choose_size_maximises_expected_tokens_per_second():
+    nodes = [((0,), 0.6), ((1,), 0.3), ((0, 0), 0.06), ((2,), 0.01)]
+    # cheap trees: take everything; expensive nodes: take the first only
+    assert choose_size(nodes, [1, 2, 4], (1.0, 0.0))["size"] == 4
+    assert choose_size(nodes, [1, 2, 4], (1.0, 1.0))["size"] == 1
+    best = choose_size(nodes, [1, 2, 4], (1.0, 0.1))
+    speeds = {n: (1 + sum(v for _, v in nodes[:n])) / (1.0 + 0.1 * n) for n in (1, 2, 4)}
+    assert best["size"] == max(speeds, key=speeds.get)
+
+
+def controller_cfg(**kw):
+    base = {"tree_size_choices": [1, 4, 16], "warmup_sizes": [4, 16], "time_alpha": 1.0, "time_decay": 0.0,
+                "hit_alpha": 0.5, "reselect_batch_margin": 1, "reselect_seq_margin": 8}
+    return OmegaConf.create({**base, **kw})
+
+
+def test_controller_warms_up_then_reselects_only_when_conditions_change():
+    c = DynamicTrees(controller_cfg(), heads=3, topk=3)
+    assert len(c.current()) == 4
+    c.observe_forward(1, 100, 4, 0.1)
+    assert len(c.current()) == 16
+    c.observe_forward(1, 101, 16, 0.25)  # T = 0.06 + 0.0117 size; p = 0: size 1 is best
+    first = c.current()
+    assert len(first) == 1 and c.selections == 1
+    for _ in range(3):
+        c.hits.observe(0, 0)
+        c.hits.observe(1, 0)
+    c.observe_forward(1, 105, 1, 0.07)
+    assert c.current() is first and c.selections == 1  # 4 tokens later: not due
+    c.observe_forward(2, 106, 16, 0.09)  # the batch grew: select again (new hit rates, a flatter time line)
+    assert len(c.current()) > 1 and c.selections == 2
+    state = c.state_dict()
+    d = DynamicTrees(controller_cfg(), heads=3, topk=3)
+    d.load_state_dict(state)
+    assert d.times.mean == c.times.mean and torch.equal(d.hits.P, c.hits.P)
+
+
+# ---- end to end ------------------------------------------------------------------------------------------
+
+COMBOS = {
+    "both": ("method=propd",),
+    "prune": ("method=propd", "method.dynamic=false"),
+    "dynamic": ("method=propd", "method.prune=false"),
+    "neither": ("method=propd", "method.prune=false", "method.dynamic=false"),
+}
+
+
+def random_heads(model, n, seed):
+    torch.manual_seed(seed)
+    heads = MedusaHeads(model.config.hidden_size, model.config.vocab_size, n, lm_head=model.get_output_embeddings())
+    for block in heads.blocks:
+        torch.nn.init.normal_(block[0].linear.weight, std=0.5)
+    return heads.eval()
+
+
+def tiny_bundle(model):
+    heads = random_heads(model, 5, 1)
+    early = random_heads(model, 1, 2)
+    early.layers = [1]
+    return SimpleNamespace(name="tiny", device=torch.device("cpu"), dtype=torch.float32, vocab_size=V, model=model,
+                           eos_token_ids=[NO_EOS], max_context=512, heads=heads, load_heads=lambda: heads,
+                           load_early_heads=lambda: early)
+
+
+def decode(method, engine, prompts, batch_size, max_new):
+    out = []
+    for i in range(0, len(prompts), batch_size):
+        chunk = prompts[i : i + batch_size]
+        gens = [torch.Generator().manual_seed(i + j) for j in range(len(chunk))]
+        out += method.generate_batch(engine, chunk, max_new, PhaseTimer("cpu"), gens)
+    return out
+
+
+@pytest.mark.parametrize("batch_size", [1, 4])
+@pytest.mark.parametrize("combo", sorted(COMBOS))
+def test_tiny_propd_identical_to_greedy_ar(combo, batch_size):
+    model = tiny_llama(V)
+    bundle = tiny_bundle(model)
+    g = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(0, V, (n,), generator=g).tolist() for n in (5, 12, 9, 3)] + [[4, 5, 6] * 4]
+    engine = Engine(model, [NO_EOS], max_context=512)
+    ar = build_method(compose_cfg("method=ar").method, bundle)
+    refs = [ar.generate(engine, p, 40, PhaseTimer("cpu")).output_ids for p in prompts]
+    method = build_method(compose_cfg(*COMBOS[combo], "method.prune_layer=1", "method.prune_topk=8").method,
+                          bundle)
+    gens = decode(method, engine, prompts, batch_size, 40)
+    for i, (gen, ref) in enumerate(zip(gens, refs, strict=True)):
+        assert gen.output_ids == ref, f"{combo}: prompt {i} diverges at {first_divergence(gen.output_ids, ref)}"
+    nodes = tree_nodes([{"draft_nodes": g.draft_nodes, "verified_nodes": g.verified_nodes} for g in gens])
+    if "prune" in combo or combo == "both":
+        assert nodes["prune_rate"] > 0  # top-8 of 64 tokens: most random nodes go
+    else:
+        assert nodes["prune_rate"] == 0
+    if combo in ("both", "dynamic"):
+        sizes = {n for g in gens for n in g.draft_nodes}
+        assert len(sizes) > 1 and method.controller.selections >= 1
+
+
+def test_propd_config_errors(tmp_path):
+    model = tiny_llama(V)
+    bundle = tiny_bundle(model)
+    with pytest.raises(Exception, match="early heads cover layers"):
+        build_method(compose_cfg("method=propd", "method.prune_layer=3").method, bundle)
+
+
+# ---- the real embedded model ----------------------------------------------------------------------------
+
+REAL_NEW = 32
+
+
+@pytest.fixture(scope="module")
+def real(smollm):
+    """6 HumanEval prompts of different lengths and their batch-1 greedy AR outputs; the trained Medusa and early
+    heads when `make heads` was run here, else untrained ones (zero blocks: same code paths, output must match)."""
+    from bench.models.chat import prompt_ids
+    from data.loaders import load_items
+
+    items = load_items(compose_cfg("dataset=humaneval").dataset, None, "/nonexistent")[:12]
+    by_length = {}
+    for it in items:
+        ids = prompt_ids(smollm.tokenizer, "tokenizer", [], it["turns"][0])
+        by_length.setdefault(len(ids), ids)
+    prompts = list(by_length.values())[:6]
+    lm_head = smollm.model.get_output_embeddings()
+    try:
+        heads = smollm.load_heads()
+    except HarnessError:
+        heads = init_heads(lm_head, 5)
+    try:
+        early = smollm.load_early_heads()
+    except HarnessError:
+        early = init_heads(lm_head, 4)
+        early.layers = [1, 2, 3, 4]
+    bundle = dataclasses.replace(smollm)
+    bundle.load_heads, bundle.load_early_heads = (lambda: heads), (lambda: early)
+    engine = Engine(bundle.model, bundle.eos_token_ids, bundle.max_context)
+    ar = build_method(compose_cfg("method=ar").method, bundle)
+    refs = [ar.generate(engine, p, REAL_NEW, PhaseTimer()).output_ids for p in prompts]
+    return bundle, prompts, refs
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("batch_size", [1, 4])
+@pytest.mark.parametrize("combo", sorted(COMBOS))
+def test_real_model_propd_identical_to_greedy_ar(real, combo, batch_size):
+    bundle, prompts, refs = real
+    method = build_method(compose_cfg(*COMBOS[combo]).method, bundle)
+    engine = Engine(bundle.model, bundle.eos_token_ids, bundle.max_context)
+    gens = decode(method, engine, prompts, batch_size, REAL_NEW)
+    for i, (gen, ref) in enumerate(zip(gens, refs, strict=True)):
+        assert gen.output_ids == ref, f"{combo}@{batch_size}: prompt {i} diverges at {first_divergence(gen.output_ids, ref)}"
+    assert not math.isnan(sum(sum(g.accept_lengths) for g in gens))
