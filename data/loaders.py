@@ -28,7 +28,7 @@ ITEM_KEYS = ("question_id", "category", "group", "turns")
 FORMATS = ("jsonl", "jsonl.gz", "lines")
 SELECTION_KINDS = ("sequoia",)
 # Keys of a dataset YAML that map raw rows to items; the `hub.fields` block may override them.
-FIELD_KEYS = ("id_field", "category_field", "category", "turns_field", "template", "join")
+FIELD_KEYS = ("id_field", "category_field", "category", "turns_field", "template", "join", "append_if")
 
 
 class DataError(Exception):
@@ -101,12 +101,14 @@ def resolve_items(
 
     path = mirror_file(cfg, mirror_dir, looked)
     if path:
-        return _to_items(read_rows(path, fmt), fields, groups, str(path)), f"mirror {path}"
+        # mirror_note: what the mirror copy is when it is not the hub set (e.g. a subset), for run summaries.
+        note = f" ({cfg['mirror_note']})" if cfg.get("mirror_note") else ""
+        return _to_items(read_rows(path, fmt), fields, groups, str(path)), f"mirror {path}{note}"
 
     if use_cache:
         path = cache_path(cache_dir, name)
         if path.is_file():
-            return _read_cache(path), f"cache {path}"
+            return _read_cache(path), f"cache {path}{_cache_origin(path)}"
         looked.append(f"cache {path} (missing)")
 
     found = package_file(cfg.get("package_file"), looked)
@@ -137,6 +139,8 @@ def mirror_file(cfg: dict, mirror_dir: str | None, looked: list[str]) -> Path | 
         if path.is_file():
             return path
         looked.append(f"mirror {path} (missing)")
+    elif mirror_dir:
+        looked.append("mirror (no mirror_path: no offline copy of this set)")
     else:
         looked.append("mirror (not set)")
     return None
@@ -162,6 +166,21 @@ def package_file(package: dict | None, looked: list[str]) -> tuple[Path, str] | 
 def cache_path(cache_dir: str | Path, name: str) -> Path:
     """Where scripts/fetch_data.py writes, and resolve_items reads, a dataset's normalized items."""
     return Path(cache_dir) / name / "items.jsonl"
+
+
+def cache_source_path(items_path: Path) -> Path:
+    """Beside a cache's items.jsonl: the one-line source it was built from (scripts/fetch_data.py writes it)."""
+    return items_path.with_name("source.txt")
+
+
+def _cache_origin(items_path: Path) -> str:
+    """The suffix `" (built from <source>)"` from the cache's source.txt, so a summary still says e.g. that a mirror
+    subset was used; "" for a cache written before source.txt existed, or whose source.txt is unreadable."""
+    try:
+        origin = cache_source_path(items_path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+    return f" (built from {origin})" if origin and "\n" not in origin else ""
 
 
 def _plain(ds_cfg) -> dict:
@@ -190,6 +209,8 @@ def _check_fields(name: str, fields: dict) -> None:
         raise DataError(f"dataset {name!r}: set exactly one of turns_field, template")
     if bool(fields["category_field"]) == (fields["category"] is not None):
         raise DataError(f"dataset {name!r}: set exactly one of category_field, category")
+    if fields["append_if"] is not None and not (fields["template"] and isinstance(fields["append_if"], dict)):
+        raise DataError(f"dataset {name!r}: append_if must be a mapping {{field: template}} used with template")
 
 
 def _short(e: BaseException) -> str:
@@ -252,7 +273,14 @@ def _to_item(row: dict, index: int, fields: dict, groups: dict) -> dict:
         turns = row[fields["turns_field"]]
     else:
         joined = {k: sep.join(row[k]) for k, sep in (fields["join"] or {}).items()}
-        turns = [fields["template"].format(**{**row, **joined})]
+        values = {**row, **joined}
+        turn = fields["template"].format(**values)
+        # append_if {field: template}: appended when the row's field is a non-blank string (Alpaca's `input`).
+        for field, extra in (fields["append_if"] or {}).items():
+            value = row.get(field)
+            if isinstance(value, str) and value.strip():
+                turn += extra.format(**values)
+        turns = [turn]
     if not isinstance(turns, list) or not turns or not all(isinstance(t, str) for t in turns):
         raise TypeError("turns must be a non-empty list of strings")
     return {"question_id": qid, "category": category, "group": groups.get(category, category), "turns": turns}

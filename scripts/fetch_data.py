@@ -2,6 +2,8 @@
 
 Afterwards runs need neither the mirror nor the network. The cache is always rebuilt from an original
 source (mirror, package, hub), never from itself, so editing a dataset YAML and re-running takes effect.
+Where each set came from is written beside it (source.txt) and shows in run summaries. With no names given, a
+hub-only set (no mirror_path or package_file) that cannot be reached is skipped, not an error.
 
     python scripts/fetch_data.py [--mirror DIR] [--cache data/cache] [names...]
 """
@@ -18,7 +20,7 @@ from omegaconf import OmegaConf
 
 from bench.cachefile import atomic_write, lock
 from bench.paths import PROJECT
-from data.loaders import DataError, cache_path, resolve_items
+from data.loaders import DataError, cache_path, cache_source_path, resolve_items
 
 CONF_DIR = PROJECT / "conf" / "dataset"
 
@@ -31,10 +33,12 @@ def default_mirror() -> str | None:
     return str(beside) if beside.is_dir() else None
 
 
-def write_items(path: Path, items: list[dict]) -> None:
+def write_items(path: Path, items: list[dict], source: str = "") -> None:
     """Write atomically under the file's lock (bench.cachefile), so an interrupted run never leaves a half-written
-    cache that later loads, and two `make data` never interleave."""
+    cache that later loads, and two `make data` never interleave. `source` (where the items came from) goes to
+    source.txt beside them, so runs on the cache still say e.g. that a mirror subset was used."""
     with lock(path):
+        atomic_write(cache_source_path(path), source + "\n")
         atomic_write(path, "".join(json.dumps(item, ensure_ascii=False) + "\n" for item in items))
 
 
@@ -53,15 +57,18 @@ def main(argv: list[str] | None = None) -> int:
 
     failed = 0
     for name in args.names or known:
+        cfg = OmegaConf.load(CONF_DIR / f"{name}.yaml")
         try:
-            items, source = resolve_items(
-                OmegaConf.load(CONF_DIR / f"{name}.yaml"), args.mirror, args.cache, use_cache=False
-            )
+            items, source = resolve_items(cfg, args.mirror, args.cache, use_cache=False)
         except DataError as e:
+            if not args.names and not (cfg.get("mirror_path") or cfg.get("package_file")):
+                # A hub-only set (chatgpt_prompts) offline: `make data` still fills the rest; naming it fails.
+                print(f"{name:<11} SKIPPED (hub only, no offline copy): {e}", file=sys.stderr)
+                continue
             print(f"{name:<11} FAILED: {e}", file=sys.stderr)
             failed += 1
             continue
-        write_items(cache_path(args.cache, name), items)
+        write_items(cache_path(args.cache, name), items, source)
         print(f"{name:<11} {len(items):>5} items  from {source}")
     return 1 if failed else 0
 
