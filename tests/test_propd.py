@@ -283,7 +283,7 @@ REAL_NEW = 32
 
 @pytest.fixture(scope="module")
 def real(smollm):
-    """6 HumanEval prompts of different lengths and their batch-1 greedy AR outputs; the trained Medusa and early
+    """4 HumanEval prompts of different lengths and their batch-1 greedy AR outputs; the trained Medusa and early
     heads when `make heads` was run here, else untrained ones (zero blocks: same code paths, output must match)."""
     from bench.models.chat import prompt_ids
     from data.loaders import load_items
@@ -293,7 +293,7 @@ def real(smollm):
     for it in items:
         ids = prompt_ids(smollm.tokenizer, "tokenizer", [], it["turns"][0])
         by_length.setdefault(len(ids), ids)
-    prompts = list(by_length.values())[:6]
+    prompts = list(by_length.values())[:4]
     lm_head = smollm.model.get_output_embeddings()
     try:
         heads = smollm.load_heads()

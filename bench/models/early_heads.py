@@ -21,36 +21,13 @@ from pathlib import Path
 
 import torch
 
-from bench.cachefile import load_or_fail
 from bench.errors import HarnessError
-from bench.models.heads import heads_dir, init_heads, read_heads_dir
+from bench.models.heads import init_heads
 from bench.models.heads_data import collect_prompts, selfdistill
 from bench.models.heads_training import as_dtype_of, float32_copy, train_heads, write_heads
 from bench.models.training import plain
 
 REPORT = "early_heads_report.json"
-
-
-def load_early_heads(bundle):
-    """The early heads named by `bundle.early_heads_cfg` (`layers` says which layer each head reads)."""
-    cfg = bundle.early_heads_cfg
-    if cfg is None:
-        raise HarnessError(f"model '{bundle.name}' has no early heads (set model.early_heads)")
-    if cfg.source != "trained":
-        raise HarnessError(f"unknown early heads source '{cfg.source}' (known: trained)")
-    if bundle.model_cache is None:
-        raise HarnessError(f"early heads '{cfg.id}': no model cache to find them in")
-    path = heads_dir(bundle.model_cache) / str(cfg.id)
-    if not path.exists():
-        raise HarnessError(f"early heads '{cfg.id}' are not built: run `make heads MODEL={bundle.name}` "
-                           f"(looked in {path})")
-    lm_head = bundle.model.get_output_embeddings()
-    heads = load_or_fail(path, lambda p: read_heads_dir(p, lm_head), f"early heads '{cfg.id}' ({path})",
-                         f"`make heads MODEL={bundle.name}`")
-    heads = heads.to(device=bundle.device, dtype=bundle.dtype).eval().requires_grad_(False)
-    heads.name, heads.name_or_path = str(cfg.id), f"trained:{cfg.id}"
-    heads.layers = json.loads((path / "heads.json").read_text())["layers"]
-    return heads
 
 
 @torch.inference_mode()

@@ -238,3 +238,26 @@ def heads_at_path(path: Path, lm_head: nn.Linear, what: str) -> MedusaHeads:
     if not checkpoint.is_file():
         raise HarnessError(f"{what}: no {CONFIG} or {HUB_FILE} at '{path}'")
     return read_medusa_checkpoint(checkpoint, what)
+
+
+def load_early_heads(bundle):
+    """ProPD's early heads named by `bundle.early_heads_cfg` (bench/models/early_heads.py builds them): a heads
+    folder whose heads.json also lists `layers`, the decoder layer each head reads."""
+    cfg = bundle.early_heads_cfg
+    if cfg is None:
+        raise HarnessError(f"model '{bundle.name}' has no early heads (set model.early_heads)")
+    if cfg.source != "trained":
+        raise HarnessError(f"unknown early heads source '{cfg.source}' (known: trained)")
+    if bundle.model_cache is None:
+        raise HarnessError(f"early heads '{cfg.id}': no model cache to find them in")
+    path = heads_dir(bundle.model_cache) / str(cfg.id)
+    if not path.exists():
+        raise HarnessError(f"early heads '{cfg.id}' are not built: run `make heads MODEL={bundle.name}` "
+                           f"(looked in {path})")
+    lm_head = bundle.model.get_output_embeddings()
+    heads = load_or_fail(path, lambda p: read_heads_dir(p, lm_head), f"early heads '{cfg.id}' ({path})",
+                         f"`make heads MODEL={bundle.name}`")
+    heads = heads.to(device=bundle.device, dtype=bundle.dtype).eval().requires_grad_(False)
+    heads.name, heads.name_or_path = str(cfg.id), f"trained:{cfg.id}"
+    heads.layers = json.loads((path / CONFIG).read_text())["layers"]
+    return heads

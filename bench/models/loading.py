@@ -20,7 +20,7 @@ import torch
 
 from bench.cachefile import CorruptCache, atomic_dir, load_or_build, load_or_fail
 from bench.errors import HarnessError
-from bench.models.heads import load_heads
+from bench.models.heads import load_early_heads, load_heads
 from bench.paths import project_path
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -63,8 +63,6 @@ class ModelBundle:
     def load_early_heads(self):
         """ProPD's early prediction heads (bench.models.early_heads): loaded once and kept on the bundle."""
         if self.early_heads is None:
-            from bench.models.early_heads import load_early_heads
-
             self.early_heads = load_early_heads(self)
         return self.early_heads
 
