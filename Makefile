@@ -18,7 +18,7 @@ SWEEP = -m $(if $(HYDRA_LAUNCHER),hydra/launcher=$(HYDRA_LAUNCHER))
 TEST_WORKERS ?= 2
 STAMP  := $(VENV)/.installed
 
-.PHONY: help setup demo test lint data datastore reproduce-table1 reproduce-tr-table1 reproduce-tr-fig3 reproduce-tr-fig4 reproduce-tr-auto tree-stats draft heads reproduce-dyspec-table1 reproduce-dyspec-table2 reproduce-dyspec-table3 reproduce-dyspec-table5 reproduced bench-engine clean-results
+.PHONY: help setup demo test lint data datastore reproduce-table1 reproduce-tr-table1 reproduce-tr-fig3 reproduce-tr-fig4 reproduce-tr-auto tree-stats draft heads reproduce-dyspec-table1 reproduce-dyspec-table2 reproduce-dyspec-table3 reproduce-dyspec-table5 reproduce-propd-table1 reproduce-propd-table2 reproduce-propd-table3 reproduce-propd-fig3 reproduce-propd-fig7 reproduced bench-engine clean-results
 
 help:  ## list targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' Makefile | sed 's/:.*## /\t/'
@@ -103,6 +103,42 @@ reproduce-dyspec-table3: setup  ## DySpec Table 3 (Llama-2-7B -> Llama-2-70B; ne
 # `python -m bench.run model=smollm2-135m dataset=c4 method=dyspec run.limit=3 method.record_trees=$PWD/results/dyspec_trees.jsonl`
 reproduce-dyspec-table5: setup  ## DySpec Table 5 / Figs 7, 9: non-zero 32x32 tiles of tree attention masks, with and without DFS reorder
 	$(PY) -m bench.report dyspec/table5 --sizes 256,512,1024,2048 --trees-per-size 20 --seed 0 $(if $(TREES),--trees $(TREES))
+
+# ---- ProPD (experiments: conf/experiment/propd/, reports: bench/report/propd/; Medusa and early heads: make heads)
+# LIMIT questions per dataset. On MT-Bench they are spread over its 8 categories (the first ceil(LIMIT / 8) of each,
+# in file order, then the first LIMIT): LIMIT=4 takes writing, roleplay, reasoning and math; LIMIT=16 fills a batch
+# of 16. The reports say when a run decoded fewer rows together than its batch size.
+PROPD_PER_GROUP = $(shell expr \( $(LIMIT) + 7 \) / 8)
+PROPD_ARGS = model=$(MODEL) run.limit=$(LIMIT) run.limit_per_group=$(PROPD_PER_GROUP) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
+PROPD_SET_ARGS = model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
+
+reproduce-propd-table1: setup heads  ## ProPD Table 1: ar, propd x batch 1-16 on MT-Bench, speedup vs AR beside the paper's (LIMIT per category)
+	$(PY) -m bench.run $(SWEEP) experiment=propd/table1 $(PROPD_ARGS)
+	$(PY) -m bench.report propd/table1 --model $(MODEL)
+
+reproduce-propd-table2: setup heads  ## ProPD Table 2: ar, medusa, propd pruning layer 1-4 x top-k 50-200 at batch 4 (dynamic tree off)
+	$(PY) -m bench.run $(SWEEP) experiment=propd/table2_baselines $(PROPD_ARGS)
+	$(PY) -m bench.run $(SWEEP) experiment=propd/table2 $(PROPD_ARGS)
+	$(PY) -m bench.report propd/table2 --model $(MODEL)
+
+reproduce-propd-table3: setup heads  ## ProPD Table 3: medusa and propd's 4 switch combinations x batch 1-16, relative to medusa
+	$(PY) -m bench.run $(SWEEP) experiment=propd/table3_medusa $(PROPD_ARGS)
+	$(PY) -m bench.run $(SWEEP) experiment=propd/table3 $(PROPD_ARGS)
+	$(PY) -m bench.report propd/table3 --model $(MODEL)
+
+# One sweep per dataset: chatgpt_prompts has no offline copy and a failing job stops a sweep, so its failure (`-`)
+# does not stop the others; the figure marks its panel.
+reproduce-propd-fig7: setup heads  ## ProPD Figure 7: tok/s of ar, bpd, medusa, propd x MT-Bench, ChatGPT Prompts, Alpaca x batch 1-16
+	$(PY) -m bench.run $(SWEEP) experiment=propd/fig7 dataset=mt_bench $(PROPD_ARGS)
+	-$(PY) -m bench.run $(SWEEP) experiment=propd/fig7 dataset=chatgpt_prompts $(PROPD_SET_ARGS)
+	$(PY) -m bench.run $(SWEEP) experiment=propd/fig7 dataset=alpaca $(PROPD_SET_ARGS)
+	$(PY) -m bench.report propd/fig7 --model $(MODEL)
+
+reproduce-propd-fig3: setup heads  ## ProPD Figure 3: early heads' top-k accuracy, iteration time vs tree size / length, MAT per category
+	$(PY) scripts/propd_iteration_time.py model=$(MODEL)
+	$(PY) scripts/early_heads_report.py model=$(MODEL)
+	$(PY) -m bench.run $(SWEEP) experiment=propd/fig3 $(PROPD_ARGS)
+	$(PY) -m bench.report propd/fig3 --model $(MODEL)
 
 # ---- shared
 datastore: setup  ## REST datastores (conf/datastore/, offline corpora) for MODEL's tokenizer -> data/cache/datastores/

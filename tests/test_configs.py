@@ -70,3 +70,4 @@ def test_run_cli_knows_nested_experiments():
 
     assert "token_recycling/fig3a" in group_options("experiment")
     assert "dyspec/table1" in group_options("experiment")
+    assert "propd/table3" in group_options("experiment")

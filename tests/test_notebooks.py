@@ -2,7 +2,8 @@
 only.
 
 No Jupyter kernel is needed: py:percent files are valid Python. SPECREPRO_RESULTS points at the fixture, which
-holds Token Recycling's fixture runs and DySpec's (tests/fixtures/tr_results.py, dyspec_results.py).
+holds Token Recycling's, DySpec's and ProPD's fixture runs (tests/fixtures/tr_results.py, dyspec_results.py,
+propd_results.py, the last with ProPD's two Figure 3 files).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.dyspec_results import write_full
+from tests.fixtures.propd_results import write_propd_results
 from tests.fixtures.tr_results import write_fixture_results
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,6 +35,10 @@ EXPECTED = {
     "dyspec/table5.py": ["tables/dyspec_table5.md", "tables/dyspec_table5.csv",
                          "figures/dyspec_fig9_block_counts.png", "figures/dyspec_fig9_block_counts.csv",
                          "figures/dyspec_fig7_masks.png"],
+    **{f"propd/table{n}.py": [f"tables/propd_table{n}.{ext}" for ext in ("md", "csv", "tex")] for n in (1, 2, 3)},
+    "propd/fig7.py": [f"figures/propd_fig7.{ext}" for ext in ("png", "csv", "md", "tex")],
+    "propd/fig3.py": [*(f"figures/propd_fig3.{ext}" for ext in ("png", "csv", "md", "tex")),
+                      "figures/propd_fig3_fit.csv"],
 }
 # Table 5's sweep, small (the notebook's defaults are the paper's sizes, 20 trees each).
 TABLE5 = {"SPECREPRO_TABLE5_SIZES": "64,256", "SPECREPRO_TABLE5_TREES_PER_SIZE": "3",
@@ -48,7 +54,7 @@ def executed(tmp_path_factory):
     """Run all notebooks at once (each pays the pandas/matplotlib import), each on its own copy of the fixture."""
     procs = {}
     for nb in NOTEBOOKS:
-        results = write_full(write_fixture_results(tmp_path_factory.mktemp(nb.stem) / "results"))
+        results = write_propd_results(write_full(write_fixture_results(tmp_path_factory.mktemp(nb.stem) / "results")))
         env = {**os.environ, "SPECREPRO_RESULTS": str(results), "MPLBACKEND": "Agg", **TABLE5}
         for name in ("SPECREPRO_MODEL", "SPECREPRO_TREES", "SPECREPRO_DATASET", "SPECREPRO_TEMPERATURE"):
             env.pop(name, None)
@@ -98,3 +104,16 @@ def test_dyspec_notebooks_show_ours_beside_the_paper(executed):
     assert "Tree construction (tree)" in stdout and "under 2%" in stdout
     _, _, _, stdout = executed["dyspec/table5.py"]
     assert "(22.5)" in stdout  # the paper's 256-node DFS tile count
+
+
+def test_propd_notebooks_show_ours_beside_the_paper(executed):
+    _, _, _, stdout = executed["propd/table1.py"]
+    assert "Vicuna-7B (paper, A6000)" in stdout and "SmolLM2-135M (embedded), ours: speedup" in stdout
+    _, _, _, stdout = executed["propd/table2.py"]
+    assert "80.0% (79.0%)" in stdout and "Claim (1)" in stdout and "ours: holds" in stdout
+    _, _, _, stdout = executed["propd/table3.py"]
+    assert "2.50 (3.28)" in stdout and "Claim (2)" in stdout
+    _, _, _, stdout = executed["propd/fig7.py"]
+    assert "not loadable offline" in stdout
+    _, _, _, stdout = executed["propd/fig3.py"]
+    assert "R^2" in stdout and "(a) Paper:" in stdout

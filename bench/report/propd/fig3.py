@@ -1,0 +1,219 @@
+"""ProPD Figure 3: (a) top-k accuracy of early heads per layer, (b) iteration time vs tree size per batch size
+with the least-squares line T = b0 + b1 * size, (c) iteration time vs sequence length, (d) MAT per MT-Bench
+category of Medusa and ProPD at batch 1.
+
+Reads results/propd/early_heads.json ((a); written by scripts/early_heads_report.py), results/propd/
+iteration_time.json ((b), (c); scripts/propd_iteration_time.py) and the medusa / propd (both switches on)
+runs at batch 1 on mt_bench ((d), MAT per category recomputed from records). Writes results/figures/
+propd_fig3.{png,csv,md,tex} and propd_fig3_fit.csv (b0, b1, R^2 per batch size). The paper publishes no point
+values for Figure 3, only the statements printed under ours.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bench.report.plots import figures_dir, new_figure, save_csv, save_figure, wrap
+from bench.report.propd.common import context, footer, sections_texts
+from bench.report.propd.select import MAKE, MissingRunsError, model_label, pool
+from bench.report.tables import fmt
+from bench.run.metrics import by_group
+from bench.run.store import write_atomic
+
+EARLY_HEADS = "early_heads.json"
+ITERATION_TIME = "iteration_time.json"
+FILES = ("propd_fig3.png", "propd_fig3.csv", "propd_fig3_fit.csv", "propd_fig3.md", "propd_fig3.tex")  # in figures/
+SHOWN_K = (1, 5, 10, 50, 100, 200)
+LABELS = {"medusa": "Medusa", "propd": "ProPD"}
+PAPER = {
+    "a": "Paper: early layers' heads are weak at top-1 (layer 2: about 37%) but much more accurate within the "
+         "top 50, so tokens outside an early layer's top-k can be pruned.",
+    "b": "Paper: verification iteration time grows highly linearly with the tree size at every batch size, "
+         "which ProPD's weighted regression T = b0 + b1 * size uses.",
+    "c": "Paper: iteration time also varies with the sequence length (and the hardware).",
+    "d": "Paper: the accepted length varies across tasks.",
+}
+SOURCES = {"a": f"python scripts/early_heads_report.py ({MAKE['fig3']})",
+           "bc": f"python scripts/propd_iteration_time.py ({MAKE['fig3']})"}
+
+
+def fit_line(x, y, w=None) -> tuple[float, float, float]:
+    """Weighted least squares y = b0 + b1 * x: (b0, b1, R^2), R^2 weighted the same way (1 when every point is on
+    the line); NaN everywhere with fewer than two distinct x."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    w = np.ones_like(x) if w is None else np.asarray(w, float)
+    if len(x) < 2 or np.ptp(x) == 0:
+        return math.nan, math.nan, math.nan
+    xm, ym = np.average(x, weights=w), np.average(y, weights=w)
+    b1 = float(np.sum(w * (x - xm) * (y - ym)) / np.sum(w * (x - xm) ** 2))
+    b0 = float(ym - b1 * xm)
+    ss_res = float(np.sum(w * (y - b0 - b1 * x) ** 2))
+    ss_tot = float(np.sum(w * (y - ym) ** 2))
+    r2 = 1 - ss_res / ss_tot if ss_tot > 0 else (1.0 if ss_res == 0 else math.nan)
+    return b0, b1, r2
+
+
+def read_json(path: Path, notes: list[str]) -> dict | None:
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        notes.append(f"{path} unreadable ({type(err).__name__}); rerun its script")
+        return None
+
+
+def accuracy_frame(heads: dict | None) -> pd.DataFrame:
+    """(a): layer, k, accuracy (a fraction)."""
+    if not heads:
+        return pd.DataFrame(columns=["layer", "k", "accuracy"])
+    return pd.DataFrame([{"layer": int(layer), "k": int(k), "accuracy": float(a)}
+                         for layer, accs in heads["accuracy"].items() for k, a in zip(heads["k"], accs)])
+
+
+def timing_frames(timing: dict | None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(b) points at the batch grid's sequence length, (c) batch-1 points of tree sizes with several lengths,
+    and the fit per batch size (batch_size, seq_len, n, b0, b1, r2; seconds)."""
+    rows = pd.DataFrame((timing or {}).get("rows") or [], columns=["batch", "tree_size", "seq_len", "seconds"])
+    if rows.empty:
+        return rows, rows, pd.DataFrame(columns=["batch_size", "seq_len", "n", "b0", "b1", "r2"])
+    batched = rows[rows["batch"] > 1]
+    seq = Counter(batched["seq_len"] if len(batched) else rows["seq_len"]).most_common(1)[0][0]
+    b = rows[rows["seq_len"] == seq].sort_values(["batch", "tree_size"])
+    ones = rows[rows["batch"] == 1]
+    lengths = ones.groupby("tree_size")["seq_len"].nunique()
+    c = ones[ones["tree_size"].isin(lengths[lengths > 1].index)].sort_values(["tree_size", "seq_len"])
+    fits = [{"batch_size": int(bs), "seq_len": int(seq), "n": len(g),
+             **dict(zip(("b0", "b1", "r2"), fit_line(g["tree_size"], g["seconds"])))} for bs, g in b.groupby("batch")]
+    return b, c, pd.DataFrame(fits)
+
+
+def mat_by_category(p) -> tuple[pd.DataFrame, list]:
+    """(d): category, medusa and propd MAT at batch 1 on mt_bench; the runs used."""
+    runs = {"medusa": p.latest("medusa", "mt_bench", 1), "propd": p.latest("propd", "mt_bench", 1, (True, True))}
+    per = {m: {g: s["mat"] for g, s in by_group(r.records).items()} for m, r in runs.items() if r}
+    cats = sorted({g for v in per.values() for g in v})
+    return pd.DataFrame([{"category": g, **{m: per.get(m, {}).get(g) for m in runs}} for g in cats],
+                        columns=["category", *runs]), list(runs.values())
+
+
+def empty(ax, text: str) -> None:
+    ax.text(0.5, 0.5, wrap(text, 36), ha="center", va="center", transform=ax.transAxes)
+
+
+def plot(acc, b, c, fits, d, path: Path, title: str) -> Path:
+    fig = new_figure(figsize=(18, 4.8))
+    ax_a, ax_b, ax_c, ax_d = fig.subplots(1, 4)
+    for layer, g in acc.groupby("layer"):
+        ax_a.plot(g["k"], 100 * g["accuracy"], label=f"layer {layer}")
+    ax_a.set(xscale="log", xlabel="top-k", ylabel="accuracy (%)", title="(a) early heads' top-k accuracy")
+    for (bs, g), fit in zip(b.groupby("batch"), fits.itertuples()):
+        (line,) = ax_b.plot(g["tree_size"], 1000 * g["seconds"], "o", label=f"BS={bs}")
+        xs = np.array([g["tree_size"].min(), g["tree_size"].max()])
+        ax_b.plot(xs, 1000 * (fit.b0 + fit.b1 * xs), "-", color=line.get_color(), alpha=0.6)
+    ax_b.set(xlabel="tree size (tokens per row)", ylabel="iteration time (ms)",
+             title="(b) time vs tree size, least-squares lines")
+    for size, g in c.groupby("tree_size"):
+        ax_c.plot(g["seq_len"], 1000 * g["seconds"], "o-", label=f"tree {size}")
+    ax_c.set(xlabel="sequence length (cached tokens)", ylabel="iteration time (ms)", title="(c) time vs length, BS=1")
+    x = np.arange(len(d))
+    for i, m in enumerate(col for col in ("medusa", "propd") if col in d.columns):
+        ax_d.bar(x + (i - 0.5) * 0.4, d[m].astype(float).fillna(0), 0.4, label=LABELS[m])
+    ax_d.set_xticks(x, d["category"], rotation=45, ha="right")
+    ax_d.set(ylabel="MAT (accepted length)", title="(d) MAT per MT-Bench category, BS=1")
+    for ax, data, why in ((ax_a, acc, SOURCES["a"]), (ax_b, b, SOURCES["bc"]), (ax_c, c, SOURCES["bc"]),
+                          (ax_d, d, MAKE["fig3"])):
+        if len(data):
+            ax.legend(fontsize=7)
+            ax.grid(alpha=0.3)
+        else:
+            empty(ax, f"no data: {why}")
+    fig.suptitle(title)
+    return save_figure(fig, path)
+
+
+def long_points(acc, b, c, d) -> pd.DataFrame:
+    """Every plotted point: panel, series, x, y (accuracy fraction, seconds, MAT)."""
+    parts = [pd.DataFrame({"panel": "a", "series": [f"layer {v}" for v in acc["layer"]], "x": acc["k"],
+                           "y": acc["accuracy"]}),
+             pd.DataFrame({"panel": "b", "series": [f"batch {v}" for v in b["batch"]], "x": b["tree_size"],
+                           "y": b["seconds"]}),
+             pd.DataFrame({"panel": "c", "series": [f"tree {v}" for v in c["tree_size"]], "x": c["seq_len"],
+                           "y": c["seconds"]}),
+             *(pd.DataFrame({"panel": "d", "series": m, "x": d["category"], "y": d[m]}) for m in d.columns[1:])]
+    return pd.concat([p for p in parts if len(p)], ignore_index=True) if any(len(p) for p in parts) else \
+        pd.DataFrame(columns=["panel", "series", "x", "y"])
+
+
+def tables(acc, b, c, fits, d) -> list[tuple[str, pd.DataFrame]]:
+    out = []
+    if len(acc):
+        wide = acc[acc["k"].isin(SHOWN_K)].pivot(index="layer", columns="k", values="accuracy")
+        out.append(("(a) Top-k accuracy of each layer's early head (%)",
+                    pd.DataFrame({"Layer": wide.index.astype(str),
+                                  **{f"top-{k}": [fmt(100 * v, ".1f") for v in wide[k]] for k in wide.columns}})))
+    if len(fits):
+        out.append((f"(b) Iteration time = b0 + b1 * tree size, least squares at sequence length {fits['seq_len'][0]}",
+                    pd.DataFrame({"BS": fits["batch_size"].astype(str), "points": fits["n"].astype(str),
+                                  "b0 (ms)": [fmt(1000 * v, ".2f") for v in fits["b0"]],
+                                  "b1 (ms per token)": [fmt(1000 * v, ".3f") for v in fits["b1"]],
+                                  "R^2": [fmt(v, ".3f") for v in fits["r2"]]})))
+    if len(c):
+        wide = c.pivot(index="seq_len", columns="tree_size", values="seconds")
+        out.append(("(c) Iteration time (ms) at batch 1 per sequence length",
+                    pd.DataFrame({"Length": wide.index.astype(str),
+                                  **{f"tree {s}": [fmt(1000 * v, ".2f") for v in wide[s]] for s in wide.columns}})))
+    if len(d):
+        out.append(("(d) MAT per MT-Bench category at batch 1",
+                    pd.DataFrame({"Category": d["category"],
+                                  **{f"{LABELS[m]} MAT": [fmt(v) for v in d[m]] for m in d.columns[1:]}})))
+    return out
+
+
+def propd_fig3(results_dir: str | Path, model: str | None = None) -> str:
+    """Plot and write figures/propd_fig3.{png,csv,md,tex} and propd_fig3_fit.csv; returns the markdown.
+    Nothing for any panel: MissingRunsError."""
+    notes: list[str] = []
+    heads = read_json(Path(results_dir, "propd", EARLY_HEADS), notes)
+    timing = read_json(Path(results_dir, "propd", ITERATION_TIME), notes)
+    acc = accuracy_frame(heads)
+    b, c, fits = timing_frames(timing)
+    p = pool(results_dir, model, lambda r: r.meta.get("dataset") == "mt_bench" and r.batch_size == 1
+             and r.meta.get("method") in ("medusa", "propd"))
+    d, used = mat_by_category(p)
+    if not (len(acc) or len(b) or len(d)):
+        raise MissingRunsError(f"nothing for ProPD Figure 3 under {results_dir}: no propd/{EARLY_HEADS}, no "
+                               f"propd/{ITERATION_TIME}, no medusa/propd run at batch 1 on mt_bench "
+                               f"(produced by `{MAKE['fig3']}`)")
+    out = figures_dir(results_dir)
+    heads, timing = heads or {}, timing or {}
+    where = timing.get("machine") or timing.get("device")
+    title = (f"ProPD Figure 3, ours: (a) {model_label(heads.get('model'))}, early heads {heads.get('heads')}; "
+             f"(b, c) {model_label(timing.get('model'))} on {where}; (d) {model_label(p.model)}")
+    png = plot(acc, b, c, fits, d, out / FILES[0], title)
+    missing = {f"({k})": f"no data ({SOURCES['a' if k == 'a' else 'bc']})"
+               for k, data in (("a", acc), ("b", b), ("c", c)) if not len(data)}
+    if not len(d):
+        missing["(d)"] = f"no medusa or propd (both switches on) run at batch 1 on mt_bench ({MAKE['fig3']})"
+    described = {k: v for k, v in heads.items() if k not in ("accuracy", "k")}
+    sources = [f"(a) from {Path(results_dir, 'propd', EARLY_HEADS)}: {json.dumps(described) if heads else '—'}.",
+               (f"(b, c) from {Path(results_dir, 'propd', ITERATION_TIME)}: model {timing.get('model')}, "
+                f"{where}, dtype {timing.get('dtype')}, median of {timing.get('reps')} repeats; one target forward "
+                f"over tree-size tokens per row after seq_len cached tokens."), *PAPER.values()]
+    texts = sections_texts(tables(acc, b, c, fits, d), f"ProPD Figure 3, ours (figure: {png}).",
+                           footer(context(p, used), sources, missing, notes))
+    write_texts_and_csv(out, texts, long_points(acc, b, c, d), fits)
+    return texts["md"]
+
+
+def write_texts_and_csv(out: Path, texts: dict[str, str], points: pd.DataFrame, fits: pd.DataFrame) -> None:
+    save_csv(points, out / FILES[1])
+    save_csv(fits, out / FILES[2])
+    for ext, text in texts.items():
+        write_atomic(out / f"propd_fig3.{ext}", text)

@@ -1,0 +1,122 @@
+"""ProPD Table 3: ablation of early pruning and dynamic tree generation, speed relative to Medusa per batch size.
+
+Writes results/tables/propd_table3.{md,csv,tex}: per switch combination (neither, pruning only, dynamic only,
+both) and batch size, the aggregate tokens/s of the latest propd run with those switches over that of the
+medusa run measured like it (same batch size, model, dataset, machine, max_new_tokens), ours (paper's 7B);
+the paper's 13B and 33B columns (batch 2 only) beside. The markdown states, from the data, whether the paper's
+claim holds that ProPD's gain over Medusa grows with the batch size.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pandas as pd
+
+from bench.report.propd.common import context, footer, paper_csv, table_texts, why_missing
+from bench.report.propd.select import (
+    BATCHES,
+    COMBOS,
+    aggregate_rate,
+    draft_nodes_mean,
+    pool,
+    prune_rate,
+    speed_ratio,
+)
+from bench.report.tables import MISSING, fmt, is_missing, pair, write_texts
+from bench.run.metrics import mat
+
+PAPER = "propd_table3_ablation.csv"
+YES_NO = {True: "yes", False: "no"}
+DEFINITIONS = [
+    ("Cells: aggregate tokens/s (all new tokens / the batches' wall time) of propd with these switches over that "
+    "of medusa at the same batch size, on the questions of both runs; ours (paper's 7B). The paper's rows are "
+    "relative to its row with neither technique (1 by definition); ours to a medusa run, so our \"neither\" row "
+    "measures what propd's code costs or saves with both switches off."),
+]
+
+
+def growth_claim(ratios: dict[int, float | None]) -> tuple[str, str]:
+    """(verdict, numbers) of claim (2): "holds" when the gain never falls as the batch grows and the largest
+    measured batch's gain exceeds the smallest's; at least two batch sizes must be measured."""
+    pts = sorted((b, r) for b, r in ratios.items() if not is_missing(r))
+    numbers = ", ".join(f"BS={b}: {r:.2f}" for b, r in pts) or "no batch size measured"
+    if len(pts) < 2:
+        return "not measured", numbers
+    values = [r for _, r in pts]
+    grows = all(b >= a for a, b in itertools.pairwise(values)) and values[-1] > values[0]
+    return ("holds" if grows else "does not hold"), numbers
+
+
+def build_propd_table3(results_dir: str | Path, model: str | None = None, dataset: str = "mt_bench") -> pd.DataFrame:
+    """One row per (combo, batch size): ours `ratio`, rates, MAT, prune rate, nodes per step, run ids; paper's
+    `paper_7b`, and `paper_13b`, `paper_33b` at batch 2."""
+    p = pool(results_dir, model, lambda r: r.meta.get("dataset") == dataset
+             and r.meta.get("method") in ("medusa", "propd"))
+    paper = paper_csv(PAPER)
+    rows, missing, used = [], {}, []
+    for (prune, dynamic), name in COMBOS.items():
+        pr = paper[(paper["early_pruning"] == YES_NO[prune]) & (paper["dynamic_generation"] == YES_NO[dynamic])]
+        for b in BATCHES:
+            run = p.latest("propd", dataset, b, (prune, dynamic))
+            base = p.baseline(run, "medusa") or p.latest("medusa", dataset, b)
+            used += [run, base]
+            if run is None or base is None:
+                what = "propd run with those switches" if run is None else "medusa run"
+                missing[f"{name} BS={b}"] = why_missing(p, dataset, "table3", f"{what} at that batch size")
+            rows.append({
+                "combo": name, "prune": prune, "dynamic": dynamic, "batch_size": b,
+                "ratio": speed_ratio(run, base) if run is not None and base is not None else None,
+                "propd_tok_s": aggregate_rate(run) if run else None,
+                "medusa_tok_s": aggregate_rate(base) if base else None,
+                "propd_mat": mat(run.records) if run else None, "prune_rate": prune_rate(run) if run else None,
+                "draft_nodes_mean": draft_nodes_mean(run) if run else None,
+                "paper_7b": pr[f"7b_bs{b}"].item(),
+                "paper_13b": pr["13b_bs2"].item() if b == 2 else None,
+                "paper_33b": pr["33b_bs2"].item() if b == 2 else None,
+                "propd_run_id": run.run_id if run else None, "medusa_run_id": base.run_id if base else None,
+            })
+    df = pd.DataFrame(rows)
+    num = ["ratio", "propd_tok_s", "medusa_tok_s", "propd_mat", "prune_rate", "draft_nodes_mean", "paper_7b",
+           "paper_13b", "paper_33b"]
+    df[num] = df[num].astype(float)
+    df.attrs.update(context(p, used, missing=missing, dataset=dataset))
+    return df
+
+
+def claim_texts(df: pd.DataFrame) -> list[str]:
+    both = df[df["combo"] == COMBOS[True, True]]
+    ours = growth_claim(dict(zip(both["batch_size"], both["ratio"])))
+    paper = growth_claim(dict(zip(both["batch_size"], both["paper_7b"])))
+    return [(f"Claim (2), ProPD's gain over Medusa (both switches on) grows with the batch size (never falls, and "
+            f"is larger at the largest batch than at the smallest): ours: {ours[0]} ({ours[1]}); paper 7B: "
+            f"{paper[0]} ({paper[1]}).")]
+
+
+def display(df: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for (prune, dynamic), name in COMBOS.items():
+        sub = df[df["combo"] == name].set_index("batch_size")
+        rows.append({"Early pruning": YES_NO[prune], "Dynamic generation": YES_NO[dynamic],
+                     **{f"BS={b}": pair(fmt(sub.at[b, "ratio"]), fmt(sub.at[b, "paper_7b"])) for b in sub.index},
+                     "13B BS=2 (paper)": fmt(sub.at[2, "paper_13b"]) if 2 in sub.index else MISSING,
+                     "33B BS=2 (paper)": fmt(sub.at[2, "paper_33b"]) if 2 in sub.index else MISSING})
+    return pd.DataFrame(rows)
+
+
+def render_propd_table3(df: pd.DataFrame) -> dict[str, str]:
+    a = df.attrs
+    caption = (f"ProPD Table 3, ours (paper's Vicuna-7B): ablation of early pruning and dynamic tree generation, "
+               f"speed relative to Medusa at the same batch size, on {a['dataset']}.")
+    defs = [*DEFINITIONS, *claim_texts(df), "The paper's 33B has no value for the row with neither technique.",
+            f"ProPD settings: {a['settings']}."]
+    return table_texts(display(df), caption, footer(a, defs, a["missing"]), df)
+
+
+def propd_table3(results_dir: str | Path, model: str | None = None, dataset: str = "mt_bench") -> str:
+    """Build, write results/tables/propd_table3.{md,csv,tex}; returns the markdown."""
+    df = build_propd_table3(results_dir, model, dataset)
+    texts = render_propd_table3(df)
+    write_texts(Path(results_dir, "tables"), "propd_table3", texts)
+    return texts["md"]

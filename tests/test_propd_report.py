@@ -1,0 +1,309 @@
+"""ProPD's reports (bench/report/propd/) on hand-made runs (tests/fixtures/propd_results.py): every number by hand,
+the paper's beside ours, "—" with a reason, the regression fit, the claims reacting to the data; its experiments
+compose; scripts/propd_iteration_time.py on a tiny model."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from datetime import datetime
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from bench.paths import PROJECT
+from bench.report.__main__ import main
+from bench.report.propd.fig3 import fit_line, propd_fig3
+from bench.report.propd.fig7 import fig7_points, propd_fig7
+from bench.report.propd.select import MissingRunsError, switches
+from bench.report.propd.table1 import build_propd_table1, propd_table1
+from bench.report.propd.table2 import build_propd_table2, propd_table2, pruning_claim
+from bench.report.propd.table3 import build_propd_table3, growth_claim, propd_table3
+from bench.report.reproduced import reproduced_page
+from bench.run.store import Run
+from tests.conftest import compose_cfg
+from tests.fixtures.propd_results import (
+    AR_RATE,
+    OVER_AR,
+    OVER_MEDUSA,
+    TABLE2,
+    PropdWriter,
+    iteration_seconds,
+    rate,
+    write_propd_results,
+)
+
+
+@pytest.fixture
+def results(tmp_path):
+    return write_propd_results(tmp_path / "results")
+
+
+def at(df, **where):
+    mask = pd.Series(True, index=df.index)
+    for k, v in where.items():
+        mask &= df[k] == v
+    return df[mask].iloc[0]
+
+
+def cells(md: str, *lead: str) -> list[str]:
+    """The stripped cells of the first markdown table row that starts with `lead`."""
+    rows = ([c.strip() for c in line.split("|")[1:-1]] for line in md.splitlines() if line.startswith("|"))
+    return next(r for r in rows if r[:len(lead)] == list(lead))
+
+
+def written(results, folder, stem, exts):
+    return all(Path(results, folder, f"{stem}.{ext}").stat().st_size > 0 for ext in exts)
+
+
+def test_table1_speedups_beside_the_paper(results):
+    df = build_propd_table1(results)
+    for b in (1, 2, 4, 8, 16):  # propd/ar = medusa/ar x both/medusa; the 999 tok/s runs are older or elsewhere
+        assert at(df, batch_size=b)["speedup"] == pytest.approx(OVER_AR["medusa"][b] * OVER_MEDUSA[True, True][b])
+        assert at(df, batch_size=b)["ar_tok_s"] == pytest.approx(AR_RATE[b])
+    md = propd_table1(results)
+    assert written(results, "tables", "propd_table1", ("md", "csv", "tex"))
+    assert cells(md, "SmolLM2-135M (embedded), ours: speedup")[1:] == ["1.59", "1.68", "1.80", "1.90", "2.00"]
+    assert cells(md, "Vicuna-7B (paper, A6000)")[1:] == ["1.95", "1.81", "1.51", "1.58", "1.39"]
+    assert cells(md, "Vicuna-33B (paper, A100)")[-1] == "—"
+    assert md.count("—") >= 1 and "33B has no batch-16 value" in md  # the paper's "/"
+    assert "1 run(s) of other machines" in md and "at batch 16 decoded at most 8 rows together" in md
+
+
+def test_table1_missing_batch_is_a_dash_with_its_reason(tmp_path):
+    w = PropdWriter(tmp_path / "results")
+    w.run("ar", "mt_bench", 1, 10.0)
+    w.run("propd", "mt_bench", 1, 15.0, combo=(True, True))
+    md = propd_table1(tmp_path / "results")
+    assert cells(md, "SmolLM2-135M (embedded), ours: speedup")[1:] == ["1.50", "—", "—", "—", "—"]
+    assert ("— BS=2, BS=4, BS=8, BS=16: no propd run with both switches on at that batch size on mt_bench "
+            "(make reproduce-propd-table1).") in md
+
+
+def test_table2_rows_and_the_paper(results):
+    df = build_propd_table2(results)
+    none = at(df, layer="none")
+    assert none["mat"] == pytest.approx(2.5) and none["tok_s"] == pytest.approx(rate("medusa", 4))
+    for (layer, k), (verified, steps, over) in TABLE2.items():
+        row = at(df, layer=str(layer), top_k=k)
+        assert row["prune_rate"] == pytest.approx(1 - verified / 100)
+        assert row["mat"] == pytest.approx(60 / steps) and row["tok_s"] == pytest.approx(rate("medusa", 4) * over)
+    md = propd_table2(results)
+    assert written(results, "tables", "propd_table2", ("md", "csv", "tex"))
+    assert cells(md, "1", "50") == ["1", "50", "80.0% (79.0%)", "2.22 (2.26)", "60.48 (43.26)"]
+    assert cells(md, "4", "200") == ["4", "200", "— (57.6%)", "— (2.49)", "— (41.94)"]
+    assert cells(md, "w/o pruning") == ["w/o pruning", "—", "0.0% (—)", "2.50 (2.46)", "43.20 (28.43)"]
+    assert ("— layer 4 top-200: no propd run with that layer and top-k (dynamic tree off) at batch 4 on mt_bench "
+            "(make reproduce-propd-table2).") in md
+    assert "ours: holds (layer 4, top-50: 75.0% of nodes pruned, MAT 2.40 vs 2.50 without pruning (-4.0%)" in md
+    assert "paper: holds (layer 4, top-50: 74.0%" in md
+
+
+def test_table2_claim_reacts_to_the_data(results):
+    # A newer layer-4 top-50 run keeps the prune rate but loses a fifth of the accepted length.
+    PropdWriter(results, start=datetime(2026, 3, 1)).run(
+        "propd", "mt_bench", 4, 50.0, variant="prune-L4-k50", steps=30, verified=25, drafted=lambda n: [100] * n,
+        settings={"prune": True, "dynamic": False, "prune_layer": 4, "prune_topk": 50})
+    assert "ours: does not hold (layer 4, top-50: 75.0% of nodes pruned, MAT 2.00 vs 2.50" in propd_table2(results)
+    assert pruning_claim({(4, 50): (0.3, 2.5)}, 2.5)[0] == "does not hold"  # keeps MAT, prunes too little
+    assert pruning_claim({(1, 50): (0.8, 2.5)}, 2.5)[0] == "not measured"  # not the chosen point
+    assert pruning_claim({(4, 50): (0.8, 2.5)}, None)[0] == "not measured"  # no run without pruning
+
+
+def test_table3_ratios_switches_and_the_paper(results):
+    df = build_propd_table3(results)
+    for combo, name in (((False, False), "neither"), ((True, False), "pruning only"), ((False, True), "dynamic only"),
+                        ((True, True), "both")):
+        for b in (1, 2, 4, 8, 16):
+            assert at(df, combo=name, batch_size=b)["ratio"] == pytest.approx(OVER_MEDUSA[combo][b]), (name, b)
+    # The hand-run (no variant) is classified by its method_settings; Table 2's sweep is not "pruning only".
+    assert at(df, combo="dynamic only", batch_size=8)["propd_run_id"].endswith("-propd-b8")
+    assert "prune-L" not in at(df, combo="pruning only", batch_size=4)["propd_run_id"]
+    md = propd_table3(results)
+    assert written(results, "tables", "propd_table3", ("md", "csv", "tex"))
+    assert cells(md, "yes", "yes")[2:] == ["1.06 (1.04)", "1.20 (1.27)", "1.50 (1.76)", "1.90 (2.34)", "2.50 (3.28)",
+                                           "1.29", "1.34"]
+    assert cells(md, "no", "no")[-1] == "—"  # the paper's 33B baseline cell
+    assert "ours: holds (BS=1: 1.06, BS=2: 1.20, BS=4: 1.50, BS=8: 1.90, BS=16: 2.50); paper 7B: holds" in md
+
+
+def test_table3_claim_reacts_to_the_data(results):
+    later = PropdWriter(results, start=datetime(2026, 3, 1))
+    later.run("propd", "mt_bench", 16, rate("medusa", 16) * 1.1, combo=(True, True), variant="ablation-both")
+    assert "ours: does not hold (BS=1: 1.06, BS=2: 1.20, BS=4: 1.50, BS=8: 1.90, BS=16: 1.10)" in propd_table3(results)
+    assert growth_claim({1: 1.2, 2: None}) == ("not measured", "BS=1: 1.20")
+    assert growth_claim({1: 1.0, 4: 1.0})[0] == "does not hold"  # flat is not growth
+
+
+def test_fig7_panels_and_the_missing_dataset(results):
+    df = fig7_points(results)
+    assert at(df, dataset="alpaca", batch_size=4, method="bpd")["tok_s"] == pytest.approx(rate("bpd", 4))
+    assert at(df, dataset="mt_bench", batch_size=16, method="propd")["tok_s"] == pytest.approx(
+        rate("propd", 16, (True, True)))
+    assert df[df["dataset"] == "chatgpt_prompts"]["tok_s"].isna().all()
+    md = propd_fig7(results)
+    assert written(results, "figures", "propd_fig7", ("png", "csv", "md", "tex"))
+    assert cells(md, "ChatGPT Prompts", "1")[2:] == ["—"] * 4
+    assert cells(md, "Alpaca", "4")[2:] == ["36.0", "39.6", "43.2", "64.8"]
+    assert "— chatgpt_prompts (every cell): no runs on chatgpt_prompts: not loadable offline" in md
+    assert "ProPD fastest of the four in every measured setting: holds (10 of 10" in md
+
+
+def test_fig7_without_runs_names_its_make_target(tmp_path):
+    (tmp_path / "runs").mkdir()
+    with pytest.raises(MissingRunsError, match="make reproduce-propd-fig7"):
+        propd_fig7(tmp_path)
+
+
+def test_fit_line_on_exact_points():
+    assert fit_line([1, 2, 3, 4], [3, 5, 7, 9]) == pytest.approx((1.0, 2.0, 1.0))
+    b0, b1, r2 = fit_line([0, 1, 2], [0, 1, 0], w=[1, 0, 1])  # weight 0 drops the middle point
+    assert (b0, b1, r2) == pytest.approx((0.0, 0.0, 1.0))
+    b0, b1, r2 = fit_line([0, 1, 2, 3], [0, 2, 1, 3])
+    assert b1 == pytest.approx(0.8) and b0 == pytest.approx(0.3) and r2 == pytest.approx(0.64)
+    assert all(math.isnan(v) for v in fit_line([4, 4], [1, 2]))
+
+
+def test_fig3_panels_fit_and_categories(results):
+    md = propd_fig3(results)
+    assert all(Path(results, "figures", name).stat().st_size > 0 for name in
+               ("propd_fig3.png", "propd_fig3.csv", "propd_fig3_fit.csv", "propd_fig3.md", "propd_fig3.tex"))
+    fit = pd.read_csv(Path(results, "figures", "propd_fig3_fit.csv"))
+    for b in (1, 2, 4, 8, 16):
+        row = fit[fit["batch_size"] == b].iloc[0]
+        assert row["b0"] == pytest.approx(iteration_seconds(0, 0, 256)) and row["r2"] == pytest.approx(1.0)
+        assert row["b1"] == pytest.approx(iteration_seconds(b, 1, 256) - iteration_seconds(b, 0, 256))
+    assert cells(md, "2")[1] == "37.0"  # layer 2's top-1 accuracy
+    assert cells(md, "coding") == ["coding", "3.00", "2.86"]  # 60 tokens in 20 (medusa) and 21 (propd) steps
+    points = pd.read_csv(Path(results, "figures", "propd_fig3.csv"))
+    assert set(points["panel"]) == {"a", "b", "c", "d"}
+    assert sorted(points[points["panel"] == "c"]["x"].astype(int).unique()) == [64, 128, 256, 512, 768]
+
+
+def test_fig3_without_files_says_which_panels_are_missing(results):
+    Path(results, "propd", "early_heads.json").unlink()
+    md = propd_fig3(results)
+    assert "— (a): no data (python scripts/early_heads_report.py (make reproduce-propd-fig3))." in md
+    Path(results, "propd", "iteration_time.json").unlink()
+    empty = results.parent / "empty"
+    (empty / "runs").mkdir(parents=True)
+    with pytest.raises(MissingRunsError, match="make reproduce-propd-fig3"):
+        propd_fig3(empty)
+
+
+def test_switches_from_settings_first_then_variant():
+    def run(**meta):
+        return Run(Path("x"), {"method": "propd", **meta})
+
+    assert switches(run(variant="ablation-prune")) == (True, False)
+    assert switches(run(variant="ablation-prune", method_settings={"prune": False, "dynamic": True})) == (False, True)
+    assert switches(run(variant="prune-L2-k100")) == (True, False)
+    assert switches(run()) is None and switches(Run(Path("x"), {"method": "medusa"})) is None
+
+
+def test_cli_lists_and_runs_every_propd_artifact(results, capsys):
+    assert main(["--list"]) == 0
+    listed = capsys.readouterr().out.split()
+    assert {f"propd/{a}" for a in ("table1", "table2", "table3", "fig3", "fig7")} <= set(listed)
+    for name in ("table1", "table2", "table3", "fig3", "fig7"):
+        assert main([f"propd/{name}", "--results", str(results)]) == 0
+    assert main(["propd/table2", "--results", str(results), "--batch-size", "2"]) == 0
+    assert "at batch 2 per pruning layer" in capsys.readouterr().out
+
+
+def test_reproduced_page_has_every_propd_artifact(results, tmp_path):
+    md = reproduced_page(str(results), str(tmp_path / "REPRODUCED.md"))
+    for name in ("table1", "table2", "table3", "fig7", "fig3"):
+        assert f"### `propd/{name}`: `make reproduce-propd-{name}" in md
+    assert "Machine: fixture/CPU/2t. Measured: 2026-02-01. Git: 1111111111." in md
+    assert "ProPD Table 3, ours (paper's Vicuna-7B)" in md
+
+
+def test_experiments_compose_with_their_switches():
+    for variant, switch in (("ablation-none", (False, False)), ("ablation-prune", (True, False)),
+                            ("ablation-dynamic", (False, True)), ("ablation-both", (True, True))):
+        cfg = compose_cfg("experiment=propd/table3", f"run.variant={variant}", "run.batch_size=8")
+        assert (cfg.method.prune, cfg.method.dynamic) == switch and cfg.run.batch_size == 8
+    cfg = compose_cfg("experiment=propd/table2", "method.prune_layer=3", "method.prune_topk=150")
+    assert cfg.run.variant == "prune-L3-k150" and cfg.run.batch_size == 4 and cfg.method.dynamic is False
+    cfg = compose_cfg("experiment=propd/table1", "method=propd", "run.batch_size=16")
+    assert cfg.method.prune and cfg.method.dynamic and cfg.run.experiment == "propd_table1"
+
+
+def test_sweeps_run_ar_first_and_a_dataset_on_the_command_line_replaces_the_list():
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    def jobs(experiment, *cli):
+        params = OmegaConf.load(PROJECT / "conf" / "experiment" / "propd" / f"{experiment}.yaml").hydra.sweeper.params
+        overrides = OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in params.items()] + list(cli))
+        return BasicSweeper.split_arguments(overrides, None)[0]
+
+    table1 = jobs("table1")
+    assert [j[1] for j in table1[:4]] == ["method=ar", "method=propd", "method=ar", "method=propd"]
+    fig7 = jobs("fig7", "dataset=alpaca")
+    assert len(fig7) == 20 and {j[0] for j in fig7} == {"dataset=alpaca"} and fig7[0][2] == "method=ar"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("propd_iteration_time",
+                                                  PROJECT / "scripts" / "propd_iteration_time.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_iteration_time_script_on_a_tiny_model(tmp_path, monkeypatch, capsys):
+    import torch
+
+    from tests.conftest import tiny_llama
+
+    script = load_script()
+    model = tiny_llama()
+    bundle = SimpleNamespace(name="tiny", model=model, vocab_size=64, dtype=torch.float32, device=torch.device("cpu"),
+                             max_context=128)
+    monkeypatch.setattr(script, "get_bundle", lambda *a, **k: bundle)
+    out = tmp_path / "results" / "propd" / "iteration_time.json"
+    argv = ["--reps", "2", "--batches", "1,2", "--sizes", "1,4,8", "--seq-len", "16", "--seq-lens", "8,16",
+            "--seq-sizes", "4", "--max-tokens", "8", "--out", str(out)]
+    assert script.main(argv) == 0 and str(out) in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    points = {(r["batch"], r["tree_size"], r["seq_len"]) for r in data["rows"]}
+    # (1, 4, 16) is in both grids, measured once; batch 2 x 8 tokens = 16 > --max-tokens is skipped.
+    assert points == {(1, 1, 16), (1, 4, 16), (1, 8, 16), (2, 1, 16), (2, 4, 16), (1, 4, 8)}
+    assert data["skipped"] == [{"batch": 2, "tree_size": 8, "seq_len": 16}]
+    assert all(r["seconds"] > 0 for r in data["rows"]) and data["model"] == "tiny" and data["reps"] == 2
+    assert script.main(["--reps", "0"]) == 2 and script.main(["--bogus"]) == 2
+
+
+def test_iteration_time_forward_is_a_real_forward_of_the_prefix_and_chain():
+    # The timed forward (cache + 4D additive mask) computes what a plain forward over prefix + chain computes.
+    import torch
+    from transformers import DynamicCache
+
+    from tests.conftest import tiny_llama
+
+    script = load_script()
+    model, gen = tiny_llama(attn_implementation="sdpa"), torch.Generator().manual_seed(1)
+    prefix = torch.randint(32, 63, (2, 6), generator=gen)
+    ids, pos, mask = script.tree_inputs(64, 2, 4, 6, torch.float32, "cpu", gen)
+    cache = DynamicCache(config=model.config)
+    with torch.inference_mode():
+        model(input_ids=prefix, past_key_values=cache, use_cache=True)
+        timed = model(input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=cache, use_cache=True)
+        plain = model(input_ids=torch.cat([prefix, ids], 1)).logits[:, 6:]
+    assert torch.allclose(timed.logits, plain, atol=1e-5)
+
+
+def test_every_make_target_the_reports_name_exists():
+    from bench.report.propd.select import MAKE
+
+    makefile = (PROJECT / "Makefile").read_text()
+    phony = next(line for line in makefile.splitlines() if line.startswith(".PHONY:")).split()
+    for command in MAKE.values():
+        target = command.split()[-1]
+        assert f"\n{target}: setup heads  ## " in makefile and target in phony, target
