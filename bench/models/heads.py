@@ -199,6 +199,19 @@ def read_heads_dir(path: Path, lm_head: nn.Linear | None) -> MedusaHeads:
         raise CorruptCache(reason(err)) from None
 
 
+def read_trained(bundle, heads_id: str, what: str) -> MedusaHeads:
+    """Heads `make heads` wrote for this target in data/cache/heads/<heads_id>/ (not there, or damaged: one line
+    naming `make heads`)."""
+    if bundle.model_cache is None:
+        raise HarnessError(f"{what}: no model cache to find trained heads in")
+    path = heads_dir(bundle.model_cache) / heads_id
+    if not path.exists():
+        raise HarnessError(f"heads '{heads_id}' are not built: run `make heads MODEL={bundle.name}` (looked in {path})")
+    lm_head = bundle.model.get_output_embeddings()
+    return load_or_fail(path, lambda p: read_heads_dir(p, lm_head), f"{what} ({path})",
+                        f"`make heads MODEL={bundle.name}`")
+
+
 def load_heads(bundle) -> MedusaHeads:
     """The heads named by `bundle.heads_cfg`, on the target's device and dtype, eval mode, frozen. `name` and
     `name_or_path` say which heads they are (recorded by the methods)."""
@@ -208,14 +221,7 @@ def load_heads(bundle) -> MedusaHeads:
     name = str(cfg.get("name") or cfg.id)
     lm_head = bundle.model.get_output_embeddings()
     if cfg.source == "trained":
-        if bundle.model_cache is None:
-            raise HarnessError(f"heads '{name}': no model cache to find trained heads in")
-        path = heads_dir(bundle.model_cache) / str(cfg.id)
-        if not path.exists():
-            raise HarnessError(f"heads '{cfg.id}' are not built: run `make heads MODEL={bundle.name}` "
-                               f"(looked in {path})")
-        heads = load_or_fail(path, lambda p: read_heads_dir(p, lm_head), f"trained heads '{name}' ({path})",
-                             f"`make heads MODEL={bundle.name}`")
+        heads = read_trained(bundle, str(cfg.id), f"trained heads '{name}'")
     elif cfg.source == "hub":
         heads = read_medusa_checkpoint(hub_checkpoint(str(cfg.id)), f"Medusa heads '{cfg.id}'")
     elif cfg.source == "path":
@@ -248,16 +254,8 @@ def load_early_heads(bundle):
         raise HarnessError(f"model '{bundle.name}' has no early heads (set model.early_heads)")
     if cfg.source != "trained":
         raise HarnessError(f"unknown early heads source '{cfg.source}' (known: trained)")
-    if bundle.model_cache is None:
-        raise HarnessError(f"early heads '{cfg.id}': no model cache to find them in")
-    path = heads_dir(bundle.model_cache) / str(cfg.id)
-    if not path.exists():
-        raise HarnessError(f"early heads '{cfg.id}' are not built: run `make heads MODEL={bundle.name}` "
-                           f"(looked in {path})")
-    lm_head = bundle.model.get_output_embeddings()
-    heads = load_or_fail(path, lambda p: read_heads_dir(p, lm_head), f"early heads '{cfg.id}' ({path})",
-                         f"`make heads MODEL={bundle.name}`")
+    heads = read_trained(bundle, str(cfg.id), f"early heads '{cfg.id}'")
     heads = heads.to(device=bundle.device, dtype=bundle.dtype).eval().requires_grad_(False)
     heads.name, heads.name_or_path = str(cfg.id), f"trained:{cfg.id}"
-    heads.layers = json.loads((path / CONFIG).read_text())["layers"]
+    heads.layers = json.loads((heads_dir(bundle.model_cache) / str(cfg.id) / CONFIG).read_text())["layers"]
     return heads
