@@ -74,7 +74,13 @@ def train(cfg, force: bool) -> str | None:
 
 
 def train_early(cfg, model_cfg, force: bool) -> None:
-    """ProPD's early heads (model config `early_heads`), from the same self-distilled data."""
+    """ProPD's early heads (model config `early_heads`), from the same self-distilled data; a block without a
+    `train` recipe gets the reference one (conf/model/smollm2-135m.yaml)."""
+    if model_cfg.early_heads.get("train") is None:
+        reference = OmegaConf.to_container(OmegaConf.load(REFERENCE).early_heads.train, resolve=True)
+        model_cfg = OmegaConf.create(OmegaConf.to_container(model_cfg, resolve=True))
+        with open_dict(model_cfg):
+            model_cfg.early_heads.train = reference
     out_dir = heads_dir(project_path(cfg.paths.model_cache)) / str(model_cfg.early_heads.id)
     with lock(out_dir):
         existing = None if force else read_early_report(out_dir)
