@@ -30,9 +30,9 @@ ARTIFACTS = {
 
 # Shown on REPRODUCED.md (`make reproduced`): (artifact, options, the command that makes its runs).
 REPRODUCED = (
-    ("table1", {}, "make reproduce-propd-table1 LIMIT=2"),
-    ("table2", {}, "make reproduce-propd-table2 LIMIT=2"),
-    ("table3", {}, "make reproduce-propd-table3 LIMIT=2"),
-    ("fig7", {}, "make reproduce-propd-fig7 LIMIT=2"),
-    ("fig3", {}, "make reproduce-propd-fig3 LIMIT=2"),
+    ("table1", {}, "make reproduce-propd-table1 LIMIT=16"),
+    ("table2", {}, "make reproduce-propd-table2 LIMIT=16"),
+    ("table3", {}, "make reproduce-propd-table3 LIMIT=16"),
+    ("fig7", {}, "make reproduce-propd-fig7 LIMIT=16"),
+    ("fig3", {}, "make reproduce-propd-fig3 LIMIT=16"),
 )

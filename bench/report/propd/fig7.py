@@ -42,7 +42,7 @@ DEFINITIONS = [
 
 def fig7_points(results_dir: str | Path, model: str | None = None) -> pd.DataFrame:
     """One row per (dataset, batch, method): `tok_s` (aggregate), `tok_s_per_question`, `mat`, `run_id`."""
-    p = pool(results_dir, model, lambda r: r.meta.get("dataset") in DATASETS)
+    p = pool(results_dir, model, lambda r: r.meta.get("dataset") in DATASETS, experiment="propd_fig7")
     rows, missing, used = [], {}, []
     for d in DATASETS:
         for b in BATCHES:

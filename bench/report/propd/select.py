@@ -140,14 +140,18 @@ class Pool:
         return paired_baseline(self.runs, run, method) if run is not None else None
 
 
-def pool(results_dir: str | Path, model: str | None, relevant: Callable[[Run], bool]) -> Pool:
+def pool(results_dir: str | Path, model: str | None, relevant: Callable[[Run], bool],
+         experiment: str | None = None) -> Pool:
     """The ProPD-family runs of `model` (default: the most recent relevant run's) on the most recent relevant
-    run's machine and max_new_tokens. A note counts the relevant runs of other machines or lengths left out."""
+    run's machine and max_new_tokens; that run is the latest of `experiment` (the artifact's own sweep) when it
+    has one, so another table's later runs of other lengths do not replace it. A note counts the relevant runs of
+    other machines or lengths left out."""
     runs = [r for r in load_runs(results_dir) if r.meta.get("method") in METHODS and r.temperature == 0.0]
     mine = [r for r in runs if relevant(r) and (model is None or r.meta.get("model") == model)]
     if not mine:
         return Pool([], model)
-    last = mine[-1].meta
+    own = [r for r in mine if experiment is not None and r.meta.get("experiment") == experiment]
+    last = (own or mine)[-1].meta
     model = last.get("model")
     key = (last.get("machine"), last.get("max_new_tokens"))
     same = [r for r in runs if r.meta.get("model") == model

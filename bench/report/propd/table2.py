@@ -57,7 +57,7 @@ def build_propd_table2(results_dir: str | Path, model: str | None = None, batch_
     """Rows `none` then (layer, top_k): ours `prune_rate`, `mat`, `tok_s`, run id, and the paper's `_paper`."""
     batch_size = int(batch_size)
     p = pool(results_dir, model, lambda r: r.meta.get("dataset") == dataset and r.batch_size == batch_size
-             and r.meta.get("method") in ("medusa", "propd"))
+             and r.meta.get("method") in ("medusa", "propd"), experiment="propd_table2")
     paper = paper_csv(PAPER)
     paper_by = {(row.layer, None if pd.isna(row.top_k) else int(row.top_k)): row for row in paper.itertuples()}
     ref = p.latest("medusa", dataset, batch_size) or p.latest("propd", dataset, batch_size, (False, False))

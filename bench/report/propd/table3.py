@@ -53,7 +53,7 @@ def build_propd_table3(results_dir: str | Path, model: str | None = None, datase
     """One row per (combo, batch size): ours `ratio`, rates, MAT, prune rate, nodes per step, run ids; paper's
     `paper_7b`, and `paper_13b`, `paper_33b` at batch 2."""
     p = pool(results_dir, model, lambda r: r.meta.get("dataset") == dataset
-             and r.meta.get("method") in ("medusa", "propd"))
+             and r.meta.get("method") in ("medusa", "propd"), experiment="propd_table3")
     paper = paper_csv(PAPER)
     rows, missing, used = [], {}, []
     for (prune, dynamic), name in COMBOS.items():
