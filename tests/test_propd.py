@@ -6,7 +6,6 @@ tiny random Llama at B = 1 and 4, the real embedded model at B = 1 and 4."""
 from __future__ import annotations
 
 import dataclasses
-import math
 from types import SimpleNamespace
 
 import pytest
@@ -269,7 +268,7 @@ def test_tiny_propd_identical_to_greedy_ar(combo, batch_size):
         assert len(sizes) > 1 and method.controller.selections >= 1
 
 
-def test_propd_config_errors(tmp_path):
+def test_propd_config_errors():
     model = tiny_llama(V)
     bundle = tiny_bundle(model)
     with pytest.raises(Exception, match="early heads cover layers"):
@@ -322,7 +321,6 @@ def test_real_model_propd_identical_to_greedy_ar(real, combo, batch_size):
     gens = decode(method, engine, prompts, batch_size, REAL_NEW)
     for i, (gen, ref) in enumerate(zip(gens, refs, strict=True)):
         assert gen.output_ids == ref, f"{combo}@{batch_size}: prompt {i} diverges at {first_divergence(gen.output_ids, ref)}"
-    assert not math.isnan(sum(sum(g.accept_lengths) for g in gens))
 
 
 # ---- early heads (bench/models/early_heads.py) ----------------------------------------------------------

@@ -38,7 +38,7 @@ def layer_states(target, prompts: list[list[int]], tokens: torch.Tensor, offsets
     from tqdm import tqdm
 
     base, out = target.get_decoder(), []
-    pad = 0
+    pad = 0  # right padding sits after every sequence: causal attention never lets a real position see it
     for start in tqdm(range(0, len(prompts), batch_size), desc=desc, unit="batch", disable=not progress_bar):
         rows = range(start, min(start + batch_size, len(prompts)))
         seqs = [prompts[r] + tokens[offsets[r] : offsets[r + 1]].tolist() for r in rows]

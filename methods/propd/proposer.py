@@ -114,11 +114,11 @@ class ProPD(Medusa):
         """Hit-rate updates for the heads' earlier predictions whose target token is now committed."""
         still = []
         for first, top in self.pending:
+            known = seq[first:length].cpu()  # one copy per pending step, not one per head
             for i in range(top.shape[0]):
-                pos = first + i
-                if top[i, 0] < 0 or pos >= length:
+                if top[i, 0] < 0 or i >= len(known):
                     continue
-                match = (top[i] == seq[pos].cpu()).nonzero()
+                match = (top[i] == known[i]).nonzero()
                 self.controller.hits.observe(i, int(match[0]) if len(match) else None)
                 top[i, 0] = -1  # scored
             if bool((top[:, 0] >= 0).any()):
