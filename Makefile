@@ -18,7 +18,7 @@ SWEEP = -m $(if $(HYDRA_LAUNCHER),hydra/launcher=$(HYDRA_LAUNCHER))
 TEST_WORKERS ?= 2
 STAMP  := $(VENV)/.installed
 
-.PHONY: help setup demo test lint data datastore reproduce-table1 reproduce-tr-table1 reproduce-tr-fig3 reproduce-tr-fig4 reproduce-tr-auto tree-stats draft heads reproduce-dyspec-table1 reproduce-dyspec-table2 reproduce-dyspec-table3 reproduce-dyspec-table5 reproduce-propd-table1 reproduce-propd-table2 reproduce-propd-table3 reproduce-propd-fig3 reproduce-propd-fig7 reproduced bench-engine clean-results
+.PHONY: help setup demo test lint data datastore reproduce-table1 reproduce-tr-table1 reproduce-tr-fig3 reproduce-tr-fig4 reproduce-tr-auto tree-stats draft draft-sweep heads reproduce-dyspec-table1 reproduce-dyspec-table2 reproduce-dyspec-table3 reproduce-dyspec-table5 reproduce-propd-table1 reproduce-propd-table2 reproduce-propd-table3 reproduce-propd-fig3 reproduce-propd-fig7 reproduced bench-engine clean-results
 
 help:  ## list targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' Makefile | sed 's/:.*## /\t/'
@@ -77,8 +77,11 @@ reproduce-tr-auto: setup tree-stats  ## AR, Token Recycling with the paper tree 
 tree-stats: setup  ## per-rank acceptance of MODEL (Token Recycling calibration) for tree=built/auto -> results/cache/tree_stats/
 	$(PY) scripts/calibrate_tree.py model=$(MODEL)
 
-draft: setup  ## distil MODEL's draft (conf/model/<MODEL>.yaml draft.train) into data/cache/drafts/ (~25 min here); prints agreement and relative cost
+draft: setup  ## distil MODEL's vocabulary-trimmed draft (conf/model/<MODEL>.yaml draft.train) into data/cache/drafts/ (~35 min here); prints agreement and relative cost
 	$(PY) scripts/train_draft.py model=$(MODEL)
+
+draft-sweep: setup  ## drafts of several depths (draft.sweep) x V' x training time, predicted speedups -> results/drafts/ (~45 min here)
+	$(PY) scripts/draft_sweep.py model=$(MODEL)
 
 heads: setup  ## train MODEL's Medusa heads by self-distillation (conf/model/<MODEL>.yaml heads.train) into data/cache/heads/ (~30 min here); prints held-out accuracy per head and relative cost
 	$(PY) scripts/train_heads.py model=$(MODEL)

@@ -25,6 +25,7 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from bench.core.proposer import Generation, Method
+from bench.models.vocab import TrimmedDraft
 
 
 class StepRecorder(StoppingCriteria):
@@ -141,7 +142,10 @@ class HFAssisted(HFGenerate):
 
     def __init__(self, cfg, bundle):
         super().__init__(cfg, bundle)
-        self.draft = bundle.load_draft()
+        draft = bundle.load_draft()
+        # transformers' assistant must be a whole model: a trimmed draft (bench.models.vocab) is used untrimmed.
+        self.draft = draft.model if isinstance(draft, TrimmedDraft) else draft
+        self.draft_vocab = "trimmed draft used whole" if draft is not self.draft else "whole"
         self.configured = {k: cfg.get(k) for k in ASSISTANT_KEYS}
         for key, value in self.configured.items():
             setattr(self.draft.generation_config, key, value)  # None: transformers fills in its default
@@ -164,6 +168,7 @@ class HFAssisted(HFGenerate):
             "generate_kwargs": {"assistant_model": "model.draft"},
             "draft": getattr(self.draft.config, "name_or_path", None) or str(self.bundle.draft_cfg.id),
             "draft_layers": self.draft.config.num_hidden_layers,
+            "draft_vocab": self.draft_vocab,
             "configured": self.configured,
             **effect,
             # Without scikit-learn transformers keeps the confidence threshold fixed; with it, the threshold is

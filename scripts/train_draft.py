@@ -2,7 +2,7 @@
 
     python scripts/train_draft.py [model=smollm2-135m] [--force] [model.draft.train.max_minutes=1 ...]
 
-The recipe is the model config's `draft.train` block (bench/models/training.py). A model whose draft is not a
+The recipe is the model config's `draft.train` block (bench/models/draft_training.py). A model whose draft is not a
 trained one (e.g. `draft: null`, or a hub draft) gets the reference recipe of conf/model/smollm2-135m.yaml
 and the id `<model>-draft`; the last line then says how to point the model at it. A draft whose report
 already matches the recipe and the target is kept unless --force. Prints one summary line: top-1 agreement
@@ -18,8 +18,9 @@ from omegaconf import OmegaConf, open_dict
 
 from bench.cachefile import lock
 from bench.errors import HarnessError
+from bench.models.draft_training import build_draft, read_report, summary_line
 from bench.models.loading import drafts_dir
-from bench.models.training import build_draft, plain, read_report, summary_line
+from bench.models.recipes import plain
 from bench.paths import PROJECT, project_path
 from bench.run.compose import compose_config, split_flags
 from bench.run.runner import get_bundle
@@ -37,8 +38,9 @@ def with_trained_draft(model_cfg):
     name = f"{model_cfg.name}-draft"
     model_cfg = OmegaConf.create(OmegaConf.to_container(model_cfg, resolve=True))
     with open_dict(model_cfg):
-        model_cfg.draft = {"name": name, "source": "trained", "id": name, "train": recipe}
-    hint = f"to use it: model.draft='{{name: {name}, source: trained, id: {name}}}' (or set it in conf/model/)"
+        model_cfg.draft = {"name": name, "source": "trained", "id": name, "vocab": recipe.vocab, "train": recipe}
+    hint = (f"to use it: model.draft='{{name: {name}, source: trained, id: {name}, vocab: {recipe.vocab}}}' "
+            "(or set it in conf/model/)")
     return model_cfg, hint
 
 

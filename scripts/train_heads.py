@@ -23,7 +23,7 @@ from bench.models.early_heads import build_early_heads, read_early_report
 from bench.models.early_heads import summary as early_summary
 from bench.models.heads import heads_dir
 from bench.models.heads_training import build_heads, read_report, summary
-from bench.models.training import plain
+from bench.models.recipes import plain
 from bench.paths import PROJECT, project_path
 from bench.run.compose import compose_config, split_flags
 from bench.run.runner import get_bundle

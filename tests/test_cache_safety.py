@@ -285,11 +285,11 @@ def test_converted_model_corrupt_is_reconverted(tmp_path, monkeypatch, capfd):
 
 
 def test_trained_draft_corrupt_is_one_line_error_naming_make_draft(tmp_path, capfd):
+    from bench.models.draft_training import read_report, write_draft
     from bench.models.loading import load_draft_model
-    from bench.models.training import read_report, write_draft
     out = tmp_path / "drafts" / "tiny-draft"
     model = SimpleNamespace(save_pretrained=lambda folder: tiny_model_dir(Path(folder)))
-    write_draft(model, None, {"draft": "tiny-draft"}, out)
+    write_draft(model, None, {"draft": "tiny-draft"}, None, 0, out)
     cut_weights(out)
     bundle = SimpleNamespace(name="tiny", model_cache=str(tmp_path / "models"),
                              draft_cfg=OmegaConf.create({"name": "tiny-draft", "source": "trained", "id": "tiny-draft"}))

@@ -38,8 +38,17 @@ def draw(q, k, scheme, g):
     return torch.multinomial(q, min(k, int((q > 0).sum())), replacement=False, generator=g).tolist()
 
 
-def run_trials(rule, scheme, seed=0, widths=(3, 2), verify=stochastic_accept, q_scale=None):
+def trimmed(q: torch.Tensor, keep: int) -> torch.Tensor:
+    """q as a vocabulary-trimmed draft gives it (bench.models.vocab.TrimmedDraft): logits -inf outside the first
+    `keep` tokens, then the softmax, so exactly 0 there."""
+    logits = q.log().masked_fill(torch.arange(V) >= keep, float("-inf"))
+    return torch.softmax(logits, dim=-1)
+
+
+def run_trials(rule, scheme, seed=0, widths=(3, 2), verify=stochastic_accept, q_scale=None, trim=None):
     g, p0, q0, p1, q1 = dists(seed)
+    if trim is not None:
+        q0, q1 = trimmed(q0, trim), trimmed(q1, trim)
     counts = torch.zeros(V, V)
     k0, k1 = widths
     for _ in range(TRIALS):
@@ -86,6 +95,17 @@ def test_rule_preserves_target_distribution(rule, scheme):
     assert run_trials(rule, scheme) < LIMIT
 
 
+@pytest.mark.parametrize("rule,scheme", [("specinfer", "iid"), ("sequoia", "wor")])
+def test_rule_preserves_target_distribution_with_a_trimmed_draft(rule, scheme):
+    # The draft can never propose tokens 4 and 5; the residual max(p - q, 0) must still produce them as often
+    # as the target does (p puts mass on them; the Dirichlet draws make it non-trivial).
+    assert run_trials(rule, scheme, trim=4) < LIMIT
+
+
+def test_chain_with_a_trimmed_draft():  # sd: one child per node
+    assert run_trials("specinfer", "iid", seed=3, widths=(1, 1), trim=4) < LIMIT
+
+
 def test_chain_is_leviathan_speculative_sampling():
     assert run_trials("specinfer", "iid", seed=3, widths=(1, 1)) < LIMIT
 
@@ -108,3 +128,6 @@ def test_wrong_rules_fail():
                 return path, int(torch.multinomial(p[node], 1, generator=g))
 
     assert run_trials("sequoia", "wor", seed=1, verify=no_residual) > 3 * LIMIT
+    # ... and with a trimmed draft, where skipping the residual never yields the tokens outside V'.
+    assert run_trials("sequoia", "wor", seed=1, verify=no_residual, trim=4) > 3 * LIMIT
+    assert run_trials("specinfer", "wor", seed=1, widths=(4, 3), trim=4) > 3 * LIMIT

@@ -10,6 +10,7 @@ parent is the previous slot.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
@@ -116,3 +117,22 @@ def tree_from_paths(paths: list[list[int]]) -> Tree:
 def chain(n: int) -> Tree:
     """A chain of n draft tokens (cached: PLD asks for the same few lengths every step)."""
     return tree_from_parents([-1] + list(range(n)))
+
+
+def best_first(p: torch.Tensor, limit: int) -> list[tuple[tuple[int, ...], float]]:
+    """The `limit` tree nodes of highest expected acceptance prod_i p[i, k_i], best first, as (rank path, value):
+    p[i, r] is the chance that the rank-r candidate at depth i is right (Medusa head i, or a draft's rank-r token);
+    [a, b] is the rank-b candidate under rank-a. Parents always come before their children, so every prefix of
+    the list is a tree."""
+    depth, k = p.shape
+    values = p.tolist()
+    heap = [(-values[0][r], (r,)) for r in range(k)]
+    heapq.heapify(heap)
+    out = []
+    while heap and len(out) < limit:
+        neg, path = heapq.heappop(heap)
+        out.append((path, -neg))
+        if len(path) < depth:
+            for r in range(k):
+                heapq.heappush(heap, (neg * values[len(path)][r], (*path, r)))
+    return out

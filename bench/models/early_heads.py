@@ -25,7 +25,7 @@ from bench.errors import HarnessError
 from bench.models.heads import init_heads
 from bench.models.heads_data import collect_prompts, selfdistill
 from bench.models.heads_training import as_dtype_of, float32_copy, train_heads, write_heads
-from bench.models.training import plain
+from bench.models.recipes import plain
 
 REPORT = "early_heads_report.json"
 

@@ -2,8 +2,9 @@
 responses to them, and the target's final hidden state at every position that predicts a response token.
 
 Prompts: instructions only (the target writes the answers), read like the draft's sources (data/corpus.py
-`source_rows`: mirror, package file or hub; rows split by bench/models/training.py's `row_split`, e.g. every 8th
-AlpacaEval row held out) and rendered with the target's chat template. A prompt sharing a `window_words` window
+`source_rows`: mirror, package file or hub; rows split by bench/models/recipes.py `row_split`, e.g. every 8th
+AlpacaEval row held out) and rendered with the target's chat template (a source with `chat: false` is raw text
+instead: its first `prompt_tokens` tokens, for the target to continue). A prompt sharing a `window_words` window
 with a prompt or answer of the `disjoint_from` evaluation sets is dropped, as for the REST datastores.
 
 Responses: HF `generate`, greedy, left-padded batches (prompts sorted by length), up to `max_new_tokens`, cut
@@ -35,7 +36,7 @@ import torch
 from bench.cachefile import CorruptCache, atomic_dir, load_or_build, reason
 from bench.errors import HarnessError
 from bench.models.chat import prompt_ids
-from bench.models.training import plain, row_split, rows_needed
+from bench.models.recipes import plain, row_split, rows_needed
 from data.corpus import OverlapIndex, eval_texts, source_rows
 
 TENSORS = "selfdistill.safetensors"
@@ -97,7 +98,14 @@ def collect_prompts(recipe: dict, tokenizer, chat_template: str, mirror_dir: str
             if overlap is not None and overlap.hits(text):
                 counts["dropped_overlapping_eval"] += 1
                 continue
-            ids = prompt_ids(tokenizer, chat_template, [], text)
+            if src.get("chat", True):
+                ids = prompt_ids(tokenizer, chat_template, [], text)
+            else:  # raw text: its first `prompt_tokens` tokens, continued by the target (DySpec's C4 prompts)
+                ids = tokenizer(text).input_ids
+                if len(ids) < int(src["prompt_tokens"]) + 1:
+                    counts["dropped_too_short"] = counts.get("dropped_too_short", 0) + 1
+                    continue
+                ids = ids[: int(src["prompt_tokens"])]
             if longest is not None and len(ids) > int(longest):
                 counts["dropped_too_long"] += 1
                 continue

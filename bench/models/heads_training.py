@@ -31,7 +31,7 @@ from bench.core.timing import device_sync
 from bench.errors import HarnessError
 from bench.models.heads import CONFIG, MedusaHeads, from_state_dict, init_heads, read_heads_dir, save_heads
 from bench.models.heads_data import selfdistill
-from bench.models.training import lr_at, plain
+from bench.models.recipes import lr_at, plain
 
 REPORT = "heads_report.json"
 IGNORE = -100

@@ -21,6 +21,7 @@ import torch
 from bench.cachefile import CorruptCache, atomic_dir, load_or_build, load_or_fail
 from bench.errors import HarnessError
 from bench.models.heads import load_early_heads, load_heads
+from bench.models.vocab import TrimmedDraft, read_ranking, trim
 from bench.paths import project_path
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -49,10 +50,24 @@ class ModelBundle:
     early_heads: object = field(default=None, repr=False)
 
     def load_draft(self):
-        """The draft model: loaded once and kept on the bundle; same device and dtype as the target, eval mode."""
+        """The draft model: loaded once and kept on the bundle; same device and dtype as the target, eval mode.
+        With `draft.vocab` set, a bench.models.vocab.TrimmedDraft scoring only that many tokens."""
         if self.draft is None:
             self.draft = load_draft_model(self)
         return self.draft
+
+    def draft_label(self) -> str:
+        """A name for the draft as loaded, for caches that depend on it (Sequoia's acceptance vector and cost):
+        its id, depth and vocabulary, and for a trained draft a digest of its report (a retrained draft is new)."""
+        draft = self.load_draft()
+        cfg = self.draft_cfg
+        label = f"{cfg.id if cfg is not None else 'draft'}-{draft.config.num_hidden_layers}l"
+        label += f"-v{draft.vocab_ids.numel()}" if isinstance(draft, TrimmedDraft) else ""
+        if cfg is not None and cfg.source == "trained" and self.model_cache is not None:
+            report = drafts_dir(self.model_cache) / str(cfg.id) / "draft_report.json"
+            if report.is_file():
+                label += "-" + hashlib.sha1(report.read_bytes()).hexdigest()[:8]
+        return label.replace("/", "_")
 
     def load_heads(self):
         """The Medusa heads: loaded once and kept on the bundle; same device and dtype as the target, eval mode."""
@@ -170,7 +185,10 @@ def load_draft_model(bundle: ModelBundle):
     if vocab != bundle.vocab_size:
         raise HarnessError(f"draft '{name}' has vocabulary size {vocab}, target '{bundle.name}' has "
                            f"{bundle.vocab_size}: a draft must share the target's tokenizer")
-    return draft.eval()
+    size = cfg.get("vocab")
+    if size is not None and cfg.source != "trained":
+        raise HarnessError(f"draft '{name}': `vocab` needs a trained draft (its token ranking); set it to null")
+    return trim(draft.eval(), read_ranking(path) if size is not None else None, size)
 
 
 def path_or_hub(source: str, ident, what: str, other: str) -> str:

@@ -24,7 +24,7 @@ class Sequoia(DraftModelProposer):
 
     @property
     def draft_name(self) -> str:
-        return f"{self.bundle.name}-draft-{self.draft.config.num_hidden_layers}l"
+        return self.bundle.draft_label()
 
     def describe(self):
         info = {f"T{t:g}": {"tree": tree_from_paths(paths).name, "paths": paths, **extra}
@@ -41,7 +41,7 @@ class Sequoia(DraftModelProposer):
                 from bench.models import forward_cost
 
                 curve = forward_cost.load_or_measure(self.bundle, project_path(cfg.forward_cost_dir))
-                draft_ms = sequoia_tree.draft_cost_ms(self.draft, self.bundle, cfg.forward_cost_dir)
+                draft_ms = sequoia_tree.draft_cost_ms(self.draft, self.draft_name, self.bundle, cfg.forward_cost_dir)
                 paths, info = sequoia_tree.choose_size(acc, cfg.sizes, self.max_depth,
                                                        lambda n: forward_cost.cost_at(curve, n), draft_ms)
             else:

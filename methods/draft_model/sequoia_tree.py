@@ -132,11 +132,11 @@ def load_or_measure_acceptance(bundle, draft, draft_name: str, temperature: floa
     return load_or_build(path, read_acceptance, build, "Sequoia acceptance vector")
 
 
-def draft_cost_ms(draft, bundle, cache_dir) -> float:
+def draft_cost_ms(draft, draft_name: str, bundle, cache_dir) -> float:
     """T_draft(1) in ms, measured like the target's curve (bench.models.forward_cost), cached per machine."""
     from bench.models import forward_cost
 
     pseudo = SimpleNamespace(model=draft, device=bundle.device, dtype=bundle.dtype, vocab_size=bundle.vocab_size,
-                             name=f"{bundle.name}-draft-{draft.config.num_hidden_layers}l")
+                             name=draft_name)
     curve = forward_cost.load_or_measure(pseudo, project_path(cache_dir), sizes=(1, 2, 4, 8))
     return float(forward_cost.cost_at(curve, 1))

@@ -18,10 +18,11 @@ Before the time model has two distinct sizes, the controller cycles through `war
 
 from __future__ import annotations
 
-import heapq
 import math
 
 import torch
+
+from bench.core.tree import best_first
 
 
 class IterationTimes:
@@ -79,23 +80,6 @@ class HitRates:
 
     def load_state_dict(self, state: dict) -> None:
         self.P = state["P"].clone().to(torch.float64)
-
-
-def best_first(p: torch.Tensor, limit: int) -> list[tuple[tuple[int, ...], float]]:
-    """The `limit` tree nodes (rank paths: [a, b] = rank-b candidate of head 1 under rank-a of head 0) of highest
-    expected acceptance prod_i p[i, k_i], best first; parents always come before their children."""
-    depth, k = p.shape
-    values = p.tolist()
-    heap = [(-values[0][r], (r,)) for r in range(k)]
-    heapq.heapify(heap)
-    out = []
-    while heap and len(out) < limit:
-        neg, path = heapq.heappop(heap)
-        out.append((path, -neg))
-        if len(path) < depth:
-            for r in range(k):
-                heapq.heappush(heap, (neg * values[len(path)][r], (*path, r)))
-    return out
 
 
 def choose_size(nodes: list[tuple[tuple[int, ...], float]], sizes: list[int], fit: tuple[float, float]) -> dict:
