@@ -18,7 +18,7 @@ SWEEP = -m $(if $(HYDRA_LAUNCHER),hydra/launcher=$(HYDRA_LAUNCHER))
 TEST_WORKERS ?= 2
 STAMP  := $(VENV)/.installed
 
-.PHONY: help setup demo test lint data datastore reproduce-table1 reproduce-tr-table1 reproduce-tr-fig3 reproduce-tr-fig4 reproduce-tr-auto tree-stats draft draft-sweep heads reproduce-dyspec-table1 reproduce-dyspec-table2 reproduce-dyspec-table3 reproduce-dyspec-table5 reproduce-propd-table1 reproduce-propd-table2 reproduce-propd-table3 reproduce-propd-fig3 reproduce-propd-fig7 reproduced bench-engine clean-results
+.PHONY: help setup demo test lint data datastore reproduce-table1 reproduce-tr-table1 reproduce-tr-fig3 reproduce-tr-fig4 reproduce-tr-auto tree-stats draft draft-sweep reproduce-draft-sd heads reproduce-dyspec-table1 reproduce-dyspec-table2 reproduce-dyspec-table3 reproduce-dyspec-table5 reproduce-propd-table1 reproduce-propd-table2 reproduce-propd-table3 reproduce-propd-fig3 reproduce-propd-fig7 reproduced bench-engine clean-results
 
 help:  ## list targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' Makefile | sed 's/:.*## /\t/'
@@ -79,6 +79,11 @@ tree-stats: setup  ## per-rank acceptance of MODEL (Token Recycling calibration)
 
 draft: setup  ## distil MODEL's vocabulary-trimmed draft (conf/model/<MODEL>.yaml draft.train) into data/cache/drafts/ (~35 min here); prints agreement and relative cost
 	$(PY) scripts/train_draft.py model=$(MODEL)
+
+reproduce-draft-sd: setup  ## sd at draft length 4, 8, 12 on MT-Bench and HumanEval with MODEL's draft, beside AR (LIMIT per dataset)
+	$(PY) -m bench.run $(SWEEP) experiment=draft/sd_lambda_ar model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
+	$(PY) -m bench.run $(SWEEP) experiment=draft/sd_lambda model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
+	$(PY) -m bench.report draft_sd --model $(MODEL)
 
 draft-sweep: setup  ## drafts of several depths (draft.sweep) x V' x training time, predicted speedups -> results/drafts/ (~45 min here)
 	$(PY) scripts/draft_sweep.py model=$(MODEL)

@@ -85,8 +85,11 @@ class DraftModelProposer(Proposer):
         return self.max_nodes
 
     def describe(self):
+        vocab = getattr(self.draft, "vocab_ids", None)  # a bench.models.vocab.TrimmedDraft scores only these
         return {"draft": getattr(self.draft, "name_or_path", None) or self.draft.config.name_or_path,
+                "draft_label": self.bundle.draft_label() if self.bundle.draft_cfg is not None else None,
                 "draft_layers": self.draft.config.num_hidden_layers,
+                "draft_vocab": int(vocab.numel()) if vocab is not None else self.draft.config.vocab_size,
                 "draft_temperature": self.draft_temperature, "t0_children": self.t0_children}
 
     def start(self, prompt_ids):
