@@ -141,3 +141,21 @@ def load_or_fail(path, load, what: str, how: str):
             return load(path)
         except READ_ERRORS as err:
             raise HarnessError(f"{what} is corrupt ({reason(err)}): rebuild it with {how}") from None
+
+
+def load_keyed_tensors(folder, key: dict, meta_name: str, tensors_name: str) -> tuple[dict, dict]:
+    """(meta, tensors) of a cache folder holding `meta_name` (JSON with the "key" it was built for) and a
+    safetensors file; CorruptCache if the key differs or the tensors do not load (READ_ERRORS for the rest)."""
+    import json
+
+    from safetensors.torch import load_file
+
+    meta = json.loads((Path(folder) / meta_name).read_text())
+    if meta["key"] != key:
+        raise CorruptCache("its recipe differs from the one its name was made from")
+    try:
+        tensors = load_file(str(Path(folder) / tensors_name))
+    except Exception as err:  # noqa: BLE001 - safetensors raises its own error type
+        raise CorruptCache(reason(err)) from None
+    return meta, tensors
+

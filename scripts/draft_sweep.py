@@ -22,10 +22,10 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import OmegaConf, open_dict
 
-from bench.cachefile import atomic_write, lock
+from bench.cachefile import atomic_write
 from bench.errors import HarnessError
 from bench.models import draft_choice
-from bench.models.draft_training import build_draft, read_report, summary_line
+from bench.models.draft_training import build_or_reuse, summary_line
 from bench.models.loading import drafts_dir
 from bench.models.recipes import plain
 from bench.paths import project_path
@@ -85,7 +85,7 @@ def main(argv: list[str]) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     try:
-        sweep, reports, bundle = plain(cfg.model.draft.sweep), [], None
+        sweep, reports = plain(cfg.model.draft.sweep), []
         for layers in sweep["layers"]:
             model_cfg = OmegaConf.create(OmegaConf.to_container(cfg.model, resolve=True))
             with open_dict(model_cfg):
@@ -94,13 +94,9 @@ def main(argv: list[str]) -> int:
                 model_cfg.draft.train.layers = int(layers)
                 model_cfg.draft.train.max_minutes = float(sweep["max_minutes"])
             out = drafts_dir(project_path(cfg.paths.model_cache)) / str(model_cfg.draft.id)
-            with lock(out):
-                report = read_report(out)
-                if "--force" in flags or not report or report.get("recipe") != plain(model_cfg.draft.train):
-                    bundle = bundle or get_bundle(cfg.model, cfg.paths.model_cache)
-                    report = build_draft(bundle.model, bundle.tokenizer, model_cfg, out,
-                                         str(project_path(cfg.paths.data_mirror)),
-                                         str(project_path(cfg.paths.data_cache)))
+            report, _ = build_or_reuse(model_cfg, out, lambda: get_bundle(cfg.model, cfg.paths.model_cache),
+                                       str(project_path(cfg.paths.data_mirror)),
+                                       str(project_path(cfg.paths.data_cache)), "--force" in flags)
             print(summary_line(report))
             reports.append(report)
         table = pd.DataFrame([row for r in reports for row in sweep_rows(r)]).round(4)

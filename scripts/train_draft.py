@@ -16,11 +16,9 @@ import sys
 
 from omegaconf import OmegaConf, open_dict
 
-from bench.cachefile import lock
 from bench.errors import HarnessError
-from bench.models.draft_training import build_draft, read_report, summary_line
+from bench.models.draft_training import build_or_reuse, summary_line
 from bench.models.loading import drafts_dir
-from bench.models.recipes import plain
 from bench.paths import PROJECT, project_path
 from bench.run.compose import compose_config, split_flags
 from bench.run.runner import get_bundle
@@ -55,17 +53,10 @@ def main(argv: list[str]) -> int:
     try:
         model_cfg, hint = with_trained_draft(cfg.model)
         out_dir = drafts_dir(project_path(cfg.paths.model_cache)) / str(model_cfg.draft.id)
-        with lock(out_dir):  # a second `make draft` waits, then finds this one's draft up to date
-            existing = read_report(out_dir)
-            target = f"{model_cfg.target.source}:{model_cfg.target.id}"
-            if (not force and existing and existing.get("recipe") == plain(model_cfg.draft.train)
-                    and existing.get("target_source") == target):
-                print(f"up to date: {summary_line(existing)} -> {out_dir}")
-            else:
-                bundle = get_bundle(cfg.model, cfg.paths.model_cache)
-                report = build_draft(bundle.model, bundle.tokenizer, model_cfg, out_dir,
-                                     str(project_path(cfg.paths.data_mirror)), str(project_path(cfg.paths.data_cache)))
-                print(f"{summary_line(report)} -> {out_dir}")
+        report, built = build_or_reuse(model_cfg, out_dir, lambda: get_bundle(cfg.model, cfg.paths.model_cache),
+                                       str(project_path(cfg.paths.data_mirror)),
+                                       str(project_path(cfg.paths.data_cache)), force)
+        print(f"{'' if built else 'up to date: '}{summary_line(report)} -> {out_dir}")
         if hint:
             print(hint)
     except (HarnessError, DataError) as err:

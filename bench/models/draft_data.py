@@ -22,7 +22,6 @@ reported and rebuilt).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -30,9 +29,9 @@ from pathlib import Path
 
 import torch
 
-from bench.cachefile import CorruptCache, atomic_dir, load_or_build, reason
+from bench.cachefile import CorruptCache, atomic_dir, load_keyed_tensors, load_or_build
 from bench.errors import HarnessError
-from bench.models.heads_data import collect_prompts, end_tokens, response_lengths
+from bench.models.heads_data import collect_prompts, end_tokens, response_lengths, selfdistill_path
 from bench.models.recipes import plain
 
 TENSORS = "draftdata.safetensors"
@@ -145,11 +144,6 @@ def data_key(model_cfg, data_recipe: dict) -> dict:
             "chat_template": str(model_cfg.chat_template), "data": data_recipe}
 
 
-def data_path(root: Path, key: dict) -> Path:
-    digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
-    return Path(root) / "selfdistill" / f"{key['model']}-{digest}"
-
-
 def build(path: Path, key: dict, target, tokenizer, model_cfg, recipe: dict, mirror_dir: str | None,
           cache_dir: str, progress_bar: bool) -> DraftData:
     from safetensors.torch import save_file
@@ -189,15 +183,7 @@ def build(path: Path, key: dict, target, tokenizer, model_cfg, recipe: dict, mir
 
 def load(path: Path, key: dict) -> DraftData:
     """A cached data folder; a damaged or foreign one raises one of bench.cachefile.READ_ERRORS."""
-    from safetensors.torch import load_file
-
-    meta = json.loads((Path(path) / META).read_text())
-    if meta["key"] != key:
-        raise CorruptCache("its recipe differs from the one its name was made from")
-    try:
-        tensors = load_file(str(Path(path) / TENSORS))
-    except Exception as err:  # noqa: BLE001 - safetensors raises its own error type
-        raise CorruptCache(reason(err)) from None
+    meta, tensors = load_keyed_tensors(path, key, META, TENSORS)
     splits = {}
     for s in SPLITS:
         seq = Sequences(**{f: tensors[f"{s}.{f}"] for f in FIELDS})
@@ -216,7 +202,7 @@ def draft_data(target, tokenizer, model_cfg, data_recipe, root: Path, mirror_dir
     if not recipe.get("sources"):
         raise HarnessError("draft.train.data.sources is empty: no prompts to distil from")
     key = data_key(model_cfg, recipe)
-    path = data_path(root, key)
+    path = selfdistill_path(root, key)
     data = load_or_build(path, lambda p: load(p, key),
                          lambda p: build(p, key, target, tokenizer, model_cfg, recipe, mirror_dir, cache_dir,
                                          progress_bar), "draft self-distillation data")

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from bench.cachefile import READ_ERRORS, atomic_dir, report_corrupt
+from bench.cachefile import READ_ERRORS, atomic_dir, lock, report_corrupt
 from bench.models import draft_choice
 from bench.models.draft_data import DraftData, Sequences, draft_data
 from bench.models.drafts import decode_step_seconds, init_draft_from_target
@@ -304,3 +304,25 @@ def summary_line(report: dict) -> str:
             f"V'={report['vocab']}; top-1 agreement with {report['target']}'s greedy outputs, held out: {agree} "
             f"(untrained: {before}); cost per token {report['cost_ratio']:.2f}x the target's; "
             f"{report['steps']} steps in {report['train_seconds'] / 60:.1f} min")
+
+
+def up_to_date(out_dir: Path, model_cfg) -> dict | None:
+    """The report of the draft in out_dir if it was built from this recipe and target, else None."""
+    existing = read_report(out_dir)
+    target = f"{model_cfg.target.source}:{model_cfg.target.id}"
+    if existing and existing.get("recipe") == plain(model_cfg.draft.train) and existing.get("target_source") == target:
+        return existing
+    return None
+
+
+def build_or_reuse(model_cfg, out_dir: Path, load_target, mirror_dir: str | None, cache_dir: str,
+                   force: bool = False) -> tuple[dict, bool]:
+    """(report, built) of the draft in out_dir: reused if up to date (and not `force`), else built from the target
+    `load_target()` returns (a ModelBundle, loaded only then), under the folder's lock, so a second build waits and
+    then finds it up to date."""
+    with lock(out_dir):
+        existing = None if force else up_to_date(out_dir, model_cfg)
+        if existing is not None:
+            return existing, False
+        bundle = load_target()
+        return build_draft(bundle.model, bundle.tokenizer, model_cfg, out_dir, mirror_dir, cache_dir), True

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from bench.cachefile import CorruptCache, atomic_dir, load_or_build, reason
+from bench.cachefile import CorruptCache, atomic_dir, load_keyed_tensors, load_or_build
 from bench.errors import HarnessError
 from bench.models.chat import prompt_ids
 from bench.models.recipes import plain, row_split, rows_needed
@@ -220,15 +220,7 @@ def selfdistill_path(root: Path, key: dict) -> Path:
 
 def load_selfdistill(path: Path, key: dict) -> SelfDistill:
     """A cached data folder; a damaged or foreign one raises one of bench.cachefile.READ_ERRORS."""
-    from safetensors.torch import load_file
-
-    meta = json.loads((Path(path) / META).read_text())
-    if meta["key"] != key:
-        raise CorruptCache("its recipe differs from the one its name was made from")
-    try:
-        tensors = load_file(str(Path(path) / TENSORS))
-    except Exception as err:  # noqa: BLE001 - safetensors raises its own error type
-        raise CorruptCache(reason(err)) from None
+    meta, tensors = load_keyed_tensors(path, key, META, TENSORS)
     splits = {}
     for s in SPLITS:
         pos = Positions(tensors[f"{s}.hidden"], tensors[f"{s}.tokens"].long(), tensors[f"{s}.offsets"].long())

@@ -27,7 +27,11 @@ def draft_sd_table(results_dir: str | Path, model: str | None = None) -> str:
                r.temperature)
         latest[key] = r
     rows = []
-    for (dataset, draft, length, temperature), r in sorted(latest.items(), key=lambda kv: tuple(map(str, kv[0]))):
+    def order(item):  # dataset, draft, then lambda as a number
+        dataset, draft, length, temperature = item[0]
+        return str(dataset), str(draft), float(temperature), int(length or 0)
+
+    for (dataset, draft, length, temperature), r in sorted(latest.items(), key=order):
         s = r.meta["summary"]
         rows.append({"dataset": dataset, "draft": draft, "draft_vocab": r.meta["method_settings"].get("draft_vocab"),
                      "lambda": length, "T": temperature, "questions": s.get("n_questions"), "mat": s.get("mat"),

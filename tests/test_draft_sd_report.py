@@ -1,0 +1,47 @@
+"""The draft issue's sd table (bench/report/draft_sd.py) on hand-written runs: one row per dataset, draft and
+draft length (latest run wins), lambda in numeric order, and one error line without runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.errors import HarnessError
+from bench.report.draft_sd import draft_sd_table
+
+
+def write_run(root, name, created, dataset, length, label, mat, speedup):
+    d = root / "runs" / name
+    d.mkdir(parents=True)
+    (d / "records.jsonl").write_text("{}\n")
+    meta = {"run_id": name, "created": created, "experiment": "draft_sd_lambda", "method": "sd", "model": "m",
+            "dataset": dataset, "temperature": 0.0,
+            "method_settings": {"draft_label": label, "draft_length": length, "draft_vocab": 8192},
+            "summary": {"n_questions": 5, "mat": mat, "tokens_per_s": {"mean_of_questions": 7.0},
+                        "lossless": {"checked": 5, "equal": 5}},
+            "speedup": {"vs_ar": {"value": speedup}}}
+    (d / "summary.json").write_text(json.dumps(meta))
+
+
+def test_one_row_per_draft_and_length(tmp_path):
+    for i, length in enumerate((12, 4, 8)):
+        write_run(tmp_path, f"r{i}", f"2026-01-01T00:00:0{i}", "humaneval", length, "new", 1.5, 0.5)
+    write_run(tmp_path, "r3", "2026-01-01T00:00:03", "humaneval", 4, "new", 1.6, 0.7)  # a later run replaces r1
+    write_run(tmp_path, "r4", "2026-01-01T00:00:04", "humaneval", 4, "old", 1.9, 0.2)  # another draft: own row
+    md = draft_sd_table(tmp_path, "m")
+    rows = [line for line in md.splitlines() if line.startswith("| humaneval")]
+    assert len(rows) == 4
+    new = [r for r in rows if "| new" in r]
+    assert [r.split("|")[4].strip() for r in new] == ["4", "8", "12"]
+    import pandas as pd
+
+    data = pd.read_csv(tmp_path / "tables" / "draft_sd.csv")
+    latest = data[(data["draft"] == "new") & (data["lambda"] == 4)]
+    assert latest.speedup_vs_ar.tolist() == [0.7] and latest.mat.tolist() == [1.6]
+
+
+def test_no_runs_is_one_error(tmp_path):
+    (tmp_path / "runs").mkdir()
+    with pytest.raises(HarnessError, match="make reproduce-draft-sd"):
+        draft_sd_table(tmp_path, "m")
