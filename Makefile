@@ -77,7 +77,7 @@ reproduce-tr-auto: setup tree-stats  ## AR, Token Recycling with the paper tree 
 tree-stats: setup  ## per-rank acceptance of MODEL (Token Recycling calibration) for tree=built/auto -> results/cache/tree_stats/
 	$(PY) scripts/calibrate_tree.py model=$(MODEL)
 
-draft: setup  ## distil MODEL's vocabulary-trimmed draft (conf/model/<MODEL>.yaml draft.train) into data/cache/drafts/ (~35 min here); prints agreement and relative cost
+draft: setup  ## distil MODEL's vocabulary-trimmed draft (conf/model/<MODEL>.yaml draft.train) into data/cache/drafts/ (~27 min here); prints agreement and relative cost
 	$(PY) scripts/train_draft.py model=$(MODEL)
 
 reproduce-draft-sd: setup  ## sd at draft length 4, 8, 12 on MT-Bench and HumanEval with MODEL's draft, beside AR (LIMIT per dataset)
