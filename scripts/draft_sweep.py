@@ -25,13 +25,13 @@ from omegaconf import OmegaConf, open_dict
 from bench.cachefile import atomic_write
 from bench.errors import HarnessError
 from bench.models import draft_choice
-from bench.models.draft_training import build_or_reuse, summary_line
+from bench.models.draft_training import summary_line
 from bench.models.loading import drafts_dir
 from bench.models.recipes import plain
 from bench.paths import project_path
 from bench.run.compose import compose_config, split_flags
-from bench.run.runner import get_bundle
 from data.loaders import DataError
+from scripts.train_draft import build_or_reuse_draft
 
 
 def sweep_rows(report: dict) -> list[dict]:
@@ -94,9 +94,7 @@ def main(argv: list[str]) -> int:
                 model_cfg.draft.train.layers = int(layers)
                 model_cfg.draft.train.max_minutes = float(sweep["max_minutes"])
             out = drafts_dir(project_path(cfg.paths.model_cache)) / str(model_cfg.draft.id)
-            report, _ = build_or_reuse(model_cfg, out, lambda: get_bundle(cfg.model, cfg.paths.model_cache),
-                                       str(project_path(cfg.paths.data_mirror)),
-                                       str(project_path(cfg.paths.data_cache)), "--force" in flags)
+            report, _ = build_or_reuse_draft(cfg, model_cfg, out, "--force" in flags)
             print(summary_line(report))
             reports.append(report)
         table = pd.DataFrame([row for r in reports for row in sweep_rows(r)]).round(4)
@@ -112,10 +110,10 @@ def main(argv: list[str]) -> int:
         atomic_write(Path(f"{stem}.json"), json.dumps(table.to_dict(orient="records"), indent=1) + "\n")
         atomic_write(Path(f"{stem}.md"), "\n".join(lines))
         print("\n".join(choose(table)))
-        print(f"-> {stem}.md")
     except (HarnessError, DataError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    print(f"-> {stem}.md")
     return 0
 
 

@@ -42,6 +42,13 @@ def with_trained_draft(model_cfg):
     return model_cfg, hint
 
 
+def build_or_reuse_draft(cfg, model_cfg, out_dir, force: bool = False) -> tuple[dict, bool]:
+    """(report, built): the draft `model_cfg` names in out_dir, reused if up to date, else built from cfg's target
+    with cfg's data paths (`make draft` and `make draft-sweep`)."""
+    return build_or_reuse(model_cfg, out_dir, lambda: get_bundle(cfg.model, cfg.paths.model_cache),
+                          str(project_path(cfg.paths.data_mirror)), str(project_path(cfg.paths.data_cache)), force)
+
+
 def main(argv: list[str]) -> int:
     try:
         overrides, flags = split_flags(argv, ("--force",), __doc__.strip().splitlines()[2].strip())
@@ -53,9 +60,7 @@ def main(argv: list[str]) -> int:
     try:
         model_cfg, hint = with_trained_draft(cfg.model)
         out_dir = drafts_dir(project_path(cfg.paths.model_cache)) / str(model_cfg.draft.id)
-        report, built = build_or_reuse(model_cfg, out_dir, lambda: get_bundle(cfg.model, cfg.paths.model_cache),
-                                       str(project_path(cfg.paths.data_mirror)),
-                                       str(project_path(cfg.paths.data_cache)), force)
+        report, built = build_or_reuse_draft(cfg, model_cfg, out_dir, force)
         print(f"{'' if built else 'up to date: '}{summary_line(report)} -> {out_dir}")
         if hint:
             print(hint)
