@@ -14,6 +14,7 @@ REGISTRY = {
     "hf_assisted": "methods.hf:HFAssisted",
     "hf_generate": "methods.hf:HFGenerate",
     "hf_pld": "methods.hf:HFPromptLookup",
+    "holistic": "methods.holistic.proposer:Holistic",
     "lookahead": "methods.lookahead:Lookahead",
     "medusa": "methods.medusa.proposer:Medusa",
     "propd": "methods.propd.proposer:ProPD",

@@ -75,6 +75,30 @@ def rest_store(smollm, tmp_path_factory):
     return d
 
 
+@pytest.fixture(scope="session")
+def drafts(smollm, greedy):
+    """Drafts built in-process (no `make draft`): an untrained 2-layer cut of the target (many rejections), the
+    target itself (long acceptances), and both trimmed (bench.models.vocab) to V' = the 2048 most frequent tokens
+    of one greedy output, ranked like `make draft` ranks the target's outputs; the other prompts' outputs use
+    tokens outside V', which the draft can never propose and the verifier must still produce."""
+    from bench.models.drafts import init_draft_from_target
+    from bench.models.vocab import TrimmedDraft, rank_tokens
+
+    ranking = rank_tokens([greedy[0]], smollm.vocab_size)
+    cut2 = init_draft_from_target(smollm.model, 2)
+    return {"cut2": cut2, "self": smollm.model, "cut2-trim": TrimmedDraft(cut2, ranking[:2048]),
+            "self-trim": TrimmedDraft(smollm.model, ranking[:2048])}
+
+
+def with_draft(bundle, draft):
+    """A copy of the model bundle whose load_draft() returns `draft`."""
+    import dataclasses
+
+    copy = dataclasses.replace(bundle)
+    copy.load_draft = lambda: draft
+    return copy
+
+
 def rest_overrides(store_dir) -> tuple[str, ...]:
     """REST on the REST_CORPUS store in `store_dir`."""
     return "method=rest", f"method.store={REST_CORPUS['name']}", f"method.store_dir={store_dir}"

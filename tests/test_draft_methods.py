@@ -7,32 +7,11 @@ cut draft are checked by tests/test_golden_runs.py (outputs, accept lengths, los
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
-from bench.models.drafts import init_draft_from_target
-from bench.models.vocab import TrimmedDraft, rank_tokens
-from tests.conftest import assert_lossless, run_method
+from tests.conftest import assert_lossless, run_method, with_draft
 
 pytestmark = pytest.mark.model
-
-
-@pytest.fixture(scope="module")
-def drafts(smollm, greedy):
-    # Trimmed drafts (bench.models.vocab): V' = the 2048 most frequent tokens of one greedy output, ranked like
-    # `make draft` ranks the target's outputs; the other prompts' outputs use tokens outside V', which the draft
-    # can never propose and the verifier must still produce.
-    ranking = rank_tokens([greedy[0]], smollm.vocab_size)
-    cut2 = init_draft_from_target(smollm.model, 2)
-    return {"cut2": cut2, "self": smollm.model, "cut2-trim": TrimmedDraft(cut2, ranking[:2048]),
-            "self-trim": TrimmedDraft(smollm.model, ranking[:2048])}
-
-
-def with_draft(bundle, draft):
-    copy = dataclasses.replace(bundle)
-    copy.load_draft = lambda: draft
-    return copy
 
 
 SEQUOIA = ("method=sequoia", "method.calibration.dataset=humaneval", "method.calibration.limit=2",

@@ -171,8 +171,8 @@ def test_registry_is_lazy_and_options_belong_to_their_artifact(results, capsys):
     code = ("import sys; from bench.report.registry import names, resolve; names(); resolve('dyspec/table'); "
             "print(sorted(m for m in sys.modules if m.startswith('bench.report') or m == 'torch'))")
     p = subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, capture_output=True, text=True)
-    assert eval(p.stdout) == ["bench.report", "bench.report.dyspec", "bench.report.propd", "bench.report.registry",
-                              "bench.report.token_recycling"]
+    assert eval(p.stdout) == ["bench.report", "bench.report.dyspec", "bench.report.holistic", "bench.report.propd",
+                              "bench.report.registry", "bench.report.token_recycling"]
     with pytest.raises(SystemExit) as e:  # --paper-table is dyspec/table's, not token_recycling/table1's
         main(["token_recycling/table1", "--results", str(results), "--paper-table", "1"])
     assert e.value.code == 2 and "--paper-table" in capsys.readouterr().err

@@ -119,7 +119,7 @@ class Engine:
 
         phases = timer.result()
         return [Generation(r.seq[r.n_prompt : r.length].tolist(), r.accept_lengths, phases, r.elapsed, occupancy,
-                           r.draft_nodes, r.verified_nodes) for r in rows]
+                           r.draft_nodes, r.verified_nodes, r.proposer.step_counters()) for r in rows]
 
     def _finish_rows(self, rows: list[Row], timer: Timer) -> None:
         """Stamp the latency of rows that finished this step (timed time so far)."""

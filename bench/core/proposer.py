@@ -93,6 +93,8 @@ class Generation:
     # through every layer (fewer when a forward drops slots, e.g. ProPD's early pruning).
     draft_nodes: list[int] = field(default_factory=list)
     verified_nodes: list[int] = field(default_factory=list)
+    # The proposer's own per-step counters by name (Proposer.step_counters), e.g. draft calls per step.
+    counters: dict[str, list] = field(default_factory=dict)
 
 
 class Method:
@@ -155,6 +157,11 @@ class Proposer(Method):
     def observe_hidden(self, hidden: torch.Tensor) -> None:
         """With `wants_hidden`: the target's final hidden state [H] at the last token whose KV is cached (the
         position whose logits gave the next tree's root), after the prefill and after every verification."""
+
+    def step_counters(self) -> dict[str, list]:
+        """Named per-verification counters of the generation just finished (e.g. draft-model calls per step),
+        kept raw in the run's records and summed by bench.run.metrics. {} = none."""
+        return {}
 
     def propose(self, seq: torch.Tensor, length: int) -> Draft:
         """seq[:length] are the committed tokens; seq[length - 1] is the root of the next tree."""

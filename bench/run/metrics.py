@@ -124,6 +124,15 @@ def tree_nodes(records: list[dict]) -> dict:
     return {"draft_nodes_mean": drafted / steps, "prune_rate": 1 - verified / drafted if drafted else 0.0}
 
 
+def counter_totals(records: list[dict]) -> dict[str, float]:
+    """Each proposer counter (Proposer.step_counters) summed over every step of every record."""
+    totals: dict[str, float] = defaultdict(float)
+    for r in records:
+        for name, values in (r.get("counters") or {}).items():
+            totals[name] += sum(values)
+    return dict(totals)
+
+
 def summarize(records: list[dict]) -> dict:
     m = mat(records)
     totals = phase_totals(records)
@@ -145,6 +154,7 @@ def summarize(records: list[dict]) -> dict:
         "phase_sum_over_wall": sum(totals.values()) / wall if wall > 0 else None,
         "overhead_share": overhead_share(records),
         **tree_nodes(records),
+        "counters": counter_totals(records),
         "lossless": {
             "checked": len(checked),
             "equal": sum(1 for c in checked if c["equal"]),

@@ -203,6 +203,7 @@ class Runner:
                     "accept_lengths": gen.accept_lengths,
                     "draft_nodes": gen.draft_nodes,
                     "verified_nodes": gen.verified_nodes,
+                    **({"counters": gen.counters} if gen.counters else {}),
                     "phase_times": gen.phase_times if batch is None else {},
                     "output_ids": gen.output_ids,
                     "lossless": self.reference(ids, gen.output_ids),

@@ -13,13 +13,14 @@ proposer's time as `tree` (sampling draft tokens, heap and bookkeeping).
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from pathlib import Path
 
 import torch
 from transformers import DynamicCache
 
 from bench.core.proposer import Draft, Proposer
-from bench.core.tree import tree_from_parents
+from bench.core.tree import Tree, tree_from_parents
 from bench.errors import HarnessError
 
 ROOT = -1  # parent id of the root's children (the root is the last committed token)
@@ -62,6 +63,14 @@ class DraftTree:
         return order
 
 
+def as_engine_tree(t: DraftTree) -> tuple[Tree, torch.Tensor, dict[int, int]]:
+    """The engine's breadth-first Tree of a DraftTree, its draft tokens, and each node's slot (ROOT -> 0)."""
+    order = t.breadth_first()
+    slot = {ROOT: 0, **{node: s + 1 for s, node in enumerate(order)}}
+    tree = tree_from_parents([-1] + [slot[t.parent[i]] for i in order])
+    return tree, torch.tensor([t.token[i] for i in order], dtype=torch.long), slot
+
+
 class DraftModelProposer(Proposer):
     """Base of the draft-model methods. Config: draft_temperature, t0_children (topk | sample)."""
 
@@ -95,6 +104,10 @@ class DraftModelProposer(Proposer):
     def start(self, prompt_ids):
         self.cache = DynamicCache(config=self.draft.config)
         self.cached = 0
+        self.step_log: dict[str, list] = defaultdict(list)  # per verification step (Proposer.step_counters)
+
+    def step_counters(self) -> dict[str, list]:
+        return dict(self.step_log)
 
     # -- draft model -------------------------------------------------------------------------------------
     def _lap(self, phase: str) -> None:
@@ -109,6 +122,7 @@ class DraftModelProposer(Proposer):
         out = self.draft(input_ids=new[None], position_ids=pos, past_key_values=self.cache, use_cache=True,
                          logits_to_keep=1)
         self.cached = length
+        self.calls = 1  # draft forwards of this step (the catch-up is one)
         self.tree = DraftTree(self.max_nodes)
         self.forwarded: list[int] = []  # node ids in draft-cache order after the committed tokens
         self._lap("draft_forward")
@@ -128,6 +142,7 @@ class DraftModelProposer(Proposer):
         out = self.draft(input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=self.cache,
                          use_cache=True)
         self.forwarded += nodes
+        self.calls += 1
         self._lap("draft_forward")
         return out.logits[0]
 
@@ -148,20 +163,23 @@ class DraftModelProposer(Proposer):
         return torch.multinomial(q, k, replacement=replacement, generator=self.ctx.generator).tolist()
 
     # -- result --------------------------------------------------------------------------------------------
-    def finish(self, q_root: torch.Tensor, q_nodes: dict[int, torch.Tensor]) -> Draft:
-        """Crop the draft cache back to the committed tokens; the breadth-first Draft with, at temperature > 0,
-        each slot's draft distribution (zeros where a node has no children)."""
+    def rollback(self) -> None:
+        """Crop the draft cache back to the committed tokens (the tree's nodes leave it)."""
         extra = self.cache.get_seq_length() - self.cached
         if extra > 0:
             self.cache.crop(-extra)  # transformers 5: a negative crop drops that many trailing positions
+
+    def finish(self, q_root: torch.Tensor, q_nodes: dict[int, torch.Tensor]) -> Draft:
+        """Crop the draft cache back to the committed tokens; the breadth-first Draft with, at temperature > 0,
+        each slot's draft distribution (zeros where a node has no children)."""
+        self.rollback()
         t = self.tree
-        order = t.breadth_first()
-        slot = {ROOT: 0, **{node: s + 1 for s, node in enumerate(order)}}
-        tree = tree_from_parents([-1] + [slot[t.parent[i]] for i in order])
-        tokens = torch.tensor([t.token[i] for i in order], dtype=torch.long)
+        self.step_log["draft_calls"].append(self.calls)
+        self.step_log["draft_tokens"].append(len(t))
+        tree, tokens, slot = as_engine_tree(t)
         probs = None
         if self.ctx.temperature > 0:
-            probs = torch.zeros(len(order) + 1, q_root.shape[-1], dtype=torch.float32, device=q_root.device)
+            probs = torch.zeros(len(t) + 1, q_root.shape[-1], dtype=torch.float32, device=q_root.device)
             probs[0] = q_root
             for node, q in q_nodes.items():
                 probs[slot[node]] = q

@@ -1,0 +1,112 @@
+"""Which runs the Post-use & Pre-cut reports use, and the numbers one run is reduced to.
+
+Runs: experiment `holistic` (conf/experiment/holistic/), greedy, batch 1, of one model (default: that of the most
+recent holistic run) and, per dataset, of the most recent holistic run's machine label and max_new_tokens, so every
+ratio compares runs measured the same way. A holistic run's ladder level is read from its switches
+(`method_settings`), so a hand-run holistic counts wherever its switches put it; the latest run per (dataset, level,
+draft length) is used. Speedups are recomputed from records against the AR run measured like it
+(bench.run.store.paired_baseline): the mean per-question tok/s ratio, Spec-Bench's and the run summary's.
+
+Utilisation, both of the paper's definitions, from the counters the proposer keeps per step:
+- util_eq3 = new tokens / draft-model calls (Eq. 3: L / #M_d calls; above 1 when a step commits more tokens than
+  it called the draft, e.g. with reuse at the draft);
+- util_accepted = accepted draft tokens / drafted tokens (Table 5's "accepted/generated"; Table 4's percentages
+  are this: 8.18 / 12 = 68.2% for its lambda-12 Speculative row).
+Hit rates: at the draft, the share of phrase-carrying draft forwards that reused a phrase; at the target, the share
+of verifications with phrases attached whose output a phrase extended.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.errors import HarnessError
+from bench.run.metrics import counter_totals, mat, speedup, tokens_per_s
+from bench.run.store import Run, load_runs, paired_baseline
+
+EXPERIMENT = "holistic"
+# (reuse_draft, reuse_target, precut) -> the Table 3 level; the paper's rows in its CSV, in ladder order.
+LEVELS = {(False, False, False): "sd", (True, False, False): "reuse_draft", (True, True, False): "reuse_target",
+          (True, True, True): "precut"}
+LEVEL_NAMES = {"sd": "+ Speculative (sd)", "reuse_draft": "+ Ex-post reuse at M_d",
+               "reuse_target": "+ Ex-post reuse at M_t", "precut": "+ Ex-ante reduction (Pre-cut)"}
+PAPER_LEVELS = {"sd": "+speculative", "reuse_draft": "+expost_reuse_draft", "reuse_target": "+expost_reuse_target",
+                "precut": "+exante_reduction"}
+LAMBDAS = (3, 6, 9, 12, 18, 24)
+MAKE = {"table3": "make reproduce-holistic-table3", "table4": "make reproduce-holistic-table4"}
+
+
+def level(run: Run) -> str | None:
+    """The ladder level of a holistic run from its switches; None for other methods or unlisted combinations."""
+    if run.meta.get("method") != "holistic":
+        return None
+    s = run.meta.get("method_settings") or {}
+    return LEVELS.get((bool(s.get("reuse_draft")), bool(s.get("reuse_target")), bool(s.get("precut"))))
+
+
+def draft_length(run: Run) -> int | None:
+    value = (run.meta.get("method_settings") or {}).get("draft_length")
+    return None if value is None else int(value)
+
+
+@dataclass
+class Pool:
+    runs: list[Run]  # oldest first
+    model: str | None
+    dataset: str
+    machine: str | None
+    max_new_tokens: int | None
+
+    def latest(self, lvl: str, length: int) -> Run | None:
+        found = [r for r in self.runs if level(r) == lvl and draft_length(r) == length]
+        return found[-1] if found else None
+
+    def ar(self, run: Run) -> Run | None:
+        return paired_baseline(self.runs, run, "ar")
+
+    def lengths(self, lvl: str) -> list[int]:
+        return sorted({draft_length(r) for r in self.runs if level(r) == lvl})
+
+
+def pool(results_dir: str | Path, model: str | None, dataset: str, make: str) -> Pool:
+    runs = [r for r in load_runs(results_dir) if r.meta.get("experiment") == EXPERIMENT
+            and r.meta.get("dataset") == dataset and r.temperature == 0 and r.batch_size == 1
+            and (model is None or r.meta.get("model") == model)]
+    ours = [r for r in runs if r.meta.get("method") == "holistic"]
+    if not ours:
+        raise HarnessError(f"no holistic runs on {dataset} in {results_dir} ({make})")
+    model = model or ours[-1].meta.get("model")
+    machine, max_new = ours[-1].meta.get("machine"), ours[-1].meta.get("max_new_tokens")
+    same = [r for r in runs if r.meta.get("model") == model and r.meta.get("machine") == machine
+            and r.meta.get("max_new_tokens") == max_new]
+    return Pool(same, model, dataset, machine, max_new)
+
+
+def numbers(run: Run | None, base: Run | None) -> dict:
+    """tok/s, speedup vs AR, MAT, both utilisations, hit rates and draft length of one run (None when absent)."""
+    keys = ("tok_s", "speedup", "mat", "util_eq3", "util_accepted", "draft_tokens_mean", "draft_calls_mean",
+            "draft_hit_rate", "target_hit_rate")
+    if run is None:
+        return dict.fromkeys(keys)
+    c = counter_totals(run.records)
+    steps = sum(len(r.get("counters", {}).get("draft_calls", [])) for r in run.records)
+    new = sum(r["new_tokens"] for r in run.records)
+
+    def ratio(a: str, b: str) -> float | None:
+        return c[a] / c[b] if c.get(b) else None
+
+    return {"tok_s": tokens_per_s(run.records)["mean_of_questions"],
+            "speedup": speedup(run.records, base.records) if base else None, "mat": mat(run.records),
+            "util_eq3": new / c["draft_calls"] if c.get("draft_calls") else None,
+            "util_accepted": ratio("accepted_draft", "draft_tokens"),
+            "draft_tokens_mean": c["draft_tokens"] / steps if steps else None,
+            "draft_calls_mean": c["draft_calls"] / steps if steps else None,
+            "draft_hit_rate": ratio("draft_hits", "draft_fetches"),
+            "target_hit_rate": ratio("target_hits", "target_fetches")}
+
+
+def footer(p: Pool, used: list[Run | None]) -> list[str]:
+    ids = [r.run_id for r in used if r is not None]
+    return [f"Ours: {p.model}, machine {p.machine or '—'}, max_new_tokens {p.max_new_tokens or '—'}, {p.dataset}.",
+            "Runs: " + (", ".join(dict.fromkeys(ids)) or "none") + "."]

@@ -1,0 +1,256 @@
+"""Post-use & Pre-cut ("holistic token efficiency", Appendix C, Algorithms 1-3) on the draft-model machinery.
+
+One step, greedy (the paper evaluates greedy decoding only; temperature > 0 is refused):
+1. The draft catches up on the committed tokens; its argmax is the first draft token.
+2. Drafting, up to `draft_length` tokens. Before each further draft forward the Pre-cut controller (precut.py)
+   may stop; without it the draft always runs to `draft_length`. A forward feeds the last draft token and, with
+   `reuse_draft` (Algorithm 2), the first `draft_phrases` cached phrases keyed by that token as branches behind
+   it: each branch sees the prefix, the draft and itself, never another branch (tree attention). The forward gives
+   the draft's next token and, for every phrase, how many of its tokens the draft itself would have produced
+   (A_j); the longest match joins the draft, followed by the draft's next token after it, which the same forward
+   computed: A + 1 tokens for one forward, the tokens plain drafting would give. (The paper appends the match
+   only when A > 1 and stops there; the token after it costs nothing here because its logits are computed.)
+3. Verification (Algorithm 3). With `reuse_target`, each of the last `target_anchors` draft tokens (the root when
+   the draft is shorter) carries the first `target_phrases` phrases keyed by it, merged into the draft tree as a
+   trie. The shared verifier accepts the deepest path matching the target's argmax, so a phrase extends the
+   output exactly when the draft is accepted up to its anchor and the phrase continues the target's greedy text:
+   lossless by construction.
+4. Cache update (Eq. 7): the draft tokens the target agreed with, including after the first mismatch, as phrases
+   under the token before them; the phrases verified at the target and at the draft (each cut after the verifier's
+   first disagreement, plus the verifier's own token there); and the committed text itself.
+
+Counters per step (Proposer.step_counters): draft_calls, draft_tokens, draft_fetches / draft_hits (forwards that
+carried phrases / reused one), draft_reused (tokens taken from phrases), target_fetches / target_hits,
+target_extra (output tokens that came from a phrase at the target), useful (Eq. 7), accepted_draft, and with
+Pre-cut, decisions and reward.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import torch
+
+from bench.core.proposer import Draft
+from bench.errors import HarnessError
+from methods.draft_model.tree_proposer import ROOT, DraftModelProposer, DraftTree, as_engine_tree
+from methods.holistic.precut import QController
+from methods.holistic.token_cache import TokenCache
+
+
+class Holistic(DraftModelProposer):
+    rule = "specinfer"
+
+    def __init__(self, cfg, bundle):
+        super().__init__(cfg, bundle)
+        self.reuse_draft, self.reuse_target = bool(cfg.reuse_draft), bool(cfg.reuse_target)
+        self.length = int(cfg.draft_length)  # fixed, or Pre-cut's upper bound
+        if self.length < 1:
+            raise HarnessError(f"method '{cfg.name}': the draft length must be at least 1 (got {self.length})")
+        self.draft_phrases, self.target_phrases = int(cfg.draft_phrases), int(cfg.target_phrases)
+        self.anchors = int(cfg.target_anchors)
+        c = cfg.cache
+        self.cache_tokens = TokenCache(int(c.beta), int(c.per_key), int(c.max_keys), int(c.min_phrase))
+        self.warm = bool(c.warm)
+        self.store_draft_phrases = bool(c.store_draft_phrases)
+        self.controller = None
+        if cfg.precut:
+            p = cfg.controller
+            self.controller = QController(self.length, tuple(p.conf_edges), float(p.target_cost), float(p.gamma),
+                                          float(p.alpha), float(p.epsilon), float(p.q_init), int(p.warmup_steps),
+                                          int(p.seed))
+        beta = self.cache_tokens.beta
+        # The draft-side tree holds the draft plus every phrase it forwarded; the target's adds anchored phrases.
+        self.max_nodes = self.length * (1 + self.draft_phrases * beta) + beta
+        self.target_nodes = self.length + (self.anchors * self.target_phrases * beta if self.reuse_target else 0)
+
+    @property
+    def max_draft_tokens(self) -> int:
+        return self.target_nodes
+
+    def describe(self):
+        return {**super().describe(), "reuse_draft": self.reuse_draft, "reuse_target": self.reuse_target,
+                "precut": self.controller is not None, "draft_length": self.length,
+                "cache": {"beta": self.cache_tokens.beta, "per_key": self.cache_tokens.per_key,
+                          "max_keys": self.cache_tokens.max_keys, "warm": self.warm}}
+
+    def state_dict(self):
+        state = {"cache": self.cache_tokens.state_dict()} if self.warm else {}
+        if self.controller is not None:
+            state["controller"] = self.controller.state_dict()
+        return state
+
+    def load_state_dict(self, state):
+        if "cache" in state:
+            self.cache_tokens.load_state_dict(state["cache"])
+        if "controller" in state:
+            self.controller.load_state_dict(state["controller"])
+
+    def start(self, prompt_ids):
+        super().start(prompt_ids)
+        if self.ctx.temperature > 0:
+            raise HarnessError(f"method '{self.cfg.name}' decodes greedily only, as the paper (run.temperature=0)")
+        if not self.warm:
+            self.cache_tokens.clear()
+        self.text_from = len(prompt_ids) - 1  # committed text enters the cache from the last prompt token on
+        self.seen = len(prompt_ids)
+
+    # -- drafting ---------------------------------------------------------------------------------------------
+    def propose(self, seq, length):
+        self._lap("tree")
+        if self.reuse_draft or self.reuse_target:  # the text committed since the last step
+            self.cache_tokens.push_text(seq[self.text_from : length].tolist(), self.seen - self.text_from)
+            self.seen = length
+            self._lap("cache")
+        logits = self.catch_up(seq, length)
+        t = self.tree
+        probs = torch.softmax(logits.float(), -1)
+        first = int(probs.argmax())
+        self.chain, self.conf = [t.add(ROOT, first)], [float(probs[first])]
+        fetches = hits = reused = 0
+        self.draft_checked: list[tuple[int, list[int]]] = []
+        if self.controller is not None:
+            self.controller.begin()
+        while len(self.chain) < self.length:
+            if self.controller is not None:
+                go = self.controller.decide(self.calls, math.prod(self.conf), len(self.chain))
+                self._lap("controller")
+                if not go:
+                    break
+            phrases = self._fetch(t.token[self.chain[-1]], self.draft_phrases) if self.reuse_draft else []
+            fetches += bool(phrases)
+            matched = self._draft_step(phrases)
+            hits += matched > 0
+            reused += matched
+        del self.chain[self.length :], self.conf[self.length :]
+        self.step_log["draft_fetches"].append(fetches)
+        self.step_log["draft_hits"].append(hits)
+        self.step_log["draft_reused"].append(reused)
+        return self._target_draft(int(seq[length - 1]))
+
+    def _fetch(self, key: int, n: int) -> list[tuple[int, ...]]:
+        self._lap("tree")
+        phrases = self.cache_tokens.fetch(key, n)
+        self._lap("cache")
+        return phrases
+
+    def _draft_step(self, phrases) -> int:
+        """One draft forward of the last draft token (and the phrases behind it); appends the draft's tokens.
+        Returns how many came from a phrase."""
+        t, last = self.tree, self.chain[-1]
+        branches = []
+        for phrase in phrases:
+            parent, nodes = last, []
+            for tok in phrase:
+                parent = t.add(parent, tok)
+                nodes.append(parent)
+            branches.append(nodes)
+        nodes = [last] + [n for b in branches for n in b]
+        probs = torch.softmax(self.forward(nodes).float(), -1)
+        self._lap("tree")
+        row = {n: i for i, n in enumerate(nodes)}
+        argmax = probs.argmax(-1).tolist()
+        best: list[int] = []
+        for nodes_j in branches:  # A_j: leading phrase tokens equal to the draft's own argmax chain
+            match, parent = [], last
+            for n in nodes_j:
+                if t.token[n] != argmax[row[parent]]:
+                    break
+                match.append(n)
+                parent = n
+            if self.store_draft_phrases:  # the phrase as the draft verified it: the match + the draft's next
+                self.draft_checked.append((t.token[last], [t.token[n] for n in match] + [argmax[row[parent]]]))
+            if len(match) > len(best):
+                best = match
+        for n in best:
+            self.conf.append(float(probs[row[t.parent[n]], t.token[n]]))
+            self.chain.append(n)
+        tail = self.chain[-1]
+        nxt = argmax[row[tail]]
+        self.chain.append(t.add(tail, nxt))
+        self.conf.append(float(probs[row[tail], nxt]))
+        if best:
+            self.cache_tokens.used(t.token[last])
+        return len(best)
+
+    def _target_draft(self, root: int) -> Draft:
+        """The verification tree: the draft chain, and with reuse_target the anchored phrases as a trie."""
+        self.rollback()
+        t = DraftTree(self.target_nodes + 1)
+        kids: dict[tuple[int, int], int] = {}
+
+        def child(parent: int, tok: int) -> int:
+            if (parent, tok) not in kids:
+                kids[parent, tok] = t.add(parent, tok)
+            return kids[parent, tok]
+
+        chain, parent = [], ROOT
+        for n in self.chain:
+            parent = child(parent, self.tree.token[n])
+            chain.append(parent)
+        self.anchored: list[tuple[int, int, list[int]]] = []  # (anchor node, key token, phrase nodes)
+        fetched = 0
+        if self.reuse_target:
+            self._lap("tree")
+            for anchor in ([ROOT] + chain)[-self.anchors :]:
+                key = root if anchor == ROOT else t.token[anchor]
+                for phrase in self.cache_tokens.fetch(key, self.target_phrases):
+                    fetched += 1
+                    nodes, parent = [], anchor
+                    for tok in phrase:
+                        parent = child(parent, tok)
+                        nodes.append(parent)
+                    self.anchored.append((anchor, key, nodes))
+            self._lap("cache")
+        self.step_log["target_fetches"].append(int(fetched > 0))
+        self.step_log["draft_calls"].append(self.calls)
+        self.step_log["draft_tokens"].append(len(chain))
+        tree, tokens, slot = as_engine_tree(t)
+        self.slot = slot
+        self.chain_slots = [slot[n] for n in chain]
+        self.target_tree = t
+        self._lap("tree")
+        return Draft(tree, tokens)
+
+    # -- after verification -----------------------------------------------------------------------------------
+    def update(self, inputs, logits, target, acceptance):
+        self._lap("update")
+        tokens, tgt = inputs.tolist(), target.tolist()
+        slots = [0] + self.chain_slots
+        useful = [False] + [tokens[s] == tgt[p] for p, s in itertools.pairwise(slots)]  # Eq. 7
+        prefix = [0]
+        for u in useful[1:]:
+            prefix.append(prefix[-1] + u)
+        path = set(acceptance.slots().tolist())
+        accepted = sum(1 for s in self.chain_slots if s in path)
+        extra = len(path) - 1 - accepted  # accepted nodes that are not draft tokens: phrase tokens
+        log = self.step_log
+        log["useful"].append(prefix[-1])
+        log["accepted_draft"].append(accepted)
+        log["target_extra"].append(extra)
+        log["target_hits"].append(int(extra > 0))
+        cache = self.cache_tokens
+        cache.push_runs([tokens[s] for s in slots], useful)
+        for anchor, key, nodes in self.anchored:  # each phrase as the target verified it
+            verified, parent = [], self.slot[anchor]
+            for n in nodes:
+                s = self.slot[n]
+                if tokens[s] != tgt[parent]:
+                    break
+                verified.append(tokens[s])
+                parent = s
+            cache.push(key, verified + [tgt[parent]])
+            if extra and any(self.slot[n] in path for n in nodes):
+                cache.used(key)
+        for key, phrase in self.draft_checked:
+            cache.push(key, phrase)
+        self._lap("cache")
+        if self.controller is not None:
+            decisions = len(self.controller.episode)
+            reward = self.controller.learn(prefix, self.calls)
+            log["decisions"].append(decisions)
+            log["reward"].append(0.0 if reward is None else reward)
+            self._lap("controller")
+
+
