@@ -17,6 +17,8 @@ REGISTRY = {
     "holistic": "methods.holistic.proposer:Holistic",
     "lookahead": "methods.lookahead:Lookahead",
     "medusa": "methods.medusa.proposer:Medusa",
+    "ouroboros": "methods.ouroboros:Ouroboros",
+    "ouroboros_g12": "methods.ouroboros:Ouroboros",
     "propd": "methods.propd.proposer:ProPD",
     "pld": "methods.pld:PromptLookup",
     "rest": "methods.rest.proposer:Rest",

@@ -107,8 +107,12 @@ class Lookahead(Proposer):
 
     def start(self, prompt_ids):
         # LADE builds the pool and the window inside each generate call, so both are per prompt-turn here.
-        # Seeded per call like LADE's random.seed(10) (a different generator, so different draws).
         self.pool.clear()
+        self.reset_window(prompt_ids)
+
+    def reset_window(self, prompt_ids) -> None:
+        """A fresh level-0 window drawn from the prompt, seeded per call like LADE's random.seed(10) (a different
+        generator, so different draws); the other levels grow back during the warm-up steps."""
         gen = torch.Generator().manual_seed(self.seed)
         src = list(prompt_ids) or [0]
         idx = torch.randint(len(src), (self.w + self.n - 3,), generator=gen).tolist()

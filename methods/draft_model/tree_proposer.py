@@ -63,6 +63,26 @@ class DraftTree:
         return order
 
 
+class Trie:
+    """A DraftTree grown as a trie: a token added under a parent that already has that child reuses it, so a
+    draft chain and cached phrases hung from its tokens share their common prefixes (same paths, fewer slots)."""
+
+    def __init__(self, capacity: int):
+        self.tree = DraftTree(capacity)
+        self.kids: dict[tuple[int, int], int] = {}
+
+    def path(self, parent: int, tokens) -> list[int]:
+        """The nodes of `tokens` below `parent`, added where missing."""
+        nodes = []
+        for tok in tokens:
+            key = (parent, int(tok))
+            if key not in self.kids:
+                self.kids[key] = self.tree.add(parent, int(tok))
+            parent = self.kids[key]
+            nodes.append(parent)
+        return nodes
+
+
 def as_engine_tree(t: DraftTree) -> tuple[Tree, torch.Tensor, dict[int, int]]:
     """The engine's breadth-first Tree of a DraftTree, its draft tokens, and each node's slot (ROOT -> 0)."""
     order = t.breadth_first()
@@ -75,6 +95,7 @@ class DraftModelProposer(Proposer):
     """Base of the draft-model methods. Config: draft_temperature, t0_children (topk | sample)."""
 
     max_nodes = 64  # subclasses set their largest tree (capacity of DraftTree, context room)
+    greedy_only = False  # True: temperature > 0 is refused (methods whose drafts carry no draft distribution)
 
     def __init__(self, cfg, bundle):
         super().__init__(cfg, bundle)
@@ -102,6 +123,8 @@ class DraftModelProposer(Proposer):
                 "draft_temperature": self.draft_temperature, "t0_children": self.t0_children}
 
     def start(self, prompt_ids):
+        if self.greedy_only and self.ctx.temperature > 0:
+            raise HarnessError(f"method '{self.cfg.name}' decodes greedily only, as its paper (run.temperature=0)")
         self.cache = DynamicCache(config=self.draft.config)
         self.cached = 0
         self.step_log: dict[str, list] = defaultdict(list)  # per verification step (Proposer.step_counters)

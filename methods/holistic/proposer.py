@@ -34,13 +34,14 @@ import torch
 
 from bench.core.proposer import Draft
 from bench.errors import HarnessError
-from methods.draft_model.tree_proposer import ROOT, DraftModelProposer, DraftTree, as_engine_tree
+from methods.draft_model.tree_proposer import ROOT, DraftModelProposer, Trie, as_engine_tree
 from methods.holistic.precut import QController
 from methods.holistic.token_cache import TokenCache
 
 
 class Holistic(DraftModelProposer):
     rule = "specinfer"
+    greedy_only = True  # as the paper: phrases and n-grams carry no draft distribution
 
     def __init__(self, cfg, bundle):
         super().__init__(cfg, bundle)
@@ -89,8 +90,6 @@ class Holistic(DraftModelProposer):
 
     def start(self, prompt_ids):
         super().start(prompt_ids)
-        if self.ctx.temperature > 0:
-            raise HarnessError(f"method '{self.cfg.name}' decodes greedily only, as the paper (run.temperature=0)")
         if not self.warm:
             self.cache_tokens.clear()
         self.text_from = len(prompt_ids) - 1  # committed text enters the cache from the last prompt token on
@@ -177,39 +176,24 @@ class Holistic(DraftModelProposer):
     def _target_draft(self, root: int) -> Draft:
         """The verification tree: the draft chain, and with reuse_target the anchored phrases as a trie."""
         self.rollback()
-        t = DraftTree(self.target_nodes + 1)
-        kids: dict[tuple[int, int], int] = {}
-
-        def child(parent: int, tok: int) -> int:
-            if (parent, tok) not in kids:
-                kids[parent, tok] = t.add(parent, tok)
-            return kids[parent, tok]
-
-        chain, parent = [], ROOT
-        for n in self.chain:
-            parent = child(parent, self.tree.token[n])
-            chain.append(parent)
+        trie = Trie(self.target_nodes + 1)
+        chain = trie.path(ROOT, [self.tree.token[n] for n in self.chain])
         self.anchored: list[tuple[int, int, list[int]]] = []  # (anchor node, key token, phrase nodes)
         fetched = 0
         if self.reuse_target:
             self._lap("tree")
             for anchor in ([ROOT] + chain)[-self.anchors :]:
-                key = root if anchor == ROOT else t.token[anchor]
+                key = root if anchor == ROOT else trie.tree.token[anchor]
                 for phrase in self.cache_tokens.fetch(key, self.target_phrases):
                     fetched += 1
-                    nodes, parent = [], anchor
-                    for tok in phrase:
-                        parent = child(parent, tok)
-                        nodes.append(parent)
-                    self.anchored.append((anchor, key, nodes))
+                    self.anchored.append((anchor, key, trie.path(anchor, phrase)))
             self._lap("cache")
         self.step_log["target_fetches"].append(int(fetched > 0))
         self.step_log["draft_calls"].append(self.calls)
         self.step_log["draft_tokens"].append(len(chain))
-        tree, tokens, slot = as_engine_tree(t)
+        tree, tokens, slot = as_engine_tree(trie.tree)
         self.slot = slot
         self.chain_slots = [slot[n] for n in chain]
-        self.target_tree = t
         self._lap("tree")
         return Draft(tree, tokens)
 

@@ -1,0 +1,123 @@
+"""Ouroboros (Zhao et al., 2024), greedy, the Post-use & Pre-cut paper's baseline (facts: reference §9, §16).
+
+One n-gram pool (LADE's: key token -> at most `guess` (level-1)-grams, re-inserting moves an n-gram to the newest
+end, a full key drops its oldest) is shared by the draft and the target, and persists across prompts (warm start)
+unless `warm` is false. Per step:
+1. The draft catches up on the committed tokens (its argmax is the first draft token), then drafts by lookahead
+   decoding (methods.lookahead, run on the draft model): every draft forward carries the last draft token, the
+   Jacobi window and the pooled n-grams keyed by that token; the draft's own greedy verifier keeps the longest
+   n-gram it agrees with plus its next token, and the window harvests new n-grams into the pool. Until `gamma`
+   tokens.
+2. The target verifies the draft plus the newest `topk` pooled n-grams keyed by the last draft token as blocks
+   behind it (each sees the prefix and the draft, not the other blocks): a block can extend the output only when
+   the whole draft is accepted, the longest matching one wins (the shared verifier).
+3. After a rejection, the target's correction keys the target's own argmax over the rejected remainder, stored
+   when it reaches level-1 tokens (Ouroboros's add_extra_ngram). Ouroboros also rewrites the newest n-grams in
+   place with target-corrected ones (update_in_place); this harness only adds, it never overwrites.
+"""
+
+from __future__ import annotations
+
+import torch
+from omegaconf import OmegaConf
+
+from bench.core.proposer import Draft
+from bench.core.verify import greedy_accept
+from bench.errors import HarnessError
+from methods.draft_model.tree_proposer import ROOT, DraftModelProposer, Trie, as_engine_tree
+from methods.lookahead import Lookahead
+
+
+class DraftLookahead(Lookahead):
+    """Lookahead decoding of the draft model over a pool the caller owns: a new prompt resets only the window."""
+
+    def start(self, prompt_ids):
+        self.reset_window(prompt_ids)
+
+
+class Ouroboros(DraftModelProposer):
+    rule = "specinfer"
+    greedy_only = True  # as the paper: phrases and n-grams carry no draft distribution
+
+    def __init__(self, cfg, bundle):
+        super().__init__(cfg, bundle)
+        self.gamma, self.topk, self.warm = int(cfg.gamma), int(cfg.topk), bool(cfg.warm)
+        if self.gamma < 1 or self.topk < 0:
+            raise HarnessError(f"method '{cfg.name}': gamma must be >= 1 and topk >= 0")
+        la = OmegaConf.create({"name": "lookahead", "level": cfg.level, "window": cfg.window, "guess": cfg.guess,
+                               "seed": cfg.seed})
+        self.lookahead = DraftLookahead(la, bundle)
+        self.pool = self.lookahead.pool  # Ouroboros's CacheEngine: the draft's n-grams are the target's guesses
+        self.max_nodes = self.gamma * self.lookahead.max_tokens + 1
+        self.level = self.lookahead.n
+
+    @property
+    def max_draft_tokens(self) -> int:
+        return self.gamma + self.topk * (self.level - 1)
+
+    def describe(self):
+        return {**super().describe(), "gamma": self.gamma, "topk": self.topk, "warm": self.warm,
+                **{k: v for k, v in self.lookahead.describe().items() if k != "max_tokens_per_forward"}}
+
+    def state_dict(self):
+        if not self.warm:
+            return {}
+        return {"pool": [[k, [list(t) for t in tails]] for k, tails in self.pool.map.items()]}
+
+    def load_state_dict(self, state):
+        self.pool.clear()
+        for key, tails in state.get("pool", []):
+            for tail in tails:
+                self.pool.insert(key, tuple(tail))
+
+    def start(self, prompt_ids):
+        super().start(prompt_ids)
+        if not self.warm:
+            self.pool.clear()
+        self.lookahead.start(prompt_ids)
+
+    def propose(self, seq, length):
+        logits = self.catch_up(seq, length)
+        t = self.tree
+        chain = [t.add(ROOT, int(logits.argmax()))]
+        while len(chain) < self.gamma:
+            chain += self._lookahead_step(chain[-1])
+        del chain[self.gamma :]
+        self.step_log["draft_calls"].append(self.calls)
+        self.step_log["draft_tokens"].append(len(chain))
+        self.rollback()
+        trie = Trie(self.max_draft_tokens + 1)
+        nodes = trie.path(ROOT, [t.token[n] for n in chain])
+        for tail in reversed(self.pool.get(t.token[chain[-1]])[-self.topk :] if self.topk else []):
+            trie.path(nodes[-1], tail)  # newest first
+        tree, tokens, slot = as_engine_tree(trie.tree)
+        self.chain_slots = [slot[n] for n in nodes]
+        self._lap("tree")
+        return Draft(tree, tokens)
+
+    def _lookahead_step(self, root: int) -> list[int]:
+        """One draft forward of lookahead decoding from the draft token `root` (not yet forwarded): the draft
+        tokens it adds (an accepted n-gram and the draft's next token), already in the draft tree."""
+        t = self.tree
+        d = self.lookahead.propose(torch.tensor([t.token[root]]), 1)
+        node = [root]
+        for parent, tok in zip(d.tree.parents.tolist()[1:], d.tokens.tolist(), strict=True):
+            node.append(t.add(node[parent], tok))
+        target = self.forward(node).argmax(-1).cpu()
+        inputs = torch.tensor([t.token[n] for n in node])
+        acc = greedy_accept(d.tree, inputs[None], target[None], d.candidates)
+        self.lookahead.update(inputs, None, target, acc)
+        path = [node[s] for s in acc.slots().tolist()[1:]]
+        return [*path, t.add(path[-1] if path else root, int(acc.bonus[0]))]
+
+    def update(self, inputs, logits, target, acceptance):
+        tgt = target.tolist()
+        path = set(acceptance.slots().tolist())
+        accepted = sum(1 for s in self.chain_slots if s in path)
+        self.step_log["accepted_draft"].append(accepted)
+        self.step_log["target_extra"].append(len(path) - 1 - accepted)
+        if accepted < len(self.chain_slots):  # rejected at chain position accepted + 1
+            slots = [0, *self.chain_slots]
+            rest = [tgt[s] for s in slots[accepted + 1 :]]
+            if len(rest) >= self.level - 1:
+                self.pool.insert(tgt[slots[accepted]], tuple(rest[: self.level - 1]))
