@@ -83,9 +83,7 @@ class Ouroboros(DraftModelProposer):
         while len(chain) < self.gamma:
             chain += self._lookahead_step(chain[-1])
         del chain[self.gamma :]
-        self.step_log["draft_calls"].append(self.calls)
-        self.step_log["draft_tokens"].append(len(chain))
-        self.rollback()
+        self.end_drafting(len(chain))
         trie = Trie(self.max_draft_tokens + 1)
         nodes = trie.path(ROOT, [t.token[n] for n in chain])
         for tail in reversed(self.pool.get(t.token[chain[-1]])[-self.topk :] if self.topk else []):
@@ -112,10 +110,7 @@ class Ouroboros(DraftModelProposer):
 
     def update(self, inputs, logits, target, acceptance):
         tgt = target.tolist()
-        path = set(acceptance.slots().tolist())
-        accepted = sum(1 for s in self.chain_slots if s in path)
-        self.step_log["accepted_draft"].append(accepted)
-        self.step_log["target_extra"].append(len(path) - 1 - accepted)
+        _, accepted, _ = self.log_acceptance(self.chain_slots, acceptance)
         if accepted < len(self.chain_slots):  # rejected at chain position accepted + 1
             slots = [0, *self.chain_slots]
             rest = [tgt[s] for s in slots[accepted + 1 :]]

@@ -192,13 +192,27 @@ class DraftModelProposer(Proposer):
         if extra > 0:
             self.cache.crop(-extra)  # transformers 5: a negative crop drops that many trailing positions
 
+    def end_drafting(self, drafted: int) -> None:
+        """Crop the draft cache back to the committed tokens and count the step's draft calls and tokens."""
+        self.rollback()
+        self.step_log["draft_calls"].append(self.calls)
+        self.step_log["draft_tokens"].append(drafted)
+
+    def log_acceptance(self, chain_slots: list[int], acceptance) -> tuple[set[int], int, int]:
+        """For a draft chain verified with extra branches (cached phrases, n-grams): the accepted slots, how many
+        chain tokens were accepted and how many branch tokens extended the output; the last two are counted."""
+        path = set(acceptance.slots().tolist())
+        accepted = sum(1 for s in chain_slots if s in path)
+        extra = len(path) - 1 - accepted  # accepted nodes that are not draft tokens
+        self.step_log["accepted_draft"].append(accepted)
+        self.step_log["target_extra"].append(extra)
+        return path, accepted, extra
+
     def finish(self, q_root: torch.Tensor, q_nodes: dict[int, torch.Tensor]) -> Draft:
         """Crop the draft cache back to the committed tokens; the breadth-first Draft with, at temperature > 0,
         each slot's draft distribution (zeros where a node has no children)."""
-        self.rollback()
         t = self.tree
-        self.step_log["draft_calls"].append(self.calls)
-        self.step_log["draft_tokens"].append(len(t))
+        self.end_drafting(len(t))
         tree, tokens, slot = as_engine_tree(t)
         probs = None
         if self.ctx.temperature > 0:

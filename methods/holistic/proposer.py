@@ -99,14 +99,14 @@ class Holistic(DraftModelProposer):
     def propose(self, seq, length):
         self._lap("tree")
         if self.reuse_draft or self.reuse_target:  # the text committed since the last step
-            self.cache_tokens.push_text(seq[self.text_from : length].tolist(), self.seen - self.text_from)
+            lo = max(self.text_from, self.seen - self.cache_tokens.beta)  # phrases reaching the new text start here
+            self.cache_tokens.push_text(seq[lo:length].tolist(), self.seen - lo)
             self.seen = length
             self._lap("cache")
         logits = self.catch_up(seq, length)
         t = self.tree
-        probs = torch.softmax(logits.float(), -1)
-        first = int(probs.argmax())
-        self.chain, self.conf = [t.add(ROOT, first)], [float(probs[first])]
+        first = int(logits.argmax())
+        self.chain, self.conf = [t.add(ROOT, first)], [self._confidence(logits, first)]
         fetches = hits = reused = 0
         self.draft_checked: list[tuple[int, list[int]]] = []
         if self.controller is not None:
@@ -128,6 +128,12 @@ class Holistic(DraftModelProposer):
         self.step_log["draft_reused"].append(reused)
         return self._target_draft(int(seq[length - 1]))
 
+    def _confidence(self, logits: torch.Tensor, token: int) -> float:
+        """The draft's probability of `token` (Pre-cut's signal); not computed without the controller."""
+        if self.controller is None:
+            return 1.0
+        return float(torch.softmax(logits.float(), -1)[token])
+
     def _fetch(self, key: int, n: int) -> list[tuple[int, ...]]:
         self._lap("tree")
         phrases = self.cache_tokens.fetch(key, n)
@@ -146,10 +152,10 @@ class Holistic(DraftModelProposer):
                 nodes.append(parent)
             branches.append(nodes)
         nodes = [last] + [n for b in branches for n in b]
-        probs = torch.softmax(self.forward(nodes).float(), -1)
+        logits = self.forward(nodes)
         self._lap("tree")
         row = {n: i for i, n in enumerate(nodes)}
-        argmax = probs.argmax(-1).tolist()
+        argmax = logits.argmax(-1).tolist()
         best: list[int] = []
         for nodes_j in branches:  # A_j: leading phrase tokens equal to the draft's own argmax chain
             match, parent = [], last
@@ -163,19 +169,18 @@ class Holistic(DraftModelProposer):
             if len(match) > len(best):
                 best = match
         for n in best:
-            self.conf.append(float(probs[row[t.parent[n]], t.token[n]]))
+            self.conf.append(self._confidence(logits[row[t.parent[n]]], t.token[n]))
             self.chain.append(n)
         tail = self.chain[-1]
         nxt = argmax[row[tail]]
         self.chain.append(t.add(tail, nxt))
-        self.conf.append(float(probs[row[tail], nxt]))
+        self.conf.append(self._confidence(logits[row[tail]], nxt))
         if best:
             self.cache_tokens.used(t.token[last])
         return len(best)
 
     def _target_draft(self, root: int) -> Draft:
         """The verification tree: the draft chain, and with reuse_target the anchored phrases as a trie."""
-        self.rollback()
         trie = Trie(self.target_nodes + 1)
         chain = trie.path(ROOT, [self.tree.token[n] for n in self.chain])
         self.anchored: list[tuple[int, int, list[int]]] = []  # (anchor node, key token, phrase nodes)
@@ -189,8 +194,7 @@ class Holistic(DraftModelProposer):
                     self.anchored.append((anchor, key, trie.path(anchor, phrase)))
             self._lap("cache")
         self.step_log["target_fetches"].append(int(fetched > 0))
-        self.step_log["draft_calls"].append(self.calls)
-        self.step_log["draft_tokens"].append(len(chain))
+        self.end_drafting(len(chain))
         tree, tokens, slot = as_engine_tree(trie.tree)
         self.slot = slot
         self.chain_slots = [slot[n] for n in chain]
@@ -203,16 +207,10 @@ class Holistic(DraftModelProposer):
         tokens, tgt = inputs.tolist(), target.tolist()
         slots = [0] + self.chain_slots
         useful = [False] + [tokens[s] == tgt[p] for p, s in itertools.pairwise(slots)]  # Eq. 7
-        prefix = [0]
-        for u in useful[1:]:
-            prefix.append(prefix[-1] + u)
-        path = set(acceptance.slots().tolist())
-        accepted = sum(1 for s in self.chain_slots if s in path)
-        extra = len(path) - 1 - accepted  # accepted nodes that are not draft tokens: phrase tokens
+        prefix = list(itertools.accumulate(useful, initial=0))[1:]  # useful tokens among the first n drafts
+        path, _, extra = self.log_acceptance(self.chain_slots, acceptance)  # extra: phrase tokens accepted
         log = self.step_log
         log["useful"].append(prefix[-1])
-        log["accepted_draft"].append(accepted)
-        log["target_extra"].append(extra)
         log["target_hits"].append(int(extra > 0))
         cache = self.cache_tokens
         cache.push_runs([tokens[s] for s in slots], useful)
