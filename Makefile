@@ -18,7 +18,7 @@ SWEEP = -m $(if $(HYDRA_LAUNCHER),hydra/launcher=$(HYDRA_LAUNCHER))
 TEST_WORKERS ?= 2
 STAMP  := $(VENV)/.installed
 
-.PHONY: help setup demo test lint data datastore reproduce-table1 reproduce-tr-table1 reproduce-tr-fig3 reproduce-tr-fig4 reproduce-tr-auto tree-stats draft draft-sweep reproduce-draft-sd heads reproduce-dyspec-table1 reproduce-dyspec-table2 reproduce-dyspec-table3 reproduce-dyspec-table5 reproduce-propd-table1 reproduce-propd-table2 reproduce-propd-table3 reproduce-propd-fig3 reproduce-propd-fig7 reproduce-holistic-table3 reproduce-holistic-table4 reproduced bench-engine clean-results
+.PHONY: help setup demo test lint data datastore reproduce-table1 reproduce-tr-table1 reproduce-tr-fig3 reproduce-tr-fig4 reproduce-tr-auto tree-stats draft draft-sweep reproduce-draft-sd heads reproduce-dyspec-table1 reproduce-dyspec-table2 reproduce-dyspec-table3 reproduce-dyspec-table5 reproduce-propd-table1 reproduce-propd-table2 reproduce-propd-table3 reproduce-propd-fig3 reproduce-propd-fig7 reproduce-holistic-table1 reproduce-holistic-table3 reproduce-holistic-table4 reproduce-holistic-fig4 reproduced bench-engine clean-results
 
 help:  ## list targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' Makefile | sed 's/:.*## /\t/'
@@ -157,6 +157,13 @@ datastore: setup  ## REST datastores (conf/datastore/, offline corpora) for MODE
 # MT-Bench and Alpaca 256) unless MAX_NEW is given. The AR baselines run first.
 HOLISTIC_ARGS = model=$(MODEL) run.limit=$(LIMIT) logger=$(LOGGER) $(if $(filter command line environment,$(origin MAX_NEW)),run.max_new_tokens=$(MAX_NEW))
 
+reproduce-holistic-table1: setup  ## Post-use & Pre-cut Tables 1-2: AR, Lookahead, Assisted, Speculative, Ouroboros, ours on HumanEval, MT-Bench, GSM8K
+	$(PY) -m bench.run $(SWEEP) experiment=holistic/ar dataset=humaneval,mt_bench,gsm8k $(HOLISTIC_ARGS)
+	$(PY) -m bench.run $(SWEEP) experiment=holistic/table1 $(HOLISTIC_ARGS)
+	$(PY) -m bench.run $(SWEEP) experiment=holistic/table1_sd $(HOLISTIC_ARGS)
+	$(PY) -m bench.run $(SWEEP) experiment=holistic/table1_assisted $(HOLISTIC_ARGS)
+	$(PY) -m bench.report holistic/table1 --model $(MODEL)
+
 reproduce-holistic-table3: setup  ## Post-use & Pre-cut Table 3: sd, + reuse at draft, + reuse at target, + Pre-cut x lambda 3-24 on HumanEval
 	$(PY) -m bench.run $(SWEEP) experiment=holistic/ar dataset=humaneval $(HOLISTIC_ARGS)
 	$(PY) -m bench.run $(SWEEP) experiment=holistic/table3 $(HOLISTIC_ARGS)
@@ -167,6 +174,11 @@ reproduce-holistic-table4: setup  ## Post-use & Pre-cut Table 4: MAT and utilisa
 	$(PY) -m bench.run $(SWEEP) experiment=holistic/table3 run.variant=sd method.draft_length=12 $(HOLISTIC_ARGS)
 	$(PY) -m bench.run $(SWEEP) experiment=holistic/table3 run.variant=precut method.draft_length=24 $(HOLISTIC_ARGS)
 	$(PY) -m bench.report holistic/table4 --model $(MODEL)
+
+reproduce-holistic-fig4: setup  ## Post-use & Pre-cut Figure 4: utilisation over time, vanilla SD vs Pre-cut Q_init vs Q updated, on Alpaca
+	$(PY) -m bench.run $(SWEEP) experiment=holistic/ar dataset=alpaca $(HOLISTIC_ARGS)
+	$(PY) -m bench.run $(SWEEP) experiment=holistic/fig4 $(HOLISTIC_ARGS)
+	$(PY) -m bench.report holistic/fig4 --model $(MODEL)
 
 reproduced: setup  ## REPRODUCED.md: per paper, the latest measured tables beside the paper's numbers, from results/
 	$(PY) -m bench.report reproduced

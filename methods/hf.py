@@ -153,6 +153,15 @@ class HFAssisted(HFGenerate):
     def generate_kwargs(self):
         return {"assistant_model": self.draft}
 
+    def generate(self, engine, prompt_ids, max_new_tokens, timer):
+        """As HFGenerate, and the draft length transformers' schedule had in effect when the prompt-turn started and
+        when it ended (counters of one value each: "heuristic" adapts it, +2 after a fully accepted draft and -1
+        otherwise, and carries it to the next call; "constant" keeps it)."""
+        start = self.in_effect()["num_assistant_tokens"]
+        gen = super().generate(engine, prompt_ids, max_new_tokens, timer)
+        gen.counters = {"assistant_tokens_start": [start], "assistant_tokens_end": [self.in_effect()["num_assistant_tokens"]]}
+        return gen
+
     def in_effect(self) -> dict:
         """The assistant settings transformers uses now: the draft's generation_config, defaults filled in."""
         gen = self.draft.generation_config

@@ -118,9 +118,11 @@ def test_heuristic_schedule_carries_over_and_is_recorded(target):
     draft = init_draft_from_target(target, 2)
     method = assisted(target, draft, num_assistant_tokens=2, num_assistant_tokens_schedule="heuristic",
                       assistant_confidence_threshold=0.0)
-    method.generate(None, PROMPTS[0], N, PhaseTimer())
+    gen = method.generate(None, PROMPTS[0], N, PhaseTimer())
     # Every draft is accepted, so transformers grew the draft length (+2 per step) and wrote it back.
-    assert method.describe()["num_assistant_tokens"] > 2
+    grown = method.describe()["num_assistant_tokens"]
+    assert grown > 2 and gen.counters == {"assistant_tokens_start": [2], "assistant_tokens_end": [grown]}
+    assert method.generate(None, PROMPTS[1], 4, PhaseTimer()).counters["assistant_tokens_start"] == [grown]
 
 
 def test_sampling_is_reproducible_per_engine_seed(target):

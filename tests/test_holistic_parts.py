@@ -121,6 +121,18 @@ def test_warm_up_teaches_stop_values_at_every_visited_state():
     assert not q.warming_up
 
 
+def test_freeze_after_warm_up_keeps_the_warm_up_table():
+    q = QController(max_calls=5, conf_edges=(0.5,), target_cost=1.0, alpha=1.0, epsilon=0.0, warmup_steps=1,
+                    freeze_after_warmup=True)
+    for _ in range(2):  # the first verification learns (warm-up), the second only earns its reward
+        q.begin()
+        for calls in (1, 2):
+            q.decide(calls, 0.9, calls)
+        learned = {s: list(v) for s, v in q.q.items()}
+        assert q.learn([0, 0, 0], calls=3) == pytest.approx(0 / 4 - 1)
+    assert q.q == learned and q.q[(1, 0)][STOP] == pytest.approx(-1.0) and q.steps == 2 and q.episode == []
+
+
 def test_exploration_only_during_warm_up_and_seeded():
     def actions(seed):
         q = QController(epsilon=1.0, warmup_steps=1, seed=seed)

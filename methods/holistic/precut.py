@@ -19,6 +19,10 @@ only on the tokens before it, so r_j is exact).
 Exploration: epsilon-greedy during warm-up only. The paper lists epsilon = 0.5 without a schedule; a constant 0.5
 stops a draft after about four decisions on average, which cannot give its reported 7-8 accepted tokens per step.
 Q_init: CONTINUE starts `q_init` above STOP, so the first drafts run to the maximum length (Appendix D.4.3).
+
+`freeze_after_warmup` stops learning once warm-up ends: the table learned from the warm-up's trials is then used
+as it is. The paper's Figure 4 compares such an initialised Q (its "Q_init") with one updated throughout; a Q that
+never learned at all would always CONTINUE, i.e. be vanilla SD at the maximum length.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ STOP, CONTINUE = 0, 1
 class QController:
     def __init__(self, max_calls: int = 24, conf_edges=(0.9, 0.7, 0.5, 0.3, 0.1, 0.03, 0.01),
                  target_cost: float = 7.0, gamma: float = 0.99, alpha: float = 0.1, epsilon: float = 0.5,
-                 q_init: float = 0.01, warmup_steps: int = 64, seed: int = 0):
+                 q_init: float = 0.01, warmup_steps: int = 64, seed: int = 0, freeze_after_warmup: bool = False):
         edges = [float(e) for e in conf_edges]
         if edges != sorted(edges, reverse=True) or not all(0 < e < 1 for e in edges):
             raise ValueError(f"conf_edges must be decreasing and inside (0, 1); got {edges}")
@@ -43,6 +47,7 @@ class QController:
         self.edges = sorted(edges)  # ascending, for bisect
         self.gamma, self.alpha, self.epsilon, self.q_init = float(gamma), float(alpha), float(epsilon), float(q_init)
         self.warmup_steps = int(warmup_steps)
+        self.frozen_after_warmup = bool(freeze_after_warmup)
         self.rng = random.Random(seed)
         self.q: dict[tuple[int, int], list[float]] = {}
         self.steps = 0  # verifications learned from, across prompts
@@ -86,6 +91,10 @@ class QController:
         if not self.episode:
             return None
         r = self.reward(useful_prefix[-1], calls)
+        if self.frozen_after_warmup and not self.warming_up:
+            self.steps += 1
+            self.episode = []
+            return r
         *earlier, (s_m, a_m, _, _) = self.episode
         self._move(s_m, a_m, r)
         nxt = s_m

@@ -31,12 +31,18 @@ import itertools
 import math
 
 import torch
+from omegaconf import OmegaConf
 
 from bench.core.proposer import Draft
 from bench.errors import HarnessError
 from methods.draft_model.tree_proposer import ROOT, DraftModelProposer, Trie, as_engine_tree
 from methods.holistic.precut import QController
 from methods.holistic.token_cache import TokenCache
+
+
+def plain(node) -> dict:
+    """A config node as a plain dict, interpolations resolved (for the run's recorded settings)."""
+    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else dict(node)
 
 
 class Holistic(DraftModelProposer):
@@ -60,7 +66,7 @@ class Holistic(DraftModelProposer):
             p = cfg.controller
             self.controller = QController(self.length, tuple(p.conf_edges), float(p.target_cost), float(p.gamma),
                                           float(p.alpha), float(p.epsilon), float(p.q_init), int(p.warmup_steps),
-                                          int(p.seed))
+                                          int(p.seed), bool(p.get("freeze_after_warmup", False)))
         beta = self.cache_tokens.beta
         # The draft-side tree holds the draft plus every phrase it forwarded; the target's adds anchored phrases.
         self.max_nodes = self.length * (1 + self.draft_phrases * beta) + beta
@@ -74,7 +80,8 @@ class Holistic(DraftModelProposer):
         return {**super().describe(), "reuse_draft": self.reuse_draft, "reuse_target": self.reuse_target,
                 "precut": self.controller is not None, "draft_length": self.length,
                 "cache": {"beta": self.cache_tokens.beta, "per_key": self.cache_tokens.per_key,
-                          "max_keys": self.cache_tokens.max_keys, "warm": self.warm}}
+                          "max_keys": self.cache_tokens.max_keys, "warm": self.warm},
+                **({"controller": plain(self.cfg.controller)} if self.controller is not None else {})}
 
     def state_dict(self):
         state = {"cache": self.cache_tokens.state_dict()} if self.warm else {}

@@ -1,4 +1,4 @@
-"""Post-use & Pre-cut (holistic token efficiency): Tables 3 and 4 so far.
+"""Post-use & Pre-cut (holistic token efficiency): Tables 1-2 (one table), 3 and 4, Figure 4.
 
 Only the registrations live here; each artifact's module is imported when it runs. Every artifact returns the
 markdown it wrote and reads runs of experiment `holistic` (conf/experiment/holistic/, select.py).
@@ -8,18 +8,27 @@ from bench.report.registry import Artifact, option
 
 MODEL = {"common": ("model",)}
 DATASET = option("--dataset", help="the runs' dataset (default humaneval, as the paper's ablation)")
+FIG4_DATASET = option("--dataset", help="the runs' dataset (default alpaca, as the paper's Figure 4)")
 
 ARTIFACTS = {
+    "table1": Artifact(f"{__name__}.table1:holistic_table1",
+                       "Tables 1-2 (tok/s and speedup vs AR of AR, Lookahead, Assisted, Speculative, Ouroboros, ours "
+                       "on HumanEval, MT-Bench, GSM8K) -> tables/holistic_table1.{md,csv,tex}", **MODEL),
     "table3": Artifact(f"{__name__}.table3:holistic_table3",
                        "Table 3 (ablation ladder x draft length: speedup vs AR, MAT, utilisation) -> "
                        "tables/holistic_table3.{md,csv,tex}", options=(DATASET,), **MODEL),
     "table4": Artifact(f"{__name__}.table4:holistic_table4",
                        "Table 4 (MAT and utilisation, vanilla SD vs ours) -> tables/holistic_table4.{md,csv,tex}",
                        options=(DATASET,), **MODEL),
+    "fig4": Artifact(f"{__name__}.fig4:holistic_fig4",
+                     "Figure 4 (utilisation over time: vanilla SD, Pre-cut Q_init, Q updated) -> "
+                     "figures/holistic_fig4.{png,csv,md}", options=(FIG4_DATASET,), **MODEL),
 }
 
 # Shown on REPRODUCED.md (`make reproduced`): (artifact, options, the command that makes its runs).
 REPRODUCED = (
+    ("table1", {}, "make reproduce-holistic-table1 LIMIT=5"),
     ("table3", {}, "make reproduce-holistic-table3 LIMIT=5"),
     ("table4", {}, "make reproduce-holistic-table4 LIMIT=5"),
+    ("fig4", {}, "make reproduce-holistic-fig4 LIMIT=5"),
 )

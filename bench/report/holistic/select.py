@@ -34,7 +34,7 @@ LEVEL_NAMES = {"sd": "+ Speculative (sd)", "reuse_draft": "+ Ex-post reuse at M_
 PAPER_LEVELS = {"sd": "+speculative", "reuse_draft": "+expost_reuse_draft", "reuse_target": "+expost_reuse_target",
                 "precut": "+exante_reduction"}
 LAMBDAS = (3, 6, 9, 12, 18, 24)
-MAKE = {"table3": "make reproduce-holistic-table3", "table4": "make reproduce-holistic-table4"}
+MAKE = {name: f"make reproduce-holistic-{name}" for name in ("table1", "table3", "table4", "fig4")}
 
 
 def level(run: Run) -> str | None:
@@ -42,7 +42,14 @@ def level(run: Run) -> str | None:
     if run.meta.get("method") != "holistic":
         return None
     s = run.meta.get("method_settings") or {}
+    if frozen(run):  # Figure 4's Q_init curve, not a Table 3 level
+        return None
     return LEVELS.get((bool(s.get("reuse_draft")), bool(s.get("reuse_target")), bool(s.get("precut"))))
+
+
+def frozen(run: Run) -> bool:
+    """A Pre-cut run whose Q-table stopped learning after warm-up (controller.freeze_after_warmup)."""
+    return bool(((run.meta.get("method_settings") or {}).get("controller") or {}).get("freeze_after_warmup"))
 
 
 def draft_length(run: Run) -> int | None:
@@ -94,7 +101,7 @@ def numbers(run: Run | None, base: Run | None) -> dict:
     new = sum(r["new_tokens"] for r in run.records)
 
     def ratio(a: str, b: str) -> float | None:
-        return c[a] / c[b] if c.get(b) else None
+        return c[a] / c[b] if c.get(b) and a in c else None
 
     return {"tok_s": tokens_per_s(run.records)["mean_of_questions"],
             "speedup": speedup(run.records, base.records) if base else None, "mat": mat(run.records),

@@ -1,0 +1,119 @@
+"""Post-use & Pre-cut Figure 4: token utilisation over the verifications of a run for vanilla SD, Pre-cut with an
+initialised Q (learned in warm-up, then frozen) and Pre-cut with Q updated throughout, on the same questions
+(conf/experiment/holistic/fig4.yaml: Alpaca, 256 new tokens, reuse off).
+
+Writes results/figures/holistic_fig4.png (cumulative utilisation against verification step, one line per curve)
+and holistic_fig4.{csv,md}: the csv holds every step of every curve (the step's accepted and drafted tokens, new
+tokens and draft calls, and both cumulative utilisations), the markdown the final values and the paper's claim
+decided from them. Utilisation is Table 5's accepted / drafted draft tokens (Eq. 3's new tokens / draft calls is in
+the csv). The paper's Figure 4 has no point values in its text, only the ordering: Q_updated above Q_init above
+vanilla SD.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from bench.errors import HarnessError
+from bench.report.holistic.select import EXPERIMENT, MAKE, draft_length, frozen
+from bench.report.plots import figures_dir, new_figure, save_csv, save_figure
+from bench.report.tables import MISSING, fmt, markdown
+from bench.run.store import Run, load_runs, write_atomic
+
+CURVES = {"vanilla": "vanilla SD", "q_init": "Pre-cut, Q_init (learned in warm-up, then frozen)",
+          "q_updated": "Pre-cut, Q updated"}
+COLORS = {"vanilla": "tab:gray", "q_init": "tab:blue", "q_updated": "tab:red"}
+
+
+def curve(run: Run) -> str | None:
+    """Which Figure 4 curve a holistic run is: reuse off; Pre-cut off (vanilla), frozen (q_init) or learning."""
+    s = run.meta.get("method_settings") or {}
+    if run.meta.get("method") != "holistic" or s.get("reuse_draft") or s.get("reuse_target"):
+        return None
+    if not s.get("precut"):
+        return "vanilla"
+    return "q_init" if frozen(run) else "q_updated"
+
+
+def steps(run: Run) -> pd.DataFrame:
+    """One row per verification, records in the run's order (questions, then turns)."""
+    rows = []
+    for rec in run.records:
+        c = rec.get("counters") or {}
+        new = rec["accept_lengths"][-len(c.get("draft_tokens", [])):] if c.get("draft_tokens") else []
+        rows += [{"accepted": a, "drafted": d, "new_tokens": n, "draft_calls": k}
+                 for a, d, n, k in zip(c.get("accepted_draft", []), c.get("draft_tokens", []), new,
+                                       c.get("draft_calls", []), strict=False)]
+    df = pd.DataFrame(rows, columns=["accepted", "drafted", "new_tokens", "draft_calls"])
+    df.insert(0, "step", range(1, len(df) + 1))
+    cum = df[["accepted", "drafted", "new_tokens", "draft_calls"]].cumsum().astype(float)
+    df["util_accepted"] = cum["accepted"] / cum["drafted"].where(cum["drafted"] > 0)
+    df["util_eq3"] = cum["new_tokens"] / cum["draft_calls"].where(cum["draft_calls"] > 0)
+    return df
+
+
+def build_holistic_fig4(results_dir: str | Path, model: str | None = None, dataset: str = "alpaca") -> pd.DataFrame:
+    runs = [r for r in load_runs(results_dir) if r.meta.get("experiment") == EXPERIMENT and r.temperature == 0
+            and r.meta.get("dataset") == dataset and curve(r) and (model is None or r.meta.get("model") == model)]
+    if not runs:
+        raise HarnessError(f"no Figure 4 runs (holistic, reuse off) on {dataset} in {results_dir} ({MAKE['fig4']})")
+    model = model or runs[-1].meta.get("model")
+    latest = {curve(r): r for r in runs if r.meta.get("model") == model}  # oldest first: the last one wins
+    parts = []
+    for name in CURVES:
+        if name in latest:
+            run = latest[name]
+            df = steps(run)
+            df.insert(0, "curve", name)
+            df["draft_length"], df["run_id"] = draft_length(run), run.run_id
+            parts.append(df)
+    out = pd.concat(parts, ignore_index=True)
+    out.attrs.update({"model": model, "dataset": dataset})
+    return out
+
+
+def final(df: pd.DataFrame) -> dict[str, float]:
+    return {name: float(g["util_accepted"].iloc[-1]) for name, g in df.groupby("curve", sort=False) if len(g)}
+
+
+def ordering_claim(df: pd.DataFrame) -> str:
+    """The paper's reading: Q_updated above Q_init above vanilla SD (final cumulative utilisation)."""
+    u = final(df)
+    if set(u) != set(CURVES):
+        return "not measured (needs all three curves)"
+    verdict = "holds" if u["q_updated"] > u["q_init"] > u["vanilla"] else "does not hold"
+    return f"{verdict} (" + ", ".join(f"{CURVES[n]} {u[n]:.3f}" for n in CURVES) + ")"
+
+
+def plot(df: pd.DataFrame, path: Path) -> Path:
+    fig = new_figure(figsize=(7, 4))
+    ax = fig.add_subplot()
+    for name, g in df.groupby("curve", sort=False):
+        ax.plot(g["step"], g["util_accepted"], color=COLORS[name],
+                label=f"{CURVES[name]} (λ{'≤' if name != 'vanilla' else '='}{g['draft_length'].iloc[0]})")
+    ax.set_xlabel("verification step (questions in order)")
+    ax.set_ylabel("utilisation so far (accepted / drafted)")
+    ax.set_title(f"Post-use & Pre-cut Fig. 4, ours: {df.attrs['model']}, {df.attrs['dataset']}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return save_figure(fig, path)
+
+
+def holistic_fig4(results_dir: str | Path, model: str | None = None, dataset: str = "alpaca") -> str:
+    """Build, write results/figures/holistic_fig4.{png,csv,md}; returns the markdown."""
+    df = build_holistic_fig4(results_dir, model, dataset)
+    out = figures_dir(results_dir)
+    plot(df, out / "holistic_fig4.png")
+    save_csv(df, out / "holistic_fig4.csv")
+    summary = pd.DataFrame([{"Curve": CURVES[n], "λ": g["draft_length"].iloc[0], "steps": len(g),
+                             "utilisation (accepted / drafted)": fmt(g["util_accepted"].iloc[-1], ".3f"),
+                             "Eq. 3 (new tokens / draft calls)": fmt(g["util_eq3"].iloc[-1], ".3f"),
+                             "run": g["run_id"].iloc[0]} for n, g in df.groupby("curve", sort=False)])
+    caption = (f"Post-use & Pre-cut Figure 4, ours: final cumulative token utilisation on {df.attrs['dataset']} "
+               f"({df.attrs['model']}); the paper shows curves only, no values.")
+    md = markdown(summary, caption, [f"Claim, Q_updated > Q_init > vanilla SD: {ordering_claim(df)}.",
+                                     f"{MISSING}: no run ({MAKE['fig4']})."])
+    write_atomic(out / "holistic_fig4.md", md)
+    return md

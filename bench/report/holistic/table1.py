@@ -1,0 +1,125 @@
+"""Post-use & Pre-cut Tables 1-2 in one table: tok/s and speedup over AR of Auto-regressive, Lookahead, Assisted,
+Speculative (lambda 12), Ouroboros (lambda 12) and ours (both reuses and Pre-cut, lambda <= 24) on HumanEval
+(its Table 1), MT-Bench and GSM8K (its Table 2), our pair beside the paper's.
+
+Writes results/tables/holistic_table1.{md,csv,tex}. The markdown's cells are "ours (paper)" against the paper's
+Llama-2-chat 7B&70B pair, the one pair all three datasets report; the csv keeps our tok/s, speedup, MAT and
+lossless counts per cell and, in paper_<pair> columns, every pair of the paper's Tables 1-2 (empty where it
+reports none, e.g. Lookahead and Ouroboros for Llama-3.1).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from bench.errors import HarnessError
+from bench.report.holistic.select import MAKE, Pool, draft_length, footer, level, numbers, pool
+from bench.report.tables import MISSING, fmt, lossless_text, pair, render, write_texts
+from bench.run.store import Run
+
+PAPER_DIR = Path(__file__).with_name("paper_tables")
+PAPER = "postuse_precut_table1_2.csv"
+PAPER_PAIR = "Llama2 7&70B"  # beside ours in the markdown: the pair of both tables
+DATASETS = ("humaneval", "mt_bench", "gsm8k")
+# Row -> (label, the paper's method name)
+ROWS = {"ar": ("Auto-regressive", "autoregressive"), "lookahead": ("Lookahead", "lookahead"),
+        "assisted": ("Assisted", "assisted"), "speculative": ("Speculative (λ=12)", "speculative"),
+        "ouroboros": ("Ouroboros (λ=12)", "ouroboros"), "ours": ("Ours (λ≤24)", "postuse_precut")}
+LAMBDA = 12  # Speculative's and Ouroboros's draft length (Appendix D.4.2)
+OURS_BOUND = 24
+
+
+def _latest(runs: list[Run], keep) -> Run | None:
+    found = [r for r in runs if keep(r)]
+    return found[-1] if found else None
+
+
+def gamma(run: Run):
+    return (run.meta.get("method_settings") or {}).get("gamma")
+
+
+# Row -> which runs are it, as the paper ran them (ours: the Table 3 "precut" level at its bound)
+KEEP = {"ar": lambda r: r.meta.get("method") == "ar" and not r.meta.get("variant"),
+        "lookahead": lambda r: r.meta.get("method") == "lookahead",
+        "assisted": lambda r: r.meta.get("method") == "hf_assisted",
+        "speculative": lambda r: r.meta.get("method") == "sd" and draft_length(r) == LAMBDA,
+        "ouroboros": lambda r: r.meta.get("method") in ("ouroboros", "ouroboros_g12") and gamma(r) == LAMBDA,
+        "ours": lambda r: level(r) == "precut" and draft_length(r) == OURS_BOUND}
+
+
+def row_run(p: Pool, row: str) -> Run | None:
+    """The latest run of `row` in the pool."""
+    found = [r for r in p.runs if KEEP[row](r)]
+    return found[-1] if found else None
+
+
+def lossless(run: Run | None) -> str | None:
+    counts = ((run.meta.get("summary") or {}).get("lossless")) if run is not None else None
+    return lossless_text(counts) if counts else None
+
+
+def build_holistic_table1(results_dir: str | Path, model: str | None = None) -> pd.DataFrame:
+    paper = pd.read_csv(PAPER_DIR / PAPER)
+    pools, errors = {}, []
+    for ds in DATASETS:
+        try:
+            pools[ds] = pool(results_dir, model, ds, MAKE["table1"])
+        except HarnessError as e:
+            errors.append(str(e))
+    if not pools:
+        raise HarnessError(f"no holistic runs on {', '.join(DATASETS)} in {results_dir} ({MAKE['table1']})")
+    model = model or next(iter(pools.values())).model
+    rows, used = [], []
+    for ds in DATASETS:
+        p = pools.get(ds)
+        for row, (label, paper_name) in ROWS.items():
+            run = row_run(p, row) if p else None
+            base = p.ar(run) if run is not None else None
+            used += [run, base]
+            got = numbers(run, base)
+            if row == "ar" and run is not None:
+                got["speedup"] = 1.0
+            mine = paper[(paper["dataset"] == ds) & (paper["method"] == paper_name)]
+            rows.append({"dataset": ds, "row": row, "method": label, "tok_s": got["tok_s"], "speedup": got["speedup"],
+                         "mat": got["mat"], "lossless": lossless(run),
+                         **{f"paper_{r.pair}_tok_s": r.tok_s for r in mine.itertuples()},
+                         **{f"paper_{r.pair}_speedup": r.speedup for r in mine.itertuples()},
+                         "run_id": run.run_id if run else None, "ar_run_id": base.run_id if base else None})
+    df = pd.DataFrame(rows)
+    df.attrs.update({"model": model, "errors": errors,
+                     "footer": [*(footer(p, [])[0] for p in pools.values()),
+                                footer(next(iter(pools.values())), used)[1]]})
+    return df
+
+
+def display(df: pd.DataFrame) -> pd.DataFrame:
+    speed, tok = f"paper_{PAPER_PAIR}_speedup", f"paper_{PAPER_PAIR}_tok_s"
+    out = []
+    for row, (label, _) in ROWS.items():
+        cells = {"Method": label}
+        for ds in DATASETS:
+            sub = df[(df["dataset"] == ds) & (df["row"] == row)].iloc[0]
+            cells[f"{ds} tok/s"] = pair(fmt(sub["tok_s"]), fmt(sub.get(tok)))
+            cells[f"{ds} speedup"] = pair(fmt(sub["speedup"]), fmt(sub.get(speed)))
+        out.append(cells)
+    return pd.DataFrame(out)
+
+
+def holistic_table1(results_dir: str | Path, model: str | None = None) -> str:
+    """Build, write results/tables/holistic_table1.{md,csv,tex}; returns the markdown."""
+    df = build_holistic_table1(results_dir, model)
+    caption = (f"Post-use & Pre-cut Tables 1-2, ours: {df.attrs['model']} and its draft, fp32 (paper: {PAPER_PAIR}, "
+               f"Llama-2-chat, bf16 on 4x A6000): tok/s and speedup over AR per dataset.")
+    lossless = "; ".join(f"{r.dataset} {r.row} {r.lossless}" for r in df.itertuples()
+                         if isinstance(r.lossless, str))
+    foot = [*df.attrs["footer"],
+            f"Cells: ours ({PAPER_PAIR}, paper). The csv has every pair of the paper's Tables 1-2 and our MAT.",
+            "Speedup: mean per-question tok/s over AR's on the same questions and machine.",
+            f"Lossless (equal to greedy AR / checked): {lossless or 'not checked'}.",
+            *(f"Missing: {e}." for e in df.attrs["errors"]),
+            f"{MISSING}: no run ({MAKE['table1']})."]
+    texts = render(display(df), caption, foot, df)
+    write_texts(Path(results_dir, "tables"), "holistic_table1", texts)
+    return texts["md"]
