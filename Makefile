@@ -18,7 +18,7 @@ SWEEP = -m $(if $(HYDRA_LAUNCHER),hydra/launcher=$(HYDRA_LAUNCHER))
 TEST_WORKERS ?= 2
 STAMP  := $(VENV)/.installed
 
-.PHONY: help setup demo test lint data datastore reproduce-table1 reproduce-tr-table1 reproduce-tr-fig3 reproduce-tr-fig4 reproduce-tr-auto tree-stats draft draft-sweep reproduce-draft-sd heads reproduce-dyspec-table1 reproduce-dyspec-table2 reproduce-dyspec-table3 reproduce-dyspec-table5 reproduce-propd-table1 reproduce-propd-table2 reproduce-propd-table3 reproduce-propd-fig3 reproduce-propd-fig7 reproduce-holistic-table1 reproduce-holistic-table3 reproduce-holistic-table4 reproduce-holistic-fig4 reproduced bench-engine clean-results
+.PHONY: help setup demo test lint data datastore reproduce-table1 reproduce-tr-table1 reproduce-tr-fig3 reproduce-tr-fig4 reproduce-tr-auto tree-stats draft draft-sweep reproduce-draft-sd heads reproduce-dyspec-table1 reproduce-dyspec-table2 reproduce-dyspec-table3 reproduce-dyspec-table5 reproduce-propd-table1 reproduce-propd-table2 reproduce-propd-table3 reproduce-propd-fig3 reproduce-propd-fig7 reproduce-holistic-table1 reproduce-holistic-table3 reproduce-holistic-table4 reproduce-holistic-table9 reproduce-holistic-fig4 reproduce-holistic-fig5 reproduce-holistic-table10 sweep-holistic-settings reproduced bench-engine clean-results
 
 help:  ## list targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' Makefile | sed 's/:.*## /\t/'
@@ -175,10 +175,34 @@ reproduce-holistic-table4: setup  ## Post-use & Pre-cut Table 4: MAT and utilisa
 	$(PY) -m bench.run $(SWEEP) experiment=holistic/table3 run.variant=precut method.draft_length=24 $(HOLISTIC_ARGS)
 	$(PY) -m bench.report holistic/table4 --model $(MODEL)
 
+reproduce-holistic-table9: setup  ## Post-use & Pre-cut Table 9: wall-clock of one operation per component of ours (lambda <= 24) on HumanEval
+	$(PY) -m bench.run $(SWEEP) experiment=holistic/ar dataset=humaneval $(HOLISTIC_ARGS)
+	$(PY) -m bench.run $(SWEEP) experiment=holistic/table3 run.variant=precut method.draft_length=24 $(HOLISTIC_ARGS)
+	$(PY) -m bench.report holistic/table9 --model $(MODEL)
+
 reproduce-holistic-fig4: setup  ## Post-use & Pre-cut Figure 4: utilisation over time, vanilla SD vs Pre-cut Q_init vs Q updated, on Alpaca
 	$(PY) -m bench.run $(SWEEP) experiment=holistic/ar dataset=alpaca $(HOLISTIC_ARGS)
 	$(PY) -m bench.run $(SWEEP) experiment=holistic/fig4 $(HOLISTIC_ARGS)
 	$(PY) -m bench.report holistic/fig4 --model $(MODEL)
+
+reproduce-holistic-fig5: setup  ## Post-use & Pre-cut Figure 5: speedup vs lambda 3-24 with reuse only, HumanEval and MT-Bench
+	$(PY) -m bench.run $(SWEEP) experiment=holistic/ar dataset=humaneval,mt_bench $(HOLISTIC_ARGS)
+	$(PY) -m bench.run $(SWEEP) experiment=holistic/fig5 $(HOLISTIC_ARGS)
+	$(PY) -m bench.report holistic/fig5 --model $(MODEL)
+
+sweep-holistic-settings: setup  ## Post-use & Pre-cut's open settings: W x beta, target_cost x warm-up (18 runs on HumanEval)
+	$(PY) -m bench.run $(SWEEP) experiment=holistic/ar dataset=humaneval $(HOLISTIC_ARGS)
+	$(PY) -m bench.run $(SWEEP) experiment=holistic/sweep_cache $(HOLISTIC_ARGS)
+	$(PY) -m bench.run $(SWEEP) experiment=holistic/sweep_controller $(HOLISTIC_ARGS)
+	$(PY) -m bench.report holistic/settings --model $(MODEL)
+
+# Table 10 takes PER_GROUP questions of each Spec-Bench category (default 2), not LIMIT.
+PER_GROUP ?= 2
+reproduce-holistic-table10: setup  ## Post-use & Pre-cut Table 10: AR, Speculative (8), Assisted, ours per Spec-Bench category
+	$(PY) -m bench.run $(SWEEP) experiment=holistic/table10 model=$(MODEL) run.limit_per_group=$(PER_GROUP) logger=$(LOGGER)
+	$(PY) -m bench.run $(SWEEP) experiment=holistic/table10_sd model=$(MODEL) run.limit_per_group=$(PER_GROUP) logger=$(LOGGER)
+	$(PY) -m bench.run $(SWEEP) experiment=holistic/table10_assisted model=$(MODEL) run.limit_per_group=$(PER_GROUP) logger=$(LOGGER)
+	$(PY) -m bench.report holistic/table10 --model $(MODEL)
 
 reproduced: setup  ## REPRODUCED.md: per paper, the latest measured tables beside the paper's numbers, from results/
 	$(PY) -m bench.report reproduced

@@ -42,6 +42,7 @@ def test_every_switch_combination_is_lossless(smollm, prompts, greedy, drafts, s
             assert sum(c["target_extra"]) == 0
         if switches[2]:
             assert {"controller", "cache"} <= set(g.phase_times) if any(switches[:2]) else "controller" in g.phase_times
+        assert {"draft_forward", "rollback", "target_forward"} <= set(g.phase_times)  # Table 9's components
 
 
 def build(bundle, *more):
@@ -97,3 +98,17 @@ def test_warm_cache_carries_over_prompts_cold_does_not(smollm, prompts, drafts):
 def test_sampling_is_refused(smollm, prompts, drafts):
     with pytest.raises(Exception, match="greedily"):
         run_method(with_draft(smollm, drafts["cut2"]), prompts[:1], "method=holistic", temperature=0.6, max_new=4)
+
+
+def test_frozen_controller_stops_learning_after_warm_up(smollm, prompts, drafts):
+    """Figure 4's Q_init: the Q-table of the warm-up, then no more updates (and the run records the switch)."""
+    bundle = with_draft(smollm, drafts["cut2"])
+    method = build(bundle, *overrides(False, False, True, "method.controller.warmup_steps=2",
+                                      "method.controller.freeze_after_warmup=true"))
+    assert method.describe()["controller"]["freeze_after_warmup"] is True
+    decode(method, bundle, prompts[:1])
+    ctl = method.controller
+    assert ctl.steps > 2 and ctl.q  # learned during the first 2 verifications, counted every one after
+    frozen = {s: list(v) for s, v in ctl.q.items()}
+    decode(method, bundle, prompts[1:2])
+    assert {s: v for s, v in ctl.q.items() if s in frozen} == frozen

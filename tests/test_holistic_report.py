@@ -1,53 +1,34 @@
-"""Post-use & Pre-cut Tables 3 and 4 (bench/report/holistic) on hand-written runs: levels read from the switches,
+"""Post-use & Pre-cut Tables 1-4 and Figure 4 (bench/report/holistic) on hand-written runs: levels read from the switches,
 speedups against the AR run measured like it, both utilisations from the step counters, the two claims decided
 from the data, the paper's numbers beside, and one error line without runs."""
 
 from __future__ import annotations
 
-import json
-
 import pandas as pd
 import pytest
 
 from bench.errors import HarnessError
+from bench.report.holistic.fig4 import holistic_fig4, ordering_claim
+from bench.report.holistic.fig5 import differs_claim, holistic_fig5
+from bench.report.holistic.settings import holistic_settings
+from bench.report.holistic.table1 import holistic_table1
 from bench.report.holistic.table3 import flatten_claim, holistic_table3, reuse_claim
 from bench.report.holistic.table4 import holistic_table4
-
-LEVELS = {"sd": (False, False, False), "reuse_draft": (True, False, False), "reuse_target": (True, True, False),
-          "precut": (True, True, True)}
-
-
-def write_run(root, name, method, *, seconds, level=None, length=None, calls=4, drafted=4, accepted=1, extra=0):
-    """One question, one turn of 10 new tokens in 5 steps (prefill + 4 verifications) taking `seconds`."""
-    d = root / "runs" / name
-    d.mkdir(parents=True)
-    record = {"question_id": 1, "new_tokens": 10, "wall_time": seconds, "accept_lengths": [1, 3, 2, 2, 2]}
-    settings = {}
-    if method == "holistic":
-        rd, rt, pc = LEVELS[level]
-        settings = {"reuse_draft": rd, "reuse_target": rt, "precut": pc, "draft_length": length}
-        record["counters"] = {"draft_calls": [calls] * 4, "draft_tokens": [drafted] * 4,
-                              "accepted_draft": [accepted] * 4, "target_extra": [extra] * 4,
-                              "draft_fetches": [2] * 4 if rd else [0] * 4, "draft_hits": [1] * 4 if rd else [0] * 4,
-                              "target_fetches": [1] * 4 if rt else [0] * 4, "target_hits": [int(extra > 0)] * 4}
-    (d / "records.jsonl").write_text(json.dumps(record) + "\n")
-    meta = {"run_id": name, "created": f"2026-01-01T00:00:{len(list(d.parent.iterdir())):02d}",
-            "experiment": "holistic", "method": method, "model": "m", "dataset": "humaneval", "temperature": 0.0,
-            "machine": "cpu", "max_new_tokens": 128, "variant": level, "method_settings": settings}
-    (d / "summary.json").write_text(json.dumps(meta))
+from bench.report.holistic.table9 import holistic_table9
+from bench.report.holistic.table10 import holistic_table10
+from tests.fixtures.holistic_results import (
+    write_fig4,
+    write_fig5,
+    write_ladder,
+    write_run,
+    write_table1,
+    write_table10,
+)
 
 
 @pytest.fixture
 def results(tmp_path):
-    write_run(tmp_path, "ar", "ar", seconds=1.0)
-    for n, t_sd, t_cut in ((3, 2.0, 1.6), (12, 4.0, 1.5)):
-        write_run(tmp_path, f"sd{n}", "holistic", seconds=t_sd, level="sd", length=n, calls=n, drafted=n)
-        write_run(tmp_path, f"rd{n}", "holistic", seconds=t_sd * 0.9, level="reuse_draft", length=n, calls=n // 2,
-                  drafted=n)
-        write_run(tmp_path, f"rt{n}", "holistic", seconds=t_sd * 0.8, level="reuse_target", length=n, calls=n // 2,
-                  drafted=n, extra=1)
-        write_run(tmp_path, f"pc{n}", "holistic", seconds=t_cut, level="precut", length=n, calls=2, drafted=2)
-    return tmp_path
+    return write_ladder(tmp_path)
 
 
 def test_table3_cells_and_claims(results):
@@ -90,3 +71,88 @@ def test_no_runs_is_one_error(tmp_path):
     (tmp_path / "runs").mkdir()
     with pytest.raises(HarnessError, match="make reproduce-holistic-table3"):
         holistic_table3(tmp_path, "m")
+
+
+def test_table1_rows_per_dataset_beside_the_paper(results):
+    write_table1(results)
+    write_run(results, "pc24", "holistic", seconds=9.0, level="precut", length=24)  # Table 3's cell, run later
+    md = holistic_table1(results, "m")
+    data = pd.read_csv(results / "tables" / "holistic_table1.csv").set_index(["dataset", "row"])
+    expected = {"ar": 1.0, "lookahead": 0.5, "assisted": 0.4, "speculative": 0.25, "ouroboros": 0.2, "ours": 0.8}
+    for ds in ("humaneval", "mt_bench", "gsm8k"):
+        for row, speedup in expected.items():
+            assert data.at[(ds, row), "speedup"] == pytest.approx(speedup), (ds, row)
+    assert data.at[("humaneval", "ours"), "run_id"] == "ours"  # Table 1's own run, not Table 3's pc24
+    assert data.at[("gsm8k", "ours"), "paper_Llama3.1 8&70B_speedup"] == pytest.approx(2.99)
+    assert pd.isna(data.at[("gsm8k", "lookahead"), "paper_Llama3.1 8&70B_speedup"])  # the paper has no cell
+    assert "| Ours (λ≤24)" in md and "0.80 (3.23)" in md and "8.00 (14.78)" in md
+    assert "humaneval ours 1/1" in md
+
+
+def test_table1_names_a_missing_dataset(results):
+    md = holistic_table1(results, "m")  # only the HumanEval ladder: MT-Bench and GSM8K missing
+    assert "Missing: no holistic runs on mt_bench" in md and "— (2.64)" in md
+
+
+def test_fig4_curves_and_the_ordering_claim(results):
+    md = holistic_fig4(write_fig4(results), "m")
+    data = pd.read_csv(results / "figures" / "holistic_fig4.csv")
+    final = data.groupby("curve")["util_accepted"].last()
+    assert final["vanilla"] == pytest.approx(1 / 12) and final["q_init"] == pytest.approx(2 / 6)
+    assert final["q_updated"] == pytest.approx(3 / 6) and data.groupby("curve").size().tolist() == [4, 4, 4]
+    assert (results / "figures" / "holistic_fig4.png").stat().st_size > 0
+    assert "Claim, Q_updated > Q_init > vanilla SD: holds" in md
+    swapped = data.copy()
+    swapped.loc[swapped["curve"] == "q_init", "util_accepted"] = 0.9
+    assert ordering_claim(swapped).startswith("does not hold")
+
+
+def test_fig4_without_runs_is_one_error(results):
+    with pytest.raises(HarnessError, match="make reproduce-holistic-fig4"):
+        holistic_fig4(results, "m")
+
+
+def test_table9_one_operation_per_component(results):
+    md = holistic_table9(write_table1(results), "m")  # Table 1's "ours": 1.25 s, 4 steps of 3 draft calls
+    data = pd.read_csv(results / "tables" / "holistic_table9.csv").set_index("component")
+    assert data.at["draft_forward", "ms"] == pytest.approx(1e3 * 0.3 * 1.25 / 12)
+    assert data.at["target_forward", "ms"] == pytest.approx(1e3 * 0.4 * 1.25 / 4)
+    assert data.at["rollback", "ms_per_step"] == pytest.approx(1e3 * 0.05 * 1.25 / 4)
+    assert pd.isna(data.at["controller", "ms"])  # the fixture counts no decisions
+    assert "| M_t forward" in md and "(152)" in md and "(< 0.1)" in md
+
+
+def test_fig5_best_lambda_per_task(results):
+    md = holistic_fig5(write_fig5(write_table1(results)), "m")
+    data = pd.read_csv(results / "figures" / "holistic_fig5.csv").set_index(["dataset", "lambda"])
+    assert data.at[("humaneval", 3), "speedup"] == pytest.approx(1 / 1.6)
+    assert data.at[("mt_bench", 12), "speedup"] == pytest.approx(0.5)
+    assert "the best lambda differs between tasks: holds (best lambda: humaneval 3, mt_bench 12)" in md
+    assert (results / "figures" / "holistic_fig5.png").stat().st_size > 0
+    same = data.reset_index()
+    same.loc[(same["dataset"] == "mt_bench") & (same["lambda"] == 3), "speedup"] = 0.9
+    assert differs_claim(same).startswith("does not hold")
+
+
+def test_table10_speedup_per_category(results):
+    md = holistic_table10(write_table10(results), "m")
+    data = pd.read_csv(results / "tables" / "holistic_table10.csv").set_index(["row", "category"])
+    assert data.at[("ours", "dialog"), "speedup"] == pytest.approx(2.0)
+    assert data.at[("ours", "qa"), "speedup"] == pytest.approx(0.25)
+    assert data.at[("speculative", "rag"), "speedup"] == pytest.approx(0.5)
+    assert pd.isna(data.at[("assisted", "math"), "speedup"])  # no Assisted run
+    assert "| Ours (λ≤24)" in md and "2.00 (2.42)" in md and "— (2.52)" in md
+
+
+def test_settings_sweep_rows_stay_out_of_the_paper_tables(results):
+    for cost, t in ((3, 2.0), (14, 1.0)):
+        write_run(results, f"sweep{cost}", "holistic", seconds=t, level="precut", length=24, variant="",
+                  experiment="holistic_sweep", settings={"draft_phrases": 3, "controller": {
+                      "target_cost": cost, "warmup_steps": 64, "conf_edges": [0.5, 0.1]}})
+    md = holistic_settings(results, "m")
+    data = pd.read_csv(results / "tables" / "holistic_settings.csv").set_index("target_cost")
+    assert data.at[14, "speedup"] == pytest.approx(1.0) and data.at[3, "speedup"] == pytest.approx(0.5)
+    assert data.at[3, "conf_bins"] == 3 and data.at[3, "W"] == 3 and "sweep14" in md
+    holistic_table3(results, "m")  # the sweep's lambda-24 runs are not Table 3's precut cell
+    assert pd.isna(pd.read_csv(results / "tables" / "holistic_table3.csv").set_index(["level", "lambda"])
+                   .at[("precut", 24), "speedup"])

@@ -2,8 +2,8 @@
 only.
 
 No Jupyter kernel is needed: py:percent files are valid Python. SPECREPRO_RESULTS points at the fixture, which
-holds Token Recycling's, DySpec's and ProPD's fixture runs (tests/fixtures/tr_results.py, dyspec_results.py,
-propd_results.py, the last with ProPD's two Figure 3 files).
+holds Token Recycling's, DySpec's, ProPD's and Post-use & Pre-cut's fixture runs (tests/fixtures/tr_results.py,
+dyspec_results.py, propd_results.py with ProPD's two Figure 3 files, holistic_results.py).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.dyspec_results import write_full
+from tests.fixtures.holistic_results import write_holistic_results
 from tests.fixtures.propd_results import write_propd_results
 from tests.fixtures.tr_results import write_fixture_results
 
@@ -39,6 +40,8 @@ EXPECTED = {
     "propd/fig7.py": [f"figures/propd_fig7.{ext}" for ext in ("png", "csv", "md", "tex")],
     "propd/fig3.py": [*(f"figures/propd_fig3.{ext}" for ext in ("png", "csv", "md", "tex")),
                       "figures/propd_fig3_fit.csv"],
+    **{f"holistic/table{n}.py": [f"tables/holistic_table{n}.{ext}" for ext in ("md", "csv", "tex")] for n in (1, 3, 4, 9, 10)},
+    **{f"holistic/fig{n}.py": [f"figures/holistic_fig{n}.{ext}" for ext in ("png", "csv", "md")] for n in (4, 5)},
 }
 # Table 5's sweep, small (the notebook's defaults are the paper's sizes, 20 trees each).
 TABLE5 = {"SPECREPRO_TABLE5_SIZES": "64,256", "SPECREPRO_TABLE5_TREES_PER_SIZE": "3",
@@ -55,6 +58,7 @@ def executed(tmp_path_factory):
     procs = {}
     for nb in NOTEBOOKS:
         results = write_propd_results(write_full(write_fixture_results(tmp_path_factory.mktemp(nb.stem) / "results")))
+        write_holistic_results(results)
         env = {**os.environ, "SPECREPRO_RESULTS": str(results), "MPLBACKEND": "Agg", **TABLE5}
         for name in ("SPECREPRO_MODEL", "SPECREPRO_TREES", "SPECREPRO_DATASET", "SPECREPRO_TEMPERATURE"):
             env.pop(name, None)
@@ -117,3 +121,20 @@ def test_propd_notebooks_show_ours_beside_the_paper(executed):
     assert "not loadable offline" in stdout
     _, _, _, stdout = executed["propd/fig3.py"]
     assert "R^2" in stdout and "(a) Paper:" in stdout
+
+
+def test_holistic_notebooks_show_ours_beside_the_paper(executed):
+    _, _, _, stdout = executed["holistic/table1.py"]
+    assert "Ours (λ≤24)" in stdout and "0.80 (3.23)" in stdout
+    _, _, _, stdout = executed["holistic/table3.py"]
+    assert "Claim, reuse raises utilisation" in stdout and "(2.87)" in stdout
+    _, _, _, stdout = executed["holistic/table4.py"]
+    assert "8.18/68.2%" in stdout
+    _, _, _, stdout = executed["holistic/fig4.py"]
+    assert "Q_updated > Q_init > vanilla SD: holds" in stdout
+    _, _, _, stdout = executed["holistic/fig5.py"]
+    assert "best lambda differs between tasks: holds" in stdout
+    _, _, _, stdout = executed["holistic/table9.py"]
+    assert "M_d forward" in stdout and "(21)" in stdout
+    _, _, _, stdout = executed["holistic/table10.py"]
+    assert "2.00 (2.42)" in stdout

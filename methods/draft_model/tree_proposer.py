@@ -193,8 +193,11 @@ class DraftModelProposer(Proposer):
             self.cache.crop(-extra)  # transformers 5: a negative crop drops that many trailing positions
 
     def end_drafting(self, drafted: int) -> None:
-        """Crop the draft cache back to the committed tokens and count the step's draft calls and tokens."""
+        """Crop the draft cache back to the committed tokens and count the step's draft calls and tokens. The crop
+        is its own phase, `rollback` (Post-use & Pre-cut Table 9); the time before it is tree building."""
+        self._lap("tree")
         self.rollback()
+        self._lap("rollback")
         self.step_log["draft_calls"].append(self.calls)
         self.step_log["draft_tokens"].append(drafted)
 

@@ -1,4 +1,4 @@
-"""Post-use & Pre-cut (holistic token efficiency): Tables 1-2 (one table), 3 and 4, Figure 4.
+"""Post-use & Pre-cut (holistic token efficiency): Tables 1-2 (one table), 3, 4, 9 and 10, Figures 4 and 5.
 
 Only the registrations live here; each artifact's module is imported when it runs. Every artifact returns the
 markdown it wrote and reads runs of experiment `holistic` (conf/experiment/holistic/, select.py).
@@ -20,9 +20,21 @@ ARTIFACTS = {
     "table4": Artifact(f"{__name__}.table4:holistic_table4",
                        "Table 4 (MAT and utilisation, vanilla SD vs ours) -> tables/holistic_table4.{md,csv,tex}",
                        options=(DATASET,), **MODEL),
+    "table9": Artifact(f"{__name__}.table9:holistic_table9",
+                       "Table 9 (wall-clock of one operation per component of the full method) -> "
+                       "tables/holistic_table9.{md,csv,tex}", options=(DATASET,), **MODEL),
+    "table10": Artifact(f"{__name__}.table10:holistic_table10",
+                        "Table 10 (speedup vs AR per Spec-Bench category: Speculative (8), Assisted, ours) -> "
+                        "tables/holistic_table10.{md,csv,tex}", **MODEL),
     "fig4": Artifact(f"{__name__}.fig4:holistic_fig4",
                      "Figure 4 (utilisation over time: vanilla SD, Pre-cut Q_init, Q updated) -> "
                      "figures/holistic_fig4.{png,csv,md}", options=(FIG4_DATASET,), **MODEL),
+    "fig5": Artifact(f"{__name__}.fig5:holistic_fig5",
+                     "Figure 5 (speedup vs draft length with reuse only, HumanEval and MT-Bench) -> "
+                     "figures/holistic_fig5.{png,csv,md}", **MODEL),
+    "settings": Artifact(f"{__name__}.settings:holistic_settings",
+                         "the open settings swept (W, beta, target_cost, warm-up) -> tables/holistic_settings.{md,csv}",
+                         **MODEL),
 }
 
 # Shown on REPRODUCED.md (`make reproduced`): (artifact, options, the command that makes its runs).
@@ -30,5 +42,8 @@ REPRODUCED = (
     ("table1", {}, "make reproduce-holistic-table1 LIMIT=5"),
     ("table3", {}, "make reproduce-holistic-table3 LIMIT=5"),
     ("table4", {}, "make reproduce-holistic-table4 LIMIT=5"),
+    ("table9", {}, "make reproduce-holistic-table9 LIMIT=5"),
+    ("table10", {}, "make reproduce-holistic-table10"),
     ("fig4", {}, "make reproduce-holistic-fig4 LIMIT=5"),
+    ("fig5", {}, "make reproduce-holistic-fig5 LIMIT=5"),
 )

@@ -34,7 +34,8 @@ LEVEL_NAMES = {"sd": "+ Speculative (sd)", "reuse_draft": "+ Ex-post reuse at M_
 PAPER_LEVELS = {"sd": "+speculative", "reuse_draft": "+expost_reuse_draft", "reuse_target": "+expost_reuse_target",
                 "precut": "+exante_reduction"}
 LAMBDAS = (3, 6, 9, 12, 18, 24)
-MAKE = {name: f"make reproduce-holistic-{name}" for name in ("table1", "table3", "table4", "fig4")}
+MAKE = {name: f"make reproduce-holistic-{name}" for name in ("table1", "table3", "table4", "table9", "table10",
+                                                                  "fig4", "fig5")}
 
 
 def level(run: Run) -> str | None:

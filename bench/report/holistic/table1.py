@@ -40,13 +40,14 @@ def gamma(run: Run):
     return (run.meta.get("method_settings") or {}).get("gamma")
 
 
-# Row -> which runs are it, as the paper ran them (ours: the Table 3 "precut" level at its bound)
+# Row -> which runs are it, as the paper ran them (ours: both reuses and Pre-cut at the bound)
 KEEP = {"ar": lambda r: r.meta.get("method") == "ar" and not r.meta.get("variant"),
         "lookahead": lambda r: r.meta.get("method") == "lookahead",
         "assisted": lambda r: r.meta.get("method") == "hf_assisted",
         "speculative": lambda r: r.meta.get("method") == "sd" and draft_length(r) == LAMBDA,
         "ouroboros": lambda r: r.meta.get("method") in ("ouroboros", "ouroboros_g12") and gamma(r) == LAMBDA,
-        "ours": lambda r: level(r) == "precut" and draft_length(r) == OURS_BOUND}
+        # the run of Table 1's own sweep (no variant), not Table 3's precut cell at 24 (run.variant=precut)
+        "ours": lambda r: level(r) == "precut" and draft_length(r) == OURS_BOUND and not r.meta.get("variant")}
 
 
 def row_run(p: Pool, row: str) -> Run | None:

@@ -1,0 +1,94 @@
+"""Post-use & Pre-cut Figure 5: draft-length sensitivity with reuse only (both reuses, no Pre-cut): speedup over
+AR against lambda on HumanEval and MT-Bench (conf/experiment/holistic/fig5.yaml).
+
+Writes results/figures/holistic_fig5.png (one line per dataset, the best lambda marked) and
+holistic_fig5.{csv,md}. The paper's figure (Llama-2 7B/70B) has no point values in its text; its claim is that
+the best lambda differs between tasks, which the markdown decides from our curves.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from bench.errors import HarnessError
+from bench.report.holistic.select import MAKE, footer, numbers, pool
+from bench.report.plots import figures_dir, new_figure, save_csv, save_figure
+from bench.report.tables import MISSING, fmt, markdown
+from bench.run.store import write_atomic
+
+DATASETS = ("humaneval", "mt_bench")
+LEVEL = "reuse_target"  # both reuses, no Pre-cut
+
+
+def build_holistic_fig5(results_dir: str | Path, model: str | None = None) -> pd.DataFrame:
+    rows, lines, errors = [], [], []
+    for ds in DATASETS:
+        try:
+            p = pool(results_dir, model, ds, MAKE["fig5"])
+        except HarnessError as e:
+            errors.append(str(e))
+            continue
+        model = model or p.model
+        used = []
+        for n in p.lengths(LEVEL):
+            run = p.latest(LEVEL, n)
+            base = p.ar(run)
+            used += [run, base]
+            rows.append({"dataset": ds, "lambda": n, **numbers(run, base), "run_id": run.run_id,
+                         "ar_run_id": base.run_id if base else None})
+        lines += footer(p, used)
+    if not rows:
+        raise HarnessError(f"no reuse-only holistic runs on {', '.join(DATASETS)} in {results_dir} ({MAKE['fig5']})")
+    df = pd.DataFrame(rows)
+    df.attrs.update({"model": model, "footer": lines + [f"Missing: {e}." for e in errors]})
+    return df
+
+
+def best(df: pd.DataFrame) -> dict[str, int]:
+    """The lambda of the highest speedup per dataset (datasets without a measured speedup left out)."""
+    got = df.dropna(subset=["speedup"])
+    return {ds: int(g.loc[g["speedup"].idxmax(), "lambda"]) for ds, g in got.groupby("dataset", sort=False)}
+
+
+def differs_claim(df: pd.DataFrame) -> str:
+    b = best(df)
+    if len(b) < 2:
+        return "not measured (needs both datasets)"
+    verdict = "holds" if len(set(b.values())) > 1 else "does not hold"
+    return f"{verdict} (best lambda: " + ", ".join(f"{ds} {n}" for ds, n in b.items()) + ")"
+
+
+def plot(df: pd.DataFrame, path: Path) -> Path:
+    fig = new_figure(figsize=(6, 4))
+    ax = fig.add_subplot()
+    for ds, g in df.groupby("dataset", sort=False):
+        line, = ax.plot(g["lambda"], g["speedup"], marker="o", label=ds)
+        if g["speedup"].notna().any():
+            top = g.loc[g["speedup"].idxmax()]
+            ax.scatter([top["lambda"]], [top["speedup"]], s=120, facecolors="none", edgecolors=line.get_color())
+    ax.axhline(1.0, color="gray", lw=0.8, ls="--")
+    ax.set_xlabel("draft length λ (reuse at draft and target, no Pre-cut)")
+    ax.set_ylabel("speedup over AR")
+    ax.set_title(f"Post-use & Pre-cut Fig. 5, ours: {df.attrs['model']} (circled: best λ)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return save_figure(fig, path)
+
+
+def holistic_fig5(results_dir: str | Path, model: str | None = None) -> str:
+    """Build, write results/figures/holistic_fig5.{png,csv,md}; returns the markdown."""
+    df = build_holistic_fig5(results_dir, model)
+    out = figures_dir(results_dir)
+    plot(df, out / "holistic_fig5.png")
+    save_csv(df, out / "holistic_fig5.csv")
+    table = df.pivot(index="lambda", columns="dataset", values="speedup").reset_index()
+    table = pd.DataFrame({"λ": table["lambda"], **{ds: [fmt(v) for v in table[ds]] for ds in table.columns[1:]}})
+    caption = (f"Post-use & Pre-cut Figure 5, ours: speedup over AR per draft length with reuse only, "
+               f"{df.attrs['model']}; the paper's figure has no values in its text.")
+    md = markdown(table, caption, [*df.attrs["footer"],
+                                   f"Claim, the best lambda differs between tasks: {differs_claim(df)}.",
+                                   f"{MISSING}: no run ({MAKE['fig5']})."])
+    write_atomic(out / "holistic_fig5.md", md)
+    return md

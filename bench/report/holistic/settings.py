@@ -1,0 +1,63 @@
+"""The settings sweeps of the full method (conf/experiment/holistic/sweep_*.yaml, experiment `holistic_sweep`):
+one row per run with the settings the paper leaves open (W, beta, kappa, target_cost, warm-up, confidence bins)
+and what they gave: speedup over AR, MAT, both utilisations, hit rates, draft length.
+
+Writes results/tables/holistic_settings.{md,csv}. The AR baseline is the one measured like each run (any
+experiment: holistic/ar's on the same dataset, length and machine).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from bench.errors import HarnessError
+from bench.report.holistic.select import numbers
+from bench.report.tables import fmt, render, write_texts
+from bench.run.store import load_runs, paired_baseline
+
+EXPERIMENT = "holistic_sweep"
+MAKE = "make sweep-holistic-settings"
+
+
+def settings_of(meta: dict) -> dict:
+    s = meta.get("method_settings") or {}
+    cache, ctl = s.get("cache") or {}, s.get("controller") or {}
+    return {"W": s.get("draft_phrases"), "beta": cache.get("beta"), "per_key": cache.get("per_key"),
+            "max_keys": cache.get("max_keys"), "target_cost": ctl.get("target_cost"),
+            "warmup_steps": ctl.get("warmup_steps"), "conf_bins": len(ctl["conf_edges"]) + 1 if ctl.get("conf_edges") else None}
+
+
+def build_holistic_settings(results_dir: str | Path, model: str | None = None) -> pd.DataFrame:
+    runs = load_runs(results_dir)
+    mine = [r for r in runs if r.meta.get("experiment") == EXPERIMENT and r.meta.get("method") == "holistic"
+            and (model is None or r.meta.get("model") == model)]
+    if not mine:
+        raise HarnessError(f"no runs of experiment {EXPERIMENT} in {results_dir} ({MAKE})")
+    rows = []
+    for run in mine:
+        base = paired_baseline(runs, run, "ar")
+        got = numbers(run, base)
+        rows.append({"dataset": run.meta.get("dataset"), **settings_of(run.meta),
+                     **{k: got[k] for k in ("speedup", "mat", "util_eq3", "util_accepted", "draft_hit_rate",
+                                            "target_hit_rate", "draft_tokens_mean")},
+                     "run_id": run.run_id, "ar_run_id": base.run_id if base else None})
+    return pd.DataFrame(rows)
+
+
+def holistic_settings(results_dir: str | Path, model: str | None = None) -> str:
+    """Build, write results/tables/holistic_settings.{md,csv}; returns the markdown."""
+    df = build_holistic_settings(results_dir, model)
+    cols = ["dataset", "W", "beta", "per_key", "max_keys", "target_cost", "warmup_steps", "conf_bins"]
+    display = df[cols].copy()
+    for col in ("speedup", "mat", "util_eq3", "util_accepted", "draft_hit_rate", "target_hit_rate",
+                "draft_tokens_mean"):
+        display[col] = [fmt(v) for v in df[col]]
+    caption = "Post-use & Pre-cut, the open settings swept: the full method (lambda <= 24), one row per run."
+    foot = [("speedup over AR measured like the run; util_eq3 = new tokens / draft calls; util_accepted = accepted /"
+            " drafted draft tokens; draft_tokens_mean = drafted tokens per verification."),
+            "Runs: " + ", ".join(df["run_id"]) + "."]
+    texts = render(display, caption, foot, df, formats=("md", "csv"))
+    write_texts(Path(results_dir, "tables"), "holistic_settings", texts)
+    return texts["md"]

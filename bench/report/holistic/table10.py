@@ -1,0 +1,77 @@
+"""Post-use & Pre-cut Table 10: speedup over AR per Spec-Bench category of Speculative (lambda 8), Assisted and
+ours (both reuses and Pre-cut, lambda <= 24), ours beside the paper's (Llama-3.1-Instruct, its Appendix E.2).
+
+Writes results/tables/holistic_table10.{md,csv,tex}. Runs: experiment `holistic` on spec_bench
+(conf/experiment/holistic/table10*.yaml). Per category, the speedup is the mean per-question tok/s over AR's on the
+same questions (Spec-Bench's), from the records of that category's group (the 8 MT-Bench categories are Dialog).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from bench.report.holistic.select import MAKE, draft_length, footer, level, pool
+from bench.report.tables import MISSING, fmt, pair, render, write_texts
+from bench.run.metrics import speedup
+
+PAPER_DIR = Path(__file__).with_name("paper_tables")
+PAPER = "postuse_precut_table10_specbench.csv"
+DATASET = "spec_bench"
+# our group -> the paper's column
+GROUPS = {"mt_bench": "dialog", "translation": "trans", "summarization": "sum", "qa": "qa",
+          "math_reasoning": "math", "rag": "rag"}
+# row -> (label, the paper's method, which runs are it)
+ROWS = {"speculative": ("Speculative (λ=8)", "speculative_8",
+                        lambda r: r.meta.get("method") == "sd" and draft_length(r) == 8),
+        "assisted": ("Assisted", "assisted", lambda r: r.meta.get("method") == "hf_assisted"),
+        "ours": ("Ours (λ≤24)", "postuse_precut", lambda r: level(r) == "precut" and draft_length(r) == 24)}
+
+
+def by_group(records: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for r in records:
+        out.setdefault(r.get("group"), []).append(r)
+    return out
+
+
+def build_holistic_table10(results_dir: str | Path, model: str | None = None) -> pd.DataFrame:
+    p = pool(results_dir, model, DATASET, MAKE["table10"])
+    paper = pd.read_csv(PAPER_DIR / PAPER).set_index("method")
+    rows, used = [], []
+    for row, (label, paper_name, keep) in ROWS.items():
+        found = [r for r in p.runs if keep(r)]
+        run = found[-1] if found else None
+        base = p.ar(run) if run else None
+        used += [run, base]
+        mine = by_group(run.records) if run else {}
+        theirs = by_group(base.records) if base else {}
+        for group, col in GROUPS.items():
+            got = speedup(mine[group], theirs[group]) if group in mine and group in theirs else None
+            rows.append({"row": row, "method": label, "group": group, "category": col, "speedup": got,
+                         "questions": len({r["question_id"] for r in mine.get(group, [])}),
+                         "paper_speedup": paper.at[paper_name, col], "run_id": run.run_id if run else None,
+                         "ar_run_id": base.run_id if base else None})
+    df = pd.DataFrame(rows)
+    df.attrs.update({"footer": footer(p, used)})
+    return df
+
+
+def holistic_table10(results_dir: str | Path, model: str | None = None) -> str:
+    """Build, write results/tables/holistic_table10.{md,csv,tex}; returns the markdown."""
+    df = build_holistic_table10(results_dir, model)
+    display = [{"Method": "Auto-regressive", **{c: "1.00 (1.00)" for c in GROUPS.values()}}]
+    for row, (label, _, _) in ROWS.items():
+        sub = df[df["row"] == row].set_index("category")
+        display.append({"Method": label, **{c: pair(fmt(sub.at[c, "speedup"]), fmt(sub.at[c, "paper_speedup"]))
+                                            for c in GROUPS.values()}})
+    caption = ("Post-use & Pre-cut Table 10, ours (paper: Llama-3.1-Instruct): speedup over AR per Spec-Bench "
+               "category (dialog = the 8 MT-Bench categories).")
+    counts = df.groupby("category", sort=False)["questions"].max()
+    foot = [*df.attrs["footer"],
+            "Cells: ours (paper). Questions per category: " + ", ".join(f"{c} {n}" for c, n in counts.items()) + ".",
+            f"{MISSING}: no run ({MAKE['table10']})."]
+    texts = render(pd.DataFrame(display), caption, foot, df)
+    write_texts(Path(results_dir, "tables"), "holistic_table10", texts)
+    return texts["md"]

@@ -1,0 +1,84 @@
+"""Post-use & Pre-cut Table 9: wall-clock of one operation of each component of the full method (M_d forward,
+M_t forward, cache fetch/verify, roll back, controller step), ours beside the paper's (Llama-2-chat 7B/70B on
+HumanEval, A6000s).
+
+Writes results/tables/holistic_table9.{md,csv,tex}. Reads the latest holistic run with both reuses and Pre-cut at
+lambda <= 24 (Table 1's "ours", also Table 3's precut cell at 24) and divides each phase's summed time by its
+operation count, from the run's counters:
+- draft_forward / draft calls; target_forward / verifications (the prefill is not counted);
+- cache (fetches at draft and target, the phrases pushed after verification) / verifications;
+- rollback (the draft cache's crop to the committed tokens) / verifications; the target's KV compaction is the
+  engine's `update` phase, shown beside it;
+- controller (decisions and the Q update) / decisions.
+The csv also has each component's ms per verification step and its share of the timed region.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from bench.report.holistic.select import MAKE, footer, pool
+from bench.report.tables import MISSING, fmt, pair, render, write_texts
+from bench.run.metrics import counter_totals, phase_totals
+
+PAPER_DIR = Path(__file__).with_name("paper_tables")
+PAPER = "postuse_precut_table9_wallclock.csv"
+# component -> (label, our phase, what one operation is: a counter name, or "steps" for one per verification)
+COMPONENTS = {"draft_forward": ("M_d forward", "draft_forward", "draft_calls"),
+              "target_forward": ("M_t forward", "target_forward", "steps"),
+              "cache": ("cache fetch/verify", "cache", "steps"),
+              "rollback": ("roll back (draft cache)", "rollback", "steps"),
+              "update": ("target KV update", "update", "steps"),
+              "controller": ("controller step", "controller", "decisions")}
+LAMBDA = 24
+
+
+def build_holistic_table9(results_dir: str | Path, model: str | None = None, dataset: str = "humaneval") -> pd.DataFrame:
+    p = pool(results_dir, model, dataset, MAKE["table9"])
+    run = p.latest("precut", LAMBDA)
+    paper = pd.read_csv(PAPER_DIR / PAPER).set_index("component")
+    phases = phase_totals(run.records) if run else {}
+    counts = counter_totals(run.records) if run else {}
+    steps = sum(len(r.get("counters", {}).get("draft_calls", [])) for r in run.records) if run else 0
+    total = sum(phases.values())
+    rows = []
+    for key, (label, phase, per) in COMPONENTS.items():
+        seconds = phases.get(phase)
+        n = steps if per == "steps" else counts.get(per, 0)
+        rows.append({"component": key, "label": label, "phase": phase, "per": per, "operations": n,
+                     "ms": 1e3 * seconds / n if seconds is not None and n else None,
+                     "ms_per_step": 1e3 * seconds / steps if seconds is not None and steps else None,
+                     "share": seconds / total if seconds is not None and total else None,
+                     "paper_ms": paper.at[key, "ms"] if key in paper.index else None,
+                     "paper_bound": paper.at[key, "bound"] if key in paper.index else None,
+                     "run_id": run.run_id if run else None})
+    df = pd.DataFrame(rows)
+    df.attrs.update({"footer": footer(p, [run, p.ar(run) if run else None]), "dataset": dataset})
+    return df
+
+
+def paper_cell(ms, bound) -> str:
+    if ms is None or pd.isna(ms):
+        return MISSING
+    return f"< {ms:g}" if bound == "upper" else f"{ms:g}"
+
+
+def holistic_table9(results_dir: str | Path, model: str | None = None, dataset: str = "humaneval") -> str:
+    """Build, write results/tables/holistic_table9.{md,csv,tex}; returns the markdown."""
+    df = build_holistic_table9(results_dir, model, dataset)
+    display = pd.DataFrame({"Component": df["label"], "per": df["per"],
+                            "ms, ours (paper)": [pair(fmt(m, ".3g"), paper_cell(pm, b))
+                                                 for m, pm, b in zip(df["ms"], df["paper_ms"], df["paper_bound"])],
+                            "share of time": [fmt(None if pd.isna(s) else 100 * s, ".1f") for s in df["share"]]})
+    caption = (f"Post-use & Pre-cut Table 9, ours (paper: Llama-2-chat 7B/70B, HumanEval, A6000s): wall-clock of one "
+               f"operation per component, both reuses and Pre-cut (lambda <= {LAMBDA}), on {df.attrs['dataset']}.")
+    foot = [*df.attrs["footer"],
+            ("per: what one operation is (draft_calls: one draft forward; steps: one verification; decisions: one "
+            "Pre-cut decision). The paper's roll back likely covers both caches; ours splits the draft's crop from "
+            "the target's KV update."),
+            f"{MISSING}: no run or no such phase ({MAKE['table9']})."]
+    texts = render(display, caption, foot, df)
+    write_texts(Path(results_dir, "tables"), "holistic_table9", texts)
+    return texts["md"]
