@@ -163,11 +163,16 @@ def summarize(records: list[dict]) -> dict:
     }
 
 
-def by_group(records: list[dict]) -> dict[str, dict]:
+def group_records(records: list[dict]) -> dict[str, list[dict]]:
+    """Records by report group (the category where a record has no group; "all" without either)."""
     groups: dict[str, list] = defaultdict(list)
     for r in records:
         groups[r.get("group") or r.get("category") or "all"].append(r)
-    return {g: summarize(rs) for g, rs in groups.items()}
+    return dict(groups)
+
+
+def by_group(records: list[dict]) -> dict[str, dict]:
+    return {g: summarize(rs) for g, rs in group_records(records).items()}
 
 
 def first_divergence(output: list[int], reference: list[int]) -> int | None:

@@ -67,7 +67,11 @@ class Pool:
     max_new_tokens: int | None
 
     def latest(self, lvl: str, length: int) -> Run | None:
-        found = [r for r in self.runs if level(r) == lvl and draft_length(r) == length]
+        return self.latest_where(lambda r: level(r) == lvl and draft_length(r) == length)
+
+    def latest_where(self, keep) -> Run | None:
+        """The most recent run of the pool for which keep(run) is true."""
+        found = [r for r in self.runs if keep(r)]
         return found[-1] if found else None
 
     def ar(self, run: Run) -> Run | None:
@@ -91,6 +95,11 @@ def pool(results_dir: str | Path, model: str | None, dataset: str, make: str) ->
     return Pool(same, model, dataset, machine, max_new)
 
 
+def verifications(records: list[dict]) -> int:
+    """Verification steps of a run's records: one draft_calls counter entry each (the prefill has none)."""
+    return sum(len(r.get("counters", {}).get("draft_calls", [])) for r in records)
+
+
 def numbers(run: Run | None, base: Run | None) -> dict:
     """tok/s, speedup vs AR, MAT, both utilisations, hit rates and draft length of one run (None when absent)."""
     keys = ("tok_s", "speedup", "mat", "util_eq3", "util_accepted", "draft_tokens_mean", "draft_calls_mean",
@@ -98,7 +107,7 @@ def numbers(run: Run | None, base: Run | None) -> dict:
     if run is None:
         return dict.fromkeys(keys)
     c = counter_totals(run.records)
-    steps = sum(len(r.get("counters", {}).get("draft_calls", [])) for r in run.records)
+    steps = verifications(run.records)
     new = sum(r["new_tokens"] for r in run.records)
 
     def ratio(a: str, b: str) -> float | None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.errors import HarnessError
-from bench.report.holistic.select import MAKE, Pool, draft_length, footer, level, numbers, pool
+from bench.report.holistic.select import MAKE, draft_length, footer, level, numbers, pool
 from bench.report.tables import MISSING, fmt, lossless_text, pair, render, write_texts
 from bench.run.store import Run
 
@@ -31,11 +31,6 @@ LAMBDA = 12  # Speculative's and Ouroboros's draft length (Appendix D.4.2)
 OURS_BOUND = 24
 
 
-def _latest(runs: list[Run], keep) -> Run | None:
-    found = [r for r in runs if keep(r)]
-    return found[-1] if found else None
-
-
 def gamma(run: Run):
     return (run.meta.get("method_settings") or {}).get("gamma")
 
@@ -48,12 +43,6 @@ KEEP = {"ar": lambda r: r.meta.get("method") == "ar" and not r.meta.get("variant
         "ouroboros": lambda r: r.meta.get("method") in ("ouroboros", "ouroboros_g12") and gamma(r) == LAMBDA,
         # the run of Table 1's own sweep (no variant), not Table 3's precut cell at 24 (run.variant=precut)
         "ours": lambda r: level(r) == "precut" and draft_length(r) == OURS_BOUND and not r.meta.get("variant")}
-
-
-def row_run(p: Pool, row: str) -> Run | None:
-    """The latest run of `row` in the pool."""
-    found = [r for r in p.runs if KEEP[row](r)]
-    return found[-1] if found else None
 
 
 def lossless(run: Run | None) -> str | None:
@@ -76,7 +65,7 @@ def build_holistic_table1(results_dir: str | Path, model: str | None = None) -> 
     for ds in DATASETS:
         p = pools.get(ds)
         for row, (label, paper_name) in ROWS.items():
-            run = row_run(p, row) if p else None
+            run = p.latest_where(KEEP[row]) if p else None
             base = p.ar(run) if run is not None else None
             used += [run, base]
             got = numbers(run, base)

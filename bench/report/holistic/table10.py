@@ -14,7 +14,7 @@ import pandas as pd
 
 from bench.report.holistic.select import MAKE, draft_length, footer, level, pool
 from bench.report.tables import MISSING, fmt, pair, render, write_texts
-from bench.run.metrics import speedup
+from bench.run.metrics import group_records, speedup
 
 PAPER_DIR = Path(__file__).with_name("paper_tables")
 PAPER = "postuse_precut_table10_specbench.csv"
@@ -29,24 +29,16 @@ ROWS = {"speculative": ("Speculative (λ=8)", "speculative_8",
         "ours": ("Ours (λ≤24)", "postuse_precut", lambda r: level(r) == "precut" and draft_length(r) == 24)}
 
 
-def by_group(records: list[dict]) -> dict[str, list[dict]]:
-    out: dict[str, list[dict]] = {}
-    for r in records:
-        out.setdefault(r.get("group"), []).append(r)
-    return out
-
-
 def build_holistic_table10(results_dir: str | Path, model: str | None = None) -> pd.DataFrame:
     p = pool(results_dir, model, DATASET, MAKE["table10"])
     paper = pd.read_csv(PAPER_DIR / PAPER).set_index("method")
     rows, used = [], []
     for row, (label, paper_name, keep) in ROWS.items():
-        found = [r for r in p.runs if keep(r)]
-        run = found[-1] if found else None
+        run = p.latest_where(keep)
         base = p.ar(run) if run else None
         used += [run, base]
-        mine = by_group(run.records) if run else {}
-        theirs = by_group(base.records) if base else {}
+        mine = group_records(run.records) if run else {}
+        theirs = group_records(base.records) if base else {}
         for group, col in GROUPS.items():
             got = speedup(mine[group], theirs[group]) if group in mine and group in theirs else None
             rows.append({"row": row, "method": label, "group": group, "category": col, "speedup": got,

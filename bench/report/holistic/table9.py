@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.report.holistic.select import MAKE, footer, pool
+from bench.report.holistic.select import MAKE, footer, pool, verifications
 from bench.report.tables import MISSING, fmt, pair, render, write_texts
 from bench.run.metrics import counter_totals, phase_totals
 
@@ -41,7 +41,7 @@ def build_holistic_table9(results_dir: str | Path, model: str | None = None, dat
     paper = pd.read_csv(PAPER_DIR / PAPER).set_index("component")
     phases = phase_totals(run.records) if run else {}
     counts = counter_totals(run.records) if run else {}
-    steps = sum(len(r.get("counters", {}).get("draft_calls", [])) for r in run.records) if run else 0
+    steps = verifications(run.records) if run else 0
     total = sum(phases.values())
     rows = []
     for key, (label, phase, per) in COMPONENTS.items():
