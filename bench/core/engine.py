@@ -21,10 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from transformers import DynamicCache
 
 from bench.core.forward import TargetForward, full_forward
-from bench.core.kv import keep_accepted, keep_rows
+from bench.core.kv import keep_accepted, keep_rows, new_cache
 from bench.core.proposer import Acceptance, Draft, Generation, Proposer, StepContext
 from bench.core.sampling import sample, stochastic_accept, target_probs
 from bench.core.timing import Timer
@@ -95,7 +94,7 @@ class Engine:
             seq = torch.zeros(len(prompt) + max_new_tokens, dtype=torch.long, device=self.device)
             seq[: len(prompt)] = torch.tensor(prompt, dtype=torch.long)
             rows.append(Row(proposer, seq, len(prompt), len(prompt), gen))
-        cache = DynamicCache(config=self.model.config)
+        cache = new_cache(self.model.config, longest + max_new_tokens + 64)  # + room for one draft tree
         occupancy: list[int] = []
 
         timer.start()

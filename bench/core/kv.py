@@ -7,11 +7,82 @@ accepted slots are then moved right behind its own prefix, and the cache is cut 
 only the accepted tokens costs O(tree depth) per row and step, where re-aligning every row (left padding
 rebuilt each step) would copy the whole cache. Only full-attention layers (DynamicLayer) are handled;
 sliding-window caches would need their own rule.
+
+Storage: transformers' DynamicLayer appends by concatenation, copying each layer's whole cache every forward (a
+copy that grows with the context). `new_cache` gives layers that write into a buffer preallocated for the run
+(`capacity` positions, doubled if ever exceeded) and expose `keys`/`values` as views of it, so an append costs
+only the new tokens and a crop is a shorter view.
 """
 
 from __future__ import annotations
 
 import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+
+class PreallocatedLayer(DynamicLayer):
+    """A DynamicLayer whose keys/values are views [B, H, :length, D] of buffers [B, H, capacity, D]. Everything
+    that reads or crops a DynamicLayer works unchanged; in-place writes to the views (keep_accepted's scatter)
+    land in the buffer. Replacing `keys`/`values` by a new tensor is not allowed: use select_rows."""
+
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.capacity = int(capacity)
+        self._k = self._v = None
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        b, h, _, d = key_states.shape
+        self._k = key_states.new_empty(b, h, self.capacity, d)
+        self._v = value_states.new_empty(b, h, self.capacity, value_states.shape[-1])
+        self.keys, self.values = self._k[:, :, :0], self._v[:, :, :0]
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        n, t = self.keys.shape[-2], key_states.shape[-2]
+        if n + t > self._k.shape[2]:
+            self._grow(2 * (n + t))
+        self._k[:, :, n : n + t] = key_states
+        self._v[:, :, n : n + t] = value_states
+        self.keys, self.values = self._k[:, :, : n + t], self._v[:, :, : n + t]
+        return self.keys, self.values
+
+    def _grow(self, capacity: int) -> None:
+        n = self.keys.shape[-2]
+        for name in ("_k", "_v"):
+            old = getattr(self, name)
+            new = old.new_empty(*old.shape[:2], capacity, old.shape[-1])
+            new[:, :, :n] = old[:, :, :n]
+            setattr(self, name, new)
+        self.keys, self.values = self._k[:, :, :n], self._v[:, :, :n]
+
+    def select_rows(self, index: torch.Tensor) -> None:
+        """Keep the batch rows `index` (in order), buffers included."""
+        if not self.is_initialized:
+            return
+        n = self.keys.shape[-2]
+        self._k, self._v = self._k.index_select(0, index), self._v.index_select(0, index)
+        self.keys, self.values = self._k[:, :, :n], self._v[:, :, :n]
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self.select_rows(indices)
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        raise NotImplementedError("a preallocated cache does not grow its batch")
+
+    def reset(self) -> None:
+        super().reset()
+        self._k = self._v = None
+
+
+def new_cache(config, capacity: int) -> DynamicCache:
+    """A DynamicCache for `config` whose full-attention layers are PreallocatedLayers of `capacity` positions."""
+    cache = DynamicCache(config=config)
+    cache.layers = [PreallocatedLayer(capacity) if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    return cache
 
 
 def keep_accepted(cache, prefix: list[int], paths: list[torch.Tensor], start: int,
@@ -52,6 +123,9 @@ def keep_rows(cache, rows: list[int], prefix: list[int]) -> None:
     """Drop finished rows from the batch (keep `rows`, in order) and cut to the longest kept row."""
     index = torch.tensor(rows, dtype=torch.long, device=cache.layers[0].keys.device)
     for layer in cache.layers:
-        layer.keys = layer.keys.index_select(0, index)
-        layer.values = layer.values.index_select(0, index)
+        if isinstance(layer, PreallocatedLayer):
+            layer.select_rows(index)
+        else:
+            layer.keys = layer.keys.index_select(0, index)
+            layer.values = layer.values.index_select(0, index)
     cache.crop(max(prefix[r] for r in rows) - cache.get_seq_length())

@@ -32,11 +32,13 @@ def parallel_jobs() -> int:
         return 1
 
 
-def machine_id(device) -> str:
-    """A short label runs are matched on before a speedup is computed (same machine, device, threads, jobs)."""
+def machine_id(device, linear_backend: str | None = None) -> str:
+    """A short label runs are matched on before a speedup is computed (same machine, device, threads, jobs, and
+    the CPU linear backend when it is not torch's plain one: bench.models.linear_backend)."""
     device = torch.device(device)
     jobs = parallel_jobs()
     shared = f"/{jobs}jobs" if jobs > 1 else ""
+    backend = f"/{linear_backend}" if linear_backend and linear_backend != "plain" else ""
     if device.type == "cuda":
         return f"{socket.gethostname()}/{torch.cuda.get_device_name(device)}{shared}"
-    return f"{socket.gethostname()}/{cpu_name()}/{torch.get_num_threads()}t{shared}"
+    return f"{socket.gethostname()}/{cpu_name()}/{torch.get_num_threads()}t{shared}{backend}"

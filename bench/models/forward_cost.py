@@ -2,7 +2,7 @@
 
 Hardware decides how much a draft tree costs: on an A100 an 81-token forward costs about one 1-token step,
 on a 2-core CPU several. Tree methods that adapt to the machine (`tree=auto`, Sequoia) need T(n), so it is
-measured once per machine, model and dtype and cached as JSON under results/cache/forward_cost/.
+measured once per machine, model, dtype and linear backend and cached as JSON under results/cache/forward_cost/.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from bench.cachefile import CorruptCache, atomic_write, load_or_build
 from bench.core.machine import machine_id
 from bench.core.timing import device_sync
 from bench.core.tree import chain
+from bench.models.linear_backend import backend_of
 
 DEFAULT_SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 81, 96, 128)
 
@@ -60,7 +61,7 @@ def measure(bundle, sizes=DEFAULT_SIZES, prefix_tokens: int = 256, reps: int = 7
 
 
 def cache_file(cache_dir: str | Path, bundle) -> Path:
-    machine = re.sub(r"[^A-Za-z0-9._-]+", "_", machine_id(bundle.device))
+    machine = re.sub(r"[^A-Za-z0-9._-]+", "_", machine_id(bundle.device, backend_of(bundle.model)))
     dtype = str(bundle.dtype).replace("torch.", "")
     return Path(cache_dir) / f"{bundle.name}-{dtype}-{bundle.device.type}-{machine}.json"
 
@@ -83,7 +84,8 @@ def load_or_measure(bundle, cache_dir: str | Path, sizes=DEFAULT_SIZES, prefix_t
             "model": bundle.name,
             "dtype": str(bundle.dtype).replace("torch.", ""),
             "device": str(bundle.device),
-            "machine": machine_id(bundle.device),
+            "machine": machine_id(bundle.device, backend_of(bundle.model)),
+            "linear_backend": backend_of(bundle.model),
             "prefix_tokens": prefix_tokens,
             "sizes": list(seconds),
             "ms": [1000 * s for s in seconds.values()],

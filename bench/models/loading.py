@@ -20,6 +20,7 @@ import torch
 
 from bench.cachefile import CorruptCache, atomic_dir, load_or_build, load_or_fail
 from bench.errors import HarnessError
+from bench.models import linear_backend
 from bench.models.heads import load_early_heads, load_heads
 from bench.models.vocab import TrimmedDraft, read_ranking, trim
 from bench.paths import project_path
@@ -48,12 +49,15 @@ class ModelBundle:
     heads: object = field(default=None, repr=False)
     early_heads_cfg: object = None  # the model config's `early_heads` block (ProPD's pruning heads)
     early_heads: object = field(default=None, repr=False)
+    # The CPU linear backend the target runs on (bench.models.linear_backend); drafts and heads get the same one.
+    linear_backend: str = "plain"
 
     def load_draft(self):
         """The draft model: loaded once and kept on the bundle; same device and dtype as the target, eval mode.
         With `draft.vocab` set, a bench.models.vocab.TrimmedDraft scoring only that many tokens."""
         if self.draft is None:
             self.draft = load_draft_model(self)
+            linear_backend.set_backend(self.draft, self.linear_backend)
         return self.draft
 
     def draft_label(self) -> str:
@@ -73,12 +77,14 @@ class ModelBundle:
         """The Medusa heads: loaded once and kept on the bundle; same device and dtype as the target, eval mode."""
         if self.heads is None:
             self.heads = load_heads(self)
+            linear_backend.set_backend(self.heads, self.linear_backend)
         return self.heads
 
     def load_early_heads(self):
         """ProPD's early prediction heads (bench.models.early_heads): loaded once and kept on the bundle."""
         if self.early_heads is None:
             self.early_heads = load_early_heads(self)
+            linear_backend.set_backend(self.early_heads, self.linear_backend)
         return self.early_heads
 
 
@@ -230,6 +236,8 @@ def load_model(cfg, model_cache: str) -> ModelBundle:
         raise HarnessError(f"cannot load model '{cfg.name}' from {target.source} '{path}': "
                            f"{str(err).splitlines()[0]}") from None
     model.eval()
+    backend = linear_backend.apply(model, cfg.get("cpu_linear", "auto"), cfg.name,
+                                   Path(model_cache).parent / "linear_backend")
     gen = model.generation_config
     eos = gen.eos_token_id if gen.eos_token_id is not None else tokenizer.eos_token_id
     eos_ids = [eos] if isinstance(eos, int) else list(eos)
@@ -249,6 +257,7 @@ def load_model(cfg, model_cache: str) -> ModelBundle:
         heads_cfg=cfg.get("heads"),
         early_heads_cfg=cfg.get("early_heads"),
         model_cache=str(model_cache),
+        linear_backend=backend,
     )
 
 

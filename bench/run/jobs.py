@@ -17,6 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
 from bench.core.machine import JOBS_ENV, machine_id
+from bench.models import linear_backend
 from bench.paths import project_path
 from bench.run.checkpoint import Checkpoint, config_key, job_key
 from bench.run.runner import Runner, command_overrides, run_id, write_run
@@ -62,7 +63,9 @@ def measure(cfg) -> Path | None:
     set_threads(cfg.run)
     results = project_path(cfg.paths.results)
     device = torch.device(cfg.model.device)
-    machine = machine_id(device) if device.type != "cuda" or torch.cuda.is_available() else None
+    backend = linear_backend.planned(cfg.model, project_path(cfg.paths.model_cache).parent / "linear_backend")
+    usable = device.type != "cuda" or torch.cuda.is_available()
+    machine = machine_id(device, backend) if usable and backend else None  # None: known once the model loads
     if cfg.run.resume and is_multirun() and machine:
         done = find_complete(results, config_key(cfg), machine)
         if done is not None:
@@ -70,7 +73,7 @@ def measure(cfg) -> Path | None:
             return None
     torch.manual_seed(cfg.run.seed)
     runner = Runner(cfg)
-    ckpt = Checkpoint(results, job_key(cfg, machine or machine_id(runner.bundle.device)))
+    ckpt = Checkpoint(results, job_key(cfg, machine_id(runner.bundle.device, runner.bundle.linear_backend)))
     ckpt.open(run_id(cfg), resume=cfg.run.resume)
     finished = False
     try:

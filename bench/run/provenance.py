@@ -20,7 +20,7 @@ def _git(*args) -> str | None:
         return None
 
 
-def provenance(device, dtype) -> dict:
+def provenance(device, dtype, linear_backend: str = "plain") -> dict:
     device = torch.device(device)
     status = _git("status", "--porcelain")
     return {
@@ -36,5 +36,6 @@ def provenance(device, dtype) -> dict:
         "parallel_jobs": parallel_jobs(),
         "dtype": str(dtype).replace("torch.", ""),
         "hostname": socket.gethostname(),
-        "machine": machine_id(device),
+        "linear_backend": linear_backend,
+        "machine": machine_id(device, linear_backend),
     }

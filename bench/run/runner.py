@@ -251,7 +251,7 @@ def write_run(cfg, runner: Runner, records: list[dict], ckpt: Checkpoint | None 
     b = runner.bundle
     results = project_path(cfg.paths.results)
     rid = ckpt.run_id if ckpt else run_id(cfg)
-    prov = provenance(b.device, b.dtype)
+    prov = provenance(b.device, b.dtype, b.linear_backend)
     summary = {
         "run_id": rid,
         "config_key": config_key(cfg),
