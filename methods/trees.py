@@ -12,6 +12,16 @@ p is measured per model, once, by running Token Recycling with a calibration tre
 depth below the rank-0 spine) on a calibration set disjoint from the evaluation sets: a step above the
 method (`make tree-stats MODEL=<name>`, scripts/calibrate_tree.py, methods/token_recycling/calibration.py)
 that writes the counts to `stats_file`. Building a tree only reads them; missing, it is a one-line error.
+
+p depends on the tree that trains the adjacency matrix, not only on the tree that drafts: every tree input's
+row is rewritten each step, so a 64-node tree refreshes 65 rows a step and a 6-node tree 7, and the small
+tree's matrix knows fewer tokens. Measured (smollm2-135m, 10 HumanEval prompts x 128 tokens): p[0, 0] is
+0.37 when the matrix learns from the 64-node calibration tree and 0.23 when it learns from a 6-node tree's
+nodes only, and that 6-node tree's predicted MAT 1.64 vs 1.48 (measured 1.46). So the calibration runs twice
+(TreeStats): the matrix trained by every calibration node (`tree`) and by the root and accepted path only
+(`path`, the rows every tree writes); a tree of n nodes uses p interpolated linearly in n between the two,
+p_path at n = 0 to p_tree at n = the calibration tree's size (and beyond). Linear fits the one midpoint
+measured: the matrix trained by 32 of the 64 nodes gave that 6-node tree 1.56, the interpolation 1.56.
 """
 
 from __future__ import annotations
@@ -67,6 +77,36 @@ class AcceptanceStats:
         stats = cls(*trials.shape)
         stats.trials, stats.hits = trials, np.asarray(data["hits"], dtype=np.int64)
         return stats
+
+
+class TreeStats:
+    """One calibration's counts twice, with the adjacency matrix trained two ways (see the module doc):
+    `tree`, by every node of the calibration tree (what a tree of that size trains), and `path`, by the root
+    and the accepted path only (the rows any tree writes: the limit of a tree of few nodes)."""
+
+    def __init__(self, tree: AcceptanceStats, path: AcceptanceStats):
+        if tree.trials.shape != path.trials.shape:
+            raise ValueError(f"tree-trained {tree.trials.shape} and path-trained {path.trials.shape} counts differ")
+        self.tree, self.path = tree, path
+
+    @property
+    def calibration_size(self) -> int:
+        """Nodes of the calibration tree the `tree` counts were trained by (spine_paths: depth * topk)."""
+        depth, topk = self.tree.trials.shape
+        return depth * topk
+
+    def probs(self, size: int) -> np.ndarray:
+        """p[d, r] for a tree of `size` nodes: linear in size from p_path (0 nodes) to p_tree (the calibration
+        tree's size, and larger trees: no extrapolation past what was measured)."""
+        w = min(max(size, 0) / self.calibration_size, 1.0)
+        return (1.0 - w) * self.path.probs() + w * self.tree.probs()
+
+    def to_json(self) -> dict:
+        return {**self.tree.to_json(), "path_trained": self.path.to_json()}
+
+    @classmethod
+    def from_json(cls, data: dict) -> TreeStats:
+        return cls(AcceptanceStats.from_json(data), AcceptanceStats.from_json(data["path_trained"]))
 
 
 def spine_paths(depth: int, topk: int) -> list[list[int]]:
@@ -125,22 +165,30 @@ def stats_file(calib, bundle) -> Path:
     return project_path(calib.cache_dir) / f"{name}.json"
 
 
-def save_stats(stats: AcceptanceStats, calib, path: Path) -> None:
+def save_stats(stats: TreeStats, calib, path: Path) -> None:
     """Atomically, under the file's lock: the counts and the calibration config they were measured with."""
     with lock(path):
         atomic_write(path, json.dumps({**stats.to_json(), "calibration": OmegaConf.to_container(calib, resolve=True)}))
 
 
-def read_stats(path: Path) -> AcceptanceStats:
-    """Saved statistics; CorruptCache (or the JSON error) unless they are counts with hits <= trials."""
-    stats = AcceptanceStats.from_json(json.loads(path.read_text()))
-    t, h = stats.trials, stats.hits
-    if t.ndim != 2 or not t.size or h.shape != t.shape or (h > t).any() or (h < 0).any():
-        raise CorruptCache(f"trials {t.shape} and hits {h.shape} are not counts of one calibration")
-    return stats
+def read_stats(path: Path) -> TreeStats:
+    """Saved statistics; CorruptCache (or the JSON error) unless both sets are counts with hits <= trials.
+    A file without the path-trained counts (calibrated before they were recorded) is stale: `make tree-stats`
+    remeasures it."""
+    data = json.loads(path.read_text())
+    if "path_trained" not in data:
+        raise CorruptCache("no path-trained counts (calibrated before they were recorded)")
+    for counts in (data, data["path_trained"]):
+        t, h = np.asarray(counts["trials"]), np.asarray(counts["hits"])
+        if t.ndim != 2 or not t.size or h.shape != t.shape or (h > t).any() or (h < 0).any():
+            raise CorruptCache(f"trials {t.shape} and hits {h.shape} are not counts of one calibration")
+    try:
+        return TreeStats.from_json(data)
+    except ValueError as err:  # the two sets differ in shape
+        raise CorruptCache(str(err)) from None
 
 
-def load_stats(calib, bundle) -> AcceptanceStats:
+def load_stats(calib, bundle) -> TreeStats:
     """The cached statistics; missing or corrupt, a one-line error naming the command that writes them."""
     path = stats_file(calib, bundle)
     shown = path.relative_to(PROJECT) if path.is_relative_to(PROJECT) else path
@@ -165,25 +213,29 @@ def resolve_tree(tree_cfg, bundle, topk: int) -> tuple[Tree, dict]:
         raise ConfigError(f"tree kind must be template, built or auto, got {kind!r}")
     if tree_cfg.calibration.topk != topk:
         raise ConfigError(f"tree calibration topk {tree_cfg.calibration.topk} != method topk {topk}")
-    p = load_stats(tree_cfg.calibration, bundle).probs()
+    stats = load_stats(tree_cfg.calibration, bundle)
     if kind == "built":
+        p = stats.probs(int(tree_cfg.size))  # p as a tree of this size trains the matrix
         paths = best_tree(p, int(tree_cfg.size), int(tree_cfg.depth))
         info = {"tree_source": "built", "predicted_mat": expected_mat(p, paths)}
     else:
         from bench.models import forward_cost
 
         curve = forward_cost.load_or_measure(bundle, project_path(tree_cfg.forward_cost_dir))
-        paths, info = auto_tree(p, curve, tree_cfg.sizes, tree_cfg.max_depth)
+        paths, info = auto_tree(stats, curve, tree_cfg.sizes, tree_cfg.max_depth)
     return tree_from_paths(paths), {**info, "tree_config": tree_cfg.get("name"), "tree_paths": paths}
 
 
-def auto_tree(p: np.ndarray, curve: dict, sizes, max_depth: int) -> tuple[list[list[int]], dict]:
-    """The (size, depth) maximizing predicted tokens per second, MAT(n) / T(n + 1), over the grid."""
+def auto_tree(stats: TreeStats | np.ndarray, curve: dict, sizes, max_depth: int) -> tuple[list[list[int]], dict]:
+    """The (size, depth) maximizing predicted tokens per second, MAT(n) / T(n + 1), over the grid. Each size n
+    is built and scored with p as a tree of n nodes trains the matrix (TreeStats.probs(n)); a bare p[d, r]
+    array is used for every size."""
     from bench.models.forward_cost import cost_at
 
     t1 = float(cost_at(curve, 1))
     best = None
     for n in sizes:
+        p = stats.probs(int(n)) if isinstance(stats, TreeStats) else stats
         for d in range(1, min(int(n), max_depth, len(p)) + 1):
             try:
                 paths = best_tree(p, int(n), d)

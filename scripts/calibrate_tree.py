@@ -3,10 +3,13 @@
     python scripts/calibrate_tree.py [model=smollm2-135m] [--force] [tree.calibration.limit=20 ...]
 
 Runs Token Recycling with the calibration tree over the prompts of the `tree.calibration` block
-(conf/tree/built.yaml; methods/token_recycling/calibration.py) and writes the counts atomically to
+(conf/tree/built.yaml; methods/token_recycling/calibration.py), twice: the matrix trained by every tree node,
+then by the accepted path only (trees of other sizes interpolate between the two, methods/trees.py), and
+writes the counts atomically to
 results/cache/tree_stats/<model>-<dtype>-<dataset>-<limit>x<tokens>-d<depth>k<topk>.json. Other Hydra
 overrides (tree=auto, tree.calibration.*, model.*, paths.*) are passed on: give the ones a run uses, so that
-the file is the one the run reads. A file already there is kept unless --force. Prints one line: where the
+the file is the one the run reads. A file already there is kept unless --force (or it lacks the path-trained
+counts: calibrated before they were recorded, it is remeasured). Prints one line: where the
 file is. A missing dataset or model is one `error:` line and a non-zero exit.
 """
 

@@ -152,7 +152,7 @@ def test_tree_stats_corrupt_is_one_line_error_and_recalibrated(tmp_path, monkeyp
     import torch
 
     from methods.token_recycling import calibration
-    from methods.trees import AcceptanceStats, load_stats, stats_file
+    from methods.trees import AcceptanceStats, TreeStats, load_stats, stats_file
 
     bundle = SimpleNamespace(name="tiny", dtype=torch.float32)
     calib = tree_calib(tmp_path)
@@ -164,12 +164,12 @@ def test_tree_stats_corrupt_is_one_line_error_and_recalibrated(tmp_path, monkeyp
     msg = str(err.value)
     assert "\n" not in msg and "is corrupt" in msg and "`make tree-stats MODEL=tiny`" in msg
 
-    stats = AcceptanceStats(2, 2)
-    stats.trials[:], stats.hits[:] = 4, 2
+    stats = TreeStats(AcceptanceStats(2, 2), AcceptanceStats(2, 2))
+    stats.tree.trials[:], stats.tree.hits[:] = 4, 2
     monkeypatch.setattr(calibration, "calibrate", lambda calib, bundle: stats)
     assert calibration.write_tree_stats(calib, bundle) == (path, True)  # `make tree-stats` rebuilds it
     assert one_line(capfd.readouterr().err).startswith(f"cache: tree statistics {path} is corrupt")
-    assert load_stats(calib, bundle).hits.tolist() == [[2, 2], [2, 2]]
+    assert load_stats(calib, bundle).tree.hits.tolist() == [[2, 2], [2, 2]]
     assert calibration.write_tree_stats(calib, bundle) == (path, False)
 
 

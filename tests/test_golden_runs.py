@@ -5,7 +5,8 @@ tokens, fp32 CPU). A refactor that changes what any method drafts or accepts fai
 stay lossless (the lossless tests cannot see a lost draft). It is also the real-model losslessness test of these
 default configurations: AR's record is checked against HF greedy `generate`, every method against AR's record.
 Draft-model methods use an untrained 2-layer cut of the target and REST the in-process store of
-tests/conftest.py, so neither `make draft` nor `make datastore` is needed.
+tests/conftest.py, so neither `make draft` nor `make datastore` is needed. Every case runs on both CPU linear
+backends (bench.models.linear_backend): the faster one must not change a token or an accept length.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.models import linear_backend
 from bench.models.drafts import init_draft_from_target
 from tests.conftest import rest_overrides, run_method
 
@@ -24,9 +26,22 @@ GOLDEN = json.loads((Path(__file__).parent / "fixtures" / "golden_runs.json").re
 N, MAX_NEW = 3, 48
 
 
+BACKENDS = [b for b in linear_backend.BACKENDS if b == "plain" or linear_backend.onednn_available()]
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def backend(request, smollm):
+    """The target on one linear backend for the module's tests of that parameter, then back as loaded."""
+    loaded = linear_backend.backend_of(smollm.model)
+    linear_backend.set_backend(smollm.model, request.param)
+    yield request.param
+    linear_backend.set_backend(smollm.model, loaded)
+
+
 @pytest.fixture(scope="module")
-def with_cut_draft(smollm):
+def with_cut_draft(smollm, backend):
     draft = init_draft_from_target(smollm.model, 2)
+    linear_backend.set_backend(draft, backend)  # as ModelBundle.load_draft does
     bundle = dataclasses.replace(smollm)
     bundle.load_draft = lambda: draft
     return bundle
@@ -39,13 +54,14 @@ CASES = {
 }
 
 
-def test_ar_record_is_hf_greedy(greedy):
+def test_ar_record_is_hf_greedy(backend, smollm, prompts):
+    hf = run_method(smollm, prompts[:N], "method=hf_generate", max_new=MAX_NEW)  # on this backend
     for i, want in enumerate(GOLDEN["ar"]):
-        assert want["output_ids"] == greedy[i][:MAX_NEW], f"prompt {i}"
+        assert want["output_ids"] == hf[i].output_ids, f"prompt {i}"
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_same_outputs_and_accept_lengths_as_before(name, smollm, with_cut_draft, prompts, rest_store):
+def test_same_outputs_and_accept_lengths_as_before(name, backend, smollm, with_cut_draft, prompts, rest_store):
     overrides = rest_overrides(rest_store) if name == "rest" else CASES[name]
     bundle = with_cut_draft if name in ("sd", "dyspec") else smollm
     got = run_method(bundle, prompts[:N], *overrides, max_new=MAX_NEW)  # in order: TR keeps its matrix

@@ -1,15 +1,35 @@
-"""bench.core.kv on a real transformers DynamicCache: accepted paths move behind each row's own prefix."""
+"""bench.core.kv on a real transformers DynamicCache and on the engine's preallocated one: accepted paths move
+behind each row's own prefix, whichever storage the layers use."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from transformers import DynamicCache
 
-from bench.core.kv import keep_accepted, keep_rows
+from bench.core.kv import PreallocatedLayer, keep_accepted, keep_rows, new_cache
 from bench.core.tree import tree_from_paths
 from tests.conftest import tiny_llama
 
 PREFIX, SLOTS = 5, 6  # cached prompt positions, then tree slots (root + 5 drafts)
+
+
+@pytest.fixture(params=["dynamic", "preallocated"], autouse=True)
+def storage(request, monkeypatch):
+    """Every test here runs on transformers' DynamicLayers and on PreallocatedLayers (capacity 4: they grow)."""
+    if request.param == "preallocated":
+        monkeypatch.setattr(DynamicCache, "__init__", preallocated_init)
+    return request.param
+
+
+def preallocated_init(self, *args, **kwargs):
+    original_init(self, *args, **kwargs)
+    if not self.layers:
+        self.layers = [PreallocatedLayer(4) for _ in range(2)]
+    self.layers = [PreallocatedLayer(4) if type(layer).__name__ == "DynamicLayer" else layer for layer in self.layers]
+
+
+original_init = DynamicCache.__init__
 
 
 def filled_cache(n_layers=2):
@@ -132,3 +152,34 @@ def test_finished_rows_leave_the_batch():
     keep_rows(cache, [0, 2], prefixes)
     assert cache.layers[0].keys.shape[0] == 2 and cache.get_seq_length() == 5
     assert row_columns(cache, 1, 5) == [1000 * 2 - 1000 + c for c in range(5)]  # old row 2, now row 1
+
+
+def test_preallocated_layer_appends_in_place_and_grows():
+    layer = PreallocatedLayer(8)
+    k = torch.arange(3, dtype=torch.float32).view(1, 1, 3, 1).expand(2, 2, 3, 4).contiguous()
+    layer.update(k, -k)
+    buffer = layer.keys.data_ptr()
+    layer.update(k + 3, -k - 3)
+    assert layer.keys.data_ptr() == buffer and layer.get_seq_length() == 6  # written into the buffer, no copy
+    layer.crop(-2)
+    assert layer.get_seq_length() == 4 and layer.keys.data_ptr() == buffer
+    layer.update(k + 4, -k - 4)
+    layer.update(k + 7, -k - 7)  # 10 > capacity 8: the buffer doubles, the contents move once
+    assert layer.get_seq_length() == 10 and layer.keys.data_ptr() != buffer
+    assert layer.keys[1, 1, :, 0].tolist() == list(range(10)) and torch.equal(layer.values, -layer.keys)
+    layer.select_rows(torch.tensor([1]))
+    assert layer.keys.shape == (1, 2, 10, 4)
+    layer.update(k[:1] + 10, -k[:1] - 10)
+    assert layer.keys[0, 0, :, 0].tolist() == list(range(13))
+
+
+@torch.inference_mode()
+def test_new_cache_gives_the_model_the_same_outputs():
+    model = tiny_llama()
+    ids = torch.tensor([[3, 14, 15, 9, 26, 5, 35]])
+    outs = []
+    for cache in (DynamicCache(config=model.config), new_cache(model.config, 4)):
+        model(input_ids=ids[:, :4], past_key_values=cache, use_cache=True)
+        outs.append(model(input_ids=ids[:, 4:], past_key_values=cache, use_cache=True).logits)
+    assert all(isinstance(layer, PreallocatedLayer) for layer in cache.layers)
+    assert torch.equal(outs[0], outs[1])

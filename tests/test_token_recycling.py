@@ -113,3 +113,36 @@ def test_the_proposer_does_not_import_its_calibration():
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert not {m for m in imported if m and "calibration" in m}
+
+
+@pytest.mark.parametrize("train", ["tree", "path"])
+def test_calibration_trains_the_matrix_with_every_node_or_the_accepted_path(train):
+    """`make tree-stats` counts the whole calibration tree either way; with train="path" only the rows of the
+    root and the accepted drafts are written (what any tree writes), so p can be taken for trees of any size."""
+    from bench.core.verify import greedy_accept
+    from methods.token_recycling.calibration import Calibrating
+    from methods.trees import AcceptanceStats
+
+    cfg = OmegaConf.load(CONF / "method" / "token_recycling.yaml")
+    cfg.tree, cfg.topk = {"paths": SMALL}, 3  # slots: root, [0], [1], [0,0], [0,1], [1,0], [0,0,2]
+    stats = AcceptanceStats(3, 3)
+    cal = Calibrating(cfg, SimpleNamespace(device="cpu", vocab_size=V), stats, train)
+    inputs = torch.tensor([5, 7, 9, 11, 13, 2, 40])  # distinct, so no row is written twice
+    logits = torch.randn(len(inputs), V, generator=torch.Generator().manual_seed(4))
+    logits[0, 7] = logits[1, 11] = 100.0  # [0] and [0, 0] are right, the rest wrong
+    logits[3, 40] = -100.0
+    target = logits.argmax(-1)
+    acc = greedy_accept(cal.tree, inputs[None], target[None])
+    assert acc.path[0].nonzero().flatten().tolist() == [0, 1, 3]
+    cal.update(inputs, logits, target, acc)
+    assert stats.hits.sum() == 2 and stats.trials.tolist() == [[1, 1, 0], [1, 1, 0], [0, 0, 1]]  # either way
+    top = logits.topk(3, dim=-1).indices
+    written = {0, 1, 3} if train == "path" else set(range(len(inputs)))
+    for slot, tok in enumerate(inputs.tolist()):
+        if slot in written:
+            assert cal.adj[tok].tolist() == top[slot].tolist()
+    untouched = torch.ones(V, dtype=torch.bool)
+    untouched[inputs[sorted(written)]] = False
+    assert int(cal.adj[untouched].abs().sum()) == 0
+    with pytest.raises(ValueError):
+        Calibrating(cfg, SimpleNamespace(device="cpu", vocab_size=V), stats, "warm")

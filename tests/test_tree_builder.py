@@ -13,12 +13,16 @@ import pytest
 import torch
 
 from bench.core.tree import tree_from_paths
-from bench.errors import ConfigError
+from bench.errors import ConfigError, HarnessError
+from bench.cachefile import CorruptCache
 from methods.trees import (
     AcceptanceStats,
+    TreeStats,
     auto_tree,
     best_tree,
     expected_mat,
+    load_stats,
+    read_stats,
     resolve_tree,
     save_stats,
     spine_paths,
@@ -143,21 +147,62 @@ def test_missing_stats_is_one_line_naming_the_command(tmp_path, tree):
     assert not list(tmp_path.iterdir())  # nothing was measured or written
 
 
+def counts(p: np.ndarray, trials: int = 1000) -> AcceptanceStats:
+    stats = AcceptanceStats(*p.shape)
+    stats.trials[:] = trials
+    stats.hits[:] = np.round(p * trials).astype(np.int64)
+    return stats
+
+
+def two_way_stats() -> TreeStats:
+    """Acceptance with the matrix trained by all 64 calibration nodes vs by the accepted path only (lower)."""
+    return TreeStats(counts(decaying_probs()), counts(0.6 * decaying_probs()))
+
+
 def test_built_tree_reads_the_saved_stats(tmp_path):
     cfg = built_cfg(tmp_path, "tree.size=40", "tree.depth=5")
     calib = cfg.method.tree.calibration
-    stats = AcceptanceStats(8, 8)
-    stats.trials[:] = 1000
-    stats.hits[:] = (decaying_probs() * 1000).astype(np.int64)
     path = stats_file(calib, FP32)
-    save_stats(stats, calib, path)
+    save_stats(two_way_stats(), calib, path)
     saved = json.loads(path.read_text())
-    assert set(saved) == {"trials", "hits", "calibration"} and saved["calibration"]["dataset"] == "alpaca_eval"
+    assert set(saved) == {"trials", "hits", "path_trained", "calibration"}
+    assert saved["calibration"]["dataset"] == "alpaca_eval"
     tree, info = resolve_tree(cfg.method.tree, FP32, topk=8)
-    p = AcceptanceStats.from_json(saved).probs()
+    p = TreeStats.from_json(saved).probs(40)  # p as a 40-node tree trains the matrix
     assert tree.size == 40 and tree.max_depth == 5
     assert info["tree_paths"] == best_tree(p, 40, 5)
     assert info["tree_source"] == "built" and info["predicted_mat"] == pytest.approx(expected_mat(p, tree.paths))
+
+
+def test_p_follows_the_size_of_the_tree_that_trains_the_matrix():
+    """A tree's acceptance is taken from the matrix a tree of its size trains: p_path (the accepted path only) at
+    0 nodes, p_tree (every node of the 8x8 calibration tree) at 64 and beyond, linear in between. The estimate
+    that used p_tree for every size predicted a 6-node tree's MAT 1.66 where 1.46 was measured."""
+    stats = two_way_stats()
+    p_tree, p_path = stats.tree.probs(), stats.path.probs()
+    assert stats.calibration_size == 64
+    assert np.allclose(stats.probs(0), p_path) and np.allclose(stats.probs(64), p_tree)
+    assert np.allclose(stats.probs(128), p_tree)  # no extrapolation past the calibration tree
+    assert np.allclose(stats.probs(16), 0.75 * p_path + 0.25 * p_tree)
+    # A small tree is scored below what p_tree promised it; tree=auto builds and scores each size with its own p.
+    steep = {"sizes": [1, 128], "ms": [10.0, 10.0 + 127 * 2.0], "machine": "cpu-like"}
+    paths, info = auto_tree(stats, steep, [1, 2, 4, 6, 8, 16, 64], 8)
+    n = len(paths)
+    assert n < 64 and info["predicted_mat"] == pytest.approx(expected_mat(stats.probs(n), paths))
+    assert info["predicted_mat"] < expected_mat(p_tree, paths)
+    assert info["predicted_speedup_vs_ar"] == pytest.approx(info["predicted_mat"] * 10.0 / (10.0 + n * 2.0))
+
+
+def test_stats_without_path_trained_counts_are_stale(tmp_path):
+    """A file from before the path-trained counts: the run says to rerun `make tree-stats` (which remeasures it)."""
+    calib = built_cfg(tmp_path).method.tree.calibration
+    path = stats_file(calib, FP32)
+    path.write_text(json.dumps({**counts(decaying_probs()).to_json(), "calibration": {}}))
+    with pytest.raises(CorruptCache, match="no path-trained counts"):
+        read_stats(path)
+    with pytest.raises(HarnessError) as err:
+        load_stats(calib, FP32)
+    assert "\n" not in str(err.value) and "`make tree-stats MODEL=smollm2-135m`" in str(err.value)
 
 
 @pytest.mark.model
@@ -173,6 +218,7 @@ def test_calibration_script_writes_the_stats_a_built_tree_reads(smollm, tmp_path
     assert capsys.readouterr().out.strip() == f"tree statistics for smollm2-135m: calibrated -> {path}"
     saved = json.loads(path.read_text())
     assert np.asarray(saved["trials"]).shape == (8, 8) and np.asarray(saved["trials"])[0].sum() > 0
+    assert np.asarray(saved["path_trained"]["trials"]).shape == (8, 8)
     assert main(overrides) == 0 and "up to date" in capsys.readouterr().out
     method = build_method(compose_cfg("method=token_recycling", "tree=built", *overrides).method, smollm)
     assert method.tree.size == 80 and method.describe()["tree_source"] == "built"

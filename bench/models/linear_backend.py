@@ -53,7 +53,8 @@ class PrepackedLinear(nn.Module):
 
     def _pack(self) -> torch.Tensor:
         w = self.weight
-        key = (w.data_ptr(), w._version)
+        # Inference tensors (made under inference_mode) have no version counter; they cannot change in place either.
+        key = (w.data_ptr(), None if w.is_inference() else w._version)
         if self._packed is None or self._packed_version != key:
             self._packed = torch.ops.mkldnn._reorder_linear_weight(w.detach(), None)
             self._packed_version = key
@@ -65,6 +66,12 @@ class PrepackedLinear(nn.Module):
                 or (torch.is_grad_enabled() and (w.requires_grad or x.requires_grad))):
             return F.linear(x, w, self.bias)
         return torch.ops.mkldnn._linear_pointwise(x, self._pack(), self.bias, "none", [], "")
+
+    def __getstate__(self):
+        # The packed copy is an opaque oneDNN tensor that cannot be copied or pickled: copies repack on first use.
+        state = super().__getstate__()
+        state.update(_packed=None, _packed_version=-1)
+        return state
 
     def to_linear(self) -> nn.Linear:
         plain = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None,

@@ -6,6 +6,8 @@ per target forward, prefill's first token included as a step of 1), phase_times,
 - mat: mean accepted tokens per target forward, bonus token included, pooled over all steps of all
   records (step-weighted, as Spec-Bench's speed.py). AR is 1.00 by construction.
 - accepted_draft_mean: mat - 1 (gpt-fast's "mean accepted"; drafts only).
+- verification_mat: mat over verification steps only (each record's prefill step left out): the quantity a
+  tree builder's predicted MAT estimates (methods/trees.py). Not in `summarize`; the tree=auto report shows it.
 - tokens_per_s.mean_of_questions: mean over questions of (sum tokens / sum wall time over its turns), as
   Spec-Bench; tokens_per_s.total: all tokens / all wall time.
 - speedup: ratio of mean_of_questions rates (method / baseline), as Spec-Bench's speed.py. Both sides
@@ -32,6 +34,11 @@ from bench.core.timing import MODEL_PHASES
 
 def mat(records: list[dict]) -> float | None:
     steps = [a for r in records for a in r["accept_lengths"]]
+    return sum(steps) / len(steps) if steps else None
+
+
+def verification_mat(records: list[dict]) -> float | None:
+    steps = [a for r in records for a in r["accept_lengths"][1:]]  # [0] is the prefill's token
     return sum(steps) / len(steps) if steps else None
 
 
