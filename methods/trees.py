@@ -161,7 +161,9 @@ def expected_mat(p: np.ndarray, paths) -> float:
 def stats_file(calib, bundle) -> Path:
     """Where a model's statistics for a `tree.calibration` block live (per model, dtype and calibration)."""
     dtype = str(bundle.dtype).replace("torch.", "")
-    name = f"{bundle.name}-{dtype}-{calib.dataset}-{calib.limit}x{calib.max_new_tokens}-d{calib.depth}k{calib.topk}"
+    skip = f"-from{calib.skip}" if calib.get("skip") else ""
+    name = (f"{bundle.name}-{dtype}-{calib.dataset}{skip}-{calib.limit}x{calib.max_new_tokens}"
+            f"-d{calib.depth}k{calib.topk}")
     return project_path(calib.cache_dir) / f"{name}.json"
 
 

@@ -130,7 +130,7 @@ def test_forward_cost_curve_corrupt_is_remeasured(tmp_path, monkeypatch, capfd):
 
     from bench.models import forward_cost
 
-    bundle = SimpleNamespace(name="tiny", dtype=torch.float32, device=torch.device("cpu"))
+    bundle = SimpleNamespace(name="tiny", dtype=torch.float32, device=torch.device("cpu"), model=torch.nn.Linear(1, 1))
     monkeypatch.setattr(forward_cost, "measure", lambda *a, **k: {1: 0.010, 2: 0.012})
     path = forward_cost.cache_file(tmp_path, bundle)
     path.write_text('{"sizes": [1, 2], "ms": [10.0]}')  # sizes and ms do not match

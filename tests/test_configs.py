@@ -24,7 +24,7 @@ def test_experiment_composes(experiment):
     assert cfg.run.max_new_tokens > 0
     # Reports and W&B group a sweep's runs by this name; a paper's experiments live in its folder.
     assert cfg.run.experiment
-    assert "/" in experiment or experiment == "demo"
+    assert "/" in experiment or experiment in ("demo", "demo_tree")
 
 
 @pytest.mark.parametrize("experiment", names("experiment"))

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
+from bench.cachefile import CorruptCache
 from bench.core.tree import tree_from_paths
 from bench.errors import ConfigError, HarnessError
-from bench.cachefile import CorruptCache
 from methods.trees import (
     AcceptanceStats,
     TreeStats,

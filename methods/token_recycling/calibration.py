@@ -57,6 +57,7 @@ def calibrate(calib, bundle) -> TreeStats:
 
     ds = OmegaConf.load(PROJECT / "conf" / "dataset" / f"{calib.dataset}.yaml")
     items = load_items(ds, str(project_path(calib.data_mirror)), str(project_path(calib.data_cache)))
+    items = items[calib.get("skip", 0) :]  # e.g. the demo calibrates on HumanEval past the tasks it evaluates
     method_cfg = OmegaConf.create({
         "name": "token_recycling", "topk": calib.topk, "update_strategy": "parallel", "start": "hot",
         "tree": {"name": "calibration", "paths": spine_paths(calib.depth, calib.topk)},
