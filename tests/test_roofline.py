@@ -11,6 +11,7 @@ from torch import nn
 
 from bench.models.linear_backend import backend_of, onednn_available, set_backend
 from bench.run import roofline
+from tests.conftest import tiny_llama
 
 
 class TinyLM(nn.Module):
@@ -157,3 +158,11 @@ def test_section_on_a_tiny_llama(tmp_path):
     assert len(d["roofline_s"]) == 128
     assert (tmp_path / "forward_cost.png").exists()
     assert backend_of(model) == "onednn"
+
+
+def test_cache_share_times_both_kinds_of_cache():
+    from bench.run.cache_bench import cache_share
+
+    share = cache_share(tiny_llama(), contexts=(16,), reps=1)
+    assert set(share[16]) == {"dynamic", "preallocated"}
+    assert all(v["append_ms"] > 0 and v["forward_ms"] > 0 and v["share"] > 0 for v in share[16].values())

@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from bench.models import forward_cost
 from bench.paths import PROJECT
-from bench.run import metrics, roofline
+from bench.run import cache_bench, metrics, roofline
 from bench.run.compose import compose_config
 from bench.run.provenance import provenance
 from bench.run.runner import Runner
@@ -227,6 +227,7 @@ def main(argv=None) -> int:
     ideal = tr_mat * t_ar / t_tr
     achieved = tr_ar["ratio"]
     forward = forward_section(args, ar)
+    kv_share = cache_bench.cache_share(ar.bundle.model)
     batch = batch_section(args)
     unmodified = unmodified_pair(args, ar, ar_hf)  # last: it loads a second model
     result = {
@@ -240,6 +241,7 @@ def main(argv=None) -> int:
         **forward,
         "batch_details": {str(k): v for k, v in batch.items()},
         "unmodified_details": unmodified,
+        "kv_cache_share": {str(k): v for k, v in kv_share.items()},
         "details": {
             "ar_tok_s": ar_hf["a_tok_s"], "hf_generate_tok_s": ar_hf["b_tok_s"],
             "ar_hf_outputs_identical": ar_hf["outputs_identical"],
@@ -279,6 +281,7 @@ def main(argv=None) -> int:
     print(f"ar ({ar.bundle.linear_backend}) {u['a_tok_s']:.1f} tok/s vs hf_generate on the unmodified model "
           f"({u['hf_linear_backend']}) {u['b_tok_s']:.1f} tok/s; outputs identical {u['outputs_identical']} "
           f"({u['mismatched_prompts']} prompts differ)")
+    cache_bench.print_share(kv_share)
     roofline.print_section({"details": result["roofline"], "table": result["roofline_table"]})
     print(f"results: {args.out}")
     return 0
