@@ -46,7 +46,7 @@ def test_local_parallel_sweep_labels_its_machine(tmp_path, smollm):
     runs = load_runs(tmp_path / "results")
     assert sorted(r.meta["method"] for r in runs) == ["ar", "pld"]
     for r in runs:
-        assert r.meta["machine"].endswith("/1t/2jobs") and r.meta["provenance"]["parallel_jobs"] == 2
+        assert "/1t/2jobs" in r.meta["machine"] and r.meta["provenance"]["parallel_jobs"] == 2
     pld = next(r for r in runs if r.meta["method"] == "pld")
     assert pld.meta["summary"]["lossless"]["equal"] == 1
 
