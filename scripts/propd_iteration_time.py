@@ -36,6 +36,7 @@ from bench.core.machine import machine_id
 from bench.core.timing import device_sync
 from bench.core.tree import chain
 from bench.errors import HarnessError
+from bench.models.forward_cost import random_token_floor
 from bench.paths import project_path
 from bench.run.compose import compose_config
 from bench.run.runner import get_bundle
@@ -81,15 +82,9 @@ def grid(args) -> tuple[dict[tuple[int, int], list[int]], list[dict]]:
     return groups, skipped
 
 
-def low(vocab: int) -> int:
-    """Random tokens skip the first 100 ids (special and byte tokens), as forward_cost does; tiny test vocabularies
-    keep their upper half."""
-    return min(100, vocab // 2)
-
-
 def tree_inputs(vocab: int, batch: int, size: int, seq_len: int, dtype, device, gen: torch.Generator):
     """Random tokens, position ids and the additive mask (all of the prefix, the chain's part of the tree)."""
-    ids = torch.randint(low(vocab), vocab - 1, (batch, size), generator=gen).to(device)
+    ids = torch.randint(random_token_floor(vocab), vocab - 1, (batch, size), generator=gen).to(device)
     pos = (seq_len + torch.arange(size, device=device)).expand(batch, size)
     bias = chain(size - 1).attention_bias(dtype, device)
     mask = torch.cat([torch.zeros(size, seq_len, dtype=dtype, device=device), bias], 1)
@@ -100,7 +95,7 @@ def tree_inputs(vocab: int, batch: int, size: int, seq_len: int, dtype, device, 
 def measure_group(model, vocab: int, dtype, device, batch: int, seq_len: int, sizes: list[int], reps: int,
                   gen: torch.Generator, tick=lambda: None) -> dict[int, float]:
     """Median seconds of one forward per tree size, after a random prefix of seq_len tokens in each of batch rows."""
-    prefix = torch.randint(low(vocab), vocab - 1, (batch, seq_len), generator=gen).to(device)
+    prefix = torch.randint(random_token_floor(vocab), vocab - 1, (batch, seq_len), generator=gen).to(device)
     cache = DynamicCache(config=model.config)
     model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
     shapes = {s: tree_inputs(vocab, batch, s, seq_len, dtype, device, gen) for s in sizes}
@@ -149,7 +144,7 @@ def main(argv: list[str]) -> int:
         return 1
     out = Path(args.out) if args.out else project_path(cfg.paths.results) / OUT
     write_atomic(out, json.dumps({
-        "model": bundle.name, "device": str(bundle.device), "machine": machine_id(bundle.device),
+        "model": bundle.name, "device": str(bundle.device), "machine": machine_id(bundle.device, bundle.linear_backend),
         "dtype": str(bundle.dtype).replace("torch.", ""), "reps": args.reps, "statistic": "median",
         "created": datetime.now().isoformat(timespec="seconds"), "rows": rows, "skipped": skipped}, indent=1))
     print(f"iteration time of {bundle.name}: {len(rows)} points ({len(skipped)} skipped) -> {out}")

@@ -167,7 +167,7 @@ def test_preallocated_layer_appends_in_place_and_grows():
     layer.update(k + 7, -k - 7)  # 10 > capacity 8: the buffer doubles, the contents move once
     assert layer.get_seq_length() == 10 and layer.keys.data_ptr() != buffer
     assert layer.keys[1, 1, :, 0].tolist() == list(range(10)) and torch.equal(layer.values, -layer.keys)
-    layer.select_rows(torch.tensor([1]))
+    layer.batch_select_indices(torch.tensor([1]))
     assert layer.keys.shape == (1, 2, 10, 4)
     layer.update(k[:1] + 10, -k[:1] - 10)
     assert layer.keys[0, 0, :, 0].tolist() == list(range(13))

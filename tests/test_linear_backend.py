@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from bench.errors import HarnessError
+from bench.models import backend_choice
 from bench.models import linear_backend as lb
 from tests.conftest import compose_cfg, tiny_llama
 
@@ -60,29 +61,29 @@ def test_packed_weights_follow_in_place_changes_and_gradients_take_the_plain_pat
 def test_options_and_eligibility():
     model = tiny_llama()
     with pytest.raises(HarnessError, match="unknown model.cpu_linear 'mkl'"):
-        lb.apply(model, "mkl", "tiny", "/nonexistent")
+        backend_choice.apply(model, "mkl", "tiny", "/nonexistent")
     with pytest.raises(HarnessError, match="unknown linear backend"):
         lb.set_backend(model, "fast")
-    assert lb.apply(model, "plain", "tiny", "/nonexistent") == "plain" and lb.backend_of(model) == "plain"
-    assert lb.apply(model.to(torch.bfloat16), "auto", "tiny", "/nonexistent") == "plain"  # fp32 only
+    assert backend_choice.apply(model, "plain", "tiny", "/nonexistent") == "plain" and lb.backend_of(model) == "plain"
+    assert backend_choice.apply(model.to(torch.bfloat16), "auto", "tiny", "/nonexistent") == "plain"  # fp32 only
     with pytest.raises(HarnessError, match="needs an fp32 model"):
-        lb.apply(model, "onednn", "tiny", "/nonexistent")
+        backend_choice.apply(model, "onednn", "tiny", "/nonexistent")
 
 
 @needs_onednn
 def test_auto_measures_once_and_is_planned_from_the_cache(tmp_path):
     cfg = compose_cfg("model=smollm2-135m").model
     cfg.name = "tiny"
-    assert lb.planned(cfg, tmp_path) is None  # not measured yet
+    assert backend_choice.planned(cfg, tmp_path) is None  # not measured yet
     model = tiny_llama()
-    chosen = lb.apply(model, "auto", "tiny", tmp_path)
+    chosen = backend_choice.apply(model, "auto", "tiny", tmp_path)
     assert chosen in lb.BACKENDS and lb.backend_of(model) == chosen
-    assert lb.planned(cfg, tmp_path) == chosen
+    assert backend_choice.planned(cfg, tmp_path) == chosen
     (written,) = tmp_path.glob("*.json")
     stamp = written.stat().st_mtime_ns
-    assert lb.apply(tiny_llama(), "auto", "tiny", tmp_path) == chosen and written.stat().st_mtime_ns == stamp
+    assert backend_choice.apply(tiny_llama(), "auto", "tiny", tmp_path) == chosen and written.stat().st_mtime_ns == stamp
     cfg.cpu_linear = "plain"
-    assert lb.planned(cfg, tmp_path) == "plain"
+    assert backend_choice.planned(cfg, tmp_path) == "plain"
 
 
 def test_plain_is_selectable_from_the_command_line():

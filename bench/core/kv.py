@@ -24,7 +24,7 @@ from transformers.cache_utils import DynamicLayer
 class PreallocatedLayer(DynamicLayer):
     """A DynamicLayer whose keys/values are views [B, H, :length, D] of buffers [B, H, capacity, D]. Everything
     that reads or crops a DynamicLayer works unchanged; in-place writes to the views (keep_accepted's scatter)
-    land in the buffer. Replacing `keys`/`values` by a new tensor is not allowed: use select_rows."""
+    land in the buffer. Replacing `keys`/`values` by a new tensor is not allowed: use batch_select_indices."""
 
     def __init__(self, capacity: int):
         super().__init__()
@@ -59,16 +59,13 @@ class PreallocatedLayer(DynamicLayer):
             setattr(self, name, new)
         self.keys, self.values = self._k[:, :, :n], self._v[:, :, :n]
 
-    def select_rows(self, index: torch.Tensor) -> None:
-        """Keep the batch rows `index` (in order), buffers included."""
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep the batch rows `indices` (in order), buffers included."""
         if not self.is_initialized:
             return
         n = self.keys.shape[-2]
-        self._k, self._v = self._k.index_select(0, index), self._v.index_select(0, index)
+        self._k, self._v = self._k.index_select(0, indices), self._v.index_select(0, indices)
         self.keys, self.values = self._k[:, :, :n], self._v[:, :, :n]
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        self.select_rows(indices)
 
     def batch_repeat_interleave(self, repeats: int) -> None:
         raise NotImplementedError("a preallocated cache does not grow its batch")
@@ -123,9 +120,5 @@ def keep_rows(cache, rows: list[int], prefix: list[int]) -> None:
     """Drop finished rows from the batch (keep `rows`, in order) and cut to the longest kept row."""
     index = torch.tensor(rows, dtype=torch.long, device=cache.layers[0].keys.device)
     for layer in cache.layers:
-        if isinstance(layer, PreallocatedLayer):
-            layer.select_rows(index)
-        else:
-            layer.keys = layer.keys.index_select(0, index)
-            layer.values = layer.values.index_select(0, index)
+        layer.batch_select_indices(index)
     cache.crop(max(prefix[r] for r in rows) - cache.get_seq_length())

@@ -16,15 +16,20 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import DynamicCache
 
 from bench.cachefile import CorruptCache, atomic_write, load_or_build
+from bench.core.kv import new_cache
 from bench.core.machine import machine_id
 from bench.core.timing import device_sync
 from bench.core.tree import chain
-from bench.models.linear_backend import backend_of
+from bench.models.linear_backend import backend_of, set_backend
 
 DEFAULT_SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 81, 96, 128)
+
+
+def random_token_floor(vocab: int) -> int:
+    """Random tokens skip the first 100 ids (special and byte tokens); tiny test vocabularies keep their upper half."""
+    return min(100, vocab // 2)
 
 
 @torch.inference_mode()
@@ -36,12 +41,13 @@ def measure(bundle, sizes=DEFAULT_SIZES, prefix_tokens: int = 256, reps: int = 7
     """
     model, device, dtype = bundle.model, bundle.device, bundle.dtype
     gen = torch.Generator().manual_seed(0)
-    prefix = torch.randint(100, bundle.vocab_size - 1, (1, prefix_tokens), generator=gen).to(device)
-    cache = DynamicCache(config=model.config)
+    low, vocab = random_token_floor(bundle.vocab_size), bundle.vocab_size
+    prefix = torch.randint(low, vocab - 1, (1, prefix_tokens), generator=gen).to(device)
+    cache = new_cache(model.config, prefix_tokens + max(sizes))  # the engine's cache, so T(n) is its forward's
     model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
     shapes = {}
     for n in sizes:
-        inputs = torch.randint(100, bundle.vocab_size - 1, (1, n), generator=gen).to(device)
+        inputs = torch.randint(low, vocab - 1, (1, n), generator=gen).to(device)
         pos = (prefix_tokens + torch.arange(n, device=device))[None]
         mask = None
         if n > 1:
@@ -58,6 +64,23 @@ def measure(bundle, sizes=DEFAULT_SIZES, prefix_tokens: int = 256, reps: int = 7
             times[n].append(time.perf_counter() - t0)
             cache.crop(-n)
     return {n: statistics.median(t[1:]) for n, t in times.items()}
+
+
+def measure_backends(bundle, backends, sizes=DEFAULT_SIZES, prefix_tokens: int = 256, reps: int = 5) -> dict:
+    """{backend: {n: median seconds}}: `measure` once per backend and repeat, backends interleaved and their order
+    flipped every repeat so drift hits both. Each call prefills the same random prefix and runs one untimed pass
+    first, which is where a freshly swapped-in backend packs its weights. Leaves the model on its own backend."""
+    own = backend_of(bundle.model)
+    times = {b: {n: [] for n in sizes} for b in backends}
+    try:
+        for rep in range(reps):
+            for b in (backends if rep % 2 == 0 else backends[::-1]):
+                set_backend(bundle.model, b)
+                for n, s in measure(bundle, sizes, prefix_tokens, reps=1).items():
+                    times[b][n].append(s)
+    finally:
+        set_backend(bundle.model, own)
+    return {b: {n: statistics.median(t) for n, t in per.items()} for b, per in times.items()}
 
 
 def cache_file(cache_dir: str | Path, bundle) -> Path:

@@ -10,28 +10,18 @@ their sums are accumulated in another order, so results differ in the last bits,
 The switch swaps modules after loading, as torch's quantization utilities do (no patching of transformers):
 every `nn.Linear` becomes a `PrepackedLinear` that keeps the same weight and bias Parameters (tied weights stay
 tied, state dicts and `.weight` readers are unchanged) plus the packed copy (the weights' memory twice).
-`auto` picks by a short measurement of the model's own forward at 1 and 8 tokens, cached per machine, model and
-dtype (results/cache/linear_backend/); CUDA and non-fp32 models are always `plain`.
+Which backend a model config gets (`auto` measures) is bench.models.backend_choice's business.
 """
 
 from __future__ import annotations
-
-import json
-import re
-import statistics
-import time
-from pathlib import Path
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from bench.cachefile import CorruptCache, atomic_write, load_or_build
-from bench.core.machine import machine_id
 from bench.errors import HarnessError
 
 BACKENDS = ("plain", "onednn")
-CHOICES = ("auto", *BACKENDS)
 
 
 def onednn_available() -> bool:
@@ -108,87 +98,3 @@ def backend_of(module: nn.Module) -> str:
 
 def eligible(device: torch.device, dtype: torch.dtype) -> bool:
     return torch.device(device).type == "cpu" and dtype == torch.float32 and onednn_available()
-
-
-@torch.inference_mode()
-def time_forwards(model, backends=BACKENDS, sizes=(1, 8), prefix_tokens: int = 128, reps: int = 5) -> dict:
-    """Median ms of one forward over n tokens after a prefix, per backend; backends and sizes interleaved in each
-    repeat so drift hits them alike (the first repeat is a warm-up). Leaves the model on its first backend."""
-    from transformers import DynamicCache
-
-    vocab = model.get_output_embeddings().weight.shape[0]
-    gen = torch.Generator().manual_seed(0)
-    prefix = torch.randint(0, vocab, (1, prefix_tokens), generator=gen)
-    inputs = {n: torch.randint(0, vocab, (1, n), generator=gen) for n in sizes}
-    cache = DynamicCache(config=model.config)
-    model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
-    times = {b: {n: [] for n in sizes} for b in backends}
-    for _ in range(reps + 1):
-        for b in backends:
-            set_backend(model, b)
-            model(input_ids=inputs[sizes[0]], past_key_values=cache, use_cache=True)  # packs the weights, untimed
-            cache.crop(-sizes[0])
-            for n, ids in inputs.items():
-                t0 = time.perf_counter()
-                model(input_ids=ids, past_key_values=cache, use_cache=True)
-                times[b][n].append(time.perf_counter() - t0)
-                cache.crop(-n)
-    set_backend(model, backends[0])
-    return {b: {n: 1000 * statistics.median(t[1:]) for n, t in per.items()} for b, per in times.items()}
-
-
-def choice_file(cache_dir: str | Path, name: str, dtype: torch.dtype, device) -> Path:
-    machine = re.sub(r"[^A-Za-z0-9._-]+", "_", machine_id(device))
-    return Path(cache_dir) / f"{name}-{str(dtype).replace('torch.', '')}-{machine}.json"
-
-
-def read_choice(path: Path) -> dict:
-    choice = json.loads(path.read_text())
-    if choice.get("backend") not in BACKENDS or "ms" not in choice:
-        raise CorruptCache("no backend or timings")
-    return choice
-
-
-def choose(model, name: str, cache_dir: str | Path) -> dict:
-    """auto's measured choice for this machine, model and dtype: the backend with the lowest T(1) + T(8)."""
-
-    def build(path: Path) -> dict:
-        ms = time_forwards(model)
-        best = min(ms, key=lambda b: sum(ms[b].values()))
-        choice = {"backend": best, "ms": {b: {str(n): v for n, v in t.items()} for b, t in ms.items()},
-                  "machine": machine_id(model.device), "model": name}
-        atomic_write(path, json.dumps(choice, indent=2))
-        return choice
-
-    return load_or_build(choice_file(cache_dir, name, model.dtype, model.device), read_choice, build,
-                         "linear-backend choice")
-
-
-def planned(model_cfg, cache_dir: str | Path) -> str | None:
-    """The backend a model config will run on, known before loading it; None when `auto` has not measured yet."""
-    option = model_cfg.get("cpu_linear", "auto")
-    dtype = getattr(torch, str(model_cfg.dtype), None)
-    if option not in CHOICES or not isinstance(dtype, torch.dtype):
-        return None  # loading says what is wrong
-    if not eligible(model_cfg.device, dtype):
-        return "plain"
-    if option != "auto":
-        return option
-    try:
-        return read_choice(choice_file(cache_dir, model_cfg.name, dtype, model_cfg.device))["backend"]
-    except (OSError, ValueError, KeyError, CorruptCache):
-        return None
-
-
-def apply(model, option: str, name: str, cache_dir: str | Path) -> str:
-    """Put `model` on the backend the model option asks for (auto | plain | onednn); returns the one in effect."""
-    if option not in CHOICES:
-        raise HarnessError(f"unknown model.cpu_linear '{option}' (known: {', '.join(CHOICES)})")
-    if not eligible(model.device, model.dtype):
-        if option == "onednn":
-            raise HarnessError(f"model.cpu_linear=onednn needs an fp32 model on a CPU with oneDNN "
-                               f"(this one: {model.dtype} on {model.device})")
-        return "plain"
-    backend = choose(model, name, cache_dir)["backend"] if option == "auto" else option
-    set_backend(model, backend)
-    return backend

@@ -20,7 +20,7 @@ import torch
 
 from bench.cachefile import CorruptCache, atomic_dir, load_or_build, load_or_fail
 from bench.errors import HarnessError
-from bench.models import linear_backend
+from bench.models import backend_choice, linear_backend
 from bench.models.heads import load_early_heads, load_heads
 from bench.models.vocab import TrimmedDraft, read_ranking, trim
 from bench.paths import project_path
@@ -236,8 +236,8 @@ def load_model(cfg, model_cache: str) -> ModelBundle:
         raise HarnessError(f"cannot load model '{cfg.name}' from {target.source} '{path}': "
                            f"{str(err).splitlines()[0]}") from None
     model.eval()
-    backend = linear_backend.apply(model, cfg.get("cpu_linear", "auto"), cfg.name,
-                                   Path(model_cache).parent / "linear_backend")
+    backend = backend_choice.apply(model, cfg.get("cpu_linear", "auto"), cfg.name,
+                                   backend_choice.choice_dir(model_cache))
     gen = model.generation_config
     eos = gen.eos_token_id if gen.eos_token_id is not None else tokenizer.eos_token_id
     eos_ids = [eos] if isinstance(eos, int) else list(eos)

@@ -16,6 +16,7 @@ from transformers import DynamicCache
 
 from bench.core.kv import new_cache
 from bench.core.timing import device_sync
+from bench.models.forward_cost import random_token_floor
 
 KINDS = {"dynamic": lambda config, n: DynamicCache(config=config), "preallocated": new_cache}
 
@@ -27,8 +28,8 @@ def cache_share(model, contexts=(256, 1500), reps: int = 9) -> dict:
     gen = torch.Generator().manual_seed(0)
     out = {}
     for ctx in contexts:
-        prefix = torch.randint(0, vocab, (1, ctx), generator=gen).to(device)
-        token = torch.randint(0, vocab, (1, 1), generator=gen).to(device)
+        prefix = torch.randint(random_token_floor(vocab), vocab - 1, (1, ctx), generator=gen).to(device)
+        token = torch.randint(random_token_floor(vocab), vocab - 1, (1, 1), generator=gen).to(device)
         caches = {}
         for kind, make in KINDS.items():
             caches[kind] = make(model.config, ctx + 64)

@@ -31,6 +31,7 @@ import sys
 
 from tqdm import tqdm
 
+from bench.cachefile import atomic_write
 from bench.models import forward_cost
 from bench.paths import PROJECT
 from bench.run import cache_bench, metrics, roofline
@@ -149,10 +150,7 @@ def unmodified_pair(args, ar: Runner, ar_hf: dict) -> dict:
 
 def write_json(result: dict, out: str) -> None:
     os.makedirs(os.path.dirname(out), exist_ok=True)
-    tmp = out + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(result, f, indent=2)
-    os.replace(tmp, out)
+    atomic_write(out, json.dumps(result, indent=2))
 
 
 def print_goals(result: dict) -> None:

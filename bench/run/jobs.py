@@ -17,7 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
 from bench.core.machine import JOBS_ENV, machine_id
-from bench.models import linear_backend
+from bench.models import backend_choice
 from bench.paths import project_path
 from bench.run.checkpoint import Checkpoint, config_key, job_key
 from bench.run.runner import Runner, command_overrides, run_id, write_run
@@ -63,7 +63,7 @@ def measure(cfg) -> Path | None:
     set_threads(cfg.run)
     results = project_path(cfg.paths.results)
     device = torch.device(cfg.model.device)
-    backend = linear_backend.planned(cfg.model, project_path(cfg.paths.model_cache).parent / "linear_backend")
+    backend = backend_choice.planned(cfg.model, backend_choice.choice_dir(project_path(cfg.paths.model_cache)))
     usable = device.type != "cuda" or torch.cuda.is_available()
     machine = machine_id(device, backend) if usable and backend else None  # None: known once the model loads
     if cfg.run.resume and is_multirun() and machine:

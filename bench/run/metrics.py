@@ -38,8 +38,7 @@ def mat(records: list[dict]) -> float | None:
 
 
 def verification_mat(records: list[dict]) -> float | None:
-    steps = [a for r in records for a in r["accept_lengths"][1:]]  # [0] is the prefill's token
-    return sum(steps) / len(steps) if steps else None
+    return mat([{"accept_lengths": r["accept_lengths"][1:]} for r in records])  # [0] is the prefill's token
 
 
 def question_rates(records: list[dict]) -> dict:

@@ -20,7 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from bench.models import forward_cost
-from bench.models.linear_backend import PrepackedLinear, onednn_available, set_backend
+from bench.models.linear_backend import PrepackedLinear, onednn_available
 
 SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
 ROOF_SIZES = range(1, 129)
@@ -149,23 +149,6 @@ def machine_roof(nbytes: int, gemm_size: int, repeats: int) -> dict:
             "gemm_flop_s": gemm_peak(gemm_size, repeats)}
 
 
-def measure_backends(bundle, backends, sizes=SIZES, prefix_tokens: int = 256, reps: int = 5) -> dict:
-    """Seconds of one n-token forward per backend (median over reps), backends interleaved and their order flipped
-    every repeat so drift hits both. Each forward_cost.measure call prefills the same random prefix and runs one
-    untimed pass first, which is where a freshly swapped-in backend packs its weights. Leaves the bundle's model
-    on its own backend."""
-    times = {b: {n: [] for n in sizes} for b in backends}
-    try:
-        for rep in range(reps):
-            for b in (backends if rep % 2 == 0 else backends[::-1]):
-                set_backend(bundle.model, b)
-                for n, s in forward_cost.measure(bundle, sizes, prefix_tokens, reps=1).items():
-                    times[b][n].append(s)
-    finally:
-        set_backend(bundle.model, bundle.linear_backend)
-    return {b: {n: statistics.median(t) for n, t in per.items()} for b, per in times.items()}
-
-
 def op_shapes(config) -> dict[str, tuple[int, int]]:
     """(out, in) of the lm_head and of one MLP up projection, from the model config (SmolLM2-135M's otherwise)."""
     hidden = getattr(config, "hidden_size", 576)
@@ -282,7 +265,7 @@ def section(bundle, args) -> dict:
     nbytes, flops = weight_bytes(model), flops_per_token(model)
     curve = roofline_curve(ROOF_SIZES, nbytes, flops, bandwidth, peak)
     backends = ("plain", chosen) if chosen != "plain" else ("plain",)
-    t = measure_backends(bundle, backends, SIZES, args.prefix_tokens, args.cost_reps)
+    t = forward_cost.measure_backends(bundle, backends, SIZES, args.prefix_tokens, args.cost_reps)
     t_plain, t_chosen = t["plain"], t[chosen]
     roof_at = {n: curve[n] for n in SIZES}
     ops = compare_ops(op_shapes(model.config), OP_ROWS, args.op_reps, not args.no_compile)
