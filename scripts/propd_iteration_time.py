@@ -37,6 +37,7 @@ from bench.core.timing import device_sync
 from bench.core.tree import chain
 from bench.errors import HarnessError
 from bench.models.forward_cost import random_token_floor
+from bench.models.linear_backend import backend_of
 from bench.paths import project_path
 from bench.run.compose import compose_config
 from bench.run.runner import get_bundle
@@ -144,7 +145,7 @@ def main(argv: list[str]) -> int:
         return 1
     out = Path(args.out) if args.out else project_path(cfg.paths.results) / OUT
     write_atomic(out, json.dumps({
-        "model": bundle.name, "device": str(bundle.device), "machine": machine_id(bundle.device, bundle.linear_backend),
+        "model": bundle.name, "device": str(bundle.device), "machine": machine_id(bundle.device, backend_of(bundle.model)),
         "dtype": str(bundle.dtype).replace("torch.", ""), "reps": args.reps, "statistic": "median",
         "created": datetime.now().isoformat(timespec="seconds"), "rows": rows, "skipped": skipped}, indent=1))
     print(f"iteration time of {bundle.name}: {len(rows)} points ({len(skipped)} skipped) -> {out}")
