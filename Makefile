@@ -12,7 +12,7 @@ LOGGER ?= none
 RUN_ARGS = model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
 TABLE1_ARGS = run.limit_per_group=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
 # HYDRA_LAUNCHER=local_parallel runs a sweep's jobs side by side, one per core (conf/hydra/launcher/);
-# =slurm sends them to a cluster (README "On a cluster")
+# =slurm sends them to a cluster (docs/sweeps.md)
 HYDRA_LAUNCHER ?=
 SWEEP = -m $(if $(HYDRA_LAUNCHER),hydra/launcher=$(HYDRA_LAUNCHER))
 TEST_WORKERS ?= 2
@@ -58,7 +58,7 @@ reproduce-tr-table1: setup datastore heads  ## Token Recycling Table 1: 8 rows x
 	$(PY) -m bench.run $(SWEEP) experiment=token_recycling/table1_mbpp $(TABLE1_ARGS) model=$(MBPP_MODEL)
 	$(PY) -m bench.report token_recycling/table1 --model $(MODEL) --mbpp-model $(MBPP_MODEL)
 
-reproduce-table1: reproduce-tr-table1  ## the design card's name for Token Recycling Table 1
+reproduce-table1: reproduce-tr-table1  ## the short name of reproduce-tr-table1 (Token Recycling Table 1)
 
 # Figures 3 and 4 run on MT-Bench (LIMIT questions, both turns); plots and CSVs go to results/figures/.
 reproduce-tr-fig3: setup tree-stats  ## Token Recycling Figure 3: breadth, depth and update-strategy sweeps, then the plot

@@ -56,7 +56,7 @@ def load_selection(ds_cfg, mirror_dir: str | None, cache_dir: str) -> tuple[list
 def apply_selection(items: list[dict], selection: dict | None) -> tuple[list[dict], str]:
     """(kept items, what was kept). Items are in row order, so items[i] is row i of the source.
 
-    kind sequoia (Sequoia's tests/testbed.py, implementations.md section 7.1): `random.seed(seed)`, then
+    kind sequoia (Sequoia's tests/testbed.py): `random.seed(seed)`, then
     `eval_list = list(range(start, stop))` shuffled with the module's `random.shuffle`, then the first `count`
     of it. We draw the same permutation from a private `random.Random(seed)` (same Mersenne Twister state as
     `random.seed(seed)`; no global state touched) and keep, in that order, the indices that exist in the

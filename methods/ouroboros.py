@@ -1,4 +1,4 @@
-"""Ouroboros (Zhao et al., 2024), greedy, the Post-use & Pre-cut paper's baseline (facts: reference §9, §16).
+"""Ouroboros (Zhao et al., 2024), greedy, the Post-use & Pre-cut paper's baseline.
 
 One n-gram pool (LADE's: key token -> at most `guess` (level-1)-grams, re-inserting moves an n-gram to the newest
 end, a full key drops its oldest) is shared by the draft and the target, and persists across prompts (warm start)

@@ -1,6 +1,6 @@
 """Prompt lookup decoding (Saxena 2023): draft the continuation of an earlier match of the last n-gram.
 
-Two settings (implementations.md §3):
+Two settings:
 - original: n-gram sizes 3..1, 10 tokens, earliest match whose full continuation exists;
 - hf: n-gram sizes 2..1, 10 tokens, earliest match with any non-empty (possibly partial) continuation,
   as transformers' PromptLookupCandidateGenerator, so our PLD can be compared token for token and

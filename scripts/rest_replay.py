@@ -1,5 +1,5 @@
 """REST drafts replayed along greedy AR outputs: the MAT of our retriever and, if the PyPI `draftretriever` wheel
-is installed, of that wheel used the way Spec-Bench uses it (issue 17; README "REST datastores").
+is installed, of that wheel used the way Spec-Bench uses it (docs/methods.md, "REST datastores").
 
     python scripts/rest_replay.py [model=smollm2-135m] [dataset=mbpp_tr] [run.limit=8] [run.max_new_tokens=128]
                                   [method.store=chat_offline]   (default: the dataset's store, code_offline)

@@ -12,7 +12,7 @@ Where heads come from (a model config's `heads` block, loaded by `ModelBundle.lo
   `heads.json` (num_heads, num_layers, shared_lm_head, hidden, vocab) and `heads_report.json`.
 - `hub`: a repo holding Medusa's `medusa_lm_head.pt` (e.g. FasterDecoding/medusa-vicuna-7b-v1.3), a state dict
   `{h}.{l}.linear.weight|bias` (block l of head h) and `{h}.{num_layers}.weight` (its projection). The head and
-  layer counts are read from the keys, never from the repo's config (it disagrees with the weights, Medusa#114),
+  layer counts are read from the keys, never from the repo's config (released configs disagree with the weights),
   and the load is strict (Medusa's own `strict=False` hides a wrong count).
 - `path`: a local folder of either kind, or a `.pt` file of the hub kind.
 """

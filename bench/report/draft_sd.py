@@ -1,4 +1,4 @@
-"""The draft issue's sd table: sd at draft length 4, 8, 12 on MT-Bench and HumanEval, each beside AR on the same
+"""The draft's sd table: sd at draft length 4, 8, 12 on MT-Bench and HumanEval, each beside AR on the same
 machine (experiment draft/sd_lambda). One row per (dataset, draft, draft length): the latest such run; the draft is
 named by its label (id, depth, V', report digest), so runs of an older draft stay as their own rows."""
 

@@ -11,8 +11,6 @@ from pathlib import Path
 from bench.errors import ConfigError
 from bench.paths import project_path
 
-# Until the batched engine (issue 13) lands, the engine decodes one sequence at a time.
-
 
 def _int(run, key: str, minimum: int, optional: bool = False) -> None:
     value = run.get(key)

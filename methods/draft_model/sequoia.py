@@ -1,5 +1,5 @@
 """Sequoia (Chen et al. 2024): a static tree shape from Sequoia's search over a measured acceptance vector
-and, with `size: auto`, this machine's measured target/draft cost (bench/sequoia_tree.py); children are drawn
+and, with `size: auto`, this machine's measured target/draft cost (sequoia_tree.py); children are drawn
 *without* replacement (the draft's top-k at temperature 0); Sequoia's verification rule. The shape is
 chosen once per target temperature (the acceptance vector depends on it) and cached on disk."""
 

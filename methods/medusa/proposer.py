@@ -4,7 +4,7 @@ Head i (0-based; bench/models/heads.py) reads the target's final normed hidden s
 token t+2+i. The engine hands the proposer that hidden state (`wants_hidden`, `observe_hidden`) for the position
 whose logits chose the current root: the last prompt position after the prefill, the deepest accepted slot after
 each verification. So one heads forward per step drafts the tokens after the root, with no extra target forward
-(Medusa keeps the heads' logits of the last accepted node the same way, implementations.md §2.4).
+(Medusa keeps the heads' logits of the last accepted node the same way).
 
 - `Medusa`: a static template tree (default `mc_sim_7b_63`). As in Medusa's `generate_medusa_buffers`
   (`tree_indices = 1 + TOPK * (depth - 1) + rank` into `[root] + concat(topk(head_0), ..., topk(head_D-1))`),
@@ -14,7 +14,7 @@ each verification. So one heads forward per step drafts the tokens after the roo
 
 At temperature > 0 the drafts are deterministic candidates: the shared stochastic verifier treats them as point
 masses (bench/core/sampling.py), which keeps the target distribution. Medusa's own typical acceptance
-(implementations.md §2.5) does not, and is not used.
+does not, and is not used.
 
 Per-generation state is only the observed hidden state, rebound (never written in place) by `start` and
 `observe_hidden`, so `fork()` copies (one per batch row) are independent; heads and index tensors are read-only.

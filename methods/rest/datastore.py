@@ -5,7 +5,7 @@ Backend: our own suffix array in numpy, not the `draftretriever` PyPI package. T
 DraftRetriever, not REST's: measured on a toy store, its `search` returns continuations that do not
 follow the query (query [9, 2, 3] also returned the continuation of [1, 2, 3]), caps the draft depth at 4
 whatever `long` is, and aborts the whole process (a Rust panic, not an exception) on a one-token query.
-So it cannot give REST's drafts. This module implements REST's retrieval (implementations.md §6) directly.
+So it cannot give REST's drafts. This module implements REST's retrieval directly.
 
 Store layout (all under data/cache/datastores/, git-ignored): `<model>-<corpus>.tokens.npy` (every
 document's tokens followed by a separator, uint16 when the vocabulary fits, as REST's u16 store, else

@@ -40,7 +40,7 @@ show(paths[0])
 
 # %% [markdown]
 # Predicted MAT is the tree builder's estimate (none for the paper's template tree), of verification MAT (MAT
-# with each prompt's prefill step left out; see the README's "Trees" section for how close it gets);
+# with each prompt's prefill step left out; see docs/methods.md, "Trees", for how close it gets);
 # MAT·T(1)/T(size+1) is the speedup the measured MAT would give if drafting and verifying cost nothing.
 
 # %%

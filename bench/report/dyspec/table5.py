@@ -206,7 +206,7 @@ def table5_markdown(df: pd.DataFrame, trees_df: pd.DataFrame | None, trees_per_s
         (f"Random trees, {trees_per_size} per size, seed {seed}; mean tiles of the tree-only "
         "size x size mask (tree size = nodes including the root = the mask's side; partial edge tiles "
         "count). `ours (paper)`: the paper's Table 5 in parentheses. original = the generator's creation "
-        "order, BFS = bench.tree's slot layout, DFS = DySpec's reorder (children in rank order), heavy = "
+        "order, BFS = bench.core.tree's slot layout, DFS = DySpec's reorder (children in rank order), heavy = "
         "heavy-path order (children by descending subtree size), the paper's near-optimal reference."),
         "",
     ]
