@@ -1,5 +1,6 @@
-"""The command line of `python -m bench.run`, checked before Hydra composes it: unknown config group options and
-config files that are not valid YAML are one `error:` line (exit 2), where Hydra would print a multi-line error.
+"""The command line of `python -m bench.run`, checked before Hydra's main composes it: unknown config group options,
+config files that are not valid YAML and keys the config does not have (`run.limt=3`) are one `error:` line
+(exit 2), where Hydra would print a multi-line error.
 
 Options are looked up in conf/ and in every `file://` folder of a `hydra.searchpath=[...]` override, as Hydra
 does. The YAML checked is the primary config and the selected option of every group (command line, else the
@@ -8,6 +9,7 @@ primary config's defaults list).
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -113,10 +115,66 @@ def check(argv: list[str]) -> None:
                 raise PrecheckError(f"malformed YAML in {group} config {path}: {problem}")
 
 
+def first_values(argv: list[str]) -> list[str] | None:
+    """The overrides with each sweep reduced to its first value (what one job of it composes); None when the line
+    changes Hydra's own config (search path, launcher), which only Hydra's main composes faithfully."""
+    out = []
+    for arg in argv:
+        if arg.startswith("-") or "=" not in arg:
+            continue  # -m / --multirun and other flags
+        key, value = arg.split("=", 1)
+        if key.lstrip("+~").startswith("hydra"):
+            return None
+        if value.startswith(SWEEP_FUNCTIONS):
+            continue
+        if "," in value and not value.startswith(("[", "{", "'", '"')):
+            value = value.split(",", 1)[0]
+        out.append(f"{key}={value}")
+    return out
+
+
+def compose_error(overrides: list[str]) -> str | None:
+    """Hydra's composition error for these overrides, or None when they compose."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            compose("config", overrides=overrides)
+    except (HydraException, OmegaConfBaseException) as err:
+        return f"{err}\n{err.__cause__ or ''}"  # Hydra's first line; the cause says why (e.g. not in struct)
+    return None
+
+
+def check_keys(argv: list[str]) -> None:
+    """PrecheckError naming a key the config does not have (`run.limt=3`) and the keys beside it, or Hydra's
+    first line for any other override it cannot apply."""
+    overrides = first_values(argv)
+    if overrides is None:
+        return
+    text = compose_error(overrides)
+    if text is None:
+        return
+    bad = re.search(r"Could not override '([^']+)'", text)
+    if bad and "not in struct" in text:
+        key = bad.group(1)
+        parent, _, _ = key.rpartition(".")
+        rest = [o for o in overrides if o.split("=", 1)[0] != key]
+        from hydra import compose, initialize_config_dir
+
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            node = OmegaConf.select(compose("config", overrides=rest), parent) if parent else None
+        known = f"known in {parent}: {', '.join(sorted(node))}" if OmegaConf.is_dict(node) else "no such section"
+        raise PrecheckError(f"unknown key '{key}' ({known}; a new key is added with +{key}=...)")
+    raise PrecheckError(text.strip().splitlines()[0])
+
+
 def check_names(argv: list[str]) -> None:
     """Fail fast with one `error:` line (exit 2) on a bad command line, before Hydra prints a multi-line error."""
     try:
         check(argv)
+        check_keys(argv)
     except PrecheckError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
