@@ -52,12 +52,13 @@ class Row:
 
 class Engine:
     def __init__(self, model, eos_token_ids: list[int], max_context: int, temperature: float = 0.0,
-                 forward: TargetForward = full_forward):
+                 forward: TargetForward = full_forward, device: torch.device | None = None):
         self.model = model
         self.forward = forward  # the seam: every target forward of the loop goes through it
-        self.eos = torch.tensor(sorted(set(eos_token_ids)), dtype=torch.long, device=model.device)
+        # Where inputs go: the model's device, or for a model split over devices the first one (ModelBundle.device)
+        self.device = torch.device(device) if device is not None else model.device
+        self.eos = torch.tensor(sorted(set(eos_token_ids)), dtype=torch.long, device=self.device)
         self.max_context = max_context
-        self.device = model.device
         self.dtype = model.dtype
         if temperature < 0:
             raise ValueError("temperature must be >= 0")
@@ -65,7 +66,7 @@ class Engine:
         # The generator of batch-1 generation (the target's and the proposer's sampling); the runner reseeds it
         # per prompt-turn so a sampled output does not depend on which prompts ran before it. A batch passes
         # one generator per row instead.
-        self.generator = torch.Generator(device=model.device)
+        self.generator = torch.Generator(device=self.device)
 
     def reseed(self, seed: int) -> None:
         self.generator.manual_seed(seed)
@@ -192,9 +193,9 @@ class Engine:
             if r.prefix + n > self.max_context:
                 raise RuntimeError(f"sequence would exceed the model context ({self.max_context} tokens)")
             inputs[b, 0] = r.seq[r.length - 1]
-            inputs[b, 1:n] = d.tokens.to(self.device)
+            inputs[b, 1:n] = d.tokens  # a proposer that drafts on the host pays its copy here
             positions[b] = r.prefix
-            positions[b, :n] += d.tree.depth.to(self.device)
+            positions[b, :n] += d.tree.on(self.device).depth
         mask = self._mask(rows, drafts, width, cached)
         timer.lap("preprocess")
         hidden = self._wants_hidden(rows)
@@ -222,32 +223,40 @@ class Engine:
                 timer.lap("sampling")
                 slots, token = stochastic_accept(d.tree, tokens, p, d.probs, r.proposer.rule, r.generator,
                                                  candidates)
-                acc = Acceptance.from_path(d.tree, slots, token)
+                acc = Acceptance.from_path(d.tree, slots, token, self.device)
             accepted.append((acc, logits, tokens, target))
         timer.lap("verify")
 
-        paths = []
-        for r, (acc, _, tokens, _) in zip(rows, accepted):
-            path = acc.slots().to(self.device)
-            paths.append(path)
-            new = torch.cat([tokens[path[1:]], acc.bonus.to(self.device)])  # accepted drafts + bonus
-            room = r.n_prompt + max_new_tokens - r.length
-            is_eos = torch.isin(new[:room], self.eos)
-            n_new = min(len(new), room)
-            if bool(is_eos.any()):
-                n_new = int(is_eos.nonzero()[0]) + 1
-                r.done = True
+        # Commit, decided on the device: each row's accepted drafts + bonus, cut at EOS and at its token limit.
+        # One host read per step brings back what the loop's Python needs (bench.core.syncs counts them).
+        news, stats = [], []
+        for r, d, (acc, _, tokens, _) in zip(rows, drafts, accepted):
+            slots = d.tree.on(self.device).path_slots[acc.best[0]]  # root..best, padded with the root's slot
+            new = torch.cat([tokens[slots[1:]], tokens[:1]])  # accepted drafts, then room for the bonus
+            accept_len = acc.accept_len
+            new.scatter_(0, accept_len - 1, acc.bonus)
+            limit = accept_len.clamp(max=r.n_prompt + max_new_tokens - r.length)
+            at = torch.arange(len(new), device=self.device)
+            eos = torch.where(torch.isin(new, self.eos) & (at < limit), at, len(new)).min()[None]
+            news.append((slots, new))
+            stats.append(torch.cat([torch.minimum(limit, eos + 1), eos < limit, accept_len, acc.best[:1]]))
+        counts = torch.stack(stats).tolist()  # [n_new, hit EOS, path length, best slot] per row
+
+        paths, leading = [], []
+        for r, (slots, new), (n_new, hit_eos, path_len, best) in zip(rows, news, counts):
+            paths.append(slots[:path_len])
+            leading.append(best == path_len - 1)  # the path is slots 0..best: a chain's always is
             r.seq[r.length : r.length + n_new] = new[:n_new]
             r.length += n_new
             r.accept_lengths.append(n_new)
-            r.done = r.done or r.length - r.n_prompt >= max_new_tokens
+            r.done = bool(hit_eos) or r.length - r.n_prompt >= max_new_tokens
         alive = [b for b, r in enumerate(rows) if not r.done]
         if alive:
-            prefixes = keep_accepted(cache, before, paths, cached, out.kv_columns)
+            prefixes = keep_accepted(cache, before, paths, cached, out.kv_columns, leading)
             if len(alive) < len(rows):
                 keep_rows(cache, alive, prefixes)
-        for b, (r, (acc, logits, tokens, target)) in enumerate(zip(rows, accepted)):
+        for b, (r, (acc, logits, tokens, target), row) in enumerate(zip(rows, accepted, counts)):
             r.proposer.update(tokens, logits if r.proposer.wants_logits else None, target, acc)
             if hidden and not r.done:
-                r.proposer.observe_hidden(out.hidden[b, int(acc.best[0])])
+                r.proposer.observe_hidden(out.hidden[b, row[3]])
         return [rows[b] for b in alive]

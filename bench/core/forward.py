@@ -3,7 +3,7 @@
 The engine calls a `TargetForward` for the prefill and for every verification. The default runs the whole
 model (`full_forward`). A proposer that changes the forward itself sets `Proposer.target_forward`; the loop, the
 verifiers and the KV compaction stay as they are. `LayerwiseForward` is the one such forward the core offers: the
-model's own modules called layer by layer (implementations.md §15; no patching), with a hook after layer `split`
+model's own modules called layer by layer (no patching), with a hook after layer `split`
 that may drop tree slots (ProPD's early pruning): layers from `split` on run over the kept slots only.
 """
 
@@ -42,12 +42,22 @@ class TargetForward(Protocol):
 
 def full_forward(model, input_ids, *, cache, position_ids=None, attention_mask=None, trees=None,
                  logits_to_keep=0, output_hidden=False) -> ForwardOutput:
-    """All layers, as transformers runs them; `trees` is not needed (the mask already encodes them)."""
-    out = model(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask,
-                past_key_values=cache, use_cache=True, logits_to_keep=logits_to_keep,
-                output_hidden_states=output_hidden)
-    # transformers' last hidden state is the final norm's output, the input of lm_head (checked in tests).
-    return ForwardOutput(out.logits, out.hidden_states[-1] if output_hidden else None)
+    """All layers, as transformers runs them; `trees` is not needed (the mask already encodes them).
+
+    With output_hidden, the decoder and the lm_head run as two calls (what a CausalLM's forward does) so that only
+    the final hidden state is kept: output_hidden_states would hold every layer's, a high prefill peak."""
+    if not output_hidden:
+        out = model(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask,
+                    past_key_values=cache, use_cache=True, logits_to_keep=logits_to_keep)
+        return ForwardOutput(out.logits, None)
+    # The decoder's last hidden state is the final norm's output, the input of lm_head (checked in tests).
+    hidden = model.get_decoder()(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask,
+                                 past_key_values=cache, use_cache=True).last_hidden_state
+    if isinstance(logits_to_keep, torch.Tensor):
+        kept = hidden[:, logits_to_keep]
+    else:
+        kept = hidden[:, -logits_to_keep:] if logits_to_keep else hidden
+    return ForwardOutput(model.get_output_embeddings()(kept), hidden)
 
 
 # keep(hidden [B, T, H] after `split` layers, input_ids [B, T], trees) -> [B, T] bool slots to keep. It must keep
@@ -121,17 +131,22 @@ class LayerwiseForward:
         select, columns = kept_order(keep)
         width = select.shape[1]
         rows = torch.arange(b, device=h.device)[:, None]
-        h, pos, cos, sin = h[rows, select], position_ids[rows, select], cos[rows, select], sin[rows, select]
-        cols = torch.cat([torch.arange(cached, device=h.device).expand(b, cached), cached + select], dim=1)
-        mask = attention_mask[rows, :, select].transpose(1, 2)  # [B, 1, T', S]
+
+        def pick(t):  # t's kept slots; t may sit on another device than h when the model is split over devices
+            return t[rows.to(t.device), select.to(t.device)]
+
+        h, pos, cos, sin = pick(h), pick(position_ids), pick(cos), pick(sin)
+        select = select.to(attention_mask.device)
+        cols = torch.cat([torch.arange(cached, device=select.device).expand(b, cached), cached + select], dim=1)
+        mask = attention_mask[rows.to(select.device), :, select].transpose(1, 2)  # [B, 1, T', S]
         mask = mask.gather(3, cols[:, None, None, :].expand(b, 1, width, cached + width))
         h = base.norm(run(layers[self.split :], h, mask, cos, sin, pos))
         logits = model.get_output_embeddings()(h)
         full_logits = logits.new_zeros(b, t, logits.shape[-1])
-        full_logits[rows, select] = logits
+        full_logits[rows.to(logits.device), select.to(logits.device)] = logits
         hidden = None
         if output_hidden:
             hidden = h.new_zeros(b, t, h.shape[-1])
-            hidden[rows, select] = h
+            hidden[rows.to(h.device), select.to(h.device)] = h
         kv = [None] * self.split + [columns] * (len(layers) - self.split)
         return ForwardOutput(full_logits, hidden, keep, kv)

@@ -83,28 +83,29 @@ def new_cache(config, capacity: int) -> DynamicCache:
 
 
 def keep_accepted(cache, prefix: list[int], paths: list[torch.Tensor], start: int,
-                  columns: list[torch.Tensor | None] | None = None) -> list[int]:
+                  columns: list[torch.Tensor | None] | None = None, leading: list[bool] | None = None) -> list[int]:
     """Row b keeps columns [0, prefix[b]) and the tree slots paths[b] (ascending, root first) of the tree
     appended at column `start`, moved to prefix[b], prefix[b] + 1, ... Returns the rows' new prefix lengths.
 
     `columns` (per layer, from ForwardOutput.kv_columns): None where the layer appended every slot in order,
     else [B, T] the column (from `start`) of each slot; layers that cached only some slots (a pruned forward)
     are compacted with their own index map and cut to the same length as the others.
-    At batch 1 with a leading path (always so for chains) nothing moves and a crop is enough."""
-    device = cache.layers[0].keys.device
+    `leading[b]`: paths[b] is the slots 0, 1, ..., as the caller knows without reading the tensor (None: read it).
+    When every row's path leads and sits right at `start` (batch 1; always so for chains) nothing moves and a crop
+    is enough. The index maps are built on the cache's device: no host read, no host-to-device copy."""
     width = max(len(p) for p in paths)
-    dst = torch.stack([torch.arange(k, k + width) for k in prefix])
-    new_prefix = [k + len(p) for k, p in zip(prefix, paths)]
-    plans: dict[int, tuple[torch.Tensor, torch.Tensor] | None] = {}  # one per distinct index map
+    lengths = [len(p) for p in paths]
+    new_prefix = [k + n for k, n in zip(prefix, lengths)]
+    if leading is None:
+        leading = [bool(torch.equal(p.cpu(), torch.arange(len(p)))) for p in paths]
+    in_place = all(leading) and all(k == start for k in prefix)
+    plans: dict[tuple, tuple[torch.Tensor, torch.Tensor] | None] = {}  # per index map and device
     for i, layer in enumerate(cache.layers):
         cmap = None if columns is None else columns[i]
-        key = -1 if cmap is None else id(cmap)
+        key = (-1 if cmap is None else id(cmap), layer.keys.device)  # a model split over devices: per layer
         if key not in plans:
-            src = dst.clone()  # padding copies a stale column onto itself
-            for b, path in enumerate(paths):
-                slots = path.cpu() if cmap is None else cmap[b, path].cpu()
-                src[b, : len(path)] = start + slots
-            plans[key] = None if torch.equal(src, dst) else (src.to(device), dst.to(device))
+            plans[key] = None if cmap is None and in_place else move_plan(paths, prefix, width, start, cmap,
+                                                                          layer.keys.device)
         if plans[key] is not None:
             src, to = plans[key]
             for name in ("keys", "values"):
@@ -116,9 +117,25 @@ def keep_accepted(cache, prefix: list[int], paths: list[torch.Tensor], start: in
     return new_prefix
 
 
+def move_plan(paths, prefix, width, start, cmap, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(src, dst) [B, width] columns: row b's path slots (through `cmap` when a layer cached only some) move to
+    prefix[b], prefix[b] + 1, ...; a shorter row's padding copies a column onto itself."""
+    dst = torch.stack([torch.arange(width, device=device) + k for k in prefix])
+    src = []
+    for b, path in enumerate(paths):
+        path = path if path.device == device else path.to(device)  # only a model split over devices moves it
+        slots = path if cmap is None else (cmap[b] if cmap.device == device else cmap[b].to(device))[path]
+        src.append(torch.cat([slots + start, dst[b, len(path):]]))
+    return torch.stack(src), dst
+
+
 def keep_rows(cache, rows: list[int], prefix: list[int]) -> None:
     """Drop finished rows from the batch (keep `rows`, in order) and cut to the longest kept row."""
-    index = torch.tensor(rows, dtype=torch.long, device=cache.layers[0].keys.device)
+    index = torch.tensor(rows, dtype=torch.long)
+    on: dict = {}  # the index on each layer's own device (a model split over devices)
     for layer in cache.layers:
-        layer.batch_select_indices(index)
+        device = layer.keys.device
+        if device not in on:
+            on[device] = index.to(device)
+        layer.batch_select_indices(on[device])
     cache.crop(max(prefix[r] for r in rows) - cache.get_seq_length())

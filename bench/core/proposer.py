@@ -67,11 +67,12 @@ class Acceptance:
     bonus: torch.Tensor  # [B] target's choice after the accepted path
 
     @classmethod
-    def from_path(cls, tree: Tree, slots: list[int], bonus: int) -> Acceptance:
+    def from_path(cls, tree: Tree, slots: list[int], bonus: int, device="cpu") -> Acceptance:
         """Batch-1 acceptance from a path of slots (root first), as the stochastic verifier returns it."""
-        path = torch.zeros(1, tree.size + 1, dtype=torch.bool)
+        path = torch.zeros(1, tree.size + 1, dtype=torch.bool, device=device)
         path[0, slots] = True
-        return cls(torch.tensor([slots[-1]]), path, torch.tensor([len(slots)]), torch.tensor([bonus]))
+        return cls(torch.tensor([slots[-1]], device=device), path, torch.tensor([len(slots)], device=device),
+                   torch.tensor([bonus], device=device))
 
     def slots(self, row: int = 0) -> torch.Tensor:
         """Accepted slots of one row, root (slot 0) first, ascending."""
@@ -80,7 +81,7 @@ class Acceptance:
 
 @dataclass
 class Generation:
-    """One prompt-turn's output and raw counters; reduced later by bench.metrics."""
+    """One prompt-turn's output and raw counters; reduced later by bench.run.metrics."""
 
     output_ids: list[int]
     accept_lengths: list[int]  # tokens committed per target forward (prefill's first token counts as 1)
@@ -135,7 +136,7 @@ class Proposer(Method):
     batchable = True  # the engine batches any proposer (one fork per row)
     wants_logits = False  # set True to receive the target logits of every tree slot in `update`
     wants_hidden = False  # set True to receive the target's final hidden state in `observe_hidden`
-    rule = "sequoia"  # stochastic verification rule at temperature > 0 (bench.sampling.RULES)
+    rule = "sequoia"  # stochastic verification rule at temperature > 0 (bench.core.sampling.RULES)
     # The target forward this proposer's generations use (bench.core.forward; None = the engine's own). The
     # first row's decides for a batch.
     target_forward: TargetForward | None = None

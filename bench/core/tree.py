@@ -14,8 +14,19 @@ import heapq
 import json
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
+from typing import NamedTuple
 
 import torch
+
+
+class DeviceTree(NamedTuple):
+    """A tree's index tensors on one device, built once (Tree.on): the loop reads them every step without a
+    host-to-device copy."""
+
+    parents: torch.Tensor  # [N+1], the root's parent clamped to 0 (a safe gather index)
+    depth: torch.Tensor  # [N+1]
+    ancestors: torch.Tensor  # [N+1, N+1] bool
+    path_slots: torch.Tensor  # [N+1, D+1]: row i = the slots root..i in depth order, padded with 0 (the root)
 
 
 @dataclass(frozen=True, eq=False)
@@ -28,6 +39,7 @@ class Tree:
     choice: torch.Tensor | None = None  # [N+1] long; rank of the node among its parent's candidates
     paths: tuple[tuple[int, ...], ...] | None = None
     _bias: dict = field(default_factory=dict, repr=False)
+    _on: dict = field(default_factory=dict, repr=False)
 
     @property
     def size(self) -> int:
@@ -48,9 +60,21 @@ class Tree:
 
     @property
     def name(self) -> str:
-        """Content hash, so results name a tree by what it is, not by a label (see anchors.md §3)."""
+        """Content hash, so results name a tree by what it is, not by a label."""
         key = json.dumps(self.paths if self.paths is not None else self.parents.tolist())
         return f"n{self.size}-d{self.max_depth}-{hashlib.sha1(key.encode()).hexdigest()[:8]}"
+
+    def on(self, device: torch.device | str) -> DeviceTree:
+        """The index tensors on `device`, cached per device."""
+        key = str(device)
+        if key not in self._on:
+            paths = torch.zeros(len(self.parents), self.max_depth + 1, dtype=torch.long)
+            for i, row in enumerate(self.ancestors):
+                slots = row.nonzero().flatten()  # ascending = by depth: one slot per level
+                paths[i, : len(slots)] = slots
+            self._on[key] = DeviceTree(self.parents.clamp(min=0).to(device), self.depth.to(device),
+                                       self.ancestors.to(device), paths.to(device))
+        return self._on[key]
 
     def attention_bias(self, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
         """[N+1, N+1] additive bias block: 0 where a node may attend (itself, ancestors), min elsewhere.

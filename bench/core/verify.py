@@ -23,18 +23,18 @@ def greedy_accept(
     parent. Among accepted nodes the deepest wins; ties go to the lowest slot, which for greedy decoding
     are the same tokens anyway (two accepted paths of equal depth spell the same greedy continuation).
     """
-    anc = tree.ancestors.to(tokens.device)
-    parents = tree.parents.to(tokens.device).clamp(min=0)
-    wrong = tokens != target[:, parents]  # [B, N+1]
+    on = tree.on(tokens.device)  # built once per tree and device: no host-to-device copy per step
+    anc = on.ancestors
+    wrong = tokens != target[:, on.parents]  # [B, N+1]
     wrong[:, 0] = False  # the root is already committed
     accepted = ~(anc.unsqueeze(0) & wrong.unsqueeze(1)).any(-1)  # [B, N+1]
     if candidates is not None:  # a node is acceptable only if its whole path is made of candidates
         side = ~candidates.to(tokens.device).view(-1, anc.shape[0])
         side[:, 0] = False
         accepted &= ~(anc.unsqueeze(0) & side.unsqueeze(1)).any(-1)
-    score = torch.where(accepted, tree.depth.to(tokens.device), -1)
+    score = torch.where(accepted, on.depth, -1)
     best = score.argmax(-1)  # first maximum: lowest slot on ties
     path = anc[best]
-    accept_len = tree.depth.to(tokens.device)[best] + 1
+    accept_len = on.depth[best] + 1
     bonus = target.gather(1, best.unsqueeze(1)).squeeze(1)
     return Acceptance(best, path, accept_len, bonus)

@@ -64,8 +64,8 @@ def planned(model_cfg, cache_dir: str | Path) -> str | None:
     dtype = getattr(torch, str(model_cfg.dtype), None)
     if option not in CHOICES or not isinstance(dtype, torch.dtype):
         return None  # loading says what is wrong
-    if not eligible(model_cfg.device, dtype):
-        return "plain"
+    if not eligible(model_cfg.device, dtype) or model_cfg.get("device_map") is not None:
+        return "plain"  # a device map always runs plain (bench.models.loading)
     if option != "auto":
         return option
     try:

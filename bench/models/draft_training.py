@@ -169,6 +169,9 @@ def train(draft, data: DraftData, index_of: torch.Tensor, head_ids: torch.Tensor
 def prepare_draft(target, recipe: dict):
     """The untrained draft: target layers copied, only decoder layers and final norm trainable."""
     draft = init_draft_from_target(target, int(recipe["layers"]), recipe.get("init_layers"))
+    # AdamW on fp16/bf16 weights loses the small updates: a low-precision target's draft trains in float32 and is
+    # cast back to the target's dtype after training (build_draft), as the heads are.
+    draft = draft.float()
     frozen = {id(draft.get_input_embeddings().weight), id(draft.get_output_embeddings().weight)}
     for p in draft.parameters():
         p.requires_grad_(id(p) not in frozen)
@@ -219,6 +222,7 @@ def build_draft(target, tokenizer, model_cfg, out_dir: Path, mirror_dir: str | N
                    recipe, pad, checkpoint, progress_bar)
     for p in draft.parameters():
         p.requires_grad_(False)
+    draft = draft.to(target.dtype)  # scored, timed and saved in the dtype it will run in
     after = evaluate(draft, data, ranking, sizes, pad, eval_tokens)
     measured = costs(target, draft, ranking, [v for v in sizes if v < vocab_size], int(recipe.get("cost_steps", 32)))
     verify = measured["verify_ratio"]

@@ -20,7 +20,7 @@ import torch
 
 from bench.cachefile import CorruptCache, atomic_dir, load_or_build, load_or_fail
 from bench.errors import HarnessError
-from bench.models import backend_choice, linear_backend
+from bench.models import backend_choice, linear_backend, placement
 from bench.models.heads import load_early_heads, load_heads
 from bench.models.vocab import TrimmedDraft, read_ranking, trim
 from bench.paths import project_path
@@ -227,17 +227,24 @@ def load_model(cfg, model_cache: str) -> ModelBundle:
     else:
         path = path_or_hub(target.source, target.id, "model", "package")
     try:
+        placement.check_fits(cfg, path, dtype, device)  # before any weight is read
         tokenizer = AutoTokenizer.from_pretrained(path)
+        placed = placement.load_kwargs(cfg)
         model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=dtype, attn_implementation=cfg.attn_implementation
-        ).to(device)
+            path, dtype=dtype, attn_implementation=cfg.attn_implementation, **placed
+        )
     except OSError as err:
         # No hub (offline machine) or a wrong id: one line, not a traceback.
         raise HarnessError(f"cannot load model '{cfg.name}' from {target.source} '{path}': "
                            f"{str(err).splitlines()[0]}") from None
+    if placed:  # a device map: accelerate's hooks place (and fetch offloaded) weights; inputs go to its first device
+        device = placement.input_device(model, device)
+    else:
+        model = model.to(device)
     model.eval()
-    backend = backend_choice.apply(model, cfg.get("cpu_linear", "auto"), cfg.name,
-                                   backend_choice.choice_dir(model_cache))
+    # Offloaded weights are fetched by hooks at each forward: a prepacked copy would go stale, so maps run plain.
+    option = "plain" if placed else cfg.get("cpu_linear", "auto")
+    backend = backend_choice.apply(model, option, cfg.name, backend_choice.choice_dir(model_cache))
     gen = model.generation_config
     eos = gen.eos_token_id if gen.eos_token_id is not None else tokenizer.eos_token_id
     eos_ids = [eos] if isinstance(eos, int) else list(eos)

@@ -8,6 +8,8 @@
 - forward_*: the target forward against the machine's roofline and plain against the chosen linear backend
   (bench.run.roofline: machine roof, T(n) table, per-op comparison, results/figures/forward_cost.png).
 - pld_vs_hf_pld: our PLD in the HF setting (n-gram 2, partial continuation) / generate(prompt_lookup_...).
+- breakdown_mode_cost (details): the tok/s AR loses in the breakdown mode (run.sync_phases=true, a device sync at
+  every phase boundary) against the default, synced only at the ends of the timed region as HF generate is.
 - tr_overhead_share: share of Token Recycling's timed wall time outside model forwards.
 - batch_ar_vs_hf_generate_b<B>: aggregate tok/s of our AR at run.batch_size=B / HF generate on the same
   left-padded batches (B = 4 and 16; outputs must match row by row).
@@ -212,7 +214,11 @@ def main(argv=None) -> int:
     hf_pld = runner_for(args.model, "hf_pld", [], args)
     pld_pair = timed_pair(pld, hf_pld, args.repeats, "pld(hf setting) vs hf_pld")
 
-    tr = runner_for(args.model, "token_recycling", [], args)
+    # The breakdown mode (phase syncs) against the default (synced at the ends only, as HF generate is timed).
+    ar_sync = runner_for(args.model, "ar", ["run.sync_phases=true"], args)
+    sync_pair = timed_pair(ar_sync, ar, args.repeats, "ar breakdown mode vs ar")
+
+    tr = runner_for(args.model, "token_recycling", ["run.sync_phases=true"], args)  # its overhead share is a breakdown
     tr_ar = timed_pair(tr, ar, 1, "token_recycling vs ar")
     tr_mat = metrics.mat(tr_ar["a_steps"])
     overhead = metrics.overhead_share(tr_ar["a_steps"])
@@ -248,6 +254,7 @@ def main(argv=None) -> int:
             "pld_mat": metrics.mat(pld_pair["a_steps"]), "hf_pld_mat": metrics.mat(pld_pair["b_steps"]),
             "tr_tok_s": tr_ar["a_tok_s"], "tr_ar_tok_s": tr_ar["b_tok_s"],
             "tr_ar_outputs_identical": tr_ar["outputs_identical"],
+            "breakdown_mode_cost": 1 - sync_pair["ratio"],  # fraction of AR's tok/s lost to phase syncs
             "tr_mat": tr_mat, "tr_speedup_over_ar": achieved, "tr_ideal_speedup": ideal,
             "tree_slots": tree_slots, "forward_cost_s": {str(k): v for k, v in costs.items()},
             "forward_cost_prefix_len": int(prompt_len + args.max_new_tokens / 2),
@@ -279,6 +286,8 @@ def main(argv=None) -> int:
     print(f"ar ({ar.bundle.linear_backend}) {u['a_tok_s']:.1f} tok/s vs hf_generate on the unmodified model "
           f"({u['hf_linear_backend']}) {u['b_tok_s']:.1f} tok/s; outputs identical {u['outputs_identical']} "
           f"({u['mismatched_prompts']} prompts differ)")
+    print(f"breakdown mode (run.sync_phases=true) costs {100 * d['breakdown_mode_cost']:+.1f}% of AR's tok/s on "
+          f"{ar.bundle.device.type} (a CPU has nothing to sync: expect noise around 0)")
     cache_bench.print_share(kv_share)
     roofline.print_section({"details": result["roofline"], "table": result["roofline_table"]})
     print(f"results: {args.out}")

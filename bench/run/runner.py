@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import sys
 import time
 import zlib
@@ -22,6 +23,7 @@ from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from bench.core.engine import Engine
+from bench.core.machine import cpu_name
 from bench.core.timing import PhaseTimer, device_sync
 from bench.errors import HarnessError
 from bench.models.chat import prompt_ids
@@ -71,6 +73,17 @@ def run_id(cfg) -> str:
     return f"{stamp}-{cfg.model.name}-{cfg.dataset.name}-{cfg.method.name}{variant}"
 
 
+def reference_key(bundle: ModelBundle) -> str:
+    """The greedy reference's file name: everything that can change greedy AR's tokens (model, dtype, device and
+    its name, attention implementation, CPU linear backend)."""
+    dev = bundle.device
+    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_name()
+    attn = getattr(bundle.model.config, "_attn_implementation", None) or "default"
+    parts = (bundle.name, str(bundle.dtype).replace("torch.", ""), dev.type, name, attn,
+             bundle.linear_backend or "plain")
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(parts))
+
+
 class Runner:
     def __init__(self, cfg):
         self.cfg = cfg
@@ -95,12 +108,13 @@ class Runner:
             raise HarnessError(f"method '{cfg.method.name}' does not decode batches (run.batch_size="
                                f"{self.batch_size}); run it at run.batch_size=1")
         b = self.bundle
-        self.engine = Engine(b.model, b.eos_token_ids, b.max_context, temperature=self.temperature)
+        self.engine = Engine(b.model, b.eos_token_ids, b.max_context, temperature=self.temperature, device=b.device)
         self.timer = PhaseTimer(b.device, sync=cfg.run.sync_phases)
-        ref_key = f"{b.name}-{str(b.dtype).replace('torch.', '')}-{b.device.type}"
-        self.references = ReferenceStore(project_path(cfg.paths.results) / "cache" / "ar_reference", ref_key)
-        # Sampled outputs cannot be compared with greedy AR; greedy AR at T=0 is the reference.
-        self.is_reference = cfg.method.name == "ar" and self.temperature == 0
+        self.references = ReferenceStore(project_path(cfg.paths.results) / "cache" / "ar_reference",
+                                         reference_key(b))
+        # The reference is always greedy AR at batch 1 through this engine: such a run may write it; batched AR
+        # (right padding, its own mask: in fp16/bf16 its rows can differ) is checked against it like any method.
+        self.is_reference = cfg.method.name == "ar" and self.temperature == 0 and self.batch_size == 1
         for item in self.items:  # fail before anything is measured or written if a first-turn prompt cannot fit
             self.encode([], item["turns"][0])
 
@@ -139,10 +153,10 @@ class Runner:
         if not self.cfg.run.check_lossless or self.temperature > 0:
             return None
         max_new = self.cfg.run.max_new_tokens
-        if self.is_reference:
+        ref = self.references.get(ids, max_new)
+        if ref is None and self.is_reference:  # this output is batch-1 greedy AR: it becomes the reference
             self.references.put(ids, max_new, output)
             return {"equal": True, "first_divergence": None, "reference": "self"}
-        ref = self.references.get(ids, max_new)
         if ref is None:
             quiet = PhaseTimer(self.bundle.device, sync=False)
             ref = self.engine.generate(Autoregressive(None, self.bundle), ids, max_new, quiet).output_ids
@@ -264,6 +278,8 @@ def write_run(cfg, runner: Runner, records: list[dict], ckpt: Checkpoint | None 
         "paper_size": cfg.model.get("paper_size"),
         "max_new_tokens": cfg.run.max_new_tokens,
         "batch_size": runner.batch_size,
+        # Phase times are exact per phase on a GPU only in the breakdown mode (device sync at each boundary).
+        "sync_phases": bool(cfg.run.sync_phases),
         "temperature": runner.temperature,
         "selection": runner.selection,
         "experiment": cfg.run.get("experiment"),

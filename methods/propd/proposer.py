@@ -51,6 +51,9 @@ class TimedForward:
         return out
 
 
+MAX_TREES = 1024  # distinct dynamic trees kept built (oldest dropped first)
+
+
 class ProPD(Medusa):
     def __init__(self, cfg, bundle):
         super().__init__(cfg, bundle)
@@ -105,6 +108,8 @@ class ProPD(Medusa):
     def tree_for(self, paths: list[tuple[int, ...]]):
         key = tuple(paths)
         if key not in self.trees:
+            if len(self.trees) >= MAX_TREES:  # bounded: a long run can meet ever new trees (device tensors each)
+                self.trees.pop(next(iter(self.trees)))
             tree = tree_from_paths([list(p) for p in paths])
             index = (tree.depth[1:] - 1) * self.max_topk + tree.choice[1:]
             self.trees[key] = (tree, index.to(self.bundle.device))

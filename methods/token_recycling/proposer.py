@@ -74,14 +74,16 @@ class TokenRecycling(Proposer):
 
     def update(self, inputs, logits, target, acceptance):
         top = logits.topk(self.k, dim=-1).indices  # [N+1, k]
-        if self.update_strategy == "parallel":
-            # One scatter; for a token present several times one of the writes wins (as in the paper).
-            self.adj[inputs] = top
-            return
-        # first / last occurrence of each distinct input token decides its row.
-        uniq, inverse = torch.unique(inputs, return_inverse=True)
-        reduce = "amin" if self.update_strategy == "first" else "amax"
-        init = len(inputs) if reduce == "amin" else -1
-        pick = torch.full((len(uniq),), init, dtype=torch.long, device=inputs.device)
-        pick = pick.scatter_reduce(0, inverse, self.slots, reduce=reduce)
-        self.adj[inputs[pick]] = top[pick]
+        # A token can be a tree input several times. A plain `adj[inputs] = top` leaves which duplicate wins
+        # undefined (CUDA picks any), so MAT would vary run to run and a resumed run could decode differently.
+        # "parallel" (the paper's one scatter) is last-write-wins, as on a serial CPU loop, made explicit; "last"
+        # is the same rule; "first" keeps the first occurrence instead.
+        # Each slot writes its token's row with the top-k of that token's defining occurrence, so duplicate writes
+        # carry the same values and any order gives one result. Found with an [N+1, N+1] comparison, not
+        # torch.unique, whose data-dependent shape would make the host wait for the device every step.
+        same = inputs[:, None] == inputs[None, :]
+        if self.update_strategy == "first":
+            pick = torch.where(same, self.slots[: len(inputs)], len(inputs)).amin(1)
+        else:
+            pick = torch.where(same, self.slots[: len(inputs)], -1).amax(1)
+        self.adj[inputs] = top[pick]
