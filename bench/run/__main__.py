@@ -29,15 +29,19 @@ def print_summary(path: Path) -> None:
     def fmt(x, spec=".2f"):
         return "—" if x is None else format(x, spec)
 
-    rate = f"{fmt(m['tokens_per_s']['mean_of_questions'], '.1f')} tok/s"
-    speed = f"speedup {fmt(sp.get('value'))}"
+    def ci(interval, spec=".2f"):  # the 95% bootstrap interval over questions (bench.run.metrics)
+        return f" [{fmt(interval[0], spec)}, {fmt(interval[1], spec)}]" if interval else ""
+
+    iv = m.get("intervals") or {}
+    rate = f"{fmt(m['tokens_per_s']['mean_of_questions'], '.1f')}{ci(iv.get('tokens_per_s'), '.1f')} tok/s"
+    speed = f"speedup {fmt(sp.get('value'))}{ci(sp.get('interval'))}"
     if (s.get("batch_size") or 1) > 1:
         rate = (f"batch {s['batch_size']}: {fmt(m['throughput']['aggregate_tokens_per_s'], '.1f')} tok/s aggregate, "
                 f"{fmt(m['throughput']['per_sequence_tokens_per_s'], '.1f')} tok/s per sequence")
         sp = s["speedup"].get("vs_ar") or {}  # at batch B the baseline is our AR at the same B
         speed = f"speedup {fmt(sp.get('aggregate'))} aggregate vs ar"
     print(
-        f"{s['method']}: MAT {fmt(m['mat'])}, {rate}, "
+        f"{s['method']}: MAT {fmt(m['mat'])}{ci(iv.get('mat'))}, {rate}, "
         f"{speed}, lossless {ll['equal']}/{ll['checked']}, "
         f"overhead {fmt(m['overhead_share'], '.3f')}"
         + "".join(f", resumed after {r['at_record']} prompt-turns" for r in s.get("resumed") or [])

@@ -17,6 +17,12 @@ per target forward, prefill's first token included as a step of 1), phase_times,
 - acceptance_by_depth[d-1]: share of verification steps (prefill excluded) whose accepted path reaches
   depth d, i.e. that committed at least d drafts (per-position acceptance of a chain; of a tree's depth).
 
+Uncertainty: a 95% interval from a bootstrap over questions (the unit a paper samples), the questions resampled
+with replacement and the statistic recomputed (scipy.stats.bootstrap, percentile method, fixed seed, so an
+interval is reproducible): `mat_interval`, `rate_interval` (mean_of_questions) and `speedup_interval`, paired: a
+method and its baseline are resampled on the same questions, so what both find hard does not widen the ratio's
+interval. `verdict` decides a claim from an interval, never from the point alone.
+
 At run.batch_size > 1 (records carry a `batch`): a record's wall_time is its row's latency (batch start until
 the row left the batch) and the batch's wall time, phase times and occupancy are kept once per batch.
 - throughput.aggregate_tokens_per_s: all new tokens / all batch wall time (what a server delivers);
@@ -30,6 +36,9 @@ from __future__ import annotations
 from collections import defaultdict
 
 from bench.core.timing import MODEL_PHASES
+
+LEVEL = 0.95  # confidence level of every interval
+RESAMPLES = 2000
 
 
 def mat(records: list[dict]) -> float | None:
@@ -99,6 +108,68 @@ def speedup(records: list[dict], baseline: list[dict]) -> float | None:
     return (sum(mine[q] for q in common) / len(common)) / (sum(base[q] for q in common) / len(common))
 
 
+def bootstrap_interval(samples: list[list[float]], statistic) -> list[float] | None:
+    """[low, high] of `statistic(*samples, axis)` under a paired bootstrap of the samples' common index (one
+    entry per question); None with fewer than 2 questions. A statistic that never varies gives [v, v]."""
+    import numpy as np
+    from scipy.stats import bootstrap
+
+    data = [np.asarray(x, dtype=float) for x in samples]
+    if len(data[0]) < 2:
+        return None
+    point = float(statistic(*data, axis=-1))
+    if all(np.all(x == x[0]) for x in data):
+        return [point, point]
+    res = bootstrap(data, statistic, paired=True, vectorized=True, axis=-1, confidence_level=LEVEL,
+                    n_resamples=RESAMPLES, method="percentile", rng=np.random.default_rng(0))
+    return [float(res.confidence_interval.low), float(res.confidence_interval.high)]
+
+
+def ratio_of_sums(num, den, axis=-1):
+    return num.sum(axis) / den.sum(axis)
+
+
+def ratio_of_means(num, den, axis=-1):
+    return num.mean(axis) / den.mean(axis)
+
+
+def mean(x, axis=-1):
+    return x.mean(axis)
+
+
+def mat_interval(records: list[dict]) -> list[float] | None:
+    """MAT pooled over steps (as `mat`), questions resampled with all their steps."""
+    tokens, steps = defaultdict(int), defaultdict(int)
+    for r in records:
+        tokens[r["question_id"]] += sum(r["accept_lengths"])
+        steps[r["question_id"]] += len(r["accept_lengths"])
+    qs = sorted(tokens, key=str)
+    return bootstrap_interval([[tokens[q] for q in qs], [steps[q] for q in qs]], ratio_of_sums)
+
+
+def rate_interval(records: list[dict]) -> list[float] | None:
+    """tokens_per_s.mean_of_questions."""
+    rates = question_rates(records)
+    return bootstrap_interval([[rates[q] for q in sorted(rates, key=str)]], mean)
+
+
+def speedup_interval(records: list[dict], baseline: list[dict]) -> list[float] | None:
+    """`speedup`, paired over the questions in both runs."""
+    mine, base = question_rates(records), question_rates(baseline)
+    common = sorted(set(mine) & set(base), key=str)
+    return bootstrap_interval([[mine[q] for q in common], [base[q] for q in common]], ratio_of_means)
+
+
+def verdict(interval: list[float] | None, threshold: float, higher: bool = True) -> str:
+    """"holds" when the whole interval is on the claimed side of `threshold` (above it when `higher`), "does
+    not hold" when it is wholly on the other side, else (or without an interval) "undecided"."""
+    if interval is None:
+        return "undecided"
+    low, high = interval if higher else (-interval[1], -interval[0])
+    t = threshold if higher else -threshold
+    return "holds" if low > t else "does not hold" if high < t else "undecided"
+
+
 def acceptance_by_depth(records: list[dict]) -> list[float]:
     steps = [a for r in records for a in r["accept_lengths"][1:]]  # [0] is the prefill's token
     deepest = max(steps, default=1) - 1
@@ -151,6 +222,7 @@ def summarize(records: list[dict]) -> dict:
         "steps": sum(len(r["accept_lengths"]) for r in records),
         "mat": m,
         "accepted_draft_mean": None if m is None else m - 1,
+        "intervals": {"level": LEVEL, "mat": mat_interval(records), "tokens_per_s": rate_interval(records)},
         "acceptance_by_depth": acceptance_by_depth(records),
         "tokens_per_s": tokens_per_s(records),
         "throughput": throughput(records),

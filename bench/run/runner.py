@@ -295,6 +295,7 @@ def write_run(cfg, runner: Runner, records: list[dict], ckpt: Checkpoint | None 
         found = store.find_baseline(results, summary, base)
         if found:
             speedups[f"vs_{base}"] = {"value": metrics.speedup(records, found.records),
+                                      "interval": metrics.speedup_interval(records, found.records),
                                       "aggregate": metrics.aggregate_speedup(records, found.records),
                                       "baseline_run": found.run_id}
     summary["speedup"] = speedups
