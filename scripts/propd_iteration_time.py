@@ -31,6 +31,7 @@ import torch
 from tqdm import tqdm
 from transformers import DynamicCache
 
+from bench.cachefile import atomic_write
 from bench.cli import OneLineParser
 from bench.core.machine import machine_id
 from bench.core.timing import device_sync
@@ -41,7 +42,6 @@ from bench.models.linear_backend import backend_of
 from bench.paths import project_path
 from bench.run.compose import compose_config
 from bench.run.runner import get_bundle
-from bench.run.store import write_atomic
 
 OUT = Path("propd", "iteration_time.json")  # under paths.results
 
@@ -144,7 +144,7 @@ def main(argv: list[str]) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
     out = Path(args.out) if args.out else project_path(cfg.paths.results) / OUT
-    write_atomic(out, json.dumps({
+    atomic_write(out, json.dumps({
         "model": bundle.name, "device": str(bundle.device), "machine": machine_id(bundle.device, backend_of(bundle.model)),
         "dtype": str(bundle.dtype).replace("torch.", ""), "reps": args.reps, "statistic": "median",
         "created": datetime.now().isoformat(timespec="seconds"), "rows": rows, "skipped": skipped}, indent=1))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 import textwrap
 from pathlib import Path
 
@@ -11,8 +10,8 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from bench.cachefile import atomic_file, atomic_write
 from bench.paths import project_path
-from bench.run.store import write_atomic
 
 
 def new_figure(**kw) -> Figure:
@@ -24,20 +23,13 @@ def new_figure(**kw) -> Figure:
 
 def save_figure(fig, path: Path) -> Path:
     """PNG via a temp file in the same folder and a rename: readers never see a partial image."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".png",
-                                     delete=False) as f:
-        try:
-            fig.savefig(f, format="png", dpi=130, bbox_inches="tight")
-        except BaseException:
-            os.unlink(f.name)
-            raise
-    os.replace(f.name, path)
+    with atomic_file(path) as f:
+        fig.savefig(f, format="png", dpi=130, bbox_inches="tight")
     return path
 
 
 def save_csv(df: pd.DataFrame, path: Path) -> Path:
-    write_atomic(path, df.to_csv(index=False))
+    atomic_write(path, df.to_csv(index=False))
     return path
 
 

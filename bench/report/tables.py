@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.run.store import write_atomic
+from bench.cachefile import atomic_write
 
 MISSING = "—"
 
@@ -58,5 +58,5 @@ def write_texts(folder: str | Path, stem: str, texts: dict[str, str]) -> list[Pa
     paths = []
     for ext, text in texts.items():
         paths.append(Path(folder, f"{stem}.{ext}"))
-        write_atomic(paths[-1], text)
+        atomic_write(paths[-1], text)
     return paths

@@ -15,13 +15,14 @@ from pathlib import Path
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
+from omegaconf import OmegaConf
 
 from bench.core.machine import JOBS_ENV, machine_id
 from bench.models import backend_choice
 from bench.paths import project_path
 from bench.run.checkpoint import Checkpoint, config_key, job_key
-from bench.run.runner import Runner, command_overrides, run_id, write_run
-from bench.run.store import find_complete
+from bench.run.runner import Runner, command_overrides, run_id, run_summary
+from bench.run.store import find_complete, write_run
 
 
 def is_multirun() -> bool:
@@ -78,7 +79,8 @@ def measure(cfg) -> Path | None:
     finished = False
     try:
         records = runner.run(ckpt)
-        path = write_run(cfg, runner, records, ckpt)
+        summary = run_summary(cfg, runner, records, ckpt)
+        path = write_run(results, records, summary, OmegaConf.to_yaml(cfg, resolve=True))
         finished = True
     finally:
         ckpt.close(done=finished)

@@ -16,7 +16,6 @@ import sys
 import time
 import zlib
 from datetime import datetime
-from pathlib import Path
 
 import torch
 from omegaconf import OmegaConf
@@ -258,8 +257,9 @@ def command_overrides() -> dict[str, str]:
     return {k.lstrip("+~"): v for k, v in pairs}
 
 
-def write_run(cfg, runner: Runner, records: list[dict], ckpt: Checkpoint | None = None) -> Path:
-    """The run's summary (metrics, speedups against the latest baselines, provenance), then the store writes it.
+def run_summary(cfg, runner: Runner, records: list[dict], ckpt: Checkpoint | None = None) -> dict:
+    """The run's summary.json (metrics, speedups against the latest baselines, provenance); bench.run.store.write_run
+    writes it with the records.
 
     With a checkpoint, the run keeps the id it was started under and says where it was resumed."""
     b = runner.bundle
@@ -299,4 +299,4 @@ def write_run(cfg, runner: Runner, records: list[dict], ckpt: Checkpoint | None 
                                       "aggregate": metrics.aggregate_speedup(records, found.records),
                                       "baseline_run": found.run_id}
     summary["speedup"] = speedups
-    return store.write_run(results, rid, records, summary, OmegaConf.to_yaml(cfg, resolve=True))
+    return summary

@@ -4,6 +4,10 @@ A run directory holds records.jsonl (one line per prompt-turn), summary.json and
 into a hidden temp directory and renamed when complete, so a directory without summary.json is still being
 written, or died, and readers skip it (a run in progress is checkpointed under runs/.partial/ by
 bench.run.checkpoint). Records are the source of truth; summary.json says what the run was.
+
+Writing: the runner builds a run's summary (bench.run.runner.run_summary) and `write_run` writes it, as do the
+test fixtures. Reading: `load_runs` (reports choose among them with bench.report.select), `read_run` (W&B's copy),
+`find_baseline` and `find_complete` (the runner's speedups and a sweep's skip-if-complete).
 """
 
 from __future__ import annotations
@@ -16,8 +20,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
-
-from bench.cachefile import atomic_write
 
 
 @dataclass
@@ -100,7 +102,7 @@ def find_baseline(results_dir: str | Path, summary: dict, method: str) -> Run | 
     for s in sorted(Path(results_dir, "runs").glob("*/summary.json")):
         other = json.loads(s.read_text())
         same = all(other.get(k) == summary[k] for k in ("model", "dataset", "max_new_tokens", "machine"))
-        same = same and other.get("temperature", 0.0) == summary["temperature"]
+        same = same and other.get("temperature", 0.0) == summary.get("temperature", 0.0)
         same = same and (other.get("batch_size") or 1) == summary.get("batch_size", 1)
         if same and other["method"] == method and not other.get("variant"):
             best = Run(s.parent, other)
@@ -114,14 +116,10 @@ def find_complete(results_dir: str | Path, config_key: str, machine: str) -> Run
     return found[-1] if found else None
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Readers (notebooks, CI) never see a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, text)
-
-
-def write_run(results_dir: str | Path, run_id: str, records: list[dict], summary: dict, config_yaml: str) -> Path:
-    """Write a complete run into a hidden temp dir and rename it: a crash never leaves a run that looks complete."""
+def write_run(results_dir: str | Path, records: list[dict], summary: dict, config_yaml: str) -> Path:
+    """The one writer of a run: results_dir/runs/<summary's run_id>/ with records.jsonl, summary.json and
+    config.yaml, written into a hidden temp dir and renamed: a crash never leaves a run that looks complete."""
+    run_id = summary["run_id"]
     runs = Path(results_dir) / "runs"
     final, tmp = runs / run_id, runs / f".tmp-{run_id}"
     shutil.rmtree(tmp, ignore_errors=True)  # left by a process killed while writing this (resumed) run
@@ -140,3 +138,8 @@ def write_run(results_dir: str | Path, run_id: str, records: list[dict], summary
 
 def read_summary(run_dir: Path) -> dict:
     return json.loads((Path(run_dir) / "summary.json").read_text())
+
+
+def read_run(run_dir: str | Path) -> Run:
+    """One complete run by its directory (its records load when first asked for)."""
+    return Run(Path(run_dir), read_summary(run_dir))

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from omegaconf import OmegaConf
+
+from bench.run.store import read_run
 
 
 def log_run(cfg, run_dir: Path) -> None:
     import wandb
 
-    summary = json.loads((run_dir / "summary.json").read_text())
-    records = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
+    run = read_run(run_dir)  # the store is the one reader of a run's files
+    summary, records = run.meta, run.records
     # A sweep's jobs share one group (experiment + model), and each swept value is a top-level config key
     # (swept/<key>), so a W&B panel can plot MAT or tokens/s against e.g. swept/tree.size.
     experiment = summary.get("experiment")
@@ -22,7 +23,7 @@ def log_run(cfg, run_dir: Path) -> None:
     config = OmegaConf.to_container(cfg, resolve=True)
     config.update({f"swept/{k}": _number(v) for k, v in (summary.get("overrides") or {}).items()})
     config["method_settings"] = summary.get("method_settings", {})
-    run = wandb.init(
+    logged = wandb.init(
         project=cfg.logger.project,
         entity=cfg.logger.entity,
         mode=cfg.logger.mode,
@@ -34,7 +35,7 @@ def log_run(cfg, run_dir: Path) -> None:
     )
     try:
         m = summary["summary"]
-        run.summary.update({
+        logged.summary.update({
             "mat": m["mat"],
             "tokens_per_s": m["tokens_per_s"]["mean_of_questions"],
             "tokens_per_s_total": m["tokens_per_s"]["total"],
@@ -48,9 +49,9 @@ def log_run(cfg, run_dir: Path) -> None:
         table = wandb.Table(columns=cols + ["mat"])
         for r in records:
             table.add_data(*[r[c] for c in cols], r["new_tokens"] / max(r["steps"], 1))
-        run.log({"records": table})
+        logged.log({"records": table})
     finally:
-        run.finish()  # every multirun job closes its own W&B run
+        logged.finish()  # every multirun job closes its own W&B run
         # finish() can return before wandb-core's writer has flushed the .wandb file (seen under load);
         # teardown waits for it, so the offline copy is complete on disk when a job returns.
         wandb.teardown()

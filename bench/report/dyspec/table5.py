@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bench.cachefile import atomic_write
 from bench.errors import HarnessError
 from bench.report.dyspec.fig9 import fig7, fig9, fig9_points
 from bench.report.dyspec.tree_order import (
@@ -43,7 +44,6 @@ from bench.report.dyspec.tree_order import (
     tree_mask,
 )
 from bench.report.tables import fmt
-from bench.run.store import write_atomic
 
 PAPER_CSV = Path(__file__).with_name("paper_tables") / "dyspec_table5_tree_attention.csv"
 GENERATOR_NOTES = {
@@ -297,11 +297,11 @@ def dyspec_table5(results_dir: str | Path = "results", sizes: str | Iterable[int
     results = Path(results_dir)
     md = table5_markdown(df, trees_df, trees_per_size, seed, block, trees)
     paths = [results / "tables" / "dyspec_table5.md", results / "tables" / "dyspec_table5.csv"]
-    write_atomic(paths[0], md)
-    write_atomic(paths[1], df.to_csv(index=False))
+    atomic_write(paths[0], md)
+    atomic_write(paths[1], df.to_csv(index=False))
     if trees_df is not None:
         paths.append(results / "tables" / "dyspec_table5_trees.csv")
-        write_atomic(paths[-1], trees_df.to_csv(index=False))
+        atomic_write(paths[-1], trees_df.to_csv(index=False))
     paths += fig9(points, results / "figures", titles, block)
     if recorded:
         example, what = recorded[0][0], f"first tree of {Path(trees).name} ({len(recorded[0][0])} nodes)"

@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.cachefile import atomic_write
 from bench.errors import HarnessError
 from bench.report.holistic.select import EXPERIMENT, MAKE, draft_length, frozen
 from bench.report.plots import figures_dir, new_figure, save_csv, save_figure
 from bench.report.tables import MISSING, fmt, markdown
-from bench.run.store import Run, load_runs, write_atomic
+from bench.run.store import Run, load_runs
 
 CURVES = {"vanilla": "vanilla SD", "q_init": "Pre-cut, Q_init (learned in warm-up, then frozen)",
           "q_updated": "Pre-cut, Q updated"}
@@ -115,5 +116,5 @@ def holistic_fig4(results_dir: str | Path, model: str | None = None, dataset: st
                f"({df.attrs['model']}); the paper shows curves only, no values.")
     md = markdown(summary, caption, [f"Claim, Q_updated > Q_init > vanilla SD: {ordering_claim(df)}.",
                                      f"{MISSING}: no run ({MAKE['fig4']})."])
-    write_atomic(out / "holistic_fig4.md", md)
+    atomic_write(out / "holistic_fig4.md", md)
     return md

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.cachefile import atomic_write
 from bench.errors import HarnessError
 from bench.report.holistic.select import MAKE, footer, numbers, pool
 from bench.report.plots import figures_dir, new_figure, save_csv, save_figure
 from bench.report.tables import MISSING, fmt, markdown
-from bench.run.store import write_atomic
 
 DATASETS = ("humaneval", "mt_bench")
 LEVEL = "reuse_target"  # both reuses, no Pre-cut
@@ -90,5 +90,5 @@ def holistic_fig5(results_dir: str | Path, model: str | None = None) -> str:
     md = markdown(table, caption, [*df.attrs["footer"],
                                    f"Claim, the best lambda differs between tasks: {differs_claim(df)}.",
                                    f"{MISSING}: no run ({MAKE['fig5']})."])
-    write_atomic(out / "holistic_fig5.md", md)
+    atomic_write(out / "holistic_fig5.md", md)
     return md

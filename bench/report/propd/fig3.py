@@ -19,12 +19,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bench.cachefile import atomic_write
 from bench.report.plots import figures_dir, new_figure, save_csv, save_figure, wrap
 from bench.report.propd.common import context, footer, sections_texts
 from bench.report.propd.select import MAKE, MissingRunsError, model_label, pool
 from bench.report.tables import fmt
 from bench.run.metrics import by_group
-from bench.run.store import write_atomic
 
 EARLY_HEADS = "early_heads.json"
 ITERATION_TIME = "iteration_time.json"
@@ -216,4 +216,4 @@ def write_texts_and_csv(out: Path, texts: dict[str, str], points: pd.DataFrame, 
     save_csv(points, out / FILES[1])
     save_csv(fits, out / FILES[2])
     for ext, text in texts.items():
-        write_atomic(out / f"propd_fig3.{ext}", text)
+        atomic_write(out / f"propd_fig3.{ext}", text)

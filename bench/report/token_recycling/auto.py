@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bench.cachefile import atomic_write
 from bench.report.plots import figures_dir, new_figure, save_csv, save_figure, wrap
 from bench.report.tables import MISSING, is_missing, markdown
 from bench.report.token_recycling.select import (
@@ -30,7 +31,7 @@ from bench.report.token_recycling.select import (
     warn,
 )
 from bench.run.metrics import speedup, verification_mat
-from bench.run.store import load_runs, write_atomic
+from bench.run.store import load_runs
 
 AUTO_COLUMNS = ["method", "tree_source", "tree", "size", "depth", "predicted_mat", "verification_mat", "mat",
                 "tokens_per_s", "predicted_speedup_vs_ar", "speedup_vs_ar", "forward_cost_ratio", "bound_speedup",
@@ -203,7 +204,7 @@ def tr_auto(results_dir, model: str | None = None) -> list[Path]:
     md = markdown(disp, f"Token Recycling: the paper's tree vs tree=auto vs ar, {describe(ctx)}.",
                   [AUTO_DEFINITIONS, f"Runs: {', '.join(df['run_id'])}.", *(f"Note: {n}." for n in notes)],
                   numparse=False)
-    write_atomic(out / "tr_auto.md", md)
+    atomic_write(out / "tr_auto.md", md)
     paths.append(out / "tr_auto.md")
     warn(notes)
     return paths
