@@ -22,7 +22,8 @@ from bench.report.dyspec.time_breakdown import (
     dyspec_time_breakdown,
 )
 from bench.report.registry import resolve
-from bench.run.store import Run, latest_runs, load_runs
+from bench.report.select import latest_runs
+from bench.run.store import Run, load_runs
 from tests.fixtures.dyspec_results import (
     DATASETS,
     MAT,

@@ -13,7 +13,9 @@ import pytest
 
 from bench.errors import HarnessError
 from bench.report.__main__ import main
+from bench.report.select import MissingRunsError, latest_per_x, select_group, setting
 from bench.report.token_recycling.auto import auto_table, forward_cost_curve, load_forward_cost, tr_auto
+from bench.report.token_recycling.common import MAKE_TARGETS
 from bench.report.token_recycling.fig3 import fig3_points, tr_fig3
 from bench.report.token_recycling.fig4 import (
     FIG4_COMPONENTS,
@@ -21,13 +23,6 @@ from bench.report.token_recycling.fig4 import (
     fig4_points,
     paper_fig4,
     tr_fig4,
-)
-from bench.report.token_recycling.select import (
-    MAKE_TARGETS,
-    MissingRunsError,
-    latest_per_x,
-    select_group,
-    setting,
 )
 from bench.run.store import Run
 from tests.fixtures.tr_results import (

@@ -16,13 +16,14 @@ import pytest
 
 from bench.paths import PROJECT
 from bench.report.__main__ import main
+from bench.report.propd.common import switches
 from bench.report.propd.fig3 import fit_line, propd_fig3
 from bench.report.propd.fig7 import fig7_points, propd_fig7
-from bench.report.propd.select import MissingRunsError, switches
 from bench.report.propd.table1 import build_propd_table1, propd_table1
 from bench.report.propd.table2 import build_propd_table2, propd_table2, pruning_claim
 from bench.report.propd.table3 import build_propd_table3, growth_claim, propd_table3
 from bench.report.reproduced import reproduced_page
+from bench.report.select import MissingRunsError
 from bench.run.store import Run
 from tests.conftest import compose_cfg
 from tests.fixtures.propd_results import (
@@ -300,7 +301,7 @@ def test_iteration_time_forward_is_a_real_forward_of_the_prefix_and_chain():
 
 
 def test_every_make_target_the_reports_name_exists():
-    from bench.report.propd.select import MAKE
+    from bench.report.propd.common import MAKE
 
     makefile = (PROJECT / "Makefile").read_text()
     phony = next(line for line in makefile.splitlines() if line.startswith(".PHONY:")).split()

@@ -8,18 +8,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.errors import HarnessError
+from bench.report.select import MissingRunsError, read_runs
 from bench.report.tables import fmt, lossless_text, render, write_texts
-from bench.run.store import load_runs
 
 EXPERIMENT = "draft_sd_lambda"
 
 
 def draft_sd_table(results_dir: str | Path, model: str | None = None) -> str:
-    runs = [r for r in load_runs(results_dir) if r.meta.get("experiment") == EXPERIMENT
-            and r.meta.get("method") == "sd" and (model is None or r.meta.get("model") == model)]
+    runs = read_runs(results_dir, experiment=EXPERIMENT, method="sd", model=model)
     if not runs:
-        raise HarnessError(f"no sd runs of experiment {EXPERIMENT} in {results_dir} (make reproduce-draft-sd)")
+        raise MissingRunsError(f"no sd runs of experiment {EXPERIMENT} in {results_dir} (make reproduce-draft-sd)")
     latest = {}
     for r in runs:  # oldest first: the last one per key wins
         s = r.meta.get("method_settings") or {}

@@ -6,11 +6,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.report.select import latest_runs, paired_baseline, read_runs
 from bench.report.tables import MISSING, fmt, lossless_text, markdown, write_texts
 from bench.run.metrics import speedup, summarize
-from bench.run.store import Run, latest_runs, load_runs, paired_baseline
 
-DEFAULT_MODEL = "smollm2-135m"
 FOOTER = ("MAT: tokens per target forward incl. the bonus token, pooled over steps; tok/s: mean of "
           "per-question rates; speedup: ratio of mean rates on the same questions, baseline at the same "
           "temperature T; overhead: share of "
@@ -18,18 +17,10 @@ FOOTER = ("MAT: tokens per target forward incl. the bonus token, pooled over ste
           "prompt-turns token-identical to greedy AR.")
 
 
-def default_model(runs: list[Run], model: str | None = None) -> str:
-    """`model`, else the model of the most recent run (runs oldest first), else DEFAULT_MODEL."""
-    return model or (runs[-1].meta.get("model") if runs else None) or DEFAULT_MODEL
-
-
 def runs_table(results_dir: str | Path, model: str | None = None, paper_size: str | None = None,
                dataset: str | None = None, max_new_tokens: int | None = None) -> str:
     """Latest run per method for one model and dataset: MAT, tok/s, speedups, overhead, losslessness."""
-    runs = [r for r in load_runs(results_dir)
-            if (model is None or r.meta.get("model") == model)
-            and (dataset is None or r.meta.get("dataset") == dataset)
-            and (max_new_tokens is None or r.meta.get("max_new_tokens") == max_new_tokens)]
+    runs = read_runs(results_dir, model=model, dataset=dataset, max_new_tokens=max_new_tokens)
     latest = latest_runs(runs)
     rows = []
     for key, run in latest.items():

@@ -79,22 +79,6 @@ def load_runs(results_dir: str | Path) -> list[Run]:
     return sorted(runs, key=lambda r: (r.created, r.run_id))
 
 
-def latest_runs(runs: list[Run], batch_size: int = 1) -> dict[tuple, Run]:
-    """(model, method, variant, dataset, temperature) -> the most recent run at `batch_size`; runs sorted oldest
-    first. A batched run never stands in for a batch-1 one (its speed is another quantity)."""
-    return {r.key: r for r in runs if r.batch_size == batch_size}
-
-
-def paired_baseline(runs: list[Run], run: Run, method: str) -> Run | None:
-    """The latest `method` run (default variant) measured like `run`: same model, dataset, temperature,
-    max_new_tokens, batch size and machine label (threads and parallel jobs included); None if there is none."""
-    keys = ("model", "dataset", "max_new_tokens", "machine")
-    found = [r for r in runs if r.meta.get("method") == method and not r.meta.get("variant")
-             and r.temperature == run.temperature and r.batch_size == run.batch_size
-             and all(r.meta.get(k) == run.meta.get(k) for k in keys)]
-    return found[-1] if found else None
-
-
 def find_baseline(results_dir: str | Path, summary: dict, method: str) -> Run | None:
     """Latest complete run of `method` with the same model, dataset, max_new_tokens, machine, temperature and
     batch size (speedups at batch B are against the baseline at batch B)."""

@@ -13,10 +13,10 @@ from pathlib import Path
 import pandas as pd
 
 from bench.errors import HarnessError
-from bench.report.runs import default_model
+from bench.report.select import default_model, latest_runs, paired_baseline, read_runs
 from bench.report.tables import MISSING, fmt, is_missing, pair, render, write_texts
 from bench.run.metrics import mat
-from bench.run.store import Run, latest_runs, load_runs, paired_baseline
+from bench.run.store import Run
 
 PAPER_CSV = Path(__file__).with_name("paper_tables") / "dyspec_tables_latency_per_token.csv"
 DATASETS = {"c4": "C4", "openwebtext": "OWT", "cnn_dailymail": "CNN"}  # ours -> the paper's name
@@ -84,8 +84,7 @@ def paper_value(paper: pd.DataFrame, dataset: str, temperature: float, method: s
 
 def dyspec_runs(results_dir, model: str | None, methods=(*METHODS, BASELINE)) -> tuple[list[Run], str]:
     """Complete runs of DySpec's methods on its datasets for `model` (default: the latest such run's)."""
-    runs = [r for r in load_runs(results_dir)
-            if r.meta.get("dataset") in DATASETS and r.meta.get("method") in methods]
+    runs = read_runs(results_dir, dataset=DATASETS, method=methods)
     model = default_model(runs, model)
     return [r for r in runs if r.meta.get("model") == model], model
 

@@ -14,12 +14,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.errors import HarnessError
 from bench.report.dyspec.tables import BASELINE, LABELS, METHODS, dyspec_runs
 from bench.report.plots import new_figure, save_figure
+from bench.report.select import latest_runs, missing
 from bench.report.tables import MISSING, fmt, is_missing, markdown, write_texts
 from bench.run.metrics import phase_totals
-from bench.run.store import latest_runs
 
 # DySpec Figure 4 component, label, our phases. The target prefill is a target forward (Sequoia and DySpec
 # run it inside the first verification); `update` (KV compaction, commit) and `draft` (any other proposer
@@ -62,8 +61,8 @@ def build_dyspec_time_breakdown(results_dir: str | Path, model: str | None = Non
     if not latest:
         where = "".join([f" on {dataset}" if dataset else "", f" at T={float(temperature):g}"
                          if temperature is not None else ""])
-        raise HarnessError(f"no complete dyspec/sequoia/specinfer/ar runs of model '{model}'{where} under "
-                           f"{Path(results_dir, 'runs')} (produced by `make reproduce-dyspec-table1`)")
+        raise missing(f"dyspec/sequoia/specinfer/ar runs of model '{model}'{where}", results_dir,
+                      "make reproduce-dyspec-table1")
     rows = []
     for m in (*METHODS, BASELINE):
         mine = [r for r in latest if r.meta.get("method") == m]

@@ -17,11 +17,11 @@ from pathlib import Path
 import pandas as pd
 
 from bench.cachefile import atomic_write
-from bench.errors import HarnessError
-from bench.report.holistic.select import EXPERIMENT, MAKE, draft_length, frozen
+from bench.report.holistic.common import EXPERIMENT, MAKE, draft_length, frozen
 from bench.report.plots import figures_dir, new_figure, save_csv, save_figure
+from bench.report.select import MissingRunsError, read_runs, settings
 from bench.report.tables import MISSING, fmt, markdown
-from bench.run.store import Run, load_runs
+from bench.run.store import Run
 
 CURVES = {"vanilla": "vanilla SD", "q_init": "Pre-cut, Q_init (learned in warm-up, then frozen)",
           "q_updated": "Pre-cut, Q updated"}
@@ -30,7 +30,7 @@ COLORS = {"vanilla": "tab:gray", "q_init": "tab:blue", "q_updated": "tab:red"}
 
 def curve(run: Run) -> str | None:
     """Which Figure 4 curve a holistic run is: reuse off; Pre-cut off (vanilla), frozen (q_init) or learning."""
-    s = run.meta.get("method_settings") or {}
+    s = settings(run)
     if run.meta.get("method") != "holistic" or s.get("reuse_draft") or s.get("reuse_target"):
         return None
     if not s.get("precut"):
@@ -56,10 +56,9 @@ def steps(run: Run) -> pd.DataFrame:
 
 
 def build_holistic_fig4(results_dir: str | Path, model: str | None = None, dataset: str = "alpaca") -> pd.DataFrame:
-    runs = [r for r in load_runs(results_dir) if r.meta.get("experiment") == EXPERIMENT and r.temperature == 0
-            and r.meta.get("dataset") == dataset and curve(r) and (model is None or r.meta.get("model") == model)]
+    runs = read_runs(results_dir, experiment=EXPERIMENT, dataset=dataset, greedy=True, model=model, keep=curve)
     if not runs:
-        raise HarnessError(f"no Figure 4 runs (holistic, reuse off) on {dataset} in {results_dir} ({MAKE['fig4']})")
+        raise MissingRunsError(f"no Figure 4 runs (holistic, reuse off) on {dataset} in {results_dir} ({MAKE['fig4']})")
     model = model or runs[-1].meta.get("model")
     latest = {curve(r): r for r in runs if r.meta.get("model") == model}  # oldest first: the last one wins
     parts = []

@@ -13,9 +13,9 @@ from pathlib import Path
 import pandas as pd
 
 from bench.cachefile import atomic_write
-from bench.errors import HarnessError
-from bench.report.holistic.select import MAKE, footer, numbers, pool
+from bench.report.holistic.common import MAKE, draft_lengths, footer, holistic_pool, ladder_run, numbers
 from bench.report.plots import figures_dir, new_figure, save_csv, save_figure
+from bench.report.select import MissingRunsError
 from bench.report.tables import MISSING, fmt, markdown
 
 DATASETS = ("humaneval", "mt_bench")
@@ -26,21 +26,21 @@ def build_holistic_fig5(results_dir: str | Path, model: str | None = None) -> pd
     rows, lines, errors = [], [], []
     for ds in DATASETS:
         try:
-            p = pool(results_dir, model, ds, MAKE["fig5"])
-        except HarnessError as e:
+            p = holistic_pool(results_dir, model, ds, MAKE["fig5"])
+        except MissingRunsError as e:
             errors.append(str(e))
             continue
         model = model or p.model
         used = []
-        for n in p.lengths(LEVEL):
-            run = p.latest(LEVEL, n)
-            base = p.ar(run)
+        for n in draft_lengths(p, LEVEL):
+            run = ladder_run(p, LEVEL, n)
+            base = p.baseline(run, "ar")
             used += [run, base]
             rows.append({"dataset": ds, "lambda": n, **numbers(run, base), "run_id": run.run_id,
                          "ar_run_id": base.run_id if base else None})
         lines += footer(p, used)
     if not rows:
-        raise HarnessError(f"no reuse-only holistic runs on {', '.join(DATASETS)} in {results_dir} ({MAKE['fig5']})")
+        raise MissingRunsError(f"no reuse-only holistic runs on {', '.join(DATASETS)} in {results_dir} ({MAKE['fig5']})")
     df = pd.DataFrame(rows)
     df.attrs.update({"model": model, "footer": lines + [f"Missing: {e}." for e in errors]})
     return df

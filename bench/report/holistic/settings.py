@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.errors import HarnessError
-from bench.report.holistic.select import numbers
+from bench.report.holistic.common import numbers
+from bench.report.select import MissingRunsError, paired_baseline, read_runs, where
 from bench.report.tables import fmt, render, write_texts
-from bench.run.store import load_runs, paired_baseline
 
 EXPERIMENT = "holistic_sweep"
 MAKE = "make sweep-holistic-settings"
@@ -30,11 +29,10 @@ def settings_of(meta: dict) -> dict:
 
 
 def build_holistic_settings(results_dir: str | Path, model: str | None = None) -> pd.DataFrame:
-    runs = load_runs(results_dir)
-    mine = [r for r in runs if r.meta.get("experiment") == EXPERIMENT and r.meta.get("method") == "holistic"
-            and (model is None or r.meta.get("model") == model)]
+    runs = read_runs(results_dir)
+    mine = where(runs, experiment=EXPERIMENT, method="holistic", model=model)
     if not mine:
-        raise HarnessError(f"no runs of experiment {EXPERIMENT} in {results_dir} ({MAKE})")
+        raise MissingRunsError(f"no runs of experiment {EXPERIMENT} in {results_dir} ({MAKE})")
     rows = []
     for run in mine:
         base = paired_baseline(runs, run, "ar")

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.errors import HarnessError
-from bench.report.holistic.select import MAKE, draft_length, footer, level, numbers, pool
+from bench.report.holistic.common import MAKE, draft_length, footer, holistic_pool, level, numbers
+from bench.report.select import MissingRunsError
 from bench.report.tables import MISSING, fmt, lossless_text, pair, render, write_texts
 from bench.run.store import Run
 
@@ -55,18 +55,18 @@ def build_holistic_table1(results_dir: str | Path, model: str | None = None) -> 
     pools, errors = {}, []
     for ds in DATASETS:
         try:
-            pools[ds] = pool(results_dir, model, ds, MAKE["table1"])
-        except HarnessError as e:
+            pools[ds] = holistic_pool(results_dir, model, ds, MAKE["table1"])
+        except MissingRunsError as e:
             errors.append(str(e))
     if not pools:
-        raise HarnessError(f"no holistic runs on {', '.join(DATASETS)} in {results_dir} ({MAKE['table1']})")
+        raise MissingRunsError(f"no holistic runs on {', '.join(DATASETS)} in {results_dir} ({MAKE['table1']})")
     model = model or next(iter(pools.values())).model
     rows, used = [], []
     for ds in DATASETS:
         p = pools.get(ds)
         for row, (label, paper_name) in ROWS.items():
-            run = p.latest_where(KEEP[row]) if p else None
-            base = p.ar(run) if run is not None else None
+            run = p.latest(KEEP[row]) if p else None
+            base = p.baseline(run, "ar") if p else None
             used += [run, base]
             got = numbers(run, base)
             if row == "ar" and run is not None:

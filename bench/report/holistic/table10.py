@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.report.holistic.select import MAKE, draft_length, footer, level, pool
+from bench.report.holistic.common import MAKE, draft_length, footer, holistic_pool, level
 from bench.report.tables import MISSING, fmt, pair, render, write_texts
 from bench.run.metrics import group_records, speedup
 
@@ -30,12 +30,12 @@ ROWS = {"speculative": ("Speculative (λ=8)", "speculative_8",
 
 
 def build_holistic_table10(results_dir: str | Path, model: str | None = None) -> pd.DataFrame:
-    p = pool(results_dir, model, DATASET, MAKE["table10"])
+    p = holistic_pool(results_dir, model, DATASET, MAKE["table10"])
     paper = pd.read_csv(PAPER_DIR / PAPER).set_index("method")
     rows, used = [], []
     for row, (label, paper_name, keep) in ROWS.items():
-        run = p.latest_where(keep)
-        base = p.ar(run) if run else None
+        run = p.latest(keep)
+        base = p.baseline(run, "ar")
         used += [run, base]
         mine = group_records(run.records) if run else {}
         theirs = group_records(base.records) if base else {}

@@ -15,15 +15,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.report.holistic.select import (
+from bench.report.holistic.common import (
     LAMBDAS,
     LEVEL_NAMES,
     LEVELS,
     MAKE,
     PAPER_LEVELS,
+    draft_lengths,
     footer,
+    holistic_pool,
+    ladder_run,
     numbers,
-    pool,
 )
 from bench.report.tables import MISSING, fmt, is_missing, pair, render, write_texts
 
@@ -33,14 +35,14 @@ MAT_TOLERANCE = 0.99  # "equal MAT": within 1% (reuse at the draft leaves a gree
 
 
 def build_holistic_table3(results_dir: str | Path, model: str | None = None, dataset: str = "humaneval") -> pd.DataFrame:
-    p = pool(results_dir, model, dataset, MAKE["table3"])
+    p = holistic_pool(results_dir, model, dataset, MAKE["table3"])
     paper = pd.read_csv(PAPER_DIR / PAPER).set_index("level")
-    lengths = sorted(set(LAMBDAS) | {n for lvl in LEVELS.values() for n in p.lengths(lvl)})
+    lengths = sorted(set(LAMBDAS) | {n for lvl in LEVELS.values() for n in draft_lengths(p, lvl)})
     rows, used = [], []
     for lvl in LEVELS.values():
         for n in lengths:
-            run = p.latest(lvl, n)
-            base = p.ar(run) if run else None
+            run = ladder_run(p, lvl, n)
+            base = p.baseline(run, "ar")
             used += [run, base]
             col = f"lambda{n}"
             rows.append({"level": lvl, "lambda": n, **numbers(run, base),

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.report.holistic.select import MAKE, footer, numbers, pool
+from bench.report.holistic.common import MAKE, footer, holistic_pool, ladder_run, numbers
 from bench.report.tables import MISSING, fmt, render, write_texts
 
 PAPER_DIR = Path(__file__).with_name("paper_tables")
@@ -26,14 +26,14 @@ def cell(mat, util) -> str:
 
 
 def build_holistic_table4(results_dir: str | Path, model: str | None = None, dataset: str = "humaneval") -> pd.DataFrame:
-    p = pool(results_dir, model, dataset, MAKE["table4"])
+    p = holistic_pool(results_dir, model, dataset, MAKE["table4"])
     rows = [{"pair": f"{r.pair} (paper)", "source": "paper", "speculative_mat": r.speculative_mat,
              "speculative_util": r.speculative_util, "ours_mat": r.ours_mat, "ours_util": r.ours_util}
             for r in pd.read_csv(PAPER_DIR / PAPER).itertuples()]
     ours, used = {"pair": f"{p.model} + its draft (ours)", "source": "measured"}, []
     for col, (lvl, n) in CELLS.items():
-        run = p.latest(lvl, n)
-        base = p.ar(run) if run else None
+        run = ladder_run(p, lvl, n)
+        base = p.baseline(run, "ar")
         used += [run, base]
         got = numbers(run, base)
         ours.update({f"{col}_mat": got["mat"], f"{col}_util": got["util_accepted"], f"{col}_util_eq3": got["util_eq3"],

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.report.holistic.select import MAKE, footer, pool, verifications
+from bench.report.holistic.common import MAKE, footer, holistic_pool, ladder_run, verifications
 from bench.report.tables import MISSING, fmt, pair, render, write_texts
 from bench.run.metrics import counter_totals, phase_totals
 
@@ -36,8 +36,8 @@ LAMBDA = 24
 
 
 def build_holistic_table9(results_dir: str | Path, model: str | None = None, dataset: str = "humaneval") -> pd.DataFrame:
-    p = pool(results_dir, model, dataset, MAKE["table9"])
-    run = p.latest("precut", LAMBDA)
+    p = holistic_pool(results_dir, model, dataset, MAKE["table9"])
+    run = ladder_run(p, "precut", LAMBDA)
     paper = pd.read_csv(PAPER_DIR / PAPER).set_index("component")
     phases = phase_totals(run.records) if run else {}
     counts = counter_totals(run.records) if run else {}
@@ -55,7 +55,7 @@ def build_holistic_table9(results_dir: str | Path, model: str | None = None, dat
                      "paper_bound": paper.at[key, "bound"] if key in paper.index else None,
                      "run_id": run.run_id if run else None})
     df = pd.DataFrame(rows)
-    df.attrs.update({"footer": footer(p, [run, p.ar(run) if run else None]), "dataset": dataset})
+    df.attrs.update({"footer": footer(p, [run, p.baseline(run, "ar")]), "dataset": dataset})
     return df
 
 

@@ -1,7 +1,7 @@
 """ProPD (Zhong et al., 2024): Tables 1-3, Figures 3 and 7.
 
 Only the registrations live here; each artifact's module is imported when it runs. Every artifact returns the
-markdown it wrote (so REPRODUCED.md can show it) and reads runs of ar, bpd, medusa and propd (select.py).
+markdown it wrote (so REPRODUCED.md can show it) and reads runs of ar, bpd, medusa and propd (common.py, through bench.report.select).
 """
 
 from bench.report.registry import Artifact, option

@@ -21,8 +21,8 @@ import pandas as pd
 
 from bench.cachefile import atomic_write
 from bench.report.plots import figures_dir, new_figure, save_csv, save_figure, wrap
-from bench.report.propd.common import context, footer, sections_texts
-from bench.report.propd.select import MAKE, MissingRunsError, model_label, pool
+from bench.report.propd.common import MAKE, cell, context, footer, model_label, propd_pool, sections_texts
+from bench.report.select import MissingRunsError
 from bench.report.tables import fmt
 from bench.run.metrics import by_group
 
@@ -96,7 +96,7 @@ def timing_frames(timing: dict | None) -> tuple[pd.DataFrame, pd.DataFrame, pd.D
 
 def mat_by_category(p) -> tuple[pd.DataFrame, list]:
     """(d): category, medusa and propd MAT at batch 1 on mt_bench; the runs used."""
-    runs = {"medusa": p.latest("medusa", "mt_bench", 1), "propd": p.latest("propd", "mt_bench", 1, (True, True))}
+    runs = {"medusa": cell(p, "medusa", "mt_bench", 1), "propd": cell(p, "propd", "mt_bench", 1, (True, True))}
     per = {m: {g: s["mat"] for g, s in by_group(r.records).items()} for m, r in runs.items() if r}
     cats = sorted({g for v in per.values() for g in v})
     return pd.DataFrame([{"category": g, **{m: per.get(m, {}).get(g) for m in runs}} for g in cats],
@@ -184,7 +184,7 @@ def propd_fig3(results_dir: str | Path, model: str | None = None) -> str:
     timing = read_json(Path(results_dir, "propd", ITERATION_TIME), notes)
     acc = accuracy_frame(heads)
     b, c, fits = timing_frames(timing)
-    p = pool(results_dir, model, lambda r: r.meta.get("dataset") == "mt_bench" and r.batch_size == 1
+    p = propd_pool(results_dir, model, lambda r: r.meta.get("dataset") == "mt_bench" and r.batch_size == 1
              and r.meta.get("method") in ("medusa", "propd"), experiment="propd_fig3")
     d, used = mat_by_category(p)
     if not (len(acc) or len(b) or len(d)):

@@ -14,17 +14,21 @@ import numpy as np
 import pandas as pd
 
 from bench.report.plots import figures_dir, new_figure, save_figure, wrap
-from bench.report.propd.common import context, footer, table_texts, why_missing
-from bench.report.propd.select import (
+from bench.report.propd.common import (
     BATCHES,
     DATASETS,
     MAKE,
     METHODS,
-    MissingRunsError,
     aggregate_rate,
+    cell,
+    context,
+    footer,
     model_label,
-    pool,
+    propd_pool,
+    table_texts,
+    why_missing,
 )
+from bench.report.select import missing
 from bench.report.tables import fmt, write_texts
 from bench.run.metrics import mat, tokens_per_s
 
@@ -42,12 +46,12 @@ DEFINITIONS = [
 
 def fig7_points(results_dir: str | Path, model: str | None = None) -> pd.DataFrame:
     """One row per (dataset, batch, method): `tok_s` (aggregate), `tok_s_per_question`, `mat`, `run_id`."""
-    p = pool(results_dir, model, lambda r: r.meta.get("dataset") in DATASETS, experiment="propd_fig7")
+    p = propd_pool(results_dir, model, lambda r: r.meta.get("dataset") in DATASETS, experiment="propd_fig7")
     rows, missing, used = [], {}, []
     for d in DATASETS:
         for b in BATCHES:
             for m in METHODS:
-                run = p.latest(m, d, b, BOTH if m == "propd" else None)
+                run = cell(p, m, d, b, BOTH if m == "propd" else None)
                 used.append(run)
                 if run is None and any(r.meta.get("dataset") == d for r in p.runs):
                     missing[f"{d} BS={b} {LABELS[m]}"] = why_missing(
@@ -115,8 +119,7 @@ def propd_fig7(results_dir: str | Path, model: str | None = None) -> str:
     """Plot and write figures/propd_fig7.{png,csv,md,tex}; returns the markdown. No runs: MissingRunsError."""
     df = fig7_points(results_dir, model)
     if df["tok_s"].isna().all():
-        raise MissingRunsError(f"no complete ar/bpd/medusa/propd runs on {', '.join(DATASETS)} under "
-                               f"{Path(results_dir, 'runs')} (produced by `{MAKE['fig7']}`)")
+        raise missing(f"ar/bpd/medusa/propd runs on {', '.join(DATASETS)}", results_dir, MAKE["fig7"])
     out = figures_dir(results_dir)
     png = plot(df, out / FILES[0])
     caption = ("ProPD Figure 7, ours: tokens/s of AR, BPD, Medusa and ProPD per dataset and batch size "

@@ -11,18 +11,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.report.propd.common import context, footer, paper_csv, table_texts, why_missing
-from bench.report.propd.select import (
+from bench.report.propd.common import (
     BATCHES,
-    aggregate_rate,
-    draft_nodes_mean,
+    Against,
+    footer,
     model_label,
-    pool,
-    prune_rate,
-    speed_ratio,
+    paper_csv,
+    propd_pool,
+    table_texts,
 )
 from bench.report.tables import fmt, write_texts
-from bench.run.metrics import mat
 
 PAPER = "propd_table1_speedup_vs_ar.csv"
 PAPER_MODELS = {"7b": "Vicuna-7B (paper, A6000)", "13b": "Vicuna-13B (paper, A100)",
@@ -39,30 +37,15 @@ DEFINITIONS = [
 def build_propd_table1(results_dir: str | Path, model: str | None = None, dataset: str = "mt_bench") -> pd.DataFrame:
     """One row per batch size: ours (`speedup`, rates, MAT, prune rate, nodes per step, run ids) and the
     paper's `paper_7b`, `paper_13b`, `paper_33b`. What the footer says (runs, reasons for empty cells) is in attrs."""
-    p = pool(results_dir, model, lambda r: r.meta.get("dataset") == dataset and r.meta.get("method") in ("ar", "propd"), experiment="propd_table1")
+    p = propd_pool(results_dir, model, lambda r: r.meta.get("dataset") == dataset
+                   and r.meta.get("method") in ("ar", "propd"), experiment="propd_table1")
     paper = paper_csv(PAPER).set_index("model")
-    rows, missing, used = [], {}, []
+    vs, rows = Against(p, dataset, "ar", "table1", ratio="speedup"), []
     for b in BATCHES:
-        run = p.latest("propd", dataset, b, BOTH)
-        base = p.baseline(run, "ar") or p.latest("ar", dataset, b)
-        used += [run, base]
-        if run is None or base is None:
-            what = "propd run with both switches on" if run is None else "ar run"
-            missing[f"BS={b}"] = why_missing(p, dataset, "table1", f"{what} at that batch size")
-        rows.append({
-            "batch_size": b,
-            "speedup": speed_ratio(run, base, aggregate=b > 1) if run is not None and base is not None else None,
-            "propd_tok_s": aggregate_rate(run) if run else None, "ar_tok_s": aggregate_rate(base) if base else None,
-            "propd_mat": mat(run.records) if run else None, "prune_rate": prune_rate(run) if run else None,
-            "draft_nodes_mean": draft_nodes_mean(run) if run else None,
-            **{f"paper_{m}": paper.at[m, f"bs{b}"] for m in PAPER_MODELS},
-            "propd_run_id": run.run_id if run else None, "ar_run_id": base.run_id if base else None,
-        })
-    df = pd.DataFrame(rows)
-    numeric = [c for c in df.columns if c not in ("batch_size", "propd_run_id", "ar_run_id")]
-    df[numeric] = df[numeric].astype(float)  # None -> NaN: empty CSV cells
-    df.attrs.update(context(p, used, missing=missing, dataset=dataset))
-    return df
+        numbers, ids = vs.cell(f"BS={b}", b, BOTH, "both switches on", aggregate=b > 1)
+        rows.append({"batch_size": b, **numbers, **{f"paper_{m}": paper.at[m, f"bs{b}"] for m in PAPER_MODELS},
+                     **ids})
+    return vs.frame(rows, keys=("batch_size",))
 
 
 def display(df: pd.DataFrame) -> pd.DataFrame:

@@ -13,8 +13,19 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.report.propd.common import context, footer, paper_csv, table_texts, why_missing
-from bench.report.propd.select import aggregate_rate, draft_nodes_mean, pool, prune_point, prune_rate
+from bench.report.propd.common import (
+    aggregate_rate,
+    cell,
+    context,
+    draft_nodes_mean,
+    footer,
+    paper_csv,
+    propd_pool,
+    prune_point,
+    prune_rate,
+    table_texts,
+    why_missing,
+)
 from bench.report.tables import MISSING, fmt, is_missing, pair, write_texts
 from bench.run.metrics import mat
 
@@ -56,11 +67,11 @@ def build_propd_table2(results_dir: str | Path, model: str | None = None, batch_
                        dataset: str = "mt_bench") -> pd.DataFrame:
     """Rows `none` then (layer, top_k): ours `prune_rate`, `mat`, `tok_s`, run id, and the paper's `_paper`."""
     batch_size = int(batch_size)
-    p = pool(results_dir, model, lambda r: r.meta.get("dataset") == dataset and r.batch_size == batch_size
+    p = propd_pool(results_dir, model, lambda r: r.meta.get("dataset") == dataset and r.batch_size == batch_size
              and r.meta.get("method") in ("medusa", "propd"), experiment="propd_table2")
     paper = paper_csv(PAPER)
     paper_by = {(row.layer, None if pd.isna(row.top_k) else int(row.top_k)): row for row in paper.itertuples()}
-    ref = p.latest("medusa", dataset, batch_size) or p.latest("propd", dataset, batch_size, (False, False))
+    ref = cell(p, "medusa", dataset, batch_size) or cell(p, "propd", dataset, batch_size, (False, False))
     rows, missing, used = [], {}, [ref]
     if ref is None:
         missing["w/o pruning"] = why_missing(p, dataset, "table2", f"medusa run (nor propd with both switches off) "
@@ -70,7 +81,7 @@ def build_propd_table2(results_dir: str | Path, model: str | None = None, batch_
         if layer == "none":
             run = ref
         else:
-            run = p.latest("propd", dataset, batch_size, (True, False),
+            run = cell(p, "propd", dataset, batch_size, (True, False),
                            where=lambda r, pk=(int(layer), k): prune_point(r) == pk)
             used.append(run)
             if run is None:

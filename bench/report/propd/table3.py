@@ -14,18 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.report.propd.common import context, footer, paper_csv, table_texts, why_missing
-from bench.report.propd.select import (
-    BATCHES,
-    COMBOS,
-    aggregate_rate,
-    draft_nodes_mean,
-    pool,
-    prune_rate,
-    speed_ratio,
-)
+from bench.report.propd.common import BATCHES, COMBOS, Against, footer, paper_csv, propd_pool, table_texts
 from bench.report.tables import MISSING, fmt, is_missing, pair, write_texts
-from bench.run.metrics import mat
 
 PAPER = "propd_table3_ablation.csv"
 YES_NO = {True: "yes", False: "no"}
@@ -52,37 +42,18 @@ def growth_claim(ratios: dict[int, float | None]) -> tuple[str, str]:
 def build_propd_table3(results_dir: str | Path, model: str | None = None, dataset: str = "mt_bench") -> pd.DataFrame:
     """One row per (combo, batch size): ours `ratio`, rates, MAT, prune rate, nodes per step, run ids; paper's
     `paper_7b`, and `paper_13b`, `paper_33b` at batch 2."""
-    p = pool(results_dir, model, lambda r: r.meta.get("dataset") == dataset
-             and r.meta.get("method") in ("medusa", "propd"), experiment="propd_table3")
+    p = propd_pool(results_dir, model, lambda r: r.meta.get("dataset") == dataset
+                   and r.meta.get("method") in ("medusa", "propd"), experiment="propd_table3")
     paper = paper_csv(PAPER)
-    rows, missing, used = [], {}, []
+    vs, rows = Against(p, dataset, "medusa", "table3"), []
     for (prune, dynamic), name in COMBOS.items():
         pr = paper[(paper["early_pruning"] == YES_NO[prune]) & (paper["dynamic_generation"] == YES_NO[dynamic])]
         for b in BATCHES:
-            run = p.latest("propd", dataset, b, (prune, dynamic))
-            base = p.baseline(run, "medusa") or p.latest("medusa", dataset, b)
-            used += [run, base]
-            if run is None or base is None:
-                what = "propd run with those switches" if run is None else "medusa run"
-                missing[f"{name} BS={b}"] = why_missing(p, dataset, "table3", f"{what} at that batch size")
-            rows.append({
-                "combo": name, "prune": prune, "dynamic": dynamic, "batch_size": b,
-                "ratio": speed_ratio(run, base) if run is not None and base is not None else None,
-                "propd_tok_s": aggregate_rate(run) if run else None,
-                "medusa_tok_s": aggregate_rate(base) if base else None,
-                "propd_mat": mat(run.records) if run else None, "prune_rate": prune_rate(run) if run else None,
-                "draft_nodes_mean": draft_nodes_mean(run) if run else None,
-                "paper_7b": pr[f"7b_bs{b}"].item(),
-                "paper_13b": pr["13b_bs2"].item() if b == 2 else None,
-                "paper_33b": pr["33b_bs2"].item() if b == 2 else None,
-                "propd_run_id": run.run_id if run else None, "medusa_run_id": base.run_id if base else None,
-            })
-    df = pd.DataFrame(rows)
-    num = ["ratio", "propd_tok_s", "medusa_tok_s", "propd_mat", "prune_rate", "draft_nodes_mean", "paper_7b",
-           "paper_13b", "paper_33b"]
-    df[num] = df[num].astype(float)
-    df.attrs.update(context(p, used, missing=missing, dataset=dataset))
-    return df
+            numbers, ids = vs.cell(f"{name} BS={b}", b, (prune, dynamic), "those switches")
+            rows.append({"combo": name, "prune": prune, "dynamic": dynamic, "batch_size": b, **numbers,
+                         "paper_7b": pr[f"7b_bs{b}"].item(), "paper_13b": pr["13b_bs2"].item() if b == 2 else None,
+                         "paper_33b": pr["33b_bs2"].item() if b == 2 else None, **ids})
+    return vs.frame(rows, keys=("combo", "prune", "dynamic", "batch_size"))
 
 
 def claim_texts(df: pd.DataFrame) -> list[str]:

@@ -16,22 +16,19 @@ import pandas as pd
 
 from bench.cachefile import atomic_write
 from bench.report.plots import figures_dir, new_figure, save_csv, save_figure, wrap
+from bench.report.select import group_key, latest_per_x, read_runs, setting
 from bench.report.tables import MISSING, is_missing, markdown
-from bench.report.token_recycling.select import (
+from bench.report.token_recycling.common import (
     MAKE_TARGETS,
     METHOD,
     context,
     describe,
-    group_key,
     group_runs,
-    latest_per_x,
     missing_runs,
     run_metrics,
-    setting,
     warn,
 )
 from bench.run.metrics import speedup, verification_mat
-from bench.run.store import load_runs
 
 AUTO_COLUMNS = ["method", "tree_source", "tree", "size", "depth", "predicted_mat", "verification_mat", "mat",
                 "tokens_per_s", "predicted_speedup_vs_ar", "speedup_vs_ar", "forward_cost_ratio", "bound_speedup",
@@ -90,7 +87,7 @@ def interp_ratio(curve: pd.DataFrame | None, n: int | None) -> float:
 
 def auto_table(results_dir, model: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame | None, list[str]]:
     """Rows: ar, then token_recycling per tree_source (latest each); the forward-cost curve; notes."""
-    runs = load_runs(results_dir)
+    runs = read_runs(results_dir)
     kept, key, notes = group_runs(runs, "tr_auto", model)
     if not kept:
         raise missing_runs(["tr_auto"], results_dir, model)

@@ -12,19 +12,17 @@ from pathlib import Path
 import pandas as pd
 
 from bench.report.plots import figures_dir, new_figure, save_csv, save_figure, wrap
-from bench.report.token_recycling.select import (
+from bench.report.select import latest_model, latest_per_x, read_runs, setting, where
+from bench.report.token_recycling.common import (
     MAKE_TARGETS,
     METHOD,
     context,
     group_runs,
-    latest_model,
-    latest_per_x,
     missing_runs,
     run_metrics,
-    setting,
     warn,
 )
-from bench.run.store import Run, load_runs
+from bench.run.store import Run
 
 UPDATE_ORDER = ["first", "parallel", "last"]  # the paper's First, Cur, Last
 UPDATE_LABELS = {"parallel": "parallel\n(paper's Cur)"}
@@ -75,10 +73,9 @@ def sweep_points(runs: list[Run], experiment: str, x_name: str, panel: str = "",
 
 def fig3_points(results_dir, model: str | None = None) -> tuple[pd.DataFrame, list[str]]:
     """All three panels' points (columns FIG3_COLUMNS) and notes; MissingRunsError if no panel has runs."""
-    runs = load_runs(results_dir)
+    runs = read_runs(results_dir)
     exps = [p[0] for p in FIG3_PANELS]
-    model = model or latest_model([r for r in runs if r.meta.get("experiment") in exps
-                                   and r.meta.get("method") == METHOD])
+    model = model or latest_model(where(runs, experiment=exps, method=METHOD))
     frames, notes = [], []
     for experiment, panel, x_name, _, _ in FIG3_PANELS:
         df, n = sweep_points(runs, experiment, x_name, panel, model)

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 
 from bench.report.plots import figures_dir, new_figure, save_csv, save_figure, wrap
-from bench.report.token_recycling.select import context, describe, group_runs, missing_runs, run_metrics, warn
-from bench.run.store import load_runs
+from bench.report.select import read_runs
+from bench.report.token_recycling.common import context, describe, group_runs, missing_runs, run_metrics, warn
 
 # paper component (CSV key), label, our phases. Prefill is folded into Model Forward by default: the paper
 # times a whole response to a query and lists no separate prefill component.
@@ -57,7 +57,7 @@ def paper_fig4() -> dict[str, float]:
 
 def fig4_points(results_dir, model: str | None = None,
                 fold_prefill: bool = True) -> tuple[pd.DataFrame, list[str]]:
-    kept, key, notes = group_runs(load_runs(results_dir), "tr_fig4", model)
+    kept, key, notes = group_runs(read_runs(results_dir), "tr_fig4", model)
     if not kept:
         raise missing_runs(["tr_fig4"], results_dir, model)
     run = kept[-1]

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.report.runs import default_model
+from bench.report.select import default_model, latest_runs, paired_baseline, read_runs
 from bench.report.tables import MISSING, fmt, lossless_text, pair, render, write_texts
 from bench.run.metrics import speedup, summarize
-from bench.run.store import Run, latest_runs, load_runs, paired_baseline
+from bench.run.store import Run
 
 PAPER_CSV = Path(__file__).with_name("paper_tables") / "token_recycling_table1.csv"
 DEFAULT_PAPER_SIZE = "7B"
@@ -86,7 +86,7 @@ def build_token_recycling_table1(results_dir: str | Path, model: str | None = No
     The paper ran Vicuna on SpecBench and Code Llama on MBPP: `mbpp_model` (default: `model`) names the
     model whose mbpp_tr runs fill the MBPP columns. Run provenance and caveats are in df.attrs.
     """
-    runs = load_runs(results_dir)
+    runs = read_runs(results_dir)
     model = default_model(runs, model)
     mbpp_model = mbpp_model or model
     models = {"spec_bench": model, "mbpp_tr": mbpp_model}

@@ -1,11 +1,12 @@
-"""Which runs the Post-use & Pre-cut reports use, and the numbers one run is reduced to.
+"""Which runs the Post-use & Pre-cut reports use (through bench.report.select), and the numbers one run is
+reduced to.
 
 Runs: experiment `holistic` (conf/experiment/holistic/), greedy, batch 1, of one model (default: that of the most
 recent holistic run) and, per dataset, of the most recent holistic run's machine label and max_new_tokens, so every
 ratio compares runs measured the same way. A holistic run's ladder level is read from its switches
 (`method_settings`), so a hand-run holistic counts wherever its switches put it; the latest run per (dataset, level,
 draft length) is used. Speedups are recomputed from records against the AR run measured like it
-(bench.run.store.paired_baseline): the mean per-question tok/s ratio, Spec-Bench's and the run summary's.
+(bench.report.select.paired_baseline): the mean per-question tok/s ratio, Spec-Bench's and the run summary's.
 
 Utilisation, both of the paper's definitions, from the counters the proposer keeps per step:
 - util_eq3 = new tokens / draft-model calls (Eq. 3: L / #M_d calls; above 1 when a step commits more tokens than
@@ -18,12 +19,11 @@ of verifications with phrases attached whose output a phrase extended.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
-from bench.errors import HarnessError
+from bench.report.select import MissingRunsError, Pool, pool, read_runs, settings, used_ids
 from bench.run.metrics import counter_totals, mat, speedup, tokens_per_s
-from bench.run.store import Run, load_runs, paired_baseline
+from bench.run.store import Run
 
 EXPERIMENT = "holistic"
 # (reuse_draft, reuse_target, precut) -> the Table 3 level; the paper's rows in its CSV, in ladder order.
@@ -42,7 +42,7 @@ def level(run: Run) -> str | None:
     """The ladder level of a holistic run from its switches; None for other methods or unlisted combinations."""
     if run.meta.get("method") != "holistic":
         return None
-    s = run.meta.get("method_settings") or {}
+    s = settings(run)
     if frozen(run):  # Figure 4's Q_init curve, not a Table 3 level
         return None
     return LEVELS.get((bool(s.get("reuse_draft")), bool(s.get("reuse_target")), bool(s.get("precut"))))
@@ -50,49 +50,33 @@ def level(run: Run) -> str | None:
 
 def frozen(run: Run) -> bool:
     """A Pre-cut run whose Q-table stopped learning after warm-up (controller.freeze_after_warmup)."""
-    return bool(((run.meta.get("method_settings") or {}).get("controller") or {}).get("freeze_after_warmup"))
+    return bool((settings(run).get("controller") or {}).get("freeze_after_warmup"))
 
 
 def draft_length(run: Run) -> int | None:
-    value = (run.meta.get("method_settings") or {}).get("draft_length")
+    value = settings(run).get("draft_length")
     return None if value is None else int(value)
 
 
-@dataclass
-class Pool:
-    runs: list[Run]  # oldest first
-    model: str | None
-    dataset: str
-    machine: str | None
-    max_new_tokens: int | None
-
-    def latest(self, lvl: str, length: int) -> Run | None:
-        return self.latest_where(lambda r: level(r) == lvl and draft_length(r) == length)
-
-    def latest_where(self, keep) -> Run | None:
-        """The most recent run of the pool for which keep(run) is true."""
-        found = [r for r in self.runs if keep(r)]
-        return found[-1] if found else None
-
-    def ar(self, run: Run) -> Run | None:
-        return paired_baseline(self.runs, run, "ar")
-
-    def lengths(self, lvl: str) -> list[int]:
-        return sorted({draft_length(r) for r in self.runs if level(r) == lvl})
+def holistic_pool(results_dir: str | Path, model: str | None, dataset: str, make: str) -> Pool:
+    """The greedy batch-1 runs of experiment `holistic` on `dataset` of one model, measured like the most recent
+    holistic run (bench.report.select.pool); no holistic run: MissingRunsError naming `make`."""
+    candidates = read_runs(results_dir, experiment=EXPERIMENT, dataset=dataset, greedy=True, batch_size=1,
+                           model=model)
+    p = pool(candidates, lambda r: r.meta.get("method") == "holistic", model, dataset=dataset)
+    if not p.runs:
+        raise MissingRunsError(f"no holistic runs on {dataset} in {results_dir} ({make})")
+    return p
 
 
-def pool(results_dir: str | Path, model: str | None, dataset: str, make: str) -> Pool:
-    runs = [r for r in load_runs(results_dir) if r.meta.get("experiment") == EXPERIMENT
-            and r.meta.get("dataset") == dataset and r.temperature == 0 and r.batch_size == 1
-            and (model is None or r.meta.get("model") == model)]
-    ours = [r for r in runs if r.meta.get("method") == "holistic"]
-    if not ours:
-        raise HarnessError(f"no holistic runs on {dataset} in {results_dir} ({make})")
-    model = model or ours[-1].meta.get("model")
-    machine, max_new = ours[-1].meta.get("machine"), ours[-1].meta.get("max_new_tokens")
-    same = [r for r in runs if r.meta.get("model") == model and r.meta.get("machine") == machine
-            and r.meta.get("max_new_tokens") == max_new]
-    return Pool(same, model, dataset, machine, max_new)
+def ladder_run(p: Pool, lvl: str, length: int) -> Run | None:
+    """The latest run of a ladder level at a draft length."""
+    return p.latest(lambda r: level(r) == lvl and draft_length(r) == length)
+
+
+def draft_lengths(p: Pool, lvl: str) -> list[int]:
+    """The draft lengths a ladder level was run at."""
+    return sorted({draft_length(r) for r in p.runs if level(r) == lvl})
 
 
 def verifications(records: list[dict]) -> int:
@@ -124,6 +108,5 @@ def numbers(run: Run | None, base: Run | None) -> dict:
 
 
 def footer(p: Pool, used: list[Run | None]) -> list[str]:
-    ids = [r.run_id for r in used if r is not None]
     return [f"Ours: {p.model}, machine {p.machine or '—'}, max_new_tokens {p.max_new_tokens or '—'}, {p.dataset}.",
-            "Runs: " + (", ".join(dict.fromkeys(ids)) or "none") + "."]
+            "Runs: " + (", ".join(used_ids(used)) or "none") + "."]
