@@ -10,6 +10,7 @@ removed and rebuilt, or, if only a make step builds it, is a one-line HarnessErr
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -143,11 +144,19 @@ def load_or_fail(path, load, what: str, how: str):
             raise HarnessError(f"{what} is corrupt ({reason(err)}): rebuild it with {how}") from None
 
 
+def save_keyed_tensors(folder, meta: dict, tensors: dict, meta_name: str, tensors_name: str) -> None:
+    """The cache folder load_keyed_tensors reads (`meta` holds the "key" it is built for), written atomically."""
+    from safetensors.torch import save_file
+
+    with atomic_dir(folder) as tmp:
+        save_file(tensors, str(tmp / tensors_name))
+        (tmp / tensors_name).chmod(0o644)  # safetensors writes 0600
+        (tmp / meta_name).write_text(json.dumps(meta, indent=2) + "\n")
+
+
 def load_keyed_tensors(folder, key: dict, meta_name: str, tensors_name: str) -> tuple[dict, dict]:
     """(meta, tensors) of a cache folder holding `meta_name` (JSON with the "key" it was built for) and a
     safetensors file; CorruptCache if the key differs or the tensors do not load (READ_ERRORS for the rest)."""
-    import json
-
     from safetensors.torch import load_file
 
     meta = json.loads((Path(folder) / meta_name).read_text())

@@ -5,7 +5,7 @@ package's data file, the HF hub (streamed). Files are read by data/loaders.py, a
 `skip_rows` / `max_rows` select a window of a source's rows. Each row gives one document per template of
 `documents` (or per element of a `list_field`, e.g. conversation turns); `max_documents` caps the corpus in
 config order; `include: [other]` appends another corpus's sources. Users: REST's datastore build
-(methods/rest/datastore.py) and the self-distillation prompts (bench/models/heads_data.py), which read their sources
+(methods/rest/datastore.py) and the self-distillation prompts (bench/train/selfdistill.py), which read their sources
 with `source_rows` too.
 
 Decontamination: a corpus names the evaluation sets it serves (`disjoint_from`, prompts and answers);

@@ -8,7 +8,7 @@ rest of `draft.train`, as draft `<id>-L<n>` beside the default draft; the self-d
 cached). V' and training time need no extra training: each report scores the draft on every prefix V' of its token
 ranking and records held-out agreement every `eval_every_minutes`. Every configuration's agreement alpha (chat) and
 cost c (decode step relative to the target, measured side by side) give a predicted speedup for chains at the best
-draft length and for 64-node trees (bench/models/draft_choice.py), with this machine's verification cost T(n) / T(1)
+draft length and for 64-node trees (bench/train/draft_choice.py), with this machine's verification cost T(n) / T(1)
 and with a flat one (a GPU at small n). Writes results/drafts/<model>-draft-sweep.{md,csv,json}; the md names the
 best configuration for each and says why. A built depth whose recipe matches is reused unless --force.
 """
@@ -24,12 +24,12 @@ from omegaconf import OmegaConf, open_dict
 
 from bench.cachefile import atomic_write
 from bench.errors import HarnessError
-from bench.models import draft_choice
-from bench.models.draft_training import summary_line
 from bench.models.loading import drafts_dir
-from bench.models.recipes import plain
 from bench.paths import project_path
 from bench.run.compose import compose_config, split_flags
+from bench.train import draft_choice
+from bench.train.draft import summary_line
+from bench.train.recipes import plain
 from data.loaders import DataError
 from scripts.train_draft import build_or_reuse_draft
 
@@ -99,7 +99,7 @@ def main(argv: list[str]) -> int:
             reports.append(report)
         table = pd.DataFrame([row for r in reports for row in sweep_rows(r)]).round(4)
         intro = ("Predicted speedup over AR from measured held-out agreement on the target's chat outputs and "
-                 "measured decode cost (scripts/draft_sweep.py; formulas in bench/models/draft_choice.py). Rows "
+                 "measured decode cost (scripts/draft_sweep.py; formulas in bench/train/draft_choice.py). Rows "
                  "at the trained V' and earlier minutes come from the agreement checkpoints during training.")
         lines = [f"# Draft sweep for {cfg.model.name}", "", intro, "",
                  table.to_markdown(index=False), "", "Best predicted:", *choose(table), ""]

@@ -14,10 +14,10 @@ import sys
 
 from bench.cachefile import atomic_write
 from bench.errors import HarnessError
-from bench.models.early_heads import read_early_report
 from bench.models.heads import heads_dir
 from bench.paths import project_path
 from bench.run.compose import compose_config, split_flags
+from bench.train.early_heads import read_early_report
 
 USAGE = __doc__.strip().splitlines()[2].strip()
 

@@ -2,7 +2,7 @@
 
     python scripts/train_draft.py [model=smollm2-135m] [--force] [model.draft.train.max_minutes=1 ...]
 
-The recipe is the model config's `draft.train` block (bench/models/draft_training.py). A model whose draft is not a
+The recipe is the model config's `draft.train` block (bench/train/draft.py). A model whose draft is not a
 trained one (e.g. `draft: null`, or a hub draft) gets the reference recipe of conf/model/smollm2-135m.yaml
 and the id `<model>-draft`; the last line then says how to point the model at it. A draft whose report
 already matches the recipe and the target is kept unless --force. Prints one summary line: top-1 agreement
@@ -17,11 +17,11 @@ import sys
 from omegaconf import OmegaConf, open_dict
 
 from bench.errors import HarnessError
-from bench.models.draft_training import build_or_reuse, summary_line
 from bench.models.loading import drafts_dir
 from bench.paths import PROJECT, project_path
 from bench.run.compose import compose_config, split_flags
 from bench.run.runner import get_bundle
+from bench.train.draft import build_or_reuse, summary_line
 from data.loaders import DataError
 
 REFERENCE_RECIPE = PROJECT / "conf" / "model" / "smollm2-135m.yaml"

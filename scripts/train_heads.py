@@ -2,7 +2,7 @@
 
     python scripts/train_heads.py [model=smollm2-135m] [--force] [model.heads.train.max_minutes=1 ...]
 
-The recipe is the model config's `heads.train` block (bench/models/heads_training.py, heads_data.py). A model whose
+The recipe is the model config's `heads.train` block (bench/train/heads.py, heads_data.py). A model whose
 heads are not trained ones (none, or hub heads such as Vicuna's) gets the reference recipe and heads settings of
 conf/model/smollm2-135m.yaml under the id `<model>-medusa`; the last line then says how to point the model at them.
 Heads whose report already matches the recipe and the target are kept unless --force. The target's responses and
@@ -19,14 +19,14 @@ from omegaconf import OmegaConf, open_dict
 
 from bench.cachefile import lock
 from bench.errors import HarnessError
-from bench.models.early_heads import build_early_heads, read_early_report
-from bench.models.early_heads import summary as early_summary
 from bench.models.heads import heads_dir
-from bench.models.heads_training import build_heads, read_report, summary
-from bench.models.recipes import plain
 from bench.paths import PROJECT, project_path
 from bench.run.compose import compose_config, split_flags
 from bench.run.runner import get_bundle
+from bench.train.early_heads import build_early_heads, read_early_report
+from bench.train.early_heads import summary as early_summary
+from bench.train.heads import build_heads, read_report, summary
+from bench.train.recipes import plain
 from data.loaders import DataError
 
 REFERENCE = PROJECT / "conf" / "model" / "smollm2-135m.yaml"

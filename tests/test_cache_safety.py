@@ -285,8 +285,8 @@ def test_converted_model_corrupt_is_reconverted(tmp_path, monkeypatch, capfd):
 
 
 def test_trained_draft_corrupt_is_one_line_error_naming_make_draft(tmp_path, capfd):
-    from bench.models.draft_training import read_report, write_draft
     from bench.models.loading import load_draft_model
+    from bench.train.draft import read_report, write_draft
     out = tmp_path / "drafts" / "tiny-draft"
     model = SimpleNamespace(save_pretrained=lambda folder: tiny_model_dir(Path(folder)))
     write_draft(model, None, {"draft": "tiny-draft"}, None, 0, out)

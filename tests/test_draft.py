@@ -1,5 +1,5 @@
 """Draft models: cut from a target (bench.models.drafts), loaded on demand (bench.models.loading), distilled
-(bench.models.draft_training, scripts/train_draft.py). Tiny random Llamas; the SmolLM2 tokenizer for chat data."""
+(bench.train.draft, scripts/train_draft.py). Tiny random Llamas; the SmolLM2 tokenizer for chat data."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from omegaconf import OmegaConf
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from bench.errors import HarnessError
-from bench.models.draft_data import DraftData, Sequences, to_sequences
-from bench.models.draft_training import (
+from bench.models.drafts import agreement, cost_ratio, init_draft_from_target, pick_layers
+from bench.models.loading import ModelBundle, drafts_dir, load_model
+from bench.train.draft import (
     REPORT,
     batches,
     build_draft,
@@ -27,8 +28,7 @@ from bench.models.draft_training import (
     trimmed_distill_loss,
     write_draft,
 )
-from bench.models.drafts import agreement, cost_ratio, init_draft_from_target, pick_layers
-from bench.models.loading import ModelBundle, drafts_dir, load_model
+from bench.train.draft_data import DraftData, Sequences, to_sequences
 from tests.conftest import compose_cfg
 
 V = 64
@@ -348,7 +348,7 @@ def test_build_draft_smoke(tmp_path, smol_tokenizer):
 
 
 def test_raw_text_prompts_are_the_first_tokens(smol_tokenizer, tmp_path):
-    from bench.models.heads_data import collect_prompts
+    from bench.train.selfdistill import collect_prompts
 
     write_mirror(tmp_path)
     src = {"name": "text", "mirror_path": "t/text.jsonl", "format": "jsonl", "prompt": "{text}", "chat": False,
@@ -396,7 +396,7 @@ def test_sweep_rows_and_choice():
     from scripts.draft_sweep import choose, sweep_rows
 
     def report(layers, alpha, cost):
-        from bench.models.draft_choice import predictions, verify_curve
+        from bench.train.draft_choice import predictions, verify_curve
 
         verify = {"1": 1.0, "65": 3.0}
 

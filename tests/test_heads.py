@@ -1,6 +1,7 @@
 """Medusa heads: untrained = lm_head, label alignment (head i learns token t+2+i), Medusa checkpoints (counts from
 the keys), trained folders (missing, corrupt, loaded once), self-distillation data (generate's hidden states =
-teacher-forced ones), and `make heads` end to end on a tiny random Llama (bench/models/heads*.py)."""
+teacher-forced ones), and `make heads` end to end on a tiny random Llama (bench/models/heads.py,
+bench/train/heads*.py)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ from bench.models.heads import (
     init_heads,
     read_medusa_checkpoint,
 )
-from bench.models.heads_data import distil_responses, load_selfdistill
-from bench.models.heads_training import (
+from bench.models.loading import ModelBundle
+from bench.train.heads import (
     IGNORE,
     REPORT,
     build_heads,
@@ -33,7 +34,7 @@ from bench.models.heads_training import (
     train_heads,
     write_heads,
 )
-from bench.models.loading import ModelBundle
+from bench.train.heads_data import distil_responses, load_selfdistill
 from tests.conftest import compose_cfg, tiny_llama
 
 V, H = 64, 32
@@ -277,7 +278,7 @@ def tiny_model_cfg(mirror: Path, **recipe) -> OmegaConf:
 def test_build_heads_end_to_end(tmp_path, smol_tokenizer, capfd, monkeypatch):
     """Data (split, decontaminated, cached), training, report, atomic folder, loadable; the cache is reused and a
     damaged one is rebuilt."""
-    from bench.models import heads_data
+    from bench.train import heads_data
 
     target = tiny_llama(len(smol_tokenizer))
     model_cfg = tiny_model_cfg(tmp_path / "mirror")

@@ -323,10 +323,10 @@ def test_real_model_propd_identical_to_greedy_ar(real, combo, batch_size):
         assert gen.output_ids == ref, f"{combo}@{batch_size}: prompt {i} diverges at {first_divergence(gen.output_ids, ref)}"
 
 
-# ---- early heads (bench/models/early_heads.py) ----------------------------------------------------------
+# ---- early heads (bench/train/early_heads.py) ----------------------------------------------------------
 
 def test_layer_states_are_the_normed_early_layer_states_at_response_positions():
-    from bench.models.early_heads import layer_states
+    from bench.train.early_heads import layer_states
 
     model = tiny_llama(V)
     prompts = [[1, 2, 3], [4, 5, 6, 7, 8]]
@@ -345,7 +345,7 @@ def test_layer_states_are_the_normed_early_layer_states_at_response_positions():
 
 
 def test_topk_accuracy_counts_the_labels_rank():
-    from bench.models.early_heads import topk_accuracy
+    from bench.train.early_heads import topk_accuracy
 
     class Scores(torch.nn.Module):  # head i's logits are its input itself
         def __init__(self):
@@ -362,7 +362,7 @@ def test_topk_accuracy_counts_the_labels_rank():
 
 def test_train_heads_takes_one_input_per_head():
     """Early heads: head i reads its own states (here: two different periodic codes for the same labels)."""
-    from bench.models.heads_training import train_heads
+    from bench.train.heads import train_heads
 
     model = tiny_llama(V)
     g = torch.Generator().manual_seed(0)

@@ -1,5 +1,5 @@
 """Vocabulary-trimmed drafts (bench.models.vocab) and the predicted speedups that choose a draft
-(bench.models.draft_choice). Tiny random Llamas."""
+(bench.train.draft_choice). Tiny random Llamas."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from omegaconf import OmegaConf
 from transformers import DynamicCache
 
 from bench.errors import HarnessError
-from bench.models.draft_choice import chain_accepted, chain_speedup, tree_speedup
 from bench.models.drafts import init_draft_from_target
 from bench.models.loading import ModelBundle, drafts_dir
 from bench.models.vocab import TrimmedDraft, coverage, rank_tokens, read_ranking, trim, write_ranking
+from bench.train.draft_choice import chain_accepted, chain_speedup, tree_speedup
 from tests.test_draft import V, llama, tokens
 
 

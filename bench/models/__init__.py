@@ -1,1 +1,2 @@
-"""Models: loading targets and drafts (HF hub, local path, packaged GGUF), chat templates, draft training."""
+"""Models: loading targets, drafts and heads (HF hub, local path, packaged GGUF), chat templates, vocabularies,
+the forward cost. Training them is bench/train."""

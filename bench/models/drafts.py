@@ -2,7 +2,7 @@
 
 `init_draft_from_target` keeps the target's architecture and tokenizer and copies a few of its decoder layers
 (plus embeddings, final norm and lm_head), so the draft starts as an early-exit-like copy of the target and
-distillation (bench/models/draft_training.py) only has to adapt the layers. The losslessness tests use it to
+distillation (bench/train/draft.py) only has to adapt the layers. The losslessness tests use it to
 build an untrained draft in a fraction of a second.
 
 `agreement` is teacher-forced top-1 agreement: on the same text, how often the draft's argmax equals the

@@ -8,7 +8,7 @@ legacy Medusa variant; cheap on CPU) or a per-head copy (the released checkpoint
 
 Where heads come from (a model config's `heads` block, loaded by `ModelBundle.load_heads()` through `load_heads`):
 - `trained`: data/cache/heads/<id>/ (beside the model cache), written by `make heads` (scripts/train_heads.py,
-  bench/models/heads_training.py): `heads.safetensors` (the blocks, and the projections if not shared),
+  bench/train/heads.py): `heads.safetensors` (the blocks, and the projections if not shared),
   `heads.json` (num_heads, num_layers, shared_lm_head, hidden, vocab) and `heads_report.json`.
 - `hub`: a repo holding Medusa's `medusa_lm_head.pt` (e.g. FasterDecoding/medusa-vicuna-7b-v1.3), a state dict
   `{h}.{l}.linear.weight|bias` (block l of head h) and `{h}.{num_layers}.weight` (its projection). The head and
@@ -247,7 +247,7 @@ def heads_at_path(path: Path, lm_head: nn.Linear, what: str) -> MedusaHeads:
 
 
 def load_early_heads(bundle):
-    """ProPD's early heads named by `bundle.early_heads_cfg` (bench/models/early_heads.py builds them): a heads
+    """ProPD's early heads named by `bundle.early_heads_cfg` (bench/train/early_heads.py builds them): a heads
     folder whose heads.json also lists `layers`, the decoder layer each head reads."""
     cfg = bundle.early_heads_cfg
     if cfg is None:

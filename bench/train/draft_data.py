@@ -3,40 +3,38 @@ distribution at every response position.
 
 A draft earns its keep by predicting what the target will write at decode time, so it trains on the target's own
 trajectories: per source (chat instructions, code prompts, raw text to continue), prompts no benchmark evaluates
-(heads_data.collect_prompts: split by row, decontaminated by 12-word windows against `disjoint_from`), answered by
+(selfdistill.collect_prompts: split by row, decontaminated by 12-word windows against `disjoint_from`), answered by
 the target greedily (`greedy` prompts per source) and by sampling at `temperature` (`sampled` prompts: other
 plausible continuations, so the draft also sees states greedy decoding does not reach). Held-out prompts are
 answered greedily only: agreement on them is agreement on what greedy decoding will ask of the draft.
 
-Generation is transformers' batched `generate` (left-padded, prompts sorted by length, `output_logits`), so the
-target's logits at each response position come with the tokens, without a second pass; only their top `topk`
-are kept (log-probabilities of the full softmax, float16), which is all the loss needs.
+Generation is selfdistill.answer: transformers' batched `generate` (left-padded, prompts sorted by length), with
+`output_logits`, so the target's logits at each response position come with the tokens, without a second pass;
+only their top `topk` are kept (log-probabilities of the full softmax, float16), which is all the loss needs.
 
 Stored per split, sequence after sequence: `ids` (prompt then response, int32) with `offsets`, `prompt_lens`,
 `source` (index into the recipe's sources) and `sampled`; `topk_ids`/`topk_logp` [positions, topk] for the
 response positions (`resp_offsets` per sequence): row j of sequence s is the target's distribution over
 response token j, i.e. after ids[prompt_len - 1 + j]. Cached once per target and data recipe under
-data/cache/drafts/selfdistill/ (bench.cachefile: built under a lock, written atomically, a damaged cache is
+data/cache/drafts/selfdistill/ (selfdistill.cached: built under a lock, written atomically, a damaged cache is
 reported and rebuilt).
 """
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from bench.cachefile import CorruptCache, atomic_dir, load_keyed_tensors, load_or_build
+from bench.cachefile import CorruptCache, load_keyed_tensors, save_keyed_tensors
 from bench.errors import HarnessError
-from bench.models.heads_data import collect_prompts, end_tokens, response_lengths, selfdistill_path
-from bench.models.recipes import plain
+from bench.train.recipes import plain
+from bench.train.selfdistill import COUNTS, SPLITS, answer, cached, collect_prompts, end_tokens, target_key
 
 TENSORS = "draftdata.safetensors"
 META = "draftdata.json"
-SPLITS = ("train", "heldout")
 FIELDS = ("ids", "offsets", "prompt_lens", "source", "sampled", "topk_ids", "topk_logp", "resp_offsets")
 
 
@@ -82,41 +80,20 @@ class DraftData:
 def generate(target, prompts: list[list[int]], recipe: dict, eos_ids: list[int], pad: int, sample: bool,
              desc: str, progress_bar: bool) -> tuple[list[tuple[list[int], list[int], torch.Tensor, torch.Tensor]], dict]:
     """Per prompt (in order): (prompt, response, top-k ids, top-k log-probs) of the target's answer."""
-    from tqdm import tqdm
+    k = int(recipe["topk"])
 
-    max_new, k = int(recipe["max_new_tokens"]), int(recipe["topk"])
-    batch_size = int(recipe.get("generate_batch_size", 16))
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-    out: list = [None] * len(prompts)
-    st = {"responses": len(prompts), "response_tokens": 0, "ended_by_eos": 0, "seconds": 0.0}
-    bar = tqdm(total=len(prompts), unit="prompt", desc=desc, disable=not progress_bar)
-    for start in range(0, len(order), batch_size):
-        rows = order[start : start + batch_size]
-        width = max(len(prompts[i]) for i in rows)
-        ids = torch.tensor([[pad] * (width - len(prompts[i])) + prompts[i] for i in rows], device=target.device)
-        mask = (torch.arange(width)[None] >= torch.tensor([width - len(prompts[i]) for i in rows])[:, None]).long()
-        t0 = time.perf_counter()
-        kwargs = {"do_sample": True, "temperature": float(recipe["temperature"]), "top_k": 0, "top_p": 1.0} \
-            if sample else {"do_sample": False}
-        gen = target.generate(input_ids=ids, attention_mask=mask.to(target.device), max_new_tokens=max_new,
-                              eos_token_id=eos_ids, pad_token_id=pad, return_dict_in_generate=True,
-                              output_logits=True, **kwargs)
-        new = gen.sequences[:, width:]
-        lengths, ended = response_lengths(new, eos_ids)
-        logp = torch.log_softmax(torch.stack(gen.logits, dim=1).float(), dim=-1)  # raw logits: T = 1, no top-k
+    def keep(rows, out, new, lengths):
+        logp = torch.log_softmax(torch.stack(out.logits, dim=1).float(), dim=-1)  # raw logits: T = 1, no top-k
         top = logp.topk(k, dim=-1)
-        for b, i in enumerate(rows):
-            n = lengths[b]
-            out[i] = (prompts[i], new[b, :n].tolist(), top.indices[b, :n].to("cpu", torch.int32),
-                      top.values[b, :n].to("cpu", torch.float16))
-        st["seconds"] += time.perf_counter() - t0
-        st["response_tokens"] += sum(lengths)
-        st["ended_by_eos"] += sum(ended)
-        bar.update(len(rows))
-        bar.set_postfix(tok_s=f"{st['response_tokens'] / max(st['seconds'], 1e-9):.0f}")
-    bar.close()
-    st["seconds"] = round(st["seconds"], 1)
-    return out, st
+        return [(prompts[i], new[b, :n].tolist(), top.indices[b, :n].to("cpu", torch.int32),
+                 top.values[b, :n].to("cpu", torch.float16))
+                for b, (i, n) in enumerate(zip(rows, lengths, strict=True))]
+
+    how = {"do_sample": True, "temperature": float(recipe["temperature"]), "top_k": 0, "top_p": 1.0} \
+        if sample else {"do_sample": False}
+    out, st = answer(target, prompts, recipe, eos_ids, pad, keep, desc, progress_bar, output_logits=True, **how)
+    seconds = round(st["generate_seconds"] + st["keep_seconds"], 1)
+    return out, {**{name: st[name] for name in COUNTS}, "seconds": seconds}
 
 
 def to_sequences(items: list[tuple[int, bool, tuple]]) -> Sequences:
@@ -139,15 +116,12 @@ def to_sequences(items: list[tuple[int, bool, tuple]]) -> Sequences:
 
 
 def data_key(model_cfg, data_recipe: dict) -> dict:
-    t = model_cfg.target
-    return {"model": str(model_cfg.name), "target": f"{t.source}:{t.id}", "dtype": str(model_cfg.dtype),
-            "chat_template": str(model_cfg.chat_template), "data": data_recipe}
+    """The cache key: the target and the whole data recipe."""
+    return {**target_key(model_cfg), "data": data_recipe}
 
 
 def build(path: Path, key: dict, target, tokenizer, model_cfg, recipe: dict, mirror_dir: str | None,
           cache_dir: str, progress_bar: bool) -> DraftData:
-    from safetensors.torch import save_file
-
     t0 = time.perf_counter()
     torch.manual_seed(int(recipe.get("seed", 0)))  # the sampled answers are reproducible
     eos_ids, pad = end_tokens(target, tokenizer)
@@ -174,10 +148,7 @@ def build(path: Path, key: dict, target, tokenizer, model_cfg, recipe: dict, mir
     splits = {s: to_sequences(items[s]) for s in SPLITS}
     stats["build_seconds"] = round(time.perf_counter() - t0, 1)
     tensors = {f"{s}.{f}": getattr(splits[s], f).contiguous() for s in SPLITS for f in FIELDS}
-    with atomic_dir(path) as tmp:
-        save_file(tensors, str(tmp / TENSORS))
-        (tmp / TENSORS).chmod(0o644)  # safetensors writes 0600
-        (tmp / META).write_text(json.dumps({"key": key, "sources": names, "stats": stats}, indent=2) + "\n")
+    save_keyed_tensors(path, {"key": key, "sources": names, "stats": stats}, tensors, META, TENSORS)
     return DraftData(splits["train"], splits["heldout"], names, stats)
 
 
@@ -202,8 +173,6 @@ def draft_data(target, tokenizer, model_cfg, data_recipe, root: Path, mirror_dir
     if not recipe.get("sources"):
         raise HarnessError("draft.train.data.sources is empty: no prompts to distil from")
     key = data_key(model_cfg, recipe)
-    path = selfdistill_path(root, key)
-    data = load_or_build(path, lambda p: load(p, key),
-                         lambda p: build(p, key, target, tokenizer, model_cfg, recipe, mirror_dir, cache_dir,
-                                         progress_bar), "draft self-distillation data")
-    return data, path
+    return cached(root, key, load,
+                  lambda p: build(p, key, target, tokenizer, model_cfg, recipe, mirror_dir, cache_dir, progress_bar),
+                  "draft self-distillation data")

@@ -1,10 +1,7 @@
-"""Helpers shared by the recipes that train on a target's outputs (draft: bench/models/draft_training.py; Medusa
-and early heads: bench/models/heads_training.py): plain config dicts, row splits of a source, the learning rate
-schedule."""
+"""Helpers shared by the recipes that train on a target's outputs (draft: bench/train/draft.py; Medusa and early
+heads: bench/train/heads.py, early_heads.py): plain config dicts, row splits of a source."""
 
 from __future__ import annotations
-
-import math
 
 from omegaconf import OmegaConf
 
@@ -31,10 +28,3 @@ def rows_needed(src: dict) -> int | None:
     if src.get("train_rows") is None:
         return None
     return max(stops)
-
-
-def lr_at(step: int, progress: float, base: float, warmup: int, floor: float = 0.1) -> float:
-    """Linear warm-up over `warmup` steps, then cosine from base to floor*base over the budget (progress 0..1)."""
-    if step < warmup:
-        return base * (step + 1) / warmup
-    return base * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))

@@ -1,13 +1,13 @@
 """Train Medusa-1 heads by self-distillation (`make heads`, scripts/train_heads.py): labels, loop, evaluation, report.
 
 Recipe: the model config's `heads.train` block (conf/model/smollm2-135m.yaml documents every key). The data are the
-target's own greedy responses and its final hidden states (bench/models/heads_data.py, cached), so training never
+target's own greedy responses and its final hidden states (bench/train/heads_data.py, cached), so training never
 runs the target: the backbone is frozen by construction and only the heads' residual blocks (and their projections
 when not shared) learn. Loss (Medusa's `medusa/train/train.py`): sum over heads of `loss_weights[i]` x the mean
 cross-entropy of head i at position t against the target's greedy token t+2+i, wherever t+2+i is still inside the
 response (`head_labels`). Each step draws `batch_positions` positions (without replacement, epoch after epoch), as
 the shared 576 x 49152 lm_head makes every position cost a full vocabulary matmul per head. AdamW, linear warm-up,
-then cosine decay over the budget (`max_minutes`, or `max_steps` when set).
+then cosine decay over the budget (`max_minutes` of wall time, or `max_steps` when set; bench/train/loop.py).
 
 The report (`heads_report.json` beside the weights) holds per-head top-1/5/10 accuracy on the held-out prompts'
 responses, trained and untrained, the loss curve, the data statistics, the training time, and the cost of one heads
@@ -30,8 +30,9 @@ from bench.cachefile import READ_ERRORS, atomic_dir, report_corrupt
 from bench.core.timing import device_sync
 from bench.errors import HarnessError
 from bench.models.heads import CONFIG, MedusaHeads, from_state_dict, init_heads, read_heads_dir, save_heads
-from bench.models.heads_data import selfdistill
-from bench.models.recipes import lr_at, plain
+from bench.train.heads_data import heads_data
+from bench.train.loop import train_loop
+from bench.train.recipes import plain
 
 REPORT = "heads_report.json"
 IGNORE = -100
@@ -77,72 +78,57 @@ def loss_weights(recipe: dict, num_heads: int) -> list[float]:
 def train_heads(heads: MedusaHeads, hidden: torch.Tensor, labels: torch.Tensor, recipe: dict, log=None,
                 progress_bar: bool = True) -> dict:
     """Train `heads` on cached hidden states [N, H] (or [num_heads, N, H]: one input per head, e.g. early-layer
-    heads) and head_labels [num_heads, N] until max_minutes (or max_steps). Returns the loss curve (every `log_every` steps: mean total and per-head losses) and counters."""
-    from tqdm import tqdm
-
+    heads) and head_labels [num_heads, N] until max_minutes of wall time (or max_steps; bench/train/loop.py).
+    Returns the loss curve (every `log_every` steps: mean total and per-head losses) and counters."""
     weights = loss_weights(recipe, heads.num_heads)
     usable = (labels[0] != IGNORE).nonzero().squeeze(1)  # positions where at least head 0 has a target
     if usable.numel() == 0:
         raise HarnessError("no training positions: every response is shorter than 2 tokens")
     batch = min(int(recipe["batch_positions"]), usable.numel())
-    max_seconds = 60.0 * float(recipe["max_minutes"])
-    max_steps = recipe.get("max_steps")
     every = int(recipe.get("log_every", 10))
     params = list(heads.parameters())
     for p in params:
         p.requires_grad_(True)
-    base_lr = float(recipe["lr"])
-    opt = torch.optim.AdamW(params, lr=base_lr, weight_decay=float(recipe.get("weight_decay", 0.0)))
     g = torch.Generator().manual_seed(int(recipe.get("seed", 0)))
     device, dtype = params[0].device, params[0].dtype
-    order, cursor, epochs = usable[torch.randperm(usable.numel(), generator=g)], 0, 0
-    curve, window, step, seen, start = [], [], 0, 0, time.perf_counter()
-    bar = tqdm(total=max_steps, unit="step", desc="heads", disable=not progress_bar)
+    per_head = hidden.dim() == 3
+    draw = {"order": usable[torch.randperm(usable.numel(), generator=g)], "cursor": 0, "seen": 0}
+    curve, window = [], []
+
+    def step_loss() -> float:
+        if draw["cursor"] + batch > draw["order"].numel():
+            draw["order"], draw["cursor"] = usable[torch.randperm(usable.numel(), generator=g)], 0
+        idx = draw["order"][draw["cursor"] : draw["cursor"] + batch]
+        draw["cursor"] += batch
+        x, y = (hidden[:, idx] if per_head else hidden[idx]).to(device, dtype), labels[:, idx].to(device)
+        losses = []
+        for i in range(heads.num_heads):  # one head at a time: one [batch, vocab] logits tensor alive
+            keep = y[i] != IGNORE
+            if not keep.any():
+                losses.append(0.0)
+                continue
+            xi = x[i] if per_head else x
+            loss = F.cross_entropy(heads.head(i, xi[keep]).float(), y[i, keep])
+            (weights[i] * loss).backward()
+            losses.append(loss.item())
+        draw["seen"] += idx.numel()
+        window.append(losses)
+        return sum(w * v for w, v in zip(weights, losses))
+
+    def after_step(clock, loss: float) -> None:
+        if clock.step % every == 0:
+            curve.append(curve_point(window, weights, clock.step, draw["seen"], clock.seconds, clock.lr, log))
+            window.clear()
+
     heads.train()
     with frozen(heads.lm_head if heads.shared else None):
-        while True:
-            progress = (time.perf_counter() - start) / max_seconds
-            if max_steps is not None:
-                progress = max(progress, step / max(int(max_steps), 1))
-            if progress >= 1.0:
-                break
-            if cursor + batch > order.numel():
-                order, cursor, epochs = usable[torch.randperm(usable.numel(), generator=g)], 0, epochs + 1
-            idx = order[cursor : cursor + batch]
-            cursor += batch
-            per_head = hidden.dim() == 3
-            x, y = (hidden[:, idx] if per_head else hidden[idx]).to(device, dtype), labels[:, idx].to(device)
-            lr = lr_at(step, progress, base_lr, int(recipe.get("warmup_steps", 0)), float(recipe.get("min_lr", 0.1)))
-            for group in opt.param_groups:
-                group["lr"] = lr
-            opt.zero_grad(set_to_none=True)
-            losses = []
-            for i in range(heads.num_heads):  # one head at a time: one [batch, vocab] logits tensor alive
-                keep = y[i] != IGNORE
-                if not keep.any():
-                    losses.append(0.0)
-                    continue
-                xi = x[i] if per_head else x
-                loss = F.cross_entropy(heads.head(i, xi[keep]).float(), y[i, keep])
-                (weights[i] * loss).backward()
-                losses.append(loss.item())
-            if recipe.get("grad_clip"):
-                torch.nn.utils.clip_grad_norm_(params, float(recipe["grad_clip"]))
-            opt.step()
-            step += 1
-            seen += idx.numel()
-            window.append(losses)
-            bar.update(1)
-            bar.set_postfix(loss=f"{sum(w * v for w, v in zip(weights, losses)):.3f}")
-            if step % every == 0:
-                curve.append(curve_point(window, weights, step, seen, time.perf_counter() - start, lr, log))
-                window = []
+        clock = train_loop(params, recipe, step_loss, after_step, floor=float(recipe.get("min_lr", 0.1)),
+                           wall_clock=True, schedule_by_steps=True, desc="heads", progress_bar=progress_bar)
         if window:
-            curve.append(curve_point(window, weights, step, seen, time.perf_counter() - start, lr, log))
-    bar.close()
+            curve.append(curve_point(window, weights, clock.step, draw["seen"], clock.elapsed(), clock.lr, log))
     heads.eval().requires_grad_(False)
-    return {"steps": step, "trained_positions": seen, "epochs": round(seen / usable.numel(), 2),
-            "train_seconds": round(time.perf_counter() - start, 1), "loss_curve": curve}
+    return {"steps": clock.step, "trained_positions": draw["seen"], "epochs": round(draw["seen"] / usable.numel(), 2),
+            "train_seconds": round(clock.elapsed(), 1), "loss_curve": curve}
 
 
 def curve_point(window: list[list[float]], weights: list[float], step: int, seen: int, seconds: float, lr: float,
@@ -294,7 +280,7 @@ def build_heads(target, tokenizer, model_cfg, out_dir: Path, mirror_dir: str | N
     recipe = plain(cfg.train)
     seed = int(recipe.get("seed", 0))
     torch.manual_seed(seed)
-    data, data_path = selfdistill(target, tokenizer, model_cfg, recipe, Path(out_dir).parent, mirror_dir,
+    data, data_path = heads_data(target, tokenizer, model_cfg, recipe, Path(out_dir).parent, mirror_dir,
                                   cache_dir, progress_bar)
     num_heads = int(cfg.get("num_heads", 5))
     lm_head = target.get_output_embeddings()

@@ -3,7 +3,7 @@
 Recipe: the model config's `draft.train` block (conf/model/smollm2-135m.yaml documents every key), so
 `make draft MODEL=<any>` works for any target config.
 
-1. Data (bench/models/draft_data.py): the target's own greedy and sampled responses to prompts no benchmark
+1. Data (bench/train/draft_data.py): the target's own greedy and sampled responses to prompts no benchmark
    evaluates, with its top-k next-token log-probabilities at every response position; cached.
 2. Vocabulary (bench/models/vocab.py): token ids ranked by frequency in the training responses; the draft scores
    the first `vocab` of them (V'); the report gives the share of held-out target tokens each V' covers.
@@ -12,12 +12,13 @@ Recipe: the model config's `draft.train` block (conf/model/smollm2-135m.yaml doc
    layers and the norm on the loss -sum_j p_j log q_j over the target's top-k tokens inside V' (p renormalised
    over them, q the draft's softmax over V'): the cross-entropy to the target's distribution as far as V' and the
    top-k can express it. Sequences are whole prompt+response, right-padded, the loss on response positions only.
-   Training stops at `max_minutes` of training steps (evaluation excluded) or `max_steps`; warm-up then cosine.
+   Training stops at `max_minutes` of training steps (evaluation excluded) or `max_steps`; warm-up then cosine
+   (bench/train/loop.py).
 4. Report (`draft_report.json` beside the weights): held-out top-1 agreement with the target's greedy choice per
    source (before and after training, and every `eval_every_minutes` during it: agreement against training
    time) and per V' of `vocab_report` (the trained draft scored on a prefix of the ranking), rank hit rates, the
    cost of a decode step relative to the target's per V', the target's verify cost T(n) / T(1), and for each V'
-   the predicted speedup of chains and of 64-node trees (bench/models/draft_choice.py), and the loss curve.
+   the predicted speedup of chains and of 64-node trees (bench/train/draft_choice.py), and the loss curve.
 """
 
 from __future__ import annotations
@@ -30,13 +31,14 @@ from pathlib import Path
 import torch
 
 from bench.cachefile import READ_ERRORS, atomic_dir, lock, report_corrupt
-from bench.models import draft_choice
-from bench.models.draft_data import DraftData, Sequences, draft_data
 from bench.models.drafts import decode_step_seconds, init_draft_from_target
-from bench.models.heads_data import end_tokens
 from bench.models.loading import check_model_dir
-from bench.models.recipes import lr_at, plain
 from bench.models.vocab import coverage, rank_tokens, trim, write_ranking
+from bench.train import draft_choice
+from bench.train.draft_data import DraftData, Sequences, draft_data
+from bench.train.loop import train_loop
+from bench.train.recipes import plain
+from bench.train.selfdistill import end_tokens
 
 REPORT = "draft_report.json"
 HITS = 8  # rank hit rates reported (and used for tree predictions)
@@ -119,51 +121,40 @@ def evaluate(model, data: DraftData, ranking: list[int], sizes: list[int], pad: 
 
 def train(draft, data: DraftData, index_of: torch.Tensor, head_ids: torch.Tensor, recipe: dict, pad: int,
           checkpoint=None, progress_bar: bool = True) -> dict:
-    """Train `draft` on the training sequences until `max_minutes` of steps (or `max_steps`); `checkpoint(minutes)`
-    runs every `eval_every_minutes` of training and at the end, outside the clock."""
-    from tqdm import tqdm
-
+    """Train `draft` on the training sequences until `max_minutes` of steps (or `max_steps`; bench/train/loop.py);
+    `checkpoint(minutes)` runs every `eval_every_minutes` of training, outside the clock."""
     params = [p for n, p in draft.named_parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=float(recipe["lr"]), weight_decay=float(recipe.get("weight_decay", 0.0)),
-                            betas=(0.9, 0.95))
     rng = random.Random(int(recipe.get("seed", 0)))
     groups = batches(data.train, list(range(len(data.train))), int(recipe["batch_tokens"]))
-    budget, max_steps = 60.0 * float(recipe["max_minutes"]), recipe.get("max_steps")
     every = 60.0 * float(recipe.get("eval_every_minutes") or 1e9)
     head = draft.get_output_embeddings().weight.detach()[head_ids]
-    curve, step, trained, tokens, next_eval, order = [], 0, 0.0, 0, every, []
-    bar = tqdm(total=int(budget), unit="s", desc="distil", disable=not progress_bar)
-    draft.train()
-    while trained < budget and (max_steps is None or step < int(max_steps)):
+    curve, order, counts = [], [], {"positions": 0, "next_eval": every}
+
+    def step_loss() -> float:
         if not order:
-            order = list(range(len(groups)))
+            order.extend(range(len(groups)))
             rng.shuffle(order)
-        t0 = time.perf_counter()
         hidden, rows = response_states(draft, data.train, groups[order.pop()], pad)
         loss = trimmed_distill_loss(hidden @ head.T, data.train.topk_ids[rows], data.train.topk_logp[rows], index_of)
-        lr = lr_at(step, trained / budget, float(recipe["lr"]), int(recipe.get("warmup_steps", 0)))
-        for group in opt.param_groups:
-            group["lr"] = lr
-        opt.zero_grad(set_to_none=True)
         loss.backward()
-        if recipe.get("grad_clip"):
-            torch.nn.utils.clip_grad_norm_(params, float(recipe["grad_clip"]))
-        opt.step()
-        step, tokens = step + 1, tokens + len(rows)
-        dt = time.perf_counter() - t0
-        trained += dt
-        curve.append({"step": step, "positions": tokens, "seconds": round(trained, 2), "loss": round(loss.item(), 5),
-                      "lr": lr})
-        bar.update(min(int(trained) - bar.n, int(budget) - bar.n))
-        bar.set_postfix(loss=f"{loss.item():.3f}")
-        if checkpoint is not None and trained >= next_eval:
+        counts["positions"] += len(rows)
+        return loss.item()
+
+    def after_step(clock, loss: float) -> None:
+        curve.append({"step": clock.step, "positions": counts["positions"], "seconds": round(clock.seconds, 2),
+                      "loss": round(loss, 5), "lr": clock.lr})
+        if checkpoint is not None and clock.seconds >= counts["next_eval"]:
             draft.eval()
-            checkpoint(trained / 60.0)
+            checkpoint(clock.seconds / 60.0)
             draft.train()
-            next_eval += every
-    bar.close()
+            counts["next_eval"] += every
+
+    draft.train()
+    clock = train_loop(params, recipe, step_loss, after_step, betas=(0.9, 0.95), desc="distil",
+                       progress_bar=progress_bar)
     draft.eval()
-    return {"steps": step, "trained_positions": tokens, "train_seconds": round(trained, 2), "loss_curve": curve}
+    return {"steps": clock.step, "trained_positions": counts["positions"], "train_seconds": round(clock.seconds, 2),
+            "loss_curve": curve}
 
 
 def prepare_draft(target, recipe: dict):

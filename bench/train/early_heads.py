@@ -5,7 +5,7 @@ Head n reads the hidden state after layer n passed through the target's final no
 a residual SiLU block (zero-initialised: untrained, it is the "logit lens" of that layer) and the target's frozen
 lm_head, i.e. Medusa's head design (bench/models/heads.py) with one head per layer instead of one per offset.
 
-Data: the Medusa heads' self-distillation set (bench/models/heads_data.py: the target's greedy responses to
+Data: the Medusa heads' self-distillation set (bench/train/heads_data.py: the target's greedy responses to
 decontaminated AlpacaEval instructions; same prompts, same order, cached once) re-read with one teacher-forced
 forward per batch to get every early layer's states at the response positions; labels are the target's greedy
 tokens. Trained and written by `make heads` after the Medusa heads (scripts/train_heads.py) into
@@ -23,9 +23,10 @@ import torch
 
 from bench.errors import HarnessError
 from bench.models.heads import init_heads
-from bench.models.heads_data import collect_prompts, selfdistill
-from bench.models.heads_training import as_dtype_of, float32_copy, train_heads, write_heads
-from bench.models.recipes import plain
+from bench.train.heads import as_dtype_of, float32_copy, train_heads, write_heads
+from bench.train.heads_data import heads_data
+from bench.train.recipes import plain
+from bench.train.selfdistill import collect_prompts
 
 REPORT = "early_heads_report.json"
 
@@ -87,7 +88,7 @@ def build_early_heads(target, tokenizer, model_cfg, out_dir: Path, mirror_dir: s
     if not layers or any(not 1 <= n < n_layers for n in layers):
         raise HarnessError(f"early_heads.layers {layers}: each must be between 1 and {n_layers - 1}")
     torch.manual_seed(int(recipe.get("seed", 0)))
-    data, data_path = selfdistill(target, tokenizer, model_cfg, data_recipe, Path(out_dir).parent, mirror_dir,
+    data, data_path = heads_data(target, tokenizer, model_cfg, data_recipe, Path(out_dir).parent, mirror_dir,
                                   cache_dir, progress_bar)
     prompts, _ = collect_prompts(data_recipe, tokenizer, str(model_cfg.chat_template), mirror_dir, cache_dir)
     batch = int(recipe.get("forward_batch_size", 8))
