@@ -3,25 +3,21 @@ draft length (latest run wins), lambda in numeric order, and one error line with
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from bench.errors import HarnessError
 from bench.report.draft_sd import draft_sd_table
+from tests.fixtures.runs import write
 
 
 def write_run(root, name, created, dataset, length, label, mat, speedup):
-    d = root / "runs" / name
-    d.mkdir(parents=True)
-    (d / "records.jsonl").write_text("{}\n")
     meta = {"run_id": name, "created": created, "experiment": "draft_sd_lambda", "method": "sd", "model": "m",
             "dataset": dataset, "temperature": 0.0,
             "method_settings": {"draft_label": label, "draft_length": length, "draft_vocab": 8192},
             "summary": {"n_questions": 5, "mat": mat, "tokens_per_s": {"mean_of_questions": 7.0},
                         "lossless": {"checked": 5, "equal": 5}},
             "speedup": {"vs_ar": {"value": speedup}}}
-    (d / "summary.json").write_text(json.dumps(meta))
+    write(root, [{}], meta)
 
 
 def test_one_row_per_draft_and_length(tmp_path):

@@ -15,6 +15,7 @@ import pytest
 from bench.report.__main__ import main
 from bench.report.registry import resolve
 from bench.report.token_recycling.table1 import build_token_recycling_table1, token_recycling_table1
+from tests.fixtures.runs import write
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -29,14 +30,15 @@ def record(qid, group, tokens, wall, accepts, equal=None):
 
 def write_run(results, run_id, method, dataset, created, records, variant=None, summary=True,
               model="smollm2-135m", machine="test-cpu"):
-    d = results / "runs" / run_id
-    d.mkdir(parents=True)
-    (d / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    if summary:  # the summary/groups blocks are deliberately bogus: the report must use records
-        (d / "summary.json").write_text(json.dumps({
-            "run_id": run_id, "method": method, "variant": variant, "dataset": dataset,
-            "model": model, "paper_size": "7B", "max_new_tokens": 64, "created": created,
-            "machine": machine, "summary": {"mat": 99.0}, "groups": {}}))
+    if not summary:  # a run still being written: records, no summary.json (the store never leaves one)
+        d = results / "runs" / run_id
+        d.mkdir(parents=True)
+        (d / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        return
+    write(results, records, {  # the summary/groups blocks are deliberately bogus: the report must use records
+        "run_id": run_id, "method": method, "variant": variant, "dataset": dataset,
+        "model": model, "paper_size": "7B", "max_new_tokens": 64, "created": created,
+        "machine": machine, "summary": {"mat": 99.0}, "groups": {}})
 
 
 @pytest.fixture

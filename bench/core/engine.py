@@ -130,7 +130,7 @@ class Engine:
                 r.elapsed = elapsed
 
     def _wants_hidden(self, rows: list[Row]) -> bool:
-        return any(r.proposer.wants_hidden for r in rows)
+        return any(r.proposer.wants_hidden or r.proposer.wants_features for r in rows)
 
     def _prefill(self, rows: list[Row], cache, max_new_tokens: int, timer: Timer, forward: TargetForward) -> None:
         lengths = [r.n_prompt for r in rows]
@@ -160,6 +160,8 @@ class Engine:
             r.done = bool(torch.isin(root, self.eos)) or max_new_tokens <= 1
             if hidden and not r.done:
                 r.proposer.observe_hidden(out.hidden[b, at[b]])
+                if r.proposer.wants_features:
+                    r.proposer.observe_features(out.hidden[b, : r.n_prompt])
 
     def _mask(self, rows: list[Row], drafts: list[Draft], width: int, cached: int) -> torch.Tensor | None:
         """[B, 1, width, cached + width] additive mask: each row sees its own prefix and its tree's ancestors;
@@ -255,8 +257,10 @@ class Engine:
             prefixes = keep_accepted(cache, before, paths, cached, out.kv_columns, leading)
             if len(alive) < len(rows):
                 keep_rows(cache, alive, prefixes)
-        for b, (r, (acc, logits, tokens, target), row) in enumerate(zip(rows, accepted, counts)):
+        for b, (r, (acc, logits, tokens, target), row, path) in enumerate(zip(rows, accepted, counts, paths)):
             r.proposer.update(tokens, logits if r.proposer.wants_logits else None, target, acc)
             if hidden and not r.done:
                 r.proposer.observe_hidden(out.hidden[b, row[3]])
+                if r.proposer.wants_features:
+                    r.proposer.observe_features(out.hidden[b, path])
         return [rows[b] for b in alive]

@@ -136,6 +136,7 @@ class Proposer(Method):
     batchable = True  # the engine batches any proposer (one fork per row)
     wants_logits = False  # set True to receive the target logits of every tree slot in `update`
     wants_hidden = False  # set True to receive the target's final hidden state in `observe_hidden`
+    wants_features = False  # set True to receive the final hidden states of newly committed context (`observe_features`)
     rule = "sequoia"  # stochastic verification rule at temperature > 0 (bench.core.sampling.RULES)
     # The target forward this proposer's generations use (bench.core.forward; None = the engine's own). The
     # first row's decides for a batch.
@@ -158,6 +159,11 @@ class Proposer(Method):
     def observe_hidden(self, hidden: torch.Tensor) -> None:
         """With `wants_hidden`: the target's final hidden state [H] at the last token whose KV is cached (the
         position whose logits gave the next tree's root), after the prefill and after every verification."""
+
+    def observe_features(self, features: torch.Tensor) -> None:
+        """With `wants_features`: the target's final hidden states [n, H] of the positions whose next token was
+        just committed, in order: the prompt's after the prefill, the accepted path's slots (root first) after a
+        verification. A feature-level draft (EAGLE) pairs features[i] with the token committed after it."""
 
     def step_counters(self) -> dict[str, list]:
         """Named per-verification counters of the generation just finished (e.g. draft-model calls per step),

@@ -21,6 +21,7 @@ import torch
 from bench.cachefile import CorruptCache, atomic_dir, load_or_build, load_or_fail
 from bench.errors import HarnessError
 from bench.models import backend_choice, linear_backend, placement
+from bench.models.eagle import load_eagle
 from bench.models.heads import load_early_heads, load_heads
 from bench.models.vocab import TrimmedDraft, read_ranking, trim
 from bench.paths import project_path
@@ -49,6 +50,8 @@ class ModelBundle:
     heads: object = field(default=None, repr=False)
     early_heads_cfg: object = None  # the model config's `early_heads` block (ProPD's pruning heads)
     early_heads: object = field(default=None, repr=False)
+    eagle_cfg: object = None  # the model config's `eagle` block (EAGLE's feature-level draft head)
+    eagle: object = field(default=None, repr=False)
     # The CPU linear backend the target runs on (bench.models.linear_backend); drafts and heads get the same one.
     linear_backend: str = "plain"
 
@@ -79,6 +82,13 @@ class ModelBundle:
             self.heads = load_heads(self)
             linear_backend.set_backend(self.heads, self.linear_backend)
         return self.heads
+
+    def load_eagle(self):
+        """The EAGLE head (bench.models.eagle): loaded once and kept on the bundle."""
+        if self.eagle is None:
+            self.eagle = load_eagle(self)
+            linear_backend.set_backend(self.eagle, self.linear_backend)
+        return self.eagle
 
     def load_early_heads(self):
         """ProPD's early prediction heads (bench.models.heads.load_early_heads): loaded once and kept on the bundle."""
@@ -263,6 +273,7 @@ def load_model(cfg, model_cache: str) -> ModelBundle:
         draft_cfg=cfg.get("draft"),
         heads_cfg=cfg.get("heads"),
         early_heads_cfg=cfg.get("early_heads"),
+        eagle_cfg=cfg.get("eagle"),
         model_cache=str(model_cache),
         linear_backend=backend,
     )
