@@ -4,6 +4,8 @@
 - The engine core (bench/core) imports nothing from methods/, the runner (bench.run), the reports
   (bench.report) or the model loaders (bench.models): everything else builds on it, not the reverse.
 - Reports import neither methods/ nor the runner's model-loading side (only bench.run.store/metrics).
+- Training code (bench/train) is imported only by scripts/ and tests/, and imports neither methods/ nor the
+  reports.
 - No private (underscore) name is imported from another module.
 - No source file over 450 lines; no run of 6 identical code lines in two source files.
 """
@@ -153,3 +155,19 @@ def test_no_six_line_block_repeated_across_source_files():
             if first.split(":")[0] != where.split(":")[0]:
                 repeats.append(f"{first} == {where}")
     assert repeats == []
+
+
+def test_training_code_only_in_its_room():
+    """bench.train (`make draft`, `make heads`) is a room of its own: outside it only scripts/ and tests/ import it
+    (tests are not in MODULES), and it builds on the core, the models and data/, never on methods/ or the reports."""
+    def inside(mod: str, room: str) -> bool:
+        return mod == room or mod.startswith(room + ".")
+
+    bad = []
+    for mod, path in MODULES.items():
+        for target, _ in imports(path):
+            if inside(target, "bench.train") and not any(inside(mod, r) for r in ("bench.train", "scripts")):
+                bad.append(f"{mod} -> {target}")
+            if inside(mod, "bench.train") and any(inside(target, r) for r in ("methods", "bench.report")):
+                bad.append(f"{mod} -> {target}")
+    assert bad == []
