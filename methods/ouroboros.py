@@ -4,10 +4,10 @@ One n-gram pool (LADE's: key token -> at most `guess` (level-1)-grams, re-insert
 end, a full key drops its oldest) is shared by the draft and the target, and persists across prompts (warm start)
 unless `warm` is false. Per step:
 1. The draft catches up on the committed tokens (its argmax is the first draft token), then drafts by lookahead
-   decoding (methods.lookahead, run on the draft model): every draft forward carries the last draft token, the
-   Jacobi window and the pooled n-grams keyed by that token; the draft's own greedy verifier keeps the longest
-   n-gram it agrees with plus its next token, and the window harvests new n-grams into the pool. Until `gamma`
-   tokens.
+   decoding (methods/shared/lookahead.py, run on the draft model): every draft forward carries the last draft
+   token, the Jacobi window and the pooled n-grams keyed by that token; the draft's own greedy verifier keeps
+   the longest n-gram it agrees with plus its next token, and the window harvests new n-grams into the pool.
+   Until `gamma` tokens.
 2. The target verifies the draft plus the newest `topk` pooled n-grams keyed by the last draft token as blocks
    behind it (each sees the prefix and the draft, not the other blocks): a block can extend the output only when
    the whole draft is accepted, the longest matching one wins (the shared verifier).
@@ -24,15 +24,9 @@ from omegaconf import OmegaConf
 from bench.core.proposer import Draft
 from bench.core.verify import greedy_accept
 from bench.errors import HarnessError
-from methods.draft_model.tree_proposer import ROOT, DraftModelProposer, Trie, as_engine_tree
-from methods.lookahead import Lookahead
-
-
-class DraftLookahead(Lookahead):
-    """Lookahead decoding of the draft model over a pool the caller owns: a new prompt resets only the window."""
-
-    def start(self, prompt_ids):
-        self.reset_window(prompt_ids)
+from methods.shared.draft_proposer import DraftModelProposer
+from methods.shared.lookahead import LookaheadDecoding
+from methods.shared.trees.draft import ROOT, Trie, as_engine_tree
 
 
 class Ouroboros(DraftModelProposer):
@@ -46,7 +40,7 @@ class Ouroboros(DraftModelProposer):
             raise HarnessError(f"method '{cfg.name}': gamma must be >= 1 and topk >= 0")
         la = OmegaConf.create({"name": "lookahead", "level": cfg.level, "window": cfg.window, "guess": cfg.guess,
                                "seed": cfg.seed})
-        self.lookahead = DraftLookahead(la, bundle)
+        self.lookahead = LookaheadDecoding(la, bundle)  # its start keeps the pool: `warm` decides here
         self.pool = self.lookahead.pool  # Ouroboros's CacheEngine: the draft's n-grams are the target's guesses
         self.max_nodes = self.gamma * self.lookahead.max_tokens + 1
         self.level = self.lookahead.n

@@ -4,8 +4,8 @@
 
 Runs Token Recycling with the calibration tree over the prompts of the `tree.calibration` block
 (conf/tree/built.yaml; methods/token_recycling/calibration.py), twice: the matrix trained by every tree node,
-then by the accepted path only (trees of other sizes interpolate between the two, methods/trees.py), and
-writes the counts atomically to
+then by the accepted path only (trees of other sizes interpolate between the two,
+methods/shared/trees/static.py), and writes the counts atomically to
 results/cache/tree_stats/<model>-<dtype>-<dataset>-<limit>x<tokens>-d<depth>k<topk>.json. Other Hydra
 overrides (tree=auto, tree.calibration.*, model.*, paths.*) are passed on: give the ones a run uses, so that
 the file is the one the run reads. A file already there is kept unless --force (or it lacks the path-trained

@@ -151,8 +151,8 @@ def tree_calib(tmp_path):
 def test_tree_stats_corrupt_is_one_line_error_and_recalibrated(tmp_path, monkeypatch, capfd):
     import torch
 
+    from methods.shared.trees.static import AcceptanceStats, TreeStats, load_stats, stats_file
     from methods.token_recycling import calibration
-    from methods.trees import AcceptanceStats, TreeStats, load_stats, stats_file
 
     bundle = SimpleNamespace(name="tiny", dtype=torch.float32)
     calib = tree_calib(tmp_path)
@@ -176,7 +176,7 @@ def test_tree_stats_corrupt_is_one_line_error_and_recalibrated(tmp_path, monkeyp
 # ---------------------------------------------------------------------------------------------- Sequoia acceptance
 
 def test_sequoia_acceptance_corrupt_is_remeasured(tmp_path, monkeypatch, capfd):
-    from methods.draft_model import sequoia_tree
+    from methods.shared.trees import sequoia as sequoia_tree
 
     calib = OmegaConf.create({"dataset": "c4", "limit": 2, "tokens": 8, "cache_dir": str(tmp_path)})
     bundle = SimpleNamespace(name="tiny", model=None)

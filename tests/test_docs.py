@@ -5,7 +5,7 @@ report registry (no torch, no model):
 
 - repository paths, in prose or code: `bench/core/engine.py`, `conf/experiment/dyspec/`, `tests/test_kv.py::test_x`
   (the test must exist too); `{a,b}` is expanded, `<placeholder>` and `*` must match at least one file. A bare
-  file name in code (`tree_proposer.py`) must be the name of a file in the repository.
+  file name in code (`draft_proposer.py`) must be the name of a file in the repository.
 - generated outputs: a path under a git-ignored output folder (GENERATED: `results/`, `data/cache/`) is not looked
   for on disk, since only runs create it; instead every literal part of its names must occur in the code, configs
   or Makefile that write it (`results/figures/tr_fig3.png` needs "tr_fig" in a writer).
@@ -401,7 +401,7 @@ PLANTED_GOOD = """
 Read `bench/core/engine.py`, conf/experiment/dyspec/ and `conf/experiment/<paper>/*.yaml`, import
 `bench.core.kv.new_cache`, run `make demo`, `make reproduce-<paper>-<artifact> MODEL=smollm2-135m`,
 `python -m bench.run method=pld experiment=dyspec/table1 dataset=c4,openwebtext run.limit=3 tree@method.tree=tr_2_2_2`,
-`python -m bench.report dyspec/table`, see `tree_proposer.py`, `results/figures/tr_fig{3,4}.png` and
+`python -m bench.report dyspec/table`, see `draft_proposer.py`, `results/figures/tr_fig{3,4}.png` and
 `results/runs/<run_id>/summary.json`, set `SPECREPRO_RESULTS`, follow [the front door](../README.md) and
 [this page](#planted).
 """

@@ -12,7 +12,8 @@ from bench.core.engine import Engine
 from bench.core.timing import PhaseTimer
 from bench.errors import ConfigError
 from methods.ar import Autoregressive
-from methods.lookahead import Lookahead, NgramPool, window_structure
+from methods.lookahead import Lookahead
+from methods.shared.lookahead import NgramPool, window_structure
 from tests.conftest import tiny_llama
 
 V = 100

@@ -120,8 +120,8 @@ def test_calibration_trains_the_matrix_with_every_node_or_the_accepted_path(trai
     """`make tree-stats` counts the whole calibration tree either way; with train="path" only the rows of the
     root and the accepted drafts are written (what any tree writes), so p can be taken for trees of any size."""
     from bench.core.verify import greedy_accept
+    from methods.shared.trees.static import AcceptanceStats
     from methods.token_recycling.calibration import Calibrating
-    from methods.trees import AcceptanceStats
 
     cfg = OmegaConf.load(CONF / "method" / "token_recycling.yaml")
     cfg.tree, cfg.topk = {"paths": SMALL}, 3  # slots: root, [0], [1], [0,0], [0,1], [1,0], [0,0,2]

@@ -15,7 +15,7 @@ import torch
 from bench.cachefile import CorruptCache
 from bench.core.tree import tree_from_paths
 from bench.errors import ConfigError, HarnessError
-from methods.trees import (
+from methods.shared.trees.static import (
     AcceptanceStats,
     TreeStats,
     auto_tree,

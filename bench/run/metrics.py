@@ -7,7 +7,8 @@ per target forward, prefill's first token included as a step of 1), phase_times,
   records (step-weighted, as Spec-Bench's speed.py). AR is 1.00 by construction.
 - accepted_draft_mean: mat - 1 (gpt-fast's "mean accepted"; drafts only).
 - verification_mat: mat over verification steps only (each record's prefill step left out): the quantity a
-  tree builder's predicted MAT estimates (methods/trees.py). Not in `summarize`; the tree=auto report shows it.
+  tree builder's predicted MAT estimates (methods/shared/trees/static.py). Not in `summarize`; the tree=auto
+  report shows it.
 - tokens_per_s.mean_of_questions: mean over questions of (sum tokens / sum wall time over its turns), as
   Spec-Bench; tokens_per_s.total: all tokens / all wall time.
 - speedup: ratio of mean_of_questions rates (method / baseline), as Spec-Bench's speed.py. Both sides

@@ -19,7 +19,8 @@ from __future__ import annotations
 import heapq
 import itertools
 
-from methods.draft_model.tree_proposer import ROOT, DraftModelProposer
+from methods.shared.draft_proposer import DraftModelProposer
+from methods.shared.trees.draft import ROOT
 
 
 class DySpec(DraftModelProposer):

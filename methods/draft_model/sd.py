@@ -4,7 +4,8 @@
 
 from __future__ import annotations
 
-from methods.draft_model.tree_proposer import ROOT, DraftModelProposer
+from methods.shared.draft_proposer import DraftModelProposer
+from methods.shared.trees.draft import ROOT
 
 
 class SpeculativeDecoding(DraftModelProposer):

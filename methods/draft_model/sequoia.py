@@ -1,15 +1,16 @@
 """Sequoia (Chen et al. 2024): a static tree shape from Sequoia's search over a measured acceptance vector
-and, with `size: auto`, this machine's measured target/draft cost (sequoia_tree.py); children are drawn
-*without* replacement (the draft's top-k at temperature 0); Sequoia's verification rule. The shape is
-chosen once per target temperature (the acceptance vector depends on it) and cached on disk."""
+and, with `size: auto`, this machine's measured target/draft cost (methods/shared/trees/sequoia.py);
+children are drawn *without* replacement (the draft's top-k at temperature 0); Sequoia's verification rule.
+The shape is chosen once per target temperature (the acceptance vector depends on it) and cached on disk."""
 
 from __future__ import annotations
 
 from bench.core.tree import tree_from_paths
 from bench.errors import ConfigError
 from bench.paths import project_path
-from methods.draft_model import sequoia_tree
-from methods.draft_model.tree_proposer import ROOT, DraftModelProposer
+from methods.shared.draft_proposer import DraftModelProposer
+from methods.shared.trees import sequoia as sequoia_tree
+from methods.shared.trees.draft import ROOT
 
 
 class Sequoia(DraftModelProposer):

@@ -35,9 +35,10 @@ from omegaconf import OmegaConf
 
 from bench.core.proposer import Draft
 from bench.errors import HarnessError
-from methods.draft_model.tree_proposer import ROOT, DraftModelProposer, Trie, as_engine_tree
 from methods.holistic.precut import QController
 from methods.holistic.token_cache import TokenCache
+from methods.shared.draft_proposer import DraftModelProposer
+from methods.shared.trees.draft import ROOT, Trie, as_engine_tree
 
 
 def plain(node) -> dict:

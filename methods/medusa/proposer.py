@@ -27,7 +27,7 @@ import torch
 from bench.core.proposer import Draft, Proposer
 from bench.core.tree import chain
 from bench.errors import ConfigError
-from methods.trees import resolve_tree
+from methods.shared.trees.static import resolve_tree
 
 
 class HeadsProposer(Proposer):

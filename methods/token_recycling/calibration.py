@@ -1,16 +1,18 @@
-"""Per-rank acceptance statistics for built trees (methods/trees.py), measured with Token Recycling.
+"""Per-rank acceptance statistics for built trees (methods/shared/trees/static.py), measured with Token
+Recycling.
 
 A step above the method: `make tree-stats MODEL=<name>` (scripts/calibrate_tree.py) runs it once per model,
-dtype and `tree.calibration` block and writes the counts to `methods.trees.stats_file`; `tree=built` and
-`tree=auto` only read them. Token Recycling runs as evaluated (hot matrix, parallel update) with the
-calibration tree (every rank at every depth below the rank-0 spine) on a calibration set disjoint from the
-evaluation sets, and every verified tree is counted: which nodes would lie on a correct path.
+dtype and `tree.calibration` block and writes the counts to `methods.shared.trees.static.stats_file`;
+`tree=built` and `tree=auto` only read them. Token Recycling runs as evaluated (hot matrix, parallel update)
+with the calibration tree (every rank at every depth below the rank-0 spine) on a calibration set disjoint
+from the evaluation sets, and every verified tree is counted: which nodes would lie on a correct path.
 
-It runs twice over the same prompts, each from a zero matrix (methods.trees.TreeStats): once with the matrix
-trained by every calibration node, as evaluated, and once trained by the root and accepted path only. Both
-passes draft and count the whole calibration tree; only what the matrix learns from differs, because a
-tree's acceptance depends on how many rows it refreshes a step (its size), and trees smaller than the
-calibration tree refresh fewer (methods/trees.py's module doc has the numbers). Twice the forwards of one pass.
+It runs twice over the same prompts, each from a zero matrix (methods.shared.trees.static.TreeStats): once
+with the matrix trained by every calibration node, as evaluated, and once trained by the root and accepted
+path only. Both passes draft and count the whole calibration tree; only what the matrix learns from differs,
+because a tree's acceptance depends on how many rows it refreshes a step (its size), and trees smaller than
+the calibration tree refresh fewer (the module doc of methods/shared/trees/static.py has the numbers). Twice
+the forwards of one pass.
 """
 
 from __future__ import annotations
@@ -25,8 +27,15 @@ from bench.core.timing import PhaseTimer
 from bench.models.chat import prompt_ids
 from bench.paths import PROJECT, project_path
 from data.loaders import load_items
+from methods.shared.trees.static import (
+    AcceptanceStats,
+    TreeStats,
+    read_stats,
+    save_stats,
+    spine_paths,
+    stats_file,
+)
 from methods.token_recycling.proposer import TokenRecycling
-from methods.trees import AcceptanceStats, TreeStats, read_stats, save_stats, spine_paths, stats_file
 
 TRAIN = ("tree", "path")  # what the matrix learns from: every tree input, or the root and accepted path only
 

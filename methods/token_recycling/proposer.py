@@ -1,9 +1,9 @@
 """Token Recycling (Luo et al. 2024): reuse the target's top-k candidates as future drafts.
 
 An adjacency matrix [vocab, k] maps each token to the top-k tokens the target predicted after it the
-last time it was a tree input. A static tree (conf/tree/*.yaml: node paths, or built by methods/trees.py
-from acceptance statistics that methods/token_recycling/calibration.py measured beforehand) is filled level
-by level from the matrix with one gather per level; after verification every tree input's row is
+last time it was a tree input. A static tree (conf/tree/*.yaml: node paths, or built by
+methods/shared/trees/static.py from acceptance statistics that methods/token_recycling/calibration.py measured
+beforehand) is filled level by level from the matrix with one gather per level; after verification every tree input's row is
 overwritten with the top-k of its own output logits, accepted or not. The matrix starts at zeros (token 0
 everywhere) and persists across prompts and turns ("hot"); `start: cold` resets it per prompt-turn.
 """
@@ -14,7 +14,7 @@ import torch
 
 from bench.core.proposer import Draft, Proposer
 from bench.errors import ConfigError
-from methods.trees import resolve_tree
+from methods.shared.trees.static import resolve_tree
 
 UPDATE_STRATEGIES = ("parallel", "first", "last")
 

@@ -5,7 +5,7 @@ acceptance[k] = probability that the k-th child drawn from the draft (without re
 top-k at temperature 0) is the one accepted by Sequoia's verification rule. Measured teacher-forced on
 calibration text that no evaluation set contains (c4 rows 0-199 by default: Sequoia/DySpec evaluate rows
 200-1999 only). With acceptance made non-increasing in k, a node's chance of lying on the accepted path is
-the product of acceptance over its ranks, the best tree of n nodes is the n best nodes (methods/trees.py,
+the product of acceptance over its ranks, the best tree of n nodes is the n best nodes (static.py,
 best-first over every depth, which is what Sequoia's dynamic program computes), and the size is chosen to
 maximize E[tokens](n) / (T_target(n + 1) + depth * T_draft(1)) over the configured sizes.
 """
@@ -24,7 +24,7 @@ from bench.core.sampling import stochastic_accept, target_probs
 from bench.core.tree import tree_from_paths
 from bench.errors import ConfigError
 from bench.paths import PROJECT, project_path
-from methods.trees import best_tree, expected_mat
+from methods.shared.trees.static import best_tree, expected_mat
 
 
 @torch.inference_mode()
