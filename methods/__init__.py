@@ -11,6 +11,7 @@ REGISTRY = {
     "ar": "methods.ar:Autoregressive",
     "bpd": "methods.medusa.proposer:BPD",
     "dyspec": "methods.draft_model.dyspec:DySpec",
+    "eagle": "methods.eagle.proposer:Eagle",
     "eagle2": "methods.eagle.proposer:Eagle2",
     "hf_assisted": "methods.hf:HFAssisted",
     "hf_generate": "methods.hf:HFGenerate",

@@ -1,7 +1,7 @@
-"""EAGLE-2 (methods/eagle, bench/models/eagle.py): the feature/token alignment is pinned on a tiny model (a head
-trained on pairs (f_i, t_{i+1}) drafts what the target then accepts, an untrained one does not), and eagle2
-is token-identical to greedy AR on the real model at batch 1 and 4 (its head untrained: losslessness does not depend
-on the head)."""
+"""EAGLE-1 and EAGLE-2 (methods/eagle, bench/models/eagle.py): the feature/token alignment is pinned on a tiny
+model (a head trained on pairs (f_i, t_{i+1}) drafts what the target then accepts, an untrained one does not); eagle
+and eagle2 are token-identical to greedy AR on the real model at batch 1 and 4 (the head untrained: losslessness does
+not depend on it)."""
 
 from __future__ import annotations
 
@@ -61,15 +61,15 @@ def tiny_bundle(model, head):
                            name="tiny", eos_token_ids=[V + 5], max_context=512, load_eagle=lambda: head)
 
 
-def eagle2(bundle, **settings):
-    cfg = compose_cfg("method=eagle2").method
+def eagle2(bundle, name="eagle2", **settings):
+    cfg = compose_cfg(f"method={name}").method
     return build_method(OmegaConf.merge(cfg, settings), bundle)
 
 
-def chain_acceptance(target, head, prompts, **settings) -> float:
-    """Mean accepted drafts per verification (MAT - 1) of eagle2, checked against greedy AR."""
+def chain_acceptance(target, head, prompts, name="eagle2", **settings) -> float:
+    """Mean accepted drafts per verification (MAT - 1) of eagle2 (or eagle), checked against greedy AR."""
     engine = Engine(target, [V + 5], 512)
-    method = eagle2(tiny_bundle(target, head), **settings)
+    method = eagle2(tiny_bundle(target, head), name, **settings)
     ar = build_method(compose_cfg("method=ar").method, tiny_bundle(target, head))
     steps = []
     for p in prompts:
@@ -87,12 +87,15 @@ def test_trained_head_aligns_features_and_tokens():
     assert chain_acceptance(target, aligned, prompts, **one) > 0.75
     assert chain_acceptance(target, untrained, prompts, **one) < 0.3
     assert chain_acceptance(target, aligned, prompts, total_tokens=16, depth=4, topk=4) > 1.5  # MAT > 2.5
+    assert chain_acceptance(target, aligned, prompts, "eagle") > 1.5  # EAGLE-1's static 25-node tree
 
 
 @pytest.mark.model
-def test_eagle2_lossless_on_the_real_model(smollm, prompts, greedy):
-    """Batch 1 and batch 4 (rows against batch-1 greedy); a small tree keeps the untrained head's steps cheap."""
-    method = eagle2(smollm, total_tokens=12, depth=3, topk=4)
+@pytest.mark.parametrize("name,settings", [("eagle", {}), ("eagle2", {"total_tokens": 12, "depth": 3, "topk": 4})])
+def test_lossless_on_the_real_model(smollm, prompts, greedy, name, settings):
+    """Batch 1 and batch 4 (rows against batch-1 greedy); a small dynamic tree keeps the untrained head's steps
+    cheap."""
+    method = eagle2(smollm, name, **settings)
     engine = Engine(smollm.model, smollm.eos_token_ids, smollm.max_context, device=smollm.device)
     one = method.generate(engine, prompts[0], 24, PhaseTimer(sync=False))
     assert one.output_ids == greedy[0][:24]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from bench.core.proposer import Draft, Proposer
-from bench.core.tree import tree_from_parents
+from bench.core.tree import tree_from_parents, tree_from_paths
 from bench.errors import ConfigError
 from bench.models.eagle import causal_mask
 
@@ -78,16 +78,56 @@ class EagleProposer(Proposer):
         ids = torch.tensor(tokens, device=dev)[None]
         return self.head(ids, features[None], pos, mask[None, None], self.cache)[0]
 
-    def finish(self, parents: list[int], tokens: list[int]) -> Draft:
+    def finish(self, parents: list[int], tokens: list[int], tree=None) -> Draft:
         """Crop the head's tree entries; the Draft of breadth-first slots (parents[i]: slot of node i+1's parent)."""
         extra = self.cache.get_seq_length() - self.stable
         if extra > 0:
             self.cache.crop(-extra)  # transformers 5: a negative crop drops that many trailing positions
-        tree = tree_from_parents([-1, *parents])
+        tree = tree or tree_from_parents([-1, *parents])
         return Draft(tree, torch.tensor(tokens, dtype=torch.long, device=self.bundle.device))
 
     def describe(self):
         return {"topk": self.k}
+
+
+class Eagle(EagleProposer):
+    """EAGLE-1: a static tree of rank paths; node = the rank-r token of its parent's draft distribution."""
+
+    def __init__(self, cfg, bundle):
+        super().__init__(cfg, bundle)
+        if cfg.tree.get("kind", "template") != "template":
+            raise ConfigError("eagle needs a template tree (rank paths)")
+        self.tree = tree_from_paths([list(p) for p in cfg.tree.paths])
+        if int(self.tree.choice.max()) >= self.k:
+            raise ConfigError(f"tree uses candidate rank {int(self.tree.choice.max())} but topk is {self.k}")
+        self.parents = self.tree.parents.tolist()
+
+    def describe(self):
+        return {"topk": self.k, "tree": self.tree.name, "tree_size": self.tree.size, "tree_depth": self.tree.max_depth}
+
+    @torch.inference_mode()
+    def propose(self, seq, length):
+        root = self.catch_up(seq, length)
+        tokens = [0] * (self.tree.size + 1)  # slot 0 is the root (the engine's)
+        fhat = {0: root}  # slot -> f^ after its forward (slot 0: the catch-up's)
+        col, up = {0: -1}, {}  # slot -> cache column of its entry; column -> parent's column
+        levels = self.tree.level_slices
+        for depth, (a, b) in enumerate(levels, start=1):
+            parents = sorted({self.parents[i] for i in range(a, b)})
+            ranks = torch.log_softmax(self.head.logits(torch.stack([fhat[p] for p in parents])).float(), -1)
+            top = dict(zip(parents, ranks.topk(self.k).indices.tolist()))
+            for i in range(a, b):
+                tokens[i] = top[self.parents[i]][int(self.tree.choice[i])]
+            if depth == len(levels):
+                break  # the last level's children are never drafted
+            with_children = [i for i in range(a, b) if i in self.parents]
+            base = self.cache.get_seq_length()
+            feats = torch.stack([fhat[self.parents[i]] for i in with_children])
+            out = self.level([tokens[i] for i in with_children], feats, depth,
+                             [col[self.parents[i]] for i in with_children], up)
+            for j, i in enumerate(with_children):
+                col[i], up[base + j], fhat[i] = base + j, col[self.parents[i]], out[j]
+        return self.finish(self.parents[1:], tokens[1:], self.tree)
 
 
 class Eagle2(EagleProposer):
