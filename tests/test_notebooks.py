@@ -1,5 +1,5 @@
-"""Every notebooks/<paper>/*.py (Jupytext py:percent) runs as a plain script on a synthetic results dir, reading
-only.
+"""Every notebooks/<paper>.py (Jupytext py:percent, a section per report artifact) runs as a plain script on a
+synthetic results dir, reading only, and writes every artifact of its paper.
 
 No Jupyter kernel is needed: py:percent files are valid Python. SPECREPRO_RESULTS points at the fixture, which
 holds Token Recycling's, DySpec's, ProPD's and Post-use & Pre-cut's fixture runs (tests/fixtures/tr_results.py,
@@ -9,6 +9,7 @@ dyspec_results.py, propd_results.py with ProPD's two Figure 3 files, holistic_re
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,27 +22,23 @@ from tests.fixtures.propd_results import write_propd_results
 from tests.fixtures.tr_results import write_fixture_results
 
 REPO = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted((REPO / "notebooks").rglob("*.py"))
+NOTEBOOKS = sorted((REPO / "notebooks").glob("*.py"))
 # notebook (relative to notebooks/) -> files it must leave under the results dir
 EXPECTED = {
-    "token_recycling/table1.py": ["tables/token_recycling_table1.md", "tables/token_recycling_table1.csv",
-                                  "tables/token_recycling_table1.tex"],
-    "token_recycling/fig3.py": ["figures/tr_fig3.png", "figures/tr_fig3.csv"],
-    "token_recycling/fig4.py": ["figures/tr_fig4.png", "figures/tr_fig4.csv"],
-    "token_recycling/auto.py": ["figures/tr_auto.png", "figures/tr_auto.csv", "figures/tr_auto.md",
-                                "figures/tr_auto_forward_cost.csv"],
-    "dyspec/table.py": ["tables/dyspec_table1.md", "tables/dyspec_table1.csv", "tables/dyspec_table1.tex"],
-    "dyspec/time_breakdown.py": ["tables/dyspec_time_breakdown.md", "tables/dyspec_time_breakdown.csv",
-                                 "figures/dyspec_time_breakdown.png"],
-    "dyspec/table5.py": ["tables/dyspec_table5.md", "tables/dyspec_table5.csv",
-                         "figures/dyspec_fig9_block_counts.png", "figures/dyspec_fig9_block_counts.csv",
-                         "figures/dyspec_fig7_masks.png"],
-    **{f"propd/table{n}.py": [f"tables/propd_table{n}.{ext}" for ext in ("md", "csv", "tex")] for n in (1, 2, 3)},
-    "propd/fig7.py": [f"figures/propd_fig7.{ext}" for ext in ("png", "csv", "md", "tex")],
-    "propd/fig3.py": [*(f"figures/propd_fig3.{ext}" for ext in ("png", "csv", "md", "tex")),
-                      "figures/propd_fig3_fit.csv"],
-    **{f"holistic/table{n}.py": [f"tables/holistic_table{n}.{ext}" for ext in ("md", "csv", "tex")] for n in (1, 3, 4, 9, 10)},
-    **{f"holistic/fig{n}.py": [f"figures/holistic_fig{n}.{ext}" for ext in ("png", "csv", "md")] for n in (4, 5)},
+    "token_recycling.py": [*(f"tables/token_recycling_table1.{ext}" for ext in ("md", "csv", "tex")),
+                           "figures/tr_fig3.png", "figures/tr_fig3.csv", "figures/tr_fig4.png", "figures/tr_fig4.csv",
+                           "figures/tr_auto.png", "figures/tr_auto.csv", "figures/tr_auto.md",
+                           "figures/tr_auto_forward_cost.csv"],
+    "dyspec.py": ["tables/dyspec_table1.md", "tables/dyspec_table1.csv", "tables/dyspec_table1.tex",
+                  "tables/dyspec_time_breakdown.md", "tables/dyspec_time_breakdown.csv",
+                  "figures/dyspec_time_breakdown.png", "tables/dyspec_table5.md", "tables/dyspec_table5.csv",
+                  "figures/dyspec_fig9_block_counts.png", "figures/dyspec_fig9_block_counts.csv",
+                  "figures/dyspec_fig7_masks.png"],
+    "propd.py": [*(f"tables/propd_table{n}.{ext}" for n in (1, 2, 3) for ext in ("md", "csv", "tex")),
+                 *(f"figures/propd_fig7.{ext}" for ext in ("png", "csv", "md", "tex")),
+                 *(f"figures/propd_fig3.{ext}" for ext in ("png", "csv", "md", "tex")), "figures/propd_fig3_fit.csv"],
+    "holistic.py": [*(f"tables/holistic_table{n}.{ext}" for n in (1, 3, 4, 9, 10) for ext in ("md", "csv", "tex")),
+                    *(f"figures/holistic_fig{n}.{ext}" for n in (4, 5) for ext in ("png", "csv", "md"))],
 }
 # Table 5's sweep, small (the notebook's defaults are the paper's sizes, 20 trees each).
 TABLE5 = {"SPECREPRO_TABLE5_SIZES": "64,256", "SPECREPRO_TABLE5_TREES_PER_SIZE": "3",
@@ -96,45 +93,49 @@ def test_notebook_runs_and_writes_its_files(executed, name):
     assert not list(results.glob("*/.*"))  # no temp files left behind
 
 
-def test_table1_notebook_shows_ours_beside_the_paper(executed):
-    _, _, _, stdout = executed["token_recycling/table1.py"]
+def test_token_recycling_notebook_shows_ours_beside_the_paper(executed):
+    _, _, _, stdout = executed["token_recycling.py"]
     assert "ours (paper)" in stdout and "(110.06)" in stdout  # the paper's 7B Token Recycling tok/s
+    assert re.search(r"\n +Prefill +prefill ", stdout)  # Figure 4 with prefill as its own component
 
 
-def test_dyspec_notebooks_show_ours_beside_the_paper(executed):
-    _, _, _, stdout = executed["dyspec/table.py"]
+def test_dyspec_notebook_shows_ours_beside_the_paper(executed):
+    _, _, _, stdout = executed["dyspec.py"]
     assert "DySpec Table 1, ours (paper)" in stdout and "5.00 (7.30)" in stdout  # c4 T=0 DySpec ms/token
-    _, _, _, stdout = executed["dyspec/time_breakdown.py"]
-    assert "Tree construction (tree)" in stdout and "under 2%" in stdout
-    _, _, _, stdout = executed["dyspec/table5.py"]
-    assert "(22.5)" in stdout  # the paper's 256-node DFS tile count
+    assert "Tree construction (tree)" in stdout and "under 2%" in stdout  # Figure 4
+    assert "(22.5)" in stdout  # Table 5: the paper's 256-node DFS tile count
 
 
-def test_propd_notebooks_show_ours_beside_the_paper(executed):
-    _, _, _, stdout = executed["propd/table1.py"]
-    assert "Vicuna-7B (paper, A6000)" in stdout and "SmolLM2-135M (embedded), ours: speedup" in stdout
-    _, _, _, stdout = executed["propd/table2.py"]
-    assert "80.0% (79.0%)" in stdout and "Claim (1)" in stdout and "ours: holds" in stdout
-    _, _, _, stdout = executed["propd/table3.py"]
-    assert "2.50 (3.28)" in stdout and "Claim (2)" in stdout
-    _, _, _, stdout = executed["propd/fig7.py"]
-    assert "not loadable offline" in stdout
-    _, _, _, stdout = executed["propd/fig3.py"]
-    assert "R^2" in stdout and "(a) Paper:" in stdout
+def test_propd_notebook_shows_ours_beside_the_paper(executed):
+    _, _, _, stdout = executed["propd.py"]
+    assert "Vicuna-7B (paper, A6000)" in stdout and "SmolLM2-135M (embedded), ours: speedup" in stdout  # Table 1
+    assert "80.0% (79.0%)" in stdout and "Claim (1)" in stdout and "ours: holds" in stdout  # Table 2
+    assert "2.50 (3.28)" in stdout and "Claim (2)" in stdout  # Table 3
+    assert "not loadable offline" in stdout  # Figure 7
+    assert "R^2" in stdout and "(a) Paper:" in stdout  # Figure 3
 
 
-def test_holistic_notebooks_show_ours_beside_the_paper(executed):
-    _, _, _, stdout = executed["holistic/table1.py"]
-    assert "Ours (λ≤24)" in stdout and "0.80 (3.23)" in stdout
-    _, _, _, stdout = executed["holistic/table3.py"]
-    assert "Claim, reuse raises utilisation" in stdout and "(2.87)" in stdout
-    _, _, _, stdout = executed["holistic/table4.py"]
-    assert "8.18/68.2%" in stdout
-    _, _, _, stdout = executed["holistic/fig4.py"]
-    assert "Q_updated > Q_init > vanilla SD: holds" in stdout
-    _, _, _, stdout = executed["holistic/fig5.py"]
-    assert "best lambda differs between tasks: holds" in stdout
-    _, _, _, stdout = executed["holistic/table9.py"]
-    assert "M_d forward" in stdout and "(21)" in stdout
-    _, _, _, stdout = executed["holistic/table10.py"]
-    assert "2.00 (2.42)" in stdout
+def test_holistic_notebook_shows_ours_beside_the_paper(executed):
+    _, _, _, stdout = executed["holistic.py"]
+    assert "Ours (λ≤24)" in stdout and "0.80 (3.23)" in stdout  # Tables 1-2
+    assert "Claim, reuse raises utilisation" in stdout and "(2.87)" in stdout  # Table 3
+    assert "8.18/68.2%" in stdout  # Table 4
+    assert "Q_updated > Q_init > vanilla SD: holds" in stdout  # Figure 4
+    assert "best lambda differs between tasks: holds" in stdout  # Figure 5
+    assert "M_d forward" in stdout and "(21)" in stdout  # Table 9
+    assert "2.00 (2.42)" in stdout  # Table 10
+
+
+def test_a_section_without_runs_is_one_line_and_the_rest_run(tmp_path):
+    """A results dir holding only Token Recycling's Figure 4 run: the other sections say what is missing."""
+    from tests.fixtures.tr_results import ResultsWriter, write_fig4
+
+    write_fig4(ResultsWriter(tmp_path / "results"))
+    env = {**os.environ, "SPECREPRO_RESULTS": str(tmp_path / "results"), "MPLBACKEND": "Agg"}
+    env.pop("SPECREPRO_MODEL", None)
+    p = subprocess.run([sys.executable, str(REPO / "notebooks" / "token_recycling.py")], cwd=tmp_path, env=env,
+                       text=True, capture_output=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "results" / "figures" / "tr_fig4.png").is_file()
+    assert "token_recycling/fig3: error: no complete token_recycling runs" in p.stderr
+    assert "make reproduce-tr-fig3" in p.stderr

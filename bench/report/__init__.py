@@ -5,8 +5,8 @@
 
 One package per paper (bench/report/<paper>/) holds that paper's artifacts, constants and published numbers
 (paper_tables/); its `ARTIFACTS` registers them (bench/report/registry.py). Shared pieces: select.py (which runs a
-report uses: the one way reports read runs), tables.py (cells, md/csv/tex rendering), plots.py (figures, notebook
-helpers), runs.py (the generic `runs` table).
+report uses: the one way reports read runs), tables.py (cells, md/csv/tex rendering), plots.py (figures),
+notebook.py (the notebooks' helpers), runs.py (the generic `runs` table).
 Every number is recomputed from records.jsonl (bench.run.store, bench.run.metrics); published numbers are
 only ever printed next to ours. Nothing here imports torch, methods/ or the runner.
 """

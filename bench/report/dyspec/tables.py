@@ -89,6 +89,12 @@ def dyspec_runs(results_dir, model: str | None, methods=(*METHODS, BASELINE)) ->
     return [r for r in runs if r.meta.get("model") == model], model
 
 
+def dyspec_models(results_dir) -> list[str]:
+    """The target models with runs of DySpec's methods on its datasets, in the order of their first run."""
+    runs = read_runs(results_dir, dataset=DATASETS, method=(*METHODS, BASELINE))
+    return list(dict.fromkeys(r.meta.get("model") for r in runs))
+
+
 def table_number(runs: list[Run], paper_table: int | str | None) -> int:
     if paper_table is not None:
         return int(paper_table)

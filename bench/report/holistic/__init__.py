@@ -1,7 +1,8 @@
 """Post-use & Pre-cut (holistic token efficiency): Tables 1-2 (one table), 3, 4, 9 and 10, Figures 4 and 5.
 
 Only the registrations live here; each artifact's module is imported when it runs. Every artifact returns the
-markdown it wrote and reads runs of experiment `holistic` (conf/experiment/holistic/; common.py, through bench.report.select).
+markdown it wrote and reads runs of experiment `holistic` (conf/experiment/holistic/; common.py, through
+bench.report.select).
 """
 
 from bench.report.registry import Artifact, option
