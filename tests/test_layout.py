@@ -6,6 +6,8 @@
 - Reports import neither methods/ nor the runner's model-loading side (only bench.run.store/metrics).
 - Training code (bench/train) is imported only by scripts/ and tests/, and imports neither methods/ nor the
   reports.
+- No method imports another method's package or module (the methods of methods/__init__.py's REGISTRY, grouped
+  by their package under methods/); what several use lives in methods/shared/, which imports no method.
 - No private (underscore) name is imported from another module.
 - No source file over 450 lines; no run of 6 identical code lines in two source files.
 """
@@ -171,3 +173,39 @@ def test_training_code_only_in_its_room():
             if inside(mod, "bench.train") and any(inside(target, r) for r in ("methods", "bench.report")):
                 bad.append(f"{mod} -> {target}")
     assert bad == []
+
+
+def method_groups() -> set[str]:
+    """The methods' top-level packages under methods/, read from REGISTRY in methods/__init__.py: methods.medusa
+    for "methods.medusa.proposer:Medusa", methods.lookahead for the one-module method "methods.lookahead:...". A
+    family of methods in one package (methods.draft_model) is one group: its modules may share code."""
+    body = ast.parse((PROJECT / "methods" / "__init__.py").read_text()).body
+    registry = next(ast.literal_eval(node.value) for node in body if isinstance(node, ast.Assign)
+                    and any(isinstance(t, ast.Name) and t.id == "REGISTRY" for t in node.targets))
+    return {".".join(spec.split(":")[0].split(".")[:2]) for spec in registry.values()}
+
+
+def cross_method_imports(edges: dict[str, set[str]], groups: set[str]) -> list[str]:
+    """`module -> target` for every import by a module under methods/ of a method group not its own. Modules in no
+    group (methods/shared/) may import no method at all, else they would carry one method into another."""
+    def group(mod: str) -> str | None:
+        return next((g for g in groups if mod == g or mod.startswith(g + ".")), None)
+
+    return sorted(f"{mod} -> {target}" for mod, targets in edges.items() if mod.startswith("methods.")
+                  for target in targets if group(target) not in (None, group(mod)))
+
+
+def test_no_method_imports_another():
+    groups = method_groups()
+    assert {"methods.draft_model", "methods.lookahead", "methods.medusa", "methods.propd"} <= groups
+    assert cross_method_imports(graph(), groups) == []
+
+
+def test_cross_method_checker_finds_planted_imports():
+    groups = {"methods.lookahead", "methods.medusa", "methods.propd"}
+    edges = {"methods.propd.proposer": {"methods.medusa.proposer", "methods.propd.prune", "methods.shared.heads",
+                                        "bench.core.tree"},
+             "methods.shared.lookahead": {"methods.lookahead"},
+             "methods.lookahead": {"methods.shared.lookahead"}}
+    assert cross_method_imports(edges, groups) == ["methods.propd.proposer -> methods.medusa.proposer",
+                                                   "methods.shared.lookahead -> methods.lookahead"]

@@ -169,7 +169,7 @@ def test_config_errors_are_one_line(tiny, overrides, num_heads, match):
 def checked(monkeypatch, tiny):
     """At temperature 0 the hidden state a proposer observed must be the one whose lm_head argmax is the root:
     every propose of HeadsProposer (each forked row included) checks it; returns the count of checks."""
-    from methods.medusa.proposer import HeadsProposer
+    from methods.shared.heads import HeadsProposer
 
     lm_head, counts = tiny.get_output_embeddings(), Counter()
     for cls in HeadsProposer.__subclasses__():

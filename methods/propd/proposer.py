@@ -8,7 +8,8 @@ tree size chosen online from measured verification times and the heads' hit rate
 - `dynamic` (paper §4.2, methods/propd/dynamic.py): the tree is the best `size` nodes by expected acceptance
   (p products over the heads' top-`max_topk` ranks) for the size maximising expected tokens per estimated second;
   otherwise the static template tree of `method.tree` (Medusa's mc_sim_7b_63), as Medusa drafts it.
-- With both off, ProPD is Medusa (the ablation's baseline row).
+- With both off, ProPD is Medusa (the ablation's baseline row): both draft through MedusaTree
+  (methods/shared/heads.py).
 
 As in Medusa, a node's token is the rank-r candidate of head depth-1 (one gather). The controller and the early
 head are shared by every row of a batch (`fork` is a shallow copy); the pending hit-rate checks are per row.
@@ -26,9 +27,9 @@ from bench.core.proposer import Draft
 from bench.core.timing import device_sync
 from bench.core.tree import tree_from_paths
 from bench.errors import ConfigError
-from methods.medusa.proposer import Medusa
 from methods.propd.dynamic import DynamicTrees
 from methods.propd.prune import TopKPrune
+from methods.shared.heads import MedusaTree
 
 
 class TimedForward:
@@ -54,7 +55,7 @@ class TimedForward:
 MAX_TREES = 1024  # distinct dynamic trees kept built (oldest dropped first)
 
 
-class ProPD(Medusa):
+class ProPD(MedusaTree):
     def __init__(self, cfg, bundle):
         super().__init__(cfg, bundle)
         self.prune, self.dynamic = bool(cfg.prune), bool(cfg.dynamic)

@@ -6,4 +6,5 @@
 - draft_proposer.py: the base of the methods that draft with a separate draft model.
 - lookahead.py: lookahead decoding (Jacobi window, n-gram pool), run on the target by `lookahead` and on the
   draft model by `ouroboros`.
+- heads.py: drafting from extra heads on the target (Medusa's tree fill), used by `medusa`, `bpd` and `propd`.
 """
