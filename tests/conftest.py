@@ -80,12 +80,17 @@ def drafts(smollm, greedy):
     """Drafts built in-process (no `make draft`): an untrained 2-layer cut of the target (many rejections), the
     target itself (long acceptances), and both trimmed (bench.models.vocab) to V' = the 2048 most frequent tokens
     of one greedy output, ranked like `make draft` ranks the target's outputs; the other prompts' outputs use
-    tokens outside V', which the draft can never propose and the verifier must still produce."""
+    tokens outside V', which the draft can never propose and the verifier must still produce. The cut runs on the
+    target's CPU linear backend, as ModelBundle.load_draft puts a real draft."""
+    from bench.models import linear_backend
     from bench.models.drafts import init_draft_from_target
     from bench.models.vocab import TrimmedDraft, rank_tokens
 
     ranking = rank_tokens([greedy[0]], smollm.vocab_size)
     cut2 = init_draft_from_target(smollm.model, 2)
+    # On the target's linear backend, as ModelBundle.load_draft puts a real draft (oneDNN: ~2x faster draft
+    # forwards at the 1-8 rows tree drafting feeds, where MKL's fp32 GEMM is slowest).
+    linear_backend.set_backend(cut2, smollm.linear_backend)
     return {"cut2": cut2, "self": smollm.model, "cut2-trim": TrimmedDraft(cut2, ranking[:2048]),
             "self-trim": TrimmedDraft(smollm.model, ranking[:2048])}
 

@@ -8,7 +8,16 @@ import pytest
 
 from bench.paths import PROJECT
 from methods import REGISTRY
-from tests.conftest import compose_cfg
+
+
+@pytest.fixture(scope="module")
+def compose_cfg():
+    """bench.run.compose.compose_config's composition, with Hydra initialized once for the module's ~400
+    compositions (initializing per call is a third of each one's time)."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(PROJECT / "conf"), version_base="1.3"):
+        yield lambda *overrides: compose("config", overrides=list(overrides))
 
 
 def names(group: str) -> list[str]:
@@ -18,7 +27,7 @@ def names(group: str) -> list[str]:
 
 
 @pytest.mark.parametrize("experiment", names("experiment"))
-def test_experiment_composes(experiment):
+def test_experiment_composes(compose_cfg, experiment):
     cfg = compose_cfg(f"experiment={experiment}")
     assert cfg.method.name in REGISTRY
     assert cfg.run.max_new_tokens > 0
@@ -28,7 +37,7 @@ def test_experiment_composes(experiment):
 
 
 @pytest.mark.parametrize("experiment", names("experiment"))
-def test_every_sweep_job_composes_and_resolves(experiment):
+def test_every_sweep_job_composes_and_resolves(compose_cfg, experiment):
     """Each value of each swept key composes and resolves (a typo in a sweep fails here, not mid-run)."""
     from omegaconf import OmegaConf
 
@@ -45,7 +54,7 @@ def test_every_sweep_job_composes_and_resolves(experiment):
 
 @pytest.mark.parametrize("model", names("model"))
 @pytest.mark.parametrize("method", names("method"))
-def test_model_method_composes(model, method):
+def test_model_method_composes(compose_cfg, model, method):
     cfg = compose_cfg(f"model={model}", f"method={method}")
     assert cfg.model.name == model and cfg.method.name == method
     assert cfg.model.dtype in ("float32", "float16", "bfloat16")
@@ -56,11 +65,11 @@ def test_every_method_config_is_registered():
 
 
 @pytest.mark.parametrize("dataset", names("dataset"))
-def test_dataset_composes(dataset):
+def test_dataset_composes(compose_cfg, dataset):
     assert compose_cfg(f"dataset={dataset}").dataset.name == dataset
 
 
-def test_token_recycling_tree_comes_from_tree_group():
+def test_token_recycling_tree_comes_from_tree_group(compose_cfg):
     cfg = compose_cfg("method=token_recycling")
     assert len(cfg.method.tree.paths) == 80
 

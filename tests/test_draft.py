@@ -145,7 +145,10 @@ def test_load_draft_errors(tmp_path, monkeypatch):
         "draft 'tiny-draft' is not built: run `make draft`")
     missing = {"name": "d", "source": "path", "id": str(tmp_path / "nowhere")}
     assert "does not exist" in one_line_error(bundle_for(target, missing, cache))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # no network here either way; offline fails fast
+    # No network here either way; offline fails fast. huggingface_hub reads the variable once, at import: without
+    # its constant set too, a hub lookup retries a dead network for ~23 s before failing the same way.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
     hub = {"name": "d", "source": "hub", "id": "nobody/no-such-draft-model"}
     assert one_line_error(bundle_for(target, hub, cache)).startswith(
         "cannot load draft 'd' from hub 'nobody/no-such-draft-model'")

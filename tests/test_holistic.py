@@ -83,8 +83,9 @@ def test_wrong_phrases_never_change_the_output(smollm, prompts, greedy, drafts):
 
 def test_warm_cache_carries_over_prompts_cold_does_not(smollm, prompts, drafts):
     bundle = with_draft(smollm, drafts["cut2"])
-    warm = build(bundle, *overrides(True, True, False))
-    cold = build(bundle, *overrides(True, True, False, "method.cache.warm=false"))
+    # Drafts of 4 (not the default 24: the untrained cut's long drafts cost ~5x and the carry-over does not care)
+    warm = build(bundle, *overrides(True, True, False, "method.draft_length=4"))
+    cold = build(bundle, *overrides(True, True, False, "method.draft_length=4", "method.cache.warm=false"))
     decode(warm, bundle, prompts[:1])
     decode(cold, bundle, prompts[:1])
     n = len(warm.cache_tokens)
@@ -104,7 +105,7 @@ def test_frozen_controller_stops_learning_after_warm_up(smollm, prompts, drafts)
     """Figure 4's Q_init: the Q-table of the warm-up, then no more updates (and the run records the switch)."""
     bundle = with_draft(smollm, drafts["cut2"])
     method = build(bundle, *overrides(False, False, True, "method.controller.warmup_steps=2",
-                                      "method.controller.freeze_after_warmup=true"))
+                                      "method.controller.freeze_after_warmup=true", "method.draft_length=4"))
     assert method.describe()["controller"]["freeze_after_warmup"] is True
     decode(method, bundle, prompts[:1])
     ctl = method.controller

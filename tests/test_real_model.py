@@ -21,7 +21,10 @@ pytestmark = pytest.mark.model
     ("method=hf_pld",),
 ], ids=lambda o: "+".join(x.split("=", 1)[1] for x in o))
 def test_identical_to_hf_generate(smollm, prompts, greedy, overrides):
-    mat = assert_lossless(run_method(smollm, prompts, *overrides), greedy)
+    # Token Recycling verifies its 81-token tree every step (~3x an AR step here): 3 prompts, the matrix still
+    # reset (cold) before the 2nd and 3rd; its default configuration is on tests/test_golden_runs.py.
+    n = 3 if overrides[0] == "method=token_recycling" else len(prompts)
+    mat = assert_lossless(run_method(smollm, prompts[:n], *overrides), greedy[:n])
     assert all(len(r) == MAX_NEW or r[-1] in smollm.eos_token_ids for r in greedy)
     if overrides[0] != "method=ar":
         assert mat > 1.2  # a drafting method that never accepted a draft would pass the identity check trivially
