@@ -1,1 +1,2 @@
-"""The draft-model family: a shared draft-tree proposer and sd, specinfer, sequoia (tree DP), dyspec."""
+"""The draft-model family: sd, specinfer, sequoia (tree DP), dyspec, on the shared draft-model base
+(methods/shared/draft_proposer.py)."""
