@@ -2,7 +2,7 @@
 tree size chosen online from measured verification times and the heads' hit rates.
 
 - `prune` (paper §4.1, methods/propd/prune.py): the target runs through the core's `LayerwiseForward`; after
-  `prune_layer` layers the early head of that layer (`make heads` trains them, bench/models/early_heads.py) drops
+  `prune_layer` layers the early head of that layer (`make heads` trains them, bench/train/early_heads.py) drops
   every node outside its parent's top-`prune_topk` with its subtree, and the remaining layers run on the rest.
   Dropped nodes are never accepted, so the output stays the target's greedy output.
 - `dynamic` (paper §4.2, methods/propd/dynamic.py): the tree is the best `size` nodes by expected acceptance
