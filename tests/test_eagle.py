@@ -14,6 +14,8 @@ from omegaconf import OmegaConf
 from bench.core.engine import Engine
 from bench.core.timing import PhaseTimer
 from bench.models.eagle import EagleHead
+from bench.train import eagle as eagle_training
+from bench.train.heads_data import Positions
 from methods import build_method
 from tests.conftest import compose_cfg, tiny_llama
 
@@ -30,30 +32,28 @@ def per_token_target():
     return target
 
 
-def train_head(target, steps: int = 200) -> EagleHead:
-    """The EAGLE-1 recipe in miniature: the target's own greedy continuations, pairs (f_i, t_{i+1}), the head
-    regressing f_{i+1} (SmoothL1) and matching the target's next-token distribution at i+1 (soft CE, weight 0.1).
-    The engine's features and the proposer's pairing must match this for the drafts to be accepted."""
-    torch.manual_seed(0)
-    head = EagleHead(target)
-    g = torch.Generator().manual_seed(0)
-    prompts = torch.randint(0, V, (64, 4), generator=g)
+def positions(target, n: int, seed: int) -> Positions:
+    """The target's own greedy continuations of random prompts as heads_data's positions: per sequence the final
+    hidden state at every position and the greedy token after it."""
+    prompts = torch.randint(0, V, (n, 4), generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():
         seqs = target.generate(prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=28,
                                do_sample=False, pad_token_id=0)
-        feats = target(seqs, output_hidden_states=True).hidden_states[-1]
-        p_next = torch.softmax(target.get_output_embeddings()(feats[:, 1:]), -1)
-    opt = torch.optim.AdamW([p for p in head.parameters() if p.requires_grad], lr=3e-3)
-    n = seqs.shape[1] - 1
-    pos = torch.arange(n)[None].expand(len(seqs), n)
-    for _ in range(steps):
-        out = head(seqs[:, 1:], feats[:, :-1], pos, None)  # f^_{i+1} from (f_i, t_{i+1}); None: a causal mask
-        reg = torch.nn.functional.smooth_l1_loss(out, feats[:, 1:])
-        cls = -(p_next * torch.log_softmax(head.logits(out), -1)).sum(-1).mean()
-        opt.zero_grad()
-        (reg + 0.1 * cls).backward()
-        opt.step()
-    return head.eval()
+        hidden = target(seqs, output_hidden_states=True).hidden_states[-1][:, :-1]
+    length = hidden.shape[1]
+    return Positions(hidden.reshape(-1, hidden.shape[-1]), seqs[:, 1:].reshape(-1),
+                     torch.arange(0, n * length + 1, length))
+
+
+def train_head(target, steps: int = 200) -> EagleHead:
+    """The EAGLE-1 recipe (bench/train/eagle.py) in miniature on the target's own greedy continuations. The engine's
+    features and the proposer's pairing must match training's (f_i, t_{i+1}) for the drafts to be accepted."""
+    torch.manual_seed(0)
+    head = EagleHead(target)
+    recipe = {"lr": 3e-3, "max_minutes": 10, "max_steps": steps, "batch_tokens": 2048, "noise": 0.0, "seed": 0}
+    result = eagle_training.train(head, positions(target, 64, 0), recipe, progress_bar=False)
+    assert result["steps"] == steps and result["loss_curve"][-1]["reg"] < result["loss_curve"][0]["reg"]
+    return head
 
 
 def tiny_bundle(model, head):
@@ -103,6 +103,14 @@ def test_lossless_on_the_real_model(smollm, prompts, greedy, name, settings):
                                  [torch.Generator().manual_seed(i) for i in range(4)])
     for gen, ref in zip(rows, greedy, strict=False):
         assert gen.output_ids == ref[:16] and sum(gen.accept_lengths) == len(gen.output_ids)
+
+
+def test_heldout_agreement_by_depth():
+    target = per_token_target()
+    head, heldout = train_head(target), positions(target, 16, 7)
+    trained, untrained = eagle_training.agreement(head, heldout, 3), eagle_training.agreement(EagleHead(target), heldout, 3)
+    assert len(trained) == 3 and trained[0] > 0.75 and untrained[0] < 0.3
+    assert trained[0] >= trained[2] - 0.05  # own features only lose information with depth
 
 
 def test_head_has_only_its_own_weights():
