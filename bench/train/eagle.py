@@ -19,6 +19,8 @@ n-alpha, with the earlier context approximated the same way: a lower bound).
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import torch
 
 from bench.models.eagle import EagleHead
@@ -29,7 +31,7 @@ from bench.train.loop import train_loop
 def responses(pos: Positions, min_pairs: int = 2) -> list[tuple[int, int]]:
     """(start, stop) position ranges of the responses with at least `min_pairs` pairs."""
     offsets = pos.offsets.tolist()
-    return [(a, b) for a, b in zip(offsets[:-1], offsets[1:]) if b - a - 1 >= min_pairs]
+    return [(a, b) for a, b in pairwise(offsets) if b - a - 1 >= min_pairs]
 
 
 def batch(pos: Positions, spans: list[tuple[int, int]], dtype) -> dict[str, torch.Tensor]:
