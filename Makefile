@@ -90,6 +90,9 @@ reproduce-draft-sd: setup  ## sd at draft length 4, 8, 12 on MT-Bench and HumanE
 draft-sweep: setup  ## drafts of several depths (draft.sweep) x V' x training time, predicted speedups -> results/drafts/ (~45 min here)
 	$(PY) scripts/draft_sweep.py model=$(MODEL)
 
+eagle: setup  ## train MODEL's EAGLE-1 head on the heads' self-distillation data (conf/model/<MODEL>.yaml eagle.train) into data/cache/eagle/; prints held-out agreement per depth and relative cost
+	$(PY) scripts/train_eagle.py model=$(MODEL)
+
 heads: setup  ## train MODEL's Medusa heads by self-distillation (conf/model/<MODEL>.yaml heads.train) into data/cache/heads/ (~30 min here); prints held-out accuracy per head and relative cost
 	$(PY) scripts/train_heads.py model=$(MODEL)
 

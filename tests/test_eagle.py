@@ -119,3 +119,26 @@ def test_head_has_only_its_own_weights():
     names = set(head.state_dict())
     assert not any("embed" in n or "lm_head" in n for n in names)
     assert "fc.weight" in names and not any("input_layernorm" in n and "weight" in n for n in names)
+
+
+def test_build_writes_a_head_that_loads(tmp_path, monkeypatch):
+    """make eagle's build on a tiny target (its self-distillation data stubbed by the tiny model's own): the folder
+    holds weights and report, the report reads back, and load_eagle(source=trained) gives the trained head."""
+    from bench.models.eagle import eagle_dir, load_eagle
+
+    target = per_token_target()
+    data = SimpleNamespace(train=positions(target, 32, 0), heldout=positions(target, 8, 1))
+    monkeypatch.setattr(eagle_training, "heads_data", lambda *a, **k: (data, tmp_path / "data"))
+    model_cfg = OmegaConf.create({
+        "name": "tiny", "target": {"source": "path", "id": "tiny"}, "heads": {"train": {"seed": 0}},
+        "eagle": {"name": "tiny-eagle", "source": "trained", "id": "tiny-eagle",
+                  "train": {"lr": 3e-3, "max_minutes": 5, "max_steps": 30, "batch_tokens": 1024, "eval_depths": 2,
+                            "cost_reps": 2, "log_every": 5}}})
+    out = eagle_dir(tmp_path / "models") / "tiny-eagle"
+    report = eagle_training.build_eagle(target, None, model_cfg, out, tmp_path, None, str(tmp_path), False)
+    assert report["steps"] == 30 and len(report["agreement"]) == 2 and report["cost"]["ratio"] > 0
+    assert eagle_training.read_report(out) == report and "agreement by depth" in eagle_training.summary(report)
+    bundle = SimpleNamespace(eagle_cfg=model_cfg.eagle, model=target, model_cache=str(tmp_path / "models"),
+                             name="tiny", device=torch.device("cpu"), dtype=torch.float32)
+    loaded = load_eagle(bundle)
+    assert eagle_training.agreement(loaded, data.heldout, 2) == report["agreement"]

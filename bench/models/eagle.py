@@ -76,6 +76,9 @@ def causal_mask(n: int, cached: int, dtype, device) -> torch.Tensor:
     return mask[None, None]
 
 
+WEIGHTS = "head.safetensors"  # a trained head's folder: these weights and the training report
+
+
 def eagle_dir(model_cache: str | Path) -> Path:
     """Trained heads live beside the model cache: data/cache/models -> data/cache/eagle/<id>/."""
     return Path(model_cache).parent / "eagle"
@@ -94,7 +97,7 @@ def from_official_keys(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor
 
 def load_eagle(bundle) -> EagleHead:
     """The head a model config's `eagle` block names: `init` (untrained, seeded: lossless, MAT near 1),
-    `trained` (data/cache/eagle/<id>/head.safetensors), `path` (such a file or an official
+    `trained` (data/cache/eagle/<id>/head.safetensors, from `make eagle`), `path` (such a file or an official
     checkpoint folder) or `hub` (an official EAGLE-1 repo, e.g. yuhuili/EAGLE-Vicuna-7B-v1.3)."""
     cfg = bundle.eagle_cfg
     if cfg is None:
@@ -103,9 +106,9 @@ def load_eagle(bundle) -> EagleHead:
     torch.manual_seed(int(cfg.get("seed", 0)))
     head = EagleHead(bundle.model, bias=bool(cfg.get("bias", True)))
     if cfg.source == "trained":
-        file = eagle_dir(bundle.model_cache) / str(cfg.id) / "head.safetensors"
+        file = eagle_dir(bundle.model_cache) / str(cfg.id) / WEIGHTS
         if not file.is_file():
-            raise HarnessError(f"EAGLE head '{name}' is not built: no trained head (model {bundle.name}; "
+            raise HarnessError(f"EAGLE head '{name}' is not built: run `make eagle` (MODEL={bundle.name}; "
                                f"looked in {file.parent})")
         state = read_state(file, f"EAGLE head '{name}'")
     elif cfg.source in ("path", "hub"):

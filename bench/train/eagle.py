@@ -19,13 +19,24 @@ n-alpha, with the earlier context approximated the same way: a lower bound).
 
 from __future__ import annotations
 
+import json
+import statistics
+import time
 from itertools import pairwise
+from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 
-from bench.models.eagle import EagleHead
-from bench.train.heads_data import Positions
+from bench.cachefile import READ_ERRORS, atomic_dir, report_corrupt
+from bench.core.timing import device_sync
+from bench.errors import HarnessError
+from bench.models.eagle import WEIGHTS, EagleHead
+from bench.train.heads_data import Positions, heads_data
 from bench.train.loop import train_loop
+from bench.train.recipes import plain
+
+REPORT = "eagle_report.json"
 
 
 def responses(pos: Positions, min_pairs: int = 2) -> list[tuple[int, int]]:
@@ -81,7 +92,7 @@ def train(head: EagleHead, pos: Positions, recipe: dict, progress_bar: bool = Tr
         loss = reg + p_weight * cls
         loss.backward()
         window.append((float(reg.detach()), float(cls.detach())))
-        return float(loss)
+        return float(loss.detach())
 
     def after_step(clock, loss) -> None:
         if len(window) >= int(recipe.get("log_every", 10)):
@@ -117,3 +128,101 @@ def agreement(head: EagleHead, pos: Positions, depths: int = 6, max_responses: i
         out.append(float((right & valid).sum()) / max(int(valid.sum()), 1))
         feats = torch.cat([feats[:, :1], pred[:, :-1]], dim=1)  # pair j now reads the head's own f^_j
     return out
+
+
+def head_cost(target, head: EagleHead, reps: int = 20, warmup: int = 3, prefix: int = 64) -> dict:
+    """Median seconds of one head step (one pair, KV of `prefix` pairs) and of one target decode step (one token, KV
+    of `prefix` tokens), timed alternately in this process; both caches cropped back after every step."""
+    from transformers import DynamicCache
+
+    ids = torch.randint(0, target.config.vocab_size, (1, prefix), generator=torch.Generator().manual_seed(0))
+    ids = ids.to(target.device)
+    cache, head_cache = DynamicCache(config=target.config), head.new_cache()
+    with torch.inference_mode():
+        out = target(input_ids=ids, past_key_values=cache, use_cache=True, output_hidden_states=True,
+                     logits_to_keep=1)
+        feats = out.hidden_states[-1].to(next(head.parameters()).dtype)
+        head(ids, feats, torch.arange(prefix, device=ids.device)[None], None, head_cache)
+        token, pos = ids[:, -1:], torch.tensor([[prefix]], device=ids.device)
+        times: dict[str, list[float]] = {"target": [], "head": []}
+        for rep in range(warmup + reps):
+            t0 = now(target.device)
+            target(input_ids=token, past_key_values=cache, use_cache=True)
+            t1 = now(target.device)
+            head(token, feats[:, -1:], pos, None, head_cache)
+            t2 = now(target.device)
+            cache.crop(-1)
+            head_cache.crop(-1)
+            if rep >= warmup:
+                times["target"].append(t1 - t0)
+                times["head"].append(t2 - t1)
+    target_s, head_s = statistics.median(times["target"]), statistics.median(times["head"])
+    return {"head_s": head_s, "target_step_s": target_s, "ratio": head_s / target_s, "reps": reps, "kv_tokens": prefix}
+
+
+def now(device) -> float:
+    device_sync(device)
+    return time.perf_counter()
+
+
+def build_eagle(target, tokenizer, model_cfg, out_dir: Path, data_root: Path, mirror_dir: str | None, cache_dir: str,
+                progress_bar: bool = True) -> dict:
+    """Everything `make eagle` does for one target: the heads' self-distillation data (cached under `data_root`,
+    shared with `make heads`), held-out agreement untrained and trained, training, relative cost, atomic write of
+    head.safetensors and eagle_report.json. Returns the report."""
+    if target.dtype != torch.float32:
+        raise HarnessError(f"EAGLE training needs a float32 target for now (model '{model_cfg.name}' is "
+                           f"{str(target.dtype).replace('torch.', '')}); official heads load with model.eagle.source=hub")
+    t0 = time.perf_counter()
+    cfg = model_cfg.eagle
+    recipe = plain(cfg.train)
+    torch.manual_seed(int(recipe.get("seed", 0)))
+    data, data_path = heads_data(target, tokenizer, model_cfg, plain(model_cfg.heads.train), Path(data_root),
+                                 mirror_dir, cache_dir, progress_bar)
+    head = EagleHead(target, bias=bool(cfg.get("bias", True))).to(target.device)
+    depths = int(recipe.get("eval_depths", 6))
+    before = agreement(head, data.heldout, depths)
+    result = train(head, data.train, recipe, progress_bar)
+    after = agreement(head, data.heldout, depths)
+    report = {
+        "eagle": str(cfg.get("name") or cfg.id), "target": str(model_cfg.name),
+        "target_source": f"{model_cfg.target.source}:{model_cfg.target.id}",
+        "agreement": after, "agreement_untrained": before,
+        "cost": head_cost(target, head, reps=int(recipe.get("cost_reps", 20))),
+        **result, "train_minutes": round(result["train_seconds"] / 60, 2),
+        "wall_seconds": round(time.perf_counter() - t0, 1),
+        "data": {"cache": str(data_path), "train_positions": int(data.train.tokens.numel()),
+                 "heldout_positions": int(data.heldout.tokens.numel()), "heads_recipe": plain(model_cfg.heads.train)},
+        "dtype": "float32", "threads": torch.get_num_threads(), "torch": torch.__version__, "recipe": recipe,
+    }
+    with atomic_dir(out_dir) as tmp:
+        save_file({k: v.contiguous() for k, v in head.state_dict().items()}, str(tmp / WEIGHTS))
+        (tmp / REPORT).write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def read_report(out_dir: Path) -> dict | None:
+    """The report of a whole head folder, or None (a damaged one is reported in one line and built again)."""
+    out_dir = Path(out_dir)
+    if not (out_dir / WEIGHTS).is_file() or not (out_dir / REPORT).is_file():
+        return None
+    try:
+        load_file(str(out_dir / WEIGHTS))
+        return json.loads((out_dir / REPORT).read_text())
+    except READ_ERRORS as err:
+        report_corrupt(f"trained EAGLE head {out_dir}", err)
+        return None
+
+
+def summary(report: dict) -> str:
+    """A few lines: what was trained, held-out agreement per depth (untrained in brackets), training, cost."""
+    depth = "  ".join(f"d{d} {a:.1%} ({b:.1%})" for d, (a, b) in
+                      enumerate(zip(report["agreement"], report["agreement_untrained"], strict=True), start=1))
+    c = report["cost"]
+    return "\n".join([
+        (f"EAGLE head {report['eagle']} for {report['target']}: {report['data']['train_positions']} training / "
+         f"{report['data']['heldout_positions']} held-out positions"),
+        f"held-out top-1 agreement by depth: {depth}",
+        (f"training: {report['steps']} steps in {report['train_minutes']} min; cost {c['ratio']:.3f} of a target "
+         f"step ({c['head_s'] * 1e3:.2f} ms vs {c['target_step_s'] * 1e3:.2f} ms)"),
+    ])
