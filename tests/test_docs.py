@@ -180,6 +180,8 @@ def as_glob(path: str) -> str:
 
 
 def check_generated(path: str) -> str | None:
+    if path + "/" in GENERATED:
+        return None
     root = next(r for r in GENERATED if path.startswith(r))
     for name in path[len(root):].split("/"):
         name = re.sub(r"(\.(md|csv|tex|png|json|jsonl|npy|pt|txt|gz|safetensors|lock))+$", "", name)
@@ -200,7 +202,7 @@ def check_path(token: str) -> str | None:
     if file in EXTERNAL:
         return None
     for path in expand(file):
-        if path.startswith(GENERATED):
+        if path.startswith(GENERATED) or path + "/" in GENERATED:  # `data/cache` alone names the output folder
             if problem := check_generated(path):
                 return problem
             continue
