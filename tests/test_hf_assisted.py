@@ -142,14 +142,14 @@ def test_sampling_is_reproducible_per_engine_seed(target):
 
 
 @pytest.mark.model
-def test_real_model_identical_to_greedy_ar(smollm, prompts, greedy):
-    """An untrained 2-layer draft (first 2 target layers): output equal to greedy AR, MAT from the steps."""
+def test_real_model_identical_to_greedy_ar(smollm, prompts, greedy, drafts):
+    """An untrained 2-layer draft (first 2 target layers, tests/conftest.py): output equal to greedy AR, MAT from
+    the steps."""
     from dataclasses import replace
 
     from methods import build_method
 
-    draft = init_draft_from_target(smollm.model, 2)
-    with_draft = replace(smollm, draft=draft)  # the session bundle keeps its own (unbuilt) draft
+    with_draft = replace(smollm, draft=drafts["cut2"])  # the session bundle keeps its own (unbuilt) draft
     method = build_method(compose_cfg("method=hf_assisted").method, with_draft)
     engine = Engine(smollm.model, smollm.eos_token_ids, smollm.max_context)
     gens = [method.generate(engine, p, MAX_NEW, PhaseTimer()) for p in prompts[:3]]
