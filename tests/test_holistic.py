@@ -11,7 +11,7 @@ import pytest
 from bench.core.engine import Engine
 from bench.core.timing import PhaseTimer
 from methods import build_method
-from tests.conftest import assert_lossless, compose_cfg, run_method, with_draft
+from tests.conftest import MAX_NEW, assert_lossless, compose_cfg, run_method, with_draft
 
 pytestmark = pytest.mark.model
 
@@ -51,7 +51,7 @@ def build(bundle, *more):
 
 def decode(method, bundle, prompts):
     engine = Engine(bundle.model, bundle.eos_token_ids, bundle.max_context)
-    return [method.generate(engine, p, 64, PhaseTimer()) for p in prompts]
+    return [method.generate(engine, p, MAX_NEW, PhaseTimer()) for p in prompts]
 
 
 def test_cached_phrases_accepted_at_draft_and_target(smollm, prompts, greedy, drafts):
