@@ -138,6 +138,9 @@ class Proposer(Method):
     wants_hidden = False  # set True to receive the target's final hidden state in `observe_hidden`
     wants_features = False  # set True to receive the final hidden states of newly committed context (`observe_features`)
     rule = "sequoia"  # stochastic verification rule at temperature > 0 (bench.core.sampling.RULES)
+    # run.record_steps (set by the runner): proposers that support it keep each step's draft tokens, draft
+    # probabilities and accepted flags in step_counters ("step_*" lists); off, no host copy is added for them.
+    record_steps = False
     # The target forward this proposer's generations use (bench.core.forward; None = the engine's own). The
     # first row's decides for a batch.
     target_forward: TargetForward | None = None

@@ -39,6 +39,8 @@ def config_key(cfg) -> str:
     for k in ("logger", "paths"):
         c.pop(k, None)
     c.get("run", {}).pop("resume", None)
+    if not c.get("run", {}).get("record_steps", True):  # off: the key of runs made before the switch existed
+        c["run"].pop("record_steps")
     return hashlib.sha1(json.dumps(c, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -207,7 +207,8 @@ def counter_totals(records: list[dict]) -> dict[str, float]:
     totals: dict[str, float] = defaultdict(float)
     for r in records:
         for name, values in (r.get("counters") or {}).items():
-            totals[name] += sum(values)
+            if not name.startswith("step_"):  # run.record_steps's per-node lists are records, not counts
+                totals[name] += sum(values)
     return dict(totals)
 
 

@@ -101,6 +101,7 @@ class Runner:
         if not self.items:
             raise HarnessError(f"dataset '{cfg.dataset.name}' selection is empty")
         self.method = build_method(cfg.method, self.bundle)
+        self.method.record_steps = bool(cfg.run.get("record_steps", False))  # Proposer.record_steps
         self.batch_size = int(cfg.run.batch_size)
         self.batches = 0  # generate calls so far: a batch's id in its records
         if self.batch_size > 1 and not self.method.batchable:

@@ -137,8 +137,8 @@ class Holistic(DraftModelProposer):
         return self._target_draft(int(seq[length - 1]))
 
     def _confidence(self, logits: torch.Tensor, token: int) -> float:
-        """The draft's probability of `token` (Pre-cut's signal); not computed without the controller."""
-        if self.controller is None:
+        """The draft's probability of `token` (Pre-cut's signal); computed only for the controller or run.record_steps."""
+        if self.controller is None and not self.record_steps:
             return 1.0
         return float(torch.softmax(logits.float(), -1)[token])
 
@@ -206,6 +206,9 @@ class Holistic(DraftModelProposer):
         tree, tokens, slot = as_engine_tree(trie.tree)
         self.slot = slot
         self.chain_slots = [slot[n] for n in chain]
+        if self.record_steps:  # the draft chain (cached phrases hung at the target are not drafts)
+            self.record_draft([self.tree.token[n] for n in self.chain], list(range(-1, len(self.chain) - 1)),
+                              list(self.conf), self.chain_slots)
         self._lap("tree")
         return Draft(tree, tokens)
 
@@ -217,6 +220,8 @@ class Holistic(DraftModelProposer):
         useful = [False] + [tokens[s] == tgt[p] for p, s in itertools.pairwise(slots)]  # Eq. 7
         prefix = list(itertools.accumulate(useful, initial=0))[1:]  # useful tokens among the first n drafts
         path, _, extra = self.log_acceptance(self.chain_slots, acceptance)  # extra: phrase tokens accepted
+        if self.record_steps:
+            self.record_accepted(acceptance)
         log = self.step_log
         log["useful"].append(prefix[-1])
         log["target_hits"].append(int(extra > 0))

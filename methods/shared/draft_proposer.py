@@ -135,6 +135,24 @@ class DraftModelProposer(Proposer):
         self.step_log["draft_calls"].append(self.calls)
         self.step_log["draft_tokens"].append(drafted)
 
+    # -- per-step records (run.record_steps) ------------------------------------------------------------
+    def record_draft(self, tokens: list[int], parents: list[int], conf: list, slots: list[int]) -> None:
+        """The step's draft tokens in drafting order, their parents (-1: the root), the draft's probability of
+        each under its parent's distribution, and their engine slots (for `record_accepted`)."""
+        self.step_log["step_tokens"].append(tokens)
+        self.step_log["step_parents"].append(parents)
+        self.step_log["step_conf"].append(conf)
+        self.recorded_slots = slots
+
+    def record_accepted(self, acceptance) -> None:
+        """1 for each recorded draft token on the accepted path, else 0 (one host copy, only when recording)."""
+        path = set(acceptance.slots().tolist())
+        self.step_log["step_accepted"].append([int(s in path) for s in self.recorded_slots])
+
+    def update(self, inputs, logits, target, acceptance):
+        if self.record_steps:
+            self.record_accepted(acceptance)
+
     def log_acceptance(self, chain_slots: list[int], acceptance) -> tuple[set[int], int, int]:
         """For a draft chain verified with extra branches (cached phrases, n-grams): the accepted slots, how many
         chain tokens were accepted and how many branch tokens extended the output; the last two are counted."""
@@ -151,6 +169,14 @@ class DraftModelProposer(Proposer):
         t = self.tree
         self.end_drafting(len(t))
         tree, tokens, slot = as_engine_tree(t)
+        if self.record_steps:
+            dists = [q_root if p == ROOT else q_nodes.get(p) for p in t.parent]
+            known = [i for i, d in enumerate(dists) if d is not None]
+            values = torch.stack([dists[i][t.token[i]] for i in known]).tolist() if known else []
+            conf = [None] * len(t)
+            for i, v in zip(known, values):
+                conf[i] = v
+            self.record_draft(list(t.token), list(t.parent), conf, [slot[i] for i in range(len(t))])
         probs = None
         if self.ctx.temperature > 0:
             probs = torch.zeros(len(t) + 1, q_root.shape[-1], dtype=torch.float32, device=q_root.device)
