@@ -18,7 +18,7 @@ SWEEP = -m $(if $(HYDRA_LAUNCHER),hydra/launcher=$(HYDRA_LAUNCHER))
 TEST_WORKERS ?= 2
 STAMP  := $(VENV)/.installed
 
-.PHONY: help setup demo test lint data datastore reproduce-table1 reproduce-tr-table1 reproduce-tr-fig3 reproduce-tr-fig4 reproduce-tr-auto tree-stats draft draft-sweep reproduce-draft-sd heads reproduce-dyspec-table1 reproduce-dyspec-table2 reproduce-dyspec-table3 reproduce-dyspec-table5 reproduce-propd-table1 reproduce-propd-table2 reproduce-propd-table3 reproduce-propd-fig3 reproduce-propd-fig7 reproduce-holistic-table1 reproduce-holistic-table3 reproduce-holistic-table4 reproduce-holistic-table9 reproduce-holistic-fig4 reproduce-holistic-fig5 reproduce-holistic-table10 sweep-holistic-settings reproduced bench-engine clean-results
+.PHONY: help setup demo test lint data datastore reproduce-table1 reproduce-tr-table1 reproduce-tr-fig3 reproduce-tr-fig4 reproduce-tr-auto tree-stats draft draft-sweep reproduce-draft-sd heads reproduce-dyspec-table1 reproduce-dyspec-table2 reproduce-dyspec-table3 reproduce-dyspec-table5 reproduce-propd-table1 reproduce-propd-table2 reproduce-propd-table3 reproduce-propd-fig3 reproduce-propd-fig7 reproduce-holistic-table1 reproduce-holistic-table3 reproduce-holistic-table4 reproduce-holistic-table9 reproduce-holistic-fig4 reproduce-holistic-fig5 reproduce-holistic-table10 sweep-holistic-settings evidence reproduced bench-engine clean-results
 
 help:  ## list targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' Makefile | sed 's/:.*## /\t/'
@@ -209,7 +209,10 @@ reproduce-holistic-table10: setup  ## Post-use & Pre-cut Table 10: AR, Speculati
 	$(PY) -m bench.run $(SWEEP) experiment=holistic/table10_assisted model=$(MODEL) run.limit_per_group=$(PER_GROUP) logger=$(LOGGER)
 	$(PY) -m bench.report holistic/table10 --model $(MODEL)
 
-reproduced: setup  ## REPRODUCED.md: per paper, the latest measured tables beside the paper's numbers, from results/
+evidence: setup  ## copy the runs REPRODUCED.md uses from results/ into the committed evidence/ (then make reproduced)
+	$(PY) -m bench.report evidence
+
+reproduced: setup  ## REPRODUCED.md from the committed evidence/ only: a summary, then per paper ours beside the paper's
 	$(PY) -m bench.report reproduced
 
 bench-engine: setup  ## engine micro-benchmarks side by side in one process -> results/bench/engine.json

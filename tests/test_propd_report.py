@@ -22,6 +22,7 @@ from bench.report.propd.fig7 import fig7_points, propd_fig7
 from bench.report.propd.table1 import build_propd_table1, propd_table1
 from bench.report.propd.table2 import build_propd_table2, propd_table2, pruning_claim
 from bench.report.propd.table3 import build_propd_table3, growth_claim, propd_table3
+from bench.report.evidence import build_evidence
 from bench.report.reproduced import reproduced_page
 from bench.report.select import MissingRunsError
 from bench.run.store import Run
@@ -216,7 +217,8 @@ def test_cli_lists_and_runs_every_propd_artifact(results, capsys):
 
 
 def test_reproduced_page_has_every_propd_artifact(results, tmp_path):
-    md = reproduced_page(str(results), str(tmp_path / "REPRODUCED.md"))
+    build_evidence(str(results), str(tmp_path / "evidence"))  # the page reads only the evidence folder
+    md = reproduced_page(None, str(tmp_path / "REPRODUCED.md"), str(tmp_path / "evidence"))
     for name in ("table1", "table2", "table3", "fig7", "fig3"):
         assert f"### `propd/{name}`: `make reproduce-propd-{name}" in md
     assert "Machine: fixture/CPU/2t. Measured: 2026-02-01. Git: 1111111111." in md

@@ -1,28 +1,112 @@
-"""REPRODUCED.md is generated from results/ only: each paper's tables with machine, date, git sha, command."""
+"""REPRODUCED.md is built from the committed evidence folder alone: byte for byte the same from any copy of it, no
+machine path, no long line, a summary of every paper artifact first, each section's settings read from its runs."""
 
 from __future__ import annotations
 
+import json
+import re
+import shutil
+
+import pytest
+
+from bench.report.coverage import COVERAGE
+from bench.report.evidence import build_evidence
+from bench.report.pagetext import LINE_MAX, absolute_paths
 from bench.report.reproduced import reproduced_page
 from tests.fixtures.dyspec_results import write_full
+from tests.fixtures.holistic_results import write_holistic_results
+from tests.fixtures.propd_results import write_propd_results
 from tests.fixtures.tr_results import write_fixture_results
 
 
-def test_page_names_every_paper_its_runs_and_their_provenance(tmp_path):
-    results = write_full(write_fixture_results(tmp_path / "results"))
-    out = tmp_path / "REPRODUCED.md"
-    md = reproduced_page(str(results), str(out))
-    assert out.read_text() == md and md.startswith("# What the harness reproduced")
-    assert "### `token_recycling/table1`: `make reproduce-tr-table1 LIMIT=5`" in md
-    assert "### `dyspec/table`: `make draft && make reproduce-dyspec-table1 LIMIT=10`" in md
-    assert "Machine: fixture/CPU/2t. Measured: 2026-01-01. Git: 0000000000." in md  # TR fixture provenance
-    assert "Machine: fixture/GPU. Measured: 2026-01-01. Git: unknown. Runs: 24." in md
-    assert "Runs: 24. Run settings: " in md  # what the runs were given, beside the recipe's command
-    assert "Token Recycling Table 1, ours (paper)" in md and "DySpec Table 1, ours (paper)" in md
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """Every paper's fixture runs (ProPD's given run.limit=4, against a recipe saying LIMIT=16), their evidence
+    folder and the page built from it."""
+    root = tmp_path_factory.mktemp("reproduced")
+    results = root / "work" / "results"
+    write_fixture_results(results)
+    write_full(results)
+    write_propd_results(results, overrides={"run.limit": "4"})
+    write_holistic_results(results)
+    evidence = root / "work" / "evidence"
+    build_evidence(str(results), str(evidence))
+    page = reproduced_page(None, str(root / "REPRODUCED.md"), str(evidence))
+    return root, results, evidence, page
 
 
-def test_page_without_runs_says_so(tmp_path):
-    md = reproduced_page(str(tmp_path / "results"), str(tmp_path / "page.md"))
-    # Tables show the paper's numbers alone; ProPD's figures have none to show.
-    assert md.count("No runs under") == 5
-    assert md.count("Not measured: no complete ar/bpd/medusa/propd runs") == 1
-    assert md.count("Not measured: nothing for ProPD Figure 3") == 1
+def test_evidence_holds_summaries_configs_and_turns_without_token_ids(built):
+    _, results, evidence, _ = built
+    runs = sorted((evidence / "runs").iterdir())
+    assert runs and all(sorted(p.name for p in d.iterdir()) == ["config.yaml", "summary.json", "turns.jsonl"]
+                        for d in runs)
+    turn = json.loads((runs[0] / "turns.jsonl").read_text().splitlines()[0])
+    assert "accept_lengths" in turn and "question_id" in turn and "output_ids" not in turn
+    assert (results / "runs" / runs[0].name / "records.jsonl").is_file()  # the results' copy keeps its records
+    assert (evidence / ".gitignore").read_text().split() == ["tables/", "figures/"]
+
+
+def test_the_page_is_the_same_from_a_copy_of_the_evidence(built, tmp_path):
+    root, _, evidence, page = built
+    assert (root / "REPRODUCED.md").read_text() == page
+    again = reproduced_page(None, str(tmp_path / "again.md"), str(evidence))
+    copy = tmp_path / "elsewhere" / "evidence"
+    shutil.copytree(evidence, copy, ignore=shutil.ignore_patterns("tables", "figures", "runs.csv"))
+    moved = reproduced_page(None, str(tmp_path / "moved.md"), str(copy))
+    assert again == page and moved == page
+    assert (copy / "runs.csv").read_bytes() == (evidence / "runs.csv").read_bytes()
+
+
+def test_no_machine_path_and_no_long_line(built):
+    root, _, evidence, page = built
+    assert not absolute_paths(page), absolute_paths(page)[:3]
+    assert str(root) not in page and "/tmp" not in page
+    assert max(len(line) for line in page.splitlines()) <= LINE_MAX
+    assert "Runs: 20" not in page  # run-id lists go to evidence/runs.csv
+    rows = (evidence / "runs.csv").read_text().splitlines()
+    assert rows[0] == "artifact,run_id,method,dataset,machine,created,git_sha,git_dirty" and len(rows) > 100
+
+
+def test_summary_lists_every_artifact_with_a_status(built):
+    page = built[3]
+    summary = page.split("## Summary", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in summary.splitlines() if line.startswith("| ") and "paper |" not in line]
+    assert len(lines) == len(COVERAGE)
+    for row, line in zip(COVERAGE, lines, strict=True):
+        assert line.startswith(f"| {row.paper} | {row.label} | ")
+    assert "| propd | Figure 6 | no target |" in summary
+    assert "| dyspec | Table 2 | not measurable offline" in summary
+    assert "| token_recycling | Table 1 | measured | 3-12 |" in summary
+    # Claims carry a verdict decided from a paired interval.
+    assert re.search(r"\| propd \| Table 1 \| measured \| 8 \| propd faster than AR: holds in \d+ of \d+ ", summary)
+
+
+def test_settings_are_the_runs_not_the_recipes(built):
+    page = built[3]
+    propd = page.split("### `propd/table1`", 1)[1].split("\n### ", 1)[0]
+    assert "LIMIT=16" not in page
+    assert "Run settings: run.limit=4." in propd and "Prompts per cell: 8." in propd
+    assert "Machine: fixture/CPU/2t. Measured: 2026-02-01. Git: 1111111111. Runs: 10." in propd
+
+
+def test_a_dirty_tree_is_named_per_run(tmp_path):
+    results = write_fixture_results(tmp_path / "results")
+    for summary_file in (results / "runs").glob("*/summary.json"):  # every AR run measured on a dirty tree
+        summary = json.loads(summary_file.read_text())
+        if summary["method"] == "ar":
+            summary["provenance"] = {**summary.get("provenance", {}), "git_sha": "2" * 40, "git_dirty": True}
+            summary_file.write_text(json.dumps(summary))
+    build_evidence(str(results), str(tmp_path / "evidence"))
+    page = reproduced_page(None, str(tmp_path / "page.md"), str(tmp_path / "evidence"))
+    rows = (tmp_path / "evidence" / "runs.csv").read_text().splitlines()
+    dirty = [r.split(",") for r in rows if r.endswith(",True") and r.startswith("token_recycling/table1,")]
+    assert dirty and all(r[2] == "ar" and r[6] == "2222222222" for r in dirty)
+    text = " ".join(page.split())  # a long settings line is wrapped
+    assert f"({len(dirty)} of 14 runs from a dirty tree, named in `evidence/runs.csv`)" in text
+
+
+def test_page_without_evidence_says_so(tmp_path):
+    md = reproduced_page(None, str(tmp_path / "page.md"), str(tmp_path / "none"))
+    assert md.count("No runs in `evidence/` yet") == 5  # tables show the paper's numbers alone
+    assert "| token_recycling | Table 1 | not measured | — | — |" in md
+    assert not absolute_paths(md)

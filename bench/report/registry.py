@@ -55,9 +55,15 @@ GENERIC = {
                          "sd at draft length 4/8/12 with the model's draft, beside AR -> tables/draft_sd.{md,csv,tex}",
                          common=("model",)),
     "reproduced": Artifact("bench.report.reproduced:reproduced_page",
-                           "REPRODUCED.md: every paper's tables from results/, with machine, date, git sha",
-                           options=(option("--out", help="default: REPRODUCED.md at the project root"),),
+                           "REPRODUCED.md from evidence/ only (a summary, then every paper's tables with their runs)",
+                           options=(option("--out", help="default: REPRODUCED.md at the project root"),
+                                    option("--evidence", help="the evidence folder (default evidence/)")),
                            common=(), needs_runs=False),
+    "evidence": Artifact("bench.report.evidence:build_evidence",
+                         "copy the runs REPRODUCED.md uses from --results into evidence/ (summaries, configs, "
+                         "records without token ids)",
+                         options=(option("--out", help="default: evidence/ at the project root"),),
+                         common=()),
 }
 # Names from before the paper packages; they keep working.
 ALIASES = {

@@ -21,6 +21,19 @@ def fmt(x, spec: str = ".2f") -> str:
     return MISSING if is_missing(x) else format(x, spec)
 
 
+def with_interval(x, interval: list[float] | None, spec: str = ".2f") -> str:
+    """"2.31 [2.10, 2.52]": a number and its 95% interval (bench.run.metrics); the number alone without one."""
+    if is_missing(x) or not interval:
+        return fmt(x, spec)
+    return f"{format(x, spec)} [{format(interval[0], spec)}, {format(interval[1], spec)}]"
+
+
+def interval_columns(name: str, interval: list[float] | None) -> dict:
+    """{name_lo, name_hi}: an interval as two tidy csv columns (None without one)."""
+    lo, hi = interval or (None, None)
+    return {f"{name}_lo": lo, f"{name}_hi": hi}
+
+
 def pair(ours: str, theirs: str) -> str:
     """"ours (paper)"; MISSING alone when both sides are missing."""
     return MISSING if ours == theirs == MISSING else f"{ours} ({theirs})"

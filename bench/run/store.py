@@ -1,6 +1,8 @@
 """The results store: the one module that reads and writes results/runs/<run_id>/.
 
-A run directory holds records.jsonl (one line per prompt-turn), summary.json and config.yaml. A run is written
+A run directory holds records.jsonl (one line per prompt-turn), summary.json and config.yaml; a run in the
+committed evidence folder (bench/report/evidence.py) holds turns.jsonl instead of records.jsonl: the same records
+without their token ids, which every report reads the same way. A run is written
 into a hidden temp directory and renamed when complete, so a directory without summary.json is still being
 written, or died, and readers skip it (a run in progress is checkpointed under runs/.partial/ by
 bench.run.checkpoint). Records are the source of truth; summary.json says what the run was.
@@ -61,8 +63,15 @@ class Run:
         return read_records(self.path)
 
 
+RECORD_FILES = ("records.jsonl", "turns.jsonl")  # a results run's; an evidence run's (records less token ids)
+
+
+def records_file(run_dir: Path) -> Path | None:
+    return next((Path(run_dir, n) for n in RECORD_FILES if Path(run_dir, n).is_file()), None)
+
+
 def read_records(run_dir: Path) -> list[dict]:
-    with open(Path(run_dir) / "records.jsonl") as f:
+    with open(records_file(run_dir) or Path(run_dir) / RECORD_FILES[0]) as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
@@ -70,7 +79,7 @@ def load_runs(results_dir: str | Path) -> list[Run]:
     """Complete runs under results_dir/runs, oldest first."""
     runs = []
     for d in sorted(Path(results_dir, "runs").glob("*/")):
-        if not (d / "summary.json").is_file() or not (d / "records.jsonl").is_file():
+        if not (d / "summary.json").is_file() or records_file(d) is None:
             continue
         try:
             runs.append(Run(d, json.loads((d / "summary.json").read_text())))

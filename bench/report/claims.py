@@ -1,0 +1,53 @@
+"""Claims decided from intervals (bench.run.metrics.verdict), never from the point alone.
+
+`speedup_claim`: every paper claims its method decodes faster than AR; on the runs one artifact used, each run of
+the paper's method (bench/report/coverage.py CLAIMED) is paired with its AR baseline among those runs (same model,
+dataset, temperature, max_new_tokens, batch size and machine; bench.report.select.paired_baseline) and the paired
+bootstrap interval of its speedup decides "holds" (all above 1), "does not hold" (all below) or "undecided".
+`claim_cell` is one such verdict with its point and interval, as a table cell.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from bench.report.coverage import CLAIMED
+from bench.report.select import paired_baseline
+from bench.report.tables import MISSING, with_interval
+from bench.run.metrics import speedup, speedup_interval, verdict
+from bench.run.store import Run
+
+VERDICTS = ("holds", "undecided", "does not hold")
+
+
+def claim_cell(point: float | None, interval: list[float] | None, threshold: float = 1.0,
+               higher: bool = True) -> str:
+    """"holds (2.31 [2.10, 2.52])": the verdict from the interval, then the point and interval."""
+    return f"{verdict(interval, threshold, higher)} ({with_interval(point, interval)})"
+
+
+def paired_speedups(paper: str, used: list[Run]) -> list[tuple[float | None, list[float] | None]]:
+    """(speedup, interval) of each run of the paper's method against its AR baseline among `used`."""
+    out = []
+    for run in used:
+        if run.meta.get("method") not in CLAIMED.get(paper, ()):
+            continue
+        base = paired_baseline(used, run, "ar")
+        if base is not None:
+            out.append((speedup(run.records, base.records), speedup_interval(run.records, base.records)))
+    return out
+
+
+def speedup_claim(paper: str, used: list[Run]) -> str:
+    """"faster than AR: holds in 2, undecided in 1 of 3 (lowest 0.91 [0.85, 0.97]; highest ...)", or MISSING
+    when no run of the paper's method has its AR baseline among the runs."""
+    found = [(p, ci) for p, ci in paired_speedups(paper, used) if p is not None]
+    if not found:
+        return MISSING
+    counts = Counter(verdict(ci, 1.0) for _, ci in found)
+    tally = ", ".join(f"{v} in {counts[v]}" for v in VERDICTS if counts[v])
+    lo, hi = min(found, key=lambda x: x[0]), max(found, key=lambda x: x[0])
+    span = (f"{with_interval(*lo)}" if len(found) == 1
+            else f"lowest {with_interval(*lo)}; highest {with_interval(*hi)}")
+    methods = "/".join(CLAIMED[paper])
+    return f"{methods} faster than AR: {tally} of {len(found)} ({span})"

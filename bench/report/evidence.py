@@ -1,0 +1,82 @@
+"""The evidence behind REPRODUCED.md, committed in git: the runs the page uses, without their token ids.
+
+    python -m bench.report evidence [--results results] [--out evidence]   # `make evidence`; then `make reproduced`
+
+Layout of evidence/ (repository-relative; every report reads it as it reads a results folder):
+
+    evidence/runs/<run_id>/summary.json   the run's summary (machine paths made repository-relative)
+    evidence/runs/<run_id>/config.yaml    its resolved config (idem)
+    evidence/runs/<run_id>/turns.jsonl    its records less their token ids: per prompt-turn the question, group,
+                                          new tokens, wall time, accept lengths, phase times, draft counts,
+                                          losslessness (what the bootstrap intervals and every table need)
+    evidence/propd/*.json                 ProPD Figure 3's measurement files, when results/propd/ has them
+    evidence/runs.csv                     written by `make reproduced`: per artifact, the runs it used, each with
+                                          its machine, date, git sha and whether the tree was dirty
+    evidence/.gitignore                   tables/ and figures/, which reports write when run on the folder
+
+The runs are those the page's artifacts use when run on results/ (bench/report/reproduced.py); the folder is
+rebuilt from scratch each time, so a run no artifact uses any more leaves it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from bench.cachefile import atomic_dir, atomic_write
+from bench.errors import HarnessError
+from bench.paths import project_path
+from bench.report.pagetext import scrub, scrub_paths
+from bench.report.reproduced import EVIDENCE, build_sections
+from bench.report.select import read_runs
+from bench.run.store import Run
+
+FILES = ("propd",)  # results/ subfolders of small measurement files an artifact on the page reads (*.json)
+# Token ids, in a record or among its counters (run.record_steps' step_tokens), and every key ending in `_ids`.
+# Kept: per-step draft parents, probabilities and accepted flags (the step figures read them).
+TOKEN_FIELDS = ("output_ids", "step_tokens")
+IGNORED = "tables/\nfigures/\n"
+
+
+def no_tokens(d: dict) -> dict:
+    return {k: v for k, v in d.items() if k not in TOKEN_FIELDS and not k.endswith("_ids")}
+
+
+def turn(record: dict) -> dict:
+    """A record without its token ids (the evidence keeps metrics, not text)."""
+    out = no_tokens(record)
+    if isinstance(out.get("counters"), dict):
+        out["counters"] = no_tokens(out["counters"])
+    return out
+
+
+def write_run(run: Run, folder: Path) -> None:
+    d = folder / run.path.name
+    d.mkdir(parents=True)
+    (d / "summary.json").write_text(json.dumps(scrub(run.meta), indent=2) + "\n")
+    config = run.path / "config.yaml"
+    (d / "config.yaml").write_text(scrub_paths(config.read_text()) if config.is_file() else "")
+    (d / "turns.jsonl").write_text("".join(json.dumps(turn(r)) + "\n" for r in run.records))
+
+
+def build_evidence(results_dir: str | Path = "results", out: str | None = None) -> str:
+    """Copies the runs the page uses from results_dir into `out` (default evidence/); returns what it did."""
+    results = project_path(results_dir)
+    if not (results / "runs").is_dir():
+        raise HarnessError(f"no runs/ under {results_dir!r}: the evidence folder is left as it is")
+    folder = project_path(out or EVIDENCE)
+    runs = read_runs(results)
+    used = {r.run_id: r for s in build_sections(results, runs) for r in s.used}
+    if not used:
+        raise HarnessError(f"no run under {results_dir!r} is used by the page: the evidence folder is left as it is")
+    folder.mkdir(parents=True, exist_ok=True)
+    with atomic_dir(folder / "runs") as tmp:
+        for run in sorted(used.values(), key=lambda r: r.run_id):
+            write_run(run, Path(tmp))
+    for sub in FILES:
+        shutil.rmtree(folder / sub, ignore_errors=True)
+        for f in sorted(Path(results, sub).glob("*.json")):
+            atomic_write(folder / sub / f.name, scrub_paths(f.read_text()))
+    atomic_write(folder / ".gitignore", IGNORED)
+    return f"{len(used)} runs -> {out or EVIDENCE}/runs (then `make reproduced`)\n"
