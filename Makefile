@@ -18,7 +18,7 @@ SWEEP = -m $(if $(HYDRA_LAUNCHER),hydra/launcher=$(HYDRA_LAUNCHER))
 TEST_WORKERS ?= 2
 STAMP  := $(VENV)/.installed
 
-.PHONY: help setup demo test lint data datastore reproduce-table1 reproduce-tr-table1 reproduce-tr-fig3 reproduce-tr-fig4 reproduce-tr-auto tree-stats draft draft-sweep reproduce-draft-sd heads reproduce-dyspec-table1 reproduce-dyspec-table2 reproduce-dyspec-table3 reproduce-dyspec-table5 reproduce-propd-table1 reproduce-propd-table2 reproduce-propd-table3 reproduce-propd-fig3 reproduce-propd-fig7 reproduce-holistic-table1 reproduce-holistic-table3 reproduce-holistic-table4 reproduce-holistic-table9 reproduce-holistic-fig4 reproduce-holistic-fig5 reproduce-holistic-table10 sweep-holistic-settings evidence reproduced bench-engine clean-results
+.PHONY: help setup demo test lint data datastore reproduce-table1 reproduce-tr-table1 reproduce-tr-fig3 reproduce-tr-fig4 reproduce-tr-auto tree-stats draft draft-sweep reproduce-draft-sd heads reproduce-dyspec-table1 reproduce-dyspec-table2 reproduce-dyspec-table3 reproduce-dyspec-table4 reproduce-dyspec-fig2 reproduce-dyspec-fig5 reproduce-dyspec-table5 reproduce-propd-table1 reproduce-propd-table2 reproduce-propd-table3 reproduce-propd-fig3 reproduce-propd-fig6 reproduce-propd-fig7 reproduce-holistic-table1 reproduce-holistic-table3 reproduce-holistic-table4 reproduce-holistic-table9 reproduce-holistic-fig2 reproduce-holistic-fig4 reproduce-holistic-fig5 reproduce-holistic-table10 sweep-holistic-settings evidence reproduced bench-engine clean-results
 
 help:  ## list targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' Makefile | sed 's/:.*## /\t/'
@@ -112,6 +112,20 @@ reproduce-dyspec-table3: setup  ## DySpec Table 3 (Llama-2-7B -> Llama-2-70B; ne
 	$(PY) -m bench.run $(SWEEP) experiment=dyspec/table1 model=llama-2-70b run.limit=$(LIMIT) logger=$(LOGGER)
 	$(PY) -m bench.report dyspec/table --model llama-2-70b --paper-table 3
 
+# Table 4: AR (Table 1's runs, reused when complete) and dyspec at budget 768 with Algorithm 2, variant b768.
+reproduce-dyspec-table4: setup  ## DySpec Table 4: dyspec at budget 768 (threshold 0.001) x 3 datasets x T {0, 0.6}, beside AR
+	$(PY) -m bench.run $(SWEEP) experiment=dyspec/table1 method=ar model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
+	$(PY) -m bench.run $(SWEEP) experiment=dyspec/table4 model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
+	$(PY) -m bench.report dyspec/table --model $(MODEL) --paper-table 4
+
+reproduce-dyspec-fig2: setup  ## DySpec Figure 2: dyspec on CNN/DM at T {0, 0.6} with per-step records (run.record_steps), acceptance vs draft probability
+	$(PY) -m bench.run $(SWEEP) experiment=dyspec/fig2 model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
+	$(PY) -m bench.report dyspec/fig2 --model $(MODEL)
+
+reproduce-dyspec-fig5: setup  ## DySpec Figure 5: tree size and accepted tokens per step, dyspec at budget 768 (threshold) on OpenWebText, T 0.6
+	$(PY) -m bench.run $(SWEEP) experiment=dyspec/table4 dataset=openwebtext run.temperature=0.6 model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
+	$(PY) -m bench.report dyspec/fig5 --model $(MODEL)
+
 # Block counts need no model: random trees by default; TREES=file.jsonl adds real DySpec trees, e.g. written by
 # `python -m bench.run model=smollm2-135m dataset=c4 method=dyspec run.limit=3 method.record_trees=$PWD/results/dyspec_trees.jsonl`
 reproduce-dyspec-table5: setup  ## DySpec Table 5 / Figs 7, 9: non-zero 32x32 tiles of tree attention masks, with and without DFS reorder
@@ -153,6 +167,10 @@ reproduce-propd-fig3: setup heads  ## ProPD Figure 3: early heads' top-k accurac
 	$(PY) -m bench.run $(SWEEP) experiment=propd/fig3 $(PROPD_ARGS)
 	$(PY) -m bench.report propd/fig3 --model $(MODEL)
 
+reproduce-propd-fig6: setup heads  ## ProPD Figure 6: heads' top-k probability and the chosen tree's expected acceptance per node (propd, batch 1, MT-Bench)
+	$(PY) -m bench.run $(SWEEP) experiment=propd/fig6 $(PROPD_ARGS)
+	$(PY) -m bench.report propd/fig6 --model $(MODEL)
+
 # ---- shared
 datastore: setup  ## REST datastores (conf/datastore/, offline corpora) for MODEL's tokenizer -> data/cache/datastores/
 	$(PY) scripts/build_datastore.py model=$(MODEL)
@@ -184,6 +202,10 @@ reproduce-holistic-table9: setup  ## Post-use & Pre-cut Table 9: wall-clock of o
 	$(PY) -m bench.run $(SWEEP) experiment=holistic/ar dataset=humaneval $(HOLISTIC_ARGS)
 	$(PY) -m bench.run $(SWEEP) experiment=holistic/table3 run.variant=precut method.draft_length=24 $(HOLISTIC_ARGS)
 	$(PY) -m bench.report holistic/table9 --model $(MODEL)
+
+reproduce-holistic-fig2: setup  ## Post-use & Pre-cut Figure 2: vanilla SD (lambda 12) on Alpaca with per-step records: lambda*, reuse potential, acceptance vs confidence
+	$(PY) -m bench.run $(SWEEP) experiment=holistic/fig2 $(HOLISTIC_ARGS)
+	$(PY) -m bench.report holistic/fig2 --model $(MODEL)
 
 reproduce-holistic-fig4: setup  ## Post-use & Pre-cut Figure 4: utilisation over time, vanilla SD vs Pre-cut Q_init vs Q updated, on Alpaca
 	$(PY) -m bench.run $(SWEEP) experiment=holistic/ar dataset=alpaca $(HOLISTIC_ARGS)

@@ -266,6 +266,9 @@ def test_tiny_propd_identical_to_greedy_ar(combo, batch_size):
     if combo in ("both", "dynamic"):
         sizes = {n for g in gens for n in g.draft_nodes}
         assert len(sizes) > 1 and method.controller.selections >= 1
+        hits = method.describe()["hit_rates"]  # ProPD Figure 6 (a): per head, top-1..K, never falling with K
+        assert len(hits) == 5 and all(0 <= a <= b <= 1 for row in hits for a, b in zip(row, row[1:]))
+        assert any(row[-1] > 0 for row in hits)
 
 
 def test_propd_config_errors():

@@ -91,8 +91,11 @@ class ProPD(MedusaTree):
             info["early_heads"] = getattr(self.early, "name_or_path", None) or getattr(self.early, "name", None)
         if self.controller is not None:
             c = self.controller
+            # hit_rates: P[i][k-1], head i's running chance that the committed token is in its top k (paper §4.2.2,
+            # the end of the run's): Figure 6 (a), and with last_choice's size the tree of Figure 6 (b)
             info.update({"tree_size_choices": c.sizes, "max_topk": self.max_topk, "selections": c.selections,
-                         "last_choice": c.last_choice})
+                         "last_choice": c.last_choice,
+                         "hit_rates": [[round(v, 6) for v in row] for row in c.hits.P[:, 1:].tolist()]})
         return info
 
     def state_dict(self) -> dict:

@@ -1,4 +1,5 @@
-"""DySpec (Xiong et al., 2024): Tables 1-3, the Figure 4 time breakdown, Table 5 and Figures 7 and 9.
+"""DySpec (Xiong et al., 2024): Tables 1-4, Figures 2 and 5, the Figure 4 time breakdown, Table 5 and Figures 7
+and 9.
 
 Only the registrations live here; each artifact's module is imported when it runs.
 """
@@ -23,6 +24,14 @@ ARTIFACTS = {
         options=(option("--paper-table", type=int,
                         help="the paper's table (1: 68M/7B, 2: 68M/13B, 3: 7B/70B); "
                              "default: by --paper-size, else by the runs' paper size"),)),
+    "fig2": Artifact(
+        f"{__name__}.fig2:dyspec_fig2",
+        "Figure 2 (acceptance rate vs draft probability; runs with run.record_steps=true) -> figures/dyspec_fig2.*",
+        common=("model",)),
+    "fig5": Artifact(
+        f"{__name__}.fig5:dyspec_fig5",
+        "Figure 5 (tree size and accepted tokens per step; Table 4's budget) -> figures/dyspec_fig5.{png,csv,md}",
+        common=("model",)),
     "time_breakdown": Artifact(
         f"{__name__}.time_breakdown:dyspec_time_breakdown",
         "Figure 4 (time per component) -> tables/dyspec_time_breakdown.{md,csv}, figures/",
@@ -35,4 +44,7 @@ ARTIFACTS = {
 }
 
 # Shown on REPRODUCED.md (`make reproduced`): (artifact, options, the command that makes its runs).
-REPRODUCED = (("table", {"paper_table": 1}, "make draft && make reproduce-dyspec-table1 LIMIT=10"),)
+REPRODUCED = (("table", {"paper_table": 1}, "make draft && make reproduce-dyspec-table1 LIMIT=10"),
+              ("table", {"paper_table": 4}, "make draft && make reproduce-dyspec-table4 LIMIT=5"),
+              ("fig2", {}, "make draft && make reproduce-dyspec-fig2 LIMIT=10"),
+              ("fig5", {}, "make draft && make reproduce-dyspec-fig5 LIMIT=5"))

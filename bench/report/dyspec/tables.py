@@ -2,7 +2,7 @@
 
 Writes results/tables/dyspec_table{N}.{md,csv,tex}; the paper's numbers come from
 paper_tables/dyspec_tables_latency_per_token.csv. Runs are the latest per (model, method, dataset,
-temperature) with no variant.
+temperature) with no variant (Table 4: the methods' runs of variant b768, TABLE_VARIANTS).
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ BASELINE = "ar"  # the paper's "Baseline" (autoregressive decoding)
 LABELS = {"dyspec": "DySpec", "sequoia": "Sequoia", "specinfer": "SpecInfer", "ar": "AR"}
 # Our model's paper_size -> the paper table whose target size matches (Table 3: 7B draft, 70B target).
 TABLE_FOR_SIZE = {"7B": 1, "13B": 2, "70B": 3}
+# The run.variant a table's method runs carry (conf/experiment/dyspec/table4.yaml: budget 768 as "b768"); the
+# AR baseline has no budget, so it is always the no-variant run.
+TABLE_VARIANTS = {4: "b768"}
 PAPER_SETUP = {1: "one A100 40GB", 2: "one A100 40GB", 3: "one A100 40GB, target CPU-offloaded",
                4: "one A100 40GB, target CPU-offloaded"}
 DEFINITIONS = (
@@ -121,7 +124,8 @@ def build_dyspec_table(results_dir: str | Path, model: str | None = None,
     """One row per (dataset, temperature) in the paper's order; per method `<m>_latency_s`, `<m>_accepted`,
     `<m>_speedup` (ours; NaN: no run) and the same with `_paper`; `ar_latency_s(_paper)`. Provenance in attrs.
 
-    Runs are the latest per (model, method, dataset, temperature) with no variant; default model: that of
+    Runs are the latest per (model, method, dataset, temperature) with no variant (Table 4: the methods' runs
+    of TABLE_VARIANTS[4], AR's with none); default model: that of
     the most recent run of these methods on these datasets; default table: the one whose target size is the
     model's paper_size (7B -> 1, 13B -> 2, 70B -> 3).
     """
@@ -129,6 +133,7 @@ def build_dyspec_table(results_dir: str | Path, model: str | None = None,
     table = table_number(runs, paper_table)
     paper = dyspec_paper(table)
     latest = latest_runs(runs)
+    variant = TABLE_VARIANTS.get(table)
     used: list[Run] = []
     notes: list[str] = []
     rows = []
@@ -142,7 +147,7 @@ def build_dyspec_table(results_dir: str | Path, model: str | None = None,
             if base:
                 used.append(base)
             for m in METHODS:
-                run = latest.get((model, m, None, dataset, t))
+                run = latest.get((model, m, variant, dataset, t))
                 paired = (paired_baseline(runs, run, BASELINE) or base) if run is not None else base
                 row.update(method_cells(m, run, paired, paper, dataset, t, paper_base))
                 if run is None:
@@ -165,8 +170,8 @@ def build_dyspec_table(results_dir: str | Path, model: str | None = None,
     df = pd.DataFrame(rows).reindex(columns=["dataset", "paper_dataset", "temperature", *numeric, *run_cols])
     df[numeric] = df[numeric].astype(float)  # None -> NaN: empty CSV cells, never "None"
     missing = [f"{LABELS[k[1]]} {k[3]} T={k[4]:g}"
-               for k in ((model, m, None, d, t) for d in DATASETS for t in TEMPERATURES
-                         for m in (*METHODS, BASELINE)) if k not in latest]
+               for k in ((model, m, None if m == BASELINE else variant, d, t) for d in DATASETS
+                         for t in TEMPERATURES for m in (*METHODS, BASELINE)) if k not in latest]
     df.attrs.update(provenance(model, table, paper, used), notes=list(dict.fromkeys(notes)), missing=missing)
     return df
 

@@ -1,4 +1,4 @@
-"""Post-use & Pre-cut (holistic token efficiency): Tables 1-2 (one table), 3, 4, 9 and 10, Figures 4 and 5.
+"""Post-use & Pre-cut (holistic token efficiency): Tables 1-2 (one table), 3, 4, 9 and 10, Figures 2, 4 and 5.
 
 Only the registrations live here; each artifact's module is imported when it runs. Every artifact returns the
 markdown it wrote and reads runs of experiment `holistic` (conf/experiment/holistic/; common.py, through
@@ -27,6 +27,9 @@ ARTIFACTS = {
     "table10": Artifact(f"{__name__}.table10:holistic_table10",
                         "Table 10 (speedup vs AR per Spec-Bench category: Speculative (8), Assisted, ours) -> "
                         "tables/holistic_table10.{md,csv,tex}", **MODEL),
+    "fig2": Artifact(f"{__name__}.fig2:holistic_fig2",
+                     "Figure 2 (local optimal lambda per iteration, reuse potential, acceptance vs confidence "
+                     "product; (b), (c) need run.record_steps=true) -> figures/holistic_fig2.{png,csv,md}", **MODEL),
     "fig4": Artifact(f"{__name__}.fig4:holistic_fig4",
                      "Figure 4 (utilisation over time: vanilla SD, Pre-cut Q_init, Q updated) -> "
                      "figures/holistic_fig4.{png,csv,md}", options=(FIG4_DATASET,), **MODEL),
@@ -45,6 +48,7 @@ REPRODUCED = (
     ("table4", {}, "make reproduce-holistic-table4 LIMIT=5"),
     ("table9", {}, "make reproduce-holistic-table9 LIMIT=5"),
     ("table10", {}, "make reproduce-holistic-table10"),
+    ("fig2", {}, "make reproduce-holistic-fig2 LIMIT=5"),
     ("fig4", {}, "make reproduce-holistic-fig4 LIMIT=5"),
     ("fig5", {}, "make reproduce-holistic-fig5 LIMIT=5"),
 )

@@ -1,4 +1,4 @@
-"""ProPD (Zhong et al., 2024): Tables 1-3, Figures 3 and 7.
+"""ProPD (Zhong et al., 2024): Tables 1-3, Figures 3, 6 and 7.
 
 Only the registrations live here; each artifact's module is imported when it runs. Every artifact returns the
 markdown it wrote (so REPRODUCED.md can show it) and reads runs of ar, bpd, medusa and propd (common.py, through bench.report.select).
@@ -23,6 +23,9 @@ ARTIFACTS = {
     "fig3": Artifact(f"{__name__}.fig3:propd_fig3",
                      "Figure 3 (early heads' top-k accuracy, iteration time, MAT per category) -> "
                      "figures/propd_fig3.{png,csv,md,tex}", **FIGURE),
+    "fig6": Artifact(f"{__name__}.fig6:propd_fig6",
+                     "Figure 6 (heads' top-k probability, expected acceptance per node of the chosen tree) -> "
+                     "figures/propd_fig6.{png,csv,md}", **MODEL),
     "fig7": Artifact(f"{__name__}.fig7:propd_fig7",
                      "Figure 7 (tok/s of ar, bpd, medusa, propd per dataset and batch) -> "
                      "figures/propd_fig7.{png,csv,md,tex}", **MODEL),
@@ -35,4 +38,5 @@ REPRODUCED = (
     ("table3", {}, "make reproduce-propd-table3 LIMIT=16"),
     ("fig7", {}, "make reproduce-propd-fig7 LIMIT=16"),
     ("fig3", {}, "make reproduce-propd-fig3 LIMIT=16"),
+    ("fig6", {}, "make reproduce-propd-fig6 LIMIT=16"),
 )

@@ -1,0 +1,114 @@
+"""DySpec Figure 5: the token tree's size at each step beside the tokens accepted at that step.
+
+The paper (Appendix, Table 4's setting: Llama-2-7B -> 70B, budget 768, Algorithm 2 with threshold 0.001, target
+temperature 0.6 on OpenWebText) plots both per step and states that the threshold leaves the budget unused: the
+mean tree size is 551.79 of 768 (paper_tables/dyspec_fig5_tree_size.csv). Ours reads the records every run keeps
+(draft nodes and accept lengths per step) of the latest dyspec run, preferring Table 4's runs (experiment
+dyspec_table4) on openwebtext at T=0.6, as the paper's.
+
+Writes results/figures/dyspec_fig5.{png,csv,md}: per step of the run (its prompts one after another), the tree
+size and the tokens accepted (drafts + the bonus token).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from bench.cachefile import atomic_write
+from bench.report.plots import figures_dir, new_figure, save_csv, save_figure
+from bench.report.select import default_model, missing, read_runs, settings
+from bench.report.tables import fmt, markdown, with_interval
+from bench.run.metrics import bootstrap_interval, mat, mean, ratio_of_sums
+
+MAKE = "make reproduce-dyspec-fig5"
+PAPER_CSV = Path(__file__).with_name("paper_tables") / "dyspec_fig5_tree_size.csv"
+PREFER = (("experiment", "dyspec_table4"), ("dataset", "openwebtext"), ("temperature", 0.6))
+
+
+def fig5_run(results_dir: str | Path, model: str | None = None):
+    """The dyspec run of `model` (default: the latest dyspec run's) matching most of PREFER, latest on ties."""
+    runs = read_runs(results_dir, method="dyspec")
+    model = default_model(runs, model)
+    runs = [r for r in runs if r.meta.get("model") == model and any(rec.get("draft_nodes") for rec in r.records)]
+    if not runs:
+        return None
+
+    def score(r):
+        return sum((r.temperature if k == "temperature" else r.meta.get(k)) == v for k, v in PREFER)
+
+    return max(enumerate(runs), key=lambda ir: (score(ir[1]), ir[0]))[1]
+
+
+def build_fig5(results_dir: str | Path, model: str | None = None) -> pd.DataFrame:
+    """One row per verification step: question_id, turn, step (of the run), tree_size, accepted."""
+    run = fig5_run(results_dir, model)
+    if run is None:
+        raise missing("dyspec run", results_dir, MAKE)
+    rows = []
+    for r in run.records:
+        for size, acc in zip(r.get("draft_nodes") or [], r["accept_lengths"][1:]):
+            rows.append({"question_id": r["question_id"], "turn": r.get("turn", 0), "step": len(rows),
+                         "tree_size": size, "accepted": acc})
+    df = pd.DataFrame(rows)
+    per_q = df.groupby("question_id")
+    size_ci = bootstrap_interval([per_q["tree_size"].sum().tolist(), per_q.size().tolist()], ratio_of_sums)
+    ms = settings(run)
+    df.attrs.update(run_id=run.run_id, model=run.meta.get("model"), dataset=run.meta.get("dataset"),
+                    temperature=run.temperature, machine=run.meta.get("machine"), budget=ms.get("budget"),
+                    algorithm=ms.get("algorithm"), threshold=ms.get("threshold"), experiment=run.meta.get("experiment"),
+                    size_ci=size_ci, mat=mat(run.records), questions=per_q.ngroups)
+    return df
+
+
+def paper_row() -> dict:
+    return pd.read_csv(PAPER_CSV).iloc[0].to_dict()
+
+
+def plot(df: pd.DataFrame, path: Path) -> Path:
+    a = df.attrs
+    fig = new_figure(figsize=(10, 4))
+    ax = fig.subplots()
+    ax.plot(df["step"], df["tree_size"], color="tab:blue", lw=1, label="tree size (draft nodes)")
+    if a["budget"]:
+        ax.axhline(a["budget"], color="tab:blue", ls=":", lw=1, label=f"budget {a['budget']}")
+    ax.set(xlabel="verification step (the run's prompts one after another)", ylabel="draft nodes")
+    ax2 = ax.twinx()
+    ax2.plot(df["step"], df["accepted"], color="tab:red", lw=1, label="accepted tokens")
+    ax2.set_ylabel("tokens accepted (incl. bonus)")
+    lines = ax.get_legend_handles_labels(), ax2.get_legend_handles_labels()
+    ax.legend(lines[0][0] + lines[1][0], lines[0][1] + lines[1][1], fontsize=8, loc="upper right")
+    fig.suptitle(f"DySpec Figure 5, ours: {a['model']} on {a['dataset']}, T={a['temperature']:g}, "
+                 f"{a['algorithm']} budget {a['budget']}")
+    return save_figure(fig, path)
+
+
+def dyspec_fig5(results_dir: str | Path, model: str | None = None) -> str:
+    """Plot and write figures/dyspec_fig5.{png,csv,md}; returns the markdown. No dyspec run: MissingRunsError."""
+    df = build_fig5(results_dir, model)
+    a, paper = df.attrs, paper_row()
+    out = figures_dir(results_dir)
+    png = plot(df, out / "dyspec_fig5.png")
+    save_csv(df, out / "dyspec_fig5.csv")
+    size = float(df["tree_size"].mean()) if len(df) else None
+    fill = [v / a["budget"] for v in a["size_ci"]] if a["size_ci"] and a["budget"] else None
+    display = pd.DataFrame([
+        {"": "ours", "Setting": f"{a['dataset']}, T={a['temperature']:g}, {a['algorithm']} "
+                                f"(threshold {fmt(a['threshold'], 'g')}), budget {a['budget']}",
+         "Mean tree size [95% CI]": with_interval(size, a["size_ci"]),
+         "Of the budget": with_interval(size / a["budget"] if size and a["budget"] else None, fill, ".1%"),
+         "Accepted / step": fmt(float(df["accepted"].mean()) if len(df) else None)},
+        {"": "paper", "Setting": f"{paper['dataset']}, T={paper['temperature']:g}, threshold (Algorithm 2, "
+                                 f"threshold {paper['threshold']:g}), budget {int(paper['budget'])}",
+         "Mean tree size [95% CI]": fmt(paper["mean_tree_size"]),
+         "Of the budget": fmt(paper["mean_tree_size"] / paper["budget"], ".1%"), "Accepted / step": "—"}])
+    foot = [f"Ours: {a['model']}, machine {a['machine']}, {a['questions']} prompt-turns, {len(df)} steps, experiment "
+            f"{a['experiment'] or '—'}; MAT (prefill counted as a step) {fmt(a['mat'])}. Interval: 95% bootstrap "
+            "over questions.",
+            f"Paper: Llama-2-7B -> Llama-2-70B; the text gives only the mean tree size ({paper['mean_tree_size']:g} of "
+            f"{int(paper['budget'])}); the figure has no point values.",
+            f"Runs: {a['run_id']}."]
+    md = markdown(display, f"DySpec Figure 5, ours (figure: {png}).", foot, numparse=False)
+    atomic_write(out / "dyspec_fig5.md", md)
+    return md

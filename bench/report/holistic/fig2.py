@@ -1,0 +1,224 @@
+"""Post-use & Pre-cut Figure 2, the observations the method rests on, from a vanilla SD run (fixed draft length
+lambda; conf/experiment/holistic/fig2.yaml, Alpaca, run.record_steps=true):
+
+(a) the local optimal draft length lambda* of each SD iteration: the draft tokens it accepted (a longer draft
+    wastes draft calls, a shorter one target calls); lambda* = lambda means "at least lambda". From accept lengths,
+    which every run records.
+(b) reuse potential: of each iteration's discarded draft tokens (after its accepted prefix), the share inside a
+    discarded phrase of >= 2 tokens that reappears later in the same prompt-turn: in the output the target commits
+    afterwards ("at the target"), or in a later iteration's draft ("at the draft"). Needs per-step draft tokens.
+(c) the product of the draft tokens' confidences (the draft's probability of each, softmax at temperature 1, as
+    Pre-cut reads it) against the acceptance of the draft sequence: for each prefix d_0..d_l of each iteration's
+    draft, whether all of it was accepted, binned by the product. Needs per-step confidences.
+(b) and (c) read the step_* counters of runs made with run.record_steps=true (bench/report/steps.py).
+
+Writes results/figures/holistic_fig2.{png,csv,md}. The paper's figure has no point values in its text.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bench.cachefile import atomic_write
+from bench.report.holistic.common import draft_length, level
+from bench.report.plots import figures_dir, new_figure, save_csv, save_figure, wrap
+from bench.report.select import default_model, latest, missing, read_runs, used_ids
+from bench.report.steps import SWITCH, binned_rate, has_steps, nodes, rises, steps
+from bench.report.tables import fmt, markdown, with_interval
+from bench.run.metrics import bootstrap_interval, ratio_of_sums
+from bench.run.store import Run
+
+MAKE = "make reproduce-holistic-fig2"
+EDGES = [0.0, 0.01, 0.03, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0]  # Pre-cut's confidence bins (conf_edges), ascending
+SHOWN_STEPS = 200  # iterations drawn in (a)
+PAPER = {"a": "Paper (a): the local optimal draft length varies strongly across SD iterations.",
+         "b": "Paper (b): a substantial portion of draft tokens from prior iterations (phrases of 2+ tokens) "
+              "reappear and can be reused.",
+         "c": "Paper (c, Alpaca): the acceptance of a draft sequence correlates strongly and positively with the "
+              "product of its tokens' confidences (Eq. 6)."}
+
+
+def vanilla(run: Run) -> bool:
+    """Vanilla SD: method sd, or holistic with reuse and Pre-cut off (a fixed lambda)."""
+    return run.meta.get("method") == "sd" or level(run) == "sd"
+
+
+def fig2_runs(results_dir: str | Path, model: str | None = None) -> tuple[Run | None, Run | None]:
+    """(the run of (a), the run of (b)/(c)): the latest vanilla SD run with per-step records, preferring
+    experiment holistic_fig2, for both; without one, (a) reads the latest vanilla SD run."""
+    runs = [r for r in read_runs(results_dir, method=("holistic", "sd"), greedy=True) if vanilla(r)]
+    recorded = [r for r in runs if has_steps(r)]
+    model = default_model(recorded or runs, model)
+    runs, recorded = ([r for r in rs if r.meta.get("model") == model] for rs in (runs, recorded))
+    rec = latest(recorded, lambda r: r.meta.get("experiment") == "holistic_fig2") or latest(recorded)
+    return rec or latest(runs, lambda r: r.meta.get("experiment") == "holistic_fig2") or latest(runs), rec
+
+
+def local_optimum(run: Run) -> pd.DataFrame:
+    """(a): question_id, iteration, lambda_star (accepted drafts) for every iteration but a prompt-turn's last (the
+    token limit may cut it)."""
+    rows = []
+    for r in run.records:
+        for i, n in enumerate(r["accept_lengths"][1:-1]):
+            rows.append({"question_id": r["question_id"], "iteration": len(rows), "lambda_star": n - 1})
+    return pd.DataFrame(rows, columns=["question_id", "iteration", "lambda_star"])
+
+
+def bigrams(tokens: list[int]) -> set:
+    return set(zip(tokens, tokens[1:]))
+
+
+def reuse(run: Run) -> pd.DataFrame:
+    """(b): per iteration, the discarded draft tokens and how many lie in a discarded bigram that reappears later
+    in the committed output (`at_target`) or in a later iteration's draft (`at_draft`)."""
+    rows = []
+    for r in run.records:
+        st, out = steps(r), r["output_ids"]
+        for k, s in enumerate(st):
+            a = sum(s["accepted"])
+            rest = s["tokens"][a:]
+            if not rest:
+                continue
+            later_out = bigrams(out[s["start"] + a:])  # what the target commits from this iteration on
+            later_draft = set().union(*(bigrams(x["tokens"]) for x in st[k + 1:])) if k + 1 < len(st) else set()
+            row = {"question_id": r["question_id"], "discarded": len(rest)}
+            for name, later in (("at_target", later_out), ("at_draft", later_draft)):
+                hit = [False] * len(rest)
+                for j, pair in enumerate(zip(rest, rest[1:])):
+                    if pair in later:
+                        hit[j] = hit[j + 1] = True
+                row[name] = sum(hit)
+            rows.append(row)
+    return pd.DataFrame(rows, columns=["question_id", "discarded", "at_target", "at_draft"])
+
+
+def share(df: pd.DataFrame, col: str) -> tuple[float | None, list[float] | None]:
+    """Sum of `col` / discarded tokens, and its interval over questions."""
+    if df.empty or df["discarded"].sum() == 0:
+        return None, None
+    q = df.groupby("question_id")[[col, "discarded"]].sum()
+    return (float(q[col].sum() / q["discarded"].sum()),
+            bootstrap_interval([q[col].tolist(), q["discarded"].tolist()], ratio_of_sums))
+
+
+def spread(a: pd.DataFrame) -> tuple[float | None, list[float] | None]:
+    """Standard deviation of lambda* over iterations, with an interval over questions."""
+    if len(a) < 2:
+        return None, None
+    g = a.groupby("question_id")["lambda_star"]
+    n, s1, s2 = g.count().tolist(), g.sum().tolist(), (a.assign(sq=a["lambda_star"] ** 2)
+                                                     .groupby("question_id")["sq"].sum().tolist())
+
+    def std(n, s1, s2, axis=-1):
+        m = s1.sum(axis) / n.sum(axis)
+        return np.sqrt(np.maximum(s2.sum(axis) / n.sum(axis) - m ** 2, 0))
+
+    return float(a["lambda_star"].std(ddof=0)), bootstrap_interval([n, s1, s2], std)
+
+
+def build_fig2(results_dir: str | Path, model: str | None = None) -> pd.DataFrame:
+    """Tidy rows: part a (iteration, lambda_star), part b (measure, value, low, high), part c (bins)."""
+    run_a, run_bc = fig2_runs(results_dir, model)
+    if run_a is None:
+        raise missing("vanilla SD run (sd, or holistic with reuse and Pre-cut off)", results_dir, MAKE)
+    a = local_optimum(run_a)
+    parts = [a.assign(part="a")]
+    attrs = {"run_a": run_a, "lambda": draft_length(run_a) or run_a.meta.get("method_settings", {}).get("draft_length"),
+             "spread": spread(a), "run_bc": run_bc}
+    if run_bc is not None:
+        b = reuse(run_bc)
+        for col in ("at_target", "at_draft"):
+            value, ci = share(b, col)
+            parts.append(pd.DataFrame([{"part": "b", "measure": col, "value": value,
+                                        "low": ci[0] if ci else None, "high": ci[1] if ci else None,
+                                        "discarded": int(b["discarded"].sum())}]))
+        c = binned_rate(nodes(run_bc), "path_conf", EDGES)
+        parts.append(c.assign(part="c"))
+        attrs["rises"] = rises(c)
+    df = pd.concat(parts, ignore_index=True)
+    df.attrs.update({k: v for k, v in attrs.items() if not isinstance(v, Run)},
+                    run_ids=used_ids([run_a, run_bc]),
+                    model=run_a.meta.get("model"), dataset=run_a.meta.get("dataset"),
+                    machine=run_a.meta.get("machine"), recorded=run_bc is not None)
+    return df
+
+
+def plot(df: pd.DataFrame, path: Path) -> Path:
+    at = df.attrs
+    fig = new_figure(figsize=(15, 4))
+    ax_a, ax_b, ax_c = fig.subplots(1, 3)
+    a = df[df["part"] == "a"].head(SHOWN_STEPS)
+    ax_a.plot(a["iteration"], a["lambda_star"], lw=1, color="tab:blue")
+    if at["lambda"]:
+        ax_a.axhline(at["lambda"], ls=":", color="gray", label=f"lambda = {at['lambda']}")
+        ax_a.legend(fontsize=8)
+    ax_a.set(xlabel="SD iteration", ylabel="local optimal draft length", title="(a) lambda* per iteration")
+    for ax, part, title in ((ax_b, "b", "(b) discarded draft tokens that reappear"),
+                            (ax_c, "c", "(c) acceptance vs confidence product")):
+        ax.set_title(title)
+        if not at["recorded"]:
+            ax.text(0.5, 0.5, wrap(f"not measured: no run with {SWITCH} ({MAKE})", 36), ha="center",
+                    va="center", transform=ax.transAxes)
+            ax.set_xticks([])
+            ax.set_yticks([])
+    if at["recorded"]:
+        b = df[df["part"] == "b"]
+        err = np.vstack([b["value"] - b["low"], b["high"] - b["value"]]).astype(float)
+        ax_b.bar(["at the target", "at the draft"], b["value"].fillna(0), yerr=np.nan_to_num(err).clip(min=0),
+                 color=["tab:green", "tab:orange"], capsize=4)
+        ax_b.set(ylim=(0, 1), ylabel="share of discarded draft tokens")
+        c = df[df["part"] == "c"]
+        mid = (c["bin_low"] + c["bin_high"]) / 2
+        err = np.vstack([c["rate"] - c["rate_low"], c["rate_high"] - c["rate"]]).astype(float)
+        ax_c.errorbar(mid, c["rate"], yerr=np.nan_to_num(err).clip(min=0), marker="o", capsize=3)
+        ax_c.plot([0, 1], [0, 1], ls=":", color="gray", lw=1)
+        ax_c.set(xlim=(0, 1), ylim=(0, 1.05), xlabel="product of draft confidences",
+                 ylabel="share of draft prefixes accepted")
+    fig.suptitle(f"Post-use & Pre-cut Figure 2, ours: {at['model']} on {at['dataset']}")
+    return save_figure(fig, path)
+
+
+def holistic_fig2(results_dir: str | Path, model: str | None = None) -> str:
+    """Plot and write figures/holistic_fig2.{png,csv,md}; returns the markdown. No vanilla SD run:
+    MissingRunsError; without per-step records, (b) and (c) say why they are empty."""
+    df = build_fig2(results_dir, model)
+    at = df.attrs
+    out = figures_dir(results_dir)
+    png = plot(df, out / "holistic_fig2.png")
+    save_csv(df, out / "holistic_fig2.csv")
+    a = df[df["part"] == "a"]
+    lam, (std, std_ci) = at["lambda"], at["spread"]
+    rows = [{"Part": "(a)", "Measure": "lambda* (accepted drafts per iteration): mean; std [95% CI]",
+             "Ours": f"{fmt(a['lambda_star'].mean())}; {with_interval(std, std_ci)}"},
+            {"Part": "(a)", "Measure": f"iterations with lambda* = 0 / = lambda ({lam})",
+             "Ours": f"{fmt((a['lambda_star'] == 0).mean(), '.1%')} / {fmt((a['lambda_star'] == lam).mean(), '.1%')}"}]
+    claims = [f"(a) lambda* varies across iterations (std's interval above 1 token): "
+              f"{'undecided' if std_ci is None else 'holds' if std_ci[0] > 1 else 'does not hold' if std_ci[1] < 1 else 'undecided'}."]
+    if at["recorded"]:
+        b = df[df["part"] == "b"].set_index("measure")
+        for col, name in (("at_target", "in the output committed later"), ("at_draft", "in a later draft")):
+            rows.append({"Part": "(b)", "Measure": f"discarded draft tokens that reappear {name} [95% CI]",
+                         "Ours": with_interval(b.at[col, "value"], None if pd.isna(b.at[col, "low"]) else
+                                               [b.at[col, "low"], b.at[col, "high"]], ".1%")})
+        for _, r in df[(df["part"] == "c") & (df["nodes"] > 0)].iterrows():  # empty bins: only in the csv
+            rows.append({"Part": "(c)", "Measure": f"prefixes with confidence product in [{r['bin_low']:g}, "
+                                                   f"{r['bin_high']:g}{']' if r['bin_high'] == 1 else ')'}: accepted "
+                                                   f"[95% CI] ({int(r['nodes'])} prefixes)",
+                         "Ours": with_interval(r["rate"], None if pd.isna(r["rate_low"]) else
+                                               [r["rate_low"], r["rate_high"]], ".2f")})
+        claims.append(f"(c) acceptance rises with the confidence product (highest filled bin's interval above the "
+                      f"lowest's): {at['rises']}.")
+    else:
+        rows.append({"Part": "(b), (c)", "Measure": "—", "Ours": f"Not measured: no vanilla SD run with {SWITCH} "
+                                                                 f"({MAKE})"})
+    foot = [f"Ours: {at['model']}, machine {at['machine']}, {at['dataset']}, vanilla SD at lambda {lam}; intervals: "
+            "95% bootstrap over questions. (b): a discarded token counts when a 2-token phrase of the discarded "
+            "part holding it reappears later in the same prompt-turn.",
+            *claims, *PAPER.values(), "The paper's figure gives no point values.",
+            "Runs: " + ", ".join(at["run_ids"]) + "."]
+    md = markdown(pd.DataFrame(rows), f"Post-use & Pre-cut Figure 2, ours (figure: {png}).", foot, numparse=False)
+    atomic_write(out / "holistic_fig2.md", md)
+    return md

@@ -1,0 +1,80 @@
+"""The per-node draft records of runs made with `run.record_steps=true` (docs/runs.md): each verification step's
+draft tokens, their parents, draft probabilities and accepted flags, kept by the draft-model proposers as the
+counters step_tokens, step_parents, step_conf and step_accepted. DySpec Figure 2 and Post-use & Pre-cut Figure 2
+read them; ordinary runs do not have them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from bench.run.metrics import bootstrap_interval, ratio_of_sums
+from bench.run.store import Run
+
+KEYS = ("step_tokens", "step_parents", "step_conf", "step_accepted")
+SWITCH = "run.record_steps=true"
+
+
+def has_steps(run: Run) -> bool:
+    """True when some record of the run holds the per-step draft lists."""
+    return any((r.get("counters") or {}).get("step_accepted") for r in run.records)
+
+
+def steps(record: dict) -> list[dict]:
+    """One dict per verification step of a record: tokens, parents, conf, accepted (lists, drafting order) and
+    `start`, the number of output tokens committed before that step's draft."""
+    c = record.get("counters") or {}
+    if not all(c.get(k) for k in KEYS):
+        return []
+    starts = np.cumsum(record["accept_lengths"]).tolist()  # [0] is the prefill's token: step i starts after i+1
+    return [{"tokens": t, "parents": p, "conf": q, "accepted": a, "start": starts[i]}
+            for i, (t, p, q, a) in enumerate(zip(*(c[k] for k in KEYS)))]
+
+
+def nodes(run: Run) -> pd.DataFrame:
+    """One row per drafted node: question_id, turn, step, node, depth, conf (the draft's probability of the token
+    under its parent's distribution), accepted (on the accepted path), reached (its parent is the root or was
+    accepted: verification tested it), and path_conf (the product of conf from the root)."""
+    rows = []
+    for r in run.records:
+        for s, st in enumerate(steps(r)):
+            depth, path = {}, {}
+            for i, (parent, conf, acc) in enumerate(zip(st["parents"], st["conf"], st["accepted"])):
+                depth[i] = 1 if parent < 0 else depth[parent] + 1
+                c = np.nan if conf is None else float(conf)
+                path[i] = c if parent < 0 else path[parent] * c
+                rows.append({"question_id": r["question_id"], "turn": r.get("turn", 0), "step": s, "node": i,
+                             "depth": depth[i], "conf": c, "path_conf": path[i], "accepted": int(acc),
+                             "reached": int(parent < 0 or bool(st["accepted"][parent]))})
+    return pd.DataFrame(rows, columns=["question_id", "turn", "step", "node", "depth", "conf", "path_conf",
+                                       "accepted", "reached"])
+
+
+def binned_rate(df: pd.DataFrame, x: str, edges, y: str = "accepted") -> pd.DataFrame:
+    """Per bin of column `x` (right-open bins between `edges`, the last closed): the nodes, the mean of `y` and
+    its 95% bootstrap interval over questions (paired sums: a question's nodes resampled together)."""
+    out = []
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        last = hi == edges[-1]
+        sub = df[(df[x] >= lo) & ((df[x] <= hi) if last else (df[x] < hi))]
+        per_q = sub.groupby("question_id")[y].agg(["sum", "count"])
+        interval = bootstrap_interval([per_q["sum"].tolist(), per_q["count"].tolist()], ratio_of_sums) \
+            if len(per_q) else None
+        out.append({"bin_low": lo, "bin_high": hi, "nodes": len(sub),
+                    "rate": float(sub[y].mean()) if len(sub) else np.nan,
+                    "rate_low": interval[0] if interval else np.nan, "rate_high": interval[1] if interval else np.nan})
+    return pd.DataFrame(out)
+
+
+def rises(bins: pd.DataFrame) -> str:
+    """Whether the rate rises with the binned quantity, from intervals: "holds" when the highest filled bin's
+    interval lies wholly above the lowest filled bin's, "does not hold" when wholly below, else "undecided"."""
+    filled = bins.dropna(subset=["rate_low", "rate_high"])
+    filled = filled[filled["nodes"] > 0]
+    if len(filled) < 2:
+        return "undecided"
+    lo, hi = filled.iloc[0], filled.iloc[-1]
+    if hi["rate_low"] > lo["rate_high"]:
+        return "holds"
+    return "does not hold" if hi["rate_high"] < lo["rate_low"] else "undecided"
