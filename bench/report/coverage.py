@@ -26,15 +26,15 @@ COVERAGE = (
     Row("dyspec", "Table 1", "table", {"paper_table": 1}),
     Row("dyspec", "Table 2", "table", {"paper_table": 2}, offline="llama-68m -> Llama-2-13B: the hub and a GPU"),
     Row("dyspec", "Table 3", "table", {"paper_table": 3}, offline="Llama-2-7B -> Llama-2-70B: the hub and GPUs"),
-    Row("dyspec", "Table 4"),  # its experiment sets a variant dyspec/table does not select yet
-    Row("dyspec", "Figure 2"),
+    Row("dyspec", "Table 4", "table", {"paper_table": 4}),
+    Row("dyspec", "Figure 2", "fig2"),
     Row("dyspec", "Figure 4", "time_breakdown"),
-    Row("dyspec", "Figure 5"),
+    Row("dyspec", "Figure 5", "fig5"),
     Row("dyspec", "Table 5", "table5"),
     Row("dyspec", "Figure 7", "table5"),
     Row("dyspec", "Figure 9", "table5"),
     Row("holistic", "Tables 1-2", "table1"),
-    Row("holistic", "Figure 2"),  # (b), (c) need per-step draft tokens and confidences records do not keep
+    Row("holistic", "Figure 2", "fig2"),  # (b), (c) from runs with run.record_steps=true
     Row("holistic", "Table 3", "table3"),
     Row("holistic", "Table 4", "table4"),
     Row("holistic", "Table 9", "table9"),
@@ -45,7 +45,7 @@ COVERAGE = (
     Row("propd", "Table 2", "table2"),
     Row("propd", "Table 3", "table3"),
     Row("propd", "Figure 3", "fig3"),
-    Row("propd", "Figure 6"),
+    Row("propd", "Figure 6", "fig6"),
     Row("propd", "Figure 7", "fig7"),
     Row("token_recycling", "Table 1", "table1"),
     Row("token_recycling", "Figure 3", "fig3"),

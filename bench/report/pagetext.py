@@ -5,7 +5,7 @@
   temporary worktree's or a home folder's path never reaches a committed file.
 - `scrub`: the same on every string of a JSON-like value (summaries).
 - `wrap_long`: markdown paragraph lines over LINE_MAX characters are wrapped at spaces (the rendered page is the
-  same); table rows are left alone.
+  same); a table whose rows are longer is split into tables of fewer columns, each repeating the first column.
 """
 
 from __future__ import annotations
@@ -43,14 +43,40 @@ def scrub(value):
     return value
 
 
-def wrap_long(text: str) -> str:
+def split_table(rows: list[str]) -> list[str]:
+    """A markdown table (rows of `| a | b |`, cells without `|`) as tables of at most LINE_MAX characters a row,
+    each repeating the first column, a blank line between them."""
+    cells = [row.strip().strip("|").split("|") for row in rows]
+    widths = [max(len(r[i]) for r in cells) + 1 for i in range(len(cells[0]))]
+    chunks, current = [], []
+    for i in range(1, len(widths)):
+        if current and widths[0] + sum(widths[j] for j in current) + widths[i] + 1 > LINE_MAX:
+            chunks.append(current)
+            current = []
+        current.append(i)
+    chunks.append(current)
     out = []
-    for line in text.split("\n"):
-        if len(line) <= LINE_MAX or line.lstrip().startswith("|"):
+    for chunk in chunks:
+        out += ["" if out else None, *("|" + "|".join(r[j] for j in (0, *chunk)) + "|" for r in cells)]
+    return [line for line in out if line is not None]
+
+
+def wrap_long(text: str) -> str:
+    out: list[str] = []
+    table: list[str] = []
+    for line in [*text.split("\n"), ""]:
+        if line.startswith("|"):
+            table.append(line)
+            continue
+        if table:
+            out += split_table(table) if max(map(len, table)) > LINE_MAX and all(
+                t.count("|") == table[0].count("|") for t in table) else table
+            table = []
+        if len(line) <= LINE_MAX:
             out.append(line)
         else:
             out += textwrap.wrap(line, WRAP_AT, break_long_words=True, break_on_hyphens=False)
-    return "\n".join(out)
+    return "\n".join(out[:-1])
 
 
 def absolute_paths(text: str) -> list[str]:

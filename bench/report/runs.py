@@ -7,14 +7,15 @@ from pathlib import Path
 import pandas as pd
 
 from bench.report.select import latest_runs, paired_baseline, read_runs
-from bench.report.tables import MISSING, fmt, lossless_text, markdown, write_texts
-from bench.run.metrics import speedup, summarize
+from bench.report.tables import MISSING, fmt, lossless_text, markdown, with_interval, write_texts
+from bench.run.metrics import speedup, speedup_interval, summarize
 
 FOOTER = ("MAT: tokens per target forward incl. the bonus token, pooled over steps; tok/s: mean of "
           "per-question rates; speedup: ratio of mean rates on the same questions, baseline at the same "
           "temperature T; overhead: share of "
           "wall time outside model forwards (— for HF generate, timed as one phase); lossless: "
-          "prompt-turns token-identical to greedy AR.")
+          "prompt-turns token-identical to greedy AR. [low, high]: 95% bootstrap interval over questions (paired "
+          "for speedups).")
 
 
 def runs_table(results_dir: str | Path, model: str | None = None, paper_size: str | None = None,
@@ -28,13 +29,14 @@ def runs_table(results_dir: str | Path, model: str | None = None, paper_size: st
         speed = {}
         for m in ("hf_generate", "ar"):
             b = paired_baseline(runs, run, m) or latest.get((key[0], m, None, key[3], key[4]))
-            speed[m] = speedup(run.records, b.records) if b else None
+            speed[m] = (speedup(run.records, b.records), speedup_interval(run.records, b.records)) if b else (None, None)
         rows.append({
             "model": key[0], "dataset": key[3], "method": key[1] + (f"[{key[2]}]" if key[2] else ""),
             "T": f"{key[4]:g}",
-            "turns": s["n_turns"], "MAT": fmt(s["mat"]),
-            "tok/s": fmt(s["tokens_per_s"]["mean_of_questions"]),
-            "speedup vs hf_generate": fmt(speed["hf_generate"]), "speedup vs ar": fmt(speed["ar"]),
+            "turns": s["n_turns"], "MAT": with_interval(s["mat"], s["intervals"]["mat"]),
+            "tok/s": with_interval(s["tokens_per_s"]["mean_of_questions"], s["intervals"]["tokens_per_s"]),
+            "speedup vs hf_generate": with_interval(*speed["hf_generate"]),
+            "speedup vs ar": with_interval(*speed["ar"]),
             "overhead": fmt(s["overhead_share"]), "lossless": lossless_text(s["lossless"]) or MISSING,
         })
     if not rows:

@@ -34,6 +34,17 @@ def interval_columns(name: str, interval: list[float] | None) -> dict:
     return {f"{name}_lo": lo, f"{name}_hi": hi}
 
 
+def interval_in(row, col: str) -> list[float] | None:
+    """The interval a row's `<col>_lo`/`<col>_hi` columns hold (interval_columns), None without one."""
+    lo, hi = row.get(f"{col}_lo"), row.get(f"{col}_hi")
+    return None if is_missing(lo) or is_missing(hi) else [lo, hi]
+
+
+def ours_cells(df: pd.DataFrame, col: str, spec: str = ".2f") -> list[str]:
+    """Column `col` of a tidy table as cells "2.31 [2.10, 2.52]" (the number alone where it has no interval)."""
+    return [with_interval(row[col], interval_in(row, col), spec) for _, row in df.iterrows()]
+
+
 def pair(ours: str, theirs: str) -> str:
     """"ours (paper)"; MISSING alone when both sides are missing."""
     return MISSING if ours == theirs == MISSING else f"{ours} ({theirs})"

@@ -12,8 +12,17 @@ from pathlib import Path
 import pandas as pd
 
 from bench.report.select import default_model, latest_runs, paired_baseline, read_runs
-from bench.report.tables import MISSING, fmt, lossless_text, pair, render, write_texts
-from bench.run.metrics import speedup, summarize
+from bench.report.tables import (
+    MISSING,
+    fmt,
+    interval_columns,
+    lossless_text,
+    ours_cells,
+    pair,
+    render,
+    write_texts,
+)
+from bench.run.metrics import speedup, speedup_interval, summarize
 from bench.run.store import Run
 
 PAPER_CSV = Path(__file__).with_name("paper_tables") / "token_recycling_table1.csv"
@@ -47,7 +56,8 @@ DEFINITIONS = (
     "bonus token included, pooled over all steps. tok/s: mean over questions of per-question tokens/s. "
     "Speedup: ratio of those means vs our hf_generate run on the same model and dataset (questions in "
     "both runs); MT..RAG are SpecBench per-category speedups. Lossless: outputs equal to the greedy "
-    "reference / outputs checked."
+    "reference / outputs checked. Ours carry a 95% bootstrap interval over questions [low, high] (paired for "
+    "speedups; the csv's _lo/_hi columns)."
 )
 
 
@@ -66,6 +76,9 @@ def dataset_cells(prefix: str, run: Run | None, base: Run | None) -> dict:
     s = summarize(run.records)
     return {f"{prefix}_mat": s["mat"], f"{prefix}_tok_s": s["tokens_per_s"]["mean_of_questions"],
             f"{prefix}_speedup": speedup(run.records, base.records) if base else None,
+            **interval_columns(f"{prefix}_mat", s["intervals"]["mat"]),
+            **interval_columns(f"{prefix}_tok_s", s["intervals"]["tokens_per_s"]),
+            **interval_columns(f"{prefix}_speedup", speedup_interval(run.records, base.records) if base else None),
             f"{prefix}_lossless": lossless_text(s["lossless"]), f"{prefix}_run_id": run.run_id}
 
 
@@ -129,11 +142,12 @@ def build_token_recycling_table1(results_dir: str | Path, model: str | None = No
                 for group, rs in group_records(run.records).items():
                     if group in GROUPS and group in base_groups:
                         row[GROUPS[group]] = speedup(rs, base_groups[group])
+                        row.update(interval_columns(GROUPS[group], speedup_interval(rs, base_groups[group])))
         for col in METRICS:
             row[f"{col}_paper"] = paper.at[paper_row, col] if paper_row in paper.index else None
         rows.append(row)
 
-    numeric = [c for col in METRICS for c in (col, f"{col}_paper")]
+    numeric = [c for col in METRICS for c in (col, f"{col}_lo", f"{col}_hi", f"{col}_paper")]
     df = pd.DataFrame(rows).reindex(columns=["method", "variant", "label", "paper_method", *numeric,
                                              "specbench_lossless", "mbpp_lossless",
                                              "specbench_run_id", "mbpp_run_id"])
@@ -154,8 +168,7 @@ def display(df: pd.DataFrame) -> pd.DataFrame:
     """String cells "ours (paper)"; "—" for a missing side, just "—" when both are missing."""
     out = pd.DataFrame({"Method": df["label"], "Paper": df["paper_method"].fillna(MISSING)})
     for col in METRICS:
-        out[HEADERS[col]] = [pair(fmt(ours), fmt(theirs))
-                             for ours, theirs in zip(df[col], df[f"{col}_paper"])]
+        out[HEADERS[col]] = [pair(ours, fmt(theirs)) for ours, theirs in zip(ours_cells(df, col), df[f"{col}_paper"])]
     for col in ("specbench_lossless", "mbpp_lossless"):
         out[HEADERS[col]] = [v if isinstance(v, str) else MISSING for v in df[col]]
     return out
