@@ -22,7 +22,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.report.select import MissingRunsError, Pool, pool, read_runs, settings, used_ids
-from bench.run.metrics import counter_totals, mat, speedup, tokens_per_s
+from bench.run.metrics import (
+    counter_totals,
+    mat,
+    mat_interval,
+    rate_interval,
+    speedup,
+    speedup_interval,
+    tokens_per_s,
+)
 from bench.run.store import Run
 
 EXPERIMENT = "holistic"
@@ -87,7 +95,7 @@ def verifications(records: list[dict]) -> int:
 def numbers(run: Run | None, base: Run | None) -> dict:
     """tok/s, speedup vs AR, MAT, both utilisations, hit rates and draft length of one run (None when absent)."""
     keys = ("tok_s", "speedup", "mat", "util_eq3", "util_accepted", "draft_tokens_mean", "draft_calls_mean",
-            "draft_hit_rate", "target_hit_rate")
+            "draft_hit_rate", "target_hit_rate", "tok_s_ci", "speedup_ci", "mat_ci")
     if run is None:
         return dict.fromkeys(keys)
     c = counter_totals(run.records)
@@ -104,7 +112,10 @@ def numbers(run: Run | None, base: Run | None) -> dict:
             "draft_tokens_mean": c["draft_tokens"] / steps if steps else None,
             "draft_calls_mean": c["draft_calls"] / steps if steps else None,
             "draft_hit_rate": ratio("draft_hits", "draft_fetches"),
-            "target_hit_rate": ratio("target_hits", "target_fetches")}
+            "target_hit_rate": ratio("target_hits", "target_fetches"),
+            # 95% bootstrap intervals over questions (paired with AR for the speedup)
+            "tok_s_ci": rate_interval(run.records), "mat_ci": mat_interval(run.records),
+            "speedup_ci": speedup_interval(run.records, base.records) if base else None}
 
 
 def footer(p: Pool, used: list[Run | None]) -> list[str]:
