@@ -13,7 +13,7 @@
 # ---
 
 # %% [markdown]
-# # DySpec: Tables 1-3, the Figure 4 time breakdown, Table 5 and Figures 7 and 9
+# # DySpec: Tables 1-4, Figures 2 and 5, the Figure 4 time breakdown, Table 5 and Figures 7 and 9
 #
 # Regenerates DySpec's tables and figures from the runs under `$SPECREPRO_RESULTS` (default `results/`, relative
 # paths from the project root); never runs a model. Each section runs one artifact of `bench/report/dyspec/` as
@@ -88,3 +88,41 @@ _, table5 = report("dyspec/table5", sizes=env("SPECREPRO_TABLE5_SIZES"),
 if table5:
     show([path for name, path in table5.items() if name.endswith(".png")])
     show(pd.read_csv(table5["dyspec_fig9_block_counts.csv"]))
+
+# %% [markdown]
+# ## Table 4: budget 768 with Algorithm 2 (threshold 0.001)
+#
+# The dyspec runs of `experiment=dyspec/table4` (run.variant b768) beside AR (`make reproduce-dyspec-table4`):
+# Table 4's cells select those runs, Tables 1-3 the budget-64 ones.
+
+# %%
+md, table4 = report("dyspec/table", paper_table=4)
+if table4:
+    show(md)
+
+# %% [markdown]
+# ## Figure 2: acceptance rate against draft probability
+#
+# dyspec runs with per-step records (`run.record_steps=true`, `make reproduce-dyspec-fig2`) on CNN DailyMail at
+# T 0 and 0.6: every node a verification tested, binned by the draft's probability of its token, with the share
+# accepted and its 95% interval. The paper's right panel (target vs draft probability) needs the target's
+# probabilities, which no record keeps.
+
+# %%
+md, fig2 = report("dyspec/fig2")
+if fig2:
+    show(fig2["dyspec_fig2.png"])
+    show(md)
+
+# %% [markdown]
+# ## Figure 5: tree size and accepted tokens per step
+#
+# The dyspec run at Table 4's budget (768, threshold) on OpenWebText at T 0.6, as the paper (`make
+# reproduce-dyspec-fig5`), else the latest dyspec run: per step, the tree's size and the tokens accepted, beside
+# the paper's mean tree size (551.79 of 768).
+
+# %%
+md, fig5 = report("dyspec/fig5")
+if fig5:
+    show(fig5["dyspec_fig5.png"])
+    show(md)

@@ -13,7 +13,7 @@
 # ---
 
 # %% [markdown]
-# # Post-use & Pre-cut: Tables 1-2, 3, 4, 9 and 10, Figures 4 and 5
+# # Post-use & Pre-cut: Tables 1-2, 3, 4, 9 and 10, Figures 2, 4 and 5
 #
 # Regenerates the paper's tables and figures from the runs of experiment `holistic` (`conf/experiment/holistic/`)
 # under `$SPECREPRO_RESULTS` (default `results/`, relative paths from the project root); never runs a model. Each
@@ -122,3 +122,17 @@ if fig5:
     show(fig5["holistic_fig5.png"])
     show(md)
     show(pd.read_csv(fig5["holistic_fig5.csv"]).drop(columns=["run_id", "ar_run_id"]))
+
+# %% [markdown]
+# ## Figure 2: the observations behind Post-use and Pre-cut
+#
+# Vanilla SD at lambda 12 on Alpaca with per-step records (`run.record_steps=true`, `make reproduce-holistic-fig2`):
+# (a) the local optimal draft length per iteration, (b) the share of discarded draft tokens that reappear later
+# (in the output, in a later draft), (c) the acceptance of draft prefixes against the product of their tokens'
+# confidences. Without per-step records, (a) alone, from any vanilla SD run.
+
+# %%
+md, fig2 = report("holistic/fig2")
+if fig2:
+    show(fig2["holistic_fig2.png"])
+    show(md)

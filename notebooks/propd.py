@@ -13,7 +13,7 @@
 # ---
 
 # %% [markdown]
-# # ProPD: Tables 1-3, Figures 7 and 3
+# # ProPD: Tables 1-3, Figures 7, 3 and 6
 #
 # Regenerates ProPD's tables and figures from the runs under `$SPECREPRO_RESULTS` (default `results/`, relative
 # paths from the project root); never runs a model. Each section runs one artifact of `bench/report/propd/` as
@@ -105,3 +105,19 @@ if fig3:
     show(pd.read_csv(fig3["propd_fig3_fit.csv"]))
 for panel, text in PAPER.items():
     print(f"({panel}) {text}")
+
+# %% [markdown]
+# ## Figure 6: the dynamic tree's probability estimation
+#
+# A propd run with the dynamic tree on (`make reproduce-propd-fig6`) records its heads' top-k hit rates and the
+# last tree size it chose. (a) the top-k probability of each head; (b) each node's expected acceptance in the
+# best-first tree of that size, whose sum plus one is the estimated acceptance length, set beside the run's
+# measured MAT. The paper's Figure 6 is a worked example, not a measurement. Below, the first nodes of (b).
+
+# %%
+md, fig6 = report("propd/fig6")
+if fig6:
+    show(fig6["propd_fig6.png"])
+    show(md)
+    nodes = pd.read_csv(fig6["propd_fig6.csv"])
+    show(nodes[nodes["part"] == "b"][["node", "path", "value"]].head(16))

@@ -3,7 +3,7 @@ synthetic results dir, reading only, and writes every artifact of its paper.
 
 No Jupyter kernel is needed: py:percent files are valid Python. SPECREPRO_RESULTS points at the fixture, which
 holds Token Recycling's, DySpec's, ProPD's and Post-use & Pre-cut's fixture runs (tests/fixtures/tr_results.py,
-dyspec_results.py, propd_results.py with ProPD's two Figure 3 files, holistic_results.py).
+dyspec_results.py, propd_results.py with ProPD's two Figure 3 files, holistic_results.py, step_results.py).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import pytest
 from tests.fixtures.dyspec_results import write_full
 from tests.fixtures.holistic_results import write_holistic_results
 from tests.fixtures.propd_results import write_propd_results
+from tests.fixtures.step_results import write_step_results
 from tests.fixtures.tr_results import write_fixture_results
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,12 +34,14 @@ EXPECTED = {
                   "tables/dyspec_time_breakdown.md", "tables/dyspec_time_breakdown.csv",
                   "figures/dyspec_time_breakdown.png", "tables/dyspec_table5.md", "tables/dyspec_table5.csv",
                   "figures/dyspec_fig9_block_counts.png", "figures/dyspec_fig9_block_counts.csv",
-                  "figures/dyspec_fig7_masks.png"],
+                  "figures/dyspec_fig7_masks.png", *(f"tables/dyspec_table4.{ext}" for ext in ("md", "csv", "tex")),
+                  *(f"figures/dyspec_fig{n}.{ext}" for n in (2, 5) for ext in ("png", "csv", "md"))],
     "propd.py": [*(f"tables/propd_table{n}.{ext}" for n in (1, 2, 3) for ext in ("md", "csv", "tex")),
                  *(f"figures/propd_fig7.{ext}" for ext in ("png", "csv", "md", "tex")),
-                 *(f"figures/propd_fig3.{ext}" for ext in ("png", "csv", "md", "tex")), "figures/propd_fig3_fit.csv"],
+                 *(f"figures/propd_fig3.{ext}" for ext in ("png", "csv", "md", "tex")), "figures/propd_fig3_fit.csv",
+                 *(f"figures/propd_fig6.{ext}" for ext in ("png", "csv", "md"))],
     "holistic.py": [*(f"tables/holistic_table{n}.{ext}" for n in (1, 3, 4, 9, 10) for ext in ("md", "csv", "tex")),
-                    *(f"figures/holistic_fig{n}.{ext}" for n in (4, 5) for ext in ("png", "csv", "md"))],
+                    *(f"figures/holistic_fig{n}.{ext}" for n in (2, 4, 5) for ext in ("png", "csv", "md"))],
 }
 # Table 5's sweep, small (the notebook's defaults are the paper's sizes, 20 trees each).
 TABLE5 = {"SPECREPRO_TABLE5_SIZES": "64,256", "SPECREPRO_TABLE5_TREES_PER_SIZE": "3",
@@ -56,6 +59,8 @@ def executed(tmp_path_factory):
     for nb in NOTEBOOKS:
         results = write_propd_results(write_full(write_fixture_results(tmp_path_factory.mktemp(nb.stem) / "results")))
         write_holistic_results(results)
+        # the figures of per-step records and hit rates: older than every other fixture run, of their models
+        write_step_results(results, day="2025-12-01", models={"dyspec": "smollm2-135m", "propd": "smollm2-135m"})
         env = {**os.environ, "SPECREPRO_RESULTS": str(results), "MPLBACKEND": "Agg", **TABLE5}
         for name in ("SPECREPRO_MODEL", "SPECREPRO_TREES", "SPECREPRO_DATASET", "SPECREPRO_TEMPERATURE"):
             env.pop(name, None)
