@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from bench.errors import HarnessError
+from bench.paths import project_path
 from bench.report.__main__ import main
 from bench.report.dyspec import tables as dyspec_tables
 from bench.report.dyspec.tables import build_dyspec_table, dyspec_table
@@ -239,3 +240,12 @@ def test_breakdown_files_and_errors(full, tmp_path, capsys):
 def test_run_key_defaults_to_greedy():
     assert Run(Path("x"), {"method": "ar"}).key[-1] == 0.0
     assert Run(Path("x"), {"method": "ar", "temperature": 0.6}).key[-1] == 0.6
+
+
+
+def test_paper_table4_has_its_baseline_column():
+    """DySpec Table 4's Baseline column (Llama-2-70B AR latency per token) is in the paper CSV, as Table 1's is."""
+    paper = pd.read_csv(project_path("bench/report/dyspec/paper_tables/dyspec_tables_latency_per_token.csv"))
+    base = paper[(paper["table"] == 4) & (paper["method"] == "baseline")]
+    assert len(base) == 6 and base["accepted_per_step"].isna().all()
+    assert base.set_index(["dataset", "temperature"]).at[("C4", 0.0), "latency_s_per_token"] == 5.5965
