@@ -30,6 +30,10 @@ def test_config_key_ignores_what_does_not_change_a_measurement():
     other = OmegaConf.merge(cfg, {"run": {"resume": False}, "logger": {"name": "wandb"}, "paths": {"results": "b"}})
     assert config_key(cfg) == config_key(other)
     assert config_key(cfg) != config_key(OmegaConf.merge(cfg, {"run": {"limit": 4}}))
+    # run.record_steps off is the key runs had before the switch existed (a resumed sweep still finds them); on, the
+    # records differ, so the run is another
+    assert config_key(OmegaConf.merge(cfg, {"run": {"record_steps": False}})) == config_key(cfg)
+    assert config_key(OmegaConf.merge(cfg, {"run": {"record_steps": True}})) != config_key(cfg)
 
 
 def test_checkpoint_resumes_after_the_last_saved_record(tmp_path):
