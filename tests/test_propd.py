@@ -6,6 +6,7 @@ tiny random Llama at B = 1 and 4, the real embedded model at B = 1 and 4."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from types import SimpleNamespace
 
 import pytest
@@ -267,7 +268,7 @@ def test_tiny_propd_identical_to_greedy_ar(combo, batch_size):
         sizes = {n for g in gens for n in g.draft_nodes}
         assert len(sizes) > 1 and method.controller.selections >= 1
         hits = method.describe()["hit_rates"]  # ProPD Figure 6 (a): per head, top-1..K, never falling with K
-        assert len(hits) == 5 and all(0 <= a <= b <= 1 for row in hits for a, b in zip(row, row[1:]))
+        assert len(hits) == 5 and all(0 <= a <= b <= 1 for row in hits for a, b in itertools.pairwise(row))
         assert any(row[-1] > 0 for row in hits)
 
 

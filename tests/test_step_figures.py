@@ -78,7 +78,8 @@ def test_holistic_fig2_parts(results):
     a = df[df["part"] == "a"]
     assert a["lambda_star"].tolist() == [2, 2, 2, 2]  # 2 questions x the iterations before the last
     b = df[df["part"] == "b"].set_index("measure")["value"]
-    # discarded phrases (4, 3), (7, 8), (4, 3): (7, 8) is committed after iteration 2; (4, 3) and (7, 8) are drafted again
+    # discarded phrases (4, 3), (7, 8), (4, 3): (7, 8) is committed after iteration 2; (4, 3) and (7, 8) are
+    # drafted again
     assert b["at_target"] == pytest.approx(2 / 6) and b["at_draft"] == pytest.approx(4 / 6)
     c = df[(df["part"] == "c") & (df["nodes"] > 0)].set_index("bin_low")["rate"]
     assert c.to_dict() == {0.1: 0.0, 0.3: 0.0, 0.7: 1.0, 0.9: 1.0} and df.attrs["rises"] == "holds"

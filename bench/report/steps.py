@@ -6,6 +6,8 @@ read them; ordinary runs do not have them.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pandas as pd
 
@@ -55,7 +57,7 @@ def binned_rate(df: pd.DataFrame, x: str, edges, y: str = "accepted") -> pd.Data
     """Per bin of column `x` (right-open bins between `edges`, the last closed): the nodes, the mean of `y` and
     its 95% bootstrap interval over questions (paired sums: a question's nodes resampled together)."""
     out = []
-    for lo, hi in zip(edges[:-1], edges[1:]):
+    for lo, hi in itertools.pairwise(edges):
         last = hi == edges[-1]
         sub = df[(df[x] >= lo) & ((df[x] <= hi) if last else (df[x] < hi))]
         per_q = sub.groupby("question_id")[y].agg(["sum", "count"])
@@ -63,7 +65,8 @@ def binned_rate(df: pd.DataFrame, x: str, edges, y: str = "accepted") -> pd.Data
             if len(per_q) else None
         out.append({"bin_low": lo, "bin_high": hi, "nodes": len(sub),
                     "rate": float(sub[y].mean()) if len(sub) else np.nan,
-                    "rate_low": interval[0] if interval else np.nan, "rate_high": interval[1] if interval else np.nan})
+                    "rate_low": interval[0] if interval else np.nan,
+                    "rate_high": interval[1] if interval else np.nan})
     return pd.DataFrame(out)
 
 

@@ -137,7 +137,8 @@ class Holistic(DraftModelProposer):
         return self._target_draft(int(seq[length - 1]))
 
     def _confidence(self, logits: torch.Tensor, token: int) -> float:
-        """The draft's probability of `token` (Pre-cut's signal); computed only for the controller or run.record_steps."""
+        """The draft's probability of `token` (Pre-cut's signal); computed only for the controller or for
+        run.record_steps."""
         if self.controller is None and not self.record_steps:
             return 1.0
         return float(torch.softmax(logits.float(), -1)[token])

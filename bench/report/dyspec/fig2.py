@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bench.cachefile import atomic_write
 from bench.report.plots import figures_dir, new_figure, save_csv, save_figure
 from bench.report.select import default_model, latest, missing, read_runs, used_ids
 from bench.report.steps import SWITCH, binned_rate, has_steps, nodes, rises
 from bench.report.tables import fmt, markdown, with_interval
-from bench.cachefile import atomic_write
 
 MAKE = "make reproduce-dyspec-fig2"
 METHODS = ("dyspec", "sequoia", "specinfer")
@@ -98,9 +98,10 @@ def dyspec_fig2(results_dir: str | Path, model: str | None = None) -> str:
                                     for r, lo, hi in zip(shown["rate"], shown["rate_low"], shown["rate_high"])]})
     claims = [f"Acceptance rises with draft probability at T={t:g} (highest filled bin's interval above the "
               f"lowest's): {v}." for t, v in df.attrs["verdicts"].items()]
-    foot = [f"Ours: {df.attrs['model']}, machine {', '.join(df.attrs['machines'])}; nodes a verification tested "
-            f"(parent the root or accepted), per bin of the draft's probability (draft temperature) of the token (bins "
-            f"without nodes left out); interval: 95% bootstrap over questions. Total tested nodes: {fmt(df['nodes'].sum(), 'd')}.",
+    foot = [(f"Ours: {df.attrs['model']}, machine {', '.join(df.attrs['machines'])}; nodes a verification tested "
+            f"(parent the root or accepted), per bin of the draft's probability (draft temperature) of the token "
+            f"(bins without nodes left out); interval: 95% bootstrap over questions. Total tested nodes: "
+            f"{fmt(df['nodes'].sum(), 'd')}."),
             *claims, PAPER, "Runs: " + ", ".join(df.attrs["run_ids"]) + "."]
     md = markdown(display, f"DySpec Figure 2 (left), ours (figure: {png}).", foot, numparse=False)
     atomic_write(out / "dyspec_fig2.md", md)

@@ -20,7 +20,7 @@ from bench.cachefile import atomic_write
 from bench.report.plots import figures_dir, new_figure, save_csv, save_figure
 from bench.report.select import default_model, missing, read_runs, settings
 from bench.report.tables import fmt, markdown, with_interval
-from bench.run.metrics import bootstrap_interval, mat, mean, ratio_of_sums
+from bench.run.metrics import bootstrap_interval, mat, ratio_of_sums
 
 MAKE = "make reproduce-dyspec-fig5"
 PAPER_CSV = Path(__file__).with_name("paper_tables") / "dyspec_fig5_tree_size.csv"
@@ -57,7 +57,8 @@ def build_fig5(results_dir: str | Path, model: str | None = None) -> pd.DataFram
     ms = settings(run)
     df.attrs.update(run_id=run.run_id, model=run.meta.get("model"), dataset=run.meta.get("dataset"),
                     temperature=run.temperature, machine=run.meta.get("machine"), budget=ms.get("budget"),
-                    algorithm=ms.get("algorithm"), threshold=ms.get("threshold"), experiment=run.meta.get("experiment"),
+                    algorithm=ms.get("algorithm"), threshold=ms.get("threshold"),
+                    experiment=run.meta.get("experiment"),
                     size_ci=size_ci, mat=mat(run.records), questions=per_q.ngroups)
     return df
 
@@ -103,11 +104,13 @@ def dyspec_fig5(results_dir: str | Path, model: str | None = None) -> str:
                                  f"threshold {paper['threshold']:g}), budget {int(paper['budget'])}",
          "Mean tree size [95% CI]": fmt(paper["mean_tree_size"]),
          "Of the budget": fmt(paper["mean_tree_size"] / paper["budget"], ".1%"), "Accepted / step": "—"}])
-    foot = [f"Ours: {a['model']}, machine {a['machine']}, {a['questions']} prompt-turns, {len(df)} steps, experiment "
+    foot = [(f"Ours: {a['model']}, machine {a['machine']}, {a['questions']} prompt-turns, {len(df)} steps, "
+             f"experiment "
             f"{a['experiment'] or '—'}; MAT (prefill counted as a step) {fmt(a['mat'])}. Interval: 95% bootstrap "
-            "over questions.",
-            f"Paper: Llama-2-7B -> Llama-2-70B; the text gives only the mean tree size ({paper['mean_tree_size']:g} of "
-            f"{int(paper['budget'])}); the figure has no point values.",
+            "over questions."),
+            (f"Paper: Llama-2-7B -> Llama-2-70B; the text gives only the mean tree size "
+             f"({paper['mean_tree_size']:g} of "
+            f"{int(paper['budget'])}); the figure has no point values."),
             f"Runs: {a['run_id']}."]
     md = markdown(display, f"DySpec Figure 5, ours (figure: {png}).", foot, numparse=False)
     atomic_write(out / "dyspec_fig5.md", md)

@@ -104,14 +104,15 @@ def propd_fig6(results_dir: str | Path, model: str | None = None) -> str:
     # Does the estimate fall inside the measured MAT's interval: "holds" when it does not lie outside it.
     calibrated = "undecided" if ci is None else "holds" if ci[0] <= a["estimated"] <= ci[1] else "does not hold"
     above = verdict(ci, a["estimated"], higher=False)
-    foot = [f"Ours: {model_label(a['model'])} ({a['model']}), machine {a['machine']}, {a['dataset']}, batch {a['batch']}, "
+    foot = [(f"Ours: {model_label(a['model'])} ({a['model']}), machine {a['machine']}, {a['dataset']}, "
+             f"batch {a['batch']}, "
             f"propd (prune, dynamic) = {a['switches']}; hit rates at the run's end; tree sizes {a['sizes']}, last "
-            f"choice {a['chosen']}.",
-            f"(b): the best-first tree of {a['size']} nodes has estimated acceptance length {a['estimated']:.2f} "
+            f"choice {a['chosen']}."),
+            (f"(b): the best-first tree of {a['size']} nodes has estimated acceptance length {a['estimated']:.2f} "
             f"(1 + the nodes' expected acceptances); measured MAT {with_interval(a['mat'], ci)} (95% bootstrap over "
-            "questions; our MAT counts the prefill as a step of one token, so it is slightly lower).",
-            f"The estimate lies inside the measured MAT's interval: {calibrated}. The measured MAT is below the "
-            f"estimate (the estimate is optimistic): {above}.",
+            "questions; our MAT counts the prefill as a step of one token, so it is slightly lower)."),
+            (f"The estimate lies inside the measured MAT's interval: {calibrated}. The measured MAT is below the "
+            f"estimate (the estimate is optimistic): {above}."),
             PAPER, f"Runs: {a['run_id']}."]
     md = markdown(display, f"ProPD Figure 6 (a), ours: top-k probability per head (figure: {png}).", foot,
                   numparse=False)
