@@ -58,3 +58,25 @@ def test_coverage_is_near_the_level():
 ])
 def test_verdict_reads_the_interval(interval, threshold, higher, want):
     assert metrics.verdict(interval, threshold, higher) == want
+
+
+def batched(rates: dict, size: int) -> list[dict]:
+    """Records decoded `size` rows at a time: a batch's wall time is its slowest row's."""
+    out = records(rates)
+    for start in range(0, len(out), size):
+        rows = out[start:start + size]
+        batch = {"id": start, "size": len(rows), "wall_time": max(r["wall_time"] for r in rows)}
+        for r in rows:
+            r["batch"] = batch
+    return out
+
+
+def test_aggregate_speedup_interval_holds_the_batched_ratio():
+    rng = random.Random(2)
+    base = {q: rng.uniform(5, 50) for q in range(24)}
+    method = {q: r * rng.uniform(1.2, 2.0) for q, r in base.items()}
+    mine, theirs = batched(method, 4), batched(base, 4)
+    low, high = metrics.aggregate_speedup_interval(mine, theirs)
+    assert low < metrics.aggregate_speedup(mine, theirs) < high  # the shares add up to the batches' wall time
+    same = batched({q: 2 * r for q, r in base.items()}, 4)
+    assert metrics.aggregate_speedup_interval(same, theirs) == pytest.approx([2.0, 2.0])

@@ -16,13 +16,13 @@ import pytest
 
 from bench.paths import PROJECT
 from bench.report.__main__ import main
+from bench.report.evidence import build_evidence
 from bench.report.propd.common import switches
 from bench.report.propd.fig3 import fit_line, propd_fig3
 from bench.report.propd.fig7 import fig7_points, propd_fig7
 from bench.report.propd.table1 import build_propd_table1, propd_table1
 from bench.report.propd.table2 import build_propd_table2, propd_table2, pruning_claim
 from bench.report.propd.table3 import build_propd_table3, growth_claim, propd_table3
-from bench.report.evidence import build_evidence
 from bench.report.reproduced import reproduced_page
 from bench.report.select import MissingRunsError
 from bench.run.store import Run
@@ -37,6 +37,11 @@ from tests.fixtures.propd_results import (
     rate,
     write_propd_results,
 )
+
+
+def point(x: str) -> str:
+    """A cell whose interval is a point: "1.59 [1.59, 1.59]"."""
+    return f"{x} [{x}, {x}]"
 
 
 @pytest.fixture
@@ -68,7 +73,9 @@ def test_table1_speedups_beside_the_paper(results):
         assert at(df, batch_size=b)["ar_tok_s"] == pytest.approx(AR_RATE[b])
     md = propd_table1(results)
     assert written(results, "tables", "propd_table1", ("md", "csv", "tex"))
-    assert cells(md, "SmolLM2-135M (embedded), ours: speedup")[1:] == ["1.59", "1.68", "1.80", "1.90", "2.00"]
+    # Every question of a fixture run has the same rate: the intervals are points.
+    assert cells(md, "SmolLM2-135M (embedded), ours: speedup")[1:] == [point(x) for x in
+                                                                       ("1.59", "1.68", "1.80", "1.90", "2.00")]
     assert cells(md, "Vicuna-7B (paper, A6000)")[1:] == ["1.95", "1.81", "1.51", "1.58", "1.39"]
     assert cells(md, "Vicuna-33B (paper, A100)")[-1] == "—"
     assert md.count("—") >= 1 and "33B has no batch-16 value" in md  # the paper's "/"
@@ -80,7 +87,7 @@ def test_table1_missing_batch_is_a_dash_with_its_reason(tmp_path):
     w.run("ar", "mt_bench", 1, 10.0)
     w.run("propd", "mt_bench", 1, 15.0, combo=(True, True))
     md = propd_table1(tmp_path / "results")
-    assert cells(md, "SmolLM2-135M (embedded), ours: speedup")[1:] == ["1.50", "—", "—", "—", "—"]
+    assert cells(md, "SmolLM2-135M (embedded), ours: speedup")[1:] == [point("1.50"), "—", "—", "—", "—"]
     assert ("— BS=2, BS=4, BS=8, BS=16: no propd run with both switches on at that batch size on mt_bench "
             "(make reproduce-propd-table1).") in md
 
@@ -126,18 +133,24 @@ def test_table3_ratios_switches_and_the_paper(results):
     assert "prune-L" not in at(df, combo="pruning only", batch_size=4)["propd_run_id"]
     md = propd_table3(results)
     assert written(results, "tables", "propd_table3", ("md", "csv", "tex"))
-    assert cells(md, "yes", "yes")[2:] == ["1.06 (1.04)", "1.20 (1.27)", "1.50 (1.76)", "1.90 (2.34)", "2.50 (3.28)",
-                                           "1.29", "1.34"]
+    assert cells(md, "yes", "yes")[2:] == [f"{point(a)} ({b})" for a, b in (("1.06", "1.04"), ("1.20", "1.27"), (
+        "1.50", "1.76"), ("1.90", "2.34"), ("2.50", "3.28"))] + ["1.29", "1.34"]
     assert cells(md, "no", "no")[-1] == "—"  # the paper's 33B baseline cell
-    assert "ours: holds (BS=1: 1.06, BS=2: 1.20, BS=4: 1.50, BS=8: 1.90, BS=16: 2.50); paper 7B: holds" in md
+    assert ("ours: holds (" + ", ".join(f"BS={b}: {point(x)}" for b, x in ((1, "1.06"), (2, "1.20"), (4, "1.50"), (
+        8, "1.90"), (16, "2.50"))) + "); paper 7B: holds") in md
 
 
 def test_table3_claim_reacts_to_the_data(results):
     later = PropdWriter(results, start=datetime(2026, 3, 1))
     later.run("propd", "mt_bench", 16, rate("medusa", 16) * 1.1, combo=(True, True), variant="ablation-both")
-    assert "ours: does not hold (BS=1: 1.06, BS=2: 1.20, BS=4: 1.50, BS=8: 1.90, BS=16: 1.10)" in propd_table3(results)
+    assert ("ours: does not hold (" + ", ".join(f"BS={b}: {point(x)}" for b, x in ((1, "1.06"), (2, "1.20"), (
+        4, "1.50"), (8, "1.90"), (16, "1.10"))) + ")") in propd_table3(results)
     assert growth_claim({1: 1.2, 2: None}) == ("not measured", "BS=1: 1.20")
     assert growth_claim({1: 1.0, 4: 1.0})[0] == "does not hold"  # flat is not growth
+    # Decided from intervals: overlapping ends are undecided, a decisive fall does not hold.
+    assert growth_claim({1: (1.0, [0.9, 1.1]), 4: (1.2, [1.05, 1.4])})[0] == "undecided"
+    assert growth_claim({1: (1.0, [0.9, 1.1]), 4: (1.3, [1.2, 1.4])})[0] == "holds"
+    assert growth_claim({1: (1.0, [0.9, 1.1]), 2: (2.0, [1.9, 2.1]), 4: (1.5, [1.4, 1.6])})[0] == "does not hold"
 
 
 def test_fig7_panels_and_the_missing_dataset(results):

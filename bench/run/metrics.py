@@ -22,7 +22,9 @@ Uncertainty: a 95% interval from a bootstrap over questions (the unit a paper sa
 with replacement and the statistic recomputed (scipy.stats.bootstrap, percentile method, fixed seed, so an
 interval is reproducible): `mat_interval`, `rate_interval` (mean_of_questions) and `speedup_interval`, paired: a
 method and its baseline are resampled on the same questions, so what both find hard does not widen the ratio's
-interval. `verdict` decides a claim from an interval, never from the point alone.
+interval; `aggregate_speedup_interval` the same for the ratio of aggregate rates (ProPD's batches), each question
+carrying an equal share of its batch's wall time. `verdict` decides a claim from an interval, never from the point
+alone.
 
 At run.batch_size > 1 (records carry a `batch`): a record's wall_time is its row's latency (batch start until
 the row left the batch) and the batch's wall time, phase times and occupancy are kept once per batch.
@@ -159,6 +161,36 @@ def speedup_interval(records: list[dict], baseline: list[dict]) -> list[float] |
     mine, base = question_rates(records), question_rates(baseline)
     common = sorted(set(mine) & set(base), key=str)
     return bootstrap_interval([[mine[q] for q in common], [base[q] for q in common]], ratio_of_means)
+
+
+def attributed_wall(records: list[dict]) -> dict:
+    """question_id -> its share of the timed wall time: a record's own at batch 1, an equal share of its batch's
+    at batch > 1 (the shares of a batch's rows add up to the batch's wall time)."""
+    wall: dict = defaultdict(float)
+    for r in records:
+        b = r.get("batch")
+        wall[r["question_id"]] += b["wall_time"] / b["size"] if b else r["wall_time"]
+    return wall
+
+
+def aggregate_speedup_interval(records: list[dict], baseline: list[dict]) -> list[float] | None:
+    """`aggregate_speedup`'s interval, paired over the questions of both runs: each question carries its tokens and
+    its share of its batch's wall time (attributed_wall), and the ratio of aggregate rates is recomputed."""
+    wall_a, wall_b = attributed_wall(records), attributed_wall(baseline)
+    tok_a, tok_b = defaultdict(int), defaultdict(int)
+    for r in records:
+        tok_a[r["question_id"]] += r["new_tokens"]
+    for r in baseline:
+        tok_b[r["question_id"]] += r["new_tokens"]
+    common = sorted(set(tok_a) & set(tok_b), key=str)
+    if any(wall_a[q] <= 0 or wall_b[q] <= 0 for q in common):
+        return None
+    return bootstrap_interval([[tok_a[q] for q in common], [wall_a[q] for q in common],
+                               [tok_b[q] for q in common], [wall_b[q] for q in common]], ratio_of_rates)
+
+
+def ratio_of_rates(tok_a, wall_a, tok_b, wall_b, axis=-1):
+    return (tok_a.sum(axis) / wall_a.sum(axis)) / (tok_b.sum(axis) / wall_b.sum(axis))
 
 
 def verdict(interval: list[float] | None, threshold: float, higher: bool = True) -> str:

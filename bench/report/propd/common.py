@@ -22,8 +22,15 @@ from pathlib import Path
 import pandas as pd
 
 from bench.report.select import Pool, pool, read_runs, settings, used_ids
-from bench.report.tables import latex_escape, markdown, render
-from bench.run.metrics import aggregate_speedup, mat, speedup, tokens_per_s
+from bench.report.tables import interval_columns, latex_escape, markdown, render
+from bench.run.metrics import (
+    aggregate_speedup,
+    aggregate_speedup_interval,
+    mat,
+    speedup,
+    speedup_interval,
+    tokens_per_s,
+)
 from bench.run.store import Run
 
 METHODS = ("ar", "bpd", "medusa", "propd")
@@ -85,6 +92,13 @@ def speed_ratio(run: Run | None, base: Run | None, aggregate: bool = True) -> fl
     if run is None or base is None:
         return None
     return (aggregate_speedup if aggregate else speedup)(run.records, base.records)
+
+
+def speed_ratio_interval(run: Run | None, base: Run | None, aggregate: bool = True) -> list[float] | None:
+    """speed_ratio's 95% interval, paired over the questions of both runs (bench.run.metrics)."""
+    if run is None or base is None:
+        return None
+    return (aggregate_speedup_interval if aggregate else speedup_interval)(run.records, base.records)
 
 
 def node_totals(run: Run) -> tuple[int, int] | None:
@@ -157,7 +171,9 @@ class Against:
         if run is None or base is None:
             gap = f"propd run with {what}" if run is None else f"{self.base} run"
             self.missing[name] = why_missing(self.p, self.dataset, self.target, f"{gap} at that batch size")
+        ci = speed_ratio_interval(run, base, aggregate)
         numbers = {self.ratio: speed_ratio(run, base, aggregate) if run is not None and base is not None else None,
+                   **interval_columns(self.ratio, ci),
                    "propd_tok_s": aggregate_rate(run) if run else None,
                    f"{self.base}_tok_s": aggregate_rate(base) if base else None,
                    "propd_mat": mat(run.records) if run else None, "prune_rate": prune_rate(run) if run else None,

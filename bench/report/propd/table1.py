@@ -20,7 +20,7 @@ from bench.report.propd.common import (
     propd_pool,
     table_texts,
 )
-from bench.report.tables import fmt, write_texts
+from bench.report.tables import fmt, ours_cells, write_texts
 
 PAPER = "propd_table1_speedup_vs_ar.csv"
 PAPER_MODELS = {"7b": "Vicuna-7B (paper, A6000)", "13b": "Vicuna-13B (paper, A100)",
@@ -29,7 +29,9 @@ BOTH = (True, True)
 DEFINITIONS = [
     ("Speedup: ProPD over our ar at the same batch size on the questions of both runs; batch 1: ratio of mean "
     "per-question tokens/s (Spec-Bench's speedup), batch > 1: ratio of aggregate tokens/s (all new tokens / "
-    "the batches' wall time). Tok/s rows: aggregate. MAT: tokens per target forward incl. the bonus token."),
+    "the batches' wall time). Tok/s rows: aggregate. MAT: tokens per target forward incl. the bonus token. "
+    "[low, high]: 95% bootstrap interval over questions, paired with AR (at batch > 1 each question carries an "
+    "equal share of its batch's wall time)."),
     "The paper's 33B has no batch-16 value (it prints \"/\").",
 ]
 
@@ -51,7 +53,7 @@ def build_propd_table1(results_dir: str | Path, model: str | None = None, datase
 def display(df: pd.DataFrame) -> pd.DataFrame:
     cols = [f"BS={b}" for b in df["batch_size"]]
     label = model_label(df.attrs["model"])
-    rows = [[f"{label}, ours: speedup", *map(fmt, df["speedup"])],
+    rows = [[f"{label}, ours: speedup", *ours_cells(df, "speedup")],
             ["ours: ProPD tok/s", *(fmt(x, ".1f") for x in df["propd_tok_s"])],
             ["ours: AR tok/s", *(fmt(x, ".1f") for x in df["ar_tok_s"])],
             ["ours: ProPD MAT", *map(fmt, df["propd_mat"])],

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.report.propd.common import BATCHES, COMBOS, Against, footer, paper_csv, propd_pool, table_texts
-from bench.report.tables import MISSING, fmt, is_missing, pair, write_texts
+from bench.report.tables import MISSING, fmt, interval_in, is_missing, pair, with_interval, write_texts
 
 PAPER = "propd_table3_ablation.csv"
 YES_NO = {True: "yes", False: "no"}
@@ -23,20 +23,27 @@ DEFINITIONS = [
     ("Cells: aggregate tokens/s (all new tokens / the batches' wall time) of propd with these switches over that "
     "of medusa at the same batch size, on the questions of both runs; ours (paper's 7B). The paper's rows are "
     "relative to its row with neither technique (1 by definition); ours to a medusa run, so our \"neither\" row "
-    "measures what propd's code costs or saves with both switches off."),
+    "measures what propd's code costs or saves with both switches off. [low, high]: 95% bootstrap interval over "
+    "questions, paired with medusa (each question carrying an equal share of its batch's wall time)."),
 ]
 
 
-def growth_claim(ratios: dict[int, float | None]) -> tuple[str, str]:
-    """(verdict, numbers) of claim (2): "holds" when the gain never falls as the batch grows and the largest
-    measured batch's gain exceeds the smallest's; at least two batch sizes must be measured."""
-    pts = sorted((b, r) for b, r in ratios.items() if not is_missing(r))
-    numbers = ", ".join(f"BS={b}: {r:.2f}" for b, r in pts) or "no batch size measured"
+def growth_claim(ratios: dict[int, float | tuple | None]) -> tuple[str, str]:
+    """(verdict, numbers) of claim (2), decided from intervals: "holds" when the largest measured batch's gain is
+    above the smallest's (its interval wholly above) and no step to a larger batch falls (an interval wholly
+    below the previous one); "does not hold" when one does, or the largest's interval is wholly at or below the
+    smallest's; else "undecided". A value is (gain, [low, high]) or a plain number (the paper's, an interval of
+    its own); at least two batch sizes must be measured."""
+    pts = sorted((b, v if isinstance(v, tuple) else (v, None)) for b, v in ratios.items()
+                 if not is_missing(v if not isinstance(v, tuple) else v[0]))
+    numbers = ", ".join(f"BS={b}: {with_interval(r, ci)}" for b, (r, ci) in pts) or "no batch size measured"
     if len(pts) < 2:
         return "not measured", numbers
-    values = [r for _, r in pts]
-    grows = all(b >= a for a, b in itertools.pairwise(values)) and values[-1] > values[0]
-    return ("holds" if grows else "does not hold"), numbers
+    spans = [ci or [r, r] for _, (r, ci) in pts]
+    falls = any(nxt[1] < prev[0] for prev, nxt in itertools.pairwise(spans))
+    if falls or spans[-1][1] <= spans[0][0]:
+        return "does not hold", numbers
+    return ("holds" if spans[-1][0] > spans[0][1] else "undecided"), numbers
 
 
 def build_propd_table3(results_dir: str | Path, model: str | None = None, dataset: str = "mt_bench") -> pd.DataFrame:
@@ -58,7 +65,8 @@ def build_propd_table3(results_dir: str | Path, model: str | None = None, datase
 
 def claim_texts(df: pd.DataFrame) -> list[str]:
     both = df[df["combo"] == COMBOS[True, True]]
-    ours = growth_claim(dict(zip(both["batch_size"], both["ratio"])))
+    ours = growth_claim({b: (r, interval_in(row, "ratio")) for (_, row), b, r in
+                         zip(both.iterrows(), both["batch_size"], both["ratio"])})
     paper = growth_claim(dict(zip(both["batch_size"], both["paper_7b"])))
     return [(f"Claim (2), ProPD's gain over Medusa (both switches on) grows with the batch size (never falls, and "
             f"is larger at the largest batch than at the smallest): ours: {ours[0]} ({ours[1]}); paper 7B: "
@@ -70,7 +78,8 @@ def display(df: pd.DataFrame) -> pd.DataFrame:
     for (prune, dynamic), name in COMBOS.items():
         sub = df[df["combo"] == name].set_index("batch_size")
         rows.append({"Early pruning": YES_NO[prune], "Dynamic generation": YES_NO[dynamic],
-                     **{f"BS={b}": pair(fmt(sub.at[b, "ratio"]), fmt(sub.at[b, "paper_7b"])) for b in sub.index},
+                     **{f"BS={b}": pair(with_interval(sub.at[b, "ratio"], interval_in(sub.loc[b], "ratio")),
+                                        fmt(sub.at[b, "paper_7b"])) for b in sub.index},
                      "13B BS=2 (paper)": fmt(sub.at[2, "paper_13b"]) if 2 in sub.index else MISSING,
                      "33B BS=2 (paper)": fmt(sub.at[2, "paper_33b"]) if 2 in sub.index else MISSING})
     return pd.DataFrame(rows)
