@@ -4,8 +4,11 @@ machine path, no long line, a summary of every paper artifact first, each sectio
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -124,3 +127,18 @@ def test_committed_page_is_rebuilt_from_committed_evidence(tmp_path):
     shutil.copytree(evidence, copy, ignore=shutil.ignore_patterns("tables", "figures"))
     page = reproduced_page(None, str(tmp_path / "REPRODUCED.md"), str(copy))
     assert page == project_path("REPRODUCED.md").read_text()
+
+
+def test_a_notebook_regenerates_its_paper_from_the_evidence(built, tmp_path):
+    """Notebooks read the evidence folder as a results folder (SPECREPRO_RESULTS=evidence)."""
+    copy = tmp_path / "evidence"
+    shutil.copytree(built[2], copy, ignore=shutil.ignore_patterns("tables", "figures"))
+    env = {**os.environ, "SPECREPRO_RESULTS": str(copy), "MPLBACKEND": "Agg"}
+    env.pop("SPECREPRO_MODEL", None)
+    done = subprocess.run([sys.executable, str(project_path("notebooks/token_recycling.py"))], cwd=tmp_path, env=env,
+                          text=True, capture_output=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for name in ("tables/token_recycling_table1.md", "figures/tr_fig3.png", "figures/tr_fig4.png",
+                 "figures/tr_auto.md", "figures/tr_auto_forward_cost.csv"):
+        assert (copy / name).is_file(), name
+    assert "error:" not in done.stderr, done.stderr

@@ -10,6 +10,7 @@ Layout of evidence/ (repository-relative; every report reads it as it reads a re
                                           new tokens, wall time, accept lengths, phase times, draft counts,
                                           losslessness (what the bootstrap intervals and every table need)
     evidence/propd/*.json                 ProPD Figure 3's measurement files, when results/propd/ has them
+    evidence/cache/forward_cost/*.json    the forward-cost curves tree=auto's report reads, when results/ has them
     evidence/runs.csv                     written by `make reproduced`: per artifact, the runs it used, each with
                                           its machine, date, git sha and whether the tree was dirty
     evidence/.gitignore                   tables/ and figures/, which reports write when run on the folder
@@ -32,7 +33,9 @@ from bench.report.reproduced import EVIDENCE, build_sections
 from bench.report.select import read_runs
 from bench.run.store import Run
 
-FILES = ("propd",)  # results/ subfolders of small measurement files an artifact on the page reads (*.json)
+# results/ subfolders of small measurement files an artifact on the page reads (*.json): ProPD Figure 3's, and
+# the forward-cost curves of Token Recycling's tree=auto comparison.
+FILES = ("propd", "cache/forward_cost")
 # Token ids, in a record or among its counters (run.record_steps' step_tokens), and every key ending in `_ids`.
 # Kept: per-step draft parents, probabilities and accepted flags (the step figures read them).
 TOKEN_FIELDS = ("output_ids", "step_tokens")

@@ -51,6 +51,7 @@ class Section:
     md: str | None = None
     error: str | None = None
     used: list[Run] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)  # what a figure artifact wrote (it returns paths)
 
 
 def shown(paper: str) -> tuple:
@@ -72,13 +73,21 @@ def build_sections(folder: Path, runs: list[Run]) -> list[Section]:
             s = Section(paper, artifact, options, command)
             s.name, art = resolve(f"{paper}/{artifact}")
             try:
-                s.md = art.load()(str(folder), **options)
+                got = art.load()(str(folder), **options)
             except HarnessError as err:
                 s.error = str(err)
             else:
-                s.used = runs_in(s.md, runs)
+                s.md, named = (got, got) if isinstance(got, str) else figure_texts(s, got)
+                s.used = runs_in(named, runs)
             out.append(s)
     return out
+
+
+def figure_texts(s: Section, paths: list) -> tuple[str, str]:
+    """(the markdown a figure artifact wrote, if any; every text it wrote, where its run ids are named)."""
+    s.files = [Path(p) for p in paths]
+    texts = {p.suffix: p.read_text() for p in s.files if p.suffix in (".md", ".csv") and p.is_file()}
+    return texts.get(".md", ""), "\n".join(texts.values())
 
 
 def distinct(values) -> str:
@@ -132,7 +141,9 @@ def section_text(s: Section, folder: Path) -> list[str]:
         return [*out, page_text(f"Not measured: {s.error}.", folder)]
     if not s.used:
         return [*out, f"No runs in `{EVIDENCE}/` yet; the paper's numbers alone:\n\n" + page_text(s.md, folder)]
-    return [*out, wrap_long(provenance_line(s.used)), page_text(s.md, folder)]
+    files = [f"Written (not committed; the command above or `python -m bench.report {s.name} --results "
+             f"{EVIDENCE}` rebuilds them): " + ", ".join(f"`{p.name}`" for p in s.files) + "."] if s.files else []
+    return [*out, wrap_long(provenance_line(s.used)), *(page_text(t, folder) for t in (s.md, *files) if t)]
 
 
 def summary_table(sections: list[Section]) -> str:

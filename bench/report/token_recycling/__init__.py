@@ -20,4 +20,7 @@ ARTIFACTS = {
 }
 
 # Shown on REPRODUCED.md (`make reproduced`): (artifact, options, the command that makes its runs).
-REPRODUCED = (("table1", {}, "make reproduce-tr-table1 LIMIT=5"),)
+REPRODUCED = (("table1", {}, "make reproduce-tr-table1 LIMIT=5"),
+              ("fig3", {}, "make reproduce-tr-fig3"),
+              ("fig4", {}, "make reproduce-tr-fig4"),
+              ("auto", {}, "make reproduce-tr-auto"))
