@@ -19,7 +19,7 @@ from bench.report.__main__ import main
 from bench.report.evidence import build_evidence
 from bench.report.propd.common import switches
 from bench.report.propd.fig3 import fit_line, propd_fig3
-from bench.report.propd.fig7 import fig7_points, propd_fig7
+from bench.report.propd.fig7 import fastest_claim, fig7_points, propd_fig7
 from bench.report.propd.table1 import build_propd_table1, propd_table1
 from bench.report.propd.table2 import build_propd_table2, propd_table2, pruning_claim
 from bench.report.propd.table3 import build_propd_table3, growth_claim, propd_table3
@@ -162,9 +162,19 @@ def test_fig7_panels_and_the_missing_dataset(results):
     md = propd_fig7(results)
     assert written(results, "figures", "propd_fig7", ("png", "csv", "md", "tex"))
     assert cells(md, "ChatGPT Prompts", "1")[2:] == ["—"] * 4
-    assert cells(md, "Alpaca", "4")[2:] == ["36.0", "39.6", "43.2", "64.8"]
+    assert cells(md, "Alpaca", "4")[2:] == [point(x) for x in ("36.0", "39.6", "43.2", "64.8")]
     assert "— chatgpt_prompts (every cell): no runs on chatgpt_prompts: not loadable offline" in md
     assert "ProPD fastest of the four in every measured setting: holds (10 of 10" in md
+
+
+def test_fig7_claim_is_decided_from_paired_intervals():
+    def cell(d, over):  # ProPD over ar, bpd, medusa: (low, high) each
+        return [{"dataset": d, "batch_size": 1, "method": m, "tok_s": 1.0, "propd_over_lo": lo, "propd_over_hi": hi}
+                for m, (lo, hi) in zip(("ar", "bpd", "medusa", "propd"), (*over, (None, None)), strict=True)]
+    sure, close, slower = ((1.2, 1.5),) * 3, ((1.2, 1.5), (0.9, 1.1), (1.2, 1.5)), ((1.2, 1.5), (0.7, 0.9), (1.2, 1.5))
+    assert ": holds (1 of 1" in fastest_claim(pd.DataFrame(cell("a", sure)))
+    assert ": undecided (1 of 2" in fastest_claim(pd.DataFrame(cell("a", sure) + cell("b", close)))
+    assert ": does not hold (0 of 2" in fastest_claim(pd.DataFrame(cell("a", close) + cell("b", slower)))
 
 
 def test_fig7_without_runs_names_its_make_target(tmp_path):

@@ -1,10 +1,11 @@
-"""Figures shared by every paper: Agg figures outside pyplot, atomic PNG/CSV writes."""
+"""Figures shared by every paper: Agg figures outside pyplot, atomic PNG/CSV writes, error bars from intervals."""
 
 from __future__ import annotations
 
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -37,3 +38,10 @@ def figures_dir(results_dir) -> Path:
 
 def wrap(text: str, width: int = 60) -> str:
     return "\n".join(textwrap.wrap(text, width))
+
+
+def yerr(values, lows, highs) -> np.ndarray:
+    """Matplotlib's 2 x N `yerr` of 95% intervals (bench.run.metrics) around `values`; 0 where there is none."""
+    v, lo, hi = (np.asarray(x, dtype=float) for x in (values, lows, highs))
+    err = np.vstack([v - lo, hi - v])
+    return np.where(np.isnan(err), 0.0, np.clip(err, 0.0, None))

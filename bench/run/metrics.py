@@ -189,6 +189,15 @@ def aggregate_speedup_interval(records: list[dict], baseline: list[dict]) -> lis
                                [tok_b[q] for q in common], [wall_b[q] for q in common]], ratio_of_rates)
 
 
+def aggregate_rate_interval(records: list[dict]) -> list[float] | None:
+    """tokens_per_s.total's interval: questions resampled with their tokens and their share of the wall time."""
+    wall, tokens = attributed_wall(records), defaultdict(int)
+    for r in records:
+        tokens[r["question_id"]] += r["new_tokens"]
+    qs = sorted(tokens, key=str)
+    return bootstrap_interval([[tokens[q] for q in qs], [wall[q] for q in qs]], ratio_of_sums)
+
+
 def ratio_of_rates(tok_a, wall_a, tok_b, wall_b, axis=-1):
     return (tok_a.sum(axis) / wall_a.sum(axis)) / (tok_b.sum(axis) / wall_b.sum(axis))
 

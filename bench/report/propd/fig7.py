@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.report.plots import figures_dir, new_figure, save_figure, wrap
+from bench.report.plots import figures_dir, new_figure, save_figure, wrap, yerr
 from bench.report.propd.common import (
     BATCHES,
     DATASETS,
@@ -29,8 +29,9 @@ from bench.report.propd.common import (
     why_missing,
 )
 from bench.report.select import missing
-from bench.report.tables import fmt, write_texts
-from bench.run.metrics import mat, tokens_per_s
+from bench.report.tables import MISSING, interval_columns, interval_in, ours_cells, write_texts
+from bench.run.metrics import aggregate_rate_interval, aggregate_speedup_interval, mat, tokens_per_s, verdict
+from bench.run.store import Run
 
 LABELS = {"ar": "AR", "bpd": "BPD", "medusa": "Medusa", "propd": "ProPD"}
 COLORS = {"ar": "tab:gray", "bpd": "tab:orange", "medusa": "tab:blue", "propd": "tab:red"}
@@ -38,7 +39,9 @@ BOTH = (True, True)
 FILES = ("propd_fig7.png", "propd_fig7.csv", "propd_fig7.md", "propd_fig7.tex")  # under results/figures/
 DEFINITIONS = [
     ("Tokens/s: aggregate, all new tokens / the timed wall time (the batches' at batch > 1); the CSV also has the "
-    "mean per-question rate (`tok_s_per_question`) and MAT. ProPD: pruning and dynamic tree on."),
+    "mean per-question rate (`tok_s_per_question`) and MAT. ProPD: pruning and dynamic tree on. [low, high] and "
+    "the error bars: 95% bootstrap interval over questions (each carrying an equal share of its batch's wall "
+    "time)."),
     ("Paper (Figure 7, Vicuna 7B/13B/33B): no point values in the text; it states that ProPD is faster than AR, "
     "BPD and Medusa across model sizes, tasks and batch sizes."),
 ]
@@ -47,44 +50,66 @@ DEFINITIONS = [
 def fig7_points(results_dir: str | Path, model: str | None = None) -> pd.DataFrame:
     """One row per (dataset, batch, method): `tok_s` (aggregate), `tok_s_per_question`, `mat`, `run_id`."""
     p = propd_pool(results_dir, model, lambda r: r.meta.get("dataset") in DATASETS, experiment="propd_fig7")
-    rows, missing, used = [], {}, []
+    rows, missing, used, runs = [], {}, [], {}
     for d in DATASETS:
         for b in BATCHES:
-            for m in METHODS:
+            for m in reversed(METHODS):  # propd first: the others' rows carry its paired ratio over them
                 run = cell(p, m, d, b, BOTH if m == "propd" else None)
                 used.append(run)
                 if run is None and any(r.meta.get("dataset") == d for r in p.runs):
                     missing[f"{d} BS={b} {LABELS[m]}"] = why_missing(
                         p, d, "fig7", f"{m} run{' with both switches on' if m == 'propd' else ''} at that batch size")
+                runs[d, b, m] = run
                 rows.append({"dataset": d, "batch_size": b, "method": m,
                              "tok_s": aggregate_rate(run) if run else None,
+                             **interval_columns("tok_s", aggregate_rate_interval(run.records) if run else None),
+                             **interval_columns("propd_over", faster(runs.get((d, b, "propd")), run)),
                              "tok_s_per_question": tokens_per_s(run.records)["mean_of_questions"] if run else None,
                              "mat": mat(run.records) if run else None, "run_id": run.run_id if run else None})
         if not any(r.meta.get("dataset") == d for r in p.runs):
             missing[f"{d} (every cell)"] = why_missing(p, d, "fig7", "run")
-    df = pd.DataFrame(rows)
-    df[["tok_s", "tok_s_per_question", "mat"]] = df[["tok_s", "tok_s_per_question", "mat"]].astype(float)
+    order = {m: i for i, m in enumerate(METHODS)}
+    df = pd.DataFrame(sorted(rows, key=lambda r: (list(DATASETS).index(r["dataset"]), r["batch_size"],
+                                                  order[r["method"]])))
+    numeric = ["tok_s", "tok_s_lo", "tok_s_hi", "propd_over_lo", "propd_over_hi", "tok_s_per_question", "mat"]
+    df[numeric] = df[numeric].astype(float)
     df.attrs.update(context(p, used, missing=missing))
     return df
 
 
+def faster(propd: Run | None, other: Run | None) -> list[float] | None:
+    """The paired interval of propd's aggregate rate over another method's (None without both, or for propd)."""
+    if propd is None or other is None or other is propd:
+        return None
+    return aggregate_speedup_interval(propd.records, other.records)
+
+
+def cell_verdict(g: pd.DataFrame) -> str:
+    """ProPD fastest in one (dataset, batch) cell: faster than each other method by its paired interval."""
+    found = [verdict(interval_in(row, "propd_over"), 1.0) for _, row in g[g["method"] != "propd"].iterrows()]
+    return "does not hold" if "does not hold" in found else "undecided" if "undecided" in found else "holds"
+
+
 def fastest_claim(df: pd.DataFrame) -> str:
-    """How often ProPD is the fastest of the four, over the (dataset, batch) cells where all four ran."""
+    """ProPD the fastest of the four, over the (dataset, batch) cells where all four ran, decided per cell from
+    the paired intervals of its rate over each other's: holds when every cell does, does not hold when one does
+    not, else undecided."""
     full = [g for _, g in df.groupby(["dataset", "batch_size"], sort=False) if g["tok_s"].notna().all()]
     if not full:
         return "ProPD fastest of the four: not measured (no dataset and batch size with all four methods)."
-    wins = [g for g in full if g.loc[g["tok_s"].idxmax(), "method"] == "propd"]
-    verdict = "holds" if len(wins) == len(full) else "does not hold"
-    return (f"ProPD fastest of the four in every measured setting: {verdict} ({len(wins)} of {len(full)} "
-            f"(dataset, batch) cells with all four methods).")
+    cells = [cell_verdict(g) for g in full]
+    overall = "does not hold" if "does not hold" in cells else "undecided" if "undecided" in cells else "holds"
+    return (f"ProPD fastest of the four in every measured setting: {overall} ({cells.count('holds')} of "
+            f"{len(full)} (dataset, batch) cells with all four methods faster than each other by its paired 95% "
+            f"interval; {cells.count('undecided')} undecided, {cells.count('does not hold')} not).")
 
 
 def display(df: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (d, b), g in df.groupby(["dataset", "batch_size"], sort=False):
-        rate = dict(zip(g["method"], g["tok_s"]))
+        cells = dict(zip(g["method"], ours_cells(g, "tok_s", ".1f")))
         rows.append({"Dataset": DATASETS[d], "BS": str(b),
-                     **{f"{LABELS[m]} tok/s": fmt(rate.get(m), ".1f") for m in METHODS}})
+                     **{f"{LABELS[m]} tok/s": cells.get(m, MISSING) for m in METHODS}})
     return pd.DataFrame(rows)
 
 
@@ -104,8 +129,9 @@ def plot(df: pd.DataFrame, path: Path) -> Path:
             ax.set_yticks([])
             continue
         for i, m in enumerate(METHODS):
-            ys = sub[sub["method"] == m].set_index("batch_size")["tok_s"].reindex(BATCHES)
-            ax.bar(x + (i - (len(METHODS) - 1) / 2) * width, ys.fillna(0), width, label=LABELS[m], color=COLORS[m])
+            ys = sub[sub["method"] == m].set_index("batch_size").reindex(BATCHES)
+            ax.bar(x + (i - (len(METHODS) - 1) / 2) * width, ys["tok_s"].fillna(0), width, label=LABELS[m],
+                   color=COLORS[m], yerr=yerr(ys["tok_s"], ys["tok_s_lo"], ys["tok_s_hi"]), capsize=2)
         ax.set_ylabel("tokens/s (aggregate)")
         ax.grid(axis="y", alpha=0.3)
         legend = legend or ax.legend(fontsize=8)
