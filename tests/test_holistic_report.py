@@ -4,10 +4,14 @@ from the data, the paper's numbers beside, and one error line without runs."""
 
 from __future__ import annotations
 
+import random
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
 from bench.errors import HarnessError
+from bench.report.holistic.claims import flatten_interval, reuse_verdict
 from bench.report.holistic.fig4 import holistic_fig4, ordering_claim
 from bench.report.holistic.fig5 import differs_claim, holistic_fig5
 from bench.report.holistic.settings import holistic_settings
@@ -16,6 +20,7 @@ from bench.report.holistic.table3 import flatten_claim, holistic_table3, reuse_c
 from bench.report.holistic.table4 import holistic_table4
 from bench.report.holistic.table9 import holistic_table9
 from bench.report.holistic.table10 import holistic_table10
+from bench.run.store import Run
 from tests.fixtures.holistic_results import (
     write_fig4,
     write_fig5,
@@ -44,6 +49,9 @@ def test_table3_cells_and_claims(results):
     # Reuse halves the draft calls at the same MAT; Pre-cut's speedups (1/1.6, 1/1.5) spread less than reuse's.
     assert reuse_claim(data).startswith("holds")
     assert flatten_claim(data).startswith("holds")
+    # The page's verdicts come from paired intervals: one question per fixture run decides nothing.
+    assert "over sd at equal or higher MAT, from paired 95% intervals of the ratios: undecided (lambda " in md
+    assert "from a paired 95% interval: undecided (reuse-only spread minus" in md
     assert "| + Ex-ante reduction (Pre-cut) | 0.62 (2.87)" in md and "Claim, Pre-cut flattens" in md
 
 
@@ -161,3 +169,27 @@ def test_settings_sweep_rows_stay_out_of_the_paper_tables(results):
     holistic_table3(results, "m")  # the sweep's lambda-24 runs are not Table 3's precut cell
     assert pd.isna(pd.read_csv(results / "tables" / "holistic_table3.csv").set_index(["level", "lambda"])
                    .at[("precut", 24), "speedup"])
+
+
+def fake_run(name: str, per_question: list[tuple[float, int, int]]) -> Run:
+    """A run in memory: per question (tok/s, draft calls, steps) of 60 new tokens."""
+    run = Run(Path(name), {"run_id": name})
+    run.__dict__["records"] = [{"question_id": q, "new_tokens": 60, "wall_time": 60 / rate,
+                                "accept_lengths": [1] * (steps - 1) + [61 - steps], "counters": {"draft_calls": [calls]}}
+                               for q, (rate, calls, steps) in enumerate(per_question)]
+    return run
+
+
+def test_table3_claims_from_paired_intervals():
+    rng = random.Random(0)
+    qs = [(rng.uniform(5, 20), rng.randint(20, 60), rng.randint(10, 30)) for _ in range(20)]
+    sd = fake_run("sd", qs)
+    reuse = fake_run("reuse", [(r, c // 2, s) for r, c, s in qs])  # half the draft calls, same steps
+    worse = fake_run("worse", [(r, c * 2, s) for r, c, s in qs])
+    assert reuse_verdict({12: (sd, reuse)})[0] == "holds"
+    assert reuse_verdict({12: (sd, worse)})[0] == "does not hold"
+    ar = fake_run("ar", [(r / 2, 0, 60) for r, _, _ in qs])
+    steep = [(fake_run(f"r{k}", [(r * k, 0, 30) for r, _, _ in qs]), ar) for k in (1, 2)]  # speedups 2 and 4
+    flat = [(fake_run(f"c{k}", [(r * 2.0, 0, 30) for r, _, _ in qs]), ar) for k in (1, 2)]  # 4 and 4
+    low, high = flatten_interval(steep, flat)
+    assert low == pytest.approx(0.5) and high == pytest.approx(0.5)  # spreads 0.5 vs 0

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.report.holistic.claims import flatten_interval, fmt_ci, reuse_verdict
 from bench.report.holistic.common import (
     LAMBDAS,
     LEVEL_NAMES,
@@ -28,6 +29,7 @@ from bench.report.holistic.common import (
     numbers,
 )
 from bench.report.tables import MISSING, fmt, is_missing, pair, render, write_texts
+from bench.run.metrics import verdict
 
 PAPER_DIR = Path(__file__).with_name("paper_tables")
 PAPER = "postuse_precut_table3_ablation.csv"
@@ -49,8 +51,32 @@ def build_holistic_table3(results_dir: str | Path, model: str | None = None, dat
                          "paper_speedup": paper.at[PAPER_LEVELS[lvl], col] if col in paper.columns else None,
                          "run_id": run.run_id if run else None, "ar_run_id": base.run_id if base else None})
     df = pd.DataFrame(rows)
-    df.attrs.update({"footer": footer(p, used), "dataset": dataset})
+    df.attrs.update({"footer": footer(p, used), "dataset": dataset, "claims": claims(p, lengths)})
     return df
+
+
+def claims(p, lengths: list[int]) -> dict[str, str]:
+    """The two claims' texts, decided from paired intervals (bench/report/holistic/claims.py)."""
+    def pair_of(lvl, n):
+        run = ladder_run(p, lvl, n)
+        return (run, p.baseline(run, "ar")) if run is not None else None
+
+    got = {lvl: {n: pair_of(lvl, n) for n in lengths} for lvl in ("sd", "reuse_target", "precut")}
+    both = {n: (got["sd"][n][0], got["reuse_target"][n][0]) for n in lengths if got["sd"][n] and got["reuse_target"][n]}
+    if both:
+        v, texts = reuse_verdict(both)
+        reuse = f"{v} ({'; '.join(texts)})"
+    else:
+        reuse = "not measured (needs sd and reuse_target runs at the same lambda)"
+    common = [n for n in lengths if got["reuse_target"][n] and got["precut"][n] and got["reuse_target"][n][1]
+              and got["precut"][n][1]]
+    if len(common) < 2:
+        flat = "not measured (needs reuse_target and precut runs with their AR baseline at two or more lambdas)"
+    else:
+        ci = flatten_interval([got["reuse_target"][n] for n in common], [got["precut"][n] for n in common])
+        flat = (f"{verdict(ci, 0.0)} (reuse-only spread minus Pre-cut's over lambda {', '.join(map(str, common))}: "
+                f"{fmt_ci(ci)})")
+    return {"reuse": reuse, "flatten": flat}
 
 
 def _by_lambda(df: pd.DataFrame, lvl: str, col: str) -> dict[int, float]:
@@ -66,8 +92,14 @@ def reuse_claim(df: pd.DataFrame) -> str:
     if not common:
         return "not measured (needs sd and reuse_target runs at the same lambda)"
     cells = [f"lambda {n}: util {u_sd[n]:.2f} -> {u_re[n]:.2f}, MAT {m_sd[n]:.2f} -> {m_re[n]:.2f}" for n in common]
+    # The points' reading; the page states the verdict from the intervals (claims.reuse_verdict).
     holds = all(u_re[n] > u_sd[n] and m_re[n] >= MAT_TOLERANCE * m_sd[n] for n in common)
     return ("holds" if holds else "does not hold") + " (" + "; ".join(cells) + ")"
+
+
+def points(claim: str) -> str:
+    """A point-based claim text's numbers, without its reading (verdicts come from intervals only)."""
+    return claim.split(" (", 1)[1].rstrip(")") if " (" in claim else claim
 
 
 def spread(values: dict[int, float], lambdas: list[int]) -> float:
@@ -102,9 +134,11 @@ def holistic_table3(results_dir: str | Path, model: str | None = None, dataset: 
                f"ablation level and draft length lambda on {df.attrs['dataset']}; with Pre-cut lambda is the bound.")
     foot = [*df.attrs["footer"],
             "Cells: ours (paper). Speedup: mean per-question tok/s over AR's on the same questions and machine.",
-            (f"Claim, reuse raises utilisation (Eq. 3: new tokens / draft calls) over sd at equal or higher MAT: "
-             f"{reuse_claim(df)}."),
-            f"Claim, Pre-cut flattens the lambda sensitivity (speedup spread (max - min) / max): {flatten_claim(df)}.",
+            (f"Claim, reuse raises utilisation (Eq. 3: new tokens / draft calls) over sd at equal or higher MAT, "
+             f"from paired 95% intervals of the ratios: {df.attrs['claims']['reuse']}; the points: "
+             f"{points(reuse_claim(df))}."),
+            (f"Claim, Pre-cut flattens the lambda sensitivity (speedup spread (max - min) / max), from a paired 95% "
+             f"interval: {df.attrs['claims']['flatten']}; the points: {points(flatten_claim(df))}."),
             f"{MISSING}: no run ({MAKE['table3']})."]
     texts = render(display(df), caption, foot, df)
     write_texts(Path(results_dir, "tables"), "holistic_table3", texts)
