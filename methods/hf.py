@@ -25,6 +25,7 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from bench.core.proposer import Generation, Method
+from bench.errors import HarnessError
 from bench.models.vocab import TrimmedDraft
 
 
@@ -143,6 +144,9 @@ class HFAssisted(HFGenerate):
     def __init__(self, cfg, bundle):
         super().__init__(cfg, bundle)
         draft = bundle.load_draft()
+        if getattr(draft, "wants_features", False):
+            raise HarnessError("hf_assisted needs a draft language model; model.draft.source=eagle drafts only for "
+                               "the engine's draft-model methods (sd, specinfer, sequoia, dyspec, holistic)")
         # transformers' assistant must be a whole model: a trimmed draft (bench.models.vocab) is used untrimmed.
         self.draft = draft.model if isinstance(draft, TrimmedDraft) else draft
         self.draft_vocab = "trimmed draft used whole" if draft is not self.draft else "whole"

@@ -1,8 +1,9 @@
 """Load a target model from a model config (HF hub id, local path or packaged GGUF), and its draft on demand.
 
 A model config's `draft` block names the draft model of draft-model methods (sd, specinfer, sequoia, dyspec,
-hf_assisted): `source: hub | path | trained`, where `trained` is a draft distilled from the target by
-`make draft` (scripts/train_draft.py) into data/cache/drafts/<id>/ (beside the model cache, git-ignored).
+hf_assisted): `source: hub | path | trained | eagle`, where `trained` is a draft distilled from the target by
+`make draft` (scripts/train_draft.py) into data/cache/drafts/<id>/ (beside the model cache, git-ignored) and
+`eagle` the model's EAGLE head (its `eagle` block) driven as a draft model (bench/models/eagle_draft.py).
 The draft is loaded by `ModelBundle.load_draft()` the first time a method asks for it, never with the target.
 Likewise the `heads` block names Medusa heads (medusa, bpd; bench/models/heads.py), loaded by
 `ModelBundle.load_heads()`; `trained` heads are written by `make heads` into data/cache/heads/<id>/.
@@ -21,7 +22,8 @@ import torch
 from bench.cachefile import CorruptCache, atomic_dir, load_or_build, load_or_fail
 from bench.errors import HarnessError
 from bench.models import backend_choice, linear_backend, placement
-from bench.models.eagle import load_eagle
+from bench.models.eagle import eagle_dir, load_eagle
+from bench.models.eagle_draft import EagleDraft
 from bench.models.heads import load_early_heads, load_heads
 from bench.models.vocab import TrimmedDraft, read_ranking, trim
 from bench.paths import project_path
@@ -68,6 +70,13 @@ class ModelBundle:
         its id, depth and vocabulary, and for a trained draft a digest of its report (a retrained draft is new)."""
         draft = self.load_draft()
         cfg = self.draft_cfg
+        if isinstance(draft, EagleDraft):  # the head's source and, once trained, its report's digest
+            eagle = self.eagle_cfg
+            label = f"eagle-{eagle.id}-{eagle.source}"
+            report = eagle_dir(self.model_cache or ".") / str(eagle.id) / "eagle_report.json"
+            if eagle.source == "trained" and report.is_file():
+                label += "-" + hashlib.sha1(report.read_bytes()).hexdigest()[:8]
+            return label.replace("/", "_")
         label = f"{cfg.id if cfg is not None else 'draft'}-{draft.config.num_hidden_layers}l"
         label += f"-v{draft.vocab_ids.numel()}" if isinstance(draft, TrimmedDraft) else ""
         if cfg is not None and cfg.source == "trained" and self.model_cache is not None:
@@ -181,6 +190,13 @@ def load_draft_model(bundle: ModelBundle):
     if cfg is None:
         raise HarnessError(f"model '{bundle.name}' has no draft model (set model.draft)")
     name = cfg.get("name") or cfg.id
+    if cfg.source == "eagle":  # the model's EAGLE head (model.eagle) as the draft: bench/models/eagle_draft.py
+        if cfg.get("vocab") is not None:
+            raise HarnessError(f"draft '{name}': `vocab` needs a trained draft (its token ranking); set it to null "
+                               "(an EAGLE head scores with the target's own lm_head)")
+        head = bundle.load_eagle()
+        label = f"eagle:{bundle.eagle_cfg.get('name') or bundle.eagle_cfg.id}"
+        return EagleDraft(head, bundle.model, label, bundle.device, bundle.dtype)
     if cfg.source == "trained":
         if bundle.model_cache is None:
             raise HarnessError(f"draft '{name}': no model cache to find trained drafts in")

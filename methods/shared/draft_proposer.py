@@ -34,6 +34,9 @@ class DraftModelProposer(Proposer):
     def __init__(self, cfg, bundle):
         super().__init__(cfg, bundle)
         self.draft = bundle.load_draft()
+        # A feature-level draft (model.draft.source=eagle: bench.models.eagle_draft.EagleDraft) reads the target's
+        # features of committed positions, kept in the row's draft cache.
+        self.wants_features = bool(getattr(self.draft, "wants_features", False))
         self.draft_temperature = float(cfg.draft_temperature)
         if self.draft_temperature <= 0:
             raise HarnessError(f"method '{cfg.name}': draft_temperature must be > 0 (its probabilities rank the tree)")
@@ -59,12 +62,16 @@ class DraftModelProposer(Proposer):
     def start(self, prompt_ids):
         if self.greedy_only and self.ctx.temperature > 0:
             raise HarnessError(f"method '{self.cfg.name}' decodes greedily only, as its paper (run.temperature=0)")
-        self.cache = DynamicCache(config=self.draft.config)
+        new_cache = getattr(self.draft, "new_cache", None)  # a draft whose cache keeps more than keys and values
+        self.cache = new_cache() if new_cache is not None else DynamicCache(config=self.draft.config)
         self.cached = 0
         self.step_log: dict[str, list] = defaultdict(list)  # per verification step (Proposer.step_counters)
 
     def step_counters(self) -> dict[str, list]:
         return dict(self.step_log)
+
+    def observe_features(self, features: torch.Tensor) -> None:
+        self.cache.observe(features)  # only with wants_features: the draft's own cache takes them
 
     # -- draft model -------------------------------------------------------------------------------------
     def _lap(self, phase: str) -> None:

@@ -1,0 +1,158 @@
+"""An EAGLE head (bench.models.eagle) driven as if it were a draft language model: `model.draft.source: eagle`.
+
+The draft-model methods (sd, specinfer, sequoia, dyspec, holistic; methods/shared/draft_proposer.py) feed their
+draft input ids, positions, a tree attention mask and its own KV cache, and read logits whose row j predicts the
+token after input j. EagleDraft gives the same contract over the head, so those methods draft with EAGLE unchanged
+(Post-use & Pre-cut's appendix E.3, token cache + EAGLE, is then a setting).
+
+Alignment (as methods/eagle/proposer.py): the cache column of input token t_j holds the head's entry for the pair
+(f_{j-1}, t_j) at head position j-1; its output f^_j gives the logits of t_{j+1}. f_{j-1} is the feature of the
+column's parent (the nearest earlier column the mask lets it see): the target's own feature when the parent is a
+committed position the target has verified (the engine hands them over through observe_features), otherwise the
+head's output at the parent's column (the root, the last committed token, and every drafted node). Column 0 (the
+first prompt token) has no earlier feature: its entry is a placeholder no other column ever sees, so every cache
+column still matches one input token, as a language model's does, and the methods' crop arithmetic holds.
+
+Everything per decoding row (the target's features, the head's outputs per column) lives in the row's cache
+(EagleDraftCache), so batch rows that share the adapter stay independent.
+"""
+
+from __future__ import annotations
+
+import copy
+from types import SimpleNamespace
+
+import torch
+from torch import nn
+from transformers import DynamicCache
+
+
+class EagleDraftCache(DynamicCache):
+    """The head's KV cache of one row plus the features its entries are fed from."""
+
+    def __init__(self, config):
+        super().__init__(config=config)
+        self.target: torch.Tensor | None = None  # [n, H] the target's features f_0..f_{n-1} (committed, verified)
+        self.outputs: torch.Tensor | None = None  # [columns, H] the head's output f^ at each cache column
+        self.committed = 0  # leading columns fed as a causal chunk: committed tokens, column == position
+
+    def observe(self, features: torch.Tensor) -> None:
+        """The target's features of the next committed positions, in order."""
+        self.target = features if self.target is None else torch.cat([self.target, features.to(self.target)])
+
+    def crop(self, max_length: int) -> None:
+        super().crop(max_length)
+        n = self.get_seq_length()
+        self.committed = min(self.committed, n)
+        if self.outputs is not None:
+            self.outputs = self.outputs[:n]
+
+
+class EagleDraft(nn.Module):
+    """head: an EagleHead; target: its target model (only for calls without a cache: teacher-forced scoring)."""
+
+    wants_features = True  # the draft-model proposer forwards the engine's features to the row's cache
+
+    def __init__(self, head, target, name: str, device, dtype):
+        super().__init__()
+        self.head = head
+        self.shared = {"target": target}  # not a submodule: the target's weights are not this module's
+        self.config = copy.deepcopy(head.config)
+        self.config.name_or_path = name
+        self.name_or_path = name
+        self._device, self._dtype = torch.device(device), dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._dtype
+
+    def new_cache(self) -> EagleDraftCache:
+        return EagleDraftCache(self.head.config)
+
+    @torch.inference_mode()
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None, past_key_values=None, use_cache: bool = True,
+                logits_to_keep: int = 0, **_) -> SimpleNamespace:
+        """input_ids [1, n]; attention_mask [1, 1, n, cached + n] additive (None: a causal chunk of committed
+        tokens, positions = columns). Without a cache: the whole sequence, teacher-forced on the target's own
+        features (Sequoia's acceptance measurement). Returns .logits [1, kept, V]."""
+        if past_key_values is None:
+            return self.teacher_forced(input_ids, logits_to_keep)
+        if input_ids.shape[0] != 1:
+            raise ValueError("EagleDraft drafts one row per cache")
+        cache, n = past_key_values, input_ids.shape[1]
+        start = cache.get_seq_length()
+        dev, dtype = self.device, self.dtype
+        if position_ids is None:
+            position_ids = torch.arange(start, start + n, device=dev)[None]
+        if attention_mask is None:  # committed tokens, in order after the committed columns
+            if start != cache.committed:
+                raise RuntimeError("eagle draft: committed tokens fed after drafted ones (crop the cache first)")
+            visible = torch.ones(n, start + n, dtype=torch.bool, device=dev).tril(start)
+        else:
+            visible = attention_mask[0, 0] == 0
+        parents = [self.parent(visible[i, : start + i]) for i in range(n)]
+        visible = visible.clone()
+        visible[:, 0] = False  # column 0's entry is the placeholder (no feature before the first token) ...
+        visible[torch.arange(n, device=dev), torch.arange(start, start + n, device=dev)] = True  # ... seen by itself
+        known = 0 if cache.target is None else cache.target.shape[0]
+        chunk = attention_mask is None
+        # Where each entry's feature comes from: ("target", position), ("output", column < start), ("row", i):
+        # the output of another input of this call, which needs one more pass of the head per nesting level.
+        sources, depth = [], [0] * n
+        for i, p in enumerate(parents):
+            if p < 0:
+                sources.append(("zero", 0))
+            elif (p < cache.committed or chunk) and p < known:
+                sources.append(("target", p))
+            elif p < start:
+                sources.append(("output", p))
+            elif chunk:
+                raise RuntimeError(f"eagle draft: no target feature for position {p} (observe_features first)")
+            else:
+                sources.append(("row", p - start))
+                depth[i] = depth[p - start] + 1
+        mask = torch.zeros(visible.shape, dtype=dtype, device=dev).masked_fill_(~visible, torch.finfo(dtype).min)
+        pos = (position_ids.to(dev) - 1).clamp(min=0)  # the head's position is its feature's
+        hidden = self.head.config.hidden_size
+        out = torch.zeros(n, hidden, dtype=dtype, device=dev)
+        for level in range(max(depth) + 1):
+            feats = torch.stack([self.feature(cache, s, out, hidden) for s in sources])
+            out = self.head(input_ids.to(dev), feats[None], pos, mask[None, None], cache)[0]
+            if level < max(depth):
+                cache.crop(start - cache.get_seq_length())  # again with the next level's in-call parents (negative: drop)
+        cache.outputs = out if cache.outputs is None else torch.cat([cache.outputs, out])
+        if chunk:
+            cache.committed = start + n
+        kept = out[-logits_to_keep:] if logits_to_keep else out
+        return SimpleNamespace(logits=self.head.logits(kept)[None])
+
+    @staticmethod
+    def parent(row: torch.Tensor) -> int:
+        """The nearest earlier column an entry sees (-1: none): its parent, whose feature it is fed."""
+        seen = row.nonzero()
+        return int(seen[-1]) if len(seen) else -1
+
+    @staticmethod
+    def feature(cache: EagleDraftCache, source: tuple[str, int], out: torch.Tensor, hidden: int) -> torch.Tensor:
+        kind, i = source
+        if kind == "target":
+            return cache.target[i].to(out)
+        if kind == "output":
+            return cache.outputs[i]
+        if kind == "row":
+            return out[i]
+        return out.new_zeros(hidden)
+
+    def teacher_forced(self, input_ids: torch.Tensor, logits_to_keep: int) -> SimpleNamespace:
+        """Logits of a whole sequence given its true prefix: the target's features, then the cached path."""
+        target = self.shared["target"]
+        ids = input_ids.to(self.device)
+        features = target.get_decoder()(input_ids=ids).last_hidden_state[0]  # post-norm: the lm_head's input
+        cache = self.new_cache()
+        cache.observe(features[:-1])
+        return self.forward(ids, past_key_values=cache, logits_to_keep=logits_to_keep)
