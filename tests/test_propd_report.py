@@ -120,6 +120,12 @@ def test_table2_claim_reacts_to_the_data(results):
     assert pruning_claim({(4, 50): (0.3, 2.5)}, 2.5)[0] == "does not hold"  # keeps MAT, prunes too little
     assert pruning_claim({(1, 50): (0.8, 2.5)}, 2.5)[0] == "not measured"  # not the chosen point
     assert pruning_claim({(4, 50): (0.8, 2.5)}, None)[0] == "not measured"  # no run without pruning
+    # Ours are decided from intervals: the prune rate's and the paired MAT ratio's.
+    pts = {(4, 50): (0.8, 2.5)}
+    assert pruning_claim(pts, 2.5, intervals=([0.7, 0.9], [0.97, 1.02]))[0] == "holds"
+    assert pruning_claim(pts, 2.5, intervals=([0.45, 0.9], [0.97, 1.02]))[0] == "undecided"
+    assert pruning_claim(pts, 2.5, intervals=([0.7, 0.9], [0.80, 0.90]))[0] == "does not hold"
+    assert pruning_claim(pts, 2.5, intervals=(None, [0.97, 1.02]))[0] == "undecided"
 
 
 def test_table3_ratios_switches_and_the_paper(results):

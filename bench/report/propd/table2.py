@@ -9,6 +9,7 @@ accepted length within 5% of no pruning.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from pathlib import Path
 
 import pandas as pd
@@ -26,8 +27,9 @@ from bench.report.propd.common import (
     table_texts,
     why_missing,
 )
-from bench.report.tables import MISSING, fmt, is_missing, pair, write_texts
-from bench.run.metrics import mat
+from bench.report.tables import MISSING, fmt, interval_columns, interval_in, is_missing, pair, write_texts
+from bench.run.metrics import bootstrap_interval, mat, ratio_of_rates, ratio_of_sums
+from bench.run.store import Run
 
 PAPER = "propd_table2_early_pruning_bs4.csv"
 LAYERS = (1, 2, 3, 4)
@@ -45,10 +47,23 @@ def pct(x) -> str:
     return MISSING if is_missing(x) else f"{100 * x:.1f}%"
 
 
+def interval_verdict(rate_ci: list[float] | None, ratio_ci: list[float] | None) -> str:
+    """Claim (1) from intervals: the prune rate's wholly above MOST and the MAT ratio (over no pruning, paired on
+    the questions) wholly within 1 +- MAT_TOLERANCE hold; either wholly on the other side does not."""
+    if rate_ci is None or ratio_ci is None:
+        return "undecided"
+    band = (1 - MAT_TOLERANCE, 1 + MAT_TOLERANCE)
+    if rate_ci[1] < MOST or ratio_ci[1] < band[0] or ratio_ci[0] > band[1]:
+        return "does not hold"
+    return "holds" if rate_ci[0] > MOST and band[0] <= ratio_ci[0] and ratio_ci[1] <= band[1] else "undecided"
+
+
 def pruning_claim(points: dict[tuple[int, int], tuple[float | None, float | None]], reference_mat: float | None,
-                  chosen: tuple[int, int] = CHOSEN) -> tuple[str, str]:
-    """(verdict, numbers) of claim (1) at the chosen (layer, top-k): "holds" when pruning removes over half the
-    drafted nodes and MAT stays within 5% of no pruning; points maps (layer, top-k) -> (prune rate, MAT)."""
+                  chosen: tuple[int, int] = CHOSEN, intervals: tuple | None = None) -> tuple[str, str]:
+    """(verdict, numbers) of claim (1) at the chosen (layer, top-k): pruning removes over half the drafted nodes
+    and MAT stays within 5% of no pruning; points maps (layer, top-k) -> (prune rate, MAT). With `intervals`
+    (the chosen point's prune-rate interval, its paired MAT-ratio interval) the verdict is read from them
+    (interval_verdict); without (the paper's printed numbers, which have none) from the points."""
     rate, m = points.get(chosen, (None, None))
     layer, k = chosen
     if is_missing(rate) or is_missing(m) or is_missing(reference_mat) or not reference_mat:
@@ -57,10 +72,46 @@ def pruning_claim(points: dict[tuple[int, int], tuple[float | None, float | None
     ok = [pk for pk, (r, mm) in points.items() if not is_missing(r) and not is_missing(mm)
           and r > MOST and abs(mm / reference_mat - 1) <= MAT_TOLERANCE]
     measured = sum(1 for r, mm in points.values() if not is_missing(r) and not is_missing(mm))
-    verdict = "holds" if rate > MOST and abs(change) <= MAT_TOLERANCE else "does not hold"
+    verdict = ("holds" if rate > MOST and abs(change) <= MAT_TOLERANCE else "does not hold") if intervals is None \
+        else interval_verdict(*intervals)
+    ci = "" if intervals is None else (f"; 95% intervals: prune rate {fmt_ci(intervals[0], pct)}, MAT ratio "
+                                       f"{fmt_ci(intervals[1], fmt)}")
     return verdict, (f"layer {layer}, top-{k}: {pct(rate)} of nodes pruned, MAT {m:.2f} vs {reference_mat:.2f} "
                      f"without pruning ({100 * change:+.1f}%); {len(ok)} of {measured} measured settings prune "
-                     f"over half with MAT within 5%")
+                     f"over half with MAT within 5%{ci}")
+
+
+def fmt_ci(ci: list[float] | None, show) -> str:
+    return MISSING if ci is None else f"[{show(ci[0])}, {show(ci[1])}]"
+
+
+def prune_interval(run: Run) -> list[float] | None:
+    """Prune rate's interval: questions resampled with their drafted and verified nodes."""
+    drafted, verified = defaultdict(int), defaultdict(int)
+    for r in run.records:
+        if r.get("draft_nodes") is not None:
+            drafted[r["question_id"]] += sum(r["draft_nodes"])
+            verified[r["question_id"]] += sum(r.get("verified_nodes", r["draft_nodes"]))
+    qs = sorted(drafted, key=str)
+    if not qs or any(drafted[q] <= 0 for q in qs):
+        return None
+    ci = bootstrap_interval([[verified[q] for q in qs], [drafted[q] for q in qs]], ratio_of_sums)
+    return None if ci is None else [1 - ci[1], 1 - ci[0]]
+
+
+def mat_ratio_interval(run: Run, ref: Run) -> list[float] | None:
+    """MAT of run over ref's, paired on the questions of both (tokens and steps of each question)."""
+    def per_question(x: Run) -> dict:
+        out: dict = defaultdict(lambda: [0, 0])
+        for r in x.records:
+            out[r["question_id"]][0] += sum(r["accept_lengths"])
+            out[r["question_id"]][1] += len(r["accept_lengths"])
+        return out
+
+    a, b = per_question(run), per_question(ref)
+    qs = sorted(set(a) & set(b), key=str)
+    return bootstrap_interval([[a[q][0] for q in qs], [a[q][1] for q in qs], [b[q][0] for q in qs],
+                               [b[q][1] for q in qs]], ratio_of_rates) if qs else None
 
 
 def build_propd_table2(results_dir: str | Path, model: str | None = None, batch_size: int = 4,
@@ -88,14 +139,18 @@ def build_propd_table2(results_dir: str | Path, model: str | None = None, batch_
                 missing[f"layer {layer} top-{k}"] = why_missing(
                     p, dataset, "table2", f"propd run with that layer and top-k (dynamic tree off) at batch {batch_size}")
         pr = paper_by[(layer, k)]
+        chosen = layer != "none" and (int(layer), k) == CHOSEN and run is not None
         rows.append({"layer": layer, "top_k": k,
+                     **interval_columns("prune_rate", prune_interval(run) if chosen else None),
+                     **interval_columns("mat_ratio", mat_ratio_interval(run, ref) if chosen and ref else None),
                      "prune_rate": (0.0 if layer == "none" else prune_rate(run)) if run else None,
                      "mat": mat(run.records) if run else None, "tok_s": aggregate_rate(run) if run else None,
                      "draft_nodes_mean": draft_nodes_mean(run) if run else None,
                      "prune_rate_paper": pr.prune_rate, "mat_paper": pr.acc_length, "tok_s_paper": pr.speed_tok_s,
                      "run_id": run.run_id if run else None, "method": run.meta.get("method") if run else None})
     df = pd.DataFrame(rows)
-    num = ["prune_rate", "mat", "tok_s", "draft_nodes_mean", "prune_rate_paper", "mat_paper", "tok_s_paper"]
+    num = ["prune_rate", "mat", "tok_s", "draft_nodes_mean", "prune_rate_paper", "mat_paper", "tok_s_paper",
+           "prune_rate_lo", "prune_rate_hi", "mat_ratio_lo", "mat_ratio_hi"]
     df[num] = df[num].astype(float)
     df["top_k"] = df["top_k"].astype("Int64")
     df.attrs.update(context(p, used, missing=missing, dataset=dataset, batch_size=batch_size,
@@ -109,12 +164,15 @@ def claim_texts(df: pd.DataFrame) -> list[str]:
     for who, suffix in (("ours", ""), ("paper", "_paper")):
         pts = {(int(r.layer), int(r.top_k)): (getattr(r, f"prune_rate{suffix}"), getattr(r, f"mat{suffix}"))
                for r in df.itertuples() if r.layer != "none"}
-        verdict, numbers = pruning_claim(pts, df.loc[df["layer"] == "none", f"mat{suffix}"].item())
+        row = df[(df["layer"] == str(CHOSEN[0])) & (df["top_k"] == CHOSEN[1])]
+        cis = None if suffix or row.empty else (interval_in(row.iloc[0], "prune_rate"),
+                                                interval_in(row.iloc[0], "mat_ratio"))
+        verdict, numbers = pruning_claim(pts, df.loc[df["layer"] == "none", f"mat{suffix}"].item(), intervals=cis)
         out.append(f"{who}: {verdict} ({numbers})")
     rates = df["prune_rate_paper"].dropna()
     return [(f"Claim (1), pruning removes most drafted nodes (paper: {pct(rates.min())}-{pct(rates.max())}) with "
             f"the accepted length within 5% of no pruning, at the paper's chosen layer {CHOSEN[0]}, "
-            f"top-{CHOSEN[1]}: {out[0]}; {out[1]}.")]
+            f"top-{CHOSEN[1]} (ours from 95% intervals, the paper from its points): {out[0]}; {out[1]}.")]
 
 
 def display(df: pd.DataFrame) -> pd.DataFrame:
