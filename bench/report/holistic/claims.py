@@ -4,7 +4,9 @@
   Eq. 3 utilisations (new tokens / draft calls) and of MATs, questions resampled together in both runs. A lambda
   holds when utilisation's ratio is wholly above 1 and MAT's wholly above MAT_TOLERANCE; it does not when
   either is wholly on the other side. The claim holds when every lambda does, does not when one does not.
-- `flatten_verdict`: the spread of speedups over lambda ((max - min) / max), reuse only minus with Pre-cut, every
+- `ordering_verdict` (Figure 4): Q_updated's utilisation (accepted / drafted) over Q_init's and Q_init's over
+  vanilla SD's, paired on the questions; holds when both ratios are wholly above 1.
+- `flatten_interval`: the spread of speedups over lambda ((max - min) / max), reuse only minus with Pre-cut, every
   run and its AR baseline resampled on the same questions; holds when the difference's interval is above 0.
 """
 
@@ -77,3 +79,30 @@ def flatten_interval(reuse: list[tuple[Run, Run]], cut: list[tuple[Run, Run]]) -
     if len(qs) < 2:
         return None
     return bootstrap_interval([[x[q] for q in qs] for x in rates], spread_difference)
+
+
+def counter_ratio_interval(a: Run, b: Run, num: str, den: str) -> list[float] | None:
+    """Paired interval of (sum num / sum den counters) of a over b's, over the questions of both."""
+    def per_question(run: Run) -> dict:
+        out: dict = defaultdict(lambda: [0.0, 0.0])
+        for r in run.records:
+            c = r.get("counters") or {}
+            out[r["question_id"]][0] += sum(c.get(num) or [])
+            out[r["question_id"]][1] += sum(c.get(den) or [])
+        return out
+
+    sa, sb = per_question(a), per_question(b)
+    qs = sorted(set(sa) & set(sb), key=str)
+    if not qs or sum(sa[q][1] for q in qs) <= 0 or sum(sb[q][1] for q in qs) <= 0:
+        return None
+    return bootstrap_interval([[sa[q][0] for q in qs], [sa[q][1] for q in qs],
+                               [sb[q][0] for q in qs], [sb[q][1] for q in qs]], ratio_of_rates)
+
+
+def ordering_verdict(vanilla: Run, q_init: Run, q_updated: Run) -> str:
+    """"holds (...)": Q_updated > Q_init > vanilla SD in utilisation, from the two paired ratio intervals."""
+    top = counter_ratio_interval(q_updated, q_init, "accepted_draft", "draft_tokens")
+    low = counter_ratio_interval(q_init, vanilla, "accepted_draft", "draft_tokens")
+    found = (verdict(top, 1.0), verdict(low, 1.0))
+    v = "does not hold" if "does not hold" in found else "holds" if found == ("holds", "holds") else "undecided"
+    return f"{v} (utilisation ratios: Q_updated / Q_init {fmt_ci(top)}, Q_init / vanilla {fmt_ci(low)})"

@@ -22,6 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.report.select import MissingRunsError, Pool, pool, read_runs, settings, used_ids
+from bench.report.tables import interval_columns
 from bench.run.metrics import (
     counter_totals,
     mat,
@@ -95,7 +96,7 @@ def verifications(records: list[dict]) -> int:
 def numbers(run: Run | None, base: Run | None) -> dict:
     """tok/s, speedup vs AR, MAT, both utilisations, hit rates and draft length of one run (None when absent)."""
     keys = ("tok_s", "speedup", "mat", "util_eq3", "util_accepted", "draft_tokens_mean", "draft_calls_mean",
-            "draft_hit_rate", "target_hit_rate", "tok_s_ci", "speedup_ci", "mat_ci")
+            "draft_hit_rate", "target_hit_rate", *(f"{m}_{e}" for m in ("tok_s", "speedup", "mat") for e in ("lo", "hi")))
     if run is None:
         return dict.fromkeys(keys)
     c = counter_totals(run.records)
@@ -114,8 +115,8 @@ def numbers(run: Run | None, base: Run | None) -> dict:
             "draft_hit_rate": ratio("draft_hits", "draft_fetches"),
             "target_hit_rate": ratio("target_hits", "target_fetches"),
             # 95% bootstrap intervals over questions (paired with AR for the speedup)
-            "tok_s_ci": rate_interval(run.records), "mat_ci": mat_interval(run.records),
-            "speedup_ci": speedup_interval(run.records, base.records) if base else None}
+            **interval_columns("tok_s", rate_interval(run.records)), **interval_columns("mat", mat_interval(run.records)),
+            **interval_columns("speedup", speedup_interval(run.records, base.records) if base else None)}
 
 
 def footer(p: Pool, used: list[Run | None]) -> list[str]:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.cachefile import atomic_write
+from bench.report.holistic.claims import ordering_verdict
 from bench.report.holistic.common import EXPERIMENT, MAKE, draft_length, frozen
 from bench.report.plots import figures_dir, new_figure, save_csv, save_figure
 from bench.report.select import MissingRunsError, read_runs, settings
@@ -70,7 +71,9 @@ def build_holistic_fig4(results_dir: str | Path, model: str | None = None, datas
             df["draft_length"], df["run_id"] = draft_length(run), run.run_id
             parts.append(df)
     out = pd.concat(parts, ignore_index=True)
-    out.attrs.update({"model": model, "dataset": dataset})
+    ordering = (ordering_verdict(*(latest[n] for n in ("vanilla", "q_init", "q_updated"))) if set(latest) >= set(CURVES)
+                else "not measured (needs all three curves)")
+    out.attrs.update({"model": model, "dataset": dataset, "ordering": ordering})
     return out
 
 
@@ -113,7 +116,9 @@ def holistic_fig4(results_dir: str | Path, model: str | None = None, dataset: st
                              "run": g["run_id"].iloc[0]} for n, g in df.groupby("curve", sort=False)])
     caption = (f"Post-use & Pre-cut Figure 4, ours: final cumulative token utilisation on {df.attrs['dataset']} "
                f"({df.attrs['model']}); the paper shows curves only, no values.")
-    md = markdown(summary, caption, [f"Claim, Q_updated > Q_init > vanilla SD: {ordering_claim(df)}.",
+    points = ordering_claim(df).split(" (", 1)[-1].rstrip(")")  # the numbers; the verdict is the intervals'
+    md = markdown(summary, caption, [(f"Claim, Q_updated > Q_init > vanilla SD, from paired 95% intervals over "
+                                      f"questions: {df.attrs['ordering']}; final utilisation: {points}."),
                                      f"{MISSING}: no run ({MAKE['fig4']})."])
     atomic_write(out / "holistic_fig4.md", md)
     return md

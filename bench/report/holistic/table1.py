@@ -19,7 +19,6 @@ from bench.report.select import MissingRunsError
 from bench.report.tables import (
     MISSING,
     fmt,
-    interval_columns,
     interval_in,
     lossless_text,
     pair,
@@ -81,10 +80,10 @@ def build_holistic_table1(results_dir: str | Path, model: str | None = None) -> 
             used += [run, base]
             got = numbers(run, base)
             if row == "ar" and run is not None:
-                got["speedup"], got["speedup_ci"] = 1.0, None
+                got.update(speedup=1.0, speedup_lo=None, speedup_hi=None)
             mine = paper[(paper["dataset"] == ds) & (paper["method"] == paper_name)]
             rows.append({"dataset": ds, "row": row, "method": label, "tok_s": got["tok_s"], "speedup": got["speedup"],
-                         **interval_columns("tok_s", got["tok_s_ci"]), **interval_columns("speedup", got["speedup_ci"]),
+                         **{k: got[k] for k in ("tok_s_lo", "tok_s_hi", "speedup_lo", "speedup_hi")},
                          "mat": got["mat"], "lossless": lossless(run),
                          **{f"paper_{r.pair}_tok_s": r.tok_s for r in mine.itertuples()},
                          **{f"paper_{r.pair}_speedup": r.speedup for r in mine.itertuples()},

@@ -19,7 +19,6 @@ from bench.report.holistic.common import MAKE, footer, holistic_pool, ladder_run
 from bench.report.tables import (
     MISSING,
     fmt,
-    interval_columns,
     interval_in,
     is_missing,
     render,
@@ -51,7 +50,7 @@ def build_holistic_table4(results_dir: str | Path, model: str | None = None, dat
         base = p.baseline(run, "ar")
         used += [run, base]
         got = numbers(run, base)
-        ours.update({f"{col}_mat": got["mat"], f"{col}_mat_bonus": got["mat"], **interval_columns(f"{col}_mat", got["mat_ci"]),
+        ours.update({f"{col}_mat": got["mat"], f"{col}_mat_bonus": got["mat"], f"{col}_mat_lo": got["mat_lo"], f"{col}_mat_hi": got["mat_hi"],
                      f"{col}_util": got["util_accepted"], f"{col}_util_eq3": got["util_eq3"],
                      f"{col}_speedup": got["speedup"], f"{col}_draft_tokens_mean": got["draft_tokens_mean"],
                      f"{col}_run_id": run.run_id if run else None})
