@@ -13,8 +13,17 @@ from pathlib import Path
 import pandas as pd
 
 from bench.report.holistic.common import MAKE, draft_length, footer, holistic_pool, level
-from bench.report.tables import MISSING, fmt, pair, render, write_texts
-from bench.run.metrics import group_records, speedup
+from bench.report.tables import (
+    MISSING,
+    fmt,
+    interval_columns,
+    interval_in,
+    pair,
+    render,
+    with_interval,
+    write_texts,
+)
+from bench.run.metrics import group_records, speedup, speedup_interval
 
 PAPER_DIR = Path(__file__).with_name("paper_tables")
 PAPER = "postuse_precut_table10_specbench.csv"
@@ -40,8 +49,10 @@ def build_holistic_table10(results_dir: str | Path, model: str | None = None) ->
         mine = group_records(run.records) if run else {}
         theirs = group_records(base.records) if base else {}
         for group, col in GROUPS.items():
-            got = speedup(mine[group], theirs[group]) if group in mine and group in theirs else None
+            both = group in mine and group in theirs
+            got = speedup(mine[group], theirs[group]) if both else None
             rows.append({"row": row, "method": label, "group": group, "category": col, "speedup": got,
+                         **interval_columns("speedup", speedup_interval(mine[group], theirs[group]) if both else None),
                          "questions": len({r["question_id"] for r in mine.get(group, [])}),
                          "paper_speedup": paper.at[paper_name, col], "run_id": run.run_id if run else None,
                          "ar_run_id": base.run_id if base else None})
@@ -56,13 +67,13 @@ def holistic_table10(results_dir: str | Path, model: str | None = None) -> str:
     display = [{"Method": "Auto-regressive", **{c: "1.00 (1.00)" for c in GROUPS.values()}}]
     for row, (label, _, _) in ROWS.items():
         sub = df[df["row"] == row].set_index("category")
-        display.append({"Method": label, **{c: pair(fmt(sub.at[c, "speedup"]), fmt(sub.at[c, "paper_speedup"]))
-                                            for c in GROUPS.values()}})
+        display.append({"Method": label, **{c: pair(with_interval(sub.at[c, "speedup"], interval_in(sub.loc[c], "speedup")),
+                                                    fmt(sub.at[c, "paper_speedup"])) for c in GROUPS.values()}})
     caption = ("Post-use & Pre-cut Table 10, ours (paper: Llama-3.1-Instruct): speedup over AR per Spec-Bench "
                "category (dialog = the 8 MT-Bench categories).")
     counts = df.groupby("category", sort=False)["questions"].max()
     foot = [*df.attrs["footer"],
-            "Cells: ours (paper). Questions per category: " + ", ".join(f"{c} {n}" for c, n in counts.items()) + ".",
+            "Cells: ours [95% bootstrap interval over questions, paired with AR] (paper). Questions per category: " + ", ".join(f"{c} {n}" for c, n in counts.items()) + ".",
             f"{MISSING}: no run ({MAKE['table10']})."]
     texts = render(pd.DataFrame(display), caption, foot, df)
     write_texts(Path(results_dir, "tables"), "holistic_table10", texts)

@@ -28,7 +28,16 @@ from bench.report.holistic.common import (
     ladder_run,
     numbers,
 )
-from bench.report.tables import MISSING, fmt, is_missing, pair, render, write_texts
+from bench.report.tables import (
+    MISSING,
+    fmt,
+    interval_in,
+    is_missing,
+    pair,
+    render,
+    with_interval,
+    write_texts,
+)
 from bench.run.metrics import verdict
 
 PAPER_DIR = Path(__file__).with_name("paper_tables")
@@ -123,7 +132,8 @@ def display(df: pd.DataFrame) -> pd.DataFrame:
     for lvl in LEVELS.values():
         sub = df[df["level"] == lvl].set_index("lambda")
         rows.append({"Level": LEVEL_NAMES[lvl],
-                     **{f"λ={n}": pair(fmt(sub.at[n, "speedup"]), fmt(sub.at[n, "paper_speedup"])) for n in lengths}})
+                     **{f"λ={n}": pair(with_interval(sub.at[n, "speedup"], interval_in(sub.loc[n], "speedup")),
+                                       fmt(sub.at[n, "paper_speedup"])) for n in lengths}})
     return pd.DataFrame(rows)
 
 
@@ -133,7 +143,8 @@ def holistic_table3(results_dir: str | Path, model: str | None = None, dataset: 
     caption = (f"Post-use & Pre-cut Table 3, ours (paper: Llama-2-chat 7B/70B, A6000s, bf16): speedup over AR per "
                f"ablation level and draft length lambda on {df.attrs['dataset']}; with Pre-cut lambda is the bound.")
     foot = [*df.attrs["footer"],
-            "Cells: ours (paper). Speedup: mean per-question tok/s over AR's on the same questions and machine.",
+            ("Cells: ours [95% bootstrap interval over questions, paired with AR] (paper). Speedup: mean "
+             "per-question tok/s over AR's on the same questions and machine."),
             (f"Claim, reuse raises utilisation (Eq. 3: new tokens / draft calls) over sd at equal or higher MAT, "
              f"from paired 95% intervals of the ratios: {df.attrs['claims']['reuse']}; the points: "
              f"{points(reuse_claim(df))}."),
