@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterable
 
 from bench.report.select import MissingRunsError, missing, select_group, where
-from bench.report.tables import lossless_text
+from bench.report.tables import interval_columns, lossless_text
 from bench.run.metrics import summarize
 from bench.run.store import Run
 
@@ -49,6 +49,8 @@ def group_runs(runs: list[Run], experiment: str, model: str | None = None) -> tu
 def run_metrics(run: Run) -> dict:
     s = summarize(run.records)
     return {"mat": s["mat"], "tokens_per_s": s["tokens_per_s"]["mean_of_questions"],
+            **interval_columns("mat", s["intervals"]["mat"]),
+            **interval_columns("tokens_per_s", s["intervals"]["tokens_per_s"]),
             "tokens_per_s_total": s["tokens_per_s"]["total"], "n_turns": s["n_turns"],
             "lossless": lossless_text(s["lossless"]), "phase_share": s["phase_share"]}
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.report.plots import figures_dir, new_figure, save_csv, save_figure, wrap
+from bench.report.plots import figures_dir, new_figure, save_csv, save_figure, wrap, yerr
 from bench.report.select import latest_model, latest_per_x, read_runs, setting, where
 from bench.report.token_recycling.common import (
     MAKE_TARGETS,
@@ -39,7 +39,8 @@ FIG3_PANELS = [
      ("Paper: axis ranges only, no point values: MAT 2.68-2.77, tokens/s 111-120. Last has the highest "
       "MAT but the differences are tiny; Cur (our parallel) is clearly the fastest.")),
 ]
-FIG3_COLUMNS = ["panel", "experiment", "x_name", "x", "mat", "tokens_per_s", "tokens_per_s_total",
+FIG3_COLUMNS = ["panel", "experiment", "x_name", "x", "mat", "mat_lo", "mat_hi", "tokens_per_s", "tokens_per_s_lo",
+                "tokens_per_s_hi", "tokens_per_s_total",
                 "tree", "tree_size", "tree_depth", "update", "n_turns", "lossless", "run_id", "model",
                 "dataset", "machine", "max_new_tokens"]
 
@@ -63,6 +64,7 @@ def sweep_points(runs: list[Run], experiment: str, x_name: str, panel: str = "",
         m = run_metrics(run)
         ms = run.meta.get("method_settings") or {}
         rows.append({"panel": panel, "experiment": experiment, "x_name": x_name, "x": x, "mat": m["mat"],
+                     **{k: m[k] for k in ("mat_lo", "mat_hi", "tokens_per_s_lo", "tokens_per_s_hi")},
                      "tokens_per_s": m["tokens_per_s"], "tokens_per_s_total": m["tokens_per_s_total"],
                      "tree": ms.get("tree"), "tree_size": ms.get("tree_size"),
                      "tree_depth": ms.get("tree_depth"), "update": ms.get("update"),
@@ -88,12 +90,17 @@ def fig3_points(results_dir, model: str | None = None) -> tuple[pd.DataFrame, li
     return pd.concat([f for f in frames if not f.empty], ignore_index=True), notes
 
 
-def twin_panel(ax, xs, labels, mat, tps, xlabel, categorical):
-    """MAT on the left axis, tokens/s on the right; categorical x (update strategy) at 0..n-1."""
+def twin_panel(ax, xs, labels, sub, xlabel, categorical):
+    """MAT on the left axis, tokens/s on the right, each with its 95% interval as error bars; categorical x
+    (update strategy) at 0..n-1."""
     ax2 = ax.twinx()
     pos = list(range(len(xs))) if categorical else xs
-    (l1,) = ax.plot(pos, mat, "o-", color="tab:blue", label="MAT")
-    (l2,) = ax2.plot(pos, tps, "s--", color="tab:red", label="Tokens/s")
+    (l1,) = ax.plot(pos, sub["mat"], "o-", color="tab:blue", label="MAT")
+    ax.errorbar(pos, sub["mat"], yerr=yerr(sub["mat"], sub["mat_lo"], sub["mat_hi"]), fmt="none",
+                ecolor="tab:blue", capsize=2)
+    (l2,) = ax2.plot(pos, sub["tokens_per_s"], "s--", color="tab:red", label="Tokens/s")
+    ax2.errorbar(pos, sub["tokens_per_s"], yerr=yerr(sub["tokens_per_s"], sub["tokens_per_s_lo"],
+                 sub["tokens_per_s_hi"]), fmt="none", ecolor="tab:red", capsize=2)
     if categorical:
         ax.set_xticks(pos, labels)
         ax.set_xlim(-0.5, len(pos) - 0.5)
@@ -121,7 +128,7 @@ def tr_fig3(results_dir, model: str | None = None) -> list[Path]:
         else:
             xs = list(sub["x"])
             labels = [UPDATE_LABELS.get(x, str(x)) for x in xs]
-            handles = twin_panel(ax, xs, labels, sub["mat"], sub["tokens_per_s"], xlabel,
+            handles = twin_panel(ax, xs, labels, sub, xlabel,
                                  categorical=x_name == "update") or handles
             first = sub.iloc[0]
             ax.set_title(f"({panel}) {experiment}: {first['machine']}, {first['max_new_tokens']} tok",
@@ -132,7 +139,7 @@ def tr_fig3(results_dir, model: str | None = None) -> list[Path]:
         axes[0].legend(handles=handles, loc="upper left", fontsize=8)
     ctx = df.iloc[0]
     fig.suptitle(f"Token Recycling Figure 3, ours: {ctx['model']} on {ctx['dataset']} "
-                 f"(MAT incl. bonus token; tokens/s = mean over questions)")
+                 f"(MAT incl. bonus token; tokens/s = mean over questions; bars: 95% bootstrap interval over questions)")
     fig.subplots_adjust(bottom=0.32, wspace=0.45)
     out = figures_dir(results_dir)
     paths = [save_figure(fig, out / "tr_fig3.png"), save_csv(df, out / "tr_fig3.csv")]
