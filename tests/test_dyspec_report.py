@@ -74,7 +74,9 @@ def test_every_cell_is_filled_from_records(full):
     assert len(lines) == 6 and not any("—" in line for line in lines)
     # c4 T=0: DySpec 5.00 ms/token (paper 0.00730 s), accepted 3.00 (5.25), speedup 4.00 (0.02303/0.00730).
     first = [c.strip() for c in lines[0].split("|")[1:-1]]
-    assert first[:5] == ["c4 (C4)", "0", "5.00 (7.30)", "3.00 (5.25)", "4.00 (3.15)"]
+    # Every question of a fixture run is the same: each interval is a point.
+    assert first[:5] == ["c4 (C4)", "0", "5.00 [5.00, 5.00] (7.30)", "3.00 [3.00, 3.00] (5.25)",
+                         "4.00 [4.00, 4.00] (3.15)"]
     assert first[-1] == "20.00 (23.03)"
 
 
@@ -134,7 +136,8 @@ def test_missing_runs_give_dashes_beside_paper_numbers(results):
     md = dyspec_table(results)
     lines = table_lines(md)
     first = [c.strip() for c in lines[0].split("|")[1:-1]]
-    assert first[2:5] == ["5.00 (7.30)", "3.00 (5.25)", "— (3.15)"]  # no AR run: no speedup of ours
+    # no AR run: no speedup of ours
+    assert first[2:5] == ["5.00 [5.00, 5.00] (7.30)", "3.00 [3.00, 3.00] (5.25)", "— (3.15)"]
     assert first[5] == "— (8.71)" and first[-1] == "— (23.03)"
     df = build_dyspec_table(results)
     assert df.drop(columns=[c for c in df.columns if c.startswith("dyspec_") or c.endswith("_paper")]

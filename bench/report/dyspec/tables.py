@@ -14,8 +14,17 @@ import pandas as pd
 
 from bench.errors import HarnessError
 from bench.report.select import default_model, latest_runs, paired_baseline, read_runs
-from bench.report.tables import MISSING, fmt, is_missing, pair, render, write_texts
-from bench.run.metrics import mat
+from bench.report.tables import (
+    MISSING,
+    fmt,
+    interval_columns,
+    is_missing,
+    ours_cells,
+    pair,
+    render,
+    write_texts,
+)
+from bench.run.metrics import bootstrap_interval, mat, mat_interval, ratio_of_rates, ratio_of_sums
 from bench.run.store import Run
 
 PAPER_CSV = Path(__file__).with_name("paper_tables") / "dyspec_tables_latency_per_token.csv"
@@ -32,7 +41,8 @@ TABLE_VARIANTS = {4: "b768"}
 PAPER_SETUP = {1: "one A100 40GB", 2: "one A100 40GB", 3: "one A100 40GB, target CPU-offloaded",
                4: "one A100 40GB, target CPU-offloaded"}
 DEFINITIONS = (
-    "Cells: ours (paper); — = no run / no published value. Latency: total wall time / total new tokens over "
+    "Cells: ours [95% bootstrap interval over questions; paired with AR for speedups] (paper); — = no run. "
+    "Latency: total wall time / total new tokens over "
     "all prompts of the run, in ms per token (Sequoia's accounting: the target prefill is inside the timed "
     "region). Accepted: tokens committed per target forward, bonus token included, pooled over all steps "
     "(MAT); our prefill counts as one step of one token, while Sequoia's first verification step includes "
@@ -64,6 +74,31 @@ def latency_speedup(records: list[dict], baseline: list[dict]) -> float | None:
     mine = latency_per_token([r for r in records if r["question_id"] in common])
     base = latency_per_token([r for r in baseline if r["question_id"] in common])
     return base / mine if mine and base is not None else None
+
+
+def per_question(records: list[dict]) -> dict:
+    """question_id -> [new tokens, wall time] over its turns."""
+    out: dict = {}
+    for r in records:
+        q = out.setdefault(r["question_id"], [0, 0.0])
+        q[0] += r["new_tokens"]
+        q[1] += r["wall_time"]
+    return out
+
+
+def latency_interval(records: list[dict]) -> list[float] | None:
+    """latency_per_token's 95% interval, questions resampled with their wall time and tokens."""
+    qs = per_question(records)
+    keys = sorted(qs, key=str)
+    return bootstrap_interval([[qs[k][1] for k in keys], [qs[k][0] for k in keys]], ratio_of_sums)
+
+
+def latency_speedup_interval(records: list[dict], baseline: list[dict]) -> list[float] | None:
+    """latency_speedup's interval, paired over the questions of both runs."""
+    a, b = per_question(records), per_question(baseline)
+    keys = sorted(set(a) & set(b), key=str)
+    return bootstrap_interval([[a[k][0] for k in keys], [a[k][1] for k in keys], [b[k][0] for k in keys],
+                               [b[k][1] for k in keys]], ratio_of_rates) if keys else None
 
 
 def dyspec_paper(table: int) -> pd.DataFrame:
@@ -112,6 +147,9 @@ def method_cells(m: str, run: Run | None, base: Run | None, paper: pd.DataFrame,
         f"{m}_latency_s": latency_per_token(run.records) if run else None,
         f"{m}_accepted": mat(run.records) if run else None,
         f"{m}_speedup": latency_speedup(run.records, base.records) if run and base else None,
+        **interval_columns(f"{m}_latency_s", latency_interval(run.records) if run else None),
+        **interval_columns(f"{m}_accepted", mat_interval(run.records) if run else None),
+        **interval_columns(f"{m}_speedup", latency_speedup_interval(run.records, base.records) if run and base else None),
         f"{m}_latency_s_paper": paper_lat,
         f"{m}_accepted_paper": paper_value(paper, dataset, t, m, "accepted_per_step"),
         f"{m}_speedup_paper": paper_base / paper_lat if paper_base and paper_lat else None,
@@ -166,6 +204,7 @@ def build_dyspec_table(results_dir: str | Path, model: str | None = None,
     numeric = [f"{c}{suffix}" for c in ["ar_latency_s", *(f"{m}_{k}" for m in METHODS
                                                            for k in ("latency_s", "accepted", "speedup"))]
                for suffix in ("", "_paper")]
+    numeric += [f"{m}_{k}_{e}" for m in METHODS for k in ("latency_s", "accepted", "speedup") for e in ("lo", "hi")]
     run_cols = ["ar_run_id", *(f"{m}_run_id" for m in METHODS)]
     df = pd.DataFrame(rows).reindex(columns=["dataset", "paper_dataset", "temperature", *numeric, *run_cols])
     df[numeric] = df[numeric].astype(float)  # None -> NaN: empty CSV cells, never "None"
@@ -220,11 +259,13 @@ def display(df: pd.DataFrame) -> pd.DataFrame:
                         "T": [f"{t:g}" for t in df["temperature"]]})
     for m in METHODS:
         label = LABELS[m]
-        out[f"{label} ms/tok"] = [pair(ms(a), ms(b)) for a, b in zip(df[f"{m}_latency_s"], df[f"{m}_latency_s_paper"])]
-        out[f"{label} accepted"] = [pair(fmt(a), fmt(b))
-                                    for a, b in zip(df[f"{m}_accepted"], df[f"{m}_accepted_paper"])]
-        out[f"{label} speedup"] = [pair(fmt(a), fmt(b))
-                                   for a, b in zip(df[f"{m}_speedup"], df[f"{m}_speedup_paper"])]
+        ms_ours = df[[f"{m}_latency_s", f"{m}_latency_s_lo", f"{m}_latency_s_hi"]] * 1000
+        out[f"{label} ms/tok"] = [pair(a, ms(b)) for a, b in zip(ours_cells(ms_ours, f"{m}_latency_s"),
+                                                                 df[f"{m}_latency_s_paper"])]
+        out[f"{label} accepted"] = [pair(a, fmt(b))
+                                    for a, b in zip(ours_cells(df, f"{m}_accepted"), df[f"{m}_accepted_paper"])]
+        out[f"{label} speedup"] = [pair(a, fmt(b))
+                                   for a, b in zip(ours_cells(df, f"{m}_speedup"), df[f"{m}_speedup_paper"])]
     out["AR ms/tok"] = [pair(ms(a), ms(b)) for a, b in zip(df["ar_latency_s"], df["ar_latency_s_paper"])]
     return out
 
