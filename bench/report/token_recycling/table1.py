@@ -37,6 +37,8 @@ ROWS = [
     ("hf_pld", None, None, "hf_pld", None),
     ("rest", None, "rest", "rest", "REST"),
     ("medusa", None, "medusa", "medusa", "Medusa*"),
+    ("eagle", None, None, "eagle", None),  # the paper has no EAGLE rows: ours only (the model's trained head)
+    ("eagle2", None, None, "eagle2", None),
     ("token_recycling", None, "token_recycling", "token_recycling", "Ours (Token Recycling)"),
     ("token_recycling", "shuffle", "token_recycling_shuffle", "token_recycling[shuffle]", "shuffle"),
 ]
@@ -57,7 +59,8 @@ DEFINITIONS = (
     "Speedup: ratio of those means vs our hf_generate run on the same model and dataset (questions in "
     "both runs); MT..RAG are SpecBench per-category speedups. Lossless: outputs equal to the greedy "
     "reference / outputs checked. Ours carry a 95% bootstrap interval over questions [low, high] (paired for "
-    "speedups; the csv's _lo/_hi columns)."
+    "speedups; the csv's _lo/_hi columns). eagle and eagle2 (EAGLE-1 and EAGLE-2 with the model's trained EAGLE "
+    "head) are not in the paper, which has no EAGLE rows."
 )
 
 
