@@ -142,3 +142,17 @@ def test_build_writes_a_head_that_loads(tmp_path, monkeypatch):
                              name="tiny", device=torch.device("cpu"), dtype=torch.float32)
     loaded = load_eagle(bundle)
     assert eagle_training.agreement(loaded, data.heldout, 2) == report["agreement"]
+
+
+def test_hub_head_offline_is_one_line(monkeypatch):
+    """A model config naming an official head on the hub fails in one line when the hub cannot be reached."""
+    from bench.errors import HarnessError
+    from bench.models.eagle import official_file
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    cfg = OmegaConf.create({"source": "hub", "id": "yuhuili/EAGLE-Vicuna-7B-v1.3-not-cached"})
+    with pytest.raises(HarnessError) as err:
+        official_file(cfg)
+    assert "cannot get EAGLE head 'yuhuili/EAGLE-Vicuna-7B-v1.3-not-cached' from the hub" in str(err.value)
+    assert "\n" not in str(err.value)
