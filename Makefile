@@ -18,7 +18,7 @@ SWEEP = -m $(if $(HYDRA_LAUNCHER),hydra/launcher=$(HYDRA_LAUNCHER))
 TEST_WORKERS ?= 2
 STAMP  := $(VENV)/.installed
 
-.PHONY: help setup demo test lint data datastore reproduce-table1 reproduce-tr-table1 reproduce-tr-fig3 reproduce-tr-fig4 reproduce-tr-auto tree-stats draft draft-sweep reproduce-draft-sd heads reproduce-dyspec-table1 reproduce-dyspec-table2 reproduce-dyspec-table3 reproduce-dyspec-table4 reproduce-dyspec-fig2 reproduce-dyspec-fig5 reproduce-dyspec-table5 reproduce-propd-table1 reproduce-propd-table2 reproduce-propd-table3 reproduce-propd-fig3 reproduce-propd-fig6 reproduce-propd-fig7 reproduce-holistic-table1 reproduce-holistic-table3 reproduce-holistic-table4 reproduce-holistic-table9 reproduce-holistic-fig2 reproduce-holistic-fig4 reproduce-holistic-fig5 reproduce-holistic-table10 sweep-holistic-settings evidence reproduced bench-engine clean-results
+.PHONY: help setup demo test lint data datastore reproduce-table1 reproduce-tr-table1 reproduce-tr-fig3 reproduce-tr-fig4 reproduce-tr-auto tree-stats draft draft-sweep reproduce-draft-sd heads eagle reproduce-eagle reproduce-dyspec-table1 reproduce-dyspec-table2 reproduce-dyspec-table3 reproduce-dyspec-table4 reproduce-dyspec-fig2 reproduce-dyspec-fig5 reproduce-dyspec-table5 reproduce-propd-table1 reproduce-propd-table2 reproduce-propd-table3 reproduce-propd-fig3 reproduce-propd-fig6 reproduce-propd-fig7 reproduce-holistic-table1 reproduce-holistic-table3 reproduce-holistic-table4 reproduce-holistic-table9 reproduce-holistic-fig2 reproduce-holistic-fig4 reproduce-holistic-fig5 reproduce-holistic-table10 sweep-holistic-settings evidence reproduced bench-engine clean-results
 
 help:  ## list targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' Makefile | sed 's/:.*## /\t/'
@@ -92,6 +92,13 @@ draft-sweep: setup  ## drafts of several depths (draft.sweep) x V' x training ti
 
 eagle: setup  ## train MODEL's EAGLE-1 head on the heads' self-distillation data (conf/model/<MODEL>.yaml eagle.train) into data/cache/eagle/; prints held-out agreement per depth and relative cost
 	$(PY) scripts/train_eagle.py model=$(MODEL)
+
+# EAGLE on the embedded target: the goals' runs (LIMIT questions; the goals use 20) and EAGLE-2's CPU tree sizes.
+reproduce-eagle: setup tree-stats eagle  ## AR, Token Recycling (tree=auto), eagle, eagle2 on MT-Bench and HumanEval (LIMIT each), EAGLE-2 tree sizes on 5 MT-Bench questions, then the tables
+	$(PY) -m bench.run $(SWEEP) experiment=eagle/goals $(RUN_ARGS)
+	$(PY) -m bench.run $(SWEEP) experiment=eagle/cpu_size model=$(MODEL) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
+	$(PY) -m bench.report runs --dataset mt_bench --model $(MODEL) --max-new-tokens $(MAX_NEW)
+	$(PY) -m bench.report runs --dataset humaneval --model $(MODEL) --max-new-tokens $(MAX_NEW)
 
 heads: setup  ## train MODEL's Medusa heads by self-distillation (conf/model/<MODEL>.yaml heads.train) into data/cache/heads/ (~30 min here); prints held-out accuracy per head and relative cost
 	$(PY) scripts/train_heads.py model=$(MODEL)
