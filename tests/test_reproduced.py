@@ -82,7 +82,10 @@ def test_summary_lists_every_artifact_with_a_status(built):
         assert (row.artifact is None) == (" | no target | " in line), line
     assert "| dyspec | Table 2 | not measurable offline" in summary
     assert "| token_recycling | Table 1 | measured | 3-12 |" in summary
-    # Claims carry a verdict decided from a paired interval.
+    # Claims carry a verdict decided from a paired interval; the reports' own claims are listed with theirs.
+    assert "| propd | Table 3 | measured | 8 | Claim (2) 'ProPD's gain over Medusa': holds |" in summary
+    assert "Claim 'ProPD fastest of the four in every measured setting': holds |" in summary
+    assert "Claim 'Q_updated > Q_init > vanilla SD': undecided |" in summary
     assert re.search(r"\| propd \| Table 1 \| measured \| 8 \| propd faster than AR: holds in \d+ of \d+ ", summary)
 
 

@@ -152,7 +152,8 @@ def summary_table(sections: list[Section]) -> str:
         found = [s for s in sections if (s.paper, s.artifact, s.options) == (c.paper, c.artifact, c.options)]
         used = found[0].used if found else []
         if used:
-            status, claim = "measured", speedup_claim(c.paper, used)
+            claims = [speedup_claim(c.paper, used), *report_claims(found[0].md)]
+            status, claim = "measured", "; ".join(x for x in claims if x != MISSING) or MISSING
         elif c.artifact is None:
             status, claim = "no target", MISSING
         elif c.offline:
@@ -161,6 +162,22 @@ def summary_table(sections: list[Section]) -> str:
             status, claim = "not measured", MISSING
         rows.append(f"| {c.paper} | {c.label} | {status} | {prompts_text(used)} | {claim} |")
     return "## Summary\n\n" + "\n".join(rows)
+
+
+VERDICT = re.compile(r"\b(holds|does not hold|undecided|not measured)\b")
+
+
+def report_claims(md: str | None) -> list[str]:
+    """"<claim>: <verdict>" of each "Claim..." line an artifact's markdown states (its first verdict: ours; the
+    reports decide ours from intervals)."""
+    out = []
+    for line in (md or "").split("\n"):
+        found = VERDICT.search(line) if line.startswith("Claim") else None
+        if found:
+            head = re.sub(r"^Claim( \(\d+\))?,? ?", lambda m: f"Claim{m.group(1) or ''}: ", line[:found.start()])
+            name = re.split(r" \(|:(?= )|, from ", head.split(": ", 1)[1])[0].strip()
+            out.append(f"{head.split(':')[0]} '{name[:70]}': {found.group(1)}")
+    return out
 
 
 def runs_csv(sections: list[Section]) -> str:

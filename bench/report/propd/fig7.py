@@ -99,7 +99,7 @@ def fastest_claim(df: pd.DataFrame) -> str:
         return "ProPD fastest of the four: not measured (no dataset and batch size with all four methods)."
     cells = [cell_verdict(g) for g in full]
     overall = "does not hold" if "does not hold" in cells else "undecided" if "undecided" in cells else "holds"
-    return (f"ProPD fastest of the four in every measured setting: {overall} ({cells.count('holds')} of "
+    return (f"Claim, ProPD fastest of the four in every measured setting: {overall} ({cells.count('holds')} of "
             f"{len(full)} (dataset, batch) cells with all four methods faster than each other by its paired 95% "
             f"interval; {cells.count('undecided')} undecided, {cells.count('does not hold')} not).")
 
