@@ -25,6 +25,7 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from bench.core.proposer import Generation, Method
+from bench.core.settings import choice, declare, integer, number
 from bench.errors import HarnessError
 from bench.models.vocab import TrimmedDraft
 
@@ -112,6 +113,8 @@ class HFGenerate(Method):
 
 class HFPromptLookup(HFGenerate):
     batchable = False  # transformers raises for prompt lookup at batch > 1
+    settings = declare({"num_draft_tokens": integer(1), "max_ngram": integer(1, optional=True)})
+
     def generate_kwargs(self):
         kw = {"prompt_lookup_num_tokens": int(self.cfg.num_draft_tokens)}
         if self.cfg.get("max_ngram") is not None:
@@ -140,6 +143,11 @@ class HFAssisted(HFGenerate):
     the adapted draft length back there, so it carries over to the next prompt (upstream behaviour)."""
 
     batchable = False  # transformers raises for assisted generation at batch > 1
+    settings = declare({
+        "num_assistant_tokens": integer(1, optional=True),
+        "num_assistant_tokens_schedule": choice("constant", "heuristic", "heuristic_transient", optional=True),
+        "assistant_confidence_threshold": number(0, 1, optional=True),
+    })
 
     def __init__(self, cfg, bundle):
         super().__init__(cfg, bundle)

@@ -22,8 +22,8 @@ import torch
 from omegaconf import OmegaConf
 
 from bench.core.proposer import Draft
+from bench.core.settings import FLAG, declare, integer
 from bench.core.verify import greedy_accept
-from bench.errors import HarnessError
 from methods.shared.draft_proposer import DraftModelProposer
 from methods.shared.lookahead import LookaheadDecoding
 from methods.shared.trees.draft import ROOT, Trie, as_engine_tree
@@ -32,12 +32,11 @@ from methods.shared.trees.draft import ROOT, Trie, as_engine_tree
 class Ouroboros(DraftModelProposer):
     rule = "specinfer"
     greedy_only = True  # as the paper: phrases and n-grams carry no draft distribution
+    settings = declare({**LookaheadDecoding.settings, "gamma": integer(1), "topk": integer(0), "warm": FLAG})
 
     def __init__(self, cfg, bundle):
         super().__init__(cfg, bundle)
         self.gamma, self.topk, self.warm = int(cfg.gamma), int(cfg.topk), bool(cfg.warm)
-        if self.gamma < 1 or self.topk < 0:
-            raise HarnessError(f"method '{cfg.name}': gamma must be >= 1 and topk >= 0")
         la = OmegaConf.create({"name": "lookahead", "level": cfg.level, "window": cfg.window, "guess": cfg.guess,
                                "seed": cfg.seed})
         self.lookahead = LookaheadDecoding(la, bundle)  # its start keeps the pool: `warm` decides here

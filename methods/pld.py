@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from bench.core.proposer import Draft, Proposer, empty_draft
+from bench.core.settings import FLAG, declare, integer
 from bench.core.tree import chain
 
 
@@ -34,6 +35,8 @@ def find_candidates(seq: torch.Tensor, max_ngram: int, num_tokens: int, full_con
 
 
 class PromptLookup(Proposer):
+    settings = declare({"max_ngram": integer(1), "num_draft_tokens": integer(1), "full_continuation": FLAG})
+
     def __init__(self, cfg, bundle):
         super().__init__(cfg, bundle)
         self.max_ngram = int(cfg.max_ngram)

@@ -7,7 +7,9 @@ caches (converted model, drafts, datastores, tree statistics, forward-cost curve
 first case and compared after the last one.
 
 The cases are ordered by cost: command-line checks (no Hydra composition), run.* values (composition, no torch),
-data (torch imported, no model), then the few that need the embedded model loaded.
+method settings (the method's module imported, no model), data (torch imported, no model), then the few that need
+the embedded model loaded. Every method's invalid settings (METHOD_CASES, one row or more per registered method)
+run through the CLI's main in-process, with the model loader made to fail: the check must come before it.
 """
 
 from __future__ import annotations
@@ -104,6 +106,8 @@ CASES = [
       for g in ("model", "dataset", "method", "tree", "datastore", "logger", "experiment")),
     Case("unknown-method-in-sweep", ("-m", "method=ar,nope"), "unknown method 'nope'"),
     Case("unknown-method-tree", ("method=medusa", "tree@method.tree=nope"), "unknown tree 'nope'"),
+    Case("unknown-experiment-nearby", ("experiment=propd/tabel1",),
+         ("unknown experiment 'propd/tabel1'", "nearest: propd/table1")),
     Case("config-yaml-malformed", ("hydra.searchpath=[file://{tmp}/conf]", "method=broken"),
          "malformed YAML in method config", files({"conf/method/broken.yaml": BROKEN_YAML})),
     Case("config-yaml-not-a-mapping", ("hydra.searchpath=[file://{tmp}/conf]", "method=listed"),
@@ -127,6 +131,9 @@ CASES = [
     # as root, permission bits do not stop a write: a results directory below a regular file does
     Case("results-dir-unwritable", ("paths.results={tmp}/file/results",), "not writable: Not a directory",
          files({"file": "a regular file\n"})),
+    # ---- method settings (the method's module imported, the model not loaded yet); every method: METHOD_CASES
+    Case("method-setting-out-of-range", ("method=dyspec", "method.budget=0"),
+         "method 'dyspec': budget must be an integer >= 1, got 0"),
     # ---- data (torch imported, the model not loaded yet)
     Case("mirror-jsonl-malformed-line", ("dataset=mt_bench",), "malformed line 2",
          files({"mirror/mt_bench/question.jsonl": MT_ROW + "{oops\n"})),
@@ -156,6 +163,72 @@ CASES = [
     Case("prompt-longer-than-context", ("run.max_new_tokens=9000",), "exceeds the context of 8192 tokens",
          humaneval_mirror, model=True),
 ]
+
+
+# (method, overrides, substrings of the error line): a wrong type, an out-of-range value, an unknown word, a key the
+# method does not have, or a combination that would run as something else.
+METHOD_CASES = [
+    ("ar", ("+method.draft_length=4",), ("method 'ar' has no setting 'draft_length'",)),
+    ("bpd", ("method.draft_length=0",), ("draft_length must be an integer >= 1 or null, got 0",)),
+    ("dyspec", ("method.threshold=0.1",), ("needs threshold null unless algorithm is threshold",
+                                            "algorithm='greedy', threshold=0.1")),
+    ("dyspec", ("method.algorithm=beam",), ("algorithm must be one of greedy, threshold, got 'beam'",)),
+    ("eagle", ("method.topk=0",), ("topk must be an integer >= 1, got 0",)),
+    ("eagle2", ("method.total_tokens=1",), ("total_tokens must be an integer >= 2, got 1",)),
+    ("hf_assisted", ("method.num_assistant_tokens_schedule=adaptive",),
+     ("num_assistant_tokens_schedule must be one of constant, heuristic, heuristic_transient or null",)),
+    ("hf_generate", ("+method.num_draft_tokens=5",), ("method 'hf_generate' has no setting 'num_draft_tokens'",)),
+    ("hf_pld", ("method.num_draft_tokens=0",), ("num_draft_tokens must be an integer >= 1, got 0",)),
+    ("holistic", ("method.cache.min_phrase=6",), ("needs cache.min_phrase <= cache.beta",)),
+    ("holistic", ("method.controller.gamma=1.5",), ("controller.gamma must be a number in [0, 1], got 1.5",)),
+    ("holistic", ("run.temperature=0.6",), ("method 'holistic' decodes greedily only",)),
+    ("lookahead", ("method.level=2",), ("level must be an integer >= 3, got 2",)),
+    ("medusa", ("tree@method.tree=built",), ("tree.kind must be one of template, got 'built'",)),
+    ("ouroboros", ("method.gamma=0",), ("gamma must be an integer >= 1, got 0",)),
+    ("ouroboros_g12", ("method.warm=sometimes",), ("warm must be true or false, got 'sometimes'",)),
+    ("propd", ("method.time_alpha=1.5",), ("time_alpha must be a number in (0, 1], got 1.5",)),
+    ("pld", ("method.max_ngram=two",), ("max_ngram must be an integer >= 1, got 'two'",)),
+    ("rest", ("method.min_span=20",), ("needs min_span <= max_span", "min_span=20, max_span=16")),
+    ("sd", ("method.draft_length=0",), ("draft_length must be an integer >= 1, got 0",)),
+    ("sd", ("method.draft_temperature=0",), ("draft_temperature must be a number > 0, got 0",)),
+    ("sequoia", ("method.size=big",), ("size must be an integer >= 1 or auto, got 'big'",)),
+    ("specinfer", ("method.branches=-1",), ("branches must be an integer >= 1, got -1",)),
+    ("token_recycling", ("method.update_strategy=random",),
+     ("update_strategy must be one of parallel, first, last, got 'random'",)),
+]
+
+
+def test_every_method_has_an_invalid_setting_row():
+    from methods import REGISTRY
+
+    assert {m for m, _, _ in METHOD_CASES} == set(REGISTRY)
+
+
+@pytest.mark.parametrize("method,overrides,expect",
+                         [pytest.param(*c, id=f"{c[0]}-{c[1][0].split('=')[0]}") for c in METHOD_CASES])
+def test_bad_method_setting(method, overrides, expect, tmp_path, monkeypatch, capsys):
+    """The CLI's main in-process (its command-line check, then the function Hydra calls with the composed config):
+    one `error:` line naming the method, exit 1, nothing written, and the model never loaded."""
+    import bench.run.runner
+    from bench.run.__main__ import main
+    from bench.run.compose import compose_config
+    from bench.run.precheck import check_names
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model was loaded before the method's settings were checked")
+
+    monkeypatch.setattr(bench.run.runner, "get_bundle", no_model)
+    args = [f"paths.results={tmp_path / 'results'}", f"paths.data_mirror={tmp_path / 'mirror'}",
+            f"paths.data_cache={tmp_path / 'cache'}", *SMALL, f"method={method}", *overrides]
+    check_names(args)
+    with pytest.raises(SystemExit) as exit_:
+        main.__wrapped__(compose_config(args))
+    assert exit_.value.code == 1
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"error: method '{method}'"), lines
+    for text in expect:
+        assert text in lines[0], lines[0]
+    assert not [p for p in (tmp_path / "results").rglob("*") if p.is_file()], "a failed run wrote results"
 
 
 def fingerprint() -> str:

@@ -153,9 +153,9 @@ def test_propose_without_observed_hidden_is_an_error(tiny):
 @pytest.mark.parametrize("overrides,num_heads,match", [
     (("method=medusa",), 3, "tree mc_sim_7b_63 is 4 deep but the heads have 3"),
     (("method=medusa", "tree@method.tree=tr_2_2_2"), 5, "tree tr_2_2_2 is 6 deep but the heads have 5"),
-    (("method=medusa", "tree@method.tree=built"), 5, "template tree"),
+    (("method=medusa", "tree@method.tree=built"), 5, "tree.kind must be one of template, got 'built'"),
     (("method=bpd", "method.draft_length=6"), 5, "draft_length 6 must be between 1 and the heads' 5"),
-    (("method=bpd", "method.draft_length=0"), 5, "draft_length 0"),
+    (("method=bpd", "method.draft_length=0"), 5, "draft_length must be an integer >= 1 or null, got 0"),
 ], ids=["mc_sim_3_heads", "tr_2_2_2", "built", "bpd_too_long", "bpd_zero"])
 def test_config_errors_are_one_line(tiny, overrides, num_heads, match):
     with pytest.raises(ConfigError, match=match) as err:

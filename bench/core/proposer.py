@@ -8,11 +8,13 @@ verifies with the one verifier (bench.core.verify or bench.core.sampling) and ma
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 import torch
 
+from bench.core.settings import Rule, Setting, check_settings, declare
 from bench.core.tree import Tree, chain
 
 if TYPE_CHECKING:
@@ -102,10 +104,27 @@ class Method:
     """Common base: `name`, the method config and the model bundle."""
 
     batchable = False  # True: `generate_batch` decodes several prompts together (run.batch_size > 1)
+    # The method's config keys and what each takes (bench.core.settings), and rules on combinations. A class
+    # declares only its own: a subclass's check also applies its bases' declarations.
+    settings: Mapping[str, Setting] = declare({})
+    requires: tuple[Rule, ...] = ()
 
     def __init__(self, cfg, bundle: TargetBundle):
+        self.check_settings(cfg)
         self.cfg = cfg
         self.bundle = bundle
+
+    @classmethod
+    def check_settings(cls, cfg) -> None:
+        """ConfigError naming the method, key, value and what is allowed, for a setting this class and its bases
+        do not accept; needs only the config, so a run checks it before the model loads."""
+        settings, rules = {}, []
+        for klass in reversed(cls.__mro__):
+            settings.update(vars(klass).get("settings", {}))
+            rules += vars(klass).get("requires", ())
+        if cfg is None:  # built without a config (tests): nothing to check
+            return
+        check_settings(cfg.get("name") or cls.__name__, cfg, settings, rules)
 
     def describe(self) -> dict:
         """Settings worth recording in the run's summary (e.g. the tree name)."""

@@ -1,7 +1,7 @@
 """`python -m bench.run model=... dataset=... method=...`: one run, or a sweep with -m (Hydra).
 
-Prints `results: <run dir>` last. Bad input (unknown model/dataset/method, malformed data, missing weights,
-a prompt longer than the context) prints one `error:` line and exits non-zero.
+Prints `results: <run dir>` last. Bad input (unknown model/dataset/method, a method setting the method refuses,
+malformed data, missing weights, a prompt longer than the context) prints one `error:` line and exits non-zero.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from omegaconf import DictConfig
 from bench.errors import HarnessError
 from bench.run.precheck import check_names
 from bench.run.store import read_summary
-from bench.run.validate import check_run
+from bench.run.validate import check_method, check_run
 from data.loaders import DataError
 from methods import UnknownMethod
 
@@ -52,6 +52,7 @@ def print_summary(path: Path) -> None:
 def main(cfg: DictConfig) -> None:
     try:
         check_run(cfg)  # bad run.* values or an unwritable results dir: one line, before torch loads
+        check_method(cfg)  # bad method settings: one line, before the model loads
         # Loaded here, not at the top: a bad name or value on the command line fails in a fraction of a second.
         from bench.run.jobs import measure
 

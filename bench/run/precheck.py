@@ -9,6 +9,7 @@ primary config's defaults list).
 
 from __future__ import annotations
 
+import difflib
 import re
 import sys
 from pathlib import Path
@@ -108,7 +109,9 @@ def check(argv: list[str]) -> None:
             if v.startswith(SWEEP_FUNCTIONS):
                 continue
             if v not in known:
-                raise PrecheckError(f"unknown {group} '{v}' (known: {', '.join(known)})")
+                near = difflib.get_close_matches(v, known, n=3, cutoff=0.6)  # a typo's likely meaning first
+                nearest = f"nearest: {', '.join(near)}; " if near else ""
+                raise PrecheckError(f"unknown {group} '{v}' ({nearest}known: {', '.join(known)})")
             path = next(p for p in (r / group / f"{v}.yaml" for r in (CONF, *roots)) if p.is_file())
             problem = yaml_problem(path)
             if problem:

@@ -1,6 +1,7 @@
 """What a run needs before anything heavy loads (torch, the model, the data): valid `run.*` values and a results
-directory it can write. Called first in `python -m bench.run`'s main(), so a bad value is one `error:` line
-in a fraction of a second, never a traceback minutes into a run.
+directory it can write, then settings its method accepts. Called first in `python -m bench.run`'s main(), so a bad
+value is one `error:` line in a fraction of a second (a few for a method's, whose module imports torch), never a
+traceback minutes into a run.
 """
 
 from __future__ import annotations
@@ -35,6 +36,18 @@ def check_run(cfg) -> None:
     if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not temperature >= 0:
         raise ConfigError(f"run.temperature must be a number >= 0 (0 = greedy), got {temperature!r}")
     check_writable(project_path(cfg.paths.results))
+
+
+def check_method(cfg) -> None:
+    """ConfigError (one line) for a method setting its class refuses (Method.check_settings: type, range, choice,
+    unknown key, combination), or a greedy-only method at run.temperature > 0; the model is not loaded."""
+    from methods import method_class  # imports the method's module (torch), not the model
+
+    cls = method_class(cfg.method.name)
+    cls.check_settings(cfg.method)
+    if getattr(cls, "greedy_only", False) and cfg.run.temperature > 0:
+        raise ConfigError(f"method '{cfg.method.name}' decodes greedily only, as its paper; got run.temperature="
+                          f"{cfg.run.temperature} (use 0)")
 
 
 def check_writable(results: Path) -> None:

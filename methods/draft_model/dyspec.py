@@ -19,18 +19,22 @@ from __future__ import annotations
 import heapq
 import itertools
 
+from bench.core.settings import Rule, choice, declare, integer, number
 from methods.shared.draft_proposer import DraftModelProposer
 from methods.shared.trees.draft import ROOT
 
 
 class DySpec(DraftModelProposer):
     rule = "sequoia"
+    settings = declare({"algorithm": choice("greedy", "threshold"), "budget": integer(1),
+                        "threshold": number(0, 1, above=True, optional=True)})
+    # Algorithm 1 has no threshold: one set with it would be ignored, and the run would not be what it says.
+    requires = (Rule("threshold null unless algorithm is threshold", ("algorithm", "threshold"),
+                     lambda algorithm, threshold: threshold is None or algorithm == "threshold"),)
 
     def __init__(self, cfg, bundle):
         super().__init__(cfg, bundle)
         self.algorithm = str(cfg.algorithm)
-        if self.algorithm not in ("greedy", "threshold"):
-            raise ValueError(f"dyspec: algorithm must be greedy or threshold, got {self.algorithm!r}")
         self.budget = self.max_nodes = int(cfg.budget)
         self.threshold = float(cfg.threshold) if cfg.get("threshold") is not None else 1.0 / self.budget
 

@@ -4,12 +4,14 @@
 
 from __future__ import annotations
 
+from bench.core.settings import declare, integer
 from methods.shared.draft_proposer import DraftModelProposer
 from methods.shared.trees.draft import ROOT
 
 
 class SpeculativeDecoding(DraftModelProposer):
     rule = "specinfer"
+    settings = declare({"draft_length": integer(1)})
 
     def __init__(self, cfg, bundle):
         super().__init__(cfg, bundle)

@@ -5,6 +5,7 @@ The shape is chosen once per target temperature (the acceptance vector depends o
 
 from __future__ import annotations
 
+from bench.core.settings import TEXT, declare, integer, integers
 from bench.core.tree import tree_from_paths
 from bench.errors import ConfigError
 from bench.paths import project_path
@@ -15,6 +16,12 @@ from methods.shared.trees.draft import ROOT
 
 class Sequoia(DraftModelProposer):
     rule = "sequoia"
+    settings = declare({
+        "size": integer(1, words=("auto",)), "sizes": integers(1), "width": integer(1), "max_depth": integer(1),
+        "forward_cost_dir": TEXT, "calibration.dataset": TEXT, "calibration.limit": integer(1),
+        "calibration.tokens": integer(1), "calibration.data_mirror": TEXT, "calibration.data_cache": TEXT,
+        "calibration.cache_dir": TEXT,
+    })
 
     def __init__(self, cfg, bundle):
         super().__init__(cfg, bundle)

@@ -4,12 +4,14 @@ verification rule (q unchanged across siblings). K = 1 is plain speculative deco
 
 from __future__ import annotations
 
+from bench.core.settings import declare, integer
 from methods.shared.draft_proposer import DraftModelProposer
 from methods.shared.trees.draft import ROOT
 
 
 class SpecInfer(DraftModelProposer):
     rule = "specinfer"
+    settings = declare({"branches": integer(1), "depth": integer(1)})
 
     def __init__(self, cfg, bundle):
         super().__init__(cfg, bundle)

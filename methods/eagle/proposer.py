@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from bench.core.proposer import Draft, Proposer
+from bench.core.settings import SECTION, choice, declare, integer
 from bench.core.tree import tree_from_parents, tree_from_paths
 from bench.errors import ConfigError
 from bench.models.eagle import causal_mask
@@ -29,13 +30,12 @@ class EagleProposer(Proposer):
     """The head, its accepted-context cache and the features not yet fed to it."""
 
     wants_features = True
+    settings = declare({"topk": integer(1)})
 
     def __init__(self, cfg, bundle):
         super().__init__(cfg, bundle)
         self.head = bundle.load_eagle()
         self.k = int(cfg.topk)
-        if self.k < 1:
-            raise ConfigError(f"topk must be at least 1, got {self.k}")
         self.cache = None
         self.pending: torch.Tensor | None = None
         self.stable = 0
@@ -93,10 +93,10 @@ class EagleProposer(Proposer):
 class Eagle(EagleProposer):
     """EAGLE-1: a static tree of rank paths; node = the rank-r token of its parent's draft distribution."""
 
+    settings = declare({"tree": SECTION, "tree.kind": choice("template")})  # rank paths
+
     def __init__(self, cfg, bundle):
         super().__init__(cfg, bundle)
-        if cfg.tree.get("kind", "template") != "template":
-            raise ConfigError("eagle needs a template tree (rank paths)")
         self.tree = tree_from_paths([list(p) for p in cfg.tree.paths])
         if int(self.tree.choice.max()) >= self.k:
             raise ConfigError(f"tree uses candidate rank {int(self.tree.choice.max())} but topk is {self.k}")
@@ -131,12 +131,12 @@ class Eagle(EagleProposer):
 
 
 class Eagle2(EagleProposer):
+    settings = declare({"total_tokens": integer(2), "depth": integer(1)})  # total_tokens counts the root
+
     def __init__(self, cfg, bundle):
         super().__init__(cfg, bundle)
         self.total = int(cfg.total_tokens)
         self.depth = int(cfg.depth)
-        if self.total < 2 or self.depth < 1:
-            raise ConfigError(f"eagle2 needs total_tokens >= 2 and depth >= 1, got {self.total} and {self.depth}")
 
     def describe(self):
         return {"topk": self.k, "total_tokens": self.total, "depth": self.depth}

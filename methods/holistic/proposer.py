@@ -34,7 +34,7 @@ import torch
 from omegaconf import OmegaConf
 
 from bench.core.proposer import Draft
-from bench.errors import HarnessError
+from bench.core.settings import FLAG, Rule, declare, integer, number, numbers
 from methods.holistic.precut import QController
 from methods.holistic.token_cache import TokenCache
 from methods.shared.draft_proposer import DraftModelProposer
@@ -49,13 +49,31 @@ def plain(node) -> dict:
 class Holistic(DraftModelProposer):
     rule = "specinfer"
     greedy_only = True  # as the paper: phrases and n-grams carry no draft distribution
+    settings = declare({
+        "reuse_draft": FLAG, "reuse_target": FLAG, "precut": FLAG, "draft_length": integer(1),
+        "draft_phrases": integer(0), "target_phrases": integer(0), "target_anchors": integer(1),
+        "cache.beta": integer(1), "cache.per_key": integer(1), "cache.max_keys": integer(1),
+        "cache.min_phrase": integer(1), "cache.warm": FLAG, "cache.store_draft_phrases": FLAG,
+        "controller.target_cost": number(0, above=True), "controller.conf_edges": numbers(0, 1, above=True),
+        "controller.gamma": number(0, 1), "controller.alpha": number(0, 1, above=True),
+        "controller.epsilon": number(0, 1), "controller.q_init": number(), "controller.warmup_steps": integer(0),
+        "controller.seed": integer(), "controller.freeze_after_warmup": FLAG,
+    })
+    # A switch on with nothing to reuse would run as the switch off while the run says on.
+    requires = (
+        Rule("draft_phrases >= 1 when reuse_draft is on", ("reuse_draft", "draft_phrases"),
+             lambda on, n: not on or n >= 1),
+        Rule("target_phrases >= 1 when reuse_target is on", ("reuse_target", "target_phrases"),
+             lambda on, n: not on or n >= 1),
+        Rule("cache.min_phrase <= cache.beta", ("cache.min_phrase", "cache.beta"), lambda lo, hi: lo <= hi),
+        Rule("controller.conf_edges decreasing and below 1", ("controller.conf_edges",),
+             lambda e: list(e) == sorted(e, reverse=True) and max(e) < 1),
+    )
 
     def __init__(self, cfg, bundle):
         super().__init__(cfg, bundle)
         self.reuse_draft, self.reuse_target = bool(cfg.reuse_draft), bool(cfg.reuse_target)
         self.length = int(cfg.draft_length)  # fixed, or Pre-cut's upper bound
-        if self.length < 1:
-            raise HarnessError(f"method '{cfg.name}': the draft length must be at least 1 (got {self.length})")
         self.draft_phrases, self.target_phrases = int(cfg.draft_phrases), int(cfg.target_phrases)
         self.anchors = int(cfg.target_anchors)
         c = cfg.cache

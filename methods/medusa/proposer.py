@@ -13,6 +13,7 @@ does not, and is not used.
 from __future__ import annotations
 
 from bench.core.proposer import Draft
+from bench.core.settings import declare, integer
 from bench.core.tree import chain
 from bench.errors import ConfigError
 from methods.shared.heads import HeadsProposer, MedusaTree
@@ -23,6 +24,8 @@ class Medusa(MedusaTree):
 
 
 class BPD(HeadsProposer):
+    settings = declare({"draft_length": integer(1, optional=True)})  # at most the heads' number: checked below
+
     def __init__(self, cfg, bundle):
         super().__init__(cfg, bundle)
         n = cfg.get("draft_length")

@@ -24,6 +24,7 @@ import torch
 
 from bench.core.forward import LayerwiseForward, full_forward
 from bench.core.proposer import Draft
+from bench.core.settings import FLAG, declare, integer, integers, number
 from bench.core.timing import device_sync
 from bench.core.tree import tree_from_paths
 from bench.errors import ConfigError
@@ -56,6 +57,12 @@ MAX_TREES = 1024  # distinct dynamic trees kept built (oldest dropped first)
 
 
 class ProPD(MedusaTree):
+    settings = declare({"prune": FLAG, "dynamic": FLAG, "prune_layer": integer(1), "prune_topk": integer(1),
+                        "max_topk": integer(1), "tree_size_choices": integers(1), "warmup_sizes": integers(1),
+                        "time_alpha": number(0, 1, above=True), "time_decay": number(0),
+                        "hit_alpha": number(0, 1, above=True), "reselect_batch_margin": integer(0),
+                        "reselect_seq_margin": integer(0)})
+
     def __init__(self, cfg, bundle):
         super().__init__(cfg, bundle)
         self.prune, self.dynamic = bool(cfg.prune), bool(cfg.dynamic)

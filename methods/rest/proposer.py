@@ -20,8 +20,9 @@ import numpy as np
 import torch
 
 from bench.core.proposer import Draft, Proposer, empty_draft
+from bench.core.settings import TEXT, Rule, declare, integer
 from bench.core.tree import tree_from_parents
-from bench.errors import ConfigError, HarnessError
+from bench.errors import HarnessError
 from methods.rest.datastore import draft_tree, open_store, tokenizer_fingerprint
 
 
@@ -32,16 +33,16 @@ def _tree(parents: tuple[int, ...]):
 
 
 class Rest(Proposer):
+    settings = declare({"store": TEXT, "store_dir": TEXT, "model": TEXT, "max_span": integer(1), "min_span": integer(1),
+                                "max_matches": integer(1), "continuation": integer(1), "num_draft": integer(1)})
+    requires = (Rule("min_span <= max_span", ("min_span", "max_span"), lambda lo, hi: lo <= hi),)
+
     def __init__(self, cfg, bundle):
         super().__init__(cfg, bundle)
         self.max_span, self.min_span = int(cfg.max_span), int(cfg.min_span)
         self.max_matches = int(cfg.max_matches)
         self.continuation = int(cfg.continuation)
         self.num_draft = int(cfg.num_draft)
-        if not 1 <= self.min_span <= self.max_span:
-            raise ConfigError(f"need 1 <= min_span <= max_span, got {self.min_span}, {self.max_span}")
-        if min(self.max_matches, self.continuation, self.num_draft) < 1:
-            raise ConfigError("max_matches, continuation and num_draft must be at least 1")
         self.store_name = str(cfg.store)
         self.store = open_store(cfg.store_dir, str(cfg.model), self.store_name)
         meta = self.store.meta

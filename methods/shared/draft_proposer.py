@@ -21,6 +21,7 @@ import torch
 from transformers import DynamicCache
 
 from bench.core.proposer import Draft, Proposer
+from bench.core.settings import OPTIONAL_TEXT, choice, declare, number
 from bench.errors import HarnessError
 from methods.shared.trees.draft import ROOT, DraftTree, as_engine_tree
 
@@ -30,6 +31,9 @@ class DraftModelProposer(Proposer):
 
     max_nodes = 64  # subclasses set their largest tree (capacity of DraftTree, context room)
     greedy_only = False  # True: temperature > 0 is refused (methods whose drafts carry no draft distribution)
+    # draft_temperature > 0: its probabilities rank the tree even when the target decodes greedily.
+    settings = declare({"draft_temperature": number(0, above=True), "t0_children": choice("topk", "sample"),
+                                "record_trees": OPTIONAL_TEXT})
 
     def __init__(self, cfg, bundle):
         super().__init__(cfg, bundle)
@@ -38,11 +42,7 @@ class DraftModelProposer(Proposer):
         # features of committed positions, kept in the row's draft cache.
         self.wants_features = bool(getattr(self.draft, "wants_features", False))
         self.draft_temperature = float(cfg.draft_temperature)
-        if self.draft_temperature <= 0:
-            raise HarnessError(f"method '{cfg.name}': draft_temperature must be > 0 (its probabilities rank the tree)")
         self.t0_children = str(cfg.get("t0_children", "topk"))
-        if self.t0_children not in ("topk", "sample"):
-            raise HarnessError(f"method '{cfg.name}': t0_children must be topk or sample")
         self.record_trees = cfg.get("record_trees")
         self.cache = None
         self.cached = 0

@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from bench.core.proposer import Draft, Proposer
+from bench.core.settings import SECTION, choice, declare
 from bench.errors import ConfigError
 from methods.shared.trees.static import resolve_tree
 
@@ -58,11 +59,12 @@ class HeadsProposer(Proposer):
 class MedusaTree(HeadsProposer):
     """Medusa's drafting: the template tree of `method.tree`, node (depth d, rank r) = head d-1's rank-r token."""
 
+    # Only template trees (node paths): built/auto trees are calibrated on Token Recycling's acceptance, not the
+    # heads'.
+    settings = declare({"tree": SECTION, "tree.kind": choice("template")})
+
     def __init__(self, cfg, bundle):
         super().__init__(cfg, bundle)
-        if cfg.tree.get("kind", "template") != "template":
-            raise ConfigError("medusa needs a template tree (node paths); built/auto trees are calibrated on "
-                              "Token Recycling's acceptance, not the heads'")
         self.tree, self.tree_info = resolve_tree(cfg.tree, bundle, 0)
         self.k = 1 + int(self.tree.choice.max())
         self.depth = self.tree.max_depth

@@ -29,8 +29,8 @@ from functools import lru_cache
 import torch
 
 from bench.core.proposer import Draft, Proposer
+from bench.core.settings import declare, integer
 from bench.core.tree import tree_from_parents
-from bench.errors import ConfigError
 
 
 class NgramPool:
@@ -84,11 +84,11 @@ class LookaheadDecoding(Proposer):
     """The window and the pool over prompts: a new prompt-turn redraws the window and keeps the pool (its owner
     decides when to clear it)."""
 
+    settings = declare({"level": integer(3), "window": integer(1), "guess": integer(1), "seed": integer()})
+
     def __init__(self, cfg, bundle):
         super().__init__(cfg, bundle)
         self.n, self.w, self.g = int(cfg.level), int(cfg.window), int(cfg.guess)
-        if self.n < 3 or self.w < 1 or self.g < 1:
-            raise ConfigError(f"lookahead needs level >= 3, window >= 1, guess >= 1; got {self.n}/{self.w}/{self.g}")
         self.seed = int(cfg.seed)
         self.pool = NgramPool(self.g)
         self.levels: list[list[int]] = []

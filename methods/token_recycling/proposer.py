@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from bench.core.proposer import Draft, Proposer
+from bench.core.settings import SECTION, choice, declare, integer
 from bench.errors import ConfigError
 from methods.shared.trees.static import resolve_tree
 
@@ -21,6 +22,8 @@ UPDATE_STRATEGIES = ("parallel", "first", "last")
 
 class TokenRecycling(Proposer):
     wants_logits = True
+    settings = declare({"topk": integer(1), "update_strategy": choice(*UPDATE_STRATEGIES),
+                        "start": choice("hot", "cold"), "tree": SECTION})
 
     def __init__(self, cfg, bundle):
         super().__init__(cfg, bundle)
@@ -28,10 +31,6 @@ class TokenRecycling(Proposer):
         self.tree, self.tree_info = resolve_tree(cfg.tree, bundle, self.k)
         if int(self.tree.choice.max()) >= self.k:
             raise ConfigError(f"tree uses candidate rank {int(self.tree.choice.max())} but topk is {self.k}")
-        if cfg.update_strategy not in UPDATE_STRATEGIES:
-            raise ConfigError(f"update must be one of {UPDATE_STRATEGIES}, got {cfg.update_strategy!r}")
-        if cfg.start not in ("hot", "cold"):
-            raise ConfigError(f"start must be hot or cold, got {cfg.start!r}")
         self.update_strategy = cfg.update_strategy
         self.cold = cfg.start == "cold"
         device = bundle.device
