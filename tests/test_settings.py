@@ -9,7 +9,17 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from bench.core.proposer import Method
-from bench.core.settings import FLAG, SECTION, Rule, check_settings, choice, declare, integer, integers, number
+from bench.core.settings import (
+    FLAG,
+    SECTION,
+    Rule,
+    check_settings,
+    choice,
+    declare,
+    integer,
+    integers,
+    number,
+)
 from bench.errors import ConfigError
 from bench.run.precheck import CONF, group_options
 from bench.run.validate import check_method
