@@ -25,7 +25,7 @@
 # %%
 import pandas as pd
 
-from bench.report.notebook import report, results_dir, show
+from bench.report.notebook import report, results_dir, show, show_report
 
 print(f"results: {results_dir()}")
 
@@ -37,10 +37,7 @@ print(f"results: {results_dir()}")
 # with MAT and lossless counts, and every pair the paper reports (NaN where it has no cell).
 
 # %%
-md, table1 = report("holistic/table1")
-show(md)
-if table1:
-    show(pd.read_csv(table1["holistic_table1.csv"]).drop(columns=["run_id", "ar_run_id"]))
+show_report("holistic/table1", "holistic_table1.csv", drop=("run_id", "ar_run_id"))
 
 # %% [markdown]
 # ## Table 3: the ablation ladder x draft length
@@ -51,10 +48,7 @@ if table1:
 # hit rates at the draft and the target, and draft calls and tokens per step.
 
 # %%
-md, table3 = report("holistic/table3")
-show(md)
-if table3:
-    show(pd.read_csv(table3["holistic_table3.csv"]).drop(columns=["run_id", "ar_run_id"]))
+show_report("holistic/table3", "holistic_table3.csv", drop=("run_id", "ar_run_id"))
 
 # %% [markdown]
 # ## Table 4: MAT and utilisation, vanilla SD against the full method
@@ -75,10 +69,7 @@ show(md)
 # verification step, and the share of the timed region.
 
 # %%
-md, table9 = report("holistic/table9")
-show(md)
-if table9:
-    show(pd.read_csv(table9["holistic_table9.csv"]).drop(columns=["run_id"]))
+show_report("holistic/table9", "holistic_table9.csv", drop=("run_id",))
 
 # %% [markdown]
 # ## Table 10: speedup per Spec-Bench category

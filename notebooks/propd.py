@@ -25,7 +25,7 @@
 # %%
 import pandas as pd
 
-from bench.report.notebook import env, report, results_dir, show
+from bench.report.notebook import env, report, results_dir, show, show_report
 from bench.report.propd.fig3 import PAPER
 
 DATASET = env("SPECREPRO_DATASET")
@@ -40,10 +40,7 @@ print(f"results: {results_dir()}")
 # with the mean prune rate and nodes drafted per step of each run.
 
 # %%
-md, table1 = report("propd/table1", dataset=DATASET)
-show(md)
-if table1:
-    show(pd.read_csv(table1["propd_table1.csv"]).drop(columns=["propd_run_id", "ar_run_id"]))
+show_report("propd/table1", "propd_table1.csv", drop=("propd_run_id", "ar_run_id"), dataset=DATASET)
 
 # %% [markdown]
 # ## Table 2: early pruning at batch 4, per pruning layer and top-k
@@ -53,10 +50,7 @@ if table1:
 # the same rule, on the paper's numbers. Below, the numbers behind the table (prune rate as a fraction).
 
 # %%
-md, table2 = report("propd/table2", dataset=DATASET)
-show(md)
-if table2:
-    show(pd.read_csv(table2["propd_table2.csv"]).drop(columns=["run_id"]))
+show_report("propd/table2", "propd_table2.csv", drop=("run_id",), dataset=DATASET)
 
 # %% [markdown]
 # ## Table 3: ablation of early pruning and dynamic tree generation
@@ -67,10 +61,7 @@ if table2:
 # paper's claim (2) on ours and on the paper's 7B numbers. Below, the numbers behind each cell.
 
 # %%
-md, table3 = report("propd/table3", dataset=DATASET)
-show(md)
-if table3:
-    show(pd.read_csv(table3["propd_table3.csv"]).drop(columns=["propd_run_id", "medusa_run_id"]))
+show_report("propd/table3", "propd_table3.csv", drop=("propd_run_id", "medusa_run_id"), dataset=DATASET)
 
 # %% [markdown]
 # ## Figure 7: tokens/s of AR, BPD, Medusa and ProPD per dataset and batch size

@@ -25,7 +25,7 @@
 # %%
 import pandas as pd
 
-from bench.report.notebook import env, report, results_dir, show
+from bench.report.notebook import env, report, results_dir, show, show_report
 from bench.report.token_recycling.fig3 import FIG3_PANELS
 from bench.report.token_recycling.fig4 import fig4_points
 
@@ -36,19 +36,12 @@ print(f"results: {results_dir()}")
 #
 # `make reproduce-tr-table1` produces the runs. Cells read "ours (paper)"; "—" means no run or no published
 # value. `$SPECREPRO_MBPP_MODEL` names the MBPP columns' model (the paper's Code Llama; default: the SpecBench
-# model), `$SPECREPRO_PAPER_SIZE` the paper's rows (7B/13B/33B).
+# model), `$SPECREPRO_PAPER_SIZE` the paper's rows (7B/13B/33B). Below the table, the numbers behind it (ours and
+# `_paper` columns, NaN where missing).
 
 # %%
-md, table1 = report("token_recycling/table1", mbpp_model=env("SPECREPRO_MBPP_MODEL"),
-                    paper_size=env("SPECREPRO_PAPER_SIZE"))
-show(md)
-
-# %% [markdown]
-# The numbers behind the table (ours and `_paper` columns, NaN where missing):
-
-# %%
-if table1:
-    show(pd.read_csv(table1["token_recycling_table1.csv"]).drop(columns=["specbench_run_id", "mbpp_run_id"]))
+show_report("token_recycling/table1", "token_recycling_table1.csv", drop=("specbench_run_id", "mbpp_run_id"),
+            mbpp_model=env("SPECREPRO_MBPP_MODEL"), paper_size=env("SPECREPRO_PAPER_SIZE"))
 
 # %% [markdown]
 # ## Figure 3: tree breadth, tree depth, update strategy

@@ -5,6 +5,8 @@ artifact as `python -m bench.report <paper>/<artifact>` does, and showing what i
     show(out)                                                 # its markdown (or its paths)
     show(pd.read_csv(files["propd_table1.csv"]))
 
+or, for a table and the numbers behind it, `show_report("propd/table1", "propd_table1.csv", drop=("ar_run_id",))`.
+
 Environment: `SPECREPRO_RESULTS` (default `results`; relative to the project root), `SPECREPRO_MODEL` (default:
 the model of the most recent matching run), and the notebooks' own (`env`).
 """
@@ -61,6 +63,16 @@ def report(name: str, **options) -> tuple[str | list[Path] | None, dict[str, Pat
     for path in written.values():
         print(path)
     return out, written
+
+
+def show_report(name: str, csv: str, drop: tuple[str, ...] = (), **options):
+    """A table's section: run the artifact (`report`), show its markdown, then the numbers behind it: the `csv` it
+    wrote without the `drop` columns (run ids), when it wrote one. Returns report()'s (out, files)."""
+    out, files = report(name, **options)
+    show(out)
+    if csv in files:
+        show(pd.read_csv(files[csv]).drop(columns=list(drop)))
+    return out, files
 
 
 def show(obj) -> None:
