@@ -17,7 +17,7 @@ import pandas as pd
 from bench.cachefile import atomic_write
 from bench.report.plots import figures_dir, new_figure, save_csv, save_figure, wrap
 from bench.report.select import group_key, latest_per_x, read_runs, setting
-from bench.report.tables import MISSING, is_missing, markdown
+from bench.report.tables import MISSING, interval_columns, is_missing, markdown, ours_cells
 from bench.report.token_recycling.common import (
     MAKE_TARGETS,
     METHOD,
@@ -28,10 +28,11 @@ from bench.report.token_recycling.common import (
     run_metrics,
     warn,
 )
-from bench.run.metrics import speedup, verification_mat
+from bench.run.metrics import speedup, speedup_interval, verification_mat
 
 AUTO_COLUMNS = ["method", "tree_source", "tree", "size", "depth", "predicted_mat", "verification_mat", "mat",
-                "tokens_per_s", "predicted_speedup_vs_ar", "speedup_vs_ar", "forward_cost_ratio", "bound_speedup",
+                "mat_lo", "mat_hi", "tokens_per_s", "tokens_per_s_lo", "tokens_per_s_hi", "predicted_speedup_vs_ar",
+                "speedup_vs_ar", "speedup_vs_ar_lo", "speedup_vs_ar_hi", "forward_cost_ratio", "bound_speedup",
                 "lossless", "run_id", "model", "dataset", "machine", "max_new_tokens"]
 AUTO_HEADERS = {"method": "method", "tree_source": "tree source", "tree": "tree", "size": "size",
                 "depth": "depth", "predicted_mat": "predicted MAT", "verification_mat": "verification MAT",
@@ -44,14 +45,17 @@ AUTO_DEFINITIONS = ("MAT incl. bonus token; tok/s: mean over questions; speedup 
                     "template tree); verification MAT: MAT over verification steps only (each prompt's prefill, "
                     "a step of one token, left out), the quantity predicted MAT estimates; "
                     "T(n): median ms of one forward of n tokens (root + draft) on this machine; "
-                    "MAT·T(1)/T(size+1): the speedup if drafting and verifying cost nothing.")
+                    "MAT·T(1)/T(size+1): the speedup if drafting and verifying cost nothing. [low, high]: 95% "
+                    "bootstrap interval over questions (paired with ar for the speedup).")
 IMAGE_HEADERS = {"predicted MAT": "predicted\nMAT", "verification MAT": "verification\nMAT",
                  "predicted speedup": "predicted\nspeedup",
                  "speedup vs ar": "speedup\nvs ar", "T(size+1)/T(1)": "T(size+1)\n/T(1)",
                  "MAT·T(1)/T(size+1)": "MAT·T(1)\n/T(size+1)"}
 SOURCE_ORDER = ["template", "built", "auto"]
 NUMERIC = ["size", "depth", "predicted_mat", "verification_mat", "mat", "tokens_per_s", "predicted_speedup_vs_ar",
-           "speedup_vs_ar", "forward_cost_ratio", "bound_speedup"]
+           "speedup_vs_ar", "forward_cost_ratio", "bound_speedup", "mat_lo", "mat_hi", "tokens_per_s_lo",
+           "tokens_per_s_hi", "speedup_vs_ar_lo", "speedup_vs_ar_hi"]
+WITH_INTERVAL = ("mat", "tokens_per_s", "speedup_vs_ar")  # shown as "2.31 [2.10, 2.52]" (95% bootstrap)
 
 
 def load_forward_cost(results_dir, model: str | None, machine: str | None,
@@ -116,6 +120,7 @@ def auto_table(results_dir, model: str | None = None) -> tuple[pd.DataFrame, pd.
         rows.append({"method": "ar", "tree_source": None, "tree": None, "size": 0, "depth": 0,
                      "predicted_mat": None, "predicted_speedup_vs_ar": None, "mat": m["mat"],
                      "verification_mat": verification_mat(ar.records),
+                     **{k: m[k] for k in ("mat_lo", "mat_hi", "tokens_per_s_lo", "tokens_per_s_hi")},
                      "tokens_per_s": m["tokens_per_s"], "speedup_vs_ar": 1.0, "forward_cost_ratio": 1.0,
                      "bound_speedup": m["mat"], "lossless": m["lossless"], "run_id": ar.run_id, **ctx})
     order = SOURCE_ORDER + sorted(set(per_source) - set(SOURCE_ORDER))
@@ -131,6 +136,8 @@ def auto_table(results_dir, model: str | None = None) -> tuple[pd.DataFrame, pd.
                      "mat": m["mat"], "verification_mat": verification_mat(run.records),
                      "tokens_per_s": m["tokens_per_s"],
                      "speedup_vs_ar": speedup(run.records, ar.records) if ar else None,
+                     **{k: m[k] for k in ("mat_lo", "mat_hi", "tokens_per_s_lo", "tokens_per_s_hi")},
+                     **interval_columns("speedup_vs_ar", speedup_interval(run.records, ar.records) if ar else None),
                      "forward_cost_ratio": ratio, "bound_speedup": m["mat"] / ratio if ratio else math.nan,
                      "lossless": m["lossless"], "run_id": run.run_id, **ctx})
     df = pd.DataFrame(rows, columns=AUTO_COLUMNS)
@@ -150,7 +157,7 @@ def auto_display(df: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame()
     for col, head in AUTO_HEADERS.items():
         spec = ".0f" if col in ("size", "depth") else ".1f" if col == "tokens_per_s" else ".2f"
-        out[head] = [cell(v, spec) for v in df[col]]
+        out[head] = (ours_cells(df, col, spec) if col in WITH_INTERVAL else [cell(v, spec) for v in df[col]])
     return out
 
 
