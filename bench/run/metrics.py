@@ -23,7 +23,7 @@ with replacement and the statistic recomputed (scipy.stats.bootstrap, percentile
 interval is reproducible): `mat_interval`, `rate_interval` (mean_of_questions) and `speedup_interval`, paired: a
 method and its baseline are resampled on the same questions, so what both find hard does not widen the ratio's
 interval; `aggregate_speedup_interval` the same for the ratio of aggregate rates (ProPD's batches), each question
-carrying an equal share of its batch's wall time. `verdict` decides a claim from an interval, never from the point
+carrying an equal share of its batch's wall time; `phase_share_interval` a phase share (batch 1 only). `verdict` decides a claim from an interval, never from the point
 alone.
 
 At run.batch_size > 1 (records carry a `batch`): a record's wall_time is its row's latency (batch start until
@@ -161,6 +161,22 @@ def speedup_interval(records: list[dict], baseline: list[dict]) -> list[float] |
     mine, base = question_rates(records), question_rates(baseline)
     common = sorted(set(mine) & set(base), key=str)
     return bootstrap_interval([[mine[q] for q in common], [base[q] for q in common]], ratio_of_means)
+
+
+def phase_share_interval(records: list[dict], phases) -> list[float] | None:
+    """Share of the timed wall time spent in `phases` (phase_share summed over them), questions resampled with their
+    time in those phases and their wall time. None at batch > 1: a batch's phase times are kept once per batch and
+    cannot be split by question."""
+    if any(r.get("batch") for r in records):
+        return None
+    spent, wall = defaultdict(float), defaultdict(float)
+    for r in records:
+        spent[r["question_id"]] += sum(r["phase_times"].get(p, 0.0) for p in phases)
+        wall[r["question_id"]] += r["wall_time"]
+    qs = sorted(wall, key=str)
+    if any(wall[q] <= 0 for q in qs):
+        return None
+    return bootstrap_interval([[spent[q] for q in qs], [wall[q] for q in qs]], ratio_of_sums)
 
 
 def attributed_wall(records: list[dict]) -> dict:
