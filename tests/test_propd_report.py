@@ -76,6 +76,11 @@ def test_table1_speedups_beside_the_paper(results):
     # Every question of a fixture run has the same rate: the intervals are points.
     assert cells(md, "SmolLM2-135M (embedded), ours: speedup")[1:] == [point(x) for x in
                                                                        ("1.59", "1.68", "1.80", "1.90", "2.00")]
+    assert cells(md, "ours: AR tok/s")[1:] == [point(f"{AR_RATE[b]:.1f}") for b in (1, 2, 4, 8, 16)]
+    one = at(df, batch_size=1)  # the fixture's questions differ in MAT: a real interval around it
+    assert one["propd_mat_lo"] < one["propd_mat"] < one["propd_mat_hi"]
+    assert cells(md, "ours: ProPD MAT")[1] == f"{one['propd_mat']:.2f} [{one['propd_mat_lo']:.2f}, " \
+                                              f"{one['propd_mat_hi']:.2f}]"
     assert cells(md, "Vicuna-7B (paper, A6000)")[1:] == ["1.95", "1.81", "1.51", "1.58", "1.39"]
     assert cells(md, "Vicuna-33B (paper, A100)")[-1] == "—"
     assert md.count("—") >= 1 and "33B has no batch-16 value" in md  # the paper's "/"
@@ -102,9 +107,11 @@ def test_table2_rows_and_the_paper(results):
         assert row["mat"] == pytest.approx(60 / steps) and row["tok_s"] == pytest.approx(rate("medusa", 4) * over)
     md = propd_table2(results)
     assert written(results, "tables", "propd_table2", ("md", "csv", "tex"))
-    assert cells(md, "1", "50") == ["1", "50", "80.0% (79.0%)", "2.22 (2.26)", "60.48 (43.26)"]
+    assert cells(md, "1", "50") == ["1", "50", "80.0% [80.0%, 80.0%] (79.0%)", f"{point('2.22')} (2.26)",
+                                    f"{point('60.48')} (43.26)"]
     assert cells(md, "4", "200") == ["4", "200", "— (57.6%)", "— (2.49)", "— (41.94)"]
-    assert cells(md, "w/o pruning") == ["w/o pruning", "—", "0.0% (—)", "2.50 (2.46)", "43.20 (28.43)"]
+    assert cells(md, "w/o pruning") == ["w/o pruning", "—", "0.0% (—)", f"{point('2.50')} (2.46)",
+                                        f"{point('43.20')} (28.43)"]
     assert ("— layer 4 top-200: no propd run with that layer and top-k (dynamic tree off) at batch 4 on mt_bench "
             "(make reproduce-propd-table2).") in md
     assert "ours: holds (layer 4, top-50: 75.0% of nodes pruned, MAT 2.40 vs 2.50 without pruning (-4.0%)" in md
@@ -208,8 +215,10 @@ def test_fig3_panels_fit_and_categories(results):
         assert row["b0"] == pytest.approx(iteration_seconds(0, 0, 256)) and row["r2"] == pytest.approx(1.0)
         assert row["b1"] == pytest.approx(iteration_seconds(b, 1, 256) - iteration_seconds(b, 0, 256))
     assert cells(md, "2")[1] == "37.0"  # layer 2's top-1 accuracy
-    assert cells(md, "coding") == ["coding", "3.00", "2.86"]  # 60 tokens in 20 (medusa) and 21 (propd) steps
+    # 60 tokens in 20 (medusa) and 21 (propd) steps; one question per category: no interval
+    assert cells(md, "coding") == ["coding", "3.00", "2.86"]
     points = pd.read_csv(Path(results, "figures", "propd_fig3.csv"))
+    assert {"y_lo", "y_hi"} <= set(points.columns)
     assert set(points["panel"]) == {"a", "b", "c", "d"}
     assert sorted(points[points["panel"] == "c"]["x"].astype(int).unique()) == [64, 128, 256, 512, 768]
 

@@ -24,9 +24,11 @@ import pandas as pd
 from bench.report.select import Pool, pool, read_runs, settings, used_ids
 from bench.report.tables import interval_columns, latex_escape, markdown, render
 from bench.run.metrics import (
+    aggregate_rate_interval,
     aggregate_speedup,
     aggregate_speedup_interval,
     mat,
+    mat_interval,
     speedup,
     speedup_interval,
     tokens_per_s,
@@ -175,8 +177,12 @@ class Against:
         numbers = {self.ratio: speed_ratio(run, base, aggregate) if run is not None and base is not None else None,
                    **interval_columns(self.ratio, ci),
                    "propd_tok_s": aggregate_rate(run) if run else None,
+                   **interval_columns("propd_tok_s", aggregate_rate_interval(run.records) if run else None),
                    f"{self.base}_tok_s": aggregate_rate(base) if base else None,
-                   "propd_mat": mat(run.records) if run else None, "prune_rate": prune_rate(run) if run else None,
+                   **interval_columns(f"{self.base}_tok_s", aggregate_rate_interval(base.records) if base else None),
+                   "propd_mat": mat(run.records) if run else None,
+                   **interval_columns("propd_mat", mat_interval(run.records) if run else None),
+                   "prune_rate": prune_rate(run) if run else None,
                    "draft_nodes_mean": draft_nodes_mean(run) if run else None}
         return numbers, {"propd_run_id": run.run_id if run else None,
                          f"{self.base}_run_id": base.run_id if base else None}

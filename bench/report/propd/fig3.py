@@ -20,10 +20,10 @@ import numpy as np
 import pandas as pd
 
 from bench.cachefile import atomic_write
-from bench.report.plots import figures_dir, new_figure, save_csv, save_figure, wrap
+from bench.report.plots import figures_dir, new_figure, save_csv, save_figure, wrap, yerr
 from bench.report.propd.common import MAKE, cell, context, footer, model_label, propd_pool, sections_texts
 from bench.report.select import MissingRunsError
-from bench.report.tables import fmt
+from bench.report.tables import fmt, interval_columns, interval_in, with_interval
 from bench.run.metrics import by_group
 
 EARLY_HEADS = "early_heads.json"
@@ -31,6 +31,7 @@ ITERATION_TIME = "iteration_time.json"
 FILES = ("propd_fig3.png", "propd_fig3.csv", "propd_fig3_fit.csv", "propd_fig3.md", "propd_fig3.tex")  # in figures/
 SHOWN_K = (1, 5, 10, 50, 100, 200)
 LABELS = {"medusa": "Medusa", "propd": "ProPD"}
+METHODS = tuple(LABELS)  # (d)'s series; its frame also holds each one's interval (<method>_lo, <method>_hi)
 PAPER = {
     "a": "Paper: early layers' heads are weak at top-1 (layer 2: about 37%) but much more accurate within the "
          "top 50, so tokens outside an early layer's top-k can be pruned.",
@@ -95,12 +96,21 @@ def timing_frames(timing: dict | None) -> tuple[pd.DataFrame, pd.DataFrame, pd.D
 
 
 def mat_by_category(p) -> tuple[pd.DataFrame, list]:
-    """(d): category, medusa and propd MAT at batch 1 on mt_bench; the runs used."""
+    """(d): category, medusa and propd MAT at batch 1 on mt_bench with their 95% intervals over the category's
+    questions (<method>_lo, <method>_hi); the runs used."""
     runs = {"medusa": cell(p, "medusa", "mt_bench", 1), "propd": cell(p, "propd", "mt_bench", 1, (True, True))}
-    per = {m: {g: s["mat"] for g, s in by_group(r.records).items()} for m, r in runs.items() if r}
+    per = {m: {g: (s["mat"], s["intervals"]["mat"]) for g, s in by_group(r.records).items()}
+           for m, r in runs.items() if r}
     cats = sorted({g for v in per.values() for g in v})
-    return pd.DataFrame([{"category": g, **{m: per.get(m, {}).get(g) for m in runs}} for g in cats],
-                        columns=["category", *runs]), list(runs.values())
+    rows = []
+    for g in cats:
+        row = {"category": g}
+        for m in runs:
+            value, ci = per.get(m, {}).get(g, (None, None))
+            row.update({m: value, **interval_columns(m, ci)})
+        rows.append(row)
+    columns = ["category", *(c for m in runs for c in (m, f"{m}_lo", f"{m}_hi"))]
+    return pd.DataFrame(rows, columns=columns), list(runs.values())
 
 
 def empty(ax, text: str) -> None:
@@ -123,8 +133,9 @@ def plot(acc, b, c, fits, d, path: Path, title: str) -> Path:
         ax_c.plot(g["seq_len"], 1000 * g["seconds"], "o-", label=f"tree {size}")
     ax_c.set(xlabel="sequence length (cached tokens)", ylabel="iteration time (ms)", title="(c) time vs length, BS=1")
     x = np.arange(len(d))
-    for i, m in enumerate(col for col in ("medusa", "propd") if col in d.columns):
-        ax_d.bar(x + (i - 0.5) * 0.4, d[m].astype(float).fillna(0), 0.4, label=LABELS[m])
+    for i, m in enumerate(col for col in METHODS if col in d.columns):
+        ax_d.bar(x + (i - 0.5) * 0.4, d[m].astype(float).fillna(0), 0.4, label=LABELS[m],
+                 yerr=yerr(d[m].astype(float), d[f"{m}_lo"].astype(float), d[f"{m}_hi"].astype(float)), capsize=2)
     ax_d.set_xticks(x, d["category"], rotation=45, ha="right")
     ax_d.set(ylabel="MAT (accepted length)", title="(d) MAT per MT-Bench category, BS=1")
     for ax, data, why in ((ax_a, acc, SOURCES["a"]), (ax_b, b, SOURCES["bc"]), (ax_c, c, SOURCES["bc"]),
@@ -139,14 +150,15 @@ def plot(acc, b, c, fits, d, path: Path, title: str) -> Path:
 
 
 def long_points(acc, b, c, d) -> pd.DataFrame:
-    """Every plotted point: panel, series, x, y (accuracy fraction, seconds, MAT)."""
+    """Every plotted point: panel, series, x, y (accuracy fraction, seconds, MAT) and (d)'s 95% interval y_lo, y_hi."""
     parts = [pd.DataFrame({"panel": "a", "series": [f"layer {v}" for v in acc["layer"]], "x": acc["k"],
                            "y": acc["accuracy"]}),
              pd.DataFrame({"panel": "b", "series": [f"batch {v}" for v in b["batch"]], "x": b["tree_size"],
                            "y": b["seconds"]}),
              pd.DataFrame({"panel": "c", "series": [f"tree {v}" for v in c["tree_size"]], "x": c["seq_len"],
                            "y": c["seconds"]}),
-             *(pd.DataFrame({"panel": "d", "series": m, "x": d["category"], "y": d[m]}) for m in d.columns[1:])]
+             *(pd.DataFrame({"panel": "d", "series": m, "x": d["category"], "y": d[m], "y_lo": d[f"{m}_lo"],
+                             "y_hi": d[f"{m}_hi"]}) for m in METHODS)]
     return pd.concat([p for p in parts if len(p)], ignore_index=True) if any(len(p) for p in parts) else \
         pd.DataFrame(columns=["panel", "series", "x", "y"])
 
@@ -170,9 +182,11 @@ def tables(acc, b, c, fits, d) -> list[tuple[str, pd.DataFrame]]:
                     pd.DataFrame({"Length": wide.index.astype(str),
                                   **{f"tree {s}": [fmt(1000 * v, ".2f") for v in wide[s]] for s in wide.columns}})))
     if len(d):
-        out.append(("(d) MAT per MT-Bench category at batch 1",
+        out.append((("(d) MAT per MT-Bench category at batch 1, [low, high]: 95% bootstrap interval over the "
+                    "category's questions (the figure's error bars)"),
                     pd.DataFrame({"Category": d["category"],
-                                  **{f"{LABELS[m]} MAT": [fmt(v) for v in d[m]] for m in d.columns[1:]}})))
+                                  **{f"{LABELS[m]} MAT": [with_interval(row[m], interval_in(row, m))
+                                                          for _, row in d.iterrows()] for m in METHODS}})))
     return out
 
 

@@ -27,8 +27,24 @@ from bench.report.propd.common import (
     table_texts,
     why_missing,
 )
-from bench.report.tables import MISSING, fmt, interval_columns, interval_in, is_missing, pair, write_texts
-from bench.run.metrics import bootstrap_interval, mat, ratio_of_rates, ratio_of_sums
+from bench.report.tables import (
+    MISSING,
+    fmt,
+    interval_columns,
+    interval_in,
+    is_missing,
+    pair,
+    with_interval,
+    write_texts,
+)
+from bench.run.metrics import (
+    aggregate_rate_interval,
+    bootstrap_interval,
+    mat,
+    mat_interval,
+    ratio_of_rates,
+    ratio_of_sums,
+)
 from bench.run.store import Run
 
 PAPER = "propd_table2_early_pruning_bs4.csv"
@@ -39,7 +55,9 @@ MOST, MAT_TOLERANCE = 0.5, 0.05  # "removes most nodes": over half; "keeps MAT":
 DEFINITIONS = [
     ("Prune rate: 1 - nodes that went through the layers after the pruning layer / nodes drafted, pooled over "
     "all verification steps. AccLength: MAT, tokens per target forward incl. the bonus token. Speed: aggregate "
-    "tokens/s (all new tokens / the batches' wall time). The dynamic tree is off in every pruning row."),
+    "tokens/s (all new tokens / the batches' wall time). The dynamic tree is off in every pruning row. "
+    "[low, high]: 95% bootstrap interval over questions (prune rate: questions resampled with their drafted and "
+    "verified nodes; speed: each question carries an equal share of its batch's wall time)."),
 ]
 
 
@@ -141,8 +159,10 @@ def build_propd_table2(results_dir: str | Path, model: str | None = None, batch_
         pr = paper_by[(layer, k)]
         chosen = layer != "none" and (int(layer), k) == CHOSEN and run is not None
         rows.append({"layer": layer, "top_k": k,
-                     **interval_columns("prune_rate", prune_interval(run) if chosen else None),
+                     **interval_columns("prune_rate", prune_interval(run) if run and layer != "none" else None),
                      **interval_columns("mat_ratio", mat_ratio_interval(run, ref) if chosen and ref else None),
+                     **interval_columns("mat", mat_interval(run.records) if run else None),
+                     **interval_columns("tok_s", aggregate_rate_interval(run.records) if run else None),
                      "prune_rate": (0.0 if layer == "none" else prune_rate(run)) if run else None,
                      "mat": mat(run.records) if run else None, "tok_s": aggregate_rate(run) if run else None,
                      "draft_nodes_mean": draft_nodes_mean(run) if run else None,
@@ -150,7 +170,7 @@ def build_propd_table2(results_dir: str | Path, model: str | None = None, batch_
                      "run_id": run.run_id if run else None, "method": run.meta.get("method") if run else None})
     df = pd.DataFrame(rows)
     num = ["prune_rate", "mat", "tok_s", "draft_nodes_mean", "prune_rate_paper", "mat_paper", "tok_s_paper",
-           "prune_rate_lo", "prune_rate_hi", "mat_ratio_lo", "mat_ratio_hi"]
+           "prune_rate_lo", "prune_rate_hi", "mat_ratio_lo", "mat_ratio_hi", "mat_lo", "mat_hi", "tok_s_lo", "tok_s_hi"]
     df[num] = df[num].astype(float)
     df["top_k"] = df["top_k"].astype("Int64")
     df.attrs.update(context(p, used, missing=missing, dataset=dataset, batch_size=batch_size,
@@ -179,10 +199,18 @@ def display(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({
         "Layer": ["w/o pruning" if layer == "none" else layer for layer in df["layer"]],
         "Top-K": [MISSING if pd.isna(k) else str(k) for k in df["top_k"]],
-        "Prune rate": [pair(pct(a), pct(b)) for a, b in zip(df["prune_rate"], df["prune_rate_paper"])],
-        "AccLength": [pair(fmt(a), fmt(b)) for a, b in zip(df["mat"], df["mat_paper"])],
-        "Speed tok/s": [pair(fmt(a), fmt(b)) for a, b in zip(df["tok_s"], df["tok_s_paper"])],
+        "Prune rate": [pair(pct_ci(row.prune_rate, interval_in(row, "prune_rate")), pct(row.prune_rate_paper))
+                       for _, row in df.iterrows()],
+        "AccLength": [pair(with_interval(row.mat, interval_in(row, "mat")), fmt(row.mat_paper))
+                      for _, row in df.iterrows()],
+        "Speed tok/s": [pair(with_interval(row.tok_s, interval_in(row, "tok_s")), fmt(row.tok_s_paper))
+                        for _, row in df.iterrows()],
     })
+
+
+def pct_ci(x, ci: list[float] | None) -> str:
+    """A share as "61.2% [58.0%, 64.1%]" (tables.with_interval in percent); the share alone without an interval."""
+    return pct(x) if is_missing(x) or not ci else f"{pct(x)} {fmt_ci(ci, pct)}"
 
 
 def render_propd_table2(df: pd.DataFrame) -> dict[str, str]:
