@@ -163,16 +163,16 @@ def speedup_interval(records: list[dict], baseline: list[dict]) -> list[float] |
     return bootstrap_interval([[mine[q] for q in common], [base[q] for q in common]], ratio_of_means)
 
 
-def phase_share_interval(records: list[dict], phases) -> list[float] | None:
-    """Share of the timed wall time spent in `phases` (phase_share summed over them), questions resampled with their
-    time in those phases and their wall time. None at batch > 1: a batch's phase times are kept once per batch and
-    cannot be split by question."""
+def phase_share_interval(records: list[dict], phases, of_phase_sum: bool = False) -> list[float] | None:
+    """Share of the timed wall time (of the summed phase times with `of_phase_sum`) spent in `phases` (phase_share
+    summed over them), questions resampled with their time in those phases and their wall time. None at batch > 1:
+    a batch's phase times are kept once per batch and cannot be split by question."""
     if any(r.get("batch") for r in records):
         return None
     spent, wall = defaultdict(float), defaultdict(float)
     for r in records:
         spent[r["question_id"]] += sum(r["phase_times"].get(p, 0.0) for p in phases)
-        wall[r["question_id"]] += r["wall_time"]
+        wall[r["question_id"]] += sum(r["phase_times"].values()) if of_phase_sum else r["wall_time"]
     qs = sorted(wall, key=str)
     if any(wall[q] <= 0 for q in qs):
         return None
