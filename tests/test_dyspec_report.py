@@ -77,7 +77,7 @@ def test_every_cell_is_filled_from_records(full):
     # Every question of a fixture run is the same: each interval is a point.
     assert first[:5] == ["c4 (C4)", "0", "5.00 [5.00, 5.00] (7.30)", "3.00 [3.00, 3.00] (5.25)",
                          "4.00 [4.00, 4.00] (3.15)"]
-    assert first[-1] == "20.00 (23.03)"
+    assert first[-1] == "20.00 [20.00, 20.00] (23.03)"
 
 
 def test_latency_is_total_time_over_total_tokens(results):
@@ -217,6 +217,9 @@ def test_breakdown_per_method_from_records(full):
     other = sum(w for k, w in walls.items() if k != ("c4", 0.0))
     expected_tf = (0.5 * other + 0.75 * walls[("c4", 0.0)]) / sum(walls.values())
     assert df.loc["ar", "target_forward"] == pytest.approx(expected_tf)
+    # Intervals over prompts: DySpec's prompts all spend the same share; AR's differ between runs.
+    assert df.loc["dyspec", ["draft_forward_lo", "draft_forward_hi"]].tolist() == pytest.approx([0.2, 0.2])
+    assert df.loc["ar", "target_forward_lo"] < expected_tf < df.loc["ar", "target_forward_hi"]
     only = build_dyspec_time_breakdown(full, dataset="c4", temperature=0.0).set_index("method")
     assert only.loc["ar", "target_forward"] == pytest.approx(0.75) and only.loc["ar", "runs"] == 1
 
@@ -226,7 +229,7 @@ def test_breakdown_files_and_errors(full, tmp_path, capsys):
     assert main(["dyspec/time_breakdown", "--results", str(full)]) == 0
     md = capsys.readouterr().out
     assert md == (full / "tables" / "dyspec_time_breakdown.md").read_text()
-    assert "| DySpec " in md and "20.0%" in md and "Tree construction (tree)" in md and "under 2%" in md
+    assert "| DySpec " in md and "20.0% [20.0%, 20.0%]" in md and "Tree construction (tree)" in md and "under 2%" in md
     png = full / "figures" / "dyspec_time_breakdown.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     csv = pd.read_csv(full / "tables" / "dyspec_time_breakdown.csv")

@@ -180,6 +180,7 @@ def build_dyspec_table(results_dir: str | Path, model: str | None = None,
             row = {"dataset": dataset, "paper_dataset": paper_name, "temperature": t}
             base = latest.get((model, BASELINE, None, dataset, t))
             row["ar_latency_s"] = latency_per_token(base.records) if base else None
+            row.update(interval_columns("ar_latency_s", latency_interval(base.records) if base else None))
             row["ar_latency_s_paper"] = paper_base = paper_value(paper, dataset, t, BASELINE, "latency_s_per_token")
             row["ar_run_id"] = base.run_id if base else None
             if base:
@@ -205,6 +206,7 @@ def build_dyspec_table(results_dir: str | Path, model: str | None = None,
                                                            for k in ("latency_s", "accepted", "speedup"))]
                for suffix in ("", "_paper")]
     numeric += [f"{m}_{k}_{e}" for m in METHODS for k in ("latency_s", "accepted", "speedup") for e in ("lo", "hi")]
+    numeric += ["ar_latency_s_lo", "ar_latency_s_hi"]
     run_cols = ["ar_run_id", *(f"{m}_run_id" for m in METHODS)]
     df = pd.DataFrame(rows).reindex(columns=["dataset", "paper_dataset", "temperature", *numeric, *run_cols])
     df[numeric] = df[numeric].astype(float)  # None -> NaN: empty CSV cells, never "None"
@@ -266,7 +268,8 @@ def display(df: pd.DataFrame) -> pd.DataFrame:
                                     for a, b in zip(ours_cells(df, f"{m}_accepted"), df[f"{m}_accepted_paper"])]
         out[f"{label} speedup"] = [pair(a, fmt(b))
                                    for a, b in zip(ours_cells(df, f"{m}_speedup"), df[f"{m}_speedup_paper"])]
-    out["AR ms/tok"] = [pair(ms(a), ms(b)) for a, b in zip(df["ar_latency_s"], df["ar_latency_s_paper"])]
+    ar_ms = df[["ar_latency_s", "ar_latency_s_lo", "ar_latency_s_hi"]] * 1000
+    out["AR ms/tok"] = [pair(a, ms(b)) for a, b in zip(ours_cells(ar_ms, "ar_latency_s"), df["ar_latency_s_paper"])]
     return out
 
 

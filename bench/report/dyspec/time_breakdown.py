@@ -15,10 +15,10 @@ from pathlib import Path
 import pandas as pd
 
 from bench.report.dyspec.tables import BASELINE, LABELS, METHODS, dyspec_runs
-from bench.report.plots import new_figure, save_figure
+from bench.report.plots import new_figure, save_figure, yerr
 from bench.report.select import latest_runs, missing
-from bench.report.tables import MISSING, fmt, is_missing, markdown, write_texts
-from bench.run.metrics import phase_totals
+from bench.report.tables import fmt, interval_columns, interval_in, markdown, with_interval, write_texts
+from bench.run.metrics import phase_share_interval, phase_totals
 
 # DySpec Figure 4 component, label, our phases. The target prefill is a target forward (Sequoia and DySpec
 # run it inside the first verification); `update` (KV compaction, commit) and `draft` (any other proposer
@@ -50,6 +50,18 @@ def dyspec_component_shares(phase_times: dict[str, float]) -> dict[str, float]:
     return shares
 
 
+def share_intervals(records: list[dict]) -> dict:
+    """Each component's <key>_lo/<key>_hi: its share's 95% interval, prompts resampled with their phase times
+    (metrics.phase_share_interval over the summed phase times; "other" takes every phase no component names)."""
+    present = {p for rec in records for p in rec["phase_times"]}
+    named = {p for key, _, phases in FIG4_COMPONENTS if key != "other" for p in phases}
+    out = {}
+    for key, _, phases in FIG4_COMPONENTS:
+        mine = sorted(present - named) if key == "other" else phases
+        out.update(interval_columns(key, phase_share_interval(records, mine, of_phase_sum=True)))
+    return out
+
+
 def build_dyspec_time_breakdown(results_dir: str | Path, model: str | None = None,
                                 dataset: str | None = None, temperature: float | None = None) -> pd.DataFrame:
     """One row per method (DySpec's order, AR last): share of each Figure 4 component, pooled over the latest
@@ -69,6 +81,8 @@ def build_dyspec_time_breakdown(results_dir: str | Path, model: str | None = Non
         if not mine:
             continue
         records = [rec for r in mine for rec in r.records]
+        # a prompt of one run is not the same prompt as its id in another run's dataset or temperature
+        keyed = [{**rec, "question_id": (r.run_id, rec["question_id"])} for r in mine for rec in r.records]
         totals = phase_totals(records)
         wall = sum(rec["wall_time"] for rec in records)
         shares = dyspec_component_shares(totals)
@@ -78,6 +92,7 @@ def build_dyspec_time_breakdown(results_dir: str | Path, model: str | None = Non
                      "prompts": len(records), "wall_s": wall,
                      "phase_sum_over_wall": sum(totals.values()) / wall if wall > 0 else None,
                      **{key: shares.get(key) for key, _, _ in FIG4_COMPONENTS},
+                     **share_intervals(keyed),
                      "phases": json.dumps({k: round(v, 6) for k, v in sorted(totals.items())}),
                      "run_ids": ",".join(r.run_id for r in mine)})
     df = pd.DataFrame(rows)
@@ -94,7 +109,9 @@ def plot_breakdown(df: pd.DataFrame, path: Path) -> Path:
     colors = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:gray"]
     for (key, label, phases), color in zip(FIG4_COMPONENTS, colors):
         values = [100 * (v or 0.0) for v in df[key]]
-        ax.bar(df["label"], values, bottom=bottom, label=f"{label} ({'+'.join(phases)})", color=color)
+        err = yerr(df[key].astype(float), df[f"{key}_lo"].astype(float), df[f"{key}_hi"].astype(float))
+        ax.bar(df["label"], values, bottom=bottom, label=f"{label} ({'+'.join(phases)})", color=color,
+               yerr=100 * err, capsize=2, error_kw={"elinewidth": 0.8})
         bottom = [b + v for b, v in zip(bottom, values)]
     ax.set_ylabel("% of timed region")
     ax.set_ylim(0, 100)
@@ -113,8 +130,8 @@ def dyspec_time_breakdown(results_dir: str | Path, model: str | None = None, pap
     df = build_dyspec_time_breakdown(results_dir, model, dataset, temperature)
     display = pd.DataFrame({"Method": df["label"], "runs": df["runs"], "prompts": df["prompts"]})
     for key, label, phases in FIG4_COMPONENTS:
-        display[f"{label} ({'+'.join(phases)})"] = [MISSING if is_missing(v) else f"{100 * v:.1f}%"
-                                                    for v in df[key]]
+        display[f"{label} ({'+'.join(phases)})"] = [with_interval(row[key], interval_in(row, key), ".1%")
+                                                    for _, row in df.iterrows()]
     a = df.attrs
     scope = ", ".join([a["dataset"] or "c4+openwebtext+cnn_dailymail",
                        f"T={float(a['temperature']):g}" if a["temperature"] is not None else "T=0 and 0.6"])
@@ -124,6 +141,8 @@ def dyspec_time_breakdown(results_dir: str | Path, model: str | None = None, pap
         f"tile the timed region; phase sum / wall: "
         + ", ".join(f"{lab} {fmt(v)}" for lab, v in zip(df["label"], df["phase_sum_over_wall"])) + ").",
         "Our phase names in brackets; prefill (the target's prompt forward) counts as target forward.",
+        ("[low, high]: 95% bootstrap interval over prompts (each resampled with its phase times); the figure's "
+         "error bars, drawn at each segment's top. No interval at batch > 1, where phase times are kept per batch."),
         FIG4_PAPER,
         f"Figure: {png}.",
         "Runs: " + "; ".join(f"{lab}: {ids}" for lab, ids in zip(df["label"], df["run_ids"])) + ".",
