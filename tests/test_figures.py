@@ -135,6 +135,9 @@ def test_fig4_points(results):
         100 * (TR_SHARES["target_forward"] + TR_SHARES["prefill"]))
     assert row.loc["retrieval", "ours_percent"] == pytest.approx(100 * TR_SHARES["draft"])
     assert row.loc["model_forward", "paper_percent"] == 90.1
+    # Every fixture question spends the same shares: each interval is a point around ours.
+    assert row.loc["retrieval", ["ours_percent_lo", "ours_percent_hi"]].tolist() == pytest.approx(
+        [100 * TR_SHARES["draft"]] * 2)
     assert df.attrs["prefill_percent"] == pytest.approx(100 * TR_SHARES["prefill"])
     sep, _ = fig4_points(results, fold_prefill=False)
     assert math.isnan(sep.set_index("component").loc["prefill", "paper_percent"])

@@ -12,9 +12,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.report.plots import figures_dir, new_figure, save_csv, save_figure, wrap
+from bench.report.plots import figures_dir, new_figure, save_csv, save_figure, wrap, yerr
 from bench.report.select import read_runs
 from bench.report.token_recycling.common import context, describe, group_runs, missing_runs, run_metrics, warn
+from bench.run.metrics import phase_share_interval
 
 # paper component (CSV key), label, our phases. Prefill is folded into Model Forward by default: the paper
 # times a whole response to a query and lists no separate prefill component.
@@ -63,9 +64,14 @@ def fig4_points(results_dir, model: str | None = None,
     run = kept[-1]
     m = run_metrics(run)
     paper = paper_fig4()
-    rows = [{"component": k, "label": c["label"], "our_phases": c["phases"], "ours_percent": 100 * c["share"],
-             "paper_percent": paper.get(k, math.nan), "run_id": run.run_id, **context(key)}
-            for k, c in component_shares(m["phase_share"], fold_prefill).items()]
+    rows = []
+    for k, c in component_shares(m["phase_share"], fold_prefill).items():
+        # the share's 95% interval over questions (None at batch > 1, where phase times are per batch)
+        ci = phase_share_interval(run.records, c["phases"].split("+"))
+        rows.append({"component": k, "label": c["label"], "our_phases": c["phases"], "ours_percent": 100 * c["share"],
+                     "ours_percent_lo": 100 * ci[0] if ci else math.nan,
+                     "ours_percent_hi": 100 * ci[1] if ci else math.nan,
+                     "paper_percent": paper.get(k, math.nan), "run_id": run.run_id, **context(key)})
     df = pd.DataFrame(rows)
     df.attrs.update(prefill_percent=100 * m["phase_share"].get("prefill", 0.0), fold_prefill=fold_prefill)
     return df, notes
@@ -79,7 +85,8 @@ def tr_fig4(results_dir, model: str | None = None, fold_prefill: bool = True) ->
     pos = np.arange(len(df))
     w = 0.38
     bars = [ax.bar(pos - w / 2, df["ours_percent"], w, label=f"ours ({df.iloc[0]['model']})",
-                   color="tab:blue"),
+                   color="tab:blue", capsize=3,
+                   yerr=yerr(df["ours_percent"], df["ours_percent_lo"], df["ours_percent_hi"])),
             ax.bar(pos + w / 2, df["paper_percent"].fillna(0), w, label="paper (Vicuna-7B, A100)",
                    color="tab:gray")]
     for bar_set, values in zip(bars, (df["ours_percent"], df["paper_percent"])):
@@ -96,7 +103,7 @@ def tr_fig4(results_dir, model: str | None = None, fold_prefill: bool = True) ->
                if fold_prefill else "Prefill is shown separately; the paper has no prefill component.")
     ax.set_title(f"Token Recycling Figure 4, time allocation: ours ({describe(r)}) vs paper", fontsize=9)
     ax.text(0.5, -0.2, wrap(f"{prefill} Ours: share of wall time per phase (our phase names in brackets), "
-                            f"run {r['run_id']}.", 110),
+                            f"run {r['run_id']}; error bars: 95% bootstrap interval over questions.", 110),
             transform=ax.transAxes, ha="center", va="top", fontsize=8, style="italic")
     out = figures_dir(results_dir)
     paths = [save_figure(fig, out / "tr_fig4.png"), save_csv(df, out / "tr_fig4.csv")]
