@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.report.select import MissingRunsError, read_runs
-from bench.report.tables import fmt, lossless_text, render, write_texts
+from bench.report.tables import interval_columns, lossless_text, ours_cells, render, write_texts
 
 EXPERIMENT = "draft_sd_lambda"
 
@@ -31,18 +31,25 @@ def draft_sd_table(results_dir: str | Path, model: str | None = None) -> str:
 
     for (dataset, draft, length, temperature), r in sorted(latest.items(), key=order):
         s = r.meta["summary"]
+        # the intervals bench.run.runner stored with the run (bench.run.metrics); a run older than them has none
+        ci = s.get("intervals") or {}
+        vs_ar = (r.meta.get("speedup") or {}).get("vs_ar") or {}
         rows.append({"dataset": dataset, "draft": draft, "draft_vocab": r.meta["method_settings"].get("draft_vocab"),
                      "lambda": length, "T": temperature, "questions": s.get("n_questions"), "mat": s.get("mat"),
                      "tok_s": (s.get("tokens_per_s") or {}).get("mean_of_questions"),
-                     "speedup_vs_ar": ((r.meta.get("speedup") or {}).get("vs_ar") or {}).get("value"),
+                     "speedup_vs_ar": vs_ar.get("value"),
+                     **interval_columns("mat", ci.get("mat")), **interval_columns("tok_s", ci.get("tokens_per_s")),
+                     **interval_columns("speedup_vs_ar", vs_ar.get("interval")),
                      "lossless": lossless_text(s.get("lossless") or {"checked": 0}), "run": r.path.name})
     data = pd.DataFrame(rows)
-    display = data.assign(mat=data.mat.map(fmt), tok_s=data.tok_s.map(fmt), speedup_vs_ar=data.speedup_vs_ar.map(fmt))
-    display = display.drop(columns=["run"])
+    display = data.assign(mat=ours_cells(data, "mat"), tok_s=ours_cells(data, "tok_s"),
+                          speedup_vs_ar=ours_cells(data, "speedup_vs_ar"))
+    display = display.drop(columns=["run", *(c for c in data.columns if c.endswith(("_lo", "_hi")))])
     caption = (f"sd with a trained draft at draft length lambda 4, 8, 12 ({model or 'all models'}); speedup: mean "
                "per-question tok/s over AR's on the same questions, machine and length.")
     footer = [("MAT: tokens per target forward incl. the bonus token. draft: id-depth-V'-report digest "
-               "(bench.models.loading.ModelBundle.draft_label).")]
+               "(bench.models.loading.ModelBundle.draft_label). [low, high]: 95% bootstrap interval over questions "
+               "(paired with AR for the speedup), as stored with the run.")]
     texts = render(display, caption, footer, data)
     write_texts(Path(results_dir) / "tables", "draft_sd", texts)
     return texts["md"]
