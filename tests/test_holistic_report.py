@@ -18,7 +18,7 @@ from bench.report.holistic.settings import holistic_settings
 from bench.report.holistic.table1 import holistic_table1
 from bench.report.holistic.table3 import flatten_claim, holistic_table3, reuse_claim
 from bench.report.holistic.table4 import holistic_table4
-from bench.report.holistic.table9 import holistic_table9
+from bench.report.holistic.table9 import holistic_table9, ms_interval
 from bench.report.holistic.table10 import holistic_table10
 from bench.run.store import Run
 from tests.fixtures.holistic_results import (
@@ -134,6 +134,19 @@ def test_table9_one_operation_per_component(results):
     assert data.at["rollback", "ms_per_step"] == pytest.approx(1e3 * 0.05 * 1.25 / 4)
     assert pd.isna(data.at["controller", "ms"])  # the fixture counts no decisions
     assert "| M_t forward" in md and "(152)" in md and "(< 0.1)" in md
+
+
+def test_table9_ms_interval_over_questions():
+    def rec(q, seconds, steps):
+        return {"question_id": q, "phase_times": {"target_forward": seconds}, "wall_time": seconds,
+                "counters": {"draft_calls": [1] * steps}}
+
+    same = [rec(0, 0.4, 4), rec(1, 0.8, 8)]  # 100 ms per verification in both questions: a point
+    assert ms_interval(same, "target_forward", "steps") == pytest.approx([100.0, 100.0])
+    lo, hi = ms_interval([rec(0, 0.4, 4), rec(1, 1.6, 8), rec(2, 0.3, 3)], "target_forward", "steps")
+    assert lo < 1e3 * 2.3 / 15 < hi
+    assert ms_interval(same, "target_forward", "decisions") is None  # no question counts a decision
+    assert ms_interval([{**r, "batch": {"id": 0}} for r in same], "target_forward", "steps") is None
 
 
 def test_fig5_best_lambda_per_task(results):

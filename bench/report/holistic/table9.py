@@ -10,18 +10,34 @@ operation count, from the run's counters:
 - rollback (the draft cache's crop to the committed tokens) / verifications; the target's KV compaction is the
   engine's `update` phase, shown beside it;
 - controller (decisions and the Q update) / decisions.
-The csv also has each component's ms per verification step and its share of the timed region.
+The csv also has each component's ms per verification step and its share of the timed region. Ms per operation
+and the share carry 95% bootstrap intervals over questions (each resampled with its phase time and operations).
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from pathlib import Path
 
 import pandas as pd
 
 from bench.report.holistic.common import MAKE, footer, holistic_pool, ladder_run, verifications
-from bench.report.tables import MISSING, fmt, pair, render, write_texts
-from bench.run.metrics import counter_totals, phase_totals
+from bench.report.tables import (
+    MISSING,
+    interval_columns,
+    interval_in,
+    pair,
+    render,
+    with_interval,
+    write_texts,
+)
+from bench.run.metrics import (
+    bootstrap_interval,
+    counter_totals,
+    phase_share_interval,
+    phase_totals,
+    ratio_of_sums,
+)
 
 PAPER_DIR = Path(__file__).with_name("paper_tables")
 PAPER = "postuse_precut_table9_wallclock.csv"
@@ -33,6 +49,24 @@ COMPONENTS = {"draft_forward": ("M_d forward", "draft_forward", "draft_calls"),
               "update": ("target KV update", "update", "steps"),
               "controller": ("controller step", "controller", "decisions")}
 LAMBDA = 24
+
+
+def ms_interval(records: list[dict], phase: str, per: str) -> list[float] | None:
+    """Ms per operation's 95% interval: questions resampled with their seconds in `phase` and their operations
+    (verifications, or counter `per`). None at batch > 1, where phase times are kept per batch, or where a
+    question has no operations (a resample of only such questions would have no ms per operation)."""
+    if any(r.get("batch") for r in records):
+        return None
+    by_q: dict = defaultdict(list)
+    for r in records:
+        by_q[r["question_id"]].append(r)
+    qs = sorted(by_q, key=str)
+    seconds = [sum(r["phase_times"].get(phase, 0.0) for r in by_q[q]) for q in qs]
+    ops = [verifications(by_q[q]) if per == "steps" else counter_totals(by_q[q]).get(per, 0) for q in qs]
+    if not qs or 0 in ops:
+        return None
+    ci = bootstrap_interval([seconds, ops], ratio_of_sums)
+    return None if ci is None else [1e3 * ci[0], 1e3 * ci[1]]
 
 
 def build_holistic_table9(results_dir: str | Path, model: str | None = None, dataset: str = "humaneval") -> pd.DataFrame:
@@ -51,6 +85,9 @@ def build_holistic_table9(results_dir: str | Path, model: str | None = None, dat
                      "ms": 1e3 * seconds / n if seconds is not None and n else None,
                      "ms_per_step": 1e3 * seconds / steps if seconds is not None and steps else None,
                      "share": seconds / total if seconds is not None and total else None,
+                     **interval_columns("ms", ms_interval(run.records, phase, per) if run and seconds else None),
+                     **interval_columns("share", phase_share_interval(run.records, [phase], of_phase_sum=True)
+                                        if run and seconds is not None and total else None),
                      "paper_ms": paper.at[key, "ms"] if key in paper.index else None,
                      "paper_bound": paper.at[key, "bound"] if key in paper.index else None,
                      "run_id": run.run_id if run else None})
@@ -69,15 +106,20 @@ def holistic_table9(results_dir: str | Path, model: str | None = None, dataset: 
     """Build, write results/tables/holistic_table9.{md,csv,tex}; returns the markdown."""
     df = build_holistic_table9(results_dir, model, dataset)
     display = pd.DataFrame({"Component": df["label"], "per": df["per"],
-                            "ms, ours (paper)": [pair(fmt(m, ".3g"), paper_cell(pm, b))
-                                                 for m, pm, b in zip(df["ms"], df["paper_ms"], df["paper_bound"])],
-                            "share of time": [fmt(None if pd.isna(s) else 100 * s, ".1f") for s in df["share"]]})
+                            "ms, ours (paper)": [pair(with_interval(row["ms"], interval_in(row, "ms"), ".3g"),
+                                                      paper_cell(row["paper_ms"], row["paper_bound"]))
+                                                 for _, row in df.iterrows()],
+                            "share of time": [with_interval(None if pd.isna(row["share"]) else 100 * row["share"],
+                                                            [100 * x for x in interval_in(row, "share") or []],
+                                                            ".1f") for _, row in df.iterrows()]})
     caption = (f"Post-use & Pre-cut Table 9, ours (paper: Llama-2-chat 7B/70B, HumanEval, A6000s): wall-clock of one "
                f"operation per component, both reuses and Pre-cut (lambda <= {LAMBDA}), on {df.attrs['dataset']}.")
     foot = [*df.attrs["footer"],
             ("per: what one operation is (draft_calls: one draft forward; steps: one verification; decisions: one "
             "Pre-cut decision). The paper's roll back likely covers both caches; ours splits the draft's crop from "
             "the target's KV update."),
+            ("[low, high]: 95% bootstrap interval over questions, each resampled with its phase time and its "
+             "operations (share: with its summed phase times)."),
             f"{MISSING}: no run or no such phase ({MAKE['table9']})."]
     texts = render(display, caption, foot, df)
     write_texts(Path(results_dir, "tables"), "holistic_table9", texts)
