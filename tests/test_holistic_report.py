@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 
 from bench.errors import HarnessError
 from bench.report.holistic.claims import flatten_interval, ordering_verdict, reuse_verdict
-from bench.report.holistic.fig4 import holistic_fig4, ordering_claim
+from bench.report.holistic.fig4 import final_intervals, holistic_fig4, ordering_claim
 from bench.report.holistic.fig5 import differs_claim, holistic_fig5
 from bench.report.holistic.settings import holistic_settings
 from bench.report.holistic.table1 import holistic_table1
@@ -121,6 +122,17 @@ def test_fig4_curves_and_the_ordering_claim(results):
     assert ordering_claim(swapped).startswith("does not hold")
 
 
+def test_fig4_final_utilisation_interval_over_questions():
+    def rec(q, accepted, drafted):  # two verifications of one draft call each
+        return {"question_id": q, "accept_lengths": [1, 2, 2],
+                "counters": {"accepted_draft": [accepted, 0], "draft_tokens": [drafted, 4], "draft_calls": [1, 1]}}
+
+    ci = final_intervals(SimpleNamespace(records=[rec(0, 1, 4), rec(1, 3, 4), rec(2, 2, 4)]))
+    assert ci["util_accepted_lo"] < 6 / 24 < ci["util_accepted_hi"]  # questions differ: a real interval
+    assert ci["util_eq3_lo"] == ci["util_eq3_hi"] == pytest.approx(2.0)  # 4 new tokens in 2 calls each
+    assert final_intervals(SimpleNamespace(records=[rec(0, 1, 4)]))["util_accepted_lo"] is None  # one question
+
+
 def test_fig4_without_runs_is_one_error(results):
     with pytest.raises(HarnessError, match="make reproduce-holistic-fig4"):
         holistic_fig4(results, "m")
@@ -182,6 +194,8 @@ def test_settings_sweep_rows_stay_out_of_the_paper_tables(results):
     data = pd.read_csv(results / "tables" / "holistic_settings.csv").set_index("target_cost")
     assert data.at[14, "speedup"] == pytest.approx(1.0) and data.at[3, "speedup"] == pytest.approx(0.5)
     assert data.at[3, "conf_bins"] == 3 and data.at[3, "W"] == 3 and "sweep14" in md
+    # one question per fixture run: the interval columns are there, empty, and the cells show the number alone
+    assert {"speedup_lo", "speedup_hi", "mat_lo", "mat_hi"} <= set(data.columns) and data["speedup_lo"].isna().all()
     holistic_table3(results, "m")  # the sweep's lambda-24 runs are not Table 3's precut cell
     assert pd.isna(pd.read_csv(results / "tables" / "holistic_table3.csv").set_index(["level", "lambda"])
                    .at[("precut", 24), "speedup"])

@@ -5,13 +5,17 @@ initialised Q (learned in warm-up, then frozen) and Pre-cut with Q updated throu
 Writes results/figures/holistic_fig4.png (cumulative utilisation against verification step, one line per curve)
 and holistic_fig4.{csv,md}: the csv holds every step of every curve (the step's accepted and drafted tokens, new
 tokens and draft calls, and both cumulative utilisations), the markdown the final values and the paper's claim
-decided from them. Utilisation is Table 5's accepted / drafted draft tokens (Eq. 3's new tokens / draft calls is in
+decided from them. A curve's final utilisation carries its 95% bootstrap interval over questions (each resampled
+with its accepted and drafted draft tokens; Eq. 3's with its new tokens and draft calls): an error bar at the
+curve's end, [low, high] in the markdown, util_accepted_lo/_hi and util_eq3_lo/_hi on the curve's last csv row.
+Utilisation is Table 5's accepted / drafted draft tokens (Eq. 3's new tokens / draft calls is in
 the csv). The paper's Figure 4 has no point values in its text, only the ordering: Q_updated above Q_init above
 vanilla SD.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from pathlib import Path
 
 import pandas as pd
@@ -19,9 +23,10 @@ import pandas as pd
 from bench.cachefile import atomic_write
 from bench.report.holistic.claims import ordering_verdict
 from bench.report.holistic.common import EXPERIMENT, MAKE, draft_length, frozen
-from bench.report.plots import figures_dir, new_figure, save_csv, save_figure
+from bench.report.plots import figures_dir, new_figure, save_csv, save_figure, yerr
 from bench.report.select import MissingRunsError, read_runs, settings
-from bench.report.tables import MISSING, fmt, markdown
+from bench.report.tables import MISSING, interval_columns, interval_in, markdown, with_interval
+from bench.run.metrics import bootstrap_interval, ratio_of_sums
 from bench.run.store import Run
 
 CURVES = {"vanilla": "vanilla SD", "q_init": "Pre-cut, Q_init (learned in warm-up, then frozen)",
@@ -56,6 +61,25 @@ def steps(run: Run) -> pd.DataFrame:
     return df
 
 
+def final_intervals(run: Run) -> dict:
+    """util_accepted_lo/_hi and util_eq3_lo/_hi: the final utilisations' 95% intervals over the run's questions."""
+    per: dict = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])  # accepted, drafted, new tokens, draft calls
+    for rec in run.records:
+        c = rec.get("counters") or {}
+        drafted = c.get("draft_tokens") or []
+        new = rec["accept_lengths"][-len(drafted):] if drafted else []
+        for i, values in enumerate((c.get("accepted_draft") or [], drafted, new, c.get("draft_calls") or [])):
+            per[rec["question_id"]][i] += sum(values)
+    qs = sorted(per, key=str)
+
+    def ci(num: int, den: int) -> list[float] | None:
+        if not qs or any(per[q][den] <= 0 for q in qs):  # a question without drafts: no ratio to resample
+            return None
+        return bootstrap_interval([[per[q][num] for q in qs], [per[q][den] for q in qs]], ratio_of_sums)
+
+    return {**interval_columns("util_accepted", ci(0, 1)), **interval_columns("util_eq3", ci(2, 3))}
+
+
 def build_holistic_fig4(results_dir: str | Path, model: str | None = None, dataset: str = "alpaca") -> pd.DataFrame:
     runs = read_runs(results_dir, experiment=EXPERIMENT, dataset=dataset, greedy=True, model=model, keep=curve)
     if not runs:
@@ -69,6 +93,10 @@ def build_holistic_fig4(results_dir: str | Path, model: str | None = None, datas
             df = steps(run)
             df.insert(0, "curve", name)
             df["draft_length"], df["run_id"] = draft_length(run), run.run_id
+            for col, value in final_intervals(run).items():  # on the curve's last step only
+                df[col] = float("nan")
+                if len(df) and value is not None:
+                    df.loc[df.index[-1], col] = value
             parts.append(df)
     out = pd.concat(parts, ignore_index=True)
     ordering = (ordering_verdict(*(latest[n] for n in ("vanilla", "q_init", "q_updated"))) if set(latest) >= set(CURVES)
@@ -96,6 +124,9 @@ def plot(df: pd.DataFrame, path: Path) -> Path:
     for name, g in df.groupby("curve", sort=False):
         ax.plot(g["step"], g["util_accepted"], color=COLORS[name],
                 label=f"{CURVES[name]} (λ{'≤' if name != 'vanilla' else '='}{g['draft_length'].iloc[0]})")
+        end = g.iloc[[-1]]  # the final utilisation's 95% interval over questions
+        ax.errorbar(end["step"], end["util_accepted"], color=COLORS[name], capsize=3,
+                    yerr=yerr(end["util_accepted"], end["util_accepted_lo"], end["util_accepted_hi"]))
     ax.set_xlabel("verification step (questions in order)")
     ax.set_ylabel("utilisation so far (accepted / drafted)")
     ax.set_title(f"Post-use & Pre-cut Fig. 4, ours: {df.attrs['model']}, {df.attrs['dataset']}")
@@ -111,14 +142,18 @@ def holistic_fig4(results_dir: str | Path, model: str | None = None, dataset: st
     plot(df, out / "holistic_fig4.png")
     save_csv(df, out / "holistic_fig4.csv")
     summary = pd.DataFrame([{"Curve": CURVES[n], "λ": g["draft_length"].iloc[0], "steps": len(g),
-                             "utilisation (accepted / drafted)": fmt(g["util_accepted"].iloc[-1], ".3f"),
-                             "Eq. 3 (new tokens / draft calls)": fmt(g["util_eq3"].iloc[-1], ".3f"),
+                             "utilisation (accepted / drafted)": with_interval(
+                                 g["util_accepted"].iloc[-1], interval_in(g.iloc[-1], "util_accepted"), ".3f"),
+                             "Eq. 3 (new tokens / draft calls)": with_interval(
+                                 g["util_eq3"].iloc[-1], interval_in(g.iloc[-1], "util_eq3"), ".3f"),
                              "run": g["run_id"].iloc[0]} for n, g in df.groupby("curve", sort=False)])
     caption = (f"Post-use & Pre-cut Figure 4, ours: final cumulative token utilisation on {df.attrs['dataset']} "
                f"({df.attrs['model']}); the paper shows curves only, no values.")
     points = ordering_claim(df).split(" (", 1)[-1].rstrip(")")  # the numbers; the verdict is the intervals'
     md = markdown(summary, caption, [(f"Claim, Q_updated > Q_init > vanilla SD, from paired 95% intervals over "
                                       f"questions: {df.attrs['ordering']}; final utilisation: {points}."),
+                                     ("[low, high]: 95% bootstrap interval over questions (the figure's error "
+                                      "bars, at each curve's end)."),
                                      f"{MISSING}: no run ({MAKE['fig4']})."])
     atomic_write(out / "holistic_fig4.md", md)
     return md

@@ -14,7 +14,7 @@ import pandas as pd
 
 from bench.report.holistic.common import numbers
 from bench.report.select import MissingRunsError, paired_baseline, read_runs, where
-from bench.report.tables import fmt, render, write_texts
+from bench.report.tables import fmt, ours_cells, render, write_texts
 
 EXPERIMENT = "holistic_sweep"
 MAKE = "make sweep-holistic-settings"
@@ -40,6 +40,8 @@ def build_holistic_settings(results_dir: str | Path, model: str | None = None) -
         rows.append({"dataset": run.meta.get("dataset"), **settings_of(run.meta),
                      **{k: got[k] for k in ("speedup", "mat", "util_eq3", "util_accepted", "draft_hit_rate",
                                             "target_hit_rate", "draft_tokens_mean")},
+                     # 95% intervals over questions (paired with AR for the speedup), from common.numbers
+                     **{f"{k}_{e}": got[f"{k}_{e}"] for k in ("speedup", "mat") for e in ("lo", "hi")},
                      "run_id": run.run_id, "ar_run_id": base.run_id if base else None})
     return pd.DataFrame(rows)
 
@@ -49,12 +51,14 @@ def holistic_settings(results_dir: str | Path, model: str | None = None) -> str:
     df = build_holistic_settings(results_dir, model)
     cols = ["dataset", "W", "beta", "per_key", "max_keys", "target_cost", "warmup_steps", "conf_bins"]
     display = df[cols].copy()
-    for col in ("speedup", "mat", "util_eq3", "util_accepted", "draft_hit_rate", "target_hit_rate",
-                "draft_tokens_mean"):
+    for col in ("speedup", "mat"):
+        display[col] = ours_cells(df, col)
+    for col in ("util_eq3", "util_accepted", "draft_hit_rate", "target_hit_rate", "draft_tokens_mean"):
         display[col] = [fmt(v) for v in df[col]]
     caption = "Post-use & Pre-cut, the open settings swept: the full method (lambda <= 24), one row per run."
     foot = [("speedup over AR measured like the run; util_eq3 = new tokens / draft calls; util_accepted = accepted /"
-            " drafted draft tokens; draft_tokens_mean = drafted tokens per verification."),
+            " drafted draft tokens; draft_tokens_mean = drafted tokens per verification. [low, high]: 95% bootstrap"
+            " interval over questions (paired with AR for the speedup); the utilisations and hit rates have none."),
             "Runs: " + ", ".join(df["run_id"]) + "."]
     texts = render(display, caption, foot, df, formats=("md", "csv"))
     write_texts(Path(results_dir, "tables"), "holistic_settings", texts)
