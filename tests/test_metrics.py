@@ -112,3 +112,18 @@ def test_aggregate_speedup_is_a_throughput_ratio():
             for r in mine]
     assert metrics.aggregate_speedup(mine, base) == 2.0
     assert metrics.speedup(mine, base) == 2.0
+
+
+def test_phase_share_interval_over_questions():
+    def rec(q, draft, wall):
+        return {"question_id": q, "wall_time": wall, "phase_times": {"draft": draft, "verify": wall - draft}}
+
+    same = [rec(0, 0.2, 1.0), rec(1, 0.4, 2.0)]  # a fifth of every question's time: a point
+    assert metrics.phase_share_interval(same, ["draft"]) == pytest.approx([0.2, 0.2])
+    lo, hi = metrics.phase_share_interval([rec(0, 0.1, 1.0), rec(1, 0.8, 2.0), rec(2, 0.3, 1.0)], ["draft"])
+    assert lo < 1.2 / 4 < hi
+    # of the summed phase times: a question whose phases tile half its wall time counts its phases only
+    half = [{**r, "wall_time": 2 * r["wall_time"]} for r in same]
+    assert metrics.phase_share_interval(half, ["draft"], of_phase_sum=True) == pytest.approx([0.2, 0.2])
+    assert metrics.phase_share_interval(half, ["draft"]) == pytest.approx([0.1, 0.1])
+    assert metrics.phase_share_interval([{**r, "batch": {"id": 0}} for r in same], ["draft"]) is None
