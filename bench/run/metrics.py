@@ -23,8 +23,8 @@ with replacement and the statistic recomputed (scipy.stats.bootstrap, percentile
 interval is reproducible): `mat_interval`, `rate_interval` (mean_of_questions) and `speedup_interval`, paired: a
 method and its baseline are resampled on the same questions, so what both find hard does not widen the ratio's
 interval; `aggregate_speedup_interval` the same for the ratio of aggregate rates (ProPD's batches), each question
-carrying an equal share of its batch's wall time; `phase_share_interval` a phase share (batch 1 only). `verdict` decides a claim from an interval, never from the point
-alone.
+carrying an equal share of its batch's wall time; `phase_share_interval` a phase share (batch 1 only). `verdict`
+decides a claim from an interval, never from the point alone.
 
 At run.batch_size > 1 (records carry a `batch`): a record's wall_time is its row's latency (batch start until
 the row left the batch) and the batch's wall time, phase times and occupancy are kept once per batch.

@@ -21,16 +21,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.report import tables
 from bench.report.holistic.common import MAKE, footer, holistic_pool, ladder_run, verifications
-from bench.report.tables import (
-    MISSING,
-    interval_columns,
-    interval_in,
-    pair,
-    render,
-    with_interval,
-    write_texts,
-)
+from bench.report.tables import MISSING, pair, render, write_texts
 from bench.run.metrics import (
     bootstrap_interval,
     counter_totals,
@@ -85,9 +78,10 @@ def build_holistic_table9(results_dir: str | Path, model: str | None = None, dat
                      "ms": 1e3 * seconds / n if seconds is not None and n else None,
                      "ms_per_step": 1e3 * seconds / steps if seconds is not None and steps else None,
                      "share": seconds / total if seconds is not None and total else None,
-                     **interval_columns("ms", ms_interval(run.records, phase, per) if run and seconds else None),
-                     **interval_columns("share", phase_share_interval(run.records, [phase], of_phase_sum=True)
-                                        if run and seconds is not None and total else None),
+                     **tables.interval_columns("ms", ms_interval(run.records, phase, per)
+                                               if run and seconds else None),
+                     **tables.interval_columns("share", phase_share_interval(run.records, [phase], of_phase_sum=True)
+                                               if run and seconds is not None and total else None),
                      "paper_ms": paper.at[key, "ms"] if key in paper.index else None,
                      "paper_bound": paper.at[key, "bound"] if key in paper.index else None,
                      "run_id": run.run_id if run else None})
@@ -105,13 +99,15 @@ def paper_cell(ms, bound) -> str:
 def holistic_table9(results_dir: str | Path, model: str | None = None, dataset: str = "humaneval") -> str:
     """Build, write results/tables/holistic_table9.{md,csv,tex}; returns the markdown."""
     df = build_holistic_table9(results_dir, model, dataset)
-    display = pd.DataFrame({"Component": df["label"], "per": df["per"],
-                            "ms, ours (paper)": [pair(with_interval(row["ms"], interval_in(row, "ms"), ".3g"),
-                                                      paper_cell(row["paper_ms"], row["paper_bound"]))
-                                                 for _, row in df.iterrows()],
-                            "share of time": [with_interval(None if pd.isna(row["share"]) else 100 * row["share"],
-                                                            [100 * x for x in interval_in(row, "share") or []],
-                                                            ".1f") for _, row in df.iterrows()]})
+    ms_cells, share_cells = [], []
+    for _, row in df.iterrows():
+        ms_cells.append(pair(tables.with_interval(row["ms"], tables.interval_in(row, "ms"), ".3g"),
+                             paper_cell(row["paper_ms"], row["paper_bound"])))
+        share = None if pd.isna(row["share"]) else 100 * row["share"]
+        share_cells.append(tables.with_interval(share, [100 * x for x in tables.interval_in(row, "share") or []],
+                                                ".1f"))
+    display = pd.DataFrame({"Component": df["label"], "per": df["per"], "ms, ours (paper)": ms_cells,
+                            "share of time": share_cells})
     caption = (f"Post-use & Pre-cut Table 9, ours (paper: Llama-2-chat 7B/70B, HumanEval, A6000s): wall-clock of one "
                f"operation per component, both reuses and Pre-cut (lambda <= {LAMBDA}), on {df.attrs['dataset']}.")
     foot = [*df.attrs["footer"],
