@@ -6,7 +6,9 @@ import os
 import subprocess
 import sys
 
+import joblib
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -62,3 +64,17 @@ def test_submitit_local_sweep_finds_two_complete_runs(tmp_path, smollm):
     assert len(load_runs(tmp_path / "results")) == 2
     logs = again.stderr + "".join(p.read_text() for p in (tmp_path / "sweep").rglob("*_log.err"))
     assert logs.count("skip: ") == 2
+
+
+def test_jobs_started_beside_a_run_count_in_its_label(monkeypatch):
+    from bench.core.machine import JOBS_ENV, machine_id
+    from bench.run.jobs import set_threads
+
+    threads = torch.get_num_threads()
+    monkeypatch.setenv(JOBS_ENV, "1")
+    try:
+        set_threads(OmegaConf.create({"threads": None, "jobs_beside": 1}))
+        assert machine_id("cpu").endswith(f"/{torch.get_num_threads()}t/2jobs")
+        assert torch.get_num_threads() == max(1, joblib.cpu_count() // 2)
+    finally:
+        torch.set_num_threads(threads)

@@ -47,7 +47,9 @@ def cpus() -> int:
 
 
 def set_threads(run_cfg) -> None:
-    jobs = launcher_jobs()
+    # jobs_beside: processes started by hand beside this one (a second sweep); they share the cores as the
+    # launcher's jobs do, so they count in the label.
+    jobs = launcher_jobs() + int(run_cfg.get("jobs_beside") or 0)
     os.environ[JOBS_ENV] = str(jobs)  # read by machine_id, here and in anything this job starts
     threads = run_cfg.threads or (max(1, cpus() // jobs) if jobs > 1 else None)
     if threads:
