@@ -156,7 +156,7 @@ def test_no_runs_at_all_still_prints_the_paper(results):
 
 def test_footer_states_pairs_selection_machine_and_ar_protocol(full):
     md = dyspec_table(full)
-    assert "target smollm2-135m, draft fixture-draft-68m" in md
+    assert "target smollm2-135m, draft: distilled fixture-draft-68m" in md
     assert "paper: JackFram/llama-68m -> Llama-2-7B, tree budget 64, one A100 40GB" in md
     assert f"c4: 2 prompts measured; selection: {SELECTION}" in md
     assert "Machine: fixture/GPU" in md and "dtype: float16" in md

@@ -3,10 +3,12 @@
     python -m bench.report token_recycling/table1 [--results results] [--model M] [--paper-size 7B]
     python -m bench.report dyspec/table --paper-table 1
     python -m bench.report dyspec/table5 --sizes 256,512 --trees-per-size 5
+    python -m bench.report holistic/table3 --draft eagle  # the EAGLE head's runs (default: the latest drafter's)
     python -m bench.report <name> --help                # that artifact's own options
 
 Common options: --results (the results dir holding runs/; tables/ and figures/ are written there) and, for
-the artifacts that take them, --model and --paper-size. Bad input is one `error:` line on stderr and a
+the artifacts that take them, --model, --paper-size and --draft (a draft-model paper's drafter: "eagle",
+"trained" or a full name such as eagle:<id>; bench/report/drafter.py). Bad input is one `error:` line on stderr and a
 non-zero exit: 2 for an unknown name or option, 1 for a missing runs/ dir or a report's own error.
 """
 
@@ -24,6 +26,8 @@ PROG = "bench.report"
 COMMON = {
     "model": (("--model",), {"help": "default: the model of the most recent matching run"}),
     "paper_size": (("--paper-size",), {"help": "the paper's rows to compare with; default: the runs'"}),
+    "draft": (("--draft",), {"help": "the drafter whose runs to show: eagle, trained or a full name (eagle:<id>, "
+                                     "trained:<id>); default: that of the most recent draft-model run"}),
 }
 
 

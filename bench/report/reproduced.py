@@ -8,6 +8,8 @@ byte for byte: its dates are the runs' dates, its paths repository-relative, its
 lists the artifacts it shows in `REPRODUCED` as (artifact, options, command); bench/report/coverage.py lists every
 artifact of every paper for the summary. Each section's settings line is read from its runs (their overrides),
 not from the recipe; run ids go to evidence/runs.csv beside the page, not into it. Generated, never hand-edited.
+A paper whose package lists `PER_DRAFTER` artifacts (the draft-model papers) gets one section, and one summary row,
+per drafter in the evidence whose runs the artifact uses (bench/report/drafter.py); one section when there is one.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from bench.errors import HarnessError
 from bench.paths import project_path
 from bench.report.claims import speedup_claim
 from bench.report.coverage import COVERAGE
+from bench.report.drafter import describe, drafter, present
 from bench.report.pagetext import scrub_paths, wrap_long
 from bench.report.registry import papers, resolve
 from bench.report.select import read_runs
@@ -52,6 +55,12 @@ class Section:
     error: str | None = None
     used: list[Run] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)  # what a figure artifact wrote (it returns paths)
+    draft: str | None = None  # the drafter it was asked for (--draft), None: the artifact's default
+    split: bool = False  # one of several sections of one artifact, one per drafter: the drafter is named
+
+    @property
+    def title(self) -> str:
+        return f"`{self.name}` (draft: {describe(self.draft)})" if self.split else f"`{self.name}`"
 
 
 def shown(paper: str) -> tuple:
@@ -66,21 +75,35 @@ def runs_in(markdown: str, runs: list[Run]) -> list[Run]:
 
 
 def build_sections(folder: Path, runs: list[Run]) -> list[Section]:
-    """Every paper's shown artifacts run on `folder` (a results or evidence folder), with the runs each used."""
+    """Every paper's shown artifacts run on `folder` (a results or evidence folder), with the runs each used; a
+    PER_DRAFTER artifact once per drafter of the folder's runs that it uses a run of, when there are several."""
+    drafters = present(runs)
     out = []
     for paper in papers():
+        split = getattr(importlib.import_module(f"bench.report.{paper}"), "PER_DRAFTER", ())
         for artifact, options, command in shown(paper):
-            s = Section(paper, artifact, options, command)
-            s.name, art = resolve(f"{paper}/{artifact}")
-            try:
-                got = art.load()(str(folder), **options)
-            except HarnessError as err:
-                s.error = str(err)
-            else:
-                s.md, named = (got, got) if isinstance(got, str) else figure_texts(s, got)
-                s.used = runs_in(named, runs)
-            out.append(s)
+            if artifact not in split or len(drafters) < 2:
+                out.append(section(folder, runs, Section(paper, artifact, options, command)))
+                continue
+            made = [section(folder, runs, Section(paper, artifact, options, command, draft=d)) for d in drafters]
+            kept = [s for s in made if any(drafter(r) == s.draft for r in s.used)]
+            for s in kept:
+                s.split = len(kept) > 1
+            out += kept or [section(folder, runs, Section(paper, artifact, options, command))]
     return out
+
+
+def section(folder: Path, runs: list[Run], s: Section) -> Section:
+    """s, its artifact run on `folder` (for s.draft's runs, when it names one)."""
+    s.name, art = resolve(f"{s.paper}/{s.artifact}")
+    try:
+        got = art.load()(str(folder), **s.options, **({"draft": s.draft} if s.draft else {}))
+    except HarnessError as err:
+        s.error = str(err)
+    else:
+        s.md, named = (got, got) if isinstance(got, str) else figure_texts(s, got)
+        s.used = runs_in(named, runs)
+    return s
 
 
 def figure_texts(s: Section, paths: list) -> tuple[str, str]:
@@ -136,13 +159,14 @@ def page_text(md: str, folder: Path) -> str:
 
 
 def section_text(s: Section, folder: Path) -> list[str]:
-    out = [f"### `{s.name}`: `{RECIPE_LIMIT.sub('', s.command)}`"]
+    out = [f"### {s.title}: `{RECIPE_LIMIT.sub('', s.command)}`"]
     if s.error is not None:
         return [*out, page_text(f"Not measured: {s.error}.", folder)]
     if not s.used:
         return [*out, f"No runs in `{EVIDENCE}/` yet; the paper's numbers alone:\n\n" + page_text(s.md, folder)]
+    draft = f" --draft {s.draft}" if s.draft else ""
     files = [f"Written (not committed; the command above or `python -m bench.report {s.name} --results "
-             f"{EVIDENCE}` rebuilds them): " + ", ".join(f"`{p.name}`" for p in s.files) + "."] if s.files else []
+             f"{EVIDENCE}{draft}` rebuilds them): " + ", ".join(f"`{p.name}`" for p in s.files) + "."] if s.files else []
     return [*out, wrap_long(provenance_line(s.used)), *(page_text(t, folder) for t in (s.md, *files) if t)]
 
 
@@ -150,18 +174,25 @@ def summary_table(sections: list[Section]) -> str:
     rows = ["| " + " | ".join(SUMMARY_COLUMNS) + " |", "|" + "---|" * len(SUMMARY_COLUMNS)]
     for c in COVERAGE:
         found = [s for s in sections if (s.paper, s.artifact, s.options) == (c.paper, c.artifact, c.options)]
-        used = found[0].used if found else []
-        if used:
-            claims = [speedup_claim(c.paper, used), *report_claims(found[0].md)]
-            status, claim = "measured", "; ".join(x for x in claims if x != MISSING) or MISSING
-        elif c.artifact is None:
-            status, claim = "no target", MISSING
-        elif c.offline:
-            status, claim = f"not measurable offline ({c.offline})", MISSING
-        else:
-            status, claim = "not measured", MISSING
-        rows.append(f"| {c.paper} | {c.label} | {status} | {prompts_text(used)} | {claim} |")
+        rows += [summary_row(c, s) for s in ([s for s in found if s.split] or found[:1] or [None])]
     return "## Summary\n\n" + "\n".join(rows)
+
+
+def summary_row(c, s: Section | None) -> str:
+    """The summary's row of one coverage row, from its section (None: no section shows it); the drafter is named
+    when the artifact has one section per drafter."""
+    used = s.used if s is not None else []
+    label = f"{c.label} (draft: {describe(s.draft)})" if s is not None and s.split else c.label
+    if used:
+        claims = [speedup_claim(c.paper, used), *report_claims(s.md)]
+        status, claim = "measured", "; ".join(x for x in claims if x != MISSING) or MISSING
+    elif c.artifact is None:
+        status, claim = "no target", MISSING
+    elif c.offline:
+        status, claim = f"not measurable offline ({c.offline})", MISSING
+    else:
+        status, claim = "not measured", MISSING
+    return f"| {c.paper} | {label} | {status} | {prompts_text(used)} | {claim} |"
 
 
 VERDICT = re.compile(r"\b(holds|does not hold|undecided|not measured)\b")
@@ -184,7 +215,8 @@ def runs_csv(sections: list[Section]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["artifact", "run_id", "method", "dataset", "machine", "created", "git_sha", "git_dirty"])
-    rows = {(s.name, r.run_id, r.meta.get("method"), r.meta.get("dataset"), r.meta.get("machine"),
+    rows = {(f"{s.name} --draft {s.draft}" if s.split else s.name, r.run_id, r.meta.get("method"),
+             r.meta.get("dataset"), r.meta.get("machine"),
              r.created.isoformat(), *git(r)) for s in sections for r in s.used}
     w.writerows(sorted(rows, key=lambda row: [str(x) for x in row]))
     return buf.getvalue()

@@ -119,6 +119,7 @@ class Pool:
     max_new_tokens: int | None = None
     notes: list[str] = field(default_factory=list)
     dataset: str | None = None  # when the artifact's runs are all of one dataset
+    draft: str | None = None  # the drafter of its draft-model runs, when one was chosen (bench.report.drafter)
 
     def latest(self, keep: Callable[[Run], object]) -> Run | None:
         return latest(self.runs, keep)

@@ -17,26 +17,31 @@ TABLE5_OPTIONS = (
     option("--block", type=int, help="tile side (default 32, DySpec's kernel)"),
 )
 
+DRAFT_COMMON = ("model", "paper_size", "draft")  # --draft: one drafter's runs (bench/report/drafter.py)
+# REPRODUCED.md shows these artifacts once per drafter in the evidence (bench/report/reproduced.py)
+PER_DRAFTER = ("table", "fig2", "fig5", "time_breakdown")
+
 ARTIFACTS = {
     "table": Artifact(
         f"{__name__}.tables:dyspec_table",
         "Tables 1-3 (latency, accepted tokens) -> tables/dyspec_table{N}.{md,csv,tex}",
         options=(option("--paper-table", type=int,
                         help="the paper's table (1: 68M/7B, 2: 68M/13B, 3: 7B/70B); "
-                             "default: by --paper-size, else by the runs' paper size"),)),
+                             "default: by --paper-size, else by the runs' paper size"),), common=DRAFT_COMMON),
     "fig2": Artifact(
         f"{__name__}.fig2:dyspec_fig2",
         "Figure 2 (acceptance rate vs draft probability; runs with run.record_steps=true) -> figures/dyspec_fig2.*",
-        common=("model",)),
+        common=("model", "draft")),
     "fig5": Artifact(
         f"{__name__}.fig5:dyspec_fig5",
         "Figure 5 (tree size and accepted tokens per step; Table 4's budget) -> figures/dyspec_fig5.{png,csv,md}",
-        common=("model",)),
+        common=("model", "draft")),
     "time_breakdown": Artifact(
         f"{__name__}.time_breakdown:dyspec_time_breakdown",
         "Figure 4 (time per component) -> tables/dyspec_time_breakdown.{md,csv}, figures/",
         options=(option("--dataset", help="only runs on this dataset"),
-                 option("--temperature", type=float, help="only runs at this temperature (default: all)"))),
+                 option("--temperature", type=float, help="only runs at this temperature (default: all)")),
+        common=DRAFT_COMMON),
     "table5": Artifact(
         f"{__name__}.table5:dyspec_table5",
         "Table 5, Figures 7 and 9 (mask tiles per tree order; no runs needed)",

@@ -7,7 +7,8 @@ distribution (the draft temperature's), with the share accepted and its 95% inte
 per-node records, kept only by runs with run.record_steps=true (conf/experiment/dyspec/fig2.yaml); the right panel
 needs the target's probabilities, which no record keeps, so it is not drawn.
 
-Writes results/figures/dyspec_fig2.{png,csv,md}: one panel per target temperature.
+Writes results/figures/dyspec_fig2.{png,csv,md}: one panel per target temperature, from one drafter's runs (--draft,
+default the latest such run's; bench.report.drafter).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from bench.cachefile import atomic_write
+from bench.report.drafter import choose, describe, latest_drafter
 from bench.report.plots import figures_dir, new_figure, save_csv, save_figure
 from bench.report.select import default_model, latest, missing, read_runs, used_ids
 from bench.report.steps import SWITCH, binned_rate, has_steps, nodes, rises
@@ -32,12 +34,13 @@ PAPER = ("Paper (Figure 2, CNN DailyMail, no point values): tokens of higher dra
          "probabilities are not recorded).")
 
 
-def fig2_runs(results_dir: str | Path, model: str | None = None) -> list:
+def fig2_runs(results_dir: str | Path, model: str | None = None, draft: str | None = None) -> list:
     """The latest dyspec run with per-step records per temperature (else sequoia's, else specinfer's), of `model`
-    (default: that of the latest such run), preferring runs of experiment dyspec_fig2."""
+    (default: that of the latest such run) and one drafter (default: the latest such run's), preferring runs of
+    experiment dyspec_fig2."""
     runs = [r for r in read_runs(results_dir, method=METHODS) if has_steps(r)]
     model = default_model(runs, model)
-    runs = [r for r in runs if r.meta.get("model") == model]
+    runs, _ = choose([r for r in runs if r.meta.get("model") == model], draft)
     chosen = {}
     for t in sorted({r.temperature for r in runs}):
         for m in METHODS:
@@ -49,9 +52,9 @@ def fig2_runs(results_dir: str | Path, model: str | None = None) -> list:
     return list(chosen.values())
 
 
-def build_fig2(results_dir: str | Path, model: str | None = None) -> pd.DataFrame:
+def build_fig2(results_dir: str | Path, model: str | None = None, draft: str | None = None) -> pd.DataFrame:
     """One row per (temperature, draft-probability bin): nodes tested, the share accepted and its interval."""
-    runs = fig2_runs(results_dir, model)
+    runs = fig2_runs(results_dir, model, draft)
     if not runs:
         raise missing(f"{'/'.join(METHODS)} runs with per-step records ({SWITCH})", results_dir, MAKE)
     parts = []
@@ -61,7 +64,7 @@ def build_fig2(results_dir: str | Path, model: str | None = None) -> pd.DataFram
         parts.append(bins.assign(temperature=run.temperature, method=run.meta.get("method"),
                                  dataset=run.meta.get("dataset"), run_id=run.run_id))
     df = pd.concat(parts, ignore_index=True)
-    df.attrs.update(model=runs[0].meta.get("model"), run_ids=used_ids(runs),
+    df.attrs.update(model=runs[0].meta.get("model"), run_ids=used_ids(runs), drafter=latest_drafter(runs),
                     machines=sorted({str(r.meta.get("machine")) for r in runs}),
                     verdicts={r.temperature: rises(df[df["run_id"] == r.run_id]) for r in runs})
     return df
@@ -80,13 +83,13 @@ def plot(df: pd.DataFrame, path: Path) -> Path:
         ax.set(xlim=(0, 1), ylim=(0, 1.05), xlabel="draft probability of the token",
                ylabel="share of tested tokens accepted",
                title=f"{sub['method'].iloc[0]} on {sub['dataset'].iloc[0]}, T={t:g}")
-    fig.suptitle(f"DySpec Figure 2 (left), ours: {df.attrs['model']}")
+    fig.suptitle(f"DySpec Figure 2 (left), ours: {df.attrs['model']}, draft: {describe(df.attrs['drafter'])}")
     return save_figure(fig, path)
 
 
-def dyspec_fig2(results_dir: str | Path, model: str | None = None) -> str:
+def dyspec_fig2(results_dir: str | Path, model: str | None = None, draft: str | None = None) -> str:
     """Plot and write figures/dyspec_fig2.{png,csv,md}; returns the markdown. No runs: MissingRunsError."""
-    df = build_fig2(results_dir, model)
+    df = build_fig2(results_dir, model, draft)
     out = figures_dir(results_dir)
     png = plot(df, out / "dyspec_fig2.png")
     save_csv(df, out / "dyspec_fig2.csv")
@@ -98,7 +101,8 @@ def dyspec_fig2(results_dir: str | Path, model: str | None = None) -> str:
                                     for r, lo, hi in zip(shown["rate"], shown["rate_low"], shown["rate_high"])]})
     claims = [f"Acceptance rises with draft probability at T={t:g} (highest filled bin's interval above the "
               f"lowest's): {v}." for t, v in df.attrs["verdicts"].items()]
-    foot = [(f"Ours: {df.attrs['model']}, machine {', '.join(df.attrs['machines'])}; nodes a verification tested "
+    foot = [(f"Ours: {df.attrs['model']}, draft: {describe(df.attrs['drafter'])}, machine "
+             f"{', '.join(df.attrs['machines'])}; nodes a verification tested "
             f"(parent the root or accepted), per bin of the draft's probability (draft temperature) of the token "
             f"(bins without nodes left out); interval: 95% bootstrap over questions. Total tested nodes: "
             f"{fmt(df['nodes'].sum(), 'd')}."),

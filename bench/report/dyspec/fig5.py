@@ -7,7 +7,8 @@ mean tree size is 551.79 of 768 (paper_tables/dyspec_fig5_tree_size.csv). Ours r
 dyspec_table4) on openwebtext at T=0.6, as the paper's.
 
 Writes results/figures/dyspec_fig5.{png,csv,md}: per step of the run (its prompts one after another), the tree
-size and the tokens accepted (drafts + the bonus token).
+size and the tokens accepted (drafts + the bonus token). The run is one drafter's (--draft, default the latest
+dyspec run's; bench.report.drafter).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.cachefile import atomic_write
+from bench.report.drafter import choose, describe, drafter
 from bench.report.plots import figures_dir, new_figure, save_csv, save_figure
 from bench.report.select import default_model, missing, read_runs, settings
 from bench.report.tables import fmt, markdown, with_interval
@@ -27,11 +29,13 @@ PAPER_CSV = Path(__file__).with_name("paper_tables") / "dyspec_fig5_tree_size.cs
 PREFER = (("experiment", "dyspec_table4"), ("dataset", "openwebtext"), ("temperature", 0.6))
 
 
-def fig5_run(results_dir: str | Path, model: str | None = None):
-    """The dyspec run of `model` (default: the latest dyspec run's) matching most of PREFER, latest on ties."""
+def fig5_run(results_dir: str | Path, model: str | None = None, draft: str | None = None):
+    """The dyspec run of `model` (default: the latest dyspec run's) and of one drafter (default: the latest such
+    run's) matching most of PREFER, latest on ties."""
     runs = read_runs(results_dir, method="dyspec")
     model = default_model(runs, model)
     runs = [r for r in runs if r.meta.get("model") == model and any(rec.get("draft_nodes") for rec in r.records)]
+    runs, _ = choose(runs, draft)
     if not runs:
         return None
 
@@ -41,9 +45,9 @@ def fig5_run(results_dir: str | Path, model: str | None = None):
     return max(enumerate(runs), key=lambda ir: (score(ir[1]), ir[0]))[1]
 
 
-def build_fig5(results_dir: str | Path, model: str | None = None) -> pd.DataFrame:
+def build_fig5(results_dir: str | Path, model: str | None = None, draft: str | None = None) -> pd.DataFrame:
     """One row per verification step: question_id, turn, step (of the run), tree_size, accepted."""
-    run = fig5_run(results_dir, model)
+    run = fig5_run(results_dir, model, draft)
     if run is None:
         raise missing("dyspec run", results_dir, MAKE)
     rows = []
@@ -55,7 +59,8 @@ def build_fig5(results_dir: str | Path, model: str | None = None) -> pd.DataFram
     per_q = df.groupby("question_id")
     size_ci = bootstrap_interval([per_q["tree_size"].sum().tolist(), per_q.size().tolist()], ratio_of_sums)
     ms = settings(run)
-    df.attrs.update(run_id=run.run_id, model=run.meta.get("model"), dataset=run.meta.get("dataset"),
+    df.attrs.update(run_id=run.run_id, model=run.meta.get("model"), drafter=drafter(run),
+                    dataset=run.meta.get("dataset"),
                     temperature=run.temperature, machine=run.meta.get("machine"), budget=ms.get("budget"),
                     algorithm=ms.get("algorithm"), threshold=ms.get("threshold"),
                     experiment=run.meta.get("experiment"),
@@ -85,9 +90,9 @@ def plot(df: pd.DataFrame, path: Path) -> Path:
     return save_figure(fig, path)
 
 
-def dyspec_fig5(results_dir: str | Path, model: str | None = None) -> str:
+def dyspec_fig5(results_dir: str | Path, model: str | None = None, draft: str | None = None) -> str:
     """Plot and write figures/dyspec_fig5.{png,csv,md}; returns the markdown. No dyspec run: MissingRunsError."""
-    df = build_fig5(results_dir, model)
+    df = build_fig5(results_dir, model, draft)
     a, paper = df.attrs, paper_row()
     out = figures_dir(results_dir)
     png = plot(df, out / "dyspec_fig5.png")
@@ -104,7 +109,8 @@ def dyspec_fig5(results_dir: str | Path, model: str | None = None) -> str:
                                  f"threshold {paper['threshold']:g}), budget {int(paper['budget'])}",
          "Mean tree size [95% CI]": fmt(paper["mean_tree_size"]),
          "Of the budget": fmt(paper["mean_tree_size"] / paper["budget"], ".1%"), "Accepted / step": "—"}])
-    foot = [(f"Ours: {a['model']}, machine {a['machine']}, {a['questions']} prompt-turns, {len(df)} steps, "
+    foot = [(f"Ours: {a['model']}, draft: {describe(a['drafter'])}, machine {a['machine']}, "
+             f"{a['questions']} prompt-turns, {len(df)} steps, "
              f"experiment "
             f"{a['experiment'] or '—'}; MAT (prefill counted as a step) {fmt(a['mat'])}. Interval: 95% bootstrap "
             "over questions."),

@@ -2,7 +2,8 @@
 
 Writes results/tables/dyspec_table{N}.{md,csv,tex}; the paper's numbers come from
 paper_tables/dyspec_tables_latency_per_token.csv. Runs are the latest per (model, method, dataset,
-temperature) with no variant (Table 4: the methods' runs of variant b768, TABLE_VARIANTS).
+temperature) with no variant (Table 4: the methods' runs of variant b768, TABLE_VARIANTS), of one drafter
+(bench.report.drafter: --draft, default the latest draft-model run's); AR's runs are every drafter's baseline.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.errors import HarnessError
+from bench.report.drafter import choose, describe
 from bench.report.select import default_model, latest_runs, paired_baseline, read_runs
 from bench.report.tables import (
     MISSING,
@@ -120,11 +122,14 @@ def paper_value(paper: pd.DataFrame, dataset: str, temperature: float, method: s
     return None if pd.isna(v) else float(v)
 
 
-def dyspec_runs(results_dir, model: str | None, methods=(*METHODS, BASELINE)) -> tuple[list[Run], str]:
-    """Complete runs of DySpec's methods on its datasets for `model` (default: the latest such run's)."""
+def dyspec_runs(results_dir, model: str | None, methods=(*METHODS, BASELINE),
+                draft: str | None = None) -> tuple[list[Run], str, str | None]:
+    """Complete runs of DySpec's methods on its datasets for `model` (default: the latest such run's) and one
+    drafter (default: the latest draft-model run's; AR runs stay), with the model and the drafter."""
     runs = read_runs(results_dir, dataset=DATASETS, method=methods)
     model = default_model(runs, model)
-    return [r for r in runs if r.meta.get("model") == model], model
+    runs, drafter = choose([r for r in runs if r.meta.get("model") == model], draft)
+    return runs, model, drafter
 
 
 def dyspec_models(results_dir) -> list[str]:
@@ -158,16 +163,16 @@ def method_cells(m: str, run: Run | None, base: Run | None, paper: pd.DataFrame,
 
 
 def build_dyspec_table(results_dir: str | Path, model: str | None = None,
-                       paper_table: int | str | None = None) -> pd.DataFrame:
+                       paper_table: int | str | None = None, draft: str | None = None) -> pd.DataFrame:
     """One row per (dataset, temperature) in the paper's order; per method `<m>_latency_s`, `<m>_accepted`,
     `<m>_speedup` (ours; NaN: no run) and the same with `_paper`; `ar_latency_s(_paper)`. Provenance in attrs.
 
     Runs are the latest per (model, method, dataset, temperature) with no variant (Table 4: the methods' runs
     of TABLE_VARIANTS[4], AR's with none); default model: that of
     the most recent run of these methods on these datasets; default table: the one whose target size is the
-    model's paper_size (7B -> 1, 13B -> 2, 70B -> 3).
+    model's paper_size (7B -> 1, 13B -> 2, 70B -> 3); draft: the drafter's runs (default: the latest one's).
     """
-    runs, model = dyspec_runs(results_dir, model)
+    runs, model, drafter = dyspec_runs(results_dir, model, draft=draft)
     table = table_number(runs, paper_table)
     paper = dyspec_paper(table)
     latest = latest_runs(runs)
@@ -213,7 +218,8 @@ def build_dyspec_table(results_dir: str | Path, model: str | None = None,
     missing = [f"{LABELS[k[1]]} {k[3]} T={k[4]:g}"
                for k in ((model, m, None if m == BASELINE else variant, d, t) for d in DATASETS
                          for t in TEMPERATURES for m in (*METHODS, BASELINE)) if k not in latest]
-    df.attrs.update(provenance(model, table, paper, used), notes=list(dict.fromkeys(notes)), missing=missing)
+    df.attrs.update(provenance(model, table, paper, used), notes=list(dict.fromkeys(notes)), missing=missing,
+                    drafter=drafter)
     return df
 
 
@@ -277,7 +283,7 @@ def render_dyspec_table(df: pd.DataFrame) -> dict[str, str]:
     """{"md", "csv", "tex"} texts of the table built by build_dyspec_table."""
     a = df.attrs
     caption = (f"DySpec Table {a['table']}, ours (paper): latency per token (ms) and accepted tokens per step. "
-               f"Ours: target {a['model']}, draft {', '.join(a['drafts']) or MISSING}; paper: {a['paper_pair']}, "
+               f"Ours: target {a['model']}, draft: {describe(a['drafter'])}; paper: {a['paper_pair']}, "
                f"tree budget {a['paper_budget']}, {a['paper_setup']}.")
     examples = []
     for d in DATASETS:
@@ -300,7 +306,7 @@ def render_dyspec_table(df: pd.DataFrame) -> dict[str, str]:
 
 
 def dyspec_table(results_dir: str | Path, model: str | None = None, paper_size: str | None = None,
-                 paper_table: int | str | None = None) -> str:
+                 paper_table: int | str | None = None, draft: str | None = None) -> str:
     """Build, write results/tables/dyspec_table{N}.{md,csv,tex}; returns the markdown.
 
     paper_size (the CLI's --paper-size) picks the table by target size when paper_table is not given.
@@ -310,7 +316,7 @@ def dyspec_table(results_dir: str | Path, model: str | None = None, paper_size: 
             raise HarnessError(f"DySpec has no table for paper size {paper_size!r} "
                                f"(sizes: {', '.join(TABLE_FOR_SIZE)})")
         paper_table = TABLE_FOR_SIZE[paper_size]
-    df = build_dyspec_table(results_dir, model, paper_table)
+    df = build_dyspec_table(results_dir, model, paper_table, draft)
     texts = render_dyspec_table(df)
     write_texts(Path(results_dir, "tables"), f"dyspec_table{df.attrs['table']}", texts)
     return texts["md"]

@@ -2,7 +2,8 @@
 construction, mask building, sampling, verification, other), per method, from our phase timings.
 
 Writes results/tables/dyspec_time_breakdown.{md,csv} and results/figures/dyspec_time_breakdown.png. The paper
-gives no values for Figure 4, only claims (FIG4_PAPER), printed under ours.
+gives no values for Figure 4, only claims (FIG4_PAPER), printed under ours. The methods' runs are one drafter's
+(--draft, default the latest draft-model run's; bench.report.drafter), AR's are shared.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.report.drafter import describe
 from bench.report.dyspec.tables import BASELINE, LABELS, METHODS, dyspec_runs
 from bench.report.plots import new_figure, save_figure, yerr
 from bench.report.select import latest_runs, missing
@@ -62,11 +64,11 @@ def share_intervals(records: list[dict]) -> dict:
     return out
 
 
-def build_dyspec_time_breakdown(results_dir: str | Path, model: str | None = None,
-                                dataset: str | None = None, temperature: float | None = None) -> pd.DataFrame:
+def build_dyspec_time_breakdown(results_dir: str | Path, model: str | None = None, dataset: str | None = None,
+                                temperature: float | None = None, draft: str | None = None) -> pd.DataFrame:
     """One row per method (DySpec's order, AR last): share of each Figure 4 component, pooled over the latest
     run per (dataset, temperature) of that method (optionally only one dataset / temperature)."""
-    runs, model = dyspec_runs(results_dir, model)
+    runs, model, drafter = dyspec_runs(results_dir, model, draft=draft)
     latest = [r for r in latest_runs(runs).values() if r.meta.get("variant") in (None, "")
               and (dataset is None or r.meta.get("dataset") == dataset)
               and (temperature is None or math.isclose(r.temperature, float(temperature)))]
@@ -97,7 +99,7 @@ def build_dyspec_time_breakdown(results_dir: str | Path, model: str | None = Non
                      "run_ids": ",".join(r.run_id for r in mine)})
     df = pd.DataFrame(rows)
     df.attrs.update(model=model, machines=sorted({str(r.meta.get("machine")) for r in latest}),
-                    dataset=dataset, temperature=temperature)
+                    dataset=dataset, temperature=temperature, drafter=drafter)
     return df
 
 
@@ -117,7 +119,8 @@ def plot_breakdown(df: pd.DataFrame, path: Path) -> Path:
     ax.set_ylim(0, 100)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     a = df.attrs
-    ax.set_title(f"DySpec Figure 4, time per component: ours ({a['model']}, {', '.join(a['machines'])})",
+    ax.set_title(f"DySpec Figure 4, time per component: ours ({a['model']}, draft: {describe(a['drafter'])}, "
+                 f"{', '.join(a['machines'])})",
                  fontsize=9)
     ax.text(0.5, -0.14, "\n".join(textwrap.wrap(FIG4_PAPER, 100)), transform=ax.transAxes,
             ha="center", va="top", fontsize=7, style="italic")
@@ -125,9 +128,10 @@ def plot_breakdown(df: pd.DataFrame, path: Path) -> Path:
 
 
 def dyspec_time_breakdown(results_dir: str | Path, model: str | None = None, paper_size: str | None = None,
-                          dataset: str | None = None, temperature: float | None = None) -> str:
+                          dataset: str | None = None, temperature: float | None = None,
+                          draft: str | None = None) -> str:
     """Writes results/tables/dyspec_time_breakdown.{md,csv} and results/figures/dyspec_time_breakdown.png."""
-    df = build_dyspec_time_breakdown(results_dir, model, dataset, temperature)
+    df = build_dyspec_time_breakdown(results_dir, model, dataset, temperature, draft)
     display = pd.DataFrame({"Method": df["label"], "runs": df["runs"], "prompts": df["prompts"]})
     for key, label, phases in FIG4_COMPONENTS:
         display[f"{label} ({'+'.join(phases)})"] = [with_interval(row[key], interval_in(row, key), ".1%")
@@ -147,7 +151,8 @@ def dyspec_time_breakdown(results_dir: str | Path, model: str | None = None, pap
         f"Figure: {png}.",
         "Runs: " + "; ".join(f"{lab}: {ids}" for lab, ids in zip(df["label"], df["run_ids"])) + ".",
     ]
-    caption = f"DySpec Figure 4, time breakdown per method: ours, {a['model']} on {scope}."
+    caption = (f"DySpec Figure 4, time breakdown per method: ours, {a['model']} on {scope}; "
+               f"draft: {describe(a['drafter'])}.")
     md = markdown(display, caption, footer)
     write_texts(Path(results_dir, "tables"), "dyspec_time_breakdown",
                 {"md": md, "csv": df.to_csv(index=False)})

@@ -7,7 +7,7 @@ bench.report.select).
 
 from bench.report.registry import Artifact, option
 
-MODEL = {"common": ("model",)}
+MODEL = {"common": ("model", "draft")}  # --draft: one drafter's runs (bench/report/drafter.py)
 DATASET = option("--dataset", help="the runs' dataset (default humaneval, as the paper's ablation)")
 FIG4_DATASET = option("--dataset", help="the runs' dataset (default alpaca, as the paper's Figure 4)")
 
@@ -41,6 +41,8 @@ ARTIFACTS = {
                          **MODEL),
 }
 
+# REPRODUCED.md shows these artifacts once per drafter in the evidence (bench/report/reproduced.py)
+PER_DRAFTER = ("table1", "table3", "table4", "table9", "table10", "fig2", "fig4", "fig5")
 # Shown on REPRODUCED.md (`make reproduced`): (artifact, options, the command that makes its runs).
 REPRODUCED = (
     ("table1", {}, "make reproduce-holistic-table1 LIMIT=5"),

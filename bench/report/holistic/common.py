@@ -3,7 +3,9 @@ reduced to.
 
 Runs: experiment `holistic` (conf/experiment/holistic/), greedy, batch 1, of one model (default: that of the most
 recent holistic run) and, per dataset, of the most recent holistic run's machine label and max_new_tokens, so every
-ratio compares runs measured the same way. A holistic run's ladder level is read from its switches
+ratio compares runs measured the same way; and of one drafter (the distilled draft or the EAGLE head,
+bench.report.drafter: --draft, default the drafter of the most recent draft-model run), AR runs being every
+drafter's baseline. A holistic run's ladder level is read from its switches
 (`method_settings`), so a hand-run holistic counts wherever its switches put it; the latest run per (dataset, level,
 draft length) is used. Speedups are recomputed from records against the AR run measured like it
 (bench.report.select.paired_baseline): the mean per-question tok/s ratio, Spec-Bench's and the run summary's.
@@ -19,8 +21,10 @@ of verifications with phrases attached whose output a phrase extended.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
+from bench.report.drafter import choose, describe, drafter, latest_drafter
 from bench.report.select import MissingRunsError, Pool, pool, read_runs, settings, used_ids
 from bench.report.tables import interval_columns
 from bench.run.metrics import (
@@ -67,15 +71,27 @@ def draft_length(run: Run) -> int | None:
     return None if value is None else int(value)
 
 
-def holistic_pool(results_dir: str | Path, model: str | None, dataset: str, make: str) -> Pool:
-    """The greedy batch-1 runs of experiment `holistic` on `dataset` of one model, measured like the most recent
-    holistic run (bench.report.select.pool); no holistic run: MissingRunsError naming `make`."""
+def holistic_drafter(results_dir: str | Path, model: str | None, draft: str | None) -> str | None:
+    """The drafter an artifact shows on every dataset: `draft` (a full name or a source, "eagle"), else the
+    drafter of the most recent greedy batch-1 draft-model run of experiment `holistic` (of `model`, if given)."""
+    runs = read_runs(results_dir, experiment=EXPERIMENT, greedy=True, batch_size=1, model=model)
+    return choose(runs, draft)[1] if draft is not None else latest_drafter(runs)
+
+
+def holistic_pool(results_dir: str | Path, model: str | None, dataset: str, make: str,
+                  draft: str | None = None) -> Pool:
+    """The greedy batch-1 runs of experiment `holistic` on `dataset` of one model and of the drafter `draft`
+    (a full name, holistic_drafter's; None: any), measured like the most recent holistic run
+    (bench.report.select.pool); no holistic run: MissingRunsError naming `make`."""
     candidates = read_runs(results_dir, experiment=EXPERIMENT, dataset=dataset, greedy=True, batch_size=1,
                            model=model)
+    if draft is not None:
+        candidates = [r for r in candidates if drafter(r) in (None, draft)]
     p = pool(candidates, lambda r: r.meta.get("method") == "holistic", model, dataset=dataset)
     if not p.runs:
-        raise MissingRunsError(f"no holistic runs on {dataset} in {results_dir} ({make})")
-    return p
+        what = f" with draft {draft}" if draft is not None else ""
+        raise MissingRunsError(f"no holistic runs on {dataset}{what} in {results_dir} ({make})")
+    return dataclasses.replace(p, draft=draft or latest_drafter(p.runs))
 
 
 def ladder_run(p: Pool, lvl: str, length: int) -> Run | None:
@@ -120,5 +136,6 @@ def numbers(run: Run | None, base: Run | None) -> dict:
 
 
 def footer(p: Pool, used: list[Run | None]) -> list[str]:
-    return [f"Ours: {p.model}, machine {p.machine or '—'}, max_new_tokens {p.max_new_tokens or '—'}, {p.dataset}.",
+    return [(f"Ours: {p.model}, draft: {describe(p.draft)}, machine {p.machine or '—'}, max_new_tokens "
+             f"{p.max_new_tokens or '—'}, {p.dataset}."),
             "Runs: " + (", ".join(used_ids(used)) or "none") + "."]

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from bench.cachefile import atomic_write
+from bench.report.drafter import choose, describe, drafter
 from bench.report.holistic.common import draft_length, level
 from bench.report.plots import figures_dir, new_figure, save_csv, save_figure, wrap
 from bench.report.select import default_model, latest, missing, read_runs, used_ids
@@ -47,15 +48,27 @@ def vanilla(run: Run) -> bool:
     return run.meta.get("method") == "sd" or level(run) == "sd"
 
 
-def fig2_runs(results_dir: str | Path, model: str | None = None) -> tuple[Run | None, Run | None]:
+def fig2_runs(results_dir: str | Path, model: str | None = None,
+              draft: str | None = None) -> tuple[Run | None, Run | None]:
     """(the run of (a), the run of (b)/(c)): the latest vanilla SD run with per-step records, preferring
-    experiment holistic_fig2, for both; without one, (a) reads the latest vanilla SD run."""
+    experiment holistic_fig2, for both; without one, (a) reads the latest vanilla SD run. Both are of one
+    drafter: `draft`, else that of the run these rules pick among every drafter's."""
     runs = [r for r in read_runs(results_dir, method=("holistic", "sd"), greedy=True) if vanilla(r)]
     recorded = [r for r in runs if has_steps(r)]
     model = default_model(recorded or runs, model)
-    runs, recorded = ([r for r in rs if r.meta.get("model") == model] for rs in (runs, recorded))
-    rec = latest(recorded, lambda r: r.meta.get("experiment") == "holistic_fig2") or latest(recorded)
-    return rec or latest(runs, lambda r: r.meta.get("experiment") == "holistic_fig2") or latest(runs), rec
+    runs = [r for r in runs if r.meta.get("model") == model]
+    if draft is None:
+        first = pick([r for r in runs if has_steps(r)]) or pick(runs)
+        draft = drafter(first) if first is not None else None
+    if draft is not None:
+        runs = choose(runs, draft)[0]
+    rec = pick([r for r in runs if has_steps(r)])
+    return rec or pick(runs), rec
+
+
+def pick(runs: list[Run]) -> Run | None:
+    """The latest run of experiment holistic_fig2, else the latest run."""
+    return latest(runs, lambda r: r.meta.get("experiment") == "holistic_fig2") or latest(runs)
 
 
 def local_optimum(run: Run) -> pd.DataFrame:
@@ -120,9 +133,9 @@ def spread(a: pd.DataFrame) -> tuple[float | None, list[float] | None]:
     return float(a["lambda_star"].std(ddof=0)), bootstrap_interval([n, s1, s2], std)
 
 
-def build_fig2(results_dir: str | Path, model: str | None = None) -> pd.DataFrame:
+def build_fig2(results_dir: str | Path, model: str | None = None, draft: str | None = None) -> pd.DataFrame:
     """Tidy rows: part a (iteration, lambda_star), part b (measure, value, low, high), part c (bins)."""
-    run_a, run_bc = fig2_runs(results_dir, model)
+    run_a, run_bc = fig2_runs(results_dir, model, draft)
     if run_a is None:
         raise missing("vanilla SD run (sd, or holistic with reuse and Pre-cut off)", results_dir, MAKE)
     a = local_optimum(run_a)
@@ -143,7 +156,7 @@ def build_fig2(results_dir: str | Path, model: str | None = None) -> pd.DataFram
     df.attrs.update({k: v for k, v in attrs.items() if not isinstance(v, Run)},
                     run_ids=used_ids([run_a, run_bc]),
                     model=run_a.meta.get("model"), dataset=run_a.meta.get("dataset"),
-                    machine=run_a.meta.get("machine"), recorded=run_bc is not None)
+                    machine=run_a.meta.get("machine"), recorded=run_bc is not None, drafter=drafter(run_a))
     return df
 
 
@@ -182,10 +195,10 @@ def plot(df: pd.DataFrame, path: Path) -> Path:
     return save_figure(fig, path)
 
 
-def holistic_fig2(results_dir: str | Path, model: str | None = None) -> str:
+def holistic_fig2(results_dir: str | Path, model: str | None = None, draft: str | None = None) -> str:
     """Plot and write figures/holistic_fig2.{png,csv,md}; returns the markdown. No vanilla SD run:
     MissingRunsError; without per-step records, (b) and (c) say why they are empty."""
-    df = build_fig2(results_dir, model)
+    df = build_fig2(results_dir, model, draft)
     at = df.attrs
     out = figures_dir(results_dir)
     png = plot(df, out / "holistic_fig2.png")
@@ -215,7 +228,7 @@ def holistic_fig2(results_dir: str | Path, model: str | None = None) -> str:
     else:
         rows.append({"Part": "(b), (c)", "Measure": "—", "Ours": f"Not measured: no vanilla SD run with {SWITCH} "
                                                                  f"({MAKE})"})
-    foot = [(f"Ours: {at['model']}, machine {at['machine']}, {at['dataset']}, vanilla SD at lambda {lam}; intervals: "
+    foot = [(f"Ours: {at['model']}, draft: {describe(at['drafter'])}, machine {at['machine']}, {at['dataset']}, vanilla SD at lambda {lam}; intervals: "
             "95% bootstrap over questions. (b): a discarded token counts when a 2-token phrase of the discarded "
             "part holding it reappears later in the same prompt-turn."),
             *claims, *PAPER.values(), "The paper's figure gives no point values.",

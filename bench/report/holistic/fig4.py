@@ -21,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.cachefile import atomic_write
+from bench.report.drafter import choose, describe
 from bench.report.holistic.claims import ordering_verdict
 from bench.report.holistic.common import EXPERIMENT, MAKE, draft_length, frozen
 from bench.report.plots import figures_dir, new_figure, save_csv, save_figure, yerr
@@ -80,12 +81,14 @@ def final_intervals(run: Run) -> dict:
     return {**interval_columns("util_accepted", ci(0, 1)), **interval_columns("util_eq3", ci(2, 3))}
 
 
-def build_holistic_fig4(results_dir: str | Path, model: str | None = None, dataset: str = "alpaca") -> pd.DataFrame:
+def build_holistic_fig4(results_dir: str | Path, model: str | None = None, dataset: str = "alpaca",
+                        draft: str | None = None) -> pd.DataFrame:
     runs = read_runs(results_dir, experiment=EXPERIMENT, dataset=dataset, greedy=True, model=model, keep=curve)
     if not runs:
         raise MissingRunsError(f"no Figure 4 runs (holistic, reuse off) on {dataset} in {results_dir} ({MAKE['fig4']})")
     model = model or runs[-1].meta.get("model")
-    latest = {curve(r): r for r in runs if r.meta.get("model") == model}  # oldest first: the last one wins
+    mine, drafter = choose([r for r in runs if r.meta.get("model") == model], draft)  # one drafter's curves
+    latest = {curve(r): r for r in mine}  # oldest first: the last one wins
     parts = []
     for name in CURVES:
         if name in latest:
@@ -101,7 +104,7 @@ def build_holistic_fig4(results_dir: str | Path, model: str | None = None, datas
     out = pd.concat(parts, ignore_index=True)
     ordering = (ordering_verdict(*(latest[n] for n in ("vanilla", "q_init", "q_updated"))) if set(latest) >= set(CURVES)
                 else "not measured (needs all three curves)")
-    out.attrs.update({"model": model, "dataset": dataset, "ordering": ordering})
+    out.attrs.update({"model": model, "dataset": dataset, "ordering": ordering, "drafter": drafter})
     return out
 
 
@@ -135,9 +138,10 @@ def plot(df: pd.DataFrame, path: Path) -> Path:
     return save_figure(fig, path)
 
 
-def holistic_fig4(results_dir: str | Path, model: str | None = None, dataset: str = "alpaca") -> str:
+def holistic_fig4(results_dir: str | Path, model: str | None = None, dataset: str = "alpaca",
+                  draft: str | None = None) -> str:
     """Build, write results/figures/holistic_fig4.{png,csv,md}; returns the markdown."""
-    df = build_holistic_fig4(results_dir, model, dataset)
+    df = build_holistic_fig4(results_dir, model, dataset, draft)
     out = figures_dir(results_dir)
     plot(df, out / "holistic_fig4.png")
     save_csv(df, out / "holistic_fig4.csv")
@@ -148,7 +152,7 @@ def holistic_fig4(results_dir: str | Path, model: str | None = None, dataset: st
                                  g["util_eq3"].iloc[-1], interval_in(g.iloc[-1], "util_eq3"), ".3f"),
                              "run": g["run_id"].iloc[0]} for n, g in df.groupby("curve", sort=False)])
     caption = (f"Post-use & Pre-cut Figure 4, ours: final cumulative token utilisation on {df.attrs['dataset']} "
-               f"({df.attrs['model']}); the paper shows curves only, no values.")
+               f"({df.attrs['model']}, draft: {describe(df.attrs['drafter'])}); the paper shows curves only, no values.")
     points = ordering_claim(df).split(" (", 1)[-1].rstrip(")")  # the numbers; the verdict is the intervals'
     md = markdown(summary, caption, [(f"Claim, Q_updated > Q_init > vanilla SD, from paired 95% intervals over "
                                       f"questions: {df.attrs['ordering']}; final utilisation: {points}."),

@@ -15,6 +15,7 @@ import pandas as pd
 from bench.cachefile import atomic_write
 from bench.report.holistic.claims import fmt_ci
 from bench.report.holistic.common import MAKE, draft_lengths, footer, holistic_pool, ladder_run, numbers
+from bench.report.holistic.common import holistic_drafter as drafter_to_show
 from bench.report.plots import figures_dir, new_figure, save_csv, save_figure, yerr
 from bench.report.select import MissingRunsError
 from bench.report.tables import MISSING, markdown, ours_cells
@@ -24,11 +25,12 @@ DATASETS = ("humaneval", "mt_bench")
 LEVEL = "reuse_target"  # both reuses, no Pre-cut
 
 
-def build_holistic_fig5(results_dir: str | Path, model: str | None = None) -> pd.DataFrame:
+def build_holistic_fig5(results_dir: str | Path, model: str | None = None, draft: str | None = None) -> pd.DataFrame:
     rows, lines, errors, runs = [], [], [], {}
+    draft = drafter_to_show(results_dir, model, draft)  # one drafter on both datasets
     for ds in DATASETS:
         try:
-            p = holistic_pool(results_dir, model, ds, MAKE["fig5"])
+            p = holistic_pool(results_dir, model, ds, MAKE["fig5"], draft)
         except MissingRunsError as e:
             errors.append(str(e))
             continue
@@ -99,9 +101,9 @@ def plot(df: pd.DataFrame, path: Path) -> Path:
     return save_figure(fig, path)
 
 
-def holistic_fig5(results_dir: str | Path, model: str | None = None) -> str:
+def holistic_fig5(results_dir: str | Path, model: str | None = None, draft: str | None = None) -> str:
     """Build, write results/figures/holistic_fig5.{png,csv,md}; returns the markdown."""
-    df = build_holistic_fig5(results_dir, model)
+    df = build_holistic_fig5(results_dir, model, draft)
     out = figures_dir(results_dir)
     plot(df, out / "holistic_fig5.png")
     save_csv(df, out / "holistic_fig5.csv")

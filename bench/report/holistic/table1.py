@@ -14,7 +14,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.report.holistic.common import MAKE, draft_length, footer, holistic_pool, level, numbers
+from bench.report.holistic.common import (
+    MAKE,
+    draft_length,
+    footer,
+    holistic_drafter,
+    holistic_pool,
+    level,
+    numbers,
+)
 from bench.report.select import MissingRunsError
 from bench.report.tables import (
     MISSING,
@@ -60,12 +68,13 @@ def lossless(run: Run | None) -> str | None:
     return lossless_text(counts) if counts else None
 
 
-def build_holistic_table1(results_dir: str | Path, model: str | None = None) -> pd.DataFrame:
+def build_holistic_table1(results_dir: str | Path, model: str | None = None, draft: str | None = None) -> pd.DataFrame:
     paper = pd.read_csv(PAPER_DIR / PAPER)
     pools, errors = {}, []
+    draft = holistic_drafter(results_dir, model, draft)
     for ds in DATASETS:
         try:
-            pools[ds] = holistic_pool(results_dir, model, ds, MAKE["table1"])
+            pools[ds] = holistic_pool(results_dir, model, ds, MAKE["table1"], draft)
         except MissingRunsError as e:
             errors.append(str(e))
     if not pools:
@@ -122,9 +131,9 @@ def contradicted_speedups(paper: pd.DataFrame) -> list[str]:
     return out
 
 
-def holistic_table1(results_dir: str | Path, model: str | None = None) -> str:
+def holistic_table1(results_dir: str | Path, model: str | None = None, draft: str | None = None) -> str:
     """Build, write results/tables/holistic_table1.{md,csv,tex}; returns the markdown."""
-    df = build_holistic_table1(results_dir, model)
+    df = build_holistic_table1(results_dir, model, draft)
     caption = (f"Post-use & Pre-cut Tables 1-2, ours: {df.attrs['model']} and its draft, fp32 (paper: {PAPER_PAIR}, "
                f"Llama-2-chat, bf16 on 4x A6000): tok/s and speedup over AR per dataset.")
     lossless = "; ".join(f"{r.dataset} {r.row} {r.lossless}" for r in df.itertuples()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.report.holistic.common import MAKE, draft_length, footer, holistic_pool, level
+from bench.report.holistic.common import MAKE, draft_length, footer, holistic_drafter, holistic_pool, level
 from bench.report.tables import (
     MISSING,
     fmt,
@@ -38,8 +38,8 @@ ROWS = {"speculative": ("Speculative (λ=8)", "speculative_8",
         "ours": ("Ours (λ≤24)", "postuse_precut", lambda r: level(r) == "precut" and draft_length(r) == 24)}
 
 
-def build_holistic_table10(results_dir: str | Path, model: str | None = None) -> pd.DataFrame:
-    p = holistic_pool(results_dir, model, DATASET, MAKE["table10"])
+def build_holistic_table10(results_dir: str | Path, model: str | None = None, draft: str | None = None) -> pd.DataFrame:
+    p = holistic_pool(results_dir, model, DATASET, MAKE["table10"], holistic_drafter(results_dir, model, draft))
     paper = pd.read_csv(PAPER_DIR / PAPER).set_index("method")
     rows, used = [], []
     for row, (label, paper_name, keep) in ROWS.items():
@@ -61,9 +61,9 @@ def build_holistic_table10(results_dir: str | Path, model: str | None = None) ->
     return df
 
 
-def holistic_table10(results_dir: str | Path, model: str | None = None) -> str:
+def holistic_table10(results_dir: str | Path, model: str | None = None, draft: str | None = None) -> str:
     """Build, write results/tables/holistic_table10.{md,csv,tex}; returns the markdown."""
-    df = build_holistic_table10(results_dir, model)
+    df = build_holistic_table10(results_dir, model, draft)
     display = [{"Method": "Auto-regressive", **{c: "1.00 (1.00)" for c in GROUPS.values()}}]
     for row, (label, _, _) in ROWS.items():
         sub = df[df["row"] == row].set_index("category")

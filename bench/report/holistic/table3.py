@@ -24,6 +24,7 @@ from bench.report.holistic.common import (
     PAPER_LEVELS,
     draft_lengths,
     footer,
+    holistic_drafter,
     holistic_pool,
     ladder_run,
     numbers,
@@ -45,8 +46,9 @@ PAPER = "postuse_precut_table3_ablation.csv"
 MAT_TOLERANCE = 0.99  # "equal MAT": within 1% (reuse at the draft leaves a greedy draft's tokens unchanged)
 
 
-def build_holistic_table3(results_dir: str | Path, model: str | None = None, dataset: str = "humaneval") -> pd.DataFrame:
-    p = holistic_pool(results_dir, model, dataset, MAKE["table3"])
+def build_holistic_table3(results_dir: str | Path, model: str | None = None, dataset: str = "humaneval",
+                          draft: str | None = None) -> pd.DataFrame:
+    p = holistic_pool(results_dir, model, dataset, MAKE["table3"], holistic_drafter(results_dir, model, draft))
     paper = pd.read_csv(PAPER_DIR / PAPER).set_index("level")
     lengths = sorted(set(LAMBDAS) | {n for lvl in LEVELS.values() for n in draft_lengths(p, lvl)})
     rows, used = [], []
@@ -137,9 +139,10 @@ def display(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def holistic_table3(results_dir: str | Path, model: str | None = None, dataset: str = "humaneval") -> str:
+def holistic_table3(results_dir: str | Path, model: str | None = None, dataset: str = "humaneval",
+                    draft: str | None = None) -> str:
     """Build, write results/tables/holistic_table3.{md,csv,tex}; returns the markdown."""
-    df = build_holistic_table3(results_dir, model, dataset)
+    df = build_holistic_table3(results_dir, model, dataset, draft)
     caption = (f"Post-use & Pre-cut Table 3, ours (paper: Llama-2-chat 7B/70B, A6000s, bf16): speedup over AR per "
                f"ablation level and draft length lambda on {df.attrs['dataset']}; with Pre-cut lambda is the bound.")
     foot = [*df.attrs["footer"],

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.report.holistic.common import MAKE, footer, holistic_pool, ladder_run, numbers
+from bench.report.holistic.common import MAKE, footer, holistic_drafter, holistic_pool, ladder_run, numbers
 from bench.report.tables import (
     MISSING,
     fmt,
@@ -38,8 +38,9 @@ def cell(mat, util, interval=None) -> str:
     return MISSING if is_missing(mat) or is_missing(util) else f"{with_interval(mat, interval)}/{fmt(100 * util, '.1f')}%"
 
 
-def build_holistic_table4(results_dir: str | Path, model: str | None = None, dataset: str = "humaneval") -> pd.DataFrame:
-    p = holistic_pool(results_dir, model, dataset, MAKE["table4"])
+def build_holistic_table4(results_dir: str | Path, model: str | None = None, dataset: str = "humaneval",
+                          draft: str | None = None) -> pd.DataFrame:
+    p = holistic_pool(results_dir, model, dataset, MAKE["table4"], holistic_drafter(results_dir, model, draft))
     rows = [{"pair": f"{r.pair} (paper)", "source": "paper", "speculative_mat": r.speculative_mat,
              "speculative_util": r.speculative_util, "ours_mat": r.ours_mat, "ours_util": r.ours_util,
              "speculative_mat_bonus": round(r.speculative_mat + BONUS, 4), "ours_mat_bonus": round(r.ours_mat + BONUS, 4)}
@@ -59,9 +60,10 @@ def build_holistic_table4(results_dir: str | Path, model: str | None = None, dat
     return df
 
 
-def holistic_table4(results_dir: str | Path, model: str | None = None, dataset: str = "humaneval") -> str:
+def holistic_table4(results_dir: str | Path, model: str | None = None, dataset: str = "humaneval",
+                    draft: str | None = None) -> str:
     """Build, write results/tables/holistic_table4.{md,csv,tex}; returns the markdown."""
-    df = build_holistic_table4(results_dir, model, dataset)
+    df = build_holistic_table4(results_dir, model, dataset, draft)
     display = pd.DataFrame({"Model pair": df["pair"], **{
         head: [cell(r[f"{col}_mat_bonus"], r[f"{col}_util"], interval_in(r, f"{col}_mat")) for _, r in df.iterrows()]
         for col, head in (("speculative", "Speculative (λ=12)"), ("ours", "Ours (λ≤24)"))}})

@@ -22,7 +22,14 @@ from pathlib import Path
 import pandas as pd
 
 from bench.report import tables
-from bench.report.holistic.common import MAKE, footer, holistic_pool, ladder_run, verifications
+from bench.report.holistic.common import (
+    MAKE,
+    footer,
+    holistic_drafter,
+    holistic_pool,
+    ladder_run,
+    verifications,
+)
 from bench.report.tables import MISSING, pair, render, write_texts
 from bench.run.metrics import (
     bootstrap_interval,
@@ -62,8 +69,9 @@ def ms_interval(records: list[dict], phase: str, per: str) -> list[float] | None
     return None if ci is None else [1e3 * ci[0], 1e3 * ci[1]]
 
 
-def build_holistic_table9(results_dir: str | Path, model: str | None = None, dataset: str = "humaneval") -> pd.DataFrame:
-    p = holistic_pool(results_dir, model, dataset, MAKE["table9"])
+def build_holistic_table9(results_dir: str | Path, model: str | None = None, dataset: str = "humaneval",
+                          draft: str | None = None) -> pd.DataFrame:
+    p = holistic_pool(results_dir, model, dataset, MAKE["table9"], holistic_drafter(results_dir, model, draft))
     run = ladder_run(p, "precut", LAMBDA)
     paper = pd.read_csv(PAPER_DIR / PAPER).set_index("component")
     phases = phase_totals(run.records) if run else {}
@@ -96,9 +104,10 @@ def paper_cell(ms, bound) -> str:
     return f"< {ms:g}" if bound == "upper" else f"{ms:g}"
 
 
-def holistic_table9(results_dir: str | Path, model: str | None = None, dataset: str = "humaneval") -> str:
+def holistic_table9(results_dir: str | Path, model: str | None = None, dataset: str = "humaneval",
+                    draft: str | None = None) -> str:
     """Build, write results/tables/holistic_table9.{md,csv,tex}; returns the markdown."""
-    df = build_holistic_table9(results_dir, model, dataset)
+    df = build_holistic_table9(results_dir, model, dataset, draft)
     ms_cells, share_cells = [], []
     for _, row in df.iterrows():
         ms_cells.append(pair(tables.with_interval(row["ms"], tables.interval_in(row, "ms"), ".3g"),

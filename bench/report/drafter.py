@@ -1,0 +1,116 @@
+"""Which drafter a draft-model run used, so a report never mixes or replaces one drafter's runs with another's.
+
+A draft-model run (sd, specinfer, sequoia, dyspec, holistic, ouroboros*, hf_assisted) drafts with the model's
+distilled draft (`model.draft.source=trained`, the default) or with its EAGLE head (`model.draft.source=eagle`).
+`drafter(run)` names it: "eagle:<head id>", "trained:<draft id>" (or "hub:<id>", "path:<id>"), None for a run
+without a drafter (AR and the other methods, the baselines of every drafter). Read from the run's resolved
+config (config.yaml: model.draft.source and id, model.eagle.id), else from what its proposer recorded
+(method_settings draft / draft_label, methods/shared/draft_proposer.py describe()).
+
+`choose(runs, draft)` is how a report picks one drafter's runs: `draft` (a full name, or a source: "eagle",
+"trained"), else the drafter of the most recent draft-model run; runs without a drafter stay.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+import yaml
+
+from bench.report.select import MissingRunsError, settings
+from bench.run.store import Run
+
+DRAFT_METHODS = ("sd", "specinfer", "sequoia", "dyspec", "holistic", "hf_assisted")  # and ouroboros*
+DEFAULT_SOURCE = "trained"  # conf/model/*.yaml: a run that recorded no source used the default
+WORDS = {"eagle": "EAGLE head", "trained": "distilled"}
+# bench.models.loading.ModelBundle.draft_label() of an EAGLE head: eagle-<id>-<source>[-<report digest>]
+EAGLE_LABEL = re.compile(r"^eagle-(.+)-(trained|init|hub|path)(-[0-9a-f]{8})?$")
+
+
+def uses_draft(method: str | None) -> bool:
+    return method in DRAFT_METHODS or str(method).startswith("ouroboros")
+
+
+@functools.lru_cache(maxsize=4096)
+def config_draft(path: str, stamp: tuple) -> tuple[str | None, str | None, str | None]:
+    """(model.draft.source, model.draft.id, model.eagle.id) of a run's config.yaml; `stamp` (mtime, size) keys
+    the cache, so a rewritten file is read again."""
+    try:
+        model = (yaml.safe_load(Path(path).read_text()) or {}).get("model") or {}
+    except (OSError, yaml.YAMLError):
+        return None, None, None
+    draft = model.get("draft") if isinstance(model.get("draft"), dict) else {}
+    eagle = model.get("eagle") if isinstance(model.get("eagle"), dict) else {}
+    return draft.get("source"), draft.get("id"), eagle.get("id") or eagle.get("name")
+
+
+def from_config(run: Run) -> str | None:
+    path = Path(run.path, "config.yaml")
+    if not path.is_file():
+        return None
+    stat = path.stat()
+    source, draft_id, eagle_id = config_draft(str(path), (stat.st_mtime_ns, stat.st_size))
+    if source is None:
+        return None
+    ident = eagle_id if source == "eagle" else draft_id
+    return f"{source}:{ident}" if ident else str(source)
+
+
+def from_settings(run: Run) -> str | None:
+    s = settings(run)
+    name, label = str(s.get("draft") or ""), str(s.get("draft_label") or "")
+    if name.startswith("eagle:"):  # bench.models.eagle_draft.EagleDraft's name_or_path
+        return name
+    found = EAGLE_LABEL.match(label)
+    if found:
+        return f"eagle:{found.group(1)}"
+    # a trained draft loads from data/cache/drafts/<id>/: its name_or_path ends in the id
+    return f"{DEFAULT_SOURCE}:{Path(name).name}" if name else None
+
+
+def drafter(run: Run) -> str | None:
+    """"eagle:<id>", "trained:<id>" (...), or None for a method without a draft model."""
+    if not uses_draft(run.meta.get("method")):
+        return None
+    return from_config(run) or from_settings(run) or DEFAULT_SOURCE
+
+
+def describe(name: str | None) -> str:
+    """"EAGLE head <id>" / "distilled <id>" (a caption's "draft: ..."); "none" without one."""
+    if name is None:
+        return "none"
+    source, _, ident = name.partition(":")
+    return " ".join(x for x in (WORDS.get(source, source), ident or "(id not recorded)") if x)
+
+
+def present(runs: Iterable[Run]) -> list[str]:
+    """The drafters of these runs, the distilled ones first, then by name (a page's fixed order)."""
+    return sorted({d for d in map(drafter, runs) if d is not None},
+                  key=lambda d: (not d.startswith(f"{DEFAULT_SOURCE}:") and d != DEFAULT_SOURCE, d))
+
+
+def matches(name: str | None, wanted: str) -> bool:
+    """`wanted` is a drafter's full name or its source ("eagle", "trained")."""
+    return name is not None and (name == wanted or name.partition(":")[0] == wanted)
+
+
+def latest_drafter(runs: list[Run]) -> str | None:
+    """The drafter of the most recent draft-model run (runs oldest first); None without one."""
+    return next((d for d in map(drafter, reversed(runs)) if d is not None), None)
+
+
+def choose(runs: list[Run], draft: str | None = None) -> tuple[list[Run], str | None]:
+    """(the runs of one drafter plus those without a drafter, that drafter's name). `draft`: a full name or a
+    source, the latest matching drafter if several; default: the drafter of the most recent draft-model run.
+    A `draft` no run used: MissingRunsError naming the drafters there are."""
+    if draft is None:
+        name = latest_drafter(runs)
+    else:
+        name = latest_drafter([r for r in runs if matches(drafter(r), draft)])
+        if name is None:
+            have = ", ".join(present(runs)) or "none"
+            raise MissingRunsError(f"no runs with draft '{draft}' (drafters of these runs: {have})")
+    return [r for r in runs if drafter(r) in (None, name)], name
