@@ -149,7 +149,7 @@ REAL = {
     "medusa": ("method=medusa",),
     "bpd": ("method=bpd",),
 }
-REAL_NEW = 24  # tree methods at B = 4 verify 4 x 64-81 tokens a step: ~10x an AR step here
+REAL_NEW = 16  # tree methods at B = 4 verify 4 x 64-81 tokens a step: ~10x an AR step here (16 = 6-12 steps)
 
 
 @pytest.fixture(scope="module")
@@ -208,6 +208,6 @@ def test_real_model_rest_and_sequoia_rows_identical(real, rest_store, name, tmp_
                      "method.calibration.tokens=64", "method.size=16", f"method.calibration.cache_dir={tmp_path}")
     method = build_method(compose_cfg(*overrides).method, bundle)
     engine = Engine(bundle.model, bundle.eos_token_ids, bundle.max_context)
-    gens = batched(method, engine, prompts[:3], 2, 24)
+    gens = batched(method, engine, prompts[:3], 2, REAL_NEW)
     for i, (gen, ref) in enumerate(zip(gens, refs)):
-        assert gen.output_ids == ref[:24], f"{name}: prompt {i} diverges at token {first_divergence(gen.output_ids, ref[:24])}"
+        assert gen.output_ids == ref, f"{name}: prompt {i} diverges at token {first_divergence(gen.output_ids, ref)}"

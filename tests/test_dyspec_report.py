@@ -131,6 +131,14 @@ def test_temperature_06_does_not_replace_temperature_0(results):
     assert cell(build_dyspec_table(results), "c4", 0.0, "dyspec_latency_s") == pytest.approx(0.003)
 
 
+def test_runs_with_step_records_do_not_replace_the_tables_runs(results):
+    """Figure 2's runs (run.record_steps=true) time the extra recording; a newer one never fills a table cell."""
+    w = Writer(results)
+    w.run("dyspec", "cnn_dailymail", 0.0, latency=0.004)
+    w.run("dyspec", "cnn_dailymail", 0.0, latency=0.009, steps=True)
+    assert cell(build_dyspec_table(results), "cnn_dailymail", 0.0, "dyspec_latency_s") == pytest.approx(0.004)
+
+
 def test_missing_runs_give_dashes_beside_paper_numbers(results):
     Writer(results).run("dyspec", "c4", 0.0)
     md = dyspec_table(results)

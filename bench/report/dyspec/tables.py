@@ -16,6 +16,7 @@ import pandas as pd
 from bench.errors import HarnessError
 from bench.report.drafter import choose, describe
 from bench.report.select import default_model, latest_runs, paired_baseline, read_runs
+from bench.report.steps import has_steps
 from bench.report.tables import (
     MISSING,
     fmt,
@@ -125,8 +126,9 @@ def paper_value(paper: pd.DataFrame, dataset: str, temperature: float, method: s
 def dyspec_runs(results_dir, model: str | None, methods=(*METHODS, BASELINE),
                 draft: str | None = None) -> tuple[list[Run], str, str | None]:
     """Complete runs of DySpec's methods on its datasets for `model` (default: the latest such run's) and one
-    drafter (default: the latest draft-model run's; AR runs stay), with the model and the drafter."""
-    runs = read_runs(results_dir, dataset=DATASETS, method=methods)
+    drafter (default: the latest draft-model run's; AR runs stay), with the model and the drafter. Runs that
+    recorded per-step draft lists (Figure 2's) paid for it in time: the tables and breakdowns leave them out."""
+    runs = [r for r in read_runs(results_dir, dataset=DATASETS, method=methods) if not has_steps(r)]
     model = default_model(runs, model)
     runs, drafter = choose([r for r in runs if r.meta.get("model") == model], draft)
     return runs, model, drafter
