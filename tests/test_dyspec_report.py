@@ -139,6 +139,19 @@ def test_runs_with_step_records_do_not_replace_the_tables_runs(results):
     assert cell(build_dyspec_table(results), "cnn_dailymail", 0.0, "dyspec_latency_s") == pytest.approx(0.004)
 
 
+def test_claim_over_sequoia_is_decided_per_cell_from_paired_intervals(results):
+    w = Writer(results)
+    w.run("dyspec", "c4", 0.0, latency=0.004)
+    w.run("sequoia", "c4", 0.0, latency=0.008)  # DySpec 2x faster on both questions
+    claim = [line for line in dyspec_table(results).splitlines() if line.startswith("Claim")]
+    assert claim == [line for line in claim if "holds (1 of 1 cells hold" in line and "C4 T=0 2.00 [2.00, 2.00]" in line]
+    assert claim
+    w.run("dyspec", "openwebtext", 0.6, latency=0.009)
+    w.run("sequoia", "openwebtext", 0.6, latency=0.006)  # slower in one cell: the claim "in every cell" fails
+    claim = next(line for line in dyspec_table(results).splitlines() if line.startswith("Claim"))
+    assert ": does not hold (1 of 2 cells hold, 0 undecided, 1 not;" in claim and "OWT T=0.6 0.67" in claim
+
+
 def test_missing_runs_give_dashes_beside_paper_numbers(results):
     Writer(results).run("dyspec", "c4", 0.0)
     md = dyspec_table(results)

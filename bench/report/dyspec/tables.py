@@ -25,9 +25,10 @@ from bench.report.tables import (
     ours_cells,
     pair,
     render,
+    with_interval,
     write_texts,
 )
-from bench.run.metrics import bootstrap_interval, mat, mat_interval, ratio_of_rates, ratio_of_sums
+from bench.run.metrics import bootstrap_interval, mat, mat_interval, ratio_of_rates, ratio_of_sums, verdict
 from bench.run.store import Run
 
 PAPER_CSV = Path(__file__).with_name("paper_tables") / "dyspec_tables_latency_per_token.csv"
@@ -182,6 +183,7 @@ def build_dyspec_table(results_dir: str | Path, model: str | None = None,
     used: list[Run] = []
     notes: list[str] = []
     rows = []
+    versus: list[tuple] = []  # (cell, Sequoia's latency / DySpec's, its paired interval)
     for dataset, paper_name in DATASETS.items():
         for t in TEMPERATURES:
             row = {"dataset": dataset, "paper_dataset": paper_name, "temperature": t}
@@ -192,6 +194,11 @@ def build_dyspec_table(results_dir: str | Path, model: str | None = None,
             row["ar_run_id"] = base.run_id if base else None
             if base:
                 used.append(base)
+            ours = latest.get((model, "dyspec", variant, dataset, t))
+            theirs = latest.get((model, "sequoia", variant, dataset, t))
+            if ours and theirs:  # the paper's claim: DySpec's latency below Sequoia's in every cell
+                versus.append((f"{paper_name} T={t:g}", latency_speedup(ours.records, theirs.records),
+                               latency_speedup_interval(ours.records, theirs.records)))
             for m in METHODS:
                 run = latest.get((model, m, variant, dataset, t))
                 paired = (paired_baseline(runs, run, BASELINE) or base) if run is not None else base
@@ -221,8 +228,21 @@ def build_dyspec_table(results_dir: str | Path, model: str | None = None,
                for k in ((model, m, None if m == BASELINE else variant, d, t) for d in DATASETS
                          for t in TEMPERATURES for m in (*METHODS, BASELINE)) if k not in latest]
     df.attrs.update(provenance(model, table, paper, used), notes=list(dict.fromkeys(notes)), missing=missing,
-                    drafter=drafter)
+                    drafter=drafter, versus_sequoia=versus)
     return df
+
+
+def sequoia_claim(versus: list[tuple]) -> list[str]:
+    """The paper's claim over Sequoia, decided per cell from the paired interval of Sequoia's latency over
+    DySpec's (above 1: DySpec faster): holds when every cell holds, does not hold when one does not."""
+    if not versus:
+        return []
+    cells = [verdict(ci, 1.0) for _, _, ci in versus]
+    overall = "does not hold" if "does not hold" in cells else "undecided" if "undecided" in cells else "holds"
+    each = "; ".join(f"{name} {with_interval(p, ci)}" for name, p, ci in versus)
+    return [(f"Claim, DySpec faster than Sequoia in every cell (the paper's): {overall} ({cells.count('holds')} "
+            f"of {len(cells)} cells hold, {cells.count('undecided')} undecided, {cells.count('does not hold')} "
+            f"not; Sequoia's latency / DySpec's, paired 95% interval: {each}).")]
 
 
 def provenance(model: str, table: int, paper: pd.DataFrame, used: list[Run]) -> dict:
@@ -301,6 +321,7 @@ def render_dyspec_table(df: pd.DataFrame) -> dict[str, str]:
         DEFINITIONS,
         AR_NOTE,
         "Runs: " + (", ".join(f"{k}={v}" for k, v in a["run_ids"].items()) or "none") + ".",
+        *sequoia_claim(a.get("versus_sequoia") or []),
         *(f"Note: {n}." for n in a["notes"]),
         *([f"No run: {', '.join(a['missing'])}."] if a["missing"] else []),
     ]
