@@ -92,6 +92,25 @@ def test_holistic_fig2_without_step_records(tmp_path):
     assert set(pd.read_csv(tmp_path / "figures" / "holistic_fig2.csv")["part"]) == {"a"}
 
 
+def test_step_figures_from_evidence_without_token_ids(results, tmp_path):
+    """The committed evidence keeps no token ids (bench/report/evidence.py): DySpec Figure 2 and part (c) of
+    Post-use & Pre-cut Figure 2 read the same numbers from it; part (b), which compares tokens, has none."""
+    from bench.report.evidence import write_run
+    from bench.run.store import load_runs
+
+    evidence = tmp_path / "evidence"
+    for run in load_runs(results):
+        write_run(run, evidence / "runs")
+    assert "step_tokens" not in (next((evidence / "runs").glob("*/turns.jsonl"))).read_text()
+    pd.testing.assert_frame_equal(dyspec_build_fig2(evidence), dyspec_build_fig2(results))
+    full, kept = holistic_build_fig2(results), holistic_build_fig2(evidence)
+    for part in ("a", "c"):
+        pd.testing.assert_frame_equal(kept[kept["part"] == part], full[full["part"] == part], check_dtype=False)
+    assert kept[kept["part"] == "b"]["value"].isna().all() and kept.attrs["rises"] == "holds"
+    assert "(b) not measured from this folder: it keeps no token ids" in holistic_fig2(evidence)
+    assert "(b) not measured" not in holistic_fig2(results)
+
+
 def test_dyspec_table4_selects_its_variant(tmp_path):
     root = write_full(tmp_path)
     w = Writer(root, start=pd.Timestamp("2026-01-02").to_pydatetime())

@@ -24,14 +24,16 @@ def has_steps(run: Run) -> bool:
 
 
 def steps(record: dict) -> list[dict]:
-    """One dict per verification step of a record: tokens, parents, conf, accepted (lists, drafting order) and
-    `start`, the number of output tokens committed before that step's draft."""
+    """One dict per verification step of a record: tokens (None without token ids), parents, conf, accepted
+    (lists, drafting order) and `start`, the number of output tokens committed before that step's draft."""
     c = record.get("counters") or {}
-    if not all(c.get(k) for k in KEYS):
+    if not all(c.get(k) for k in KEYS[1:]):
         return []
+    # The committed evidence keeps no token ids (bench/report/evidence.py): tokens are None there.
+    tokens = c.get("step_tokens") or [None] * len(c["step_accepted"])
     starts = np.cumsum(record["accept_lengths"]).tolist()  # [0] is the prefill's token: step i starts after i+1
     return [{"tokens": t, "parents": p, "conf": q, "accepted": a, "start": starts[i]}
-            for i, (t, p, q, a) in enumerate(zip(*(c[k] for k in KEYS)))]
+            for i, (t, p, q, a) in enumerate(zip(tokens, *(c[k] for k in KEYS[1:])))]
 
 
 def nodes(run: Run) -> pd.DataFrame:

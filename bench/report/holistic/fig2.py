@@ -90,7 +90,9 @@ def reuse(run: Run) -> pd.DataFrame:
     in the committed output (`at_target`) or in a later iteration's draft (`at_draft`)."""
     rows = []
     for r in run.records:
-        st, out = steps(r), r["output_ids"]
+        st, out = steps(r), r.get("output_ids")
+        if out is None or any(s["tokens"] is None for s in st):  # the evidence keeps no token ids
+            continue
         for k, s in enumerate(st):
             a = sum(s["accepted"])
             rest = s["tokens"][a:]
@@ -152,6 +154,7 @@ def build_fig2(results_dir: str | Path, model: str | None = None, draft: str | N
         c = binned_rate(nodes(run_bc), "path_conf", EDGES)
         parts.append(c.assign(part="c"))
         attrs["rises"] = rises(c)
+        attrs["tokens_kept"] = not b.empty or not any(s["tokens"] is None for r in run_bc.records for s in steps(r))
     df = pd.concat(parts, ignore_index=True)
     df.attrs.update({k: v for k, v in attrs.items() if not isinstance(v, Run)},
                     run_ids=used_ids([run_a, run_bc]),
@@ -225,6 +228,9 @@ def holistic_fig2(results_dir: str | Path, model: str | None = None, draft: str 
                                                [r["rate_low"], r["rate_high"]], ".2f")})
         claims.append(f"(c) acceptance rises with the confidence product (highest filled bin's interval above the "
                       f"lowest's): {at['rises']}.")
+        if not at["tokens_kept"]:
+            claims.append("(b) not measured from this folder: it keeps no token ids (the committed evidence); the "
+                          "report on the run's results folder has them.")
     else:
         rows.append({"Part": "(b), (c)", "Measure": "—", "Ours": f"Not measured: no vanilla SD run with {SWITCH} "
                                                                  f"({MAKE})"})
