@@ -11,6 +11,10 @@ MAX_NEW ?= 128
 LOGGER ?= none
 RUN_ARGS = model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
 TABLE1_ARGS = run.limit_per_group=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
+# DRAFT=eagle: the draft-model papers' targets (DySpec, Post-use & Pre-cut, reproduce-draft-sd) draft with MODEL's
+# EAGLE head (`make eagle`) instead of its distilled draft (`make draft`); reports keep the two apart (--draft).
+DRAFT ?=
+DRAFT_ARGS = $(if $(filter eagle,$(DRAFT)),model.draft.source=eagle model.draft.vocab=null)
 # HYDRA_LAUNCHER=local_parallel runs a sweep's jobs side by side, one per core (conf/hydra/launcher/);
 # =slurm sends them to a cluster (docs/sweeps.md)
 HYDRA_LAUNCHER ?=
@@ -83,8 +87,8 @@ draft: setup  ## distil MODEL's vocabulary-trimmed draft (conf/model/<MODEL>.yam
 	$(PY) scripts/train_draft.py model=$(MODEL)
 
 reproduce-draft-sd: setup  ## sd at draft length 4, 8, 12 on MT-Bench and HumanEval with MODEL's draft, beside AR (LIMIT per dataset)
-	$(PY) -m bench.run $(SWEEP) experiment=draft/sd_lambda_ar model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
-	$(PY) -m bench.run $(SWEEP) experiment=draft/sd_lambda model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
+	$(PY) -m bench.run $(SWEEP) experiment=draft/sd_lambda_ar model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER) $(DRAFT_ARGS)
+	$(PY) -m bench.run $(SWEEP) experiment=draft/sd_lambda model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER) $(DRAFT_ARGS)
 	$(PY) -m bench.report draft_sd --model $(MODEL)
 
 draft-sweep: setup  ## drafts of several depths (draft.sweep) x V' x training time, predicted speedups -> results/drafts/ (~45 min here)
@@ -107,30 +111,30 @@ heads: setup  ## train MODEL's Medusa heads by self-distillation (conf/model/<MO
 # Sequoia's protocol: raw-text c4/openwebtext/cnn_dailymail, 128-token prompts, 128 new tokens, T 0 and 0.6.
 # Table 1 = MODEL with its own draft (smollm2-135m: `make draft` first); Tables 2-3 = the paper's Llama-2 pairs (hub, GPU).
 reproduce-dyspec-table1: setup  ## DySpec Table 1: ar, specinfer, sequoia, dyspec x 3 datasets x T {0, 0.6}, then the reports
-	$(PY) -m bench.run $(SWEEP) experiment=dyspec/table1 model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
+	$(PY) -m bench.run $(SWEEP) experiment=dyspec/table1 model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER) $(DRAFT_ARGS)
 	$(PY) -m bench.report dyspec/table --model $(MODEL) --paper-table 1
 	$(PY) -m bench.report dyspec/time_breakdown --model $(MODEL)
 
 reproduce-dyspec-table2: setup  ## DySpec Table 2 (llama-68m -> Llama-2-13B; needs the hub and a GPU)
-	$(PY) -m bench.run $(SWEEP) experiment=dyspec/table1 model=llama-2-13b run.limit=$(LIMIT) logger=$(LOGGER)
+	$(PY) -m bench.run $(SWEEP) experiment=dyspec/table1 model=llama-2-13b run.limit=$(LIMIT) logger=$(LOGGER) $(DRAFT_ARGS)
 	$(PY) -m bench.report dyspec/table --model llama-2-13b --paper-table 2
 
 reproduce-dyspec-table3: setup  ## DySpec Table 3 (Llama-2-7B -> Llama-2-70B; needs the hub and GPUs)
-	$(PY) -m bench.run $(SWEEP) experiment=dyspec/table1 model=llama-2-70b run.limit=$(LIMIT) logger=$(LOGGER)
+	$(PY) -m bench.run $(SWEEP) experiment=dyspec/table1 model=llama-2-70b run.limit=$(LIMIT) logger=$(LOGGER) $(DRAFT_ARGS)
 	$(PY) -m bench.report dyspec/table --model llama-2-70b --paper-table 3
 
 # Table 4: AR (Table 1's runs, reused when complete) and dyspec at budget 768 with Algorithm 2, variant b768.
 reproduce-dyspec-table4: setup  ## DySpec Table 4: dyspec at budget 768 (threshold 0.001) x 3 datasets x T {0, 0.6}, beside AR
-	$(PY) -m bench.run $(SWEEP) experiment=dyspec/table1 method=ar model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
-	$(PY) -m bench.run $(SWEEP) experiment=dyspec/table4 model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
+	$(PY) -m bench.run $(SWEEP) experiment=dyspec/table1 method=ar model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER) $(DRAFT_ARGS)
+	$(PY) -m bench.run $(SWEEP) experiment=dyspec/table4 model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER) $(DRAFT_ARGS)
 	$(PY) -m bench.report dyspec/table --model $(MODEL) --paper-table 4
 
 reproduce-dyspec-fig2: setup  ## DySpec Figure 2: dyspec on CNN/DM at T {0, 0.6} with per-step records (run.record_steps), acceptance vs draft probability
-	$(PY) -m bench.run $(SWEEP) experiment=dyspec/fig2 model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
+	$(PY) -m bench.run $(SWEEP) experiment=dyspec/fig2 model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER) $(DRAFT_ARGS)
 	$(PY) -m bench.report dyspec/fig2 --model $(MODEL)
 
 reproduce-dyspec-fig5: setup  ## DySpec Figure 5: tree size and accepted tokens per step, dyspec at budget 768 (threshold) on OpenWebText, T 0.6
-	$(PY) -m bench.run $(SWEEP) experiment=dyspec/table4 dataset=openwebtext run.temperature=0.6 model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
+	$(PY) -m bench.run $(SWEEP) experiment=dyspec/table4 dataset=openwebtext run.temperature=0.6 model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER) $(DRAFT_ARGS)
 	$(PY) -m bench.report dyspec/fig5 --model $(MODEL)
 
 # Block counts need no model: random trees by default; TREES=file.jsonl adds real DySpec trees, e.g. written by
@@ -185,7 +189,7 @@ datastore: setup  ## REST datastores (conf/datastore/, offline corpora) for MODE
 # ---- Post-use & Pre-cut (experiments: conf/experiment/holistic/, reports: bench/report/holistic/; needs MODEL's draft:
 # make draft). LIMIT questions per dataset; new tokens per dataset as the paper's Table 7 (HumanEval and GSM8K 128,
 # MT-Bench and Alpaca 256) unless MAX_NEW is given. The AR baselines run first.
-HOLISTIC_ARGS = model=$(MODEL) run.limit=$(LIMIT) logger=$(LOGGER) $(if $(filter command line environment,$(origin MAX_NEW)),run.max_new_tokens=$(MAX_NEW))
+HOLISTIC_ARGS = model=$(MODEL) run.limit=$(LIMIT) logger=$(LOGGER) $(if $(filter command line environment,$(origin MAX_NEW)),run.max_new_tokens=$(MAX_NEW)) $(DRAFT_ARGS)
 
 reproduce-holistic-table1: setup  ## Post-use & Pre-cut Tables 1-2: AR, Lookahead, Assisted, Speculative, Ouroboros, ours on HumanEval, MT-Bench, GSM8K
 	$(PY) -m bench.run $(SWEEP) experiment=holistic/ar dataset=humaneval,mt_bench,gsm8k $(HOLISTIC_ARGS)
@@ -233,9 +237,9 @@ sweep-holistic-settings: setup  ## Post-use & Pre-cut's open settings: W x beta,
 # Table 10 takes PER_GROUP questions of each Spec-Bench category (default 2), not LIMIT.
 PER_GROUP ?= 2
 reproduce-holistic-table10: setup  ## Post-use & Pre-cut Table 10: AR, Speculative (8), Assisted, ours per Spec-Bench category
-	$(PY) -m bench.run $(SWEEP) experiment=holistic/table10 model=$(MODEL) run.limit_per_group=$(PER_GROUP) logger=$(LOGGER)
-	$(PY) -m bench.run $(SWEEP) experiment=holistic/table10_sd model=$(MODEL) run.limit_per_group=$(PER_GROUP) logger=$(LOGGER)
-	$(PY) -m bench.run $(SWEEP) experiment=holistic/table10_assisted model=$(MODEL) run.limit_per_group=$(PER_GROUP) logger=$(LOGGER)
+	$(PY) -m bench.run $(SWEEP) experiment=holistic/table10 model=$(MODEL) run.limit_per_group=$(PER_GROUP) logger=$(LOGGER) $(DRAFT_ARGS)
+	$(PY) -m bench.run $(SWEEP) experiment=holistic/table10_sd model=$(MODEL) run.limit_per_group=$(PER_GROUP) logger=$(LOGGER) $(DRAFT_ARGS)
+	$(PY) -m bench.run $(SWEEP) experiment=holistic/table10_assisted model=$(MODEL) run.limit_per_group=$(PER_GROUP) logger=$(LOGGER) $(DRAFT_ARGS)
 	$(PY) -m bench.report holistic/table10 --model $(MODEL)
 
 evidence: setup  ## copy the runs REPRODUCED.md uses from results/ into the committed evidence/ (then make reproduced)

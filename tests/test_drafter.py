@@ -132,9 +132,10 @@ def test_page_has_one_section_per_drafter(tmp_path):
     page = reproduced_page(None, str(tmp_path / "page.md"), str(tmp_path / "evidence"))
     assert page == reproduced_page(None, str(tmp_path / "again.md"), str(tmp_path / "evidence"))
     heads = [line for line in page.splitlines() if line.startswith("### `dyspec/table`")]
-    assert heads == [*(f"### `dyspec/table` (draft: {d}): `make draft && make reproduce-dyspec-table1`"
-                       for d in ("distilled fixture-draft-68m", "EAGLE head fx-eagle")),
-                     "### `dyspec/table`: `make draft && make reproduce-dyspec-table4`"]  # no b768 run: AR alone
+    assert heads == [  # each recipe makes its drafter's runs (Makefile DRAFT=eagle); no b768 run: AR alone
+        "### `dyspec/table` (draft: distilled fixture-draft-68m): `make draft && make reproduce-dyspec-table1`",
+        "### `dyspec/table` (draft: EAGLE head fx-eagle): `make eagle && make reproduce-dyspec-table1 DRAFT=eagle`",
+        "### `dyspec/table`: `make draft && make reproduce-dyspec-table4`"]
     summary = page.split("## Summary", 1)[1].split("\n## ", 1)[0]
     for label in ("dyspec | Table 1", "holistic | Table 3"):
         rows = [line for line in summary.splitlines() if line.startswith(f"| {label}")]

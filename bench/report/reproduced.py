@@ -158,8 +158,17 @@ def page_text(md: str, folder: Path) -> str:
     return wrap_long(scrub_paths("\n".join(lines)))
 
 
+def recipe(s: Section) -> str:
+    """The section's make command, for the drafter its runs used: runs drafted by an EAGLE head come from
+    `make eagle` and the targets' DRAFT=eagle (Makefile), not from `make draft`."""
+    command = RECIPE_LIMIT.sub("", s.command)
+    if {(drafter(r) or "").split(":")[0] for r in s.used if drafter(r)} == {"eagle"}:
+        command = re.sub(r"(make reproduce-[\w-]+)", r"\1 DRAFT=eagle", command.replace("make draft", "make eagle"))
+    return command
+
+
 def section_text(s: Section, folder: Path) -> list[str]:
-    out = [f"### {s.title}: `{RECIPE_LIMIT.sub('', s.command)}`"]
+    out = [f"### {s.title}: `{recipe(s)}`"]
     if s.error is not None:
         return [*out, page_text(f"Not measured: {s.error}.", folder)]
     if not s.used:
