@@ -56,6 +56,7 @@ class Section:
     used: list[Run] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)  # what a figure artifact wrote (it returns paths)
     draft: str | None = None  # the drafter it was asked for (--draft), None: the artifact's default
+    model_free: bool = False  # computed without runs (registry needs_runs=False: DySpec Table 5's random trees)
     split: bool = False  # one of several sections of one artifact, one per drafter: the drafter is named
 
     @property
@@ -96,6 +97,7 @@ def build_sections(folder: Path, runs: list[Run]) -> list[Section]:
 def section(folder: Path, runs: list[Run], s: Section) -> Section:
     """s, its artifact run on `folder` (for s.draft's runs, when it names one)."""
     s.name, art = resolve(f"{s.paper}/{s.artifact}")
+    s.model_free = not art.needs_runs
     try:
         got = art.load()(str(folder), **s.options, **({"draft": s.draft} if s.draft else {}))
     except HarnessError as err:
@@ -164,6 +166,7 @@ def recipe(s: Section) -> str:
     command = RECIPE_LIMIT.sub("", s.command)
     if {(drafter(r) or "").split(":")[0] for r in s.used if drafter(r)} == {"eagle"}:
         command = re.sub(r"(make reproduce-[\w-]+)", r"\1 DRAFT=eagle", command.replace("make draft", "make eagle"))
+        command = command if "make eagle" in command else f"make eagle && {command}"
     return command
 
 
@@ -171,6 +174,9 @@ def section_text(s: Section, folder: Path) -> list[str]:
     out = [f"### {s.title}: `{recipe(s)}`"]
     if s.error is not None:
         return [*out, page_text(f"Not measured: {s.error}.", folder)]
+    if not s.used and s.model_free:
+        return [*out, "No model and no runs: computed by `make reproduced` itself, from seeded inputs.",
+                page_text(re.sub(r"^#+ ", "#### ", s.md, flags=re.MULTILINE), folder)]  # under the section's ###
     if not s.used:
         return [*out, f"No runs in `{EVIDENCE}/` yet; the paper's numbers alone:\n\n" + page_text(s.md, folder)]
     draft = f" --draft {s.draft}" if s.draft else ""
@@ -195,6 +201,8 @@ def summary_row(c, s: Section | None) -> str:
     if used:
         claims = [speedup_claim(c.paper, used), *report_claims(s.md)]
         status, claim = "measured", "; ".join(x for x in claims if x != MISSING) or MISSING
+    elif s is not None and s.model_free and s.md:
+        return f"| {c.paper} | {label} | measured | no model | {MISSING} |"
     elif c.artifact is None:
         status, claim = "no target", MISSING
     elif c.offline:
