@@ -327,18 +327,18 @@ def tree_digest(folder: Path) -> dict[str, str]:
 
 
 @pytest.mark.model
-def test_three_cli_runs_at_once_on_an_empty_model_cache(tmp_path):
-    """Three runs started together on a fresh checkout: one converts the embedded model, the others wait for it;
-    all succeed and share one AR reference entry. (Distinct run.seed: the same job twice would be one job.)"""
+def test_two_cli_runs_at_once_on_an_empty_model_cache(tmp_path):
+    """Two runs started together on a fresh checkout: one converts the embedded model, the other waits for it;
+    both succeed and share one AR reference entry. (Distinct run.seed: the same job twice would be one job.)"""
     models, results = tmp_path / "models", tmp_path / "results"
     procs = [subprocess.Popen(
         [sys.executable, "-m", "bench.run", "model=smollm2-135m", "dataset=humaneval", "method=ar", "run.limit=1",
          "run.max_new_tokens=4", "run.warmup=0", "logger=none", f"run.seed={i}", f"paths.model_cache={models}",
          f"paths.results={results}"],
         cwd=PROJECT, env={**os.environ, **OFFLINE}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    ) for i in range(3)]
+    ) for i in range(2)]
     outs = [p.communicate(timeout=600) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0, 0], [err[-2000:] for _, err in outs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
 
     (converted,) = [p for p in models.iterdir() if not p.name.endswith(".lock")]  # no temporary folder left
     from bench.models.loading import check_model_dir

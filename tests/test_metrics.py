@@ -114,6 +114,19 @@ def test_aggregate_speedup_is_a_throughput_ratio():
     assert metrics.speedup(mine, base) == 2.0
 
 
+def test_aggregate_speedup_on_part_of_the_questions_charges_their_share_of_each_batch():
+    """A baseline with only questions 1 and 3 (one row of each batch): the compared rows carry half of their
+    batches' wall time, not all of it (which halved ProPD's batch-4 speedup against an 8-question AR run)."""
+    mine = batched_records()
+    base = [r for r in mine if r["question_id"] in (1, 3)]
+    base = [{**r, "batch": {**r["batch"], "size": 1, "wall_time": r["batch"]["wall_time"] / 4}} for r in base]
+    ours = (20 + 6) / (4.0 / 2 + 2.0 / 2)  # tokens of rows 1 and 3 over their shares of batches 1 and 2
+    theirs = (20 + 6) / (4.0 / 4 + 2.0 / 4)
+    assert metrics.aggregate_speedup(mine, base) == pytest.approx(ours / theirs) == pytest.approx(0.5)
+    lo, hi = metrics.aggregate_speedup_interval(mine, base)
+    assert lo <= metrics.aggregate_speedup(mine, base) <= hi
+
+
 def test_phase_share_interval_over_questions():
     def rec(q, draft, wall):
         return {"question_id": q, "wall_time": wall, "phase_times": {"draft": draft, "verify": wall - draft}}

@@ -95,10 +95,18 @@ def overhead_share(records: list[dict]) -> float | None:
 
 
 def aggregate_speedup(records: list[dict], baseline: list[dict]) -> float | None:
-    """Ratio of aggregate throughputs (all tokens / all timed wall time), over the questions in both runs."""
+    """Ratio of aggregate throughputs (all tokens / all timed wall time), over the questions in both runs. Each
+    question carries its share of its batch's wall time (attributed_wall): when the runs share only some of their
+    questions, a whole batch's time must not be charged to the few of its rows that are compared (with every
+    question shared, the shares add up to the batches' wall time)."""
     common = {r["question_id"] for r in records} & {r["question_id"] for r in baseline}
-    mine = tokens_per_s([r for r in records if r["question_id"] in common])["total"]
-    base = tokens_per_s([r for r in baseline if r["question_id"] in common])["total"]
+
+    def rate(rs: list[dict]) -> float | None:
+        wall = attributed_wall(rs)
+        time = sum(wall[q] for q in common)
+        return sum(r["new_tokens"] for r in rs if r["question_id"] in common) / time if time > 0 else None
+
+    mine, base = rate(records), rate(baseline)
     return mine / base if mine and base else None
 
 
