@@ -3,7 +3,8 @@
 `speedup_claim`: every paper claims its method decodes faster than AR; on the runs one artifact used, each run of
 the paper's method (bench/report/coverage.py CLAIMED) is paired with its AR baseline among those runs (same model,
 dataset, temperature, max_new_tokens, batch size and machine; bench.report.select.paired_baseline) and the paired
-bootstrap interval of its speedup decides "holds" (all above 1), "does not hold" (all below) or "undecided".
+bootstrap interval of its speedup (at batch > 1 of aggregate tokens/s, as the tables) decides "holds" (all above
+1), "does not hold" (all below) or "undecided".
 `claim_cell` is one such verdict with its point and interval, as a table cell.
 """
 
@@ -14,7 +15,13 @@ from collections import Counter
 from bench.report.coverage import CLAIMED
 from bench.report.select import paired_baseline
 from bench.report.tables import MISSING, with_interval
-from bench.run.metrics import speedup, speedup_interval, verdict
+from bench.run.metrics import (
+    aggregate_speedup,
+    aggregate_speedup_interval,
+    speedup,
+    speedup_interval,
+    verdict,
+)
 from bench.run.store import Run
 
 VERDICTS = ("holds", "undecided", "does not hold")
@@ -33,7 +40,12 @@ def paired_speedups(paper: str, used: list[Run]) -> list[tuple[float | None, lis
         if run.meta.get("method") not in CLAIMED.get(paper, ()):
             continue
         base = paired_baseline(used, run, "ar")
-        if base is not None:
+        if base is None:
+            continue
+        if run.batch_size > 1:  # the tables' batch speedup: aggregate tokens/s (per-row rates share a batch's time)
+            out.append((aggregate_speedup(run.records, base.records),
+                        aggregate_speedup_interval(run.records, base.records)))
+        else:
             out.append((speedup(run.records, base.records), speedup_interval(run.records, base.records)))
     return out
 
