@@ -40,14 +40,24 @@ def paired_speedups(paper: str, used: list[Run]) -> list[tuple[float | None, lis
         if run.meta.get("method") not in CLAIMED.get(paper, ()):
             continue
         base = paired_baseline(used, run, "ar")
-        if base is None:
-            continue
-        if run.batch_size > 1:  # the tables' batch speedup: aggregate tokens/s (per-row rates share a batch's time)
-            out.append((aggregate_speedup(run.records, base.records),
-                        aggregate_speedup_interval(run.records, base.records)))
-        else:
-            out.append((speedup(run.records, base.records), speedup_interval(run.records, base.records)))
+        if base is not None:  # at batch > 1 the tables' aggregate tokens/s (per-row rates share a batch's time)
+            batched = run.batch_size > 1
+            out.append((speed_ratio(run, base, batched), speed_ratio_interval(run, base, batched)))
     return out
+
+
+def speed_ratio(run: Run | None, base: Run | None, aggregate: bool = True) -> float | None:
+    """run over base on the questions of both: aggregate rates, or mean per-question rates (Spec-Bench's)."""
+    if run is None or base is None:
+        return None
+    return (aggregate_speedup if aggregate else speedup)(run.records, base.records)
+
+
+def speed_ratio_interval(run: Run | None, base: Run | None, aggregate: bool = True) -> list[float] | None:
+    """speed_ratio's 95% interval, paired over the questions of both runs (bench.run.metrics)."""
+    if run is None or base is None:
+        return None
+    return (aggregate_speedup_interval if aggregate else speedup_interval)(run.records, base.records)
 
 
 def speedup_claim(paper: str, used: list[Run]) -> str:

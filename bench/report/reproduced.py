@@ -188,7 +188,8 @@ def section_text(s: Section, folder: Path) -> list[str]:
 def summary_table(sections: list[Section]) -> str:
     rows = ["| " + " | ".join(SUMMARY_COLUMNS) + " |", "|" + "---|" * len(SUMMARY_COLUMNS)]
     for c in COVERAGE:
-        found = [s for s in sections if (s.paper, s.artifact, s.options) == (c.paper, c.artifact, c.options)]
+        found = [s for s in sections if (s.paper, s.artifact) == (c.paper, c.artifact)
+                 and c.options.items() <= s.options.items()]
         rows += [summary_row(c, s) for s in ([s for s in found if s.split] or found[:1] or [None])]
     return "## Summary\n\n" + "\n".join(rows)
 

@@ -14,7 +14,9 @@ import pandas as pd
 from bench.run.metrics import bootstrap_interval, ratio_of_sums
 from bench.run.store import Run
 
-KEYS = ("step_tokens", "step_parents", "step_conf", "step_accepted")
+TOKENS = "step_tokens"  # token ids: the committed evidence drops them (bench/report/evidence.py)
+LISTS = ("step_parents", "step_conf", "step_accepted")
+KEYS = (TOKENS, *LISTS)
 SWITCH = "run.record_steps=true"
 
 
@@ -27,13 +29,12 @@ def steps(record: dict) -> list[dict]:
     """One dict per verification step of a record: tokens (None without token ids), parents, conf, accepted
     (lists, drafting order) and `start`, the number of output tokens committed before that step's draft."""
     c = record.get("counters") or {}
-    if not all(c.get(k) for k in KEYS[1:]):
+    if not all(c.get(k) for k in LISTS):
         return []
-    # The committed evidence keeps no token ids (bench/report/evidence.py): tokens are None there.
-    tokens = c.get("step_tokens") or [None] * len(c["step_accepted"])
+    tokens = c.get(TOKENS) or [None] * len(c["step_accepted"])
     starts = np.cumsum(record["accept_lengths"]).tolist()  # [0] is the prefill's token: step i starts after i+1
     return [{"tokens": t, "parents": p, "conf": q, "accepted": a, "start": starts[i]}
-            for i, (t, p, q, a) in enumerate(zip(tokens, *(c[k] for k in KEYS[1:])))]
+            for i, (t, p, q, a) in enumerate(zip(tokens, *(c[k] for k in LISTS)))]
 
 
 def nodes(run: Run) -> pd.DataFrame:

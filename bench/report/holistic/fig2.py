@@ -154,7 +154,7 @@ def build_fig2(results_dir: str | Path, model: str | None = None, draft: str | N
         c = binned_rate(nodes(run_bc), "path_conf", EDGES)
         parts.append(c.assign(part="c"))
         attrs["rises"] = rises(c)
-        attrs["tokens_kept"] = not b.empty or not any(s["tokens"] is None for r in run_bc.records for s in steps(r))
+        attrs["tokens_kept"] = any("output_ids" in r for r in run_bc.records)  # the evidence drops token ids
     df = pd.concat(parts, ignore_index=True)
     df.attrs.update({k: v for k, v in attrs.items() if not isinstance(v, Run)},
                     run_ids=used_ids([run_a, run_bc]),

@@ -21,18 +21,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.report.claims import speed_ratio, speed_ratio_interval
 from bench.report.select import Pool, pool, read_runs, settings, used_ids
 from bench.report.tables import interval_columns, latex_escape, markdown, render
-from bench.run.metrics import (
-    aggregate_rate_interval,
-    aggregate_speedup,
-    aggregate_speedup_interval,
-    mat,
-    mat_interval,
-    speedup,
-    speedup_interval,
-    tokens_per_s,
-)
+from bench.run.metrics import aggregate_rate_interval, mat, mat_interval, tokens_per_s
 from bench.run.store import Run
 
 METHODS = ("ar", "bpd", "medusa", "propd")
@@ -87,20 +79,6 @@ def prune_point(run: Run) -> tuple[int, int] | None:
 def aggregate_rate(run: Run) -> float | None:
     """All new tokens / all timed wall time (the batch's at batch > 1)."""
     return tokens_per_s(run.records)["total"]
-
-
-def speed_ratio(run: Run | None, base: Run | None, aggregate: bool = True) -> float | None:
-    """run over base on the questions of both: aggregate rates, or mean per-question rates (Spec-Bench's)."""
-    if run is None or base is None:
-        return None
-    return (aggregate_speedup if aggregate else speedup)(run.records, base.records)
-
-
-def speed_ratio_interval(run: Run | None, base: Run | None, aggregate: bool = True) -> list[float] | None:
-    """speed_ratio's 95% interval, paired over the questions of both runs (bench.run.metrics)."""
-    if run is None or base is None:
-        return None
-    return (aggregate_speedup_interval if aggregate else speedup_interval)(run.records, base.records)
 
 
 def node_totals(run: Run) -> tuple[int, int] | None:
