@@ -1,5 +1,7 @@
 """Every config composes: each experiment and each sweep job, every model, dataset and method, and (by the
-independence of the model and method groups, checked) every model x method combination."""
+independence of the model and method groups, checked) every model x method combination. Every composed method
+config and sweep job also passes its method's settings check (bench.run.validate.check_method), so declaring a
+setting never refuses a shipped run."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench.paths import PROJECT
+from bench.run.validate import check_method
 from methods import REGISTRY
 
 
@@ -31,6 +34,7 @@ def names(group: str) -> list[str]:
 def test_experiment_composes(compose_cfg, experiment):
     cfg = compose_cfg(f"experiment={experiment}")
     assert cfg.method.name in REGISTRY
+    check_method(cfg)
     assert cfg.run.max_new_tokens > 0
     # Reports and W&B group a sweep's runs by this name; a paper's experiments live in its folder.
     assert cfg.run.experiment
@@ -49,6 +53,7 @@ def test_every_sweep_job_composes_and_resolves(compose_cfg, experiment):
             cfg = compose_cfg(f"experiment={experiment}", f"{key}={value}")
             resolved = OmegaConf.to_container(cfg, resolve=True)
             assert resolved["method"]["name"] in REGISTRY
+            check_method(cfg)
             if "." in key:
                 assert str(OmegaConf.select(cfg, key)) == value
 
@@ -62,7 +67,9 @@ def test_model_composes(compose_cfg, model):
 
 @pytest.mark.parametrize("method", names("method"))
 def test_method_composes(compose_cfg, method):
-    assert compose_cfg(f"method={method}").method.name == method
+    cfg = compose_cfg(f"method={method}")
+    assert cfg.method.name == method
+    check_method(cfg)
 
 
 def test_every_model_composes_with_every_method():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import assert_lossless, run_method, with_draft
+from tests.conftest import GOLDEN_NEW, MAX_NEW, assert_lossless, run_method, with_draft
 
 pytestmark = pytest.mark.model
 
@@ -25,22 +25,22 @@ CASES = [
     ("self", ("method=sd", "method.draft_length=6")),
     ("cut2", ("method=specinfer", "method.branches=4", "method.depth=4")),
     ("cut2", SEQUOIA),
-    ("self", ("method=dyspec", "method.budget=12")),
     ("cut2", ("method=dyspec", "method.algorithm=threshold", "method.budget=12")),
     ("self-trim", ("method=sd", "method.draft_length=6")),
-    ("cut2-trim", ("method=specinfer", "method.branches=4", "method.depth=4")),
-    ("cut2-trim", SEQUOIA),
+    ("cut2-trim", ("method=specinfer", "method.branches=4", "method.depth=4")),  # (Sequoia's tree verifies the same way)
     ("self-trim", ("method=dyspec", "method.budget=12")),
 ]
 
 
 @pytest.mark.parametrize("draft,overrides", CASES, ids=lambda c: c if isinstance(c, str) else
                          "+".join(x.split("=", 1)[1] for x in c[:3]))
-def test_identical_to_greedy_ar(smollm, prompts, greedy, drafts, draft, overrides, tmp_path):
+def test_identical_to_greedy_ar(smollm, prompts, greedy_long, drafts, draft, overrides, tmp_path):
     if overrides[0] == "method=sequoia":
         overrides = (*overrides, f"method.calibration.cache_dir={tmp_path}")
-    gens = run_method(with_draft(smollm, drafts[draft]), prompts[:2], *overrides)
-    mat = assert_lossless(gens, greedy[:2])
+    # The untrained cut agrees with the target rarely: over MAX_NEW (32) tokens it can accept nothing at all.
+    n = MAX_NEW if draft.startswith("self") else GOLDEN_NEW
+    gens = run_method(with_draft(smollm, drafts[draft]), prompts[:2], *overrides, max_new=n)
+    mat = assert_lossless(gens, [g[:n] for g in greedy_long[:2]])
     # A method that never accepted a draft would pass the identity check trivially.
     assert mat > (2.0 if draft.startswith("self") else 1.0), mat
     assert {"draft_forward", "tree"} <= set(gens[0].phase_times)

@@ -281,7 +281,7 @@ def test_propd_config_errors():
 
 # ---- the real embedded model ----------------------------------------------------------------------------
 
-REAL_NEW = 24  # "neither" verifies the whole 64-node Medusa tree per row and step
+REAL_NEW = 16  # "neither" verifies the whole 64-node Medusa tree per row and step
 
 
 @pytest.fixture(scope="module")

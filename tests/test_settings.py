@@ -1,11 +1,10 @@
 """Method settings (bench/core/settings.py, Method.check_settings): what the declarations accept and refuse, and that
-every shipped method config and experiment passes them (so declaring a setting never refuses a run that worked).
+every shipped method config and sweep job passes them (tests/test_configs.py, where each is composed anyway).
 The command line's rows per method are in tests/test_bad_inputs.py (METHOD_CASES)."""
 
 from __future__ import annotations
 
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from bench.core.proposer import Method
@@ -21,8 +20,6 @@ from bench.core.settings import (
     number,
 )
 from bench.errors import ConfigError
-from bench.run.precheck import CONF, group_options
-from bench.run.validate import check_method
 
 DECLARED = {"depth": integer(1), "p": number(0, 1, above=True, optional=True), "mode": choice("a", "b"),
             "on": FLAG, "sizes": integers(1), "size": integer(1, words=("auto",)), "tree": SECTION,
@@ -79,16 +76,3 @@ def test_a_subclass_checks_its_bases_declarations_too():
             Child.check_settings(OmegaConf.create({"name": "child", **cfg}))
         with pytest.raises(ConfigError, match=message):
             Child(OmegaConf.create({"name": "child", **cfg}), None)  # built: the same check
-
-
-def test_every_method_and_experiment_config_passes():
-    """Each method's own config and each experiment's first job (a sweep's method values each) as shipped."""
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        for method in group_options("method"):
-            check_method(compose("config", overrides=[f"method={method}"]))
-        for experiment in group_options("experiment"):
-            cfg = compose("config", overrides=[f"experiment={experiment}"], return_hydra_config=True)
-            params = cfg.hydra.sweeper.params or {}
-            methods = str(params.get("method", cfg.method.name)).split(",")
-            for method in methods:
-                check_method(compose("config", overrides=[f"experiment={experiment}", f"method={method}"]))

@@ -32,6 +32,7 @@ from bench.run import metrics, store
 from bench.run.checkpoint import Checkpoint, config_key
 from bench.run.provenance import provenance
 from bench.run.reference import ReferenceStore
+from bench.run.validate import check_method
 from data.loaders import load_selection
 from methods import build_method
 from methods.ar import Autoregressive
@@ -85,6 +86,7 @@ def reference_key(bundle: ModelBundle) -> str:
 
 class Runner:
     def __init__(self, cfg):
+        check_method(cfg)  # main() checked it already; other callers (engine_bench, scripts) get the same line
         self.cfg = cfg
         items, self.selection = load_selection(
             cfg.dataset, str(project_path(cfg.paths.data_mirror)), str(project_path(cfg.paths.data_cache))
@@ -104,9 +106,6 @@ class Runner:
         self.method.record_steps = bool(cfg.run.get("record_steps", False))  # Proposer.record_steps
         self.batch_size = int(cfg.run.batch_size)
         self.batches = 0  # generate calls so far: a batch's id in its records
-        if self.batch_size > 1 and not self.method.batchable:
-            raise HarnessError(f"method '{cfg.method.name}' does not decode batches (run.batch_size="
-                               f"{self.batch_size}); run it at run.batch_size=1")
         b = self.bundle
         self.engine = Engine(b.model, b.eos_token_ids, b.max_context, temperature=self.temperature, device=b.device)
         self.timer = PhaseTimer(b.device, sync=cfg.run.sync_phases)

@@ -40,11 +40,16 @@ def check_run(cfg) -> None:
 
 def check_method(cfg) -> None:
     """ConfigError (one line) for a method setting its class refuses (Method.check_settings: type, range, choice,
-    unknown key, combination), or a greedy-only method at run.temperature > 0; the model is not loaded."""
+    unknown key, combination), a greedy-only method at run.temperature > 0, or a method that cannot batch at
+    run.batch_size > 1; the model is not loaded."""
     from methods import method_class  # imports the method's module (torch), not the model
 
     cls = method_class(cfg.method.name)
     cls.check_settings(cfg.method)
+    batch = cfg.run.get("batch_size", 1)
+    if batch > 1 and not cls.batchable:
+        raise ConfigError(f"method '{cfg.method.name}' does not decode batches (run.batch_size={batch}); run it at "
+                          "run.batch_size=1")
     if getattr(cls, "greedy_only", False) and cfg.run.temperature > 0:
         raise ConfigError(f"method '{cfg.method.name}' decodes greedily only, as its paper; got run.temperature="
                           f"{cfg.run.temperature} (use 0)")
