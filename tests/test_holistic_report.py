@@ -238,3 +238,11 @@ def test_fig4_ordering_from_paired_intervals():
 
     assert ordering_verdict(curve("v", 0.1), curve("i", 0.3), curve("u", 0.5)).startswith("holds")
     assert ordering_verdict(curve("v", 0.1), curve("i", 0.5), curve("u", 0.3)).startswith("does not hold")
+
+
+def test_assisted_row_says_why_it_is_empty_with_an_eagle_drafter():
+    from bench.report.holistic.common import assisted_note
+
+    (line,) = assisted_note("eagle:smollm2-135m-eagle")
+    assert line.startswith("Assisted:") and "draft language model" in line and "make draft" in line
+    assert assisted_note("trained:smollm2-135m-draft") == [] and assisted_note(None) == []

@@ -207,11 +207,11 @@ def test_stats_without_path_trained_counts_are_stale(tmp_path):
 
 @pytest.mark.model
 def test_calibration_script_writes_the_stats_a_built_tree_reads(smollm, tmp_path, capsys):
-    """`make tree-stats` end to end on the embedded model (2 HumanEval prompts x 16 tokens), then tree=built."""
+    """`make tree-stats` end to end on the embedded model (1 HumanEval prompt x 16 tokens), then tree=built."""
     from methods import build_method
     from scripts.calibrate_tree import main
 
-    overrides = ["model=smollm2-135m", "tree.calibration.dataset=humaneval", "tree.calibration.limit=2",
+    overrides = ["model=smollm2-135m", "tree.calibration.dataset=humaneval", "tree.calibration.limit=1",
                  "tree.calibration.max_new_tokens=16", f"tree.calibration.cache_dir={tmp_path}"]
     assert main(overrides) == 0
     path = stats_file(compose_cfg("tree=built", *overrides).tree.calibration, smollm)

@@ -135,6 +135,15 @@ def numbers(run: Run | None, base: Run | None) -> dict:
             **interval_columns("speedup", speedup_interval(run.records, base.records) if base else None)}
 
 
+def assisted_note(draft: str | None) -> list[str]:
+    """Why the Assisted row has no run when the drafter is an EAGLE head: transformers' assisted generation takes a
+    draft language model, and an EAGLE head is not one (it reads the target's features)."""
+    if not str(draft or "").startswith("eagle:"):
+        return []
+    return [("Assisted: transformers' assisted generation needs a draft language model; with the EAGLE head as the "
+             "drafter it cannot run (its row is measured with the distilled draft: make draft, without DRAFT=eagle).")]
+
+
 def footer(p: Pool, used: list[Run | None]) -> list[str]:
     return [(f"Ours: {p.model}, draft: {describe(p.draft)}, machine {p.machine or '—'}, max_new_tokens "
              f"{p.max_new_tokens or '—'}, {p.dataset}."),

@@ -16,6 +16,7 @@ import pandas as pd
 
 from bench.report.holistic.common import (
     MAKE,
+    assisted_note,
     draft_length,
     footer,
     holistic_drafter,
@@ -100,7 +101,8 @@ def build_holistic_table1(results_dir: str | Path, model: str | None = None, dra
     df = pd.DataFrame(rows)
     df.attrs.update({"model": model, "errors": errors,
                      "footer": [*(footer(p, [])[0] for p in pools.values()),
-                                footer(next(iter(pools.values())), used)[1]]})
+                                footer(next(iter(pools.values())), used)[1],
+                                *assisted_note(next(iter(pools.values())).draft)]})
     return df
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.report.holistic import common
 from bench.report.holistic.common import MAKE, draft_length, footer, holistic_drafter, holistic_pool, level
 from bench.report.tables import (
     MISSING,
@@ -57,7 +58,7 @@ def build_holistic_table10(results_dir: str | Path, model: str | None = None, dr
                          "paper_speedup": paper.at[paper_name, col], "run_id": run.run_id if run else None,
                          "ar_run_id": base.run_id if base else None})
     df = pd.DataFrame(rows)
-    df.attrs.update({"footer": footer(p, used)})
+    df.attrs.update({"footer": [*footer(p, used), *common.assisted_note(p.draft)]})
     return df
 
 
