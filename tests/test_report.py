@@ -29,7 +29,7 @@ def record(qid, group, tokens, wall, accepts, equal=None):
 
 
 def write_run(results, run_id, method, dataset, created, records, variant=None, summary=True,
-              model="smollm2-135m", machine="test-cpu"):
+              model="smollm2-135m", machine="test-cpu", experiment=None):
     if not summary:  # a run still being written: records, no summary.json (the store never leaves one)
         d = results / "runs" / run_id
         d.mkdir(parents=True)
@@ -38,7 +38,7 @@ def write_run(results, run_id, method, dataset, created, records, variant=None, 
     write(results, records, {  # the summary/groups blocks are deliberately bogus: the report must use records
         "run_id": run_id, "method": method, "variant": variant, "dataset": dataset,
         "model": model, "paper_size": "7B", "max_new_tokens": 64, "created": created,
-        "machine": machine, "summary": {"mat": 99.0}, "groups": {}})
+        "machine": machine, "experiment": experiment, "summary": {"mat": 99.0}, "groups": {}})
 
 
 @pytest.fixture
@@ -189,3 +189,39 @@ def test_missing_runs_dir_is_one_line_exit_1(tmp_path, capsys):
 def test_an_artifacts_own_option_may_come_before_its_name(results, capsys):
     assert main(["--mbpp-model", "smollm2-135m", "token_recycling/table1", "--results", str(results)]) == 0
     assert capsys.readouterr().out == (results / "tables" / "token_recycling_table1.md").read_text()
+
+
+def test_paired_baseline_covers_most_questions_then_is_the_latest():
+    """Another artifact's later AR run on fewer questions does not replace the baseline a run was paired with."""
+    from pathlib import Path
+
+    from bench.report.select import paired_baseline
+    from bench.run.store import Run
+
+    def run(name, method, questions, turns=1):
+        r = Run(Path(name), {"run_id": name, "method": method, "model": "m", "dataset": "d", "machine": "x",
+                             "max_new_tokens": 128})
+        r.__dict__["records"] = [{"question_id": q, "turn": t} for q in questions for t in range(turns)]
+        return r
+
+    ours = run("ours", "holistic", range(5), turns=2)
+    wide, narrow, other_turns = run("ar5", "ar", range(5), 2), run("ar3", "ar", range(3), 2), run("ar5t", "ar", range(5))
+    assert paired_baseline([wide, narrow], ours, "ar") is wide  # the later one covers only 6 of 10
+    assert paired_baseline([narrow, wide], ours, "ar") is wide
+    twin = run("ar5b", "ar", range(5), 2)
+    assert paired_baseline([wide, twin, other_turns], ours, "ar") is twin  # a tie: the latest
+    assert paired_baseline([narrow], run("o", "pld", [9]), "ar") is narrow  # no overlap at all: still the latest
+    assert paired_baseline([narrow], run("o", "ar", [1]), "pld") is None
+
+
+def test_another_papers_later_runs_stay_out_of_table1(results):
+    """A later AR and hf_generate run of another experiment (Post-use & Pre-cut's Table 10 on spec_bench, say)
+    neither fills Table 1's rows nor becomes its baseline; hand runs (no experiment) and Table 1's own do."""
+    before = build_token_recycling_table1(results)
+    for method in ("ar", "hf_generate"):
+        write_run(results, f"{method}_other", method, "spec_bench", "2025-02-01T00:00:00",
+                  [record("q1", "mt_bench", 10, 5.0, [1] * 10)], experiment="holistic")
+    pd.testing.assert_frame_equal(build_token_recycling_table1(results), before)
+    write_run(results, "ar_table1", "ar", "spec_bench", "2025-02-02T00:00:00",
+              [record("q1", "mt_bench", 10, 5.0, [1] * 10)], experiment="table1")
+    assert row(build_token_recycling_table1(results), "ar")["mt"] != row(before, "ar")["mt"]

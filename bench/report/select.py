@@ -89,14 +89,24 @@ def latest_runs(runs: list[Run], batch_size: int = 1) -> dict[tuple, Run]:
     return {r.key: r for r in runs if r.batch_size == batch_size}
 
 
+def prompt_turns(run: Run) -> set[tuple]:
+    """The (question, turn) pairs a run's records cover."""
+    return {(r.get("question_id"), r.get("turn", 0)) for r in run.records}
+
+
 def paired_baseline(runs: list[Run], run: Run, method: str) -> Run | None:
-    """The latest `method` run (default variant) measured like `run`: same model, dataset, temperature,
-    max_new_tokens, batch size and machine label (threads and parallel jobs included); None if there is
-    none."""
+    """The `method` run (default variant) measured like `run` (same model, dataset, temperature, max_new_tokens,
+    batch size and machine label, threads and parallel jobs included) that covers most of `run`'s prompt-turns,
+    the latest of those: paired speedups are over the shared ones, so another artifact's later baseline on fewer
+    questions never takes their place. None if there is none."""
     keys = ("model", "dataset", "max_new_tokens", "machine")
-    return latest(runs, lambda r: r.meta.get("method") == method and not r.meta.get("variant")
-                  and r.temperature == run.temperature and r.batch_size == run.batch_size
-                  and all(r.meta.get(k) == run.meta.get(k) for k in keys))
+    found = [r for r in runs if r.meta.get("method") == method and not r.meta.get("variant")
+             and r.temperature == run.temperature and r.batch_size == run.batch_size
+             and all(r.meta.get(k) == run.meta.get(k) for k in keys)]
+    if not found:
+        return None
+    wanted = prompt_turns(run)
+    return max(reversed(found), key=lambda r: len(wanted & prompt_turns(r)))  # max keeps the first: the latest
 
 
 def used_ids(runs: Iterable[Run | None]) -> list[str]:

@@ -84,8 +84,11 @@ def build_holistic_table1(results_dir: str | Path, model: str | None = None, dra
     rows, used = [], []
     for ds in DATASETS:
         p = pools.get(ds)
+        ours = p.latest(KEEP["ours"]) if p else None
         for row, (label, paper_name) in ROWS.items():
             run = p.latest(KEEP[row]) if p else None
+            if row == "ar" and ours is not None:  # AR's row is the baseline ours is compared with
+                run = p.baseline(ours, "ar") or run
             base = p.baseline(run, "ar") if p else None
             used += [run, base]
             got = numbers(run, base)

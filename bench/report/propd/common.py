@@ -112,9 +112,12 @@ def propd_pool(results_dir: str | Path, model: str | None, relevant: Callable[[R
     """The ProPD-family runs of `model` (default: the most recent relevant run's) on the most recent relevant
     run's machine and max_new_tokens; that run is the latest of `experiment` (the artifact's own sweep) when it
     has one, so another table's later runs of other lengths do not replace it. A note counts the relevant runs of
-    other machines or lengths left out."""
-    return pool(read_runs(results_dir, method=METHODS, greedy=True), relevant, model,
-                own=lambda r: experiment is not None and r.meta.get("experiment") == experiment)
+    other machines or lengths left out. Without a run of `experiment`, the latest run of a ProPD experiment
+    (propd_*) anchors the pool: an AR run of another paper (other lengths) must not."""
+    runs = read_runs(results_dir, method=METHODS, greedy=True)
+    if experiment is not None and any(relevant(r) and r.meta.get("experiment") == experiment for r in runs):
+        return pool(runs, relevant, model, own=lambda r: r.meta.get("experiment") == experiment)
+    return pool(runs, relevant, model, own=lambda r: str(r.meta.get("experiment") or "").startswith("propd"))
 
 
 def cell(p: Pool, method: str, dataset: str, batch: int, combo: tuple[bool, bool] | None = None,

@@ -27,6 +27,7 @@ from bench.run.store import Run
 
 PAPER_CSV = Path(__file__).with_name("paper_tables") / "token_recycling_table1.csv"
 DEFAULT_PAPER_SIZE = "7B"
+EXPERIMENT = "table1"  # run.experiment of conf/experiment/token_recycling/table1_*.yaml
 
 # (our method, our variant, paper row, shown label, paper's name); paper row None: not in the paper.
 ROWS = [
@@ -102,7 +103,9 @@ def build_token_recycling_table1(results_dir: str | Path, model: str | None = No
     The paper ran Vicuna on SpecBench and Code Llama on MBPP: `mbpp_model` (default: `model`) names the
     model whose mbpp_tr runs fill the MBPP columns. Run provenance and caveats are in df.attrs.
     """
-    runs = read_runs(results_dir)
+    # The table's own sweeps and runs of no experiment (by hand), never another artifact's (a later AR of fewer
+    # questions would take the place of the table's own).
+    runs = [r for r in read_runs(results_dir) if r.meta.get("experiment") in (EXPERIMENT, None)]
     model = default_model(runs, model)
     mbpp_model = mbpp_model or model
     models = {"spec_bench": model, "mbpp_tr": mbpp_model}
