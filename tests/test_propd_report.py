@@ -348,3 +348,20 @@ def test_every_make_target_the_reports_name_exists():
     for command in MAKE.values():
         target = command.split()[-1]
         assert f"\n{target}: setup heads  ## " in makefile and target in phony, target
+
+
+def test_a_later_run_of_another_paper_does_not_anchor_the_pool(results):
+    """Without runs of Figure 7's own experiment, the pool is measured like the latest ProPD experiment's run: a
+    later AR of another paper at other lengths (Post-use & Pre-cut's MT-Bench AR at 256 tokens) must not make it
+    drop every ProPD run as measured otherwise."""
+    import shutil
+
+    for summary in Path(results, "runs").glob("*/summary.json"):
+        if json.loads(summary.read_text()).get("experiment") == "propd_fig7":
+            shutil.rmtree(summary.parent)
+    before = fig7_points(results)
+    assert before["tok_s"].notna().any()
+    rid = PropdWriter(results, start=datetime(2030, 1, 1)).run("ar", "mt_bench", 1, 5.0, experiment="holistic")
+    path = Path(results, "runs", rid, "summary.json")
+    path.write_text(json.dumps({**json.loads(path.read_text()), "max_new_tokens": 256}))
+    pd.testing.assert_frame_equal(fig7_points(results), before)
