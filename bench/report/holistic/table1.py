@@ -102,10 +102,10 @@ def build_holistic_table1(results_dir: str | Path, model: str | None = None, dra
                          **{f"paper_{r.pair}_speedup": r.speedup for r in mine.itertuples()},
                          "run_id": run.run_id if run else None, "ar_run_id": base.run_id if base else None})
     df = pd.DataFrame(rows)
+    first = next(iter(pools.values()))
     df.attrs.update({"model": model, "errors": errors,
-                     "footer": [*(footer(p, [])[0] for p in pools.values()),
-                                footer(next(iter(pools.values())), used)[1],
-                                *assisted_note(next(iter(pools.values())).draft)]})
+                     "footer": [*(footer(p, [])[0] for p in pools.values()), footer(first, used)[1],
+                                *assisted_note(first.draft)]})
     return df
 
 

@@ -116,8 +116,10 @@ def propd_pool(results_dir: str | Path, model: str | None, relevant: Callable[[R
     (propd_*) anchors the pool: an AR run of another paper (other lengths) must not."""
     runs = read_runs(results_dir, method=METHODS, greedy=True)
     if experiment is not None and any(relevant(r) and r.meta.get("experiment") == experiment for r in runs):
-        return pool(runs, relevant, model, own=lambda r: r.meta.get("experiment") == experiment)
-    return pool(runs, relevant, model, own=lambda r: str(r.meta.get("experiment") or "").startswith("propd"))
+        own = lambda r: r.meta.get("experiment") == experiment
+    else:
+        own = lambda r: str(r.meta.get("experiment") or "").startswith("propd")
+    return pool(runs, relevant, model, own=own)
 
 
 def cell(p: Pool, method: str, dataset: str, batch: int, combo: tuple[bool, bool] | None = None,
