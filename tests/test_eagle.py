@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from bench.core.engine import Engine
 from bench.core.timing import PhaseTimer
-from bench.models.eagle import EagleHead
+from bench.models.eagle import EagleHead, load_eagle
 from bench.train import eagle as eagle_training
 from bench.train.heads_data import Positions
 from methods import build_method
@@ -156,3 +156,16 @@ def test_hub_head_offline_is_one_line(monkeypatch):
         official_file(cfg)
     assert "cannot get EAGLE head 'yuhuili/EAGLE-Vicuna-7B-v1.3-not-cached' from the hub" in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_half_precision_head_keeps_fp32_rotary_frequencies():
+    """In bf16 the head's weights are bf16 but its rotary inv_freq stays the fp32 one (issue 40, defect 8: a cast
+    of the whole head rounded it, shifting long-distance positions by up to radians)."""
+    target = tiny_llama(V).to(torch.bfloat16)
+    cfg = OmegaConf.create({"id": "tiny", "source": "init", "seed": 0})
+    bundle = SimpleNamespace(model=target, device=torch.device("cpu"), dtype=torch.bfloat16, name="tiny",
+                             eagle_cfg=cfg, model_cache=None)
+    head = load_eagle(bundle)
+    exact = type(head.rotary)(config=head.config).inv_freq
+    assert head.fc.weight.dtype == torch.bfloat16 and head.rotary.inv_freq.dtype == torch.float32
+    assert torch.equal(head.rotary.inv_freq, exact)

@@ -44,9 +44,11 @@ def full_forward(model, input_ids, *, cache, position_ids=None, attention_mask=N
                  logits_to_keep=0, output_hidden=False) -> ForwardOutput:
     """All layers, as transformers runs them; `trees` is not needed (the mask already encodes them).
 
-    With output_hidden, the decoder and the lm_head run as two calls (what a CausalLM's forward does) so that only
-    the final hidden state is kept: output_hidden_states would hold every layer's, a high prefill peak."""
-    if not output_hidden:
+    With output_hidden or positions to keep, the decoder and the lm_head run as two calls (what a CausalLM's forward
+    does) so that only the final hidden state is kept: output_hidden_states would hold every layer's, a high prefill
+    peak. Called apart, they bypass the top-level hook of a model split over devices (accelerate's device map), which
+    would return outputs to the inputs' device: `on_inputs` does that here."""
+    if not output_hidden and not isinstance(logits_to_keep, torch.Tensor):
         out = model(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask,
                     past_key_values=cache, use_cache=True, logits_to_keep=logits_to_keep)
         return ForwardOutput(out.logits, None)
@@ -54,10 +56,16 @@ def full_forward(model, input_ids, *, cache, position_ids=None, attention_mask=N
     hidden = model.get_decoder()(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask,
                                  past_key_values=cache, use_cache=True).last_hidden_state
     if isinstance(logits_to_keep, torch.Tensor):
-        kept = hidden[:, logits_to_keep]
+        kept = hidden[:, logits_to_keep.to(hidden.device)]  # on the last device of a split model
     else:
         kept = hidden[:, -logits_to_keep:] if logits_to_keep else hidden
-    return ForwardOutput(model.get_output_embeddings()(kept), hidden)
+    logits = model.get_output_embeddings()(kept)
+    return ForwardOutput(on_inputs(logits, input_ids), on_inputs(hidden, input_ids) if output_hidden else None)
+
+
+def on_inputs(t: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+    """t on the device of the forward's inputs (a no-op unless the model is split over devices)."""
+    return t.to(input_ids.device)
 
 
 # keep(hidden [B, T, H] after `split` layers, input_ids [B, T], trees) -> [B, T] bool slots to keep. It must keep
@@ -141,12 +149,14 @@ class LayerwiseForward:
         mask = attention_mask[rows.to(select.device), :, select].transpose(1, 2)  # [B, 1, T', S]
         mask = mask.gather(3, cols[:, None, None, :].expand(b, 1, width, cached + width))
         h = base.norm(run(layers[self.split :], h, mask, cos, sin, pos))
-        logits = model.get_output_embeddings()(h)
+        logits = on_inputs(model.get_output_embeddings()(h), input_ids)
+        rows, select = rows.to(input_ids.device), select.to(input_ids.device)
         full_logits = logits.new_zeros(b, t, logits.shape[-1])
-        full_logits[rows.to(logits.device), select.to(logits.device)] = logits
+        full_logits[rows, select] = logits
         hidden = None
         if output_hidden:
+            h = on_inputs(h, input_ids)
             hidden = h.new_zeros(b, t, h.shape[-1])
-            hidden[rows.to(h.device), select.to(h.device)] = h
+            hidden[rows, select] = h
         kv = [None] * self.split + [columns] * (len(layers) - self.split)
         return ForwardOutput(full_logits, hidden, keep, kv)

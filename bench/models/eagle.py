@@ -59,7 +59,8 @@ class EagleHead(nn.Module):
                           position_ids=position_ids, past_key_values=cache, use_cache=cache is not None)
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(features)
+        # The target's lm_head: on a target split over devices it runs on the last one
+        return self.lm_head(features).to(features.device)
 
     def new_cache(self):
         from transformers import DynamicCache
@@ -120,7 +121,16 @@ def load_eagle(bundle) -> EagleHead:
         if missing or unexpected:
             raise HarnessError(f"EAGLE head '{name}' does not fit model '{bundle.name}': missing "
                                f"{missing[:3]}, unexpected {unexpected[:3]}")
-    return head.to(device=bundle.device, dtype=bundle.dtype).eval()
+    return in_dtype(head.to(device=bundle.device), bundle.dtype).eval()
+
+
+def in_dtype(head: EagleHead, dtype: torch.dtype) -> EagleHead:
+    """The head's weights in `dtype`, its rotary frequencies kept in fp32 as transformers keeps the target's: in
+    fp16/bf16 the rounded inv_freq shifts the angle of long-distance positions (at position 2000 by up to 2.4 rad
+    in bf16 and 0.5 rad in fp16 for Llama-2's theta 10000, head dim 128) and lowers acceptance."""
+    head.fc.to(dtype)
+    head.layer.to(dtype)
+    return head
 
 
 def official_file(cfg) -> Path:

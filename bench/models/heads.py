@@ -75,15 +75,16 @@ class MedusaHeads(nn.Module):
     def head(self, i: int, hidden: torch.Tensor) -> torch.Tensor:
         """Logits [..., V] of head i alone (training runs the heads one at a time to bound memory)."""
         project = self.lm_head if self.shared else self.proj[i]
-        return project(self.blocks[i](hidden))
+        return project(self.blocks[i](hidden)).to(hidden.device)
 
     def forward(self, hidden: torch.Tensor, num_heads: int | None = None) -> torch.Tensor:
         """Logits of the first `num_heads` heads (all by default). With the shared lm_head the heads' states
         go through it in ONE matmul: at decode time the 576 x 49152 projection is read from memory once per
-        step instead of once per head (it dominates the heads' cost on a CPU)."""
+        step instead of once per head (it dominates the heads' cost on a CPU). The shared lm_head is the target's:
+        on a target split over devices it runs on the last one, so its logits come back to the heads' input's."""
         n = self.num_heads if num_heads is None else num_heads
         if self.shared:
-            return self.lm_head(torch.stack([self.blocks[i](hidden) for i in range(n)]))
+            return self.lm_head(torch.stack([self.blocks[i](hidden) for i in range(n)])).to(hidden.device)
         return torch.stack([self.head(i, hidden) for i in range(n)])
 
 
