@@ -1,7 +1,7 @@
 """A target split over two GPUs (issue 40, defects 1-3), on the CPU: tests/virtual_devices.py dispatches a tiny Llama
 with accelerate over two virtual devices and raises where two of them meet in one op, as CUDA does.
 
-AR, Medusa, EAGLE-2 and ProPD at batch 1, and at batch 2 those that batch, must decode on the split target without
+AR, Medusa, EAGLE, EAGLE-2 and ProPD at batch 1, and at batch 2 those that batch, must decode on the split target without
 meeting two devices and give greedy AR's tokens. On the code before the fix, the forward that keeps hidden states
 called the decoder and lm_head past accelerate's top-level hook (logits and hidden states stayed on the last
 device), the batched prefill indexed the last device's hidden state with a device-0 tensor, and ProPD's pruning ran
@@ -28,6 +28,7 @@ NEW = 24
 METHODS = {
     "ar": ("method=ar",),
     "medusa": ("method=medusa",),
+    "eagle": ("method=eagle",),
     "eagle2": ("method=eagle2",),
     "propd": ("method=propd", "method.prune_layer=1", "method.prune_topk=8"),
 }
