@@ -15,6 +15,17 @@ PHASES = ("prefill", "preprocess", "draft", "target_forward", "verify", "update"
 # construction (token sampling, heap work); temperature > 0 adds the target softmax (`sampling`).
 OPTIONAL_PHASES = ("draft_forward", "tree", "sampling", "controller")
 MODEL_PHASES = ("prefill", "target_forward")  # everything else is overhead
+# Devices whose kernels run asynchronously to the host: without a sync at every boundary a phase times only the
+# launches it queued, and its device time lands in whichever later phase waits (reads a value, syncs).
+ASYNC_DEVICES = ("cuda", "mps", "xpu")
+
+
+def phases_exact(device: str | None, sync_phases: bool | None) -> bool:
+    """Whether a run's per-phase times are each phase's own time: always on a synchronous device (CPU), only with
+    run.sync_phases=true on an asynchronous one. Every report that shows phase shares decides by this. A run
+    that recorded no device (older summaries) is taken as exact: nothing says it was not."""
+    kind = str(device or "cpu").split(":")[0]
+    return bool(sync_phases) or kind not in ASYNC_DEVICES
 
 
 def device_sync(device) -> None:

@@ -10,17 +10,20 @@
 - pld_vs_hf_pld: our PLD in the HF setting (n-gram 2, partial continuation) / generate(prompt_lookup_...).
 - breakdown_mode_cost (details): the tok/s AR loses in the breakdown mode (run.sync_phases=true, a device sync at
   every phase boundary) against the default, synced only at the ends of the timed region as HF generate is.
-- tr_overhead_share: share of Token Recycling's timed wall time outside model forwards.
+- tr_overhead_share: share of Token Recycling's timed wall time outside model forwards (phases synced).
 - batch_ar_vs_hf_generate_b<B>: aggregate tok/s of our AR at run.batch_size=B / HF generate on the same
   left-padded batches (B = 4 and 16; outputs must match row by row).
 - tr_overhead_share_b16: Token Recycling's share outside model forwards at batch 16 (per-row drafting,
-  verification and KV moves are Python loops over rows: this is what they cost).
+  verification and KV moves are Python loops over rows: this is what they cost; phases synced).
 - tr_speedup_efficiency: achieved TR speedup over our AR / (MAT x T(1) / T(tree + root)), with T(1) and
-  T(tree + root) the mean target-forward time per decode step measured inside those same AR and TR runs.
+  T(tree + root) the mean target-forward time per decode step measured inside those same AR and TR runs, both
+  timed per phase (on a GPU an unsynced target_forward phase times only the kernel launches).
   The isolated forward-cost curve T(n) (a cache as long as a typical prompt + half the output) is kept
   in the details with the efficiency it implies: on the 2-core CPU here its T(81) moved by +-40% from one
   invocation to the next while the in-run means stayed within a few percent.
-Pairs run interleaved (A, B, A, B, ...; order flipped every repeat) so drift hits both sides alike.
+Pairs run interleaved (A, B, A, B, ...; order flipped every repeat) so drift hits both sides alike. Every figure
+states its timing mode (`timing_mode`; printed beside it and kept in the JSON's `timing_modes`): the shares and
+in-run forward times come from runs with run.sync_phases=true, the tok/s ratios from runs synced at the ends only.
 """
 
 from __future__ import annotations
@@ -47,6 +50,14 @@ GOALS = {"ar_vs_hf_generate": 1.00, "ar_vs_hf_generate_unmodified": 1.6, "pld_vs
 # Shares to keep small and the forward's time ratios; every other goal is a ratio to raise.
 LOWER_IS_BETTER = {"tr_overhead_share", "tr_overhead_share_b16", *roofline.GOALS}
 BATCHES = (4, 16)
+PHASES_SYNCED, ENDS_SYNCED = "phases synced", "ends synced"  # run.sync_phases true / false (bench/core/timing.py)
+FORWARDS_SYNCED = "each forward synced"  # isolated forwards, bench.models.forward_cost and bench.run.roofline
+
+
+def timing_mode(*runners: Runner) -> str:
+    """How a figure's runs were timed: PHASES_SYNCED (a device sync at every phase boundary, which a phase share
+    or an in-run forward time needs on a GPU) or ENDS_SYNCED (the timed region only, as HF generate is timed)."""
+    return " vs ".join(PHASES_SYNCED if r.timer.sync else ENDS_SYNCED for r in runners)
 
 
 def runner_for(model: str, method: str, overrides: list[str], args, prompts: int | None = None,
@@ -121,13 +132,17 @@ def batch_section(args) -> dict:
         batched = [f"run.batch_size={b}"]
         ar = runner_for(args.model, "ar", batched, args, args.batch_prompts, args.batch_max_new_tokens)
         hf = runner_for(args.model, "hf_generate", batched, args, args.batch_prompts, args.batch_max_new_tokens)
-        out[b] = timed_batch_pair(ar, hf, b, args.repeats, f"batch {b}: ar vs hf_generate")
-    tr = runner_for(args.model, "token_recycling", ["run.batch_size=16"], args, 16, args.batch_tr_max_new_tokens)
+        out[b] = {**timed_batch_pair(ar, hf, b, args.repeats, f"batch {b}: ar vs hf_generate"),
+                  "timing_mode": timing_mode(ar, hf)}
+    # its overhead share is a phase breakdown: timed per phase
+    tr = runner_for(args.model, "token_recycling", ["run.batch_size=16", "run.sync_phases=true"], args, 16,
+                    args.batch_tr_max_new_tokens)
     prompts = [tr.encode([], it["turns"][0]) for it in tr.items]
     timed(tr, prompts[:2])  # warm-up
     gens, _ = timed(tr, prompts)
     steps = [{"accept_lengths": [], "phase_times": gens[0].phase_times}]
     out["tr_b16"] = {"overhead_share": metrics.overhead_share(steps), "phase_times": gens[0].phase_times,
+                     "timing_mode": timing_mode(tr),
                      "mat": metrics.mat([{"accept_lengths": g.accept_lengths} for g in gens]),
                      "aggregate_tok_s": sum(len(g.output_ids) for g in gens) / sum(gens[0].phase_times.values())}
     return out
@@ -156,12 +171,16 @@ def write_json(result: dict, out: str) -> None:
 
 
 def print_goals(result: dict) -> None:
+    """One line per goal: the figure, its goal, the timing mode it was measured in (result["timing_modes"])."""
+    modes = result.get("timing_modes", {})
     for key, goal in GOALS.items():
         if key not in result:
             continue
         value, lower = result[key], key in LOWER_IS_BETTER
         ok = value <= goal if lower else value >= goal
-        print(f"{key:30s} {value:7.3f}   goal {'<=' if lower else '>='} {goal:.2f}: {'met' if ok else 'MISSED'}")
+        mode = f" [{modes[key]}]" if key in modes else ""
+        verdict = "met" if ok else "MISSED"
+        print(f"{key:30s} {value:7.3f}   goal {'<=' if lower else '>='} {goal:.2f}{mode}: {verdict}")
 
 
 def forward_section(args, ar: Runner) -> dict:
@@ -197,6 +216,7 @@ def main(argv=None) -> int:
     if args.roofline_only:
         ar = runner_for(args.model, "ar", [], args)
         result = {**forward_section(args, ar), "goals": {k: GOALS[k] for k in roofline.GOALS},
+                  "timing_modes": dict.fromkeys(roofline.GOALS, FORWARDS_SYNCED),
                   "settings": vars(args),
                   "provenance": provenance(ar.bundle.device, ar.bundle.dtype, ar.bundle.linear_backend)}
         write_json(result, args.out)
@@ -218,8 +238,10 @@ def main(argv=None) -> int:
     ar_sync = runner_for(args.model, "ar", ["run.sync_phases=true"], args)
     sync_pair = timed_pair(ar_sync, ar, args.repeats, "ar breakdown mode vs ar")
 
-    tr = runner_for(args.model, "token_recycling", ["run.sync_phases=true"], args)  # its overhead share is a breakdown
-    tr_ar = timed_pair(tr, ar, 1, "token_recycling vs ar")
+    # Its overhead share and both in-run forward times (T(1) from AR, T(tree) from TR) are phase times: both
+    # sides timed per phase, so on a GPU target_forward holds the forward, not only its kernel launches.
+    tr = runner_for(args.model, "token_recycling", ["run.sync_phases=true"], args)
+    tr_ar = timed_pair(tr, ar_sync, 1, "token_recycling vs ar (phases synced)")
     tr_mat = metrics.mat(tr_ar["a_steps"])
     overhead = metrics.overhead_share(tr_ar["a_steps"])
 
@@ -263,6 +285,15 @@ def main(argv=None) -> int:
         },
         "goals": GOALS,
         "goals_lower_is_better": sorted(LOWER_IS_BETTER),
+        "timing_modes": {
+            "ar_vs_hf_generate": timing_mode(ar, hf), "ar_vs_hf_generate_unmodified": timing_mode(ar, hf),
+            "pld_vs_hf_pld": timing_mode(pld, hf_pld), "tr_overhead_share": timing_mode(tr),
+            "tr_speedup_efficiency": timing_mode(tr, ar_sync),
+            **{f"batch_ar_vs_hf_generate_b{b}": batch[b]["timing_mode"] for b in BATCHES},
+            "tr_overhead_share_b16": batch["tr_b16"]["timing_mode"],
+            **dict.fromkeys(roofline.GOALS, FORWARDS_SYNCED),
+            "breakdown_mode_cost": timing_mode(ar_sync, ar),
+        },
         "settings": vars(args),
         "provenance": provenance(ar.bundle.device, ar.bundle.dtype, ar.bundle.linear_backend),
     }
@@ -270,8 +301,8 @@ def main(argv=None) -> int:
 
     print_goals(result)
     d = result["details"]
-    print(f"T(1) = {t_ar * 1e3:.1f} ms, T({tree_slots}) = {t_tr * 1e3:.1f} ms in the runs; isolated "
-          f"{costs[1] * 1e3:.1f} / {costs[tree_slots] * 1e3:.1f} ms (efficiency with those: "
+    print(f"T(1) = {t_ar * 1e3:.1f} ms, T({tree_slots}) = {t_tr * 1e3:.1f} ms in the runs ({PHASES_SYNCED}); "
+          f"isolated {costs[1] * 1e3:.1f} / {costs[tree_slots] * 1e3:.1f} ms (efficiency with those: "
           f"{d['tr_speedup_efficiency_isolated_T']:.2f}); TR MAT {tr_mat:.2f}, ideal speedup {ideal:.2f}, "
           f"achieved {achieved:.2f}")
     print(f"outputs identical: ar/hf {d['ar_hf_outputs_identical']}, pld/hf_pld {d['pld_hf_outputs_identical']}, "
@@ -279,13 +310,14 @@ def main(argv=None) -> int:
     for b in BATCHES:
         x = batch[b]
         print(f"batch {b}: ar {x['a_tok_s']:.1f} tok/s vs hf_generate {x['b_tok_s']:.1f} tok/s aggregate, "
-              f"rows identical {x['outputs_identical']} ({x['mismatched_rows']} differ)")
-    print(f"batch 16: token_recycling MAT {batch['tr_b16']['mat']:.2f}, {batch['tr_b16']['aggregate_tok_s']:.1f} tok/s "
-          f"aggregate")
-    u = unmodified
+              f"rows identical {x['outputs_identical']} ({x['mismatched_rows']} differ) [{x['timing_mode']}]")
+    t16 = batch["tr_b16"]
+    print(f"batch 16: token_recycling MAT {t16['mat']:.2f}, {t16['aggregate_tok_s']:.1f} tok/s aggregate "
+          f"[{t16['timing_mode']}]")
+    u, u_mode = unmodified, result["timing_modes"]["ar_vs_hf_generate_unmodified"]
     print(f"ar ({ar.bundle.linear_backend}) {u['a_tok_s']:.1f} tok/s vs hf_generate on the unmodified model "
           f"({u['hf_linear_backend']}) {u['b_tok_s']:.1f} tok/s; outputs identical {u['outputs_identical']} "
-          f"({u['mismatched_prompts']} prompts differ)")
+          f"({u['mismatched_prompts']} prompts differ) [{u_mode}]")
     print(f"breakdown mode (run.sync_phases=true) costs {100 * d['breakdown_mode_cost']:+.1f}% of AR's tok/s on "
           f"{ar.bundle.device.type} (a CPU has nothing to sync: expect noise around 0)")
     cache_bench.print_share(kv_share)

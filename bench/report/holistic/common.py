@@ -79,12 +79,14 @@ def holistic_drafter(results_dir: str | Path, model: str | None, draft: str | No
 
 
 def holistic_pool(results_dir: str | Path, model: str | None, dataset: str, make: str,
-                  draft: str | None = None) -> Pool:
+                  draft: str | None = None, synced: bool = False) -> Pool:
     """The greedy batch-1 runs of experiment `holistic` on `dataset` of one model and of the drafter `draft`
     (a full name, holistic_drafter's; None: any), measured like the most recent holistic run
-    (bench.report.select.pool); no holistic run: MissingRunsError naming `make`."""
+    (bench.report.select.pool); no holistic run: MissingRunsError naming `make`. Runs timed per phase
+    (run.sync_phases, Table 9's) only with `synced`: a speed table never reads them, as on a GPU the syncs cost
+    time the paper's and AR's runs do not pay."""
     candidates = read_runs(results_dir, experiment=EXPERIMENT, dataset=dataset, greedy=True, batch_size=1,
-                           model=model)
+                           model=model, keep=lambda r: synced or not r.meta.get("sync_phases"))
     if draft is not None:
         candidates = [r for r in candidates if drafter(r) in (None, draft)]
     p = pool(candidates, lambda r: r.meta.get("method") == "holistic", model, dataset=dataset)

@@ -3,8 +3,9 @@ M_t forward, cache fetch/verify, roll back, controller step), ours beside the pa
 HumanEval, A6000s).
 
 Writes results/tables/holistic_table9.{md,csv,tex}. Reads the latest holistic run with both reuses and Pre-cut at
-lambda <= 24 (Table 1's "ours", also Table 3's precut cell at 24) and divides each phase's summed time by its
-operation count, from the run's counters:
+lambda <= 24 (Table 1's "ours", also Table 3's precut cell at 24), preferring one timed per phase
+(conf/experiment/holistic/table9.yaml; bench.report.phase_timing refuses an unsynced GPU run), and divides each
+phase's summed time by its operation count, from the run's counters:
 - draft_forward / draft calls; target_forward / verifications (the prefill is not counted);
 - cache (fetches at draft and target, the phrases pushed after verification) / verifications;
 - rollback (the draft cache's crop to the committed tokens) / verifications; the target's KV compaction is the
@@ -24,12 +25,15 @@ import pandas as pd
 from bench.report import tables
 from bench.report.holistic.common import (
     MAKE,
+    draft_length,
     footer,
     holistic_drafter,
     holistic_pool,
     ladder_run,
+    level,
     verifications,
 )
+from bench.report.phase_timing import require_exact_phases
 from bench.report.tables import MISSING, pair, render, write_texts
 from bench.run.metrics import (
     bootstrap_interval,
@@ -71,8 +75,11 @@ def ms_interval(records: list[dict], phase: str, per: str) -> list[float] | None
 
 def build_holistic_table9(results_dir: str | Path, model: str | None = None, dataset: str = "humaneval",
                           draft: str | None = None) -> pd.DataFrame:
-    p = holistic_pool(results_dir, model, dataset, MAKE["table9"], holistic_drafter(results_dir, model, draft))
-    run = ladder_run(p, "precut", LAMBDA)
+    p = holistic_pool(results_dir, model, dataset, MAKE["table9"], holistic_drafter(results_dir, model, draft),
+                      synced=True)
+    run = (p.latest(lambda r: level(r) == "precut" and draft_length(r) == LAMBDA and r.meta.get("sync_phases"))
+           or ladder_run(p, "precut", LAMBDA))
+    require_exact_phases([run], "holistic/table9", MAKE["table9"])
     paper = pd.read_csv(PAPER_DIR / PAPER).set_index("component")
     phases = phase_totals(run.records) if run else {}
     counts = counter_totals(run.records) if run else {}

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bench.report.phase_timing import require_exact_phases
 from bench.report.plots import figures_dir, new_figure, save_csv, save_figure, wrap, yerr
 from bench.report.select import read_runs
 from bench.report.token_recycling.common import context, describe, group_runs, missing_runs, run_metrics, warn
@@ -62,6 +63,7 @@ def fig4_points(results_dir, model: str | None = None,
     if not kept:
         raise missing_runs(["tr_fig4"], results_dir, model)
     run = kept[-1]
+    require_exact_phases([run], "token_recycling/fig4", "make reproduce-tr-fig4")
     m = run_metrics(run)
     paper = paper_fig4()
     rows = []
