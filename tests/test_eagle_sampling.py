@@ -24,6 +24,7 @@ from omegaconf import OmegaConf
 
 import bench.core.engine as engine_module
 from bench.core.engine import Engine
+from bench.core.proposer import Acceptance
 from bench.core.timing import PhaseTimer
 from bench.models.eagle import EagleHead
 from methods import build_method
@@ -110,5 +111,8 @@ def test_eagle1_keeps_the_target_distribution(target):
 
 
 def test_a_wrong_rule_fails(target, monkeypatch):
-    monkeypatch.setattr(engine_module, "stochastic_accept", no_residual)
+    def verify(tree, tokens, p, q, rule, generator=None, candidates=None):
+        return Acceptance.from_path(tree, *no_residual(tree, tokens, p, q, rule, generator, candidates))
+
+    monkeypatch.setattr(engine_module, "stochastic_verify", verify)
     assert chi_square(sample_pairs(target, **SETTINGS), expected(target)) > 3 * LIMIT

@@ -24,8 +24,8 @@ import torch
 
 from bench.core.forward import TargetForward, full_forward
 from bench.core.kv import keep_accepted, keep_rows, new_cache
-from bench.core.proposer import Acceptance, Draft, Generation, Proposer, StepContext
-from bench.core.sampling import sample, stochastic_accept, target_probs
+from bench.core.proposer import Draft, Generation, Proposer, StepContext
+from bench.core.sampling import sample, stochastic_verify, target_probs
 from bench.core.timing import Timer
 from bench.core.verify import greedy_accept
 
@@ -223,9 +223,7 @@ class Engine:
             else:
                 p = target_probs(logits, self.temperature)
                 timer.lap("sampling")
-                slots, token = stochastic_accept(d.tree, tokens, p, d.probs, r.proposer.rule, r.generator,
-                                                 candidates)
-                acc = Acceptance.from_path(d.tree, slots, token, self.device)
+                acc = stochastic_verify(d.tree, tokens, p, d.probs, r.proposer.rule, r.generator, candidates)
             accepted.append((acc, logits, tokens, target))
         timer.lap("verify")
 

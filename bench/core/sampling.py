@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from bench.core.proposer import Acceptance
 from bench.core.tree import Tree
 
 RULES = ("specinfer", "sequoia")
@@ -35,12 +36,15 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
-def _normalized(x: torch.Tensor) -> torch.Tensor | None:
-    total = x.sum()
-    return None if float(total) <= 0 else x / total
+def stochastic_accept(tree: Tree, tokens: torch.Tensor, p: torch.Tensor, q: torch.Tensor | None, rule: str,
+                      generator: torch.Generator | None = None,
+                      candidates: torch.Tensor | None = None) -> tuple[list[int], int]:
+    """stochastic_verify's outcome as Python values: (accepted path slots from the root, bonus token)."""
+    acc = stochastic_verify(tree, tokens, p, q, rule, generator, candidates)
+    return acc.slots().tolist(), int(acc.bonus[0])
 
 
-def stochastic_accept(
+def stochastic_verify(
     tree: Tree,
     tokens: torch.Tensor,
     p: torch.Tensor,
@@ -48,48 +52,68 @@ def stochastic_accept(
     rule: str,
     generator: torch.Generator | None = None,
     candidates: torch.Tensor | None = None,
-) -> tuple[list[int], int]:
+) -> Acceptance:
     """tokens [N+1] tree inputs, p [N+1, V] target probabilities at each slot, q [N+1, V] draft probabilities
-    at each slot (the distribution its children were drawn from) or None for deterministic drafts.
-    Returns (accepted path slots from the root, bonus token)."""
+    at each slot (the distribution its children were drawn from) or None for deterministic drafts; candidates
+    [N+1] bool or None (False: never accepted). Returns the batch-1 Acceptance, on p's device.
+
+    Host waits: a node's children are decided on the device (their uniforms drawn in one call), and one read per
+    visited node that has children says which child was taken; the bonus token is drawn on the device."""
     if rule not in RULES:
         raise ValueError(f"unknown verification rule '{rule}' (known: {', '.join(RULES)})")
-    toks = tokens.tolist()
-    ok = None if candidates is None else candidates.tolist()
-    node, path = 0, [0]
+    on = tree.on(p.device)
+    node = 0
     while True:
-        r = p[node]
-        kids = [c for c in tree.children[node] if ok is None or ok[c]]
-        qn = None if q is None or not kids else q[node]
-        accepted = None
-        for child in kids:
-            x = toks[child]
-            u = float(torch.rand((), generator=generator, device=p.device))
-            if qn is None:  # point mass on x
-                if u < float(r[x]):
-                    accepted = child
-                    break
-                r = r.clone()
-                r[x] = 0.0
-                r = _normalized(r)
-                if r is None:  # cannot happen with exact arithmetic: r[x] < 1 whenever x was rejected
-                    r = p[node]
-                    break
-                continue
-            if u * float(qn[x]) <= float(r[x]):
-                accepted = child
-                break
-            residual = _normalized(torch.clamp(r - qn, min=0.0))
-            if residual is None:  # r <= q everywhere means r == q: rejection had probability 0
-                break
-            r = residual
-            if rule == "sequoia":
-                qn = qn.clone()
-                qn[x] = 0.0
-                qn = _normalized(qn)
-                if qn is None:
-                    break
-        if accepted is None:
-            return path, sample(r, generator)
-        node = accepted
-        path.append(node)
+        kids = tree.children[node]
+        if not kids:
+            r = p[node]
+            break
+        taken, r = decide(on.children[node, : len(kids)], tokens, p[node], None if q is None else q[node], rule,
+                          generator, candidates)
+        child = int(taken)  # the one read per level: -1 when every child was rejected
+        if child < 0:
+            break
+        node = kids[child]
+    bonus = torch.multinomial(r, 1, generator=generator)
+    return Acceptance(on.slot_ids[node : node + 1], on.ancestors[node : node + 1], on.depth[node : node + 1] + 1,
+                      bonus)
+
+
+def decide(kids: torch.Tensor, tokens: torch.Tensor, p: torch.Tensor, q: torch.Tensor | None, rule: str,
+           generator, candidates) -> tuple[torch.Tensor, torch.Tensor]:
+    """Recursive rejection sampling over one node's children (kids [k] slots, in drafting order), on the device:
+    (index of the accepted child, or -1; the target residual r the bonus token is drawn from when none is)."""
+    dev = p.device
+    xs = tokens[kids]
+    u = torch.rand(len(kids), generator=generator, device=dev)  # one uniform per child, drawn together
+    going = torch.ones((), dtype=torch.bool, device=dev)  # no child accepted and no stop yet
+    taken = torch.full((), -1, dtype=torch.long, device=dev)
+    r = p
+    for j in range(len(kids)):
+        x = xs[j : j + 1]
+        try_j = going if candidates is None else going & candidates[kids[j]]
+        rx = r.gather(0, x)[0]
+        if q is None:  # point mass on x: accept with probability r[x], else zero r[x] and renormalise
+            take = try_j & (u[j] < rx)
+            rest = r.scatter(0, x, torch.zeros(1, dtype=r.dtype, device=dev))
+            total = rest.sum()
+            reject = try_j & ~take
+            # total == 0 cannot happen with exact arithmetic (r[x] < 1 whenever x was rejected): then stop at p
+            r = torch.where(reject, torch.where(total > 0, rest / total, p), r)
+            going = going & ~take & ~(reject & (total <= 0))
+        else:
+            take = try_j & (u[j] * q.gather(0, x)[0] <= rx)
+            residual = torch.clamp(r - q, min=0.0)
+            total = residual.sum()
+            reject = try_j & ~take
+            stop = reject & (total <= 0)  # r <= q everywhere means r == q: rejection had probability 0
+            moved = reject & ~stop
+            r = torch.where(moved, residual / total, r)
+            going = going & ~take & ~stop
+            if rule == "sequoia":  # q[x] <- 0, renormalised; no mass left: the other siblings cannot be drawn
+                rest_q = q.scatter(0, x, torch.zeros(1, dtype=q.dtype, device=dev))
+                q_total = rest_q.sum()
+                q = torch.where(moved, rest_q / q_total, q)
+                going = going & ~(moved & (q_total <= 0))
+        taken = torch.where(take, j, taken)
+    return taken, r

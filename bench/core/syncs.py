@@ -1,15 +1,24 @@
-"""Counting the decode loop's host syncs on any device, a CPU included.
+"""Counting the decode loop's host waits on any device, a CPU included.
 
 On a GPU the host waits for the device whenever Python reads a tensor's value (`.item()`, `.tolist()`, `bool(t)`,
 `int(t)`, `torch.equal`, ops whose output shape depends on values such as `nonzero` and `unique`) and whenever a
-tensor crosses between host and device (`.to(device)`, `.cpu()`, `torch.tensor(data, device=...)`). A CPU runs the
-same Python, so a torch-function mode sees the same calls there. A CPU cannot tell whether a `.to(device)` would
-cross (everything is on the host), so every call that names a device is counted as a transfer: the loop keeps
-device tensors on the device instead of moving them each step. Used by tests that pin the loop's count per step.
+tensor crosses between host and device: torch's blocking copies synchronize the stream both ways, so a
+host-to-device copy (`torch.tensor(data, device=...)`, `host.to(device)`, `dev.copy_(host)`, `dev[host_index]`,
+`dev[[1, 2]]`, whose list becomes a host index tensor) stalls as a read does. A CPU runs the same Python, so a
+torch-function mode sees the same calls there.
+
+On a CPU every tensor is on the host, so the mode keeps track of which tensors would be on the host on a GPU: those
+made from Python data or by a factory without a device (`torch.tensor(xs)`, `torch.zeros(n)`), by `.cpu()`, and
+whatever is computed from those alone. Every other tensor (made with a device, computed on the device, or made
+before counting started: the model, trees built at setup) is taken as a device tensor. Reading a host tensor
+costs nothing; moving one to the device, or mixing it into a device op, counts as a transfer. Limits: a
+device-to-host copy written as `.to("cpu")` looks like a no-op move on a CPU (write `.cpu()` or `.tolist()`), and a
+host tensor made before counting started is taken as a device one. Used by tests that pin waits per step.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections import Counter
 
 import torch
@@ -20,7 +29,11 @@ SCALAR_READS = {Tensor.item: "item", Tensor.tolist: "tolist", Tensor.__bool__: "
                 Tensor.__float__: "float", Tensor.__index__: "index", Tensor.numpy: "numpy", torch.equal: "equal",
                 Tensor.equal: "equal", torch.nonzero: "nonzero", Tensor.nonzero: "nonzero", torch.unique: "unique",
                 Tensor.unique: "unique", torch.masked_select: "masked_select", Tensor.masked_select: "masked_select"}
-TRANSFERS = {Tensor.cpu: "cpu", Tensor.cuda: "cuda"}
+# Factories that make a host tensor unless given a device; the first two copy Python data when given one.
+FROM_DATA = (torch.tensor, torch.as_tensor)
+FACTORIES = {*FROM_DATA, torch.from_numpy, torch.zeros, torch.ones, torch.full, torch.empty, torch.arange, torch.eye,
+             torch.rand, torch.randn, torch.randint, torch.randperm, torch.linspace}
+INDEXING = (Tensor.__getitem__, Tensor.__setitem__)
 
 
 class HostSyncCounter(TorchFunctionMode):
@@ -30,30 +43,85 @@ class HostSyncCounter(TorchFunctionMode):
         super().__init__()
         self.reads: Counter = Counter()
         self.transfers: Counter = Counter()
+        self.host_made: dict[int, weakref.ref] = {}  # id -> tensor that would live on the host on a GPU
 
     @property
     def total(self) -> int:
         return sum(self.reads.values()) + sum(self.transfers.values())
 
+    def on_host(self, t) -> bool:
+        ref = self.host_made.get(id(t))
+        return ref is not None and ref() is t
+
+    def mark_host(self, out) -> None:
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, Tensor):
+                self.host_made[id(t)] = weakref.ref(t)
+        if len(self.host_made) > 100_000:  # drop the dead
+            self.host_made = {k: r for k, r in self.host_made.items() if r() is not None}
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        tensors = [t for t in flat(args, kwargs) if isinstance(t, Tensor)]
+        host = [t for t in tensors if self.on_host(t)]
+        if func in FACTORIES:
+            data = args[0] if args else kwargs.get("data")
+            if kwargs.get("device") is not None:
+                if func in FROM_DATA and not (isinstance(data, Tensor) and not self.on_host(data)):
+                    self.transfers["from_host"] += 1  # Python data (or a host tensor) copied to the device
+            elif not (func in FROM_DATA and isinstance(data, Tensor) and not self.on_host(data)):
+                self.mark_host(out)
+            return out
         if func in SCALAR_READS:
-            self.reads[SCALAR_READS[func]] += 1
-        elif func in TRANSFERS:
-            self.transfers[TRANSFERS[func]] += 1
-        elif func is Tensor.to and names_device(args[1:], kwargs):
-            self.transfers["to"] += 1
-        elif func in (torch.tensor, torch.as_tensor) and kwargs.get("device") is not None:
-            self.transfers["from_host"] += 1
-        elif func is Tensor.__getitem__ and len(args) > 1 and is_bool_index(args[1]):
+            if not host:  # a host tensor's value is read without waiting
+                self.reads[SCALAR_READS[func]] += 1
+            return out
+        if func is Tensor.cpu:
+            if not host:
+                self.transfers["cpu"] += 1
+            self.mark_host(out)
+            return out
+        if func is Tensor.cuda or (func is Tensor.to and names_device(args[1:], kwargs)):
+            if host:
+                self.transfers["to"] += 1
+            return out
+        device = [t for t in tensors if not self.on_host(t)]
+        if func in INDEXING and not self.on_host(args[0]) and (has_list(args[1]) or any_host(self, args[1:])):
+            self.transfers["index"] += 1  # a host index (or written value) is copied to the device
+        elif func in INDEXING and self.on_host(args[0]) and device:
+            self.transfers["index"] += 1  # a device value is copied to the host, or a device index read
+        elif host and device and (func is Tensor.copy_ or any(t.dim() > 0 for t in host)):
+            self.transfers["mixed"] += 1  # a host tensor meets device ones: a copy (or, on CUDA, an error)
+        elif func is Tensor.__getitem__ and is_bool_index(args[1]):
             self.reads["bool_index"] += 1  # the output's shape is the mask's count
-        return func(*args, **kwargs)
+        if host and not device:
+            self.mark_host(out)
+        return out
+
+def flat(args, kwargs):
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, (list, tuple)):
+            yield from a
+        else:
+            yield a
+
+
+def any_host(counter: HostSyncCounter, parts) -> bool:
+    parts = [q for p in parts for q in (p if isinstance(p, tuple) else (p,))]
+    return any(isinstance(p, Tensor) and counter.on_host(p) for p in parts)
 
 
 def names_device(args, kwargs) -> bool:
     if "device" in kwargs:
         return True
     return any(isinstance(a, (str, torch.device, Tensor)) for a in args[:1])
+
+
+def has_list(index) -> bool:
+    """A Python list (or range) in an index: torch turns it into a host index tensor."""
+    parts = index if isinstance(index, tuple) else (index,)
+    return any(isinstance(p, (list, range)) for p in parts)
 
 
 def is_bool_index(index) -> bool:

@@ -27,6 +27,8 @@ class DeviceTree(NamedTuple):
     depth: torch.Tensor  # [N+1]
     ancestors: torch.Tensor  # [N+1, N+1] bool
     path_slots: torch.Tensor  # [N+1, D+1]: row i = the slots root..i in depth order, padded with 0 (the root)
+    children: torch.Tensor  # [N+1, K]: row i = i's children in slot order, padded with 0 (K: the most children)
+    slot_ids: torch.Tensor  # [N+1]: 0..N, so a slot known on the host is a device tensor by slicing
 
 
 @dataclass(frozen=True, eq=False)
@@ -65,16 +67,39 @@ class Tree:
         return f"n{self.size}-d{self.max_depth}-{hashlib.sha1(key.encode()).hexdigest()[:8]}"
 
     def on(self, device: torch.device | str) -> DeviceTree:
-        """The index tensors on `device`, cached per device."""
+        """The index tensors on `device`, cached per device: built on the host and sent in one copy."""
         key = str(device)
         if key not in self._on:
-            paths = torch.zeros(len(self.parents), self.max_depth + 1, dtype=torch.long)
-            for i, row in enumerate(self.ancestors):
-                slots = row.nonzero().flatten()  # ascending = by depth: one slot per level
-                paths[i, : len(slots)] = slots
-            self._on[key] = DeviceTree(self.parents.clamp(min=0).to(device), self.depth.to(device),
-                                       self.ancestors.to(device), paths.to(device))
+            self._on[key] = self.pack(device, [])[0]
         return self._on[key]
+
+    def tokens_on(self, tokens: list[int], device: torch.device | str) -> torch.Tensor:
+        """A draft's tokens (built on the host) on `device`, sent in the same copy as the tree's indices when those
+        are not there yet (a dynamic tree: one copy a step, not two)."""
+        if str(device) in self._on:
+            return torch.tensor(tokens, dtype=torch.long, device=device)
+        self._on[str(device)], sent = self.pack(device, tokens)
+        return sent
+
+    def pack(self, device, extra: list[int]) -> tuple[DeviceTree, torch.Tensor]:
+        """The DeviceTree and `extra` values on `device`, from one host-to-device copy."""
+        n1, kids = len(self.parents), self.children
+        width, k = self.max_depth + 1, max(1, *(len(c) for c in kids))
+        parents = self.parents.tolist()
+        paths, children = [], []
+        for i in range(n1):
+            row, j = [], i
+            while j > 0:
+                row.append(j)
+                j = parents[j]
+            paths += [0, *reversed(row)] + [0] * (width - 1 - len(row))
+            children += [*kids[i]] + [0] * (k - len(kids[i]))
+        flat = [max(p, 0) for p in parents] + self.depth.tolist() + paths + children + list(extra)
+        packed = torch.cat([torch.tensor(flat, dtype=torch.long), self.ancestors.flatten().long()]).to(device)
+        par, depth, path, child, sent, anc = packed.split([n1, n1, n1 * width, n1 * k, len(extra), n1 * n1])
+        on = DeviceTree(par, depth, anc.view(n1, n1).bool(), path.view(n1, width), child.view(n1, k),
+                        torch.arange(n1, device=device))
+        return on, sent
 
     def attention_bias(self, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
         """[N+1, N+1] additive bias block: 0 where a node may attend (itself, ancestors), min elsewhere.
@@ -85,34 +110,34 @@ class Tree:
         key = (dtype, str(device))
         if key not in self._bias:
             bias = torch.full(self.ancestors.shape, torch.finfo(dtype).min, dtype=dtype, device=device)
-            self._bias[key] = bias.masked_fill_(self.ancestors.to(device), 0.0)
+            self._bias[key] = bias.masked_fill_(self.on(device).ancestors, 0.0)
         return self._bias[key]
 
 
 def tree_from_parents(parents: list[int] | torch.Tensor, choice=None, paths=None) -> Tree:
-    """Build a Tree from parent slots (parents[0] must be -1, parents[i] < i, depth non-decreasing)."""
-    parents = torch.as_tensor(parents, dtype=torch.long)
+    """Build a Tree from parent slots (parents[0] must be -1, parents[i] < i, depth non-decreasing). Built in
+    Python lists, then one tensor each: dynamic trees are built every step."""
+    parents = parents.tolist() if isinstance(parents, torch.Tensor) else [int(p) for p in parents]
     n1 = len(parents)
-    if n1 == 0 or int(parents[0]) != -1:
+    if n1 == 0 or parents[0] != -1:
         raise ValueError("slot 0 must be the root (parent -1)")
-    depth = torch.zeros(n1, dtype=torch.long)
-    ancestors = torch.eye(n1, dtype=torch.bool)
+    depth = [0] * n1
+    rows = [[j == 0 for j in range(n1)]]
     for i in range(1, n1):
-        p = int(parents[i])
+        p = parents[i]
         if not 0 <= p < i:
             raise ValueError(f"node {i} has parent {p}; parents must precede children")
         depth[i] = depth[p] + 1
-        ancestors[i] = ancestors[p]
-        ancestors[i, i] = True
-    if n1 > 1 and bool((depth[1:] < depth[:-1]).any()):
-        raise ValueError("slots must be ordered by depth (breadth first)")
-    is_chain = bool((parents[1:] == torch.arange(n1 - 1)).all())
-    slices = []
-    for d in range(1, int(depth.max()) + 1):
-        idx = (depth == d).nonzero().flatten()
-        slices.append((int(idx[0]), int(idx[-1]) + 1))
+        if depth[i] < depth[i - 1]:
+            raise ValueError("slots must be ordered by depth (breadth first)")
+        rows.append(rows[p].copy())  # the parent's ancestors, and itself
+        rows[i][i] = True
+    ancestors = torch.tensor(rows, dtype=torch.bool)
+    is_chain = parents[1:] == list(range(n1 - 1))
+    starts = [i for i in range(1, n1) if depth[i] != depth[i - 1]]  # first slot of each depth >= 1
+    slices = tuple(zip(starts, [*starts[1:], n1]))
     choice_t = None if choice is None else torch.as_tensor(choice, dtype=torch.long)
-    return Tree(parents, depth, ancestors, is_chain, tuple(slices), choice_t, paths)
+    return Tree(torch.tensor(parents), torch.tensor(depth), ancestors, is_chain, slices, choice_t, paths)
 
 
 def tree_from_paths(paths: list[list[int]]) -> Tree:
