@@ -33,7 +33,8 @@ def test_real_run_writes_complete_results(tmp_path, smollm):
     records = [json.loads(x) for x in (run_dir / "records.jsonl").read_text().splitlines()]
     assert len(records) == 2 and (run_dir / "config.yaml").is_file()
     s = summary["summary"]
-    assert s["lossless"] == {"checked": 2, "equal": 2, "first_divergences": []}
+    assert s["lossless"] == {"checked": 2, "equal": 2, "identical": 2, "near_tie": 0, "mismatch": 0, "passed": True,
+                             "first_divergences": []}
     assert abs(s["phase_sum_over_wall"] - 1) < 0.02
     for r in records:
         assert abs(sum(r["phase_times"].values()) - r["wall_time"]) <= 0.02 * r["wall_time"]

@@ -71,7 +71,8 @@ def test_summarize():
     assert s["n_questions"] == 2 and s["n_turns"] == 3
     assert s["new_tokens"] == 9 and s["steps"] == 6
     assert s["mat"] == pytest.approx(1.5) and s["accepted_draft_mean"] == pytest.approx(0.5)
-    assert s["lossless"] == {"checked": 2, "equal": 1, "first_divergences": [7]}
+    assert s["lossless"] == {"checked": 2, "equal": 1, "identical": 1, "near_tie": 0, "mismatch": 1, "passed": False,
+                             "first_divergences": [7]}  # ungraded records: a divergence counts as a mismatch
     assert s["phase_times"]["target_forward"] == pytest.approx(3.6)
     assert s["phase_sum_over_wall"] == pytest.approx(1.0)
     assert s["overhead_share"] == pytest.approx(0.2 / 4)

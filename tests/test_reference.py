@@ -33,13 +33,16 @@ def test_batched_ar_made_first_is_checked_and_does_not_become_the_reference(smol
     batch1 = [runner.engine.generate(Autoregressive(None, smollm), runner.encode([], it["turns"][0]), 8,
                                      PhaseTimer(sync=False)).output_ids for it in runner.items]
     assert [r["output_ids"] for r in records] == batch1  # fp32: batched rows equal batch-1 AR
-    assert all(r["lossless"] == {"equal": True, "first_divergence": None, "reference": "ar"} for r in records)
+    assert all(r["lossless"] == {"equal": True, "first_divergence": None, "reference": "ar", "grade": "identical",
+                                 "ref_margin": None, "method_gap": None, "tolerance": None, "dtype": "float32"}
+               for r in records)
     assert sorted(e["output_ids"] for e in stored(runner)) == sorted(batch1)
 
     # A batched row that differs from batch-1 AR is reported as a first divergence, and the reference keeps AR's.
     ids = runner.encode([], runner.items[0]["turns"][0])
     wrong = batch1[0][:3] + [batch1[0][3] + 1] + batch1[0][4:]
-    assert runner.reference(ids, wrong) == {"equal": False, "first_divergence": 3, "reference": "ar"}
+    got = runner.reference(ids, wrong)
+    assert (got["equal"], got["first_divergence"], got["reference"], got["grade"]) == (False, 3, "ar", "mismatch")
     assert sorted(e["output_ids"] for e in stored(runner)) == sorted(batch1)
 
 
@@ -50,7 +53,8 @@ def test_batch1_ar_writes_the_reference_only_when_there_is_none(smollm, tmp_path
     first = runner.reference(ids, [1, 2, 3])
     assert first["reference"] == "self" and first["equal"]
     # Once it exists, a later batch-1 AR output is compared with it, not trusted.
-    assert runner.reference(ids, [1, 2, 4]) == {"equal": False, "first_divergence": 2, "reference": "ar"}
+    got = runner.reference(ids, [1, 2, 4])
+    assert (got["equal"], got["first_divergence"], got["reference"], got["grade"]) == (False, 2, "ar", "mismatch")
     assert [e["output_ids"] for e in stored(runner)] == [[1, 2, 3]]
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.report.phase_timing import share_or_none, unsynced_note
 from bench.report.select import latest_runs, paired_baseline, read_runs
 from bench.report.tables import MISSING, fmt, lossless_text, markdown, with_interval, write_texts
 from bench.run.metrics import speedup, speedup_interval, summarize
@@ -14,7 +15,8 @@ FOOTER = ("MAT: tokens per target forward incl. the bonus token, pooled over ste
           "per-question rates; speedup: ratio of mean rates on the same questions, baseline at the same "
           "temperature T; overhead: share of "
           "wall time outside model forwards (— for HF generate, timed as one phase); lossless: "
-          "prompt-turns token-identical to greedy AR. [low, high]: 95% bootstrap interval over questions (paired "
+          "prompt-turns token-identical to greedy AR (near-tie: a divergence within the dtype's rounding; "
+          "docs/metrics.md). [low, high]: 95% bootstrap interval over questions (paired "
           "for speedups).")
 
 
@@ -37,10 +39,12 @@ def runs_table(results_dir: str | Path, model: str | None = None, paper_size: st
             "tok/s": with_interval(s["tokens_per_s"]["mean_of_questions"], s["intervals"]["tokens_per_s"]),
             "speedup vs hf_generate": with_interval(*speed["hf_generate"]),
             "speedup vs ar": with_interval(*speed["ar"]),
-            "overhead": fmt(s["overhead_share"]), "lossless": lossless_text(s["lossless"]) or MISSING,
+            "overhead": fmt(share_or_none(run, s["overhead_share"])),  # withheld: unsynced GPU phases
+            "lossless": lossless_text(s["lossless"]) or MISSING,
         })
     if not rows:
         return "no complete runs match\n"
-    md = markdown(pd.DataFrame(rows), None, [FOOTER])
+    note = unsynced_note(latest.values())
+    md = markdown(pd.DataFrame(rows), None, [FOOTER, *([note] if note else [])])
     write_texts(Path(results_dir, "tables"), "runs", {"md": md})
     return md

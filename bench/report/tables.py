@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.cachefile import atomic_write
+from bench.run import metrics
 
 MISSING = "—"
 
@@ -51,8 +52,9 @@ def pair(ours: str, theirs: str) -> str:
 
 
 def lossless_text(counts: dict) -> str | None:
-    """"equal/checked" of summarize()["lossless"]; None when nothing was checked."""
-    return f"{counts['equal']}/{counts['checked']}" if counts["checked"] else None
+    """"equal/checked (k near-tie, m mismatch)" of summarize()["lossless"] (bench.run.metrics.lossless_text); None
+    when nothing was checked."""
+    return metrics.lossless_text(counts)
 
 
 def latex_escape(s: str) -> str:

@@ -13,6 +13,7 @@ import hydra
 from omegaconf import DictConfig
 
 from bench.errors import HarnessError
+from bench.run.metrics import lossless_text
 from bench.run.precheck import check_names
 from bench.run.store import read_summary
 from bench.run.validate import check_method, check_run
@@ -33,6 +34,9 @@ def print_summary(path: Path) -> None:
         return f" [{fmt(interval[0], spec)}, {fmt(interval[1], spec)}]" if interval else ""
 
     iv = m.get("intervals") or {}
+    # A float32 divergence is a failure even where it is graded a near-tie (bench.run.metrics.lossless_counts).
+    fp32 = (s.get("provenance") or {}).get("dtype") == "float32"
+    fp32_note = " — not lossless in float32" if fp32 and ll.get("passed") is False else ""
     rate = f"{fmt(m['tokens_per_s']['mean_of_questions'], '.1f')}{ci(iv.get('tokens_per_s'), '.1f')} tok/s"
     speed = f"speedup {fmt(sp.get('value'))}{ci(sp.get('interval'))}"
     if (s.get("batch_size") or 1) > 1:
@@ -42,7 +46,7 @@ def print_summary(path: Path) -> None:
         speed = f"speedup {fmt(sp.get('aggregate'))} aggregate vs ar"
     print(
         f"{s['method']}: MAT {fmt(m['mat'])}{ci(iv.get('mat'))}, {rate}, "
-        f"{speed}, lossless {ll['equal']}/{ll['checked']}, "
+        f"{speed}, lossless {lossless_text(ll) or '0/0'}{fp32_note}, "
         f"overhead {fmt(m['overhead_share'], '.3f')}"
         + "".join(f", resumed after {r['at_record']} prompt-turns" for r in s.get("resumed") or [])
     )

@@ -300,12 +300,38 @@ def summarize(records: list[dict]) -> dict:
         "overhead_share": overhead_share(records),
         **tree_nodes(records),
         "counters": counter_totals(records),
-        "lossless": {
-            "checked": len(checked),
-            "equal": sum(1 for c in checked if c["equal"]),
-            "first_divergences": [c["first_divergence"] for c in checked if not c["equal"]],
-        },
+        "lossless": lossless_counts(checked),
     }
+
+
+def lossless_counts(checked: list[dict]) -> dict:
+    """The records' losslessness checks (Runner.reference) counted: equal/checked, the three grades of
+    bench.run.grading and `passed`. A record made before grading has no "grade": equal counts as identical, a
+    divergence as a mismatch. passed: no mismatch, and in float32 no divergence at all (rounding there is too small
+    to excuse one); None when nothing was checked."""
+    grades = [c.get("grade") or ("identical" if c["equal"] else "mismatch") for c in checked]
+    fp32_divergence = any(g != "identical" and c.get("dtype") == "float32" for c, g in zip(checked, grades))
+    mismatch = grades.count("mismatch")
+    return {
+        "checked": len(checked),
+        "equal": sum(1 for c in checked if c["equal"]),
+        "identical": grades.count("identical"),
+        "near_tie": grades.count("near-tie"),
+        "mismatch": mismatch,
+        "passed": None if not checked else mismatch == 0 and not fp32_divergence,
+        "first_divergences": [c["first_divergence"] for c in checked if not c["equal"]],
+    }
+
+
+def lossless_text(counts: dict) -> str | None:
+    """"equal/checked", with "(k near-tie, m mismatch)" when some differ and the counts are graded (a summary written
+    before grading keeps its plain text); None when nothing was checked."""
+    if not counts.get("checked"):
+        return None
+    text = f"{counts['equal']}/{counts['checked']}"
+    if "near_tie" in counts and counts["equal"] < counts["checked"]:
+        text += f" ({counts['near_tie']} near-tie, {counts['mismatch']} mismatch)"
+    return text
 
 
 def group_records(records: list[dict]) -> dict[str, list[dict]]:

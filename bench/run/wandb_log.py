@@ -42,6 +42,9 @@ def log_run(cfg, run_dir: Path) -> None:
             "overhead_share": m["overhead_share"],
             "lossless_equal": m["lossless"]["equal"],
             "lossless_checked": m["lossless"]["checked"],
+            # the grades (bench.run.grading); absent from summaries written before grading
+            **{f"lossless_{k}": m["lossless"][k] for k in ("identical", "near_tie", "mismatch", "passed")
+               if k in m["lossless"]},
             **{f"speedup_{k}": v["value"] for k, v in summary["speedup"].items()},
             **{f"phase_share/{k}": v for k, v in m["phase_share"].items()},
         })
