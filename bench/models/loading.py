@@ -21,11 +21,11 @@ import torch
 
 from bench.cachefile import CorruptCache, atomic_dir, load_or_build, load_or_fail
 from bench.errors import HarnessError
-from bench.models import backend_choice, linear_backend, placement
+from bench.models import backend_choice, linear_backend, placement, random_init
 from bench.models.eagle import eagle_dir, load_eagle
 from bench.models.eagle_draft import EagleDraft
 from bench.models.heads import load_early_heads, load_heads
-from bench.models.vocab import TrimmedDraft, read_ranking, trim
+from bench.models.vocab import TrimmedDraft, fit_vocabulary, read_ranking, trim
 from bench.paths import project_path
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -184,7 +184,7 @@ def drafts_dir(model_cache: str | Path) -> Path:
 
 
 def load_draft_model(bundle: ModelBundle):
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     cfg = bundle.draft_cfg
     if cfg is None:
@@ -208,15 +208,17 @@ def load_draft_model(bundle: ModelBundle):
         path = path_or_hub(cfg.source, cfg.id, "draft", "trained")
     try:
         draft = AutoModelForCausalLM.from_pretrained(
-            str(path), dtype=bundle.dtype, attn_implementation=bundle.model.config._attn_implementation
+            str(path), dtype=bundle.dtype, attn_implementation=bundle.model.config._attn_implementation,
+            **placement.straight_to(bundle.device),
         ).to(bundle.device)
+        vocab = draft.get_output_embeddings().weight.shape[0]
+        # Its own tokenizer only where the sizes differ: to check that the draft's vocabulary contains the target's.
+        draft_tokenizer = AutoTokenizer.from_pretrained(str(path)) if vocab > bundle.vocab_size else None
     except OSError as err:
         raise HarnessError(f"cannot load draft '{name}' from {cfg.source} '{path}': "
                            f"{str(err).splitlines()[0]}") from None
-    vocab = draft.get_output_embeddings().weight.shape[0]
-    if vocab != bundle.vocab_size:
-        raise HarnessError(f"draft '{name}' has vocabulary size {vocab}, target '{bundle.name}' has "
-                           f"{bundle.vocab_size}: a draft must share the target's tokenizer")
+    draft = fit_vocabulary(draft, bundle.vocab_size, bundle.tokenizer, draft_tokenizer,
+                           f"draft '{name}' has vocabulary size {vocab}, target '{bundle.name}' has {bundle.vocab_size}")
     size = cfg.get("vocab")
     if size is not None and cfg.source != "trained":
         raise HarnessError(f"draft '{name}': `vocab` needs a trained draft (its token ranking); set it to null")
@@ -252,31 +254,36 @@ def load_model(cfg, model_cache: str) -> ModelBundle:
         path = convert_gguf(packaged_gguf(target.id, target.get("gguf_file")), dtype, Path(model_cache))
     else:
         path = path_or_hub(target.source, target.id, "model", "package")
+    mapped = cfg.get("device_map") is not None
+    reserve = companion_bytes(cfg, dtype, model_cache) if mapped and not cfg.get("random_init") else 0
     try:
         placement.check_fits(cfg, path, dtype, device)  # before any weight is read
         tokenizer = AutoTokenizer.from_pretrained(path)
-        placed = placement.load_kwargs(cfg)
-        model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=dtype, attn_implementation=cfg.attn_implementation, **placed
-        )
+        placed = placement.load_kwargs(cfg, device, reserve)
+        if cfg.get("random_init"):  # random weights of a named shape, for timing (bench/models/random_init.py)
+            model = random_init.build(cfg.random_init, dtype, device, cfg.attn_implementation, cfg.get("device_map"))
+        else:
+            model = AutoModelForCausalLM.from_pretrained(
+                path, dtype=dtype, attn_implementation=cfg.attn_implementation, **placed
+            )
     except OSError as err:
         # No hub (offline machine) or a wrong id: one line, not a traceback.
         raise HarnessError(f"cannot load model '{cfg.name}' from {target.source} '{path}': "
                            f"{str(err).splitlines()[0]}") from None
-    if placed:  # a device map: accelerate's hooks place (and fetch offloaded) weights; inputs go to its first device
+    if mapped:  # a device map: accelerate's hooks place (and fetch offloaded) weights; inputs go to its first device
         device = placement.input_device(model, device)
     else:
-        model = model.to(device)
+        model = model.to(device)  # already there, except on the CPU, where from_pretrained builds it
     model.eval()
     # Offloaded weights are fetched by hooks at each forward: a prepacked copy would go stale, so maps run plain.
-    option = "plain" if placed else cfg.get("cpu_linear", "auto")
+    option = "plain" if mapped else cfg.get("cpu_linear", "auto")
     backend = backend_choice.apply(model, option, cfg.name, backend_choice.choice_dir(model_cache))
     gen = model.generation_config
     eos = gen.eos_token_id if gen.eos_token_id is not None else tokenizer.eos_token_id
     eos_ids = [eos] if isinstance(eos, int) else list(eos)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
     return ModelBundle(
-        name=cfg.name,
+        name=random_init.label(cfg),
         model=model,
         tokenizer=tokenizer,
         device=device,
@@ -293,6 +300,25 @@ def load_model(cfg, model_cache: str) -> ModelBundle:
         model_cache=str(model_cache),
         linear_backend=backend,
     )
+
+
+def companion_bytes(cfg, dtype: torch.dtype, model_cache: str) -> int:
+    """Bytes of the draft model a config names (a hub or local folder, or a trained draft once built), estimated
+    from its config.json: the room a device map keeps free on the first GPU, where the draft goes. EAGLE and Medusa
+    heads are not counted (no config with a device map has them; ~2-3 GB at a 70B target's width): a config that adds
+    them sets model.max_memory."""
+    draft = cfg.get("draft")
+    if draft is None or draft.source == "eagle":
+        return 0
+    if draft.source == "trained":
+        path = drafts_dir(model_cache) / str(draft.id)
+        return placement.weight_bytes(str(path), dtype) if (path / "config.json").is_file() else 0
+    path = path_or_hub(draft.source, draft.id, "draft", "trained")
+    try:
+        return placement.weight_bytes(path, dtype)
+    except OSError as err:
+        raise HarnessError(f"cannot read the config of draft '{draft.get('name') or draft.id}' ({path}), whose size a "
+                           f"device map keeps free: {str(err).splitlines()[0]}") from None
 
 
 def load_tokenizer(model_cfg, model_cache: str = "data/cache/models"):

@@ -128,3 +128,26 @@ def trim(model, ranking: list[int] | None, size: int | None):
     if int(size) < 1:
         raise HarnessError(f"draft vocabulary size must be positive, not {size}")
     return TrimmedDraft(model, ranking[: int(size)])
+
+
+def fit_vocabulary(draft, vocab_size: int, target_tokenizer, draft_tokenizer, what: str):
+    """The draft scoring the target's `vocab_size` tokens. A draft whose vocabulary contains the target's (the same
+    tokenizer for the first `vocab_size` ids, then tokens of its own: CodeLlama-7B-Instruct's 16 infilling tokens
+    beyond CodeLlama-34B-Instruct's 32000) loses its extra rows of the embeddings and lm_head: it could never propose
+    a token the target does not have. Any other difference is refused (`what` names the pair in the error)."""
+    size = draft.get_output_embeddings().weight.shape[0]
+    if size == vocab_size:
+        return draft
+    if size < vocab_size:
+        raise HarnessError(f"{what}: a draft must share the target's tokenizer")
+    if draft_tokenizer is None or target_tokenizer is None:
+        raise HarnessError(f"{what}: the extra tokens can be sliced off only where both tokenizers are known")
+    shared = min(vocab_size, len(target_tokenizer), len(draft_tokenizer))
+    ids = list(range(shared))
+    mine, theirs = draft_tokenizer.convert_ids_to_tokens(ids), target_tokenizer.convert_ids_to_tokens(ids)
+    differ = next((i for i, (a, b) in enumerate(zip(mine, theirs, strict=True)) if a != b), None)
+    if differ is not None:
+        raise HarnessError(f"{what}: token {differ} is {mine[differ]!r} in the draft's tokenizer and "
+                           f"{theirs[differ]!r} in the target's: a draft must share the target's tokenizer")
+    draft.resize_token_embeddings(vocab_size)  # keeps the first vocab_size rows (and re-ties a tied head)
+    return draft

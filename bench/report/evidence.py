@@ -40,6 +40,9 @@ FILES = ("propd", "cache/forward_cost")
 # Kept: per-step draft parents, probabilities and accepted flags (the step figures read them).
 TOKEN_FIELDS = ("output_ids", "step_tokens")
 IGNORED = "tables/\nfigures/\n"
+# `make gpu-check` folders (results/gpu_check/<machine>-<time>/: JSON, CSV and the table it printed). Added, never
+# removed: each records a node that this machine may not reach again.
+CHECKS = "gpu_check"
 
 
 def no_tokens(d: dict) -> dict:
@@ -81,5 +84,16 @@ def build_evidence(results_dir: str | Path = "results", out: str | None = None) 
         shutil.rmtree(folder / sub, ignore_errors=True)
         for f in sorted(Path(results, sub).glob("*.json")):
             atomic_write(folder / sub / f.name, scrub_paths(f.read_text()))
+    copy_checks(results, folder)
     atomic_write(folder / ".gitignore", IGNORED)
     return f"{len(used)} runs -> {out or EVIDENCE}/runs (then `make reproduced`)\n"
+
+
+def copy_checks(results: Path, folder: Path) -> list[Path]:
+    """Every results/gpu_check/<stamp>/ into <folder>/gpu_check/<stamp>/ (its .json, .csv and .md files)."""
+    copied = []
+    for f in sorted(Path(results, CHECKS).glob("*/*")):
+        if f.suffix in (".json", ".csv", ".md"):
+            atomic_write(folder / CHECKS / f.parent.name / f.name, scrub_paths(f.read_text()))
+            copied.append(folder / CHECKS / f.parent.name / f.name)
+    return copied

@@ -18,6 +18,7 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from bench.core.machine import JOBS_ENV, machine_id
+from bench.errors import HarnessError
 from bench.models import backend_choice
 from bench.paths import project_path
 from bench.run.checkpoint import Checkpoint, config_key, job_key
@@ -46,6 +47,18 @@ def cpus() -> int:
     return cpu_count()
 
 
+def check_gpu_jobs(model_cfg, jobs: int) -> None:
+    """HarnessError when a parallel launcher would run several jobs of a CUDA model at once: every job loads it
+    on model.device, so they would share one GPU (n_jobs=-1 starts one per CPU core), and each would take the whole
+    node's GPUs with a device map."""
+    if jobs <= 1 or torch.device(model_cfg.device).type != "cuda" or not torch.cuda.is_available():
+        return
+    raise HarnessError(
+        f"the parallel launcher runs {jobs} jobs at once, and every job loads model '{model_cfg.name}' on "
+        f"{model_cfg.device} ({torch.cuda.device_count()} GPU(s) here): run the sweep with hydra.launcher.n_jobs=1, "
+        "or one sweep per GPU (model.device=cuda:0, cuda:1, ... with run.jobs_beside), or hydra/launcher=slurm")
+
+
 def set_threads(run_cfg) -> None:
     # jobs_beside: processes started by hand beside this one (a second sweep); they share the cores as the
     # launcher's jobs do, so they count in the label.
@@ -63,6 +76,7 @@ def describe(cfg) -> str:
 
 def measure(cfg) -> Path | None:
     """Run one job and write its results; None when a sweep finds the job already complete."""
+    check_gpu_jobs(cfg.model, launcher_jobs())
     set_threads(cfg.run)
     results = project_path(cfg.paths.results)
     device = torch.device(cfg.model.device)

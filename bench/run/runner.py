@@ -23,13 +23,14 @@ from tqdm import tqdm
 
 from bench.core.engine import Engine
 from bench.core.machine import cpu_name
-from bench.core.timing import PhaseTimer, device_sync
+from bench.core.timing import PhaseTimer, device_sync, phases_exact
 from bench.errors import HarnessError
 from bench.models.chat import prompt_ids
 from bench.models.loading import ModelBundle, load_model
 from bench.paths import project_path
 from bench.run import metrics, store
 from bench.run.checkpoint import Checkpoint, config_key
+from bench.run.grading import grade
 from bench.run.provenance import provenance
 from bench.run.reference import ReferenceStore
 from bench.run.validate import check_method
@@ -114,27 +115,44 @@ class Runner:
         # The reference is always greedy AR at batch 1 through this engine: such a run may write it; batched AR
         # (right padding, its own mask: in fp16/bf16 its rows can differ) is checked against it like any method.
         self.is_reference = cfg.method.name == "ar" and self.temperature == 0 and self.batch_size == 1
-        for item in self.items:  # fail before anything is measured or written if a first-turn prompt cannot fit
-            self.encode([], item["turns"][0])
+        self.check_context()
+
+    def check_context(self) -> None:
+        """Fail before anything is measured or written if any turn's prompt may not fit. A later turn's prompt
+        holds the model's earlier answers, unknown yet: each is bounded by run.max_new_tokens, so turn t is checked
+        at its questions in the chat template (answers left empty) plus t answers of max_new_tokens."""
+        for item in self.items:
+            turns = item["turns"] if not self.raw_tokens else item["turns"][:1]
+            for t, question in enumerate(turns):
+                self.encode([(q, "") for q in turns[:t]], question, unanswered=t, where=(item["question_id"], t))
 
     def raw_ids(self, text: str, full: bool = False) -> list[int]:
         ids = self.bundle.tokenizer(text).input_ids
         return ids if full else ids[: self.raw_tokens]
 
-    def encode(self, history, question) -> list[int]:
+    def encode(self, history, question, unanswered: int = 0, where=None) -> list[int]:
+        """The prompt's ids; HarnessError if it cannot fit with its output. `unanswered` earlier answers missing from
+        `history` count max_new_tokens each (check_context); `where` = (question id, turn) names the prompt."""
         if self.raw_tokens:
             ids = self.raw_ids(question)
         else:
             ids = prompt_ids(self.bundle.tokenizer, self.cfg.model.chat_template, history, question)
         # Room for the output and one draft beyond it (a static tree's size or a method's most draft nodes;
         # chains get a margin of 16).
+        max_new = self.cfg.run.max_new_tokens
         tree_size = getattr(getattr(self.method, "tree", None), "size", 0)
         draft_room = max(tree_size, getattr(self.method, "max_draft_tokens", 0), 16)
-        if len(ids) + self.cfg.run.max_new_tokens + draft_room > self.bundle.max_context:
+        prompt = len(ids) + unanswered * max_new
+        if prompt + max_new + draft_room > self.bundle.max_context:
+            what = f"prompt of {len(ids)} tokens"
+            if unanswered:
+                what = (f"turn {where[1] + 1} of question {where[0]}: prompt of up to {prompt} tokens ({len(ids)} "
+                        f"of questions and template, {unanswered} earlier answer(s) of up to {max_new} tokens)")
+            elif where:
+                what = f"question {where[0]}: {what}"
             raise HarnessError(
-                f"prompt of {len(ids)} tokens plus {self.cfg.run.max_new_tokens} new tokens and {draft_room} "
-                f"draft tokens exceeds the context of {self.bundle.max_context} tokens of model "
-                f"'{self.bundle.name}'"
+                f"{what} plus {max_new} new tokens and {draft_room} draft tokens exceeds the context of "
+                f"{self.bundle.max_context} tokens of model '{self.bundle.name}'"
             )
         return ids
 
@@ -153,15 +171,18 @@ class Runner:
             return None
         max_new = self.cfg.run.max_new_tokens
         ref = self.references.get(ids, max_new)
+        # The grade (bench.run.grading) tells a half-precision near-tie from a wrong token; "equal" and
+        # "first_divergence" stay for older readers, "dtype" because a float32 divergence is never excused.
+        dtype = str(self.bundle.dtype).replace("torch.", "")
         if ref is None and self.is_reference:  # this output is batch-1 greedy AR: it becomes the reference
             self.references.put(ids, max_new, output)
-            return {"equal": True, "first_divergence": None, "reference": "self"}
+            return {"equal": True, "reference": "self", **grade(None, ids, output, output), "dtype": dtype}
         if ref is None:
             quiet = PhaseTimer(self.bundle.device, sync=False)
             ref = self.engine.generate(Autoregressive(None, self.bundle), ids, max_new, quiet).output_ids
             self.references.put(ids, max_new, ref)
-        div = metrics.first_divergence(output, ref)
-        return {"equal": div is None, "first_divergence": div, "reference": "ar"}
+        graded = grade(self.bundle.model, ids, output, ref, device=self.bundle.device)  # a forward only if they differ
+        return {"equal": graded["grade"] == "identical", "reference": "ar", **graded, "dtype": dtype}
 
     def seed(self, item, turn) -> int:
         # Per prompt-turn seed: a sampled output does not depend on which prompts ran before it.
@@ -299,4 +320,7 @@ def run_summary(cfg, runner: Runner, records: list[dict], ckpt: Checkpoint | Non
                                       "aggregate": metrics.aggregate_speedup(records, found.records),
                                       "baseline_run": found.run_id}
     summary["speedup"] = speedups
+    if not phases_exact(str(b.device), cfg.run.sync_phases):  # the reports' rule (bench/report/phase_timing.py):
+        for m in (summary["summary"], *summary["groups"].values()):  # unsynced GPU phases time launches only,
+            m.update(overhead_share=None, phase_share={})  # so no share is printed or logged (raw times stay)
     return summary

@@ -40,10 +40,12 @@ def check_run(cfg) -> None:
 
 def check_method(cfg) -> None:
     """ConfigError (one line) for a method setting its class refuses (Method.check_settings: type, range, choice,
-    unknown key, combination), a greedy-only method at run.temperature > 0, or a method that cannot batch at
-    run.batch_size > 1; the model is not loaded."""
+    unknown key, combination), a greedy-only method at run.temperature > 0, a method that cannot batch at
+    run.batch_size > 1, or an attention implementation the engine cannot mask (check_attention); the model is not
+    loaded."""
     from methods import method_class  # imports the method's module (torch), not the model
 
+    check_attention(cfg.model)
     cls = method_class(cfg.method.name)
     cls.check_settings(cfg.method)
     batch = cfg.run.get("batch_size", 1)
@@ -53,6 +55,20 @@ def check_method(cfg) -> None:
     if getattr(cls, "greedy_only", False) and cfg.run.temperature > 0:
         raise ConfigError(f"method '{cfg.method.name}' decodes greedily only, as its paper; got run.temperature="
                           f"{cfg.run.temperature} (use 0)")
+
+
+# The engine verifies trees and batches with a 4D additive mask (bench/core/engine.py): eager and sdpa attention
+# apply it as given; flash_attention_2/3 read a 4D mask as a 2D padding mask and flex_attention wants a BlockMask,
+# so with them a tree step would attend where it must not.
+ATTENTION = ("eager", "sdpa")
+
+
+def check_attention(model) -> None:
+    """ConfigError (one line) for an attention implementation the engine's tree and batch masks do not work with."""
+    attn = model.get("attn_implementation")
+    if attn not in ATTENTION:
+        raise ConfigError(f"model.attn_implementation={attn} cannot apply the tree and batch attention masks the "
+                          f"engine passes; use {' or '.join(ATTENTION)}")
 
 
 def check_writable(results: Path) -> None:

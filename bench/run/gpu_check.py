@@ -1,0 +1,216 @@
+"""`make gpu-check`: what a GPU node does with this harness, in minutes, offline, into one folder and one table.
+
+    python -m bench.run.gpu_check [--sizes gpu|cpu] [--small] [--device cuda] [--out DIR]
+
+Records (docs/gpu.md): the environment; the target forward's cost T(n) after a ~512-token prefix in fp16 and bf16
+for the embedded model and for the papers' 7B and 13B Llama shapes with random weights (bench.models.random_init);
+our AR against HF generate; every registered method at batch 1 and 4, T = 0 and 0.6, in bf16 (no crash, host
+waits per step, graded losslessness at T = 0); eager against sdpa attention. `--sizes gpu` (the default on a CUDA
+device) fits in 10 minutes of one H100; `--sizes cpu` (`--small`, the default without CUDA) runs the same code on
+a tiny random model in seconds, which is how the suite tests it (tests/test_gpu_check.py).
+
+The folder, results/gpu_check/<machine>-<time>/ by default, holds JSON and CSV files only (no token ids), so it
+can be committed as it is: `make evidence` copies every such folder into evidence/gpu_check/.
+"""
+
+from __future__ import annotations
+
+import csv
+import gc
+import json
+import platform
+import re
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+
+import torch
+
+from bench.cli import OneLineParser
+from bench.core.machine import machine_id
+from bench.errors import HarnessError
+from bench.models import forward_cost
+from bench.models.loading import load_model
+from bench.paths import project_path
+from bench.run import method_check
+from bench.run.compose import compose_config
+from bench.run.provenance import provenance
+
+
+@dataclass(frozen=True)
+class Sizes:
+    cost_models: tuple[tuple[str, str | None], ...]  # (label, random_init shape; None = the embedded weights)
+    cost_sizes: tuple[int, ...]  # n of T(n)
+    prefix: int  # tokens in the cache before each timed forward
+    reps: int  # timed repeats per size (median), after one warm-up
+    method_shape: str | None  # the methods' model: a random_init shape, or None for the embedded weights
+    method_dtype: str  # bfloat16 on a GPU; float32 on a CPU, whose bf16 GEMMs here cost 7x fp32's (same code paths)
+    per_batch: int  # batches per method row: batch 1 decodes this many prompts, batch 4 four times as many
+    max_new: int  # new tokens per method row
+    timed_new: int  # new tokens per prompt of AR vs HF and eager vs sdpa
+    timed_reps: int
+
+
+SIZES = {
+    "gpu": Sizes((("smollm2-135m", None), ("llama-7b", "llama-7b"), ("llama-13b", "llama-13b")),
+                 (1, 2, 4, 8, 16, 32, 64), 512, 7, None, "bfloat16", 2, 32, 128, 3),
+    "cpu": Sizes((("tiny", "tiny"),), (1, 2, 4), 32, 1, "tiny", "float32", 1, 3, 4, 1),
+}
+DTYPES = ("float16", "bfloat16")
+
+
+def bundle_for(device: str, dtype: str, shape: str | None, model_cache="data/cache/models"):
+    """The embedded model (or its tokenizer with random weights of `shape`) as the runs load it."""
+    overrides = ["model=smollm2-135m", f"model.device={device}", f"model.dtype={dtype}", "model.cpu_linear=plain",
+                 "model.attn_implementation=sdpa", "model.eagle.source=init"]
+    if shape:
+        overrides.append(f"model.random_init={shape}")
+    return load_model(compose_config(overrides).model, str(project_path(model_cache)))
+
+
+def environment(device: str) -> dict:
+    import accelerate
+    import transformers
+
+    env = {"torch": torch.__version__, "cuda": torch.version.cuda, "transformers": transformers.__version__,
+           "accelerate": accelerate.__version__, "python": platform.python_version(), "device": device,
+           **{k: v for k, v in provenance(device, torch.bfloat16).items() if k in ("git_sha", "git_dirty", "cpu",
+                                                                                     "hostname", "machine")}}
+    if torch.device(device).type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        env.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1),
+                   capability=f"{props.major}.{props.minor}", gpus=torch.cuda.device_count())
+    return env
+
+
+def free(*bundles) -> None:
+    """Drop models before the next one loads (a 13B in bf16 is 26 GB)."""
+    for b in bundles:
+        b.model = b.draft = b.heads = b.early_heads = b.eagle = None
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def forward_costs(sizes: Sizes, device: str) -> list[dict]:
+    rows = []
+    for label, shape in sizes.cost_models:
+        for dtype in DTYPES:
+            bundle = bundle_for(device, dtype, shape)
+            seconds = forward_cost.measure(bundle, sizes.cost_sizes, sizes.prefix, sizes.reps)
+            rows += [{"model": label, "weights": "random" if shape else "embedded", "dtype": dtype, "n": n,
+                      "ms": round(1000 * s, 4)} for n, s in seconds.items()]
+            free(bundle)
+    return rows
+
+
+def run_checks(sizes: Sizes, device: str, scratch: Path) -> dict:
+    """Every check's results; `scratch` holds what the methods need and the folder does not keep (a REST store,
+    Sequoia's calibration)."""
+    results = {"sizes": asdict(sizes), "environment": environment(device), "seconds": {}}
+    lap = time.perf_counter()
+
+    def record(key: str, value) -> None:  # each part's result and how long it took (the 10-minute budget)
+        nonlocal lap
+        results[key], now = value, time.perf_counter()
+        results["seconds"][key], lap = round(now - lap, 1), now
+
+    record("forward_cost", forward_costs(sizes, device))
+    bundle = bundle_for(device, sizes.method_dtype, sizes.method_shape)
+    rows = method_check.prompts(bundle, 4 * sizes.per_batch)
+    shared = method_check.add_untrained_parts(bundle, scratch)
+    record("ar_vs_hf", method_check.ar_vs_hf(bundle, rows[:2], sizes.timed_new, sizes.timed_reps))
+    record("methods", method_check.check_methods(bundle, rows, sizes.max_new, shared,
+                                                 small=sizes.method_shape is not None, per_batch=sizes.per_batch))
+    record("attention", method_check.attention_pair(bundle, rows[:2], sizes.timed_new, sizes.timed_reps))
+    free(bundle)
+    return results
+
+
+def cell(rec: dict) -> str:
+    """One method row's table cell: grades (T = 0) or ok, and host waits per step; or why it did not run."""
+    status = rec["status"]
+    if status.startswith("skipped"):
+        return "-"
+    if status != "ok":
+        return "**crash**"
+    grades = rec.get("grades")
+    verdict = "ok" if grades is None else ", ".join(f"{grades.count(g)} {g}" for g in dict.fromkeys(grades))
+    return f"{verdict}; {rec['host_waits_per_step']:g} w/s"
+
+
+def table(results: dict) -> str:
+    env = results["environment"]
+    gpu = f"{env['gpu']} ({env['gpu_memory_gib']} GiB)" if "gpu" in env else f"CPU {env['cpu']}"
+    lines = [(f"gpu-check: {gpu}; torch {env['torch']} (CUDA {env['cuda']}), transformers {env['transformers']}, "
+              f"accelerate {env['accelerate']}"), ""]
+    costs = results["forward_cost"]
+    sizes = sorted({r["n"] for r in costs})
+    lines += ["| T(n) ms | " + " | ".join(f"n={n}" for n in sizes) + " |", "|---|" + "---|" * len(sizes)]
+    for key in dict.fromkeys((r["model"], r["dtype"]) for r in costs):
+        ms = {r["n"]: r["ms"] for r in costs if (r["model"], r["dtype"]) == key}
+        lines.append(f"| {key[0]} {key[1]} | " + " | ".join(f"{ms[n]:.2f}" for n in sizes) + " |")
+    ar = results["ar_vs_hf"]
+    lines += ["", (f"AR {ar['ar_tok_s']} tok/s, HF generate {ar['hf_generate_tok_s']} tok/s (x{ar['ar_over_hf']}); "
+                   f"identical outputs {ar['identical']}/{ar['prompts']}"), ""]
+    combos = list(dict.fromkeys((r["batch"], r["temperature"]) for r in results["methods"]))
+    lines += ["| method | " + " | ".join(f"b{b} T{t:g}" for b, t in combos) + " |", "|---|" + "---|" * len(combos)]
+    for name in dict.fromkeys(r["method"] for r in results["methods"]):
+        by = {(r["batch"], r["temperature"]): r for r in results["methods"] if r["method"] == name}
+        lines.append(f"| {name} | " + " | ".join(cell(by[c]) for c in combos) + " |")
+    lines += ["", "| attention | identical | eager ms/step | sdpa ms/step |", "|---|---|---|---|"]
+    lines += [f"| {a['method']} | {a['identical']}/{a['prompts']} | {a['eager_ms_per_step']} | "
+              f"{a['sdpa_ms_per_step']} |" for a in results["attention"]]
+    return "\n".join(lines) + "\n"
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    keys = list(dict.fromkeys(k for r in rows for k in r if k not in ("traceback", "waits")))
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, keys, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows({k: json.dumps(v) if isinstance(v, list) else v for k, v in r.items()} for r in rows)
+
+
+def write_folder(results: dict, out: Path) -> None:
+    """results.json (everything), forward_cost.csv, methods.csv and table.md (what was printed)."""
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    write_csv(out / "forward_cost.csv", results["forward_cost"])
+    write_csv(out / "methods.csv", results["methods"])
+    (out / "table.md").write_text(table(results))
+
+
+def default_out(device: str) -> Path:
+    stamp = re.sub(r"[^A-Za-z0-9._-]+", "_", machine_id(device))
+    return project_path("results/gpu_check") / f"{stamp}-{datetime.now():%Y%m%d-%H%M%S}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = OneLineParser(prog="python -m bench.run.gpu_check", description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", choices=sorted(SIZES), help="gpu (default on CUDA) or cpu (tiny, seconds)")
+    parser.add_argument("--small", action="store_true", help="the same as --sizes cpu")
+    parser.add_argument("--device", default=None, help="cuda when available, else cpu")
+    parser.add_argument("--out", default=None, help="the folder (default results/gpu_check/<machine>-<time>/)")
+    args = parser.parse_args(argv)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    name = "cpu" if args.small else args.sizes or ("gpu" if torch.device(device).type == "cuda" else "cpu")
+    out = project_path(args.out) if args.out else default_out(device)
+    try:
+        if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+            raise HarnessError("--device cuda, but no CUDA device is available")
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory() as scratch:
+            results = run_checks(SIZES[name], device, Path(scratch))
+    except HarnessError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    write_folder(results, out)
+    print(table(results) + f"\nresults: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

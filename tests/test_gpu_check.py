@@ -1,0 +1,76 @@
+"""`make gpu-check` (bench.run.gpu_check) at its CPU sizes, and the random-init shapes it times (bench.models.random_init).
+
+The check itself runs once (~25 s here: a tiny random model with the embedded tokenizer, every registered method at
+batch 1 and 4, T = 0 and 0.6): its folder is written, its table printed, every method has its four rows, nothing
+crashed, and in fp32 every T = 0 output is identical to greedy AR. The shapes are checked on the meta device (no
+memory): their parameter counts are the papers' Llama-2 7B and 13B targets' and the embedded model's."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from bench.errors import HarnessError
+from bench.models import random_init
+from bench.report.evidence import copy_checks
+from bench.run import gpu_check
+from methods import REGISTRY
+
+
+@pytest.mark.parametrize("shape,params", [("llama-7b", 6_738_415_616), ("llama-13b", 13_015_864_320),
+                                          ("smollm2-135m", 134_515_008)])
+def test_shapes_have_the_papers_sizes(shape, params):
+    model = random_init.build(shape, torch.bfloat16, "meta")
+    assert sum(p.numel() for p in model.parameters()) == params
+    assert model.dtype == torch.bfloat16 and model.device.type == "meta"
+
+
+def test_unknown_shape_and_a_device_map_are_one_line_errors():
+    with pytest.raises(HarnessError, match="unknown model.random_init shape 'llama-9b'"):
+        random_init.build("llama-9b", torch.float32, "meta")
+    with pytest.raises(HarnessError, match="device_map"):
+        random_init.build("tiny", torch.float32, "meta", device_map="auto")
+
+
+def test_random_weights_are_seeded_and_named_apart():
+    a, b = (random_init.build("tiny", torch.float32, "cpu") for _ in range(2))
+    assert torch.equal(a.model.layers[0].mlp.up_proj.weight, b.model.layers[0].mlp.up_proj.weight)
+    cfg = gpu_check.compose_config(["model.random_init=tiny"]).model
+    assert random_init.label(cfg) == "smollm2-135m+random-tiny"  # its own AR references and T(n) curves
+
+
+@pytest.mark.model
+def test_small_check_writes_its_folder_and_table(tmp_path, capsys):
+    out = tmp_path / "check"
+    assert gpu_check.main(["--small", "--device", "cpu", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert {f.name for f in out.iterdir()} == {"results.json", "forward_cost.csv", "methods.csv", "table.md"}
+    assert printed.startswith((out / "table.md").read_text()) and f"results: {out}" in printed
+    results = json.loads((out / "results.json").read_text())
+    assert {"torch", "transformers", "accelerate", "cuda"} <= set(results["environment"])
+    assert {(r["dtype"], r["n"]) for r in results["forward_cost"]} == {(d, n) for d in ("float16", "bfloat16")
+                                                                        for n in (1, 2, 4)}
+    rows = {(r["method"], r["batch"], r["temperature"]): r for r in results["methods"]}
+    assert set(rows) == {(m, b, t) for m in REGISTRY for b in (1, 4) for t in (0.0, 0.6)}
+    for name in REGISTRY:
+        assert f"| {name} |" in printed
+    assert not [k for k, r in rows.items() if r["status"].startswith("crash")]
+    ran = [r for r in rows.values() if r["status"] == "ok"]
+    assert len(ran) > 60 and all(r["host_waits_per_step"] > 0 for r in ran)
+    # fp32 on a CPU: every greedy output is AR's, token for token (a mismatch here is a bug, not rounding)
+    assert {g for r in ran if r["temperature"] == 0 for g in r["grades"]} == {"identical"}
+    assert results["ar_vs_hf"]["identical"] == results["ar_vs_hf"]["prompts"]
+    assert [a["method"] for a in results["attention"]] == ["ar", "token_recycling"]
+
+
+def test_evidence_copies_every_check_folder(tmp_path):
+    stamp = tmp_path / "results" / "gpu_check" / "node_H100-20261201-120000"
+    stamp.mkdir(parents=True)
+    (stamp / "results.json").write_text('{"a": 1}')
+    (stamp / "methods.csv").write_text("method\nar\n")
+    (stamp / "scratch.npy").write_bytes(b"\0")
+    copied = copy_checks(tmp_path / "results", tmp_path / "evidence")
+    assert sorted(p.relative_to(tmp_path / "evidence").as_posix() for p in copied) == [
+        "gpu_check/node_H100-20261201-120000/methods.csv", "gpu_check/node_H100-20261201-120000/results.json"]

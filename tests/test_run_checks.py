@@ -1,0 +1,73 @@
+"""Settings a run refuses before anything is measured, and configs that pick the right source (issue 40, defects 5,
+7, 15 and 16): no real model, tiny stand-ins and a faked CUDA node."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from omegaconf import open_dict
+
+from bench.errors import ConfigError, HarnessError
+from bench.models.loading import ModelBundle
+from bench.run import jobs, runner
+from bench.run.validate import check_method
+from tests.conftest import compose_cfg, tiny_llama
+from tests.test_pair_loading import word_tokenizer
+
+
+def test_only_the_attentions_the_engine_can_mask_pass_before_the_model_loads():
+    cfg = compose_cfg("method=token_recycling")
+    for attn in ("flash_attention_2", "flash_attention_3", "flex_attention", "sdpa_paged"):
+        cfg.model.attn_implementation = attn
+        with pytest.raises(ConfigError, match=f"model.attn_implementation={attn} cannot apply"):
+            check_method(cfg)
+    for attn in ("eager", "sdpa"):
+        cfg.model.attn_implementation = attn
+        check_method(cfg)
+
+
+def test_eagle_goals_use_the_models_own_head():
+    for model, source in (("vicuna-7b", "hub"), ("smollm2-135m", "trained")):
+        assert compose_cfg("experiment=eagle/goals", f"model={model}").model.eagle.source == source
+
+
+def tiny_runner(monkeypatch, tmp_path, max_new: int, context: int):
+    """A Runner over MT-Bench's first question on a tiny model whose tokenizer makes one token of each word."""
+    bundle = ModelBundle(name="tiny", model=tiny_llama(), tokenizer=word_tokenizer(["<unk>"]),  # every word: <unk>
+                         device=torch.device("cpu"), dtype=torch.float32, vocab_size=64, eos_token_ids=[0],
+                         pad_token_id=0, max_context=context, source="test")
+    monkeypatch.setattr(runner, "get_bundle", lambda *a, **k: bundle)
+    cfg = compose_cfg("dataset=mt_bench", "method=ar", "run.limit=1", f"run.max_new_tokens={max_new}",
+                      "model.chat_template=none", f"paths.results={tmp_path}")
+    return runner.Runner(cfg)
+
+
+def test_a_later_turn_that_may_not_fit_is_refused_before_the_run_starts(monkeypatch, tmp_path):
+    # MT-Bench question 81: 20 words in turn 1, 10 in turn 2 (template none: one token per word, BOS aside)
+    first = len(word_tokenizer(["<unk>"])(
+        "Compose an engaging travel blog post about a recent trip to Hawaii, highlighting cultural experiences "
+        "and must-see attractions.").input_ids)
+    context = first + 100 + 16 + 40  # turn 1 fits with 40 tokens to spare; turn 2 adds turn 1's answer (100)
+    with pytest.raises(HarnessError, match="turn 2 of question 81: prompt of up to"):
+        tiny_runner(monkeypatch, tmp_path, max_new=100, context=context)
+    tiny_runner(monkeypatch, tmp_path, max_new=100, context=context + 100)  # room for both turns
+
+
+def fake_cuda(monkeypatch, gpus: int):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+
+
+def test_the_parallel_launcher_refuses_several_jobs_sharing_one_gpu(monkeypatch):
+    model = compose_cfg("model=vicuna-7b").model
+    fake_cuda(monkeypatch, gpus=2)
+    with pytest.raises(HarnessError, match="runs 3 jobs at once"):
+        jobs.check_gpu_jobs(model, 3)
+    with pytest.raises(HarnessError, match="one sweep per GPU"):
+        jobs.check_gpu_jobs(model, 2)  # two GPUs, but both jobs would load on cuda (cuda:0)
+    jobs.check_gpu_jobs(model, 1)
+    with open_dict(model):
+        model.device = "cpu"
+    jobs.check_gpu_jobs(model, 16)  # CPU jobs on a GPU node: one per core, as before
+    fake_cuda(monkeypatch, gpus=0)
+    jobs.check_gpu_jobs(compose_cfg("model=vicuna-7b").model, 4)  # no GPU: the model fails to load by itself
