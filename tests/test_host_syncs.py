@@ -63,7 +63,8 @@ OVER = {
     "rest": "reads its context and sends its retrieved tree and tokens (~3; at batch 1, where it retrieves here)",
     "eagle": "defect 11: one read per node rank and per level, tokens sent per level (~36)",
     "eagle2": "defect 11: per-element mask, one read per level and per candidate (~42)",
-    "propd": "defect 12 (the lead's): reads inside the pruned forward (~10)",
+    "propd": "defect 12: the pruning criterion decides on the device now, but the proposer's head scoring, tree "
+             "building and dynamic-tree controller read and send per step, plus kept_order's one read (~24)",
     "sd": "defect 10: draft masks, ids and positions sent per draft forward (~42)",
     "specinfer": "defect 10 (~41)", "sequoia": "defect 10 (~49)", "dyspec": "defect 10 and _take's reads (~66)",
     "holistic": "defect 10 (~48)", "ouroboros": "defect 10 and a lookahead tree per draft forward (~210)",

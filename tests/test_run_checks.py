@@ -37,6 +37,12 @@ def tiny_runner(monkeypatch, tmp_path, max_new: int, context: int):
                          device=torch.device("cpu"), dtype=torch.float32, vocab_size=64, eos_token_ids=[0],
                          pad_token_id=0, max_context=context, source="test")
     monkeypatch.setattr(runner, "get_bundle", lambda *a, **k: bundle)
+    # MT-Bench's question 81 itself: the test needs no copy of the dataset (a clean clone may have none)
+    item = {"question_id": 81, "category": "writing", "group": "writing", "turns": [
+        ("Compose an engaging travel blog post about a recent trip to Hawaii, highlighting cultural experiences "
+         "and must-see attractions."),
+        "Rewrite your previous response. Start every sentence with the letter A."]}
+    monkeypatch.setattr(runner, "load_selection", lambda *a, **k: ([item], "question 81"))
     cfg = compose_cfg("dataset=mt_bench", "method=ar", "run.limit=1", f"run.max_new_tokens={max_new}",
                       "model.chat_template=none", f"paths.results={tmp_path}")
     return runner.Runner(cfg)

@@ -184,7 +184,7 @@ def drafts_dir(model_cache: str | Path) -> Path:
 
 
 def load_draft_model(bundle: ModelBundle):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     cfg = bundle.draft_cfg
     if cfg is None:
@@ -213,7 +213,7 @@ def load_draft_model(bundle: ModelBundle):
         ).to(bundle.device)
         vocab = draft.get_output_embeddings().weight.shape[0]
         # Its own tokenizer only where the sizes differ: to check that the draft's vocabulary contains the target's.
-        draft_tokenizer = AutoTokenizer.from_pretrained(str(path)) if vocab > bundle.vocab_size else None
+        draft_tokenizer = own_tokenizer(path) if vocab > bundle.vocab_size else None
     except OSError as err:
         raise HarnessError(f"cannot load draft '{name}' from {cfg.source} '{path}': "
                            f"{str(err).splitlines()[0]}") from None
@@ -300,6 +300,17 @@ def load_model(cfg, model_cache: str) -> ModelBundle:
         model_cache=str(model_cache),
         linear_backend=backend,
     )
+
+
+def own_tokenizer(path):
+    """A draft's own tokenizer, or None where its folder has none that loads (the vocabularies cannot be compared
+    then, and a wider draft is refused)."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(path))
+    except (OSError, ValueError):
+        return None
 
 
 def companion_bytes(cfg, dtype: torch.dtype, model_cache: str) -> int:
