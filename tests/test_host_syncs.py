@@ -61,10 +61,15 @@ OVER = {
     "pld": "one nonzero() and tolist() per n-gram size tried (~7)",
     "lookahead": "reads the root and the target argmax, sends its tokens and a tree per shape (~17)",
     "rest": "reads its context and sends its retrieved tree and tokens (~3; at batch 1, where it retrieves here)",
-    "eagle": "defect 11: one read per node rank and per level, tokens sent per level (~36)",
-    "eagle2": "defect 11: per-element mask, one read per level and per candidate (~42)",
-    "propd": "defect 12: the pruning criterion decides on the device now, but the proposer's head scoring, tree "
-             "building and dynamic-tree controller read and send per step, plus kept_order's one read (~24)",
+    "eagle": "at T = 0.6, batch 1 only: the draft reads and sends nothing (was ~36), but the head cache's first "
+             "update of a generation makes two empty tensors on the device (transformers' lazy_initialization, "
+             "`torch.tensor([])`: counted as copies, though none is made), 0.25 a step over 8: 2.4 (budget 2.25)",
+    "eagle2": "one read a draft (the chosen tree's parents, for the host's Tree; was ~42), for which T > 0's budget "
+              "leaves no room beside the verifier's reads: 3.3 a step at batch 1, 2.5 at 4 (budgets 2.4, 2.3); at "
+              "T = 0, batch 1, 2.25 (budget 2), 0.25 of it the head cache's empty tensors as for eagle",
+    "propd": "at batch 1: the engine's read and the pruned forward's one (the kept width is a shape) fill the "
+             "budget; the dynamic tree's switches add a new tree's indices, its pruning plan and the hit rates (~0.4 "
+             "a step over 9 steps, fewer as trees repeat): 2.4 a step at T = 0, 3.6 at 0.6 (budget 2.1)",
     "sd": "defect 10: draft masks, ids and positions sent per draft forward (~42)",
     "specinfer": "defect 10 (~41)", "sequoia": "defect 10 (~49)", "dyspec": "defect 10 and _take's reads (~66)",
     "holistic": "defect 10 (~48)", "ouroboros": "defect 10 and a lookahead tree per draft forward (~210)",
@@ -172,15 +177,17 @@ def test_every_registered_method_is_budgeted():
     assert set(METHODS) == set(REGISTRY) == configs
 
 
-OVER_AT_BATCH_1_ONLY = ("rest",)
+# Methods over budget at some settings only: (temperature, batch) of those.
+OVER_ONLY = {"rest": {(0.0, 1), (0.6, 1)}, "propd": {(0.0, 1), (0.6, 1)},
+             "eagle": {(0.6, 1)}, "eagle2": {(0.0, 1), (0.6, 1), (0.6, 4)}}
 
 
-def marks(name: str, batch: int) -> list:
-    over = name in OVER and (batch == 1 or name not in OVER_AT_BATCH_1_ONLY)
+def marks(name: str, temperature: float, batch: int) -> list:
+    over = name in OVER and (name not in OVER_ONLY or (temperature, batch) in OVER_ONLY[name])
     return [pytest.mark.xfail(reason=OVER[name], strict=True)] if over else []
 
 
-CASES = [pytest.param(n, t, b, marks=marks(n, b)) for n in METHODS for t in (0.0, 0.6) for b in (1, 4)]
+CASES = [pytest.param(n, t, b, marks=marks(n, t, b)) for n in METHODS for t in (0.0, 0.6) for b in (1, 4)]
 
 
 @pytest.mark.parametrize("name,temperature,batch", CASES)

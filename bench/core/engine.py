@@ -205,19 +205,19 @@ class Engine:
                            trees=[d.tree for d in drafts], output_hidden=hidden)
         timer.lap("target_forward")
 
-        accepted = []
+        accepted, verified_counts = [], []
         for b, (r, d) in enumerate(zip(rows, drafts)):
             n = d.tree.size + 1
             logits, tokens = out.logits[b, :n], inputs[b, :n]
             target = logits.argmax(-1)
             candidates = d.candidates
             r.draft_nodes.append(d.tree.size)
+            verified = d.tree.size
             if out.kept is not None:  # slots the forward dropped are never accepted
                 kept = out.kept[b, :n].to(self.device)
                 candidates = kept if candidates is None else candidates.to(self.device) & kept
-                r.verified_nodes.append(int(kept.sum()) - 1)
-            else:
-                r.verified_nodes.append(d.tree.size)
+                verified = kept.sum() - 1  # read with the step's counts below, not on its own
+            verified_counts.append(verified)
             if self.temperature == 0:
                 acc = greedy_accept(d.tree, tokens[None], target[None], candidates)
             else:
@@ -240,10 +240,14 @@ class Engine:
             eos = torch.where(torch.isin(new, self.eos) & (at < limit), at, len(new)).min()[None]
             news.append((slots, new))
             stats.append(torch.cat([torch.minimum(limit, eos + 1), eos < limit, accept_len, acc.best[:1]]))
-        counts = torch.stack(stats).tolist()  # [n_new, hit EOS, path length, best slot] per row
+        if out.kept is not None:  # the nodes each row's forward verified, in the same read
+            stats = [torch.cat([row, v.reshape(1)]) for row, v in zip(stats, verified_counts)]
+        counts = torch.stack(stats).tolist()  # [n_new, hit EOS, path length, best slot(, verified)] per row
+        for r, row, v in zip(rows, counts, verified_counts):
+            r.verified_nodes.append(row[4] if out.kept is not None else v)
 
         paths, leading = [], []
-        for r, (slots, new), (n_new, hit_eos, path_len, best) in zip(rows, news, counts):
+        for r, (slots, new), (n_new, hit_eos, path_len, best, *_) in zip(rows, news, counts):
             paths.append(slots[:path_len])
             leading.append(best == path_len - 1)  # the path is slots 0..best: a chain's always is
             r.seq[r.length : r.length + n_new] = new[:n_new]

@@ -85,6 +85,8 @@ class HostSyncCounter(TorchFunctionMode):
         if func is Tensor.cuda or (func is Tensor.to and names_device(args[1:], kwargs)):
             if host:
                 self.transfers["to"] += 1
+                if out is args[0]:  # on a CPU the move returns the host tensor itself; on a GPU it is a new one
+                    out = out.clone()
             return out
         device = [t for t in tensors if not self.on_host(t)]
         if func in INDEXING and not self.on_host(args[0]) and (has_list(args[1]) or any_host(self, args[1:])):
@@ -98,6 +100,7 @@ class HostSyncCounter(TorchFunctionMode):
         if host and not device:
             self.mark_host(out)
         return out
+
 
 def flat(args, kwargs):
     for a in (*args, *kwargs.values()):

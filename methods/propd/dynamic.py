@@ -71,15 +71,28 @@ class HitRates:
         hit = (self.ranks > (self.P.shape[1] if rank is None else rank)).to(torch.float64)
         self.P[head, 1:] = (1 - self.alpha) * self.P[head, 1:] + self.alpha * hit
 
+    def observe_top(self, first_head: int, top: torch.Tensor, tokens: torch.Tensor) -> None:
+        """`observe` for heads first_head.. at once, on the device of top [n, K] (their candidates) and tokens [n]
+        (what was committed where they predicted): no value is read back, so the decode loop does not wait. The
+        rows are distinct heads, so one update is the same as n `observe` calls."""
+        if self.P.device != top.device:
+            self.P, self.ranks = self.P.to(top.device), self.ranks.to(top.device)
+        hit_at = top == tokens[:, None]  # [n, K]: at most one True per row
+        rank = torch.where(hit_at.any(1), hit_at.to(torch.int8).argmax(1), self.P.shape[1])  # not found: past K
+        hit = (self.ranks[None, :] > rank[:, None]).to(torch.float64)
+        rows = slice(first_head, first_head + top.shape[0])
+        self.P[rows, 1:] = (1 - self.alpha) * self.P[rows, 1:] + self.alpha * hit
+
     def p(self) -> torch.Tensor:
-        """[heads, topk]: p[i, k] = P[i, k+1] - P[i, k], the chance that head i's rank-k candidate is right."""
-        return (self.P[:, 1:] - self.P[:, :-1]).clamp(min=0)
+        """[heads, topk] on the host: p[i, k] = P[i, k+1] - P[i, k], the chance that head i's rank-k candidate is
+        right (one read when the controller selects a tree)."""
+        return (self.P[:, 1:] - self.P[:, :-1]).clamp(min=0).cpu()
 
     def state_dict(self) -> dict:
-        return {"P": self.P.clone()}
+        return {"P": self.P.cpu().clone()}
 
     def load_state_dict(self, state: dict) -> None:
-        self.P = state["P"].clone().to(torch.float64)
+        self.P = state["P"].clone().to(device=self.P.device, dtype=torch.float64)
 
 
 def choose_size(nodes: list[tuple[tuple[int, ...], float]], sizes: list[int], fit: tuple[float, float]) -> dict:

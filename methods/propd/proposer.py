@@ -89,7 +89,7 @@ class ProPD(MedusaTree):
             forward = TimedForward(forward, self.controller)
         self.target_forward = None if forward is full_forward else forward
         self.trees: dict[tuple, tuple] = {}  # rank paths -> (tree, gather index): trees repeat, build them once
-        self.pending: list[tuple[int, torch.Tensor]] = []
+        self.pending: list[tuple[int, torch.Tensor, int]] = []
 
     def describe(self):
         info = {**super().describe(), "prune": self.prune, "dynamic": self.dynamic, "prune_layer": self.prune_layer,
@@ -127,18 +127,17 @@ class ProPD(MedusaTree):
         return self.trees[key]
 
     def score_heads(self, seq: torch.Tensor, length: int) -> None:
-        """Hit-rate updates for the heads' earlier predictions whose target token is now committed."""
+        """Hit-rate updates for the heads' earlier predictions whose target token is now committed, on the device.
+        pending: (position of head 0's target, top [heads, K] on the device, heads scored so far); head i's target
+        is seq[first + i], committed once first + i < length (host ints: no read)."""
         still = []
-        for first, top in self.pending:
-            known = seq[first:length].cpu()  # one copy per pending step, not one per head
-            for i in range(top.shape[0]):
-                if top[i, 0] < 0 or i >= len(known):
-                    continue
-                match = (top[i] == known[i]).nonzero()
-                self.controller.hits.observe(i, int(match[0]) if len(match) else None)
-                top[i, 0] = -1  # scored
-            if bool((top[:, 0] >= 0).any()):
-                still.append((first, top))
+        for first, top, scored in self.pending:
+            ready = min(top.shape[0], length - first)
+            if ready > scored:
+                self.controller.hits.observe_top(scored, top[scored:ready], seq[first + scored : first + ready])
+                scored = ready
+            if scored < top.shape[0]:
+                still.append((first, top, scored))
         self.pending = still
 
     def propose(self, seq, length):
@@ -152,5 +151,5 @@ class ProPD(MedusaTree):
         if timer is not None:
             timer.lap("controller")
         top = self.head_topk(self.max_topk, self.num_heads)  # [heads, K]: every head, for the hit rates
-        self.pending.append((length, top.cpu().clone()))
+        self.pending.append((length, top, 0))
         return Draft(tree, top.flatten()[index])

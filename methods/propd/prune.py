@@ -42,6 +42,13 @@ def prune_plan(trees: Sequence[Tree], width: int) -> PrunePlan:
     return PrunePlan(torch.tensor(slots, dtype=torch.long), parent, ancestors, valid)
 
 
+def on_device(plan: PrunePlan, device: torch.device) -> PrunePlan:
+    """The plan on `device` in one host-to-device copy (each copy is a wait on a GPU), unpacked there."""
+    flat = torch.cat([t.flatten().long() for t in plan]).to(device)
+    parts = flat.split([t.numel() for t in plan])
+    return PrunePlan(*(part.view(t.shape).to(t.dtype) for part, t in zip(parts, plan, strict=True)))
+
+
 class TopKPrune:
     def __init__(self, norm: torch.nn.Module, head, topk: int):
         """norm: the target's final norm (the head reads normed states, like the Medusa heads); head(x [.., H])
@@ -58,7 +65,7 @@ class TopKPrune:
         if key not in self.plans:
             if len(self.plans) >= 256:
                 self.plans.clear()
-            plan = PrunePlan(*(t.to(device) for t in prune_plan(trees, width)))
+            plan = on_device(prune_plan(trees, width), device)
             self.plans[key] = (tuple(trees), plan)
         return self.plans[key][1]
 
