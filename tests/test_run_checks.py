@@ -31,9 +31,9 @@ def test_eagle_goals_use_the_models_own_head():
         assert compose_cfg("experiment=eagle/goals", f"model={model}").model.eagle.source == source
 
 
-def tiny_runner(monkeypatch, tmp_path, max_new: int, context: int):
+def tiny_runner(monkeypatch, tmp_path, max_new: int, context: int, words=("<unk>",)):
     """A Runner over MT-Bench's first question on a tiny model whose tokenizer makes one token of each word."""
-    bundle = ModelBundle(name="tiny", model=tiny_llama(), tokenizer=word_tokenizer(["<unk>"]),  # every word: <unk>
+    bundle = ModelBundle(name="tiny", model=tiny_llama(), tokenizer=word_tokenizer(list(words)),  # default: every word <unk>
                          device=torch.device("cpu"), dtype=torch.float32, vocab_size=64, eos_token_ids=[0],
                          pad_token_id=0, max_context=context, source="test")
     monkeypatch.setattr(runner, "get_bundle", lambda *a, **k: bundle)
@@ -77,3 +77,11 @@ def test_the_parallel_launcher_refuses_several_jobs_sharing_one_gpu(monkeypatch)
     jobs.check_gpu_jobs(model, 16)  # CPU jobs on a GPU node: one per core, as before
     fake_cuda(monkeypatch, gpus=0)
     jobs.check_gpu_jobs(compose_cfg("model=vicuna-7b").model, 4)  # no GPU: the model fails to load by itself
+
+
+def test_a_prompt_outside_the_models_vocabulary_is_refused(monkeypatch, tmp_path):
+    """A random-init shape with fewer tokens than the tokenizer (llama-7b's 32000 under SmolLM2's 49152) would index
+    past the embedding: refused in one line before anything runs."""
+    words = ["<unk>"] + [f"w{i}" for i in range(69)] + ["Compose"]  # "Compose" is token 70 of a 64-token model
+    with pytest.raises(HarnessError, match="prompt token id 70 is outside the 64-token vocabulary"):
+        tiny_runner(monkeypatch, tmp_path, max_new=8, context=512, words=words)

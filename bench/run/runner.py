@@ -137,6 +137,9 @@ class Runner:
             ids = self.raw_ids(question)
         else:
             ids = prompt_ids(self.bundle.tokenizer, self.cfg.model.chat_template, history, question)
+        if ids and max(ids) >= self.bundle.vocab_size:  # e.g. a random-init shape with fewer tokens than the tokenizer
+            raise HarnessError(f"prompt token id {max(ids)} is outside the {self.bundle.vocab_size}-token vocabulary "
+                               f"of model '{self.bundle.name}': its tokenizer does not match it")
         # Room for the output and one draft beyond it (a static tree's size or a method's most draft nodes;
         # chains get a margin of 16).
         max_new = self.cfg.run.max_new_tokens
