@@ -169,3 +169,23 @@ def test_half_precision_head_keeps_fp32_rotary_frequencies():
     exact = type(head.rotary)(config=head.config).inv_freq
     assert head.fc.weight.dtype == torch.bfloat16 and head.rotary.inv_freq.dtype == torch.float32
     assert torch.equal(head.rotary.inv_freq, exact)
+
+
+def test_dynamic_tree_index_tensors_computed_on_the_device_equal_the_hosts():
+    """EAGLE-2's tree (methods/eagle/device_tree.py) computes Tree.on's index tensors from the parents on the
+    device instead of sending them: the same tensors, for chains, stars and random breadth-first trees."""
+    from bench.core.tree import tree_from_parents
+    from methods.eagle.device_tree import tree_on_device
+
+    gen = torch.Generator().manual_seed(0)
+    trees = [[-1, 0], [-1, 0, 1, 2], [-1, 0, 0, 0]]
+    for _ in range(20):
+        parents = [-1]
+        for i in range(1, 30):  # breadth first: a parent no earlier than the previous node's
+            parents.append(int(torch.randint(max(parents[-1], 0), i, (1,), generator=gen)))
+        trees.append(parents)
+    for parents in trees:
+        built = tree_on_device(torch.tensor(parents[1:]))
+        assert built.parents.tolist() == parents and built.on("cpu") is built.device_tree
+        for got, want in zip(built.on("cpu"), tree_from_parents(parents).on("cpu"), strict=True):
+            assert got.dtype == want.dtype and torch.equal(got, want)

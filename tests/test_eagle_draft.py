@@ -66,12 +66,11 @@ def test_adapter_chain_equals_the_heads_own_drafting():
     own.start(prompt.tolist())
     own.observe_features(features)
     fhat = own.catch_up(seq, n)
-    expected, chain, up, col = [head.logits(fhat)], [], {}, -1
+    expected, chain = [head.logits(fhat)], []
     for depth in range(1, 4):
         chain.append(int(expected[-1].argmax()))
-        base = own.cache.get_seq_length()
-        fhat = own.level([chain[-1]], fhat[None], depth, [col], up)[0]
-        up[base], col = col, base
+        # the node's parent is the previous level's entry: row depth - 1 of the tree's ancestor rows (0: the root)
+        fhat = own.level(torch.tensor([chain[-1]]), fhat[None], depth, torch.tensor([depth - 1]))[0]
         expected.append(head.logits(fhat))
 
     # the adapter, called as DraftModelProposer calls a draft: catch-up, then one node per forward

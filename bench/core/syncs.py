@@ -68,7 +68,8 @@ class HostSyncCounter(TorchFunctionMode):
         if func in FACTORIES:
             data = args[0] if args else kwargs.get("data")
             if kwargs.get("device") is not None:
-                if func in FROM_DATA and not (isinstance(data, Tensor) and not self.on_host(data)):
+                empty = isinstance(data, (list, tuple)) and len(data) == 0  # nothing to copy (a cache's placeholder)
+                if func in FROM_DATA and not empty and not (isinstance(data, Tensor) and not self.on_host(data)):
                     self.transfers["from_host"] += 1  # Python data (or a host tensor) copied to the device
             elif not (func in FROM_DATA and isinstance(data, Tensor) and not self.on_host(data)):
                 self.mark_host(out)

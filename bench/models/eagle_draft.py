@@ -95,12 +95,12 @@ class EagleDraft(nn.Module):
             visible = torch.ones(n, start + n, dtype=torch.bool, device=dev).tril(start)
         else:
             visible = attention_mask[0, 0] == 0
-        parents = [self.parent(visible[i, : start + i]) for i in range(n)]
+        chunk = attention_mask is None
+        parents = list(range(start - 1, start + n - 1)) if chunk else self.parents(visible, start)
         visible = visible.clone()
         visible[:, 0] = False  # column 0's entry is the placeholder (no feature before the first token) ...
         visible[torch.arange(n, device=dev), torch.arange(start, start + n, device=dev)] = True  # ... seen by itself
         known = 0 if cache.target is None else cache.target.shape[0]
-        chunk = attention_mask is None
         # Where each entry's feature comes from: ("target", position), ("output", column < start), ("row", i):
         # the output of another input of this call, which needs one more pass of the head per nesting level.
         sources, depth = [], [0] * n
@@ -132,10 +132,13 @@ class EagleDraft(nn.Module):
         return SimpleNamespace(logits=self.head.logits(kept)[None])
 
     @staticmethod
-    def parent(row: torch.Tensor) -> int:
-        """The nearest earlier column an entry sees (-1: none): its parent, whose feature it is fed."""
-        seen = row.nonzero()
-        return int(seen[-1]) if len(seen) else -1
+    def parents(visible: torch.Tensor, start: int) -> list[int]:
+        """Per input i, the nearest earlier column its row of `visible` [n, start + n] sees (-1: none): its parent,
+        whose feature it is fed. Found on the device for all inputs, read in one go (a chunk's are known)."""
+        n, width = visible.shape
+        cols = torch.arange(width, device=visible.device)
+        earlier = cols[None] < start + torch.arange(n, device=visible.device)[:, None]
+        return torch.where(visible & earlier, cols, -1).amax(1).tolist()
 
     @staticmethod
     def feature(cache: EagleDraftCache, source: tuple[str, int], out: torch.Tensor, hidden: int) -> torch.Tensor:

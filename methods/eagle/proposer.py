@@ -13,17 +13,24 @@ feeds those (feature, next token) pairs to the head, whose KV cache keeps only a
 
 The head's tree entries are cropped after every drafting round; drafts are deterministic top-k at any temperature
 (the stochastic verifier treats them as fixed candidates).
+
+Host waits: a draft's tokens, masks and positions are made on the device (masks from ancestor rows grown per level,
+`EagleProposer.seen`), so `eagle` reads and sends nothing a step and `eagle2` reads its chosen tree's parents once
+(methods/eagle/device_tree.py); tests/test_host_syncs.py pins both.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 
 from bench.core.proposer import Draft, Proposer
 from bench.core.settings import SECTION, choice, declare, integer
-from bench.core.tree import tree_from_parents, tree_from_paths
+from bench.core.tree import Tree, tree_from_paths
 from bench.errors import ConfigError
 from bench.models.eagle import causal_mask
+from methods.eagle.device_tree import tree_on_device
 
 
 class EagleProposer(Proposer):
@@ -39,6 +46,7 @@ class EagleProposer(Proposer):
         self.cache = None
         self.pending: torch.Tensor | None = None
         self.stable = 0
+        self.seen: torch.Tensor | None = None  # see catch_up
 
     def start(self, prompt_ids):
         self.cache, self.pending, self.stable = self.head.new_cache(), None, 0
@@ -57,41 +65,70 @@ class EagleProposer(Proposer):
         out = self.head(tokens[None], self.pending[None], pos, mask, self.cache)
         self.stable += n
         self.pending = None
+        # The tree entries' ancestor rows (row 0: the root, whose entry is the last one above; row r + 1: tree
+        # entry r, over the tree's columns): grown per level on the device, so masks need no host data.
+        self.seen = torch.zeros(1, 0, dtype=torch.bool, device=seq.device)
         return out[0, -1]
 
-    def level(self, tokens: list[int], features: torch.Tensor, depth: int, parents: list[int],
-              up: dict[int, int]) -> torch.Tensor:
-        """One head forward over tree nodes of one depth: node j = (features[j], tokens[j]) at the position of
-        depth `depth`, seeing the accepted context and its ancestors' entries (`parents[j]`: the cache column of
-        its parent's entry, -1 for the root; `up`: column -> parent column). Appends their entries; returns their
-        f^ [m, H]."""
-        dev, dtype = features.device, features.dtype
-        m, cached = len(tokens), self.cache.get_seq_length()
-        mask = torch.full((m, cached + m), torch.finfo(dtype).min, dtype=dtype, device=dev)
+    def level(self, tokens: torch.Tensor, features: torch.Tensor, depth: int, parents: torch.Tensor) -> torch.Tensor:
+        """One head forward over m tree nodes of one depth: node j = (features[j], tokens[j]) at the position of
+        depth `depth`, seeing the accepted context, its ancestors' entries and its own. parents [m]: the row of
+        `self.seen` of each node's parent (0: the root). Appends their entries and rows; returns their f^ [m, H]."""
+        dev, dtype, m = features.device, features.dtype, tokens.shape[0]
+        rows = torch.cat([self.seen[parents], torch.eye(m, dtype=torch.bool, device=dev)], 1)  # [m, entries + m]
+        self.seen = torch.cat([torch.nn.functional.pad(self.seen, (0, m)), rows])
+        mask = torch.full((m, self.stable + rows.shape[1]), torch.finfo(dtype).min, dtype=dtype, device=dev)
         mask[:, : self.stable] = 0.0
-        for j, p in enumerate(parents):
-            while p >= 0:  # the parent's entry and its own ancestors
-                mask[j, p] = 0.0
-                p = up[p]
-            mask[j, cached + j] = 0.0
+        mask[:, self.stable :].masked_fill_(rows, 0.0)
         pos = torch.full((1, m), self.stable - 1 + depth, device=dev)
-        ids = torch.tensor(tokens, device=dev)[None]
-        return self.head(ids, features[None], pos, mask[None, None], self.cache)[0]
+        return self.head(tokens[None], features[None], pos, mask[None, None], self.cache)[0]
 
-    def finish(self, parents: list[int], tokens: list[int], tree=None) -> Draft:
-        """Crop the head's tree entries; the Draft of breadth-first slots (parents[i]: slot of node i+1's parent)."""
+    def top(self, features: torch.Tensor) -> torch.return_types.topk:
+        """The top-k draft log-probabilities and tokens [m, k] after each f^ in features [m, H]."""
+        return torch.log_softmax(self.head.logits(features).float(), -1).topk(self.k)
+
+    def finish(self, tree: Tree, tokens: torch.Tensor) -> Draft:
+        """Crop the head's tree entries; the Draft of the tree's breadth-first slots 1..N and their tokens."""
         extra = self.cache.get_seq_length() - self.stable
         if extra > 0:
             self.cache.crop(-extra)  # transformers 5: a negative crop drops that many trailing positions
-        tree = tree or tree_from_parents([-1, *parents])
-        return Draft(tree, torch.tensor(tokens, dtype=torch.long, device=self.bundle.device))
+        return Draft(tree, tokens)
 
     def describe(self):
         return {"topk": self.k}
 
 
+class Level(NamedTuple):
+    """EAGLE-1's indices for one depth of its static tree (lists on the host, tensors on a device)."""
+
+    pick: list[int]  # per node: its entry of the flattened top-k [parents forwarded a level above, k]
+    forward: list[int]  # the level's nodes with children (their entries feed the next level), in slot order
+    feature: list[int]  # per forwarded node: its parent's row of the f^ a level above
+    seen: list[int]  # per forwarded node: its parent's row of EagleProposer.seen
+
+
+def level_plan(tree: Tree, k: int) -> list[Level]:
+    parents, choice = tree.parents.tolist(), tree.choice.tolist()
+    has_children = set(parents[1:])
+    above, above_seen, entries = [0], [0], 0  # the slots forwarded a level above (the root), their seen rows
+    plan = []
+    for a, b in tree.level_slices:
+        row = {slot: j for j, slot in enumerate(above)}  # slot -> its row of the f^ a level above
+        forward = [i - a for i in range(a, b) if i in has_children]
+        feature = [row[parents[a + i]] for i in forward]
+        plan.append(Level([row[parents[i]] * k + choice[i] for i in range(a, b)], forward, feature,
+                          [above_seen[j] for j in feature]))
+        above, above_seen = [a + i for i in forward], [1 + entries + j for j in range(len(forward))]
+        entries += len(forward)
+    return plan
+
+
 class Eagle(EagleProposer):
-    """EAGLE-1: a static tree of rank paths; node = the rank-r token of its parent's draft distribution."""
+    """EAGLE-1: a static tree of rank paths; node = the rank-r token of its parent's draft distribution.
+
+    The tree is static, so is every index of a draft (which top-k entry a node takes, which nodes are forwarded, the
+    rows of their parents' features and ancestors): `Level`s built on the host once, sent once per device. A draft
+    then reads nothing back: its tokens stay on the device."""
 
     settings = declare({"tree": SECTION, "tree.kind": choice("template")})  # rank paths
 
@@ -100,37 +137,35 @@ class Eagle(EagleProposer):
         self.tree = tree_from_paths([list(p) for p in cfg.tree.paths])
         if int(self.tree.choice.max()) >= self.k:
             raise ConfigError(f"tree uses candidate rank {int(self.tree.choice.max())} but topk is {self.k}")
-        self.parents = self.tree.parents.tolist()
+        self.levels = level_plan(self.tree, self.k)
+        self.plans: dict[str, list[Level]] = {}  # device -> the plan's index tensors there (shared by forks)
 
     def describe(self):
         return {"topk": self.k, "tree": self.tree.name, "tree_size": self.tree.size, "tree_depth": self.tree.max_depth}
 
+    def plan_on(self, device: torch.device) -> list[Level]:
+        if str(device) not in self.plans:
+            self.plans[str(device)] = [Level(*(torch.tensor(ix, dtype=torch.long, device=device) for ix in lv))
+                                    for lv in self.levels]
+        return self.plans[str(device)]
+
     @torch.inference_mode()
     def propose(self, seq, length):
-        root = self.catch_up(seq, length)
-        tokens = [0] * (self.tree.size + 1)  # slot 0 is the root (the engine's)
-        fhat = {0: root}  # slot -> f^ after its forward (slot 0: the catch-up's)
-        col, up = {0: -1}, {}  # slot -> cache column of its entry; column -> parent's column
-        levels = self.tree.level_slices
-        for depth, (a, b) in enumerate(levels, start=1):
-            parents = sorted({self.parents[i] for i in range(a, b)})
-            ranks = torch.log_softmax(self.head.logits(torch.stack([fhat[p] for p in parents])).float(), -1)
-            top = dict(zip(parents, ranks.topk(self.k).indices.tolist()))
-            for i in range(a, b):
-                tokens[i] = top[self.parents[i]][int(self.tree.choice[i])]
-            if depth == len(levels):
-                break  # the last level's children are never drafted
-            with_children = [i for i in range(a, b) if i in self.parents]
-            base = self.cache.get_seq_length()
-            feats = torch.stack([fhat[self.parents[i]] for i in with_children])
-            out = self.level([tokens[i] for i in with_children], feats, depth,
-                             [col[self.parents[i]] for i in with_children], up)
-            for j, i in enumerate(with_children):
-                col[i], up[base + j], fhat[i] = base + j, col[self.parents[i]], out[j]
-        return self.finish(self.parents[1:], tokens[1:], self.tree)
+        fhat = self.catch_up(seq, length)[None]  # f^ of the nodes whose children this level drafts: the root's
+        tokens = []
+        for depth, lv in enumerate(self.plan_on(seq.device), start=1):
+            level_tokens = self.top(fhat).indices.flatten()[lv.pick]
+            tokens.append(level_tokens)
+            if depth < len(self.levels):  # the last level's children are never drafted
+                fhat = self.level(level_tokens[lv.forward], fhat[lv.feature], depth, lv.seen)
+        return self.finish(self.tree, torch.cat(tokens))
 
 
 class Eagle2(EagleProposer):
+    """EAGLE-2's candidates are tensors on the device: scores (float64, summed as Python floats would be), tokens
+    and parent candidates, in expansion order (depth 1's k, then k * k per depth); the frontier and the kept set
+    are chosen by stable sorts, so ties go to the earlier candidate. The tree's parents are read once."""
+
     settings = declare({"total_tokens": integer(2), "depth": integer(1)})  # total_tokens counts the root
 
     def __init__(self, cfg, bundle):
@@ -144,33 +179,25 @@ class Eagle2(EagleProposer):
     @torch.inference_mode()
     def propose(self, seq, length):
         root = self.catch_up(seq, length)
-        # Candidates: [score, depth, token, parent candidate (-1: the root)]; forwarded ones get a cache column and
-        # their f^ (the feature their children are drafted from).
-        cands: list[list] = []
-        col: dict[int, int] = {}  # candidate -> its entry's cache column
-        up: dict[int, int] = {}  # cache column -> the parent entry's column (-1: the root)
-        fhat: dict[int, torch.Tensor] = {}
-        frontier = self.expand(root[None], [0.0], [-1], 1, cands)
+        top = self.top(root[None])
+        scores, tokens = [top.values.double().flatten()], [top.indices.flatten()]
+        parents = [torch.full((self.k,), -1, device=root.device)]  # -1: the root
+        frontier = torch.arange(self.k, device=root.device)  # depth 1's candidates, in order
+        feats, rows = root.expand(self.k, -1), torch.zeros(self.k, dtype=torch.long, device=root.device)
         for depth in range(1, self.depth):
-            parent_cols = [col.get(cands[c][3], -1) for c in frontier]
-            feats = torch.stack([fhat[cands[c][3]] if cands[c][3] >= 0 else root for c in frontier])
-            base = self.cache.get_seq_length()
-            out = self.level([cands[c][2] for c in frontier], feats, depth, parent_cols, up)
-            for j, c in enumerate(frontier):
-                col[c], up[base + j], fhat[c] = base + j, parent_cols[j], out[j]
-            children = self.expand(out, [cands[c][0] for c in frontier], frontier, depth + 1, cands)
-            frontier = sorted(children, key=lambda i: -cands[i][0])[: self.k]
-        keep = sorted(range(len(cands)), key=lambda i: (-cands[i][0], cands[i][1], i))[: self.total - 1]
-        keep.sort(key=lambda i: (cands[i][1], i))  # breadth first: parents before children
-        slot = {c: s + 1 for s, c in enumerate(keep)}
-        return self.finish([slot[cands[c][3]] if cands[c][3] >= 0 else 0 for c in keep], [cands[c][2] for c in keep])
-
-    def expand(self, features: torch.Tensor, scores: list[float], parents: list[int], depth: int,
-               cands: list) -> list[int]:
-        """Append the top-k children of each node j (its f^ features[j], cumulative score scores[j]) with one
-        lm_head call for all of them; returns the new candidates' indices."""
-        top = torch.log_softmax(self.head.logits(features).float(), -1).topk(self.k)
-        first = len(cands)
-        for j, (values, tokens) in enumerate(zip(top.values.tolist(), top.indices.tolist())):
-            cands.extend([scores[j] + v, depth, t, parents[j]] for v, t in zip(values, tokens))
-        return list(range(first, len(cands)))
+            first, entries = sum(len(s) for s in scores), self.seen.shape[1]
+            out = self.level(torch.cat(tokens)[frontier], feats, depth, rows)
+            top = self.top(out)
+            children = (torch.cat(scores)[frontier, None] + top.values.double()).flatten()
+            scores.append(children)
+            tokens.append(top.indices.flatten())
+            parents.append(frontier[:, None].expand(-1, self.k).flatten())
+            best = children.sort(descending=True, stable=True).indices[: self.k]  # child best[j] of node best[j] // k
+            frontier, feats, rows = first + best, out[best // self.k], 1 + entries + best // self.k
+        scores, tokens, parents = torch.cat(scores), torch.cat(tokens), torch.cat(parents)
+        # the best total_tokens - 1 (ties to the shallower, earlier one: a node's parent, never scored lower, is
+        # kept), breadth first: in candidate order
+        keep = scores.sort(descending=True, stable=True).indices[: self.total - 1].sort().values
+        slot = torch.zeros(len(scores) + 1, dtype=torch.long, device=root.device)  # candidate + 1 -> slot (0: root)
+        slot[keep + 1] = torch.arange(1, len(keep) + 1, device=root.device)
+        return self.finish(tree_on_device(slot[parents[keep] + 1]), tokens[keep])
