@@ -81,7 +81,7 @@ class Ouroboros(DraftModelProposer):
         nodes = trie.path(ROOT, [t.token[n] for n in chain])
         for tail in reversed(self.pool.get(t.token[chain[-1]])[-self.topk :] if self.topk else []):
             trie.path(nodes[-1], tail)  # newest first
-        tree, tokens, slot = as_engine_tree(trie.tree)
+        tree, tokens, slot = as_engine_tree(trie.tree, self.bundle.device)  # tokens sent with the tree
         self.chain_slots = [slot[n] for n in nodes]
         self._lap("tree")
         return Draft(tree, tokens)

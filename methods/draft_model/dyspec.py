@@ -19,6 +19,8 @@ from __future__ import annotations
 import heapq
 import itertools
 
+import torch
+
 from bench.core.settings import Rule, choice, declare, integer, number
 from methods.shared.draft_proposer import DraftModelProposer
 from methods.shared.trees.draft import ROOT
@@ -43,8 +45,15 @@ class DySpec(DraftModelProposer):
                 "threshold": self.threshold if self.algorithm == "threshold" else None}
 
     def draw(self, residual):
-        """One token from the residual (its top token at temperature 0 with t0_children=topk)."""
-        return self.choose(residual, 1, replacement=False)[0]
+        """One token y from the residual (its top token at temperature 0 with t0_children=topk), the residual's
+        value at y, and the residual after drawing y (None when nothing is left): one host read for all three."""
+        y = self.draws(residual, 1, replacement=False)[0]
+        ry = residual[y.clamp(min=0)]
+        rest = residual.clone().index_fill_(0, y.clamp(min=0)[None], 0.0)
+        total = rest.sum()
+        # float64 holds a token id and the float32 value exactly
+        token, value, left = torch.stack([y.double(), ry.double(), (total > 0).double()]).tolist()
+        return int(token), value, (rest / total if left else None)
 
     def propose(self, seq, length):
         q_root = self.probs(self.catch_up(seq, length))
@@ -53,15 +62,6 @@ class DySpec(DraftModelProposer):
         else:
             qs = self._threshold(q_root)
         return self.finish(q_root, qs)
-
-    @staticmethod
-    def _take(residual, y):
-        """The residual after drawing y: y zeroed and renormalized (None when nothing is left)."""
-        ry = float(residual[y])
-        rest = residual.clone()
-        rest[y] = 0.0
-        total = float(rest.sum())
-        return ry, (rest / total if total > 0 else None)
 
     def _greedy(self, q_root):
         tree, qs = self.tree, {}
@@ -72,8 +72,7 @@ class DySpec(DraftModelProposer):
             neg, _, parent = heapq.heappop(heap)
             if parent not in residual:  # first child of this node: run it through the draft now
                 residual[parent] = qs[parent] = self.probs(self.forward([parent])[0])
-            y = self.draw(residual[parent])
-            ry, rest = self._take(residual[parent], y)
+            y, ry, rest = self.draw(residual[parent])
             node = tree.add(parent, y)
             if rest is not None:
                 residual[parent] = rest
@@ -96,8 +95,7 @@ class DySpec(DraftModelProposer):
                 if node != ROOT:
                     qs[node] = d
                 while v >= self.threshold and d is not None and len(tree) < self.budget:
-                    y = self.draw(d)
-                    ry, d = self._take(d, y)
+                    y, ry, d = self.draw(d)
                     new.append((v * ry, tree.add(node, y)))
                     v *= 1.0 - ry
             leaves = new

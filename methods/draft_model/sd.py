@@ -4,9 +4,10 @@
 
 from __future__ import annotations
 
+import torch
+
 from bench.core.settings import declare, integer
 from methods.shared.draft_proposer import DraftModelProposer
-from methods.shared.trees.draft import ROOT
 
 
 class SpeculativeDecoding(DraftModelProposer):
@@ -22,11 +23,12 @@ class SpeculativeDecoding(DraftModelProposer):
         return {**super().describe(), "draft_length": self.length}
 
     def propose(self, seq, length):
+        """Each token is drawn on the device and fed to the next draft forward from there: a step reads nothing."""
         q_root = q = self.probs(self.catch_up(seq, length))
-        qs, parent = {}, ROOT
+        qs, drawn = [], []
         for i in range(self.length):
-            node = self.tree.add(parent, self.choose(q, 1, replacement=True)[0])
+            drawn.append(self.draws(q, 1, replacement=True))
             if i + 1 < self.length:
-                q = qs[node] = self.probs(self.forward([node])[0])
-            parent = node
-        return self.finish(q_root, qs)
+                q = self.probs(self.forward_chain(drawn[-1], i + 1))
+                qs.append(q)
+        return self.finish_chain(q_root, qs, torch.cat(drawn))

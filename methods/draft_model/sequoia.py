@@ -5,6 +5,8 @@ The shape is chosen once per target temperature (the acceptance vector depends o
 
 from __future__ import annotations
 
+import torch
+
 from bench.core.settings import TEXT, declare, integer, integers
 from bench.core.tree import tree_from_paths
 from bench.errors import ConfigError
@@ -67,18 +69,27 @@ class Sequoia(DraftModelProposer):
         self.counts = self._shape(self.ctx.temperature)
 
     def propose(self, seq, length):
+        """The shape is static: draws stay on the device (placeholders in the host tree) and each level's parents
+        are forwarded with their tokens from there, so a greedy step reads nothing. Sampled, a parent may have
+        fewer tokens with probability than children: the step reads its draws once and drops those."""
         q_root = self.probs(self.catch_up(seq, length))
         level = [(ROOT, ())]  # (node id, rank path)
-        qs = {}
+        qs, drawn = {}, []  # drawn: each parent's draws, in node order
         while level:
             parents = [(n, path) for n, path in level if path in self.counts]
             if not parents:
                 break
-            rows = [q_root] if parents[0][0] == ROOT else list(map(self.probs, self.forward([n for n, _ in parents])))
+            nodes = [n for n, _ in parents]
+            if nodes[0] == ROOT:
+                rows = [q_root]
+            else:
+                rows = list(map(self.probs, self.forward_shaped(nodes, torch.cat(drawn)[self.on_device(nodes)])))
             level = []
             for (node, path), q in zip(parents, rows):
                 if node != ROOT:
                     qs[node] = q
-                for rank, tok in enumerate(self.choose(q, self.counts[path], replacement=False)):
-                    level.append((self.tree.add(node, tok), (*path, rank)))
-        return self.finish(q_root, qs)
+                drawn.append(self.draws(q, self.counts[path], replacement=False))
+                level += [(self.tree.add(node, 0), (*path, rank)) for rank in range(len(drawn[-1]))]
+        if self.greedy:  # top-k: never a dropped draw
+            return self.finish(q_root, qs, tokens=torch.cat(drawn))
+        return self.finish(q_root, self.keep_drawn(torch.cat(drawn).tolist(), qs))

@@ -4,6 +4,8 @@ verification rule (q unchanged across siblings). K = 1 is plain speculative deco
 
 from __future__ import annotations
 
+import torch
+
 from bench.core.settings import declare, integer
 from methods.shared.draft_proposer import DraftModelProposer
 from methods.shared.trees.draft import ROOT
@@ -22,14 +24,15 @@ class SpecInfer(DraftModelProposer):
         return {**super().describe(), "branches": self.branches, "depth": self.depth}
 
     def propose(self, seq, length):
+        """K chains of D: the shape recurs every step and draws with replacement are never dropped, so tokens stay
+        on the device (placeholders in the host tree) and a step reads nothing."""
         q_root = self.probs(self.catch_up(seq, length))
-        level = [self.tree.add(ROOT, x) for x in self.choose(q_root, self.branches, replacement=True)]
+        drawn = [self.draws(q_root, self.branches, replacement=True)]
+        level = [self.tree.add(ROOT, 0) for _ in range(self.branches)]
         qs = {}
         for _ in range(self.depth - 1):
-            logits = self.forward(level)
-            nxt = []
-            for node, row in zip(level, logits):
-                q = qs[node] = self.probs(row)
-                nxt.append(self.tree.add(node, self.choose(q, 1, replacement=True)[0]))
-            level = nxt
-        return self.finish(q_root, qs)
+            rows = [self.probs(row) for row in self.forward_shaped(level, drawn[-1])]
+            qs.update(zip(level, rows))
+            drawn.append(torch.cat([self.draws(q, 1, replacement=True) for q in rows]))
+            level = [self.tree.add(node, 0) for node in level]
+        return self.finish(q_root, qs, tokens=torch.cat(drawn))  # node order = level by level

@@ -222,7 +222,7 @@ class Holistic(DraftModelProposer):
             self._lap("cache")
         self.step_log["target_fetches"].append(int(fetched > 0))
         self.end_drafting(len(chain))
-        tree, tokens, slot = as_engine_tree(trie.tree)
+        tree, tokens, slot = as_engine_tree(trie.tree, self.bundle.device)  # tokens sent with the tree
         self.slot = slot
         self.chain_slots = [slot[n] for n in chain]
         if self.record_steps:  # the draft chain (cached phrases hung at the target are not drafts)

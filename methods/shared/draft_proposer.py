@@ -9,6 +9,12 @@ inside the timed region) and returns the draft logits at the root; the method gr
 the draft cache (the next `catch_up` re-feeds the accepted ones with the bonus token: a few tokens, one
 forward) and returns the Draft. Draft-model forwards are lapped as `draft_forward`, the rest of the
 proposer's time as `tree` (sampling draft tokens, heap and bookkeeping).
+
+Host waits (docs/engine.md, "Host syncs"): a draft forward sends its tokens, positions and tree mask in one
+host-to-device copy (the committed prefix's part of the mask is made on the device); children are drawn on the
+device (`draws`) and a level's draws come back in one read (`read`); the step's tree and tokens go to the device
+in one copy (`finish`). The draft's KV cache is preallocated (bench.core.kv.new_cache): an append writes only
+the new positions, where a DynamicCache would copy its whole KV every forward.
 """
 
 from __future__ import annotations
@@ -18,10 +24,11 @@ from collections import defaultdict
 from pathlib import Path
 
 import torch
-from transformers import DynamicCache
 
+from bench.core.kv import new_cache as preallocated_cache
 from bench.core.proposer import Draft, Proposer
 from bench.core.settings import OPTIONAL_TEXT, choice, declare, number
+from bench.core.tree import chain
 from bench.errors import HarnessError
 from methods.shared.trees.draft import ROOT, DraftTree, as_engine_tree
 
@@ -46,6 +53,7 @@ class DraftModelProposer(Proposer):
         self.record_trees = cfg.get("record_trees")
         self.cache = None
         self.cached = 0
+        self.shapes: dict[tuple, object] = {}  # recurring tree shapes' device tensors (forward_shaped, on_device)
 
     @property
     def max_draft_tokens(self) -> int:
@@ -63,8 +71,12 @@ class DraftModelProposer(Proposer):
         if self.greedy_only and self.ctx.temperature > 0:
             raise HarnessError(f"method '{self.cfg.name}' decodes greedily only, as its paper (run.temperature=0)")
         new_cache = getattr(self.draft, "new_cache", None)  # a draft whose cache keeps more than keys and values
-        self.cache = new_cache() if new_cache is not None else DynamicCache(config=self.draft.config)
+        # Room for the prompt, a tree and the first tokens; the cache doubles its buffer if a run outgrows it.
+        room = len(prompt_ids) + 2 * self.max_nodes + 256
+        self.cache = new_cache() if new_cache is not None else preallocated_cache(self.draft.config, room)
         self.cached = 0
+        if len(self.shapes) > 4096:  # shapes that stopped recurring
+            self.shapes.clear()
         self.step_log: dict[str, list] = defaultdict(list)  # per verification step (Proposer.step_counters)
 
     def step_counters(self) -> dict[str, list]:
@@ -95,20 +107,61 @@ class DraftModelProposer(Proposer):
     def forward(self, nodes: list[int]) -> torch.Tensor:
         """Draft logits [len(nodes), V] of tree nodes (their ancestors must have been forwarded)."""
         self._lap("tree")
-        t, dev, dtype = self.tree, self.draft.device, self.draft.dtype
-        cols = self.forwarded + nodes
-        visible = t.anc[nodes][:, cols]  # [n, forwarded + n]
-        mask = torch.full(visible.shape, torch.finfo(dtype).min, dtype=dtype).masked_fill_(visible, 0.0)
-        prefix = torch.zeros(len(nodes), self.cached, dtype=dtype)
-        mask = torch.cat([prefix, mask], dim=1).to(dev)[None, None]
-        ids = torch.tensor([t.token[i] for i in nodes], device=dev)[None]
-        pos = torch.tensor([self.cached - 1 + t.depth[i] for i in nodes], device=dev)[None]
-        out = self.draft(input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=self.cache,
-                         use_cache=True)
+        ids, depth, hidden = self._send_shape(nodes, [self.tree.token[i] for i in nodes])
+        return self._run(nodes, ids, depth, hidden)
+
+    def forward_shaped(self, nodes: list[int], ids: torch.Tensor) -> torch.Tensor:
+        """`forward` of nodes whose tokens ids [len(nodes)] are still on the device, in a tree whose shape recurs
+        step after step (SpecInfer's K x D, Sequoia's static tree; tokens added as placeholders, see `finish`):
+        the shape's depths and mask are sent on first use and kept on the device, so a step sends nothing."""
+        self._lap("tree")
+        key = (tuple(self.tree.parent), tuple(self.forwarded), tuple(nodes))
+        if key not in self.shapes:
+            self.shapes[key] = self._send_shape(nodes, [])[1:]
+        return self._run(nodes, ids.to(self.draft.device).clamp(min=0), *self.shapes[key])  # -1: a dropped draw
+
+    def on_device(self, values: list[int]) -> torch.Tensor:
+        """A recurring index list (a shape's node order) as a device tensor, sent the first time only."""
+        key = ("index", tuple(values))
+        if key not in self.shapes:
+            self.shapes[key] = torch.tensor(values, dtype=torch.long, device=self.draft.device)
+        return self.shapes[key]
+
+    def _send_shape(self, nodes: list[int], tokens: list[int]) -> tuple[torch.Tensor, ...]:
+        """tokens [t], the nodes' depths [n] and what each may not see [n, forwarded + n] (bool) of the host
+        tree, on the device in one copy."""
+        t, n, cols = self.tree, len(nodes), self.forwarded + nodes
+        visible = t.anc[nodes][:, cols].flatten().tolist()  # of the host tree: no wait
+        data = tokens + [t.depth[i] for i in nodes] + visible
+        ids, depth, seen = torch.tensor(data, dtype=torch.long, device=self.draft.device).split(
+            [len(tokens), n, n * len(cols)])
+        return ids, depth, seen.view(n, len(cols)) == 0
+
+    def _run(self, nodes: list[int], ids: torch.Tensor, depth: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        """The draft forward of tree nodes: their tokens and depths [n] and hidden [n, forwarded + n] (True where
+        a node may not attend) on the device; the committed prefix is seen by all."""
+        dev, dtype, n = self.draft.device, self.draft.dtype, len(nodes)
+        mask = torch.zeros(n, self.cached + hidden.shape[1], dtype=dtype, device=dev)
+        mask[:, self.cached :].masked_fill_(hidden, torch.finfo(dtype).min)
+        out = self.draft(input_ids=ids[None], position_ids=(depth + (self.cached - 1))[None],
+                         attention_mask=mask[None, None], past_key_values=self.cache, use_cache=True)
         self.forwarded += nodes
         self.calls += 1
         self._lap("draft_forward")
         return out.logits[0]
+
+    def forward_chain(self, token: torch.Tensor, depth: int) -> torch.Tensor:
+        """Draft logits [V] of the chain node at `depth` whose token [1] is still on the device (a chain drafted
+        with nothing else in the draft cache): it sees every cached position, so it needs no mask, and its
+        position is made on the device; nothing is read or sent."""
+        self._lap("tree")
+        dev = self.draft.device
+        pos = torch.arange(self.cached - 1 + depth, self.cached + depth, device=dev)[None]
+        out = self.draft(input_ids=token.to(dev).view(1, 1), position_ids=pos, past_key_values=self.cache,
+                         use_cache=True)
+        self.calls += 1
+        self._lap("draft_forward")
+        return out.logits[0, -1]
 
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
         return torch.softmax(logits.float() / self.draft_temperature, dim=-1)
@@ -120,11 +173,41 @@ class DraftModelProposer(Proposer):
 
     def choose(self, q: torch.Tensor, k: int, replacement: bool) -> list[int]:
         """k children drawn from q (in draw order), or q's top-k at temperature 0 with t0_children=topk."""
+        return self.read([self.draws(q, k, replacement)])[0]
+
+    def draws(self, q: torch.Tensor, k: int, replacement: bool) -> torch.Tensor:
+        """`choose`'s k children as a device tensor, read nothing: -1 where fewer than k tokens of q have
+        probability (without replacement). Several parents' draws come back in one `read`."""
         if self.greedy:
-            return q.topk(k).indices.tolist()
-        if not replacement:
-            k = min(k, int((q > 0).sum()))
-        return torch.multinomial(q, k, replacement=replacement, generator=self.ctx.generator).tolist()
+            return q.topk(k).indices
+        k = min(k, q.shape[-1])
+        if replacement and k > 1:
+            return torch.multinomial(q, k, replacement=True, generator=self.ctx.generator)
+        # torch.multinomial's own algorithm for one draw or draws without replacement (an exponential race: the
+        # same draws from the generator), without its host checks of q; zero-probability tokens come last.
+        race = q / torch.empty_like(q).exponential_(generator=self.ctx.generator)
+        picked = race.argmax(-1, keepdim=True) if k == 1 else race.topk(k).indices
+        return picked if replacement else torch.where(q[picked] > 0, picked, -1)
+
+    @staticmethod
+    def read(draws: list[torch.Tensor]) -> list[list[int]]:
+        """Draws of several parents in one host read, each without its -1 (no token left to draw)."""
+        flat = torch.cat(draws).tolist()
+        rows, at = [], 0
+        for d in draws:
+            rows.append([x for x in flat[at : at + len(d)] if x >= 0])
+            at += len(d)
+        return rows
+
+    def keep_drawn(self, tokens: list[int], q_nodes: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
+        """Give the host tree (grown with placeholders) its tokens, in node order, dropping the nodes drawn as -1
+        (their parent had no token left with probability) with their subtrees; returns q_nodes of the kept."""
+        old, self.tree = self.tree, DraftTree(self.max_nodes)
+        kept = {ROOT: ROOT}
+        for i, (parent, tok) in enumerate(zip(old.parent, tokens)):
+            if tok >= 0 and parent in kept:
+                kept[i] = self.tree.add(kept[parent], tok)
+        return {kept[i]: q for i, q in q_nodes.items() if i in kept}
 
     # -- result --------------------------------------------------------------------------------------------
     def rollback(self) -> None:
@@ -170,12 +253,40 @@ class DraftModelProposer(Proposer):
         self.step_log["target_extra"].append(extra)
         return path, accepted, extra
 
-    def finish(self, q_root: torch.Tensor, q_nodes: dict[int, torch.Tensor]) -> Draft:
+    def finish_chain(self, q_root: torch.Tensor, qs: list[torch.Tensor], tokens: torch.Tensor) -> Draft:
+        """`finish` for a chain drafted with `forward_chain`: tokens [n] stay on the device and the chain's tree is
+        the engine's cached one, so the step reads and sends nothing. qs[i]: the draft distribution of node i's
+        child. Recording runs need the tokens on the host: those take `finish`'s path."""
+        if self.record_steps or self.record_trees:
+            parent = ROOT
+            for tok in tokens.tolist():
+                parent = self.tree.add(parent, tok)
+            return self.finish(q_root, dict(enumerate(qs)))
+        n = len(tokens)
+        self.end_drafting(n)
+        probs = None
+        if self.ctx.temperature > 0:  # slot i + 1 holds node i; the leaf has no children
+            probs = torch.zeros(n + 1, q_root.shape[-1], dtype=torch.float32, device=q_root.device)
+            probs[: len(qs) + 1] = torch.stack([q_root, *qs])
+        self._lap("tree")
+        return Draft(chain(n), tokens.to(self.bundle.device), probs=probs)
+
+    def finish(self, q_root: torch.Tensor, q_nodes: dict[int, torch.Tensor],
+               tokens: torch.Tensor | None = None) -> Draft:
         """Crop the draft cache back to the committed tokens; the breadth-first Draft with, at temperature > 0,
-        each slot's draft distribution (zeros where a node has no children)."""
+        each slot's draft distribution (zeros where a node has no children). `tokens`: the nodes' tokens [len(tree)]
+        in node order on the device, for a tree grown with placeholder tokens (`forward_shaped`): they stay there
+        (read back only when recording)."""
         t = self.tree
+        if tokens is not None and (self.record_steps or self.record_trees):
+            t.token, tokens = tokens.tolist(), None
         self.end_drafting(len(t))
-        tree, tokens, slot = as_engine_tree(t)
+        if tokens is None:
+            tree, tokens, slot = as_engine_tree(t, self.bundle.device)  # the target's input device
+        else:  # the engine sends the tree's indices; the tokens are put in slot order on the device
+            tree, _, slot = as_engine_tree(t)
+            order = sorted(range(len(t)), key=slot.__getitem__)
+            tokens = tokens.to(self.bundle.device)[self.on_device(order).to(self.bundle.device)]
         if self.record_steps:
             dists = [q_root if p == ROOT else q_nodes.get(p) for p in t.parent]
             known = [i for i, d in enumerate(dists) if d is not None]

@@ -67,9 +67,13 @@ class Trie:
         return nodes
 
 
-def as_engine_tree(t: DraftTree) -> tuple[Tree, torch.Tensor, dict[int, int]]:
-    """The engine's breadth-first Tree of a DraftTree, its draft tokens, and each node's slot (ROOT -> 0)."""
+def as_engine_tree(t: DraftTree, device=None) -> tuple[Tree, torch.Tensor, dict[int, int]]:
+    """The engine's breadth-first Tree of a DraftTree, its draft tokens, and each node's slot (ROOT -> 0). With a
+    device the tokens are sent there together with the tree's index tensors: one host-to-device copy a step."""
     order = t.breadth_first()
     slot = {ROOT: 0, **{node: s + 1 for s, node in enumerate(order)}}
     tree = tree_from_parents([-1] + [slot[t.parent[i]] for i in order])
-    return tree, torch.tensor([t.token[i] for i in order], dtype=torch.long), slot
+    tokens = [t.token[i] for i in order]
+    if device is not None:
+        return tree, tree.tokens_on(tokens, device), slot
+    return tree, torch.tensor(tokens, dtype=torch.long), slot
