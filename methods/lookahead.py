@@ -11,6 +11,10 @@ from methods.shared.lookahead import LookaheadDecoding, NgramPool
 
 
 class Lookahead(LookaheadDecoding):
+    def __init__(self, cfg, bundle):
+        super().__init__(cfg, bundle)
+        self.verify_device = bundle.device  # the engine verifies on the target's device
+
     def fork(self):
         clone = super().fork()
         clone.pool = NgramPool(self.g)  # `start` clears the pool in place: each row needs its own

@@ -35,6 +35,7 @@ def find_candidates(seq: torch.Tensor, max_ngram: int, num_tokens: int, full_con
 
 
 class PromptLookup(Proposer):
+    host_tokens = True  # searched on the host
     settings = declare({"max_ngram": integer(1), "num_draft_tokens": integer(1), "full_continuation": FLAG})
 
     def __init__(self, cfg, bundle):

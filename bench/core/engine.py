@@ -32,10 +32,12 @@ from bench.core.verify import greedy_accept
 
 @dataclass
 class Row:
-    """One sequence of the batch: its committed tokens seq[:length]; the KV cache holds seq[:length - 1]."""
+    """One sequence of the batch: its committed tokens seq[:length] (and their host copy, host[:length], filled by
+    the step's one read); the KV cache holds seq[:length - 1]."""
 
     proposer: Proposer
     seq: torch.Tensor
+    host: torch.Tensor
     n_prompt: int
     length: int
     generator: torch.Generator
@@ -44,6 +46,7 @@ class Row:
     verified_nodes: list[int] = field(default_factory=list)  # of which the forward ran through every layer
     done: bool = False
     elapsed: float | None = None
+    targets: list[int] = field(default_factory=list)  # the last step's target choices, read for a host proposer
 
     @property
     def prefix(self) -> int:
@@ -92,9 +95,9 @@ class Engine:
         forward = proposers[0].target_forward or self.forward  # one forward for the whole batch
         rows = []
         for proposer, prompt, gen in zip(proposers, prompts, generators, strict=True):
-            seq = torch.zeros(len(prompt) + max_new_tokens, dtype=torch.long, device=self.device)
-            seq[: len(prompt)] = torch.tensor(prompt, dtype=torch.long)
-            rows.append(Row(proposer, seq, len(prompt), len(prompt), gen))
+            host = torch.zeros(len(prompt) + max_new_tokens, dtype=torch.long)
+            host[: len(prompt)] = torch.tensor(prompt, dtype=torch.long)
+            rows.append(Row(proposer, host.to(self.device), host, len(prompt), len(prompt), gen))
         cache = new_cache(self.model.config, longest + max_new_tokens + 64)  # + room for one draft tree
         occupancy: list[int] = []
 
@@ -110,7 +113,7 @@ class Engine:
 
         alive = [r for r in rows if not r.done]
         while alive:
-            drafts = [r.proposer.propose(r.seq, r.length) for r in alive]
+            drafts = [r.proposer.propose(r.host if r.proposer.host_tokens else r.seq, r.length) for r in alive]
             timer.lap("draft")
             alive = self._step(alive, drafts, cache, max_new_tokens, timer, forward)
             occupancy.append(len(drafts))
@@ -118,7 +121,7 @@ class Engine:
             timer.lap("update")
 
         phases = timer.result()
-        return [Generation(r.seq[r.n_prompt : r.length].tolist(), r.accept_lengths, phases, r.elapsed, occupancy,
+        return [Generation(r.host[r.n_prompt : r.length].tolist(), r.accept_lengths, phases, r.elapsed, occupancy,
                            r.draft_nodes, r.verified_nodes, r.proposer.step_counters()) for r in rows]
 
     def _finish_rows(self, rows: list[Row], timer: Timer) -> None:
@@ -151,13 +154,14 @@ class Engine:
                                output_hidden=hidden)
             logits = torch.stack([out.logits[b, last.index(n - 1)] for b, n in enumerate(lengths)])
             at = [n - 1 for n in lengths]
-        roots = [self._pick(logits[b], r.generator) for b, r in enumerate(rows)]
+        roots = torch.stack([self._pick(logits[b], r.generator) for b, r in enumerate(rows)])
         timer.lap("prefill")
-        for b, (r, root) in enumerate(zip(rows, roots)):
-            r.seq[r.length] = root
+        eos = set(self.eos.tolist())  # (a tensor made on the host: no wait)
+        for b, (r, root, value) in enumerate(zip(rows, roots, roots.tolist())):  # the prefill's one read
+            r.seq[r.length], r.host[r.length] = root, value
             r.length += 1
             r.accept_lengths.append(1)
-            r.done = bool(torch.isin(root, self.eos)) or max_new_tokens <= 1
+            r.done = value in eos or max_new_tokens <= 1
             if hidden and not r.done:
                 r.proposer.observe_hidden(out.hidden[b, at[b]])
                 if r.proposer.wants_features:
@@ -212,7 +216,7 @@ class Engine:
             target = logits.argmax(-1)
             candidates = d.candidates
             r.draft_nodes.append(d.tree.size)
-            verified = d.tree.size
+            verified = inputs.new_full((), d.tree.size)
             if out.kept is not None:  # slots the forward dropped are never accepted
                 kept = out.kept[b, :n].to(self.device)
                 candidates = kept if candidates is None else candidates.to(self.device) & kept
@@ -230,7 +234,9 @@ class Engine:
         # Commit, decided on the device: each row's accepted drafts + bonus, cut at EOS and at its token limit.
         # One host read per step brings back what the loop's Python needs (bench.core.syncs counts them).
         news, stats = [], []
-        for r, d, (acc, _, tokens, _) in zip(rows, drafts, accepted):
+        longest = max(len(d.tree.on(self.device).path_slots[0]) for d in drafts)  # a row's most new tokens
+        host_targets = any(r.proposer.host_tokens for r in rows)  # their update gets the target's choices too
+        for r, d, (acc, _, tokens, target), verified in zip(rows, drafts, accepted, verified_counts):
             slots = d.tree.on(self.device).path_slots[acc.best[0]]  # root..best, padded with the root's slot
             new = torch.cat([tokens[slots[1:]], tokens[:1]])  # accepted drafts, then room for the bonus
             accept_len = acc.accept_len
@@ -239,18 +245,21 @@ class Engine:
             at = torch.arange(len(new), device=self.device)
             eos = torch.where(torch.isin(new, self.eos) & (at < limit), at, len(new)).min()[None]
             news.append((slots, new))
-            stats.append(torch.cat([torch.minimum(limit, eos + 1), eos < limit, accept_len, acc.best[:1]]))
-        if out.kept is not None:  # the nodes each row's forward verified, in the same read
-            stats = [torch.cat([row, v.reshape(1)]) for row, v in zip(stats, verified_counts)]
-        counts = torch.stack(stats).tolist()  # [n_new, hit EOS, path length, best slot(, verified)] per row
-        for r, row, v in zip(rows, counts, verified_counts):
-            r.verified_nodes.append(row[4] if out.kept is not None else v)
+            stats.append(torch.cat([torch.minimum(limit, eos + 1), eos < limit, accept_len, acc.best[:1],
+                                    verified[None], torch.nn.functional.pad(new, (0, longest - len(new))),
+                                    *([torch.nn.functional.pad(target, (0, width - len(target)))] * host_targets)]))
+        # [n_new, hit EOS, path length, best slot, verified, new tokens..., (target...)] per row: the step's one read
+        counts = torch.stack(stats).tolist()
+        for r, row in zip(rows, counts):
+            r.verified_nodes.append(row[4])
 
         paths, leading = [], []
-        for r, (slots, new), (n_new, hit_eos, path_len, best, *_) in zip(rows, news, counts):
+        for r, (slots, new), (n_new, hit_eos, path_len, best, _, *values) in zip(rows, news, counts):
+            values, r.targets = values[:longest], values[longest:]
             paths.append(slots[:path_len])
             leading.append(best == path_len - 1)  # the path is slots 0..best: a chain's always is
             r.seq[r.length : r.length + n_new] = new[:n_new]
+            r.host[r.length : r.length + n_new] = torch.tensor(values[:n_new])
             r.length += n_new
             r.accept_lengths.append(n_new)
             r.done = bool(hit_eos) or r.length - r.n_prompt >= max_new_tokens
@@ -260,6 +269,8 @@ class Engine:
             if len(alive) < len(rows):
                 keep_rows(cache, alive, prefixes)
         for b, (r, (acc, logits, tokens, target), row, path) in enumerate(zip(rows, accepted, counts, paths)):
+            if r.proposer.host_tokens:
+                target = torch.tensor(r.targets[: len(target)])
             r.proposer.update(tokens, logits if r.proposer.wants_logits else None, target, acc)
             if hidden and not r.done:
                 r.proposer.observe_hidden(out.hidden[b, row[3]])

@@ -156,6 +156,10 @@ class Proposer(Method):
     wants_logits = False  # set True to receive the target logits of every tree slot in `update`
     wants_hidden = False  # set True to receive the target's final hidden state in `observe_hidden`
     wants_features = False  # set True to receive the final hidden states of newly committed context (`observe_features`)
+    # True: `propose` gets the committed tokens and `update` the target's choices as host tensors (the engine brings
+    # them back with its one read a step), for a proposer that works on the host (PLD, REST, Lookahead); False:
+    # device tensors.
+    host_tokens = False
     rule = "sequoia"  # stochastic verification rule at temperature > 0 (bench.core.sampling.RULES)
     # run.record_steps (set by the runner): proposers that support it keep each step's draft tokens, draft
     # probabilities and accepted flags in step_counters ("step_*" lists); off, no host copy is added for them.
@@ -193,7 +197,8 @@ class Proposer(Method):
         return {}
 
     def propose(self, seq: torch.Tensor, length: int) -> Draft:
-        """seq[:length] are the committed tokens; seq[length - 1] is the root of the next tree."""
+        """seq[:length] are the committed tokens (on the host with `host_tokens`, else on the model's device);
+        seq[length - 1] is the root of the next tree."""
         raise NotImplementedError
 
     def update(self, inputs: torch.Tensor, logits: torch.Tensor | None, target: torch.Tensor,

@@ -77,6 +77,8 @@ class HostSyncCounter(TorchFunctionMode):
         if func in SCALAR_READS:
             if not host:  # a host tensor's value is read without waiting
                 self.reads[SCALAR_READS[func]] += 1
+            elif isinstance(out, Tensor):  # nonzero, unique, ... of a host tensor: a host tensor
+                self.mark_host(out)
             return out
         if func is Tensor.cpu:
             if not host:

@@ -33,6 +33,7 @@ def _tree(parents: tuple[int, ...]):
 
 
 class Rest(Proposer):
+    host_tokens = True  # its context is looked up on the host
     settings = declare({"store": TEXT, "store_dir": TEXT, "model": TEXT, "max_span": integer(1), "min_span": integer(1),
                                 "max_matches": integer(1), "continuation": integer(1), "num_draft": integer(1)})
     requires = (Rule("min_span <= max_span", ("min_span", "max_span"), lambda lo, hi: lo <= hi),)

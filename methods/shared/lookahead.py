@@ -84,6 +84,7 @@ class LookaheadDecoding(Proposer):
     """The window and the pool over prompts: a new prompt-turn redraws the window and keeps the pool (its owner
     decides when to clear it)."""
 
+    host_tokens = True  # searched on the host
     settings = declare({"level": integer(3), "window": integer(1), "guess": integer(1), "seed": integer()})
 
     def __init__(self, cfg, bundle):
@@ -95,6 +96,7 @@ class LookaheadDecoding(Proposer):
         self.root = 0
         self.slots: list[list[int]] = []  # tree slot of every window token (l, i), root at (0, 0)
         self._trees: dict = {}  # (levels, sorted parents) -> (Tree, candidates): trie shapes recur
+        self.verify_device = None  # where the candidates go (None: the host, as Ouroboros verifies there)
 
     def describe(self):
         return {"level": self.n, "window": self.w, "guess": self.g, "max_tokens_per_forward": self.max_tokens}
@@ -140,14 +142,22 @@ class LookaheadDecoding(Proposer):
             new_slot[old] = new
         sorted_parents = tuple([-1] + [new_slot[parents[o]] for o in order[1:]])
         key = (len(self.levels), sorted_parents)
-        if key not in self._trees:
-            if len(self._trees) >= 4096:
-                self._trees.clear()
-            cand = torch.tensor([o == 0 or o >= n_window for o in order])  # window slots: input only
-            self._trees[key] = (tree_from_parents(list(sorted_parents)), cand)
-        tree, cand = self._trees[key]
+        drafted = [tokens[o] for o in order[1:]]
         self.slots = [[new_slot[s] for s in level] for level in grid]
-        return Draft(tree, torch.tensor([tokens[o] for o in order[1:]], dtype=torch.long), cand)
+        if key in self._trees:
+            tree, cand = self._trees[key]
+            return Draft(tree, torch.tensor(drafted, dtype=torch.long, device=self.verify_device), cand)
+        if len(self._trees) >= 4096:
+            self._trees.clear()
+        tree = tree_from_parents(list(sorted_parents))
+        cand = [o == 0 or o >= n_window for o in order]  # window slots: input only
+        if self.verify_device is None:
+            cand, drafted = torch.tensor(cand), torch.tensor(drafted, dtype=torch.long)
+        else:  # a new shape: the tree, its candidates and the tokens go to the verifier's device in one copy
+            sent = tree.tokens_on(cand + drafted, self.verify_device)
+            cand, drafted = sent[: len(order)].bool(), sent[len(order) :]
+        self._trees[key] = (tree, cand)
+        return Draft(tree, drafted, cand)
 
     def update(self, inputs, logits, target, acceptance):
         out = target.tolist()
