@@ -66,10 +66,7 @@ OVER = {
              "a step over 9 steps, fewer as trees repeat): 2.4 a step at T = 0, 3.6 at 0.6 (budget 2.1)",
     "lookahead": "at T > 0 only: its tokens are sent each step (1) beside the engine's read (1) and the walk's "
                  "read at the level that rejects (1): 3 a step plus one per accepted token (budget 2 plus one)",
-    "dyspec": "defect 10: its heap decides each draw from the drawn token's value, one read per expanded node (~14)",
     "holistic": "defect 10: its token cache and Pre-cut read and send per step (~15)",
-    "ouroboros": "defect 10: a lookahead tree per draft forward (~24-29)",
-    "ouroboros_g12": "as ouroboros",
     "hf_pld": "transformers' own loop (not ours): its candidate search reads per step (~17)",
     "hf_assisted": "transformers' own loop (not ours) (~12)",
 }
@@ -145,7 +142,8 @@ def waits(bundle, name: str, temperature: float, batch: int) -> dict:
     row_steps = sum(len(g.accept_lengths) - 1 for g in gens)
     assert row_steps >= batch * 3, "too few decode steps to measure"
     reads, transfers = counted[1].reads - counted[0].reads, counted[1].transfers - counted[0].transfers
-    draft_calls = sum(sum(g.counters.get("draft_calls", [])[1:]) for g in gens)  # the prefill's catch-up less
+    # every draft forward but each row's first (the draft's prefill of the prompt: its waits count, not its budget)
+    draft_calls = sum(max(sum(g.counters.get("draft_calls", [])) - 1, 0) for g in gens)
     return {"waits": (sum(reads.values()) + sum(transfers.values())) / row_steps, "reads": reads,
             "transfers": transfers, "draft_forwards": draft_calls / row_steps,
             "accepted": sum(a - 1 for g in gens for a in g.accept_lengths[1:]) / row_steps, "rows": batch / row_steps}

@@ -97,6 +97,9 @@ class LookaheadDecoding(Proposer):
         self.slots: list[list[int]] = []  # tree slot of every window token (l, i), root at (0, 0)
         self._trees: dict = {}  # (levels, sorted parents) -> (Tree, candidates): trie shapes recur
         self.verify_device = None  # where the candidates go (None: the host, as Ouroboros verifies there)
+        # The last draft's tree parents and candidate flags as Python lists: a host verifier's (Ouroboros).
+        self.parents: tuple[int, ...] = ()
+        self.candidates: list[bool] = []
 
     def describe(self):
         return {"level": self.n, "window": self.w, "guess": self.g, "max_tokens_per_forward": self.max_tokens}
@@ -144,13 +147,14 @@ class LookaheadDecoding(Proposer):
         key = (len(self.levels), sorted_parents)
         drafted = [tokens[o] for o in order[1:]]
         self.slots = [[new_slot[s] for s in level] for level in grid]
+        self.parents, self.candidates = sorted_parents, [o == 0 or o >= n_window for o in order]  # window: input only
         if key in self._trees:
             tree, cand = self._trees[key]
             return Draft(tree, torch.tensor(drafted, dtype=torch.long, device=self.verify_device), cand)
         if len(self._trees) >= 4096:
             self._trees.clear()
         tree = tree_from_parents(list(sorted_parents))
-        cand = [o == 0 or o >= n_window for o in order]  # window slots: input only
+        cand = self.candidates
         if self.verify_device is None:
             cand, drafted = torch.tensor(cand), torch.tensor(drafted, dtype=torch.long)
         else:  # a new shape: the tree, its candidates and the tokens go to the verifier's device in one copy
