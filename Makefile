@@ -30,7 +30,7 @@ WHEEL_PYTHON ?=
 WHEEL_TARGET = $(if $(WHEEL_PYTHON),--only-binary=:all: --python-version $(WHEEL_PYTHON) --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any)
 GPU_CHECK_ARGS ?=
 
-.PHONY: help setup demo test lint data datastore reproduce-table1 reproduce-tr-table1 reproduce-tr-fig3 reproduce-tr-fig4 reproduce-tr-auto tree-stats draft draft-sweep reproduce-draft-sd heads eagle reproduce-eagle reproduce-dyspec-table1 reproduce-dyspec-fig4 reproduce-dyspec-table2 reproduce-dyspec-table3 reproduce-dyspec-table4 reproduce-dyspec-fig2 reproduce-dyspec-fig5 reproduce-dyspec-table5 reproduce-propd-table1 reproduce-propd-table2 reproduce-propd-table3 reproduce-propd-fig3 reproduce-propd-fig6 reproduce-propd-fig7 reproduce-holistic-table1 reproduce-holistic-table3 reproduce-holistic-table4 reproduce-holistic-table9 reproduce-holistic-fig2 reproduce-holistic-fig4 reproduce-holistic-fig5 reproduce-holistic-table10 sweep-holistic-settings evidence reproduced bench-engine clean-results wheelhouse gpu-check
+.PHONY: help setup demo test test-slow lint data datastore reproduce-table1 reproduce-tr-table1 reproduce-tr-fig3 reproduce-tr-fig4 reproduce-tr-auto tree-stats draft draft-sweep reproduce-draft-sd heads eagle reproduce-eagle reproduce-dyspec-table1 reproduce-dyspec-fig4 reproduce-dyspec-table2 reproduce-dyspec-table3 reproduce-dyspec-table4 reproduce-dyspec-fig2 reproduce-dyspec-fig5 reproduce-dyspec-table5 reproduce-propd-table1 reproduce-propd-table2 reproduce-propd-table3 reproduce-propd-fig3 reproduce-propd-fig6 reproduce-propd-fig7 reproduce-holistic-table1 reproduce-holistic-table3 reproduce-holistic-table4 reproduce-holistic-table9 reproduce-holistic-fig2 reproduce-holistic-fig4 reproduce-holistic-fig5 reproduce-holistic-table10 sweep-holistic-settings evidence reproduced bench-engine clean-results wheelhouse gpu-check
 
 help:  ## list targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' Makefile | sed 's/:.*## /\t/'
@@ -61,7 +61,10 @@ demo: setup  ## offline demo: smollm2-135m on 20 HumanEval prompts x 128 tokens,
 
 # Two workers of one torch thread each (tests/conftest.py): on 2 cores a second thread buys ~10%, a second process ~2x.
 test: setup  ## the test suite (unit, engine, real-model losslessness, configs, CLI errors); TEST_WORKERS=2
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=15
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=15 -m "not slow"
+
+test-slow: setup  ## the slow checks: real-model variant matrices, multi-process sweeps and caches (.ci/run runs them too)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=15 -m slow
 
 lint: setup  ## ruff
 	$(PY) -m ruff check .

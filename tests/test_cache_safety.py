@@ -327,6 +327,7 @@ def tree_digest(folder: Path) -> dict[str, str]:
 
 
 @pytest.mark.model
+@pytest.mark.slow
 def test_two_cli_runs_at_once_on_an_empty_model_cache(tmp_path):
     """Two runs started together on a fresh checkout: one converts the embedded model, the other waits for it;
     both succeed and share one AR reference entry. (Distinct run.seed: the same job twice would be one job.)"""

@@ -23,7 +23,7 @@ def run_cli(*args, tmp_path, env=None):
 
 @pytest.mark.model
 def test_real_run_writes_complete_results(tmp_path, smollm):
-    proc = run_cli("method=token_recycling", "dataset=humaneval", "run.limit=2", "run.max_new_tokens=24",
+    proc = run_cli("method=token_recycling", "dataset=humaneval", "run.limit=2", "run.max_new_tokens=16",
                    tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     last = proc.stdout.strip().splitlines()[-1]

@@ -54,6 +54,7 @@ def test_breakdown_experiments_sync_phases(compose_cfg):
     assert compose_cfg("experiment=dyspec/fig4").run.variant == "breakdown"
 
 
+@pytest.mark.slow  # every experiment composes in `make test` (test_experiment_composes); each swept value here
 @pytest.mark.parametrize("experiment", names("experiment"))
 def test_every_sweep_job_composes_and_resolves(compose_cfg, experiment):
     """Each value of each swept key composes and resolves (a typo in a sweep fails here, not mid-run)."""

@@ -21,14 +21,18 @@ SEQUOIA = ("method=sequoia", "method.calibration.dataset=humaneval", "method.cal
 # whose output has tokens outside V' (the verifier must produce what the draft can never propose). DySpec's greedy
 # tree costs a draft forward per expanded node: budgets of 12 here, 8 when sampling (up to that deep with the self
 # draft); 24-node trees are on tests/test_golden_runs.py.
+# `make test` keeps SpecInfer's case (the one draft-model method the golden runs lack); sd and dyspec are in
+# tests/test_golden_runs.py, sequoia in tests/test_batch.py; the rest of the matrix is `make test-slow`.
+SLOW = pytest.mark.slow
 CASES = [
-    ("self", ("method=sd", "method.draft_length=6")),
+    pytest.param("self", ("method=sd", "method.draft_length=6"), marks=SLOW),
     ("cut2", ("method=specinfer", "method.branches=4", "method.depth=4")),
-    ("cut2", SEQUOIA),
-    ("cut2", ("method=dyspec", "method.algorithm=threshold", "method.budget=12")),
-    ("self-trim", ("method=sd", "method.draft_length=6")),
-    ("cut2-trim", ("method=specinfer", "method.branches=4", "method.depth=4")),  # (Sequoia's tree verifies the same way)
-    ("self-trim", ("method=dyspec", "method.budget=12")),
+    pytest.param("cut2", SEQUOIA, marks=SLOW),
+    pytest.param("cut2", ("method=dyspec", "method.algorithm=threshold", "method.budget=12"), marks=SLOW),
+    pytest.param("self-trim", ("method=sd", "method.draft_length=6"), marks=SLOW),
+    # (Sequoia's tree verifies the same way)
+    pytest.param("cut2-trim", ("method=specinfer", "method.branches=4", "method.depth=4"), marks=SLOW),
+    pytest.param("self-trim", ("method=dyspec", "method.budget=12"), marks=SLOW),
 ]
 
 
@@ -46,6 +50,7 @@ def test_identical_to_greedy_ar(smollm, prompts, greedy_long, drafts, draft, ove
     assert {"draft_forward", "tree"} <= set(gens[0].phase_times)
 
 
+@pytest.mark.slow  # sampled streams at batch > 1 against batch 1: tests/test_batch.py (tiny models)
 @pytest.mark.parametrize("overrides", [("method=sd",), ("method=specinfer", "method.branches=4", "method.depth=3"),
                                        ("method=dyspec", "method.budget=8"),
                                        ("method=dyspec", "method.algorithm=threshold", "method.budget=8")],
@@ -70,6 +75,7 @@ def check_sampling(bundle, prompts, overrides, min_mat):
     assert sum(steps) / len(steps) > min_mat
 
 
+@pytest.mark.slow  # (the trimmed draft's residual: tests/test_sampling_verify.py)
 @pytest.mark.parametrize("overrides", [("method=sd",), ("method=dyspec", "method.budget=8")],
                          ids=lambda o: "+".join(x.split("=", 1)[1] for x in o))
 def test_sampling_with_a_trimmed_draft(smollm, prompts, drafts, overrides):

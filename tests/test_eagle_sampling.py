@@ -32,8 +32,9 @@ from tests.conftest import compose_cfg, tiny_llama
 
 V, NO_EOS, T = 8, 10_000, 0.8
 PROMPT = [1, 5, 2, 7]
-ROWS, BATCH = 3000, 250
-# Chi-square 99.99% quantile for 63 degrees of freedom is about 113; a correct rule stays well below it.
+ROWS, BATCH = 1500, 250
+# Chi-square 99.99% quantile for 63 degrees of freedom is about 113; a correct rule stays well below it. A wrong
+# rule's statistic grows with the rows: the one below reaches ~210 at 1000 rows, ~350 at 2000.
 LIMIT = 120.0
 
 
@@ -107,7 +108,7 @@ def test_eagle2_keeps_the_target_distribution(target):
 
 
 def test_eagle1_keeps_the_target_distribution(target):
-    assert chi_square(sample_pairs(target, "eagle", rows=1500, topk=4), expected(target)) < LIMIT
+    assert chi_square(sample_pairs(target, "eagle", topk=4), expected(target)) < LIMIT
 
 
 def test_a_wrong_rule_fails(target, monkeypatch):
@@ -115,4 +116,4 @@ def test_a_wrong_rule_fails(target, monkeypatch):
         return Acceptance.from_path(tree, *no_residual(tree, tokens, p, q, rule, generator, candidates))
 
     monkeypatch.setattr(engine_module, "stochastic_verify", verify)
-    assert chi_square(sample_pairs(target, **SETTINGS), expected(target)) > 3 * LIMIT
+    assert chi_square(sample_pairs(target, rows=2000, **SETTINGS), expected(target)) > 2 * LIMIT

@@ -23,7 +23,9 @@ def overrides(reuse_draft: bool, reuse_target: bool, precut: bool, *more: str) -
             f"method.precut={precut}", "method.controller.warmup_steps=8", *more)
 
 
-@pytest.mark.parametrize("switches", SWITCHES, ids=lambda s: "".join("DTP"[i] if on else "-" for i, on in enumerate(s)))
+# Every switch on in `make test`; the other seven combinations in `make test-slow`.
+@pytest.mark.parametrize("switches", [s if all(s) else pytest.param(s, marks=pytest.mark.slow) for s in SWITCHES],
+                         ids=lambda s: "".join("DTP"[i] if on else "-" for i, on in enumerate(s)))
 def test_every_switch_combination_is_lossless(smollm, prompts, greedy, drafts, switches):
     # The untrained 2-layer cut: many rejections, phrases learned from the committed text and Eq. 7 runs. 2 prompts
     # x 32 tokens: dozens of verifications (the controller's 8 of warm-up, then its own decisions), the second

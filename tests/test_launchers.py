@@ -43,6 +43,7 @@ def test_launcher_configs_compose():
 
 
 @pytest.mark.model
+@pytest.mark.slow
 def test_local_parallel_sweep_labels_its_machine(tmp_path, smollm):
     sweep(tmp_path, "hydra/launcher=local_parallel", "hydra.launcher.n_jobs=2")
     runs = load_runs(tmp_path / "results")
@@ -54,6 +55,7 @@ def test_local_parallel_sweep_labels_its_machine(tmp_path, smollm):
 
 
 @pytest.mark.model
+@pytest.mark.slow
 def test_submitit_local_sweep_finds_two_complete_runs(tmp_path, smollm):
     sweep(tmp_path, "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10")
     runs = load_runs(tmp_path / "results")

@@ -10,7 +10,7 @@ from tests.conftest import assert_lossless, compose_cfg, run_method, with_draft
 pytestmark = pytest.mark.model
 
 
-@pytest.mark.parametrize("draft,n", [("cut2", 2), ("self", 3)])
+@pytest.mark.parametrize("draft,n", [("cut2", 2), pytest.param("self", 3, marks=pytest.mark.slow)])
 def test_identical_to_greedy_ar(smollm, prompts, greedy, drafts, draft, n):
     gens = run_method(with_draft(smollm, drafts[draft]), prompts[:n], "method=ouroboros", "method.window=5",
                       "method.guess=5")

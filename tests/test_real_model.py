@@ -15,9 +15,12 @@ from tests.conftest import MAX_NEW, assert_lossless, run_method
 pytestmark = pytest.mark.model
 
 
+# HF's PLD in `make test`; the variants of our PLD and Token Recycling in `make test-slow` (their defaults are in
+# tests/test_golden_runs.py).
 @pytest.mark.parametrize("overrides", [
-    ("method=pld", "method.max_ngram=2", "method.full_continuation=false"),
-    ("method=token_recycling", "method.update_strategy=last", "method.start=cold"),
+    pytest.param(("method=pld", "method.max_ngram=2", "method.full_continuation=false"), marks=pytest.mark.slow),
+    pytest.param(("method=token_recycling", "method.update_strategy=last", "method.start=cold"),
+                 marks=pytest.mark.slow),
     ("method=hf_pld",),
 ], ids=lambda o: "+".join(x.split("=", 1)[1] for x in o))
 def test_identical_to_hf_generate(smollm, prompts, greedy, overrides):

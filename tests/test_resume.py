@@ -121,6 +121,7 @@ def by_method(results: Path) -> dict:
 
 
 @pytest.mark.model
+@pytest.mark.slow
 def test_killed_sweep_resumes_to_the_uninterrupted_result(tmp_path, smollm):
     finish(sweep(tmp_path / "whole"))
     whole = by_method(tmp_path / "whole")
