@@ -270,7 +270,7 @@ reproduced: setup  ## REPRODUCED.md from the committed evidence/ only: a summary
 	$(PY) -m bench.report reproduced
 
 bench-engine: setup  ## engine micro-benchmarks side by side in one process -> results/bench/engine.json
-	$(PY) -m bench.run.engine_bench --model $(MODEL)
+	$(PY) -m bench.perf.engine_bench --model $(MODEL)
 
 # Pinned to what .venv holds. Not torch, triton or nvidia-* (the node keeps its own) nor the project itself (`make
 # setup` installs the checkout, editable: a copy in site-packages would not find conf/); setuptools is its build

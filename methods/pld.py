@@ -44,6 +44,10 @@ class PromptLookup(Proposer):
         self.num_tokens = int(cfg.num_draft_tokens)
         self.full = bool(cfg.full_continuation)
 
+    @property
+    def max_draft_tokens(self) -> int:
+        return self.num_tokens
+
     def describe(self):
         return {"max_ngram": self.max_ngram, "num_draft_tokens": self.num_tokens, "full_continuation": self.full}
 

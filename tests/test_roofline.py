@@ -1,4 +1,4 @@
-"""bench.run.roofline without a model: what a forward reads and computes, the roofline maths, the table, and the
+"""bench.perf.roofline without a model: what a forward reads and computes, the roofline maths, the table, and the
 measuring helpers on tiny sizes (seconds in all)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from bench.models.linear_backend import backend_of, onednn_available, set_backend
-from bench.run import roofline
+from bench.perf import roofline
 from tests.conftest import tiny_llama
 
 
@@ -122,7 +122,7 @@ def test_plot_writes_one_png_and_no_temp_files(tmp_path):
 
 
 def test_engine_bench_checks_forward_goals_as_upper_bounds(capsys):
-    from bench.run import engine_bench
+    from bench.perf import engine_bench
 
     result = {"forward_t8_over_t1_chosen": 1.2, "forward_vs_roofline_n1": 1.5, "ar_vs_hf_generate_unmodified": 1.7}
     engine_bench.print_goals(result)
@@ -161,7 +161,7 @@ def test_section_on_a_tiny_llama(tmp_path):
 
 
 def test_cache_share_times_both_kinds_of_cache():
-    from bench.run.cache_bench import cache_share
+    from bench.perf.cache_bench import cache_share
 
     share = cache_share(tiny_llama(), contexts=(16,), reps=1)
     assert set(share[16]) == {"dynamic", "preallocated"}

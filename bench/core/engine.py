@@ -21,13 +21,31 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+from torch.nn.functional import pad
 
 from bench.core.forward import TargetForward, full_forward
 from bench.core.kv import keep_accepted, keep_rows, new_cache
-from bench.core.proposer import Draft, Generation, Proposer, StepContext
+from bench.core.proposer import Acceptance, Draft, Generation, Proposer, StepContext
 from bench.core.sampling import sample, stochastic_verify, target_probs
 from bench.core.timing import Timer
 from bench.core.verify import greedy_accept
+
+
+@dataclass
+class RowStep:
+    """One row's verification within a step: what `_verify` decides on the device, then what `_commit` reads back
+    (the accepted path's slots, its best slot) for the cache compaction and the proposer's update."""
+
+    acc: Acceptance
+    logits: torch.Tensor  # [N+1, V] the target's logits at the row's tree slots
+    tokens: torch.Tensor  # [N+1] the tree's inputs (slot 0 = root)
+    target: torch.Tensor  # [N+1] the target's argmax at each slot
+    verified: torch.Tensor  # () nodes the forward ran through every layer (root excluded)
+    slots: torch.Tensor | None = None  # root..best slot, padded
+    new: torch.Tensor | None = None  # accepted drafts + bonus, padded
+    path: torch.Tensor | None = None  # the accepted path's slots, root first
+    best: int = 0
+    leading: bool = True  # the path is slots 0..best
 
 
 @dataclass
@@ -189,9 +207,30 @@ class Engine:
     def _step(self, rows: list[Row], drafts: list[Draft], cache, max_new_tokens: int, timer: Timer,
               forward: TargetForward) -> list[Row]:
         """One verification of every row; returns the rows still decoding (the cache keeps only those)."""
-        width = max(d.tree.size for d in drafts) + 1
         cached = cache.get_seq_length()
         before = [r.prefix for r in rows]
+        inputs, positions, mask = self._inputs(rows, drafts, cached)
+        timer.lap("preprocess")
+        hidden = self._wants_hidden(rows)
+        out = forward(self.model, inputs, cache=cache, position_ids=positions, attention_mask=mask,
+                      trees=[d.tree for d in drafts], output_hidden=hidden)
+        timer.lap("target_forward")
+        steps = self._verify(rows, drafts, inputs, out, timer)
+        timer.lap("verify")
+        self._commit(rows, drafts, steps, max_new_tokens)
+        alive = [b for b, r in enumerate(rows) if not r.done]
+        if alive:  # compact: each row's cache keeps its prefix and accepted path; finished rows leave
+            prefixes = keep_accepted(cache, before, [s.path for s in steps], cached, out.kv_columns,
+                                     [s.leading for s in steps])
+            if len(alive) < len(rows):
+                keep_rows(cache, alive, prefixes)
+        self._feed_back(rows, steps, out, hidden)
+        return [rows[b] for b in alive]
+
+    def _inputs(self, rows: list[Row], drafts: list[Draft], cached: int):
+        """The forward's inputs: each row's root + draft tokens and their positions (prefix length + depth), padded
+        to the largest tree, and the tree mask."""
+        width = max(d.tree.size for d in drafts) + 1
         inputs = torch.zeros(len(rows), width, dtype=torch.long, device=self.device)
         positions = torch.empty(len(rows), width, dtype=torch.long, device=self.device)
         for b, (r, d) in enumerate(zip(rows, drafts)):
@@ -202,14 +241,11 @@ class Engine:
             inputs[b, 1:n] = d.tokens  # a proposer that drafts on the host pays its copy here
             positions[b] = r.prefix
             positions[b, :n] += d.tree.on(self.device).depth
-        mask = self._mask(rows, drafts, width, cached)
-        timer.lap("preprocess")
-        hidden = self._wants_hidden(rows)
-        out = forward(self.model, inputs, cache=cache, position_ids=positions, attention_mask=mask,
-                           trees=[d.tree for d in drafts], output_hidden=hidden)
-        timer.lap("target_forward")
+        return inputs, positions, self._mask(rows, drafts, width, cached)
 
-        accepted, verified_counts = [], []
+    def _verify(self, rows: list[Row], drafts: list[Draft], inputs: torch.Tensor, out, timer: Timer) -> list[RowStep]:
+        """Each row's acceptance, decided on the device: greedy at temperature 0, else the stochastic walk."""
+        steps = []
         for b, (r, d) in enumerate(zip(rows, drafts)):
             n = d.tree.size + 1
             logits, tokens = out.logits[b, :n], inputs[b, :n]
@@ -220,60 +256,53 @@ class Engine:
             if out.kept is not None:  # slots the forward dropped are never accepted
                 kept = out.kept[b, :n].to(self.device)
                 candidates = kept if candidates is None else candidates.to(self.device) & kept
-                verified = kept.sum() - 1  # read with the step's counts below, not on its own
-            verified_counts.append(verified)
+                verified = kept.sum() - 1  # read with the step's counts, not on its own
             if self.temperature == 0:
                 acc = greedy_accept(d.tree, tokens[None], target[None], candidates)
             else:
                 p = target_probs(logits, self.temperature)
                 timer.lap("sampling")
                 acc = stochastic_verify(d.tree, tokens, p, d.probs, r.proposer.rule, r.generator, candidates)
-            accepted.append((acc, logits, tokens, target))
-        timer.lap("verify")
+            steps.append(RowStep(acc, logits, tokens, target, verified))
+        return steps
 
-        # Commit, decided on the device: each row's accepted drafts + bonus, cut at EOS and at its token limit.
-        # One host read per step brings back what the loop's Python needs (bench.core.syncs counts them).
-        news, stats = [], []
+    def _commit(self, rows: list[Row], drafts: list[Draft], steps: list[RowStep], max_new_tokens: int) -> None:
+        """Commit each row's accepted drafts + bonus, cut at EOS and at its token limit: decided on the device, then
+        the step's one host read brings back what the loop's Python needs (bench.core.syncs counts them)."""
+        stats = []
         longest = max(len(d.tree.on(self.device).path_slots[0]) for d in drafts)  # a row's most new tokens
         host_targets = any(r.proposer.host_tokens for r in rows)  # their update gets the target's choices too
-        for r, d, (acc, _, tokens, target), verified in zip(rows, drafts, accepted, verified_counts):
-            slots = d.tree.on(self.device).path_slots[acc.best[0]]  # root..best, padded with the root's slot
-            new = torch.cat([tokens[slots[1:]], tokens[:1]])  # accepted drafts, then room for the bonus
-            accept_len = acc.accept_len
-            new.scatter_(0, accept_len - 1, acc.bonus)
+        width = max(len(s.target) for s in steps)
+        for r, d, s in zip(rows, drafts, steps):
+            s.slots = d.tree.on(self.device).path_slots[s.acc.best[0]]  # root..best, padded with the root's slot
+            s.new = torch.cat([s.tokens[s.slots[1:]], s.tokens[:1]])  # accepted drafts, then room for the bonus
+            accept_len = s.acc.accept_len
+            s.new.scatter_(0, accept_len - 1, s.acc.bonus)
             limit = accept_len.clamp(max=r.n_prompt + max_new_tokens - r.length)
-            at = torch.arange(len(new), device=self.device)
-            eos = torch.where(torch.isin(new, self.eos) & (at < limit), at, len(new)).min()[None]
-            news.append((slots, new))
-            stats.append(torch.cat([torch.minimum(limit, eos + 1), eos < limit, accept_len, acc.best[:1],
-                                    verified[None], torch.nn.functional.pad(new, (0, longest - len(new))),
-                                    *([torch.nn.functional.pad(target, (0, width - len(target)))] * host_targets)]))
+            at = torch.arange(len(s.new), device=self.device)
+            eos = torch.where(torch.isin(s.new, self.eos) & (at < limit), at, len(s.new)).min()[None]
+            stats.append(torch.cat([torch.minimum(limit, eos + 1), eos < limit, accept_len, s.acc.best[:1],
+                                    s.verified[None], pad(s.new, (0, longest - len(s.new))),
+                                    *([pad(s.target, (0, width - len(s.target)))] * host_targets)]))
         # [n_new, hit EOS, path length, best slot, verified, new tokens..., (target...)] per row: the step's one read
-        counts = torch.stack(stats).tolist()
-        for r, row in zip(rows, counts):
-            r.verified_nodes.append(row[4])
-
-        paths, leading = [], []
-        for r, (slots, new), (n_new, hit_eos, path_len, best, _, *values) in zip(rows, news, counts):
+        for r, s, (n_new, hit_eos, path_len, best, verified, *values) in zip(rows, steps, torch.stack(stats).tolist()):
             values, r.targets = values[:longest], values[longest:]
-            paths.append(slots[:path_len])
-            leading.append(best == path_len - 1)  # the path is slots 0..best: a chain's always is
-            r.seq[r.length : r.length + n_new] = new[:n_new]
+            r.verified_nodes.append(verified)
+            s.best, s.path = best, s.slots[:path_len]
+            s.leading = best == path_len - 1  # the path is slots 0..best: a chain's always is
+            r.seq[r.length : r.length + n_new] = s.new[:n_new]
             r.host[r.length : r.length + n_new] = torch.tensor(values[:n_new])
             r.length += n_new
             r.accept_lengths.append(n_new)
             r.done = bool(hit_eos) or r.length - r.n_prompt >= max_new_tokens
-        alive = [b for b, r in enumerate(rows) if not r.done]
-        if alive:
-            prefixes = keep_accepted(cache, before, paths, cached, out.kv_columns, leading)
-            if len(alive) < len(rows):
-                keep_rows(cache, alive, prefixes)
-        for b, (r, (acc, logits, tokens, target), row, path) in enumerate(zip(rows, accepted, counts, paths)):
-            if r.proposer.host_tokens:
-                target = torch.tensor(r.targets[: len(target)])
-            r.proposer.update(tokens, logits if r.proposer.wants_logits else None, target, acc)
+
+    def _feed_back(self, rows: list[Row], steps: list[RowStep], out, hidden: bool) -> None:
+        """What each proposer learns from the step: the verification, and the target's hidden states if it wants
+        them (only rows still decoding)."""
+        for b, (r, s) in enumerate(zip(rows, steps)):
+            target = torch.tensor(r.targets[: len(s.target)]) if r.proposer.host_tokens else s.target
+            r.proposer.update(s.tokens, s.logits if r.proposer.wants_logits else None, target, s.acc)
             if hidden and not r.done:
-                r.proposer.observe_hidden(out.hidden[b, row[3]])
+                r.proposer.observe_hidden(out.hidden[b, s.best])
                 if r.proposer.wants_features:
-                    r.proposer.observe_features(out.hidden[b, path])
-        return [rows[b] for b in alive]
+                    r.proposer.observe_features(out.hidden[b, s.path])

@@ -130,6 +130,14 @@ class Method:
         """Settings worth recording in the run's summary (e.g. the tree name)."""
         return {}
 
+    @property
+    def max_draft_tokens(self) -> int:
+        """The most draft nodes one step can hold: the runner checks that the context has room for them beside the
+        output. A proposer with a static tree (a Tree as its `tree`) holds that tree; one whose trees vary overrides
+        this with its most; 0: no draft (or a chain the runner's margin covers)."""
+        tree = vars(self).get("tree")
+        return tree.size if isinstance(tree, Tree) else 0
+
     def state_dict(self) -> dict:
         """What the method learned across prompt-turns (e.g. Token Recycling's matrix): saved with every
         checkpoint of a run, so a resumed run decodes exactly as an uninterrupted one. {}: stateless."""

@@ -143,8 +143,7 @@ class Runner:
         # Room for the output and one draft beyond it (a static tree's size or a method's most draft nodes;
         # chains get a margin of 16).
         max_new = self.cfg.run.max_new_tokens
-        tree_size = getattr(getattr(self.method, "tree", None), "size", 0)
-        draft_room = max(tree_size, getattr(self.method, "max_draft_tokens", 0), 16)
+        draft_room = max(self.method.max_draft_tokens, 16)
         prompt = len(ids) + unanswered * max_new
         if prompt + max_new + draft_room > self.bundle.max_context:
             what = f"prompt of {len(ids)} tokens"

@@ -26,12 +26,71 @@ from pathlib import Path
 
 @dataclass
 class Run:
+    """One complete run: its directory, its summary.json as written (`meta`: the store's, W&B's and the evidence
+    copy's), and its labels as attributes, which is how reports read them (a misspelled label is an
+    AttributeError, not a silent None). Records load when first asked for."""
+
     path: Path
     meta: dict = field(repr=False)
 
+    # -- labels: what the run was ------------------------------------------------------------------------------
     @property
     def run_id(self) -> str:
         return self.meta.get("run_id") or self.path.name
+
+    @property
+    def method(self) -> str | None:
+        return self.meta.get("method")
+
+    @property
+    def variant(self) -> str | None:
+        """The run's variant label; "" and null both mean the method's default configuration (None here)."""
+        return self.meta.get("variant") or None
+
+    @property
+    def dataset(self) -> str | None:
+        return self.meta.get("dataset")
+
+    @property
+    def model(self) -> str | None:
+        return self.meta.get("model")
+
+    @property
+    def machine(self) -> str | None:
+        return self.meta.get("machine")
+
+    @property
+    def experiment(self) -> str | None:
+        return self.meta.get("experiment")
+
+    @property
+    def max_new_tokens(self) -> int | None:
+        return self.meta.get("max_new_tokens")
+
+    @property
+    def paper_size(self) -> str | None:
+        return self.meta.get("paper_size")
+
+    @property
+    def settings(self) -> dict:
+        """The method's settings as the run recorded them ({} for summaries before they were recorded)."""
+        return self.meta.get("method_settings") or {}
+
+    @property
+    def overrides(self) -> dict:
+        return self.meta.get("overrides") or {}
+
+    @property
+    def selection(self) -> dict | None:
+        return self.meta.get("selection")
+
+    @property
+    def sync_phases(self) -> bool | None:
+        return self.meta.get("sync_phases")
+
+    @property
+    def config_key(self) -> str | None:
+        return self.meta.get("config_key")
 
     @property
     def temperature(self) -> float:
@@ -42,12 +101,25 @@ class Run:
     def batch_size(self) -> int:
         return int(self.meta.get("batch_size") or 1)  # summaries before batching were batch 1
 
+    # -- what was measured -------------------------------------------------------------------------------------
+    @property
+    def summary(self) -> dict:
+        """The run's measured summary (MAT, rates, losslessness, ...); {} if it has none."""
+        return self.meta.get("summary") or {}
+
+    @property
+    def provenance(self) -> dict:
+        """Versions, device, dtype, ... of the process that measured it; {} if unrecorded."""
+        return self.meta.get("provenance") or {}
+
+    @property
+    def speedup(self) -> dict | None:
+        return self.meta.get("speedup")
+
     @property
     def key(self) -> tuple:
-        # "" and null both mean the method's default configuration. The temperature is part of the key so
-        # runs at 0 and 0.6 (DySpec's tables) never shadow each other.
-        return (self.meta.get("model"), self.meta.get("method"), self.meta.get("variant") or None,
-                self.meta.get("dataset"), self.temperature)
+        # The temperature is part of the key so runs at 0 and 0.6 (DySpec's tables) never shadow each other.
+        return (self.model, self.method, self.variant, self.dataset, self.temperature)
 
     @property
     def created(self) -> datetime:
@@ -104,8 +176,7 @@ def find_baseline(results_dir: str | Path, summary: dict, method: str) -> Run | 
 
 def find_complete(results_dir: str | Path, config_key: str, machine: str) -> Run | None:
     """The latest complete run of the same config (bench.run.checkpoint.config_key) on the same machine label."""
-    found = [r for r in load_runs(results_dir)
-             if r.meta.get("config_key") == config_key and r.meta.get("machine") == machine]
+    found = [r for r in load_runs(results_dir) if r.config_key == config_key and r.machine == machine]
     return found[-1] if found else None
 
 

@@ -13,28 +13,28 @@ def log_run(cfg, run_dir: Path) -> None:
     import wandb
 
     run = read_run(run_dir)  # the store is the one reader of a run's files
-    summary, records = run.meta, run.records
+    records = run.records  # read before W&B starts: an unreadable run opens no W&B run
     # A sweep's jobs share one group (experiment + model), and each swept value is a top-level config key
     # (swept/<key>), so a W&B panel can plot MAT or tokens/s against e.g. swept/tree.size.
-    experiment = summary.get("experiment")
+    experiment = run.experiment
     group = cfg.logger.group or (
         f"{experiment}-{cfg.model.name}" if experiment else f"{cfg.dataset.name}-{cfg.model.name}"
     )
     config = OmegaConf.to_container(cfg, resolve=True)
-    config.update({f"swept/{k}": _number(v) for k, v in (summary.get("overrides") or {}).items()})
-    config["method_settings"] = summary.get("method_settings", {})
+    config.update({f"swept/{k}": _number(v) for k, v in run.overrides.items()})
+    config["method_settings"] = run.settings
     logged = wandb.init(
         project=cfg.logger.project,
         entity=cfg.logger.entity,
         mode=cfg.logger.mode,
         group=group,
-        name=summary["run_id"],
+        name=run.run_id,
         dir=str(run_dir.parent.parent),
         config=config,
         reinit="finish_previous",
     )
     try:
-        m = summary["summary"]
+        m = run.summary
         logged.summary.update({
             "mat": m["mat"],
             "tokens_per_s": m["tokens_per_s"]["mean_of_questions"],
@@ -45,7 +45,7 @@ def log_run(cfg, run_dir: Path) -> None:
             # the grades (bench.run.grading); absent from summaries written before grading
             **{f"lossless_{k}": m["lossless"][k] for k in ("identical", "near_tie", "mismatch", "passed")
                if k in m["lossless"]},
-            **{f"speedup_{k}": v["value"] for k, v in summary["speedup"].items()},
+            **{f"speedup_{k}": v["value"] for k, v in run.speedup.items()},
             **{f"phase_share/{k}": v for k, v in m["phase_share"].items()},
         })
         cols = ["question_id", "group", "turn", "new_tokens", "wall_time", "steps"]

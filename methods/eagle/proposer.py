@@ -173,6 +173,10 @@ class Eagle2(EagleProposer):
         self.total = int(cfg.total_tokens)
         self.depth = int(cfg.depth)
 
+    @property
+    def max_draft_tokens(self) -> int:
+        return self.total - 1  # total_tokens counts the root
+
     def describe(self):
         return {"topk": self.k, "total_tokens": self.total, "depth": self.depth}
 

@@ -85,7 +85,6 @@ class ProPD(MedusaTree):
                                                                    self.prune_topk))
         if self.dynamic:
             self.controller = DynamicTrees(cfg, self.num_heads, self.max_topk)
-            self.max_draft_tokens = max(self.controller.sizes)
             forward = TimedForward(forward, self.controller)
         self.target_forward = None if forward is full_forward else forward
         self.trees: dict[tuple, tuple] = {}  # rank paths -> (tree, gather index): trees repeat, build them once
@@ -111,6 +110,10 @@ class ProPD(MedusaTree):
     def load_state_dict(self, state: dict) -> None:
         if self.controller is not None and state:
             self.controller.load_state_dict(state["controller"])
+
+    @property
+    def max_draft_tokens(self) -> int:
+        return max(self.controller.sizes) if self.dynamic else super().max_draft_tokens
 
     def start(self, prompt_ids):
         super().start(prompt_ids)

@@ -54,6 +54,10 @@ class Rest(Proposer):
             )
         self.max_context = bundle.max_context if bundle is not None else None
 
+    @property
+    def max_draft_tokens(self) -> int:
+        return self.num_draft
+
     def describe(self):
         meta = self.store.meta
         return {

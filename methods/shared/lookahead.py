@@ -101,6 +101,10 @@ class LookaheadDecoding(Proposer):
         self.parents: tuple[int, ...] = ()
         self.candidates: list[bool] = []
 
+    @property
+    def max_draft_tokens(self) -> int:
+        return self.max_tokens - 1  # the root is the engine's
+
     def describe(self):
         return {"level": self.n, "window": self.w, "guess": self.g, "max_tokens_per_forward": self.max_tokens}
 

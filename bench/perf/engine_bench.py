@@ -6,7 +6,7 @@
   (loaded again with model.cpu_linear=plain): what a user gains over plain transformers. Outputs may differ
   in rare tokens (the backends' fp32 sums differ in the last bits), so they are reported, not required.
 - forward_*: the target forward against the machine's roofline and plain against the chosen linear backend
-  (bench.run.roofline: machine roof, T(n) table, per-op comparison, results/figures/forward_cost.png).
+  (bench.perf.roofline: machine roof, T(n) table, per-op comparison, results/figures/forward_cost.png).
 - pld_vs_hf_pld: our PLD in the HF setting (n-gram 2, partial continuation) / generate(prompt_lookup_...).
 - breakdown_mode_cost (details): the tok/s AR loses in the breakdown mode (run.sync_phases=true, a device sync at
   every phase boundary) against the default, synced only at the ends of the timed region as HF generate is.
@@ -39,7 +39,8 @@ from tqdm import tqdm
 from bench.cachefile import atomic_write
 from bench.models import forward_cost
 from bench.paths import PROJECT
-from bench.run import cache_bench, metrics, roofline
+from bench.perf import cache_bench, roofline
+from bench.run import metrics
 from bench.run.compose import compose_config
 from bench.run.provenance import provenance
 from bench.run.runner import Runner
@@ -51,7 +52,7 @@ GOALS = {"ar_vs_hf_generate": 1.00, "ar_vs_hf_generate_unmodified": 1.6, "pld_vs
 LOWER_IS_BETTER = {"tr_overhead_share", "tr_overhead_share_b16", *roofline.GOALS}
 BATCHES = (4, 16)
 PHASES_SYNCED, ENDS_SYNCED = "phases synced", "ends synced"  # run.sync_phases true / false (bench/core/timing.py)
-FORWARDS_SYNCED = "each forward synced"  # isolated forwards, bench.models.forward_cost and bench.run.roofline
+FORWARDS_SYNCED = "each forward synced"  # isolated forwards, bench.models.forward_cost and bench.perf.roofline
 
 
 def timing_mode(*runners: Runner) -> str:
@@ -198,7 +199,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batch-max-new-tokens", type=int, default=128)
     ap.add_argument("--batch-tr-max-new-tokens", type=int, default=32, help="Token Recycling at batch 16")
     ap.add_argument("--out", help="results/bench/engine.json (roofline.json with --roofline-only)")
-    roof = ap.add_argument_group("forward cost and roofline (bench.run.roofline)")
+    roof = ap.add_argument_group("forward cost and roofline (bench.perf.roofline)")
     roof.add_argument("--roofline-only", action="store_true", help="only the roofline section (no generate runs)")
     roof.add_argument("--no-compile", action="store_true", help="leave torch.compile out of the per-op comparison")
     roof.add_argument("--roof-mb", type=int, default=512, help="MiB per buffer of the bandwidth copy and sum")

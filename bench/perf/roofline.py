@@ -1,4 +1,4 @@
-"""The target forward against the machine's roofline, for `make bench-engine` (bench.run.engine_bench).
+"""The target forward against the machine's roofline, for `make bench-engine` (bench.perf.engine_bench).
 
 Measured in the benchmark's own process (same threads, same memory state as the runs):
 - the machine roof: stream bandwidth (a large copy and a large read-only sum) and the fp32 GEMM peak;
