@@ -37,7 +37,7 @@ def paired_speedups(paper: str, used: list[Run]) -> list[tuple[float | None, lis
     """(speedup, interval) of each run of the paper's method against its AR baseline among `used`."""
     out = []
     for run in used:
-        if run.meta.get("method") not in CLAIMED.get(paper, ()):
+        if run.method not in CLAIMED.get(paper, ()):
             continue
         base = paired_baseline(used, run, "ar")
         if base is not None:  # at batch > 1 the tables' aggregate tokens/s (per-row rates share a batch's time)

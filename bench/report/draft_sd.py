@@ -20,8 +20,8 @@ def draft_sd_table(results_dir: str | Path, model: str | None = None) -> str:
         raise MissingRunsError(f"no sd runs of experiment {EXPERIMENT} in {results_dir} (make reproduce-draft-sd)")
     latest = {}
     for r in runs:  # oldest first: the last one per key wins
-        s = r.meta.get("method_settings") or {}
-        key = (r.meta.get("dataset"), s.get("draft_label") or s.get("draft"), s.get("draft_length"),
+        s = r.settings
+        key = (r.dataset, s.get("draft_label") or s.get("draft"), s.get("draft_length"),
                r.temperature)
         latest[key] = r
     rows = []
@@ -30,11 +30,11 @@ def draft_sd_table(results_dir: str | Path, model: str | None = None) -> str:
         return str(dataset), str(draft), float(temperature), int(length or 0)
 
     for (dataset, draft, length, temperature), r in sorted(latest.items(), key=order):
-        s = r.meta["summary"]
+        s = r.summary
         # the intervals bench.run.runner stored with the run (bench.run.metrics); a run older than them has none
         ci = s.get("intervals") or {}
-        vs_ar = (r.meta.get("speedup") or {}).get("vs_ar") or {}
-        rows.append({"dataset": dataset, "draft": draft, "draft_vocab": r.meta["method_settings"].get("draft_vocab"),
+        vs_ar = (r.speedup or {}).get("vs_ar") or {}
+        rows.append({"dataset": dataset, "draft": draft, "draft_vocab": r.settings.get("draft_vocab"),
                      "lambda": length, "T": temperature, "questions": s.get("n_questions"), "mat": s.get("mat"),
                      "tok_s": (s.get("tokens_per_s") or {}).get("mean_of_questions"),
                      "speedup_vs_ar": vs_ar.get("value"),

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from bench.report.select import MissingRunsError, settings
+from bench.report.select import MissingRunsError
 from bench.run.store import Run
 
 DRAFT_METHODS = ("sd", "specinfer", "sequoia", "dyspec", "holistic", "hf_assisted")  # and ouroboros*
@@ -60,7 +60,7 @@ def from_config(run: Run) -> str | None:
 
 
 def from_settings(run: Run) -> str | None:
-    s = settings(run)
+    s = run.settings
     name, label = str(s.get("draft") or ""), str(s.get("draft_label") or "")
     if name.startswith("eagle:"):  # bench.models.eagle_draft.EagleDraft's name_or_path
         return name
@@ -73,7 +73,7 @@ def from_settings(run: Run) -> str | None:
 
 def drafter(run: Run) -> str | None:
     """"eagle:<id>", "trained:<id>" (...), or None for a method without a draft model."""
-    if not uses_draft(run.meta.get("method")):
+    if not uses_draft(run.method):
         return None
     return from_config(run) or from_settings(run) or DEFAULT_SOURCE
 

@@ -25,12 +25,12 @@ class UnsyncedPhasesError(HarnessError):
 
 def run_device(run: Run) -> str | None:
     """The device a run was timed on (its summary's provenance); None for summaries that did not record it."""
-    return (run.meta.get("provenance") or {}).get("device")
+    return run.provenance.get("device")
 
 
 def exact_phases(run: Run) -> bool:
     """Whether `run`'s per-phase times are each phase's own time (see the module docstring)."""
-    return phases_exact(run_device(run), run.meta.get("sync_phases"))
+    return phases_exact(run_device(run), run.sync_phases)
 
 
 def share_or_none(run: Run, share: float | None) -> float | None:

@@ -121,14 +121,14 @@ def distinct(values) -> str:
 
 def run_settings(used: list[Run]) -> str:
     """Per override key, the values the runs were given ("default" for runs that did not set it)."""
-    given = [{k: str(v) for k, v in (r.meta.get("overrides") or {}).items() if k not in NAMED_BY_THE_TABLE}
+    given = [{k: str(v) for k, v in r.overrides.items() if k not in NAMED_BY_THE_TABLE}
              for r in used]
     keys = sorted({k for g in given for k in g})
     return "; ".join(f"{k}={','.join(sorted({g.get(k, 'default') for g in given}))}" for k in keys) or "defaults"
 
 
 def prompts(run: Run) -> int:
-    n = (run.meta.get("summary") or {}).get("n_questions")
+    n = run.summary.get("n_questions")
     return int(n) if n is not None else len({r["question_id"] for r in run.records})
 
 
@@ -138,7 +138,7 @@ def prompts_text(used: list[Run]) -> str:
 
 
 def git(run: Run) -> tuple[str, bool]:
-    p = run.meta.get("provenance") or {}
+    p = run.provenance
     return (p.get("git_sha") or "unknown")[:10], bool(p.get("git_dirty"))
 
 
@@ -147,7 +147,7 @@ def provenance_line(used: list[Run]) -> str:
     span = dates[0] if dates[0] == dates[-1] else f"{dates[0]} to {dates[-1]}"
     dirty = sum(1 for r in used if git(r)[1])
     dirt = f" ({dirty} of {len(used)} runs from a dirty tree, named in `{EVIDENCE}/runs.csv`)" if dirty else ""
-    return (f"Machine: {distinct(r.meta.get('machine') for r in used)}. Measured: {span}. "
+    return (f"Machine: {distinct(r.machine for r in used)}. Measured: {span}. "
             f"Git: {distinct(git(r)[0] for r in used)}{dirt}. Runs: {len(used)}. "
             f"Prompts per cell: {prompts_text(used)}. Run settings: {run_settings(used)}.")
 
@@ -233,8 +233,7 @@ def runs_csv(sections: list[Section]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["artifact", "run_id", "method", "dataset", "machine", "created", "git_sha", "git_dirty"])
-    rows = {(f"{s.name} --draft {s.draft}" if s.split else s.name, r.run_id, r.meta.get("method"),
-             r.meta.get("dataset"), r.meta.get("machine"),
+    rows = {(f"{s.name} --draft {s.draft}" if s.split else s.name, r.run_id, r.method, r.dataset, r.machine,
              r.created.isoformat(), *git(r)) for s in sections for r in s.used}
     w.writerows(sorted(rows, key=lambda row: [str(x) for x in row]))
     return buf.getvalue()

@@ -45,10 +45,9 @@ def where(runs: Iterable[Run], *, experiment: str | Collection | None = None,
           dataset: str | Collection | None = None, max_new_tokens: int | None = None, greedy: bool = False,
           batch_size: int | None = None, keep: Callable[[Run], object] | None = None) -> list[Run]:
     """The runs with these labels (None: any), at temperature 0 if `greedy`, for which keep(run) is true."""
-    return [r for r in runs if matches(r.meta.get("experiment"), experiment)
-            and matches(r.meta.get("method"), method)
-            and matches(r.meta.get("model"), model) and matches(r.meta.get("dataset"), dataset)
-            and (max_new_tokens is None or r.meta.get("max_new_tokens") == max_new_tokens)
+    return [r for r in runs if matches(r.experiment, experiment) and matches(r.method, method)
+            and matches(r.model, model) and matches(r.dataset, dataset)
+            and (max_new_tokens is None or r.max_new_tokens == max_new_tokens)
             and (not greedy or r.temperature == 0.0) and (batch_size is None or r.batch_size == batch_size)
             and (keep is None or keep(r))]
 
@@ -59,12 +58,13 @@ def read_runs(results_dir: str | Path, **labels) -> list[Run]:
 
 
 def settings(run: Run) -> dict:
-    return run.meta.get("method_settings") or {}
+    """run.settings, as a function (callers pass it where a run -> value is wanted)."""
+    return run.settings
 
 
 def setting(name: str, default=None) -> Callable[[Run], object]:
     """run -> one of its method settings."""
-    return lambda r: settings(r).get(name, default)
+    return lambda r: r.settings.get(name, default)
 
 
 def latest(runs: list[Run], keep: Callable[[Run], object] | None = None) -> Run | None:
@@ -75,7 +75,7 @@ def latest(runs: list[Run], keep: Callable[[Run], object] | None = None) -> Run 
 
 def latest_model(runs: list[Run]) -> str | None:
     """The model of the most recent run (runs oldest first)."""
-    return runs[-1].meta.get("model") if runs else None
+    return runs[-1].model if runs else None
 
 
 def default_model(runs: list[Run], model: str | None = None) -> str:
@@ -99,10 +99,9 @@ def paired_baseline(runs: list[Run], run: Run, method: str) -> Run | None:
     batch size and machine label, threads and parallel jobs included) that covers most of `run`'s prompt-turns,
     the latest of those: paired speedups are over the shared ones, so another artifact's later baseline on fewer
     questions never takes their place. None if there is none."""
-    keys = ("model", "dataset", "max_new_tokens", "machine")
-    found = [r for r in runs if r.meta.get("method") == method and not r.meta.get("variant")
+    found = [r for r in runs if r.method == method and r.variant is None
              and r.temperature == run.temperature and r.batch_size == run.batch_size
-             and all(r.meta.get(k) == run.meta.get(k) for k in keys)]
+             and group_key(r) == group_key(run)]  # model, dataset, machine, max_new_tokens
     if not found:
         return None
     wanted = prompt_turns(run)
@@ -116,7 +115,7 @@ def used_ids(runs: Iterable[Run | None]) -> list[str]:
 
 def measured(run: Run) -> tuple:
     """How a run was measured, beyond model and dataset: its machine label and max_new_tokens."""
-    return run.meta.get("machine"), run.meta.get("max_new_tokens")
+    return run.machine, run.max_new_tokens
 
 
 @dataclass
@@ -144,12 +143,12 @@ def pool(candidates: list[Run], relevant: Callable[[Run], object], model: str | 
     """The candidates of `model` (default: that of the most recent relevant run) measured like the most recent
     relevant run, or like the most recent relevant run for which own(run) is true (the artifact's own sweep,
     so another artifact's later runs of other lengths do not replace it). Empty without relevant runs."""
-    mine = [r for r in candidates if relevant(r) and (model is None or r.meta.get("model") == model)]
+    mine = [r for r in candidates if relevant(r) and (model is None or r.model == model)]
     if not mine:
         return Pool([], model, dataset=dataset)
     last = ([r for r in mine if own is not None and own(r)] or mine)[-1]
-    model, key = last.meta.get("model"), measured(last)
-    same = [r for r in candidates if r.meta.get("model") == model and measured(r) == key]
+    model, key = last.model, measured(last)
+    same = [r for r in candidates if r.model == model and measured(r) == key]
     dropped = sum(1 for r in mine if measured(r) != key)
     notes = [(f"{dropped} run(s) of other machines or max_new_tokens left out (compared: machine {key[0]}, "
               f"max_new_tokens {key[1]})")] if dropped else []
@@ -158,7 +157,7 @@ def pool(candidates: list[Run], relevant: Callable[[Run], object], model: str | 
 
 def group_key(run: Run) -> tuple:
     """Runs of a sweep are only compared within one (model, dataset, machine, max_new_tokens)."""
-    return (run.meta.get("model"), run.meta.get("dataset"), *measured(run))
+    return (run.model, run.dataset, *measured(run))
 
 
 def select_group(runs: list[Run]) -> tuple[list[Run], tuple | None, int]:

@@ -40,12 +40,12 @@ def fig2_runs(results_dir: str | Path, model: str | None = None, draft: str | No
     experiment dyspec_fig2."""
     runs = [r for r in read_runs(results_dir, method=METHODS) if has_steps(r)]
     model = default_model(runs, model)
-    runs, _ = choose([r for r in runs if r.meta.get("model") == model], draft)
+    runs, _ = choose([r for r in runs if r.model == model], draft)
     chosen = {}
     for t in sorted({r.temperature for r in runs}):
         for m in METHODS:
-            mine = [r for r in runs if r.temperature == t and r.meta.get("method") == m]
-            run = latest(mine, lambda r: r.meta.get("experiment") == "dyspec_fig2") or latest(mine)
+            mine = [r for r in runs if r.temperature == t and r.method == m]
+            run = latest(mine, lambda r: r.experiment == "dyspec_fig2") or latest(mine)
             if run is not None:
                 chosen[t] = run
                 break
@@ -61,11 +61,11 @@ def build_fig2(results_dir: str | Path, model: str | None = None, draft: str | N
     for run in runs:
         tested = nodes(run).query("reached == 1")
         bins = binned_rate(tested, "conf", EDGES)
-        parts.append(bins.assign(temperature=run.temperature, method=run.meta.get("method"),
-                                 dataset=run.meta.get("dataset"), run_id=run.run_id))
+        parts.append(bins.assign(temperature=run.temperature, method=run.method,
+                                 dataset=run.dataset, run_id=run.run_id))
     df = pd.concat(parts, ignore_index=True)
-    df.attrs.update(model=runs[0].meta.get("model"), run_ids=used_ids(runs), drafter=latest_drafter(runs),
-                    machines=sorted({str(r.meta.get("machine")) for r in runs}),
+    df.attrs.update(model=runs[0].model, run_ids=used_ids(runs), drafter=latest_drafter(runs),
+                    machines=sorted({str(r.machine) for r in runs}),
                     verdicts={r.temperature: rises(df[df["run_id"] == r.run_id]) for r in runs})
     return df
 

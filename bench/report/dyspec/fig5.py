@@ -20,7 +20,7 @@ import pandas as pd
 from bench.cachefile import atomic_write
 from bench.report.drafter import choose, describe, drafter
 from bench.report.plots import figures_dir, new_figure, save_csv, save_figure
-from bench.report.select import default_model, missing, read_runs, settings
+from bench.report.select import default_model, missing, read_runs
 from bench.report.tables import fmt, markdown, with_interval
 from bench.run.metrics import bootstrap_interval, mat, ratio_of_sums
 
@@ -34,13 +34,13 @@ def fig5_run(results_dir: str | Path, model: str | None = None, draft: str | Non
     run's) matching most of PREFER, latest on ties."""
     runs = read_runs(results_dir, method="dyspec")
     model = default_model(runs, model)
-    runs = [r for r in runs if r.meta.get("model") == model and any(rec.get("draft_nodes") for rec in r.records)]
+    runs = [r for r in runs if r.model == model and any(rec.get("draft_nodes") for rec in r.records)]
     runs, _ = choose(runs, draft)
     if not runs:
         return None
 
     def score(r):
-        return sum((r.temperature if k == "temperature" else r.meta.get(k)) == v for k, v in PREFER)
+        return sum(getattr(r, k) == v for k, v in PREFER)
 
     return max(enumerate(runs), key=lambda ir: (score(ir[1]), ir[0]))[1]
 
@@ -58,12 +58,11 @@ def build_fig5(results_dir: str | Path, model: str | None = None, draft: str | N
     df = pd.DataFrame(rows)
     per_q = df.groupby("question_id")
     size_ci = bootstrap_interval([per_q["tree_size"].sum().tolist(), per_q.size().tolist()], ratio_of_sums)
-    ms = settings(run)
-    df.attrs.update(run_id=run.run_id, model=run.meta.get("model"), drafter=drafter(run),
-                    dataset=run.meta.get("dataset"),
-                    temperature=run.temperature, machine=run.meta.get("machine"), budget=ms.get("budget"),
+    ms = run.settings
+    df.attrs.update(run_id=run.run_id, model=run.model, drafter=drafter(run), dataset=run.dataset,
+                    temperature=run.temperature, machine=run.machine, budget=ms.get("budget"),
                     algorithm=ms.get("algorithm"), threshold=ms.get("threshold"),
-                    experiment=run.meta.get("experiment"),
+                    experiment=run.experiment,
                     size_ci=size_ci, mat=mat(run.records), questions=per_q.ngroups)
     return df
 

@@ -131,20 +131,20 @@ def dyspec_runs(results_dir, model: str | None, methods=(*METHODS, BASELINE),
     recorded per-step draft lists (Figure 2's) paid for it in time: the tables and breakdowns leave them out."""
     runs = [r for r in read_runs(results_dir, dataset=DATASETS, method=methods) if not has_steps(r)]
     model = default_model(runs, model)
-    runs, drafter = choose([r for r in runs if r.meta.get("model") == model], draft)
+    runs, drafter = choose([r for r in runs if r.model == model], draft)
     return runs, model, drafter
 
 
 def dyspec_models(results_dir) -> list[str]:
     """The target models with runs of DySpec's methods on its datasets, in the order of their first run."""
     runs = read_runs(results_dir, dataset=DATASETS, method=(*METHODS, BASELINE))
-    return list(dict.fromkeys(r.meta.get("model") for r in runs))
+    return list(dict.fromkeys(r.model for r in runs))
 
 
 def table_number(runs: list[Run], paper_table: int | str | None) -> int:
     if paper_table is not None:
         return int(paper_table)
-    size = next((r.meta["paper_size"] for r in reversed(runs) if r.meta.get("paper_size")), None)
+    size = next((r.paper_size for r in reversed(runs) if r.paper_size), None)
     return TABLE_FOR_SIZE.get(size, 1)
 
 
@@ -209,10 +209,10 @@ def build_dyspec_table(results_dir: str | Path, model: str | None = None,
                 if paired is not base:  # the row's latest AR was measured another way (machine, threads, jobs)
                     used.append(paired)
                     notes.append(f"{m} on {dataset} at T={t:g}: speedup against AR run {paired.run_id} (same machine)")
-                if paired is not None and paired.meta.get("max_new_tokens") != run.meta.get("max_new_tokens"):
-                    notes.append(f"{m} on {dataset} at T={t:g}: max_new_tokens {run.meta.get('max_new_tokens')}"
-                                 f" vs AR's {paired.meta.get('max_new_tokens')}")
-                if paired is not None and paired.meta.get("machine") != run.meta.get("machine"):
+                if paired is not None and paired.max_new_tokens != run.max_new_tokens:
+                    notes.append(f"{m} on {dataset} at T={t:g}: max_new_tokens {run.max_new_tokens}"
+                                 f" vs AR's {paired.max_new_tokens}")
+                if paired is not None and paired.machine != run.machine:
                     notes.append(f"{m} on {dataset} at T={t:g}: machine differs from AR's")
             rows.append(row)
 
@@ -251,30 +251,28 @@ def provenance(model: str, table: int, paper: pd.DataFrame, used: list[Run]) -> 
     return {
         "model": model, "table": table, "paper_pair": f"{first['draft']} -> {first['target']}",
         "paper_budget": int(first["tree_budget"]), "paper_setup": PAPER_SETUP.get(table, "?"),
-        "drafts": sorted({str((r.meta.get("method_settings") or {}).get("draft")) for r in used
-                          if r.meta.get("method") != BASELINE}),
-        "dtypes": sorted({str((r.meta.get("provenance") or {}).get("dtype")) for r in used}),
-        "budgets": sorted({budget(r) for r in used if r.meta.get("method") != BASELINE}),
-        "machines": sorted({str(r.meta.get("machine")) for r in used}),
-        "max_new_tokens": sorted({str(r.meta.get("max_new_tokens")) for r in used}),
-        "selections": {d: sorted({selection(r) for r in used if r.meta.get("dataset") == d}) for d in DATASETS},
+        "drafts": sorted({str(r.settings.get("draft")) for r in used if r.method != BASELINE}),
+        "dtypes": sorted({str(r.provenance.get("dtype")) for r in used}),
+        "budgets": sorted({budget(r) for r in used if r.method != BASELINE}),
+        "machines": sorted({str(r.machine) for r in used}),
+        "max_new_tokens": sorted({str(r.max_new_tokens) for r in used}),
+        "selections": {d: sorted({selection(r) for r in used if r.dataset == d}) for d in DATASETS},
         "prompts": {d: sorted({len({rec["question_id"] for rec in r.records}) for r in used
-                               if r.meta.get("dataset") == d}) for d in DATASETS},
-        "run_ids": {f"{r.meta.get('method')}/{r.meta.get('dataset')}/T={r.temperature:g}": r.run_id
-                    for r in used},
+                               if r.dataset == d}) for d in DATASETS},
+        "run_ids": {f"{r.method}/{r.dataset}/T={r.temperature:g}": r.run_id for r in used},
     }
 
 
 def budget(run: Run) -> str:
-    ms = run.meta.get("method_settings") or {}
+    ms = run.settings
     size = next((ms[k] for k in ("budget", "tree_size", "size") if ms.get(k) is not None), None)
     if size is None and ms.get("branches") and ms.get("depth"):
         size = int(ms["branches"]) * int(ms["depth"])  # SpecInfer's K x D tree
-    return f"{run.meta.get('method')} {size if size is not None else '?'}"
+    return f"{run.method} {size if size is not None else '?'}"
 
 
 def selection(run: Run) -> str:
-    sel = run.meta.get("selection")
+    sel = run.selection
     if sel is None:
         return "not recorded"
     return sel if isinstance(sel, str) else json.dumps(sel, sort_keys=True)

@@ -75,11 +75,11 @@ def build_dyspec_time_breakdown(results_dir: str | Path, model: str | None = Non
     runs, model, drafter = dyspec_runs(results_dir, model, draft=draft)
     chosen: dict = {}  # (method, dataset, temperature) -> Figure 4's own run, else Table 1's
     for r in latest_runs(runs).values():
-        if (r.meta.get("variant") in (None, "", BREAKDOWN)
-                and (dataset is None or r.meta.get("dataset") == dataset)
+        if (r.variant in (None, BREAKDOWN)
+                and (dataset is None or r.dataset == dataset)
                 and (temperature is None or math.isclose(r.temperature, float(temperature)))):
-            k = (r.meta.get("method"), r.meta.get("dataset"), r.temperature)
-            if k not in chosen or r.meta.get("variant") == BREAKDOWN:
+            k = (r.method, r.dataset, r.temperature)
+            if k not in chosen or r.variant == BREAKDOWN:
                 chosen[k] = r
     latest = list(chosen.values())
     if not latest:
@@ -90,7 +90,7 @@ def build_dyspec_time_breakdown(results_dir: str | Path, model: str | None = Non
     require_exact_phases(latest, "dyspec/time_breakdown", "make reproduce-dyspec-fig4")
     rows = []
     for m in (*METHODS, BASELINE):
-        mine = [r for r in latest if r.meta.get("method") == m]
+        mine = [r for r in latest if r.method == m]
         if not mine:
             continue
         records = [rec for r in mine for rec in r.records]
@@ -100,7 +100,7 @@ def build_dyspec_time_breakdown(results_dir: str | Path, model: str | None = Non
         wall = sum(rec["wall_time"] for rec in records)
         shares = dyspec_component_shares(totals)
         rows.append({"method": m, "label": LABELS[m], "runs": len(mine),
-                     "datasets": ",".join(sorted({r.meta["dataset"] for r in mine})),
+                     "datasets": ",".join(sorted({r.dataset for r in mine})),
                      "temperatures": ",".join(sorted({f"{r.temperature:g}" for r in mine})),
                      "prompts": len(records), "wall_s": wall,
                      "phase_sum_over_wall": sum(totals.values()) / wall if wall > 0 else None,
@@ -109,7 +109,7 @@ def build_dyspec_time_breakdown(results_dir: str | Path, model: str | None = Non
                      "phases": json.dumps({k: round(v, 6) for k, v in sorted(totals.items())}),
                      "run_ids": ",".join(r.run_id for r in mine)})
     df = pd.DataFrame(rows)
-    df.attrs.update(model=model, machines=sorted({str(r.meta.get("machine")) for r in latest}),
+    df.attrs.update(model=model, machines=sorted({str(r.machine) for r in latest}),
                     dataset=dataset, temperature=temperature, drafter=drafter)
     return df
 

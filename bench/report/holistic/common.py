@@ -25,7 +25,7 @@ import dataclasses
 from pathlib import Path
 
 from bench.report.drafter import choose, describe, drafter, latest_drafter
-from bench.report.select import MissingRunsError, Pool, pool, read_runs, settings, used_ids
+from bench.report.select import MissingRunsError, Pool, pool, read_runs, used_ids
 from bench.report.tables import interval_columns
 from bench.run.metrics import (
     counter_totals,
@@ -53,9 +53,9 @@ MAKE = {name: f"make reproduce-holistic-{name}" for name in ("table1", "table3",
 
 def level(run: Run) -> str | None:
     """The ladder level of a holistic run from its switches; None for other methods or unlisted combinations."""
-    if run.meta.get("method") != "holistic":
+    if run.method != "holistic":
         return None
-    s = settings(run)
+    s = run.settings
     if frozen(run):  # Figure 4's Q_init curve, not a Table 3 level
         return None
     return LEVELS.get((bool(s.get("reuse_draft")), bool(s.get("reuse_target")), bool(s.get("precut"))))
@@ -63,11 +63,11 @@ def level(run: Run) -> str | None:
 
 def frozen(run: Run) -> bool:
     """A Pre-cut run whose Q-table stopped learning after warm-up (controller.freeze_after_warmup)."""
-    return bool((settings(run).get("controller") or {}).get("freeze_after_warmup"))
+    return bool((run.settings.get("controller") or {}).get("freeze_after_warmup"))
 
 
 def draft_length(run: Run) -> int | None:
-    value = settings(run).get("draft_length")
+    value = run.settings.get("draft_length")
     return None if value is None else int(value)
 
 
@@ -86,10 +86,10 @@ def holistic_pool(results_dir: str | Path, model: str | None, dataset: str, make
     (run.sync_phases, Table 9's) only with `synced`: a speed table never reads them, as on a GPU the syncs cost
     time the paper's and AR's runs do not pay."""
     candidates = read_runs(results_dir, experiment=EXPERIMENT, dataset=dataset, greedy=True, batch_size=1,
-                           model=model, keep=lambda r: synced or not r.meta.get("sync_phases"))
+                           model=model, keep=lambda r: synced or not r.sync_phases)
     if draft is not None:
         candidates = [r for r in candidates if drafter(r) in (None, draft)]
-    p = pool(candidates, lambda r: r.meta.get("method") == "holistic", model, dataset=dataset)
+    p = pool(candidates, lambda r: r.method == "holistic", model, dataset=dataset)
     if not p.runs:
         what = f" with draft {draft}" if draft is not None else ""
         raise MissingRunsError(f"no holistic runs on {dataset}{what} in {results_dir} ({make})")

@@ -45,7 +45,7 @@ PAPER = {"a": "Paper (a): the local optimal draft length varies strongly across 
 
 def vanilla(run: Run) -> bool:
     """Vanilla SD: method sd, or holistic with reuse and Pre-cut off (a fixed lambda)."""
-    return run.meta.get("method") == "sd" or level(run) == "sd"
+    return run.method == "sd" or level(run) == "sd"
 
 
 def fig2_runs(results_dir: str | Path, model: str | None = None,
@@ -56,7 +56,7 @@ def fig2_runs(results_dir: str | Path, model: str | None = None,
     runs = [r for r in read_runs(results_dir, method=("holistic", "sd"), greedy=True) if vanilla(r)]
     recorded = [r for r in runs if has_steps(r)]
     model = default_model(recorded or runs, model)
-    runs = [r for r in runs if r.meta.get("model") == model]
+    runs = [r for r in runs if r.model == model]
     if draft is None:
         first = pick([r for r in runs if has_steps(r)]) or pick(runs)
         draft = drafter(first) if first is not None else None
@@ -68,7 +68,7 @@ def fig2_runs(results_dir: str | Path, model: str | None = None,
 
 def pick(runs: list[Run]) -> Run | None:
     """The latest run of experiment holistic_fig2, else the latest run."""
-    return latest(runs, lambda r: r.meta.get("experiment") == "holistic_fig2") or latest(runs)
+    return latest(runs, lambda r: r.experiment == "holistic_fig2") or latest(runs)
 
 
 def local_optimum(run: Run) -> pd.DataFrame:
@@ -158,8 +158,8 @@ def build_fig2(results_dir: str | Path, model: str | None = None, draft: str | N
     df = pd.concat(parts, ignore_index=True)
     df.attrs.update({k: v for k, v in attrs.items() if not isinstance(v, Run)},
                     run_ids=used_ids([run_a, run_bc]),
-                    model=run_a.meta.get("model"), dataset=run_a.meta.get("dataset"),
-                    machine=run_a.meta.get("machine"), recorded=run_bc is not None, drafter=drafter(run_a))
+                    model=run_a.model, dataset=run_a.dataset,
+                    machine=run_a.machine, recorded=run_bc is not None, drafter=drafter(run_a))
     return df
 
 

@@ -25,7 +25,7 @@ from bench.report.drafter import choose, describe
 from bench.report.holistic.claims import ordering_verdict
 from bench.report.holistic.common import EXPERIMENT, MAKE, draft_length, frozen
 from bench.report.plots import figures_dir, new_figure, save_csv, save_figure, yerr
-from bench.report.select import MissingRunsError, read_runs, settings
+from bench.report.select import MissingRunsError, read_runs
 from bench.report.tables import MISSING, interval_columns, interval_in, markdown, with_interval
 from bench.run.metrics import bootstrap_interval, ratio_of_sums
 from bench.run.store import Run
@@ -37,8 +37,8 @@ COLORS = {"vanilla": "tab:gray", "q_init": "tab:blue", "q_updated": "tab:red"}
 
 def curve(run: Run) -> str | None:
     """Which Figure 4 curve a holistic run is: reuse off; Pre-cut off (vanilla), frozen (q_init) or learning."""
-    s = settings(run)
-    if run.meta.get("method") != "holistic" or s.get("reuse_draft") or s.get("reuse_target"):
+    s = run.settings
+    if run.method != "holistic" or s.get("reuse_draft") or s.get("reuse_target"):
         return None
     if not s.get("precut"):
         return "vanilla"
@@ -86,8 +86,8 @@ def build_holistic_fig4(results_dir: str | Path, model: str | None = None, datas
     runs = read_runs(results_dir, experiment=EXPERIMENT, dataset=dataset, greedy=True, model=model, keep=curve)
     if not runs:
         raise MissingRunsError(f"no Figure 4 runs (holistic, reuse off) on {dataset} in {results_dir} ({MAKE['fig4']})")
-    model = model or runs[-1].meta.get("model")
-    mine, drafter = choose([r for r in runs if r.meta.get("model") == model], draft)  # one drafter's curves
+    model = model or runs[-1].model
+    mine, drafter = choose([r for r in runs if r.model == model], draft)  # one drafter's curves
     latest = {curve(r): r for r in mine}  # oldest first: the last one wins
     parts = []
     for name in CURVES:

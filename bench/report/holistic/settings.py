@@ -16,13 +16,14 @@ from bench.report.drafter import choose, describe
 from bench.report.holistic.common import numbers
 from bench.report.select import MissingRunsError, paired_baseline, read_runs, where
 from bench.report.tables import fmt, ours_cells, render, write_texts
+from bench.run.store import Run
 
 EXPERIMENT = "holistic_sweep"
 MAKE = "make sweep-holistic-settings"
 
 
-def settings_of(meta: dict) -> dict:
-    s = meta.get("method_settings") or {}
+def settings_of(run: Run) -> dict:
+    s = run.settings
     cache, ctl = s.get("cache") or {}, s.get("controller") or {}
     return {"W": s.get("draft_phrases"), "beta": cache.get("beta"), "per_key": cache.get("per_key"),
             "max_keys": cache.get("max_keys"), "target_cost": ctl.get("target_cost"),
@@ -38,7 +39,7 @@ def build_holistic_settings(results_dir: str | Path, model: str | None = None, d
     for run in mine:
         base = paired_baseline(runs, run, "ar")
         got = numbers(run, base)
-        rows.append({"dataset": run.meta.get("dataset"), **settings_of(run.meta),
+        rows.append({"dataset": run.dataset, **settings_of(run),
                      **{k: got[k] for k in ("speedup", "mat", "util_eq3", "util_accepted", "draft_hit_rate",
                                             "target_hit_rate", "draft_tokens_mean")},
                      # 95% intervals over questions (paired with AR for the speedup), from common.numbers

@@ -51,21 +51,21 @@ ROUNDING = 0.015  # a printed speedup further than this from its printed tok/s r
 
 
 def gamma(run: Run):
-    return (run.meta.get("method_settings") or {}).get("gamma")
+    return run.settings.get("gamma")
 
 
 # Row -> which runs are it, as the paper ran them (ours: both reuses and Pre-cut at the bound)
-KEEP = {"ar": lambda r: r.meta.get("method") == "ar" and not r.meta.get("variant"),
-        "lookahead": lambda r: r.meta.get("method") == "lookahead",
-        "assisted": lambda r: r.meta.get("method") == "hf_assisted",
-        "speculative": lambda r: r.meta.get("method") == "sd" and draft_length(r) == LAMBDA,
-        "ouroboros": lambda r: r.meta.get("method") in ("ouroboros", "ouroboros_g12") and gamma(r) == LAMBDA,
+KEEP = {"ar": lambda r: r.method == "ar" and not r.variant,
+        "lookahead": lambda r: r.method == "lookahead",
+        "assisted": lambda r: r.method == "hf_assisted",
+        "speculative": lambda r: r.method == "sd" and draft_length(r) == LAMBDA,
+        "ouroboros": lambda r: r.method in ("ouroboros", "ouroboros_g12") and gamma(r) == LAMBDA,
         # the run of Table 1's own sweep (no variant), not Table 3's precut cell at 24 (run.variant=precut)
-        "ours": lambda r: level(r) == "precut" and draft_length(r) == OURS_BOUND and not r.meta.get("variant")}
+        "ours": lambda r: level(r) == "precut" and draft_length(r) == OURS_BOUND and not r.variant}
 
 
 def lossless(run: Run | None) -> str | None:
-    counts = ((run.meta.get("summary") or {}).get("lossless")) if run is not None else None
+    counts = run.summary.get("lossless") if run is not None else None
     return lossless_text(counts) if counts else None
 
 

@@ -34,8 +34,8 @@ GROUPS = {"mt_bench": "dialog", "translation": "trans", "summarization": "sum", 
           "math_reasoning": "math", "rag": "rag"}
 # row -> (label, the paper's method, which runs are it)
 ROWS = {"speculative": ("Speculative (λ=8)", "speculative_8",
-                        lambda r: r.meta.get("method") == "sd" and draft_length(r) == 8),
-        "assisted": ("Assisted", "assisted", lambda r: r.meta.get("method") == "hf_assisted"),
+                        lambda r: r.method == "sd" and draft_length(r) == 8),
+        "assisted": ("Assisted", "assisted", lambda r: r.method == "hf_assisted"),
         "ours": ("Ours (λ≤24)", "postuse_precut", lambda r: level(r) == "precut" and draft_length(r) == 24)}
 
 

@@ -77,7 +77,7 @@ def build_holistic_table9(results_dir: str | Path, model: str | None = None, dat
                           draft: str | None = None) -> pd.DataFrame:
     p = holistic_pool(results_dir, model, dataset, MAKE["table9"], holistic_drafter(results_dir, model, draft),
                       synced=True)
-    run = (p.latest(lambda r: level(r) == "precut" and draft_length(r) == LAMBDA and r.meta.get("sync_phases"))
+    run = (p.latest(lambda r: level(r) == "precut" and draft_length(r) == LAMBDA and r.sync_phases)
            or ladder_run(p, "precut", LAMBDA))
     require_exact_phases([run], "holistic/table9", MAKE["table9"])
     paper = pd.read_csv(PAPER_DIR / PAPER).set_index("component")

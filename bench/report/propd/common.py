@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.report.claims import speed_ratio, speed_ratio_interval
-from bench.report.select import Pool, pool, read_runs, settings, used_ids
+from bench.report.select import Pool, pool, read_runs, used_ids
 from bench.report.tables import interval_columns, latex_escape, markdown, render
 from bench.run.metrics import aggregate_rate_interval, mat, mat_interval, tokens_per_s
 from bench.run.store import Run
@@ -54,12 +54,12 @@ def model_label(model: str | None) -> str:
 
 def switches(run: Run) -> tuple[bool, bool] | None:
     """(prune, dynamic) of a propd run; None for other methods or a propd run that says neither."""
-    if run.meta.get("method") != "propd":
+    if run.method != "propd":
         return None
-    ms = settings(run)
+    ms = run.settings
     if isinstance(ms.get("prune"), bool) and isinstance(ms.get("dynamic"), bool):
         return ms["prune"], ms["dynamic"]
-    variant = run.meta.get("variant") or ""
+    variant = run.variant or ""
     if variant in VARIANTS:
         return VARIANTS[variant]
     if PRUNE_VARIANT.fullmatch(variant):  # Table 2's sweep: pruning at a fixed tree
@@ -69,10 +69,10 @@ def switches(run: Run) -> tuple[bool, bool] | None:
 
 def prune_point(run: Run) -> tuple[int, int] | None:
     """(prune_layer, prune_topk) of a pruning propd run, from method_settings, else from its variant."""
-    ms = settings(run)
+    ms = run.settings
     if ms.get("prune_layer") is not None and ms.get("prune_topk") is not None:
         return int(ms["prune_layer"]), int(ms["prune_topk"])
-    m = PRUNE_VARIANT.fullmatch(run.meta.get("variant") or "")
+    m = PRUNE_VARIANT.fullmatch(run.variant or "")
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
@@ -96,7 +96,7 @@ def prune_rate(run: Run) -> float | None:
     totals = node_totals(run)
     if totals and totals[0] > 0:
         return 1 - totals[1] / totals[0]
-    return (run.meta.get("summary") or {}).get("prune_rate")
+    return run.summary.get("prune_rate")
 
 
 def draft_nodes_mean(run: Run) -> float | None:
@@ -104,7 +104,7 @@ def draft_nodes_mean(run: Run) -> float | None:
     steps = [n for r in run.records for n in (r.get("draft_nodes") or [])]
     if steps:
         return sum(steps) / len(steps)
-    return (run.meta.get("summary") or {}).get("draft_nodes_mean")
+    return run.summary.get("draft_nodes_mean")
 
 
 def propd_pool(results_dir: str | Path, model: str | None, relevant: Callable[[Run], bool],
@@ -115,10 +115,10 @@ def propd_pool(results_dir: str | Path, model: str | None, relevant: Callable[[R
     other machines or lengths left out. Without a run of `experiment`, the latest run of a ProPD experiment
     (propd_*) anchors the pool: an AR run of another paper (other lengths) must not."""
     runs = read_runs(results_dir, method=METHODS, greedy=True)
-    if experiment is not None and any(relevant(r) and r.meta.get("experiment") == experiment for r in runs):
-        own = lambda r: r.meta.get("experiment") == experiment
+    if experiment is not None and any(relevant(r) and r.experiment == experiment for r in runs):
+        own = lambda r: r.experiment == experiment
     else:
-        own = lambda r: str(r.meta.get("experiment") or "").startswith("propd")
+        own = lambda r: str(r.experiment or "").startswith("propd")
     return pool(runs, relevant, model, own=own)
 
 
@@ -127,10 +127,10 @@ def cell(p: Pool, method: str, dataset: str, batch: int, combo: tuple[bool, bool
     """The latest run of `method` (propd: with these switches; others: default variant) on `dataset` at `batch`;
     None if there is none. Without `where`, Table 2's sweep (variants prune-L<n>-k<k>) is left out: its
     pruning-only runs at other layers and top-k are not the ablation's."""
-    return p.latest(lambda r: r.meta.get("method") == method and r.meta.get("dataset") == dataset
+    return p.latest(lambda r: r.method == method and r.dataset == dataset
                     and r.batch_size == batch
-                    and (where(r) if where else not PRUNE_VARIANT.fullmatch(r.meta.get("variant") or ""))
-                    and (switches(r) == combo if method == "propd" else not r.meta.get("variant")))
+                    and (where(r) if where else not PRUNE_VARIANT.fullmatch(r.variant or ""))
+                    and (switches(r) == combo if method == "propd" else not r.variant))
 
 
 @dataclass
@@ -184,9 +184,9 @@ def setting_text(runs: Iterable[Run | None]) -> str:
     """The propd settings of the runs used (prune layer and top-k when pruning, the tree), once each."""
     seen = []
     for r in runs:
-        if r is None or r.meta.get("method") != "propd":
+        if r is None or r.method != "propd":
             continue
-        ms, (prune, dynamic) = settings(r), switches(r) or (None, None)
+        ms, (prune, dynamic) = r.settings, switches(r) or (None, None)
         prune_text = f"layer {ms.get('prune_layer', '?')} top-{ms.get('prune_topk', '?')}" if prune else "no pruning"
         tree = f"tree sizes {ms.get('tree_size_choices', '?')}" if dynamic else f"static tree {ms.get('tree', '?')}"
         seen.append(f"{prune_text}, {tree}")
@@ -216,7 +216,7 @@ def paper_csv(name: str) -> pd.DataFrame:
 def why_missing(p: Pool, dataset: str, target: str, what: str) -> str:
     """Why a cell of ours is empty: no runs on the dataset at all, or no `what` (e.g. "ar run at that batch size").
     Cells with the same reason share one footnote."""
-    if not any(r.meta.get("dataset") == dataset for r in p.runs):
+    if not any(r.dataset == dataset for r in p.runs):
         note = DATASET_NOTES.get(dataset)
         return f"no runs on {dataset}" + (f": {note}" if note else f" ({MAKE[target]})")
     return f"no {what} on {dataset} ({MAKE[target]})"

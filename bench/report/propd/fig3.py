@@ -198,8 +198,8 @@ def propd_fig3(results_dir: str | Path, model: str | None = None) -> str:
     timing = read_json(Path(results_dir, "propd", ITERATION_TIME), notes)
     acc = accuracy_frame(heads)
     b, c, fits = timing_frames(timing)
-    p = propd_pool(results_dir, model, lambda r: r.meta.get("dataset") == "mt_bench" and r.batch_size == 1
-             and r.meta.get("method") in ("medusa", "propd"), experiment="propd_fig3")
+    p = propd_pool(results_dir, model, lambda r: r.dataset == "mt_bench" and r.batch_size == 1
+             and r.method in ("medusa", "propd"), experiment="propd_fig3")
     d, used = mat_by_category(p)
     if not (len(acc) or len(b) or len(d)):
         raise MissingRunsError(f"nothing for ProPD Figure 3 under {results_dir}: no propd/{EARLY_HEADS}, no "

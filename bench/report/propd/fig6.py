@@ -24,7 +24,7 @@ from bench.cachefile import atomic_write
 from bench.core.tree import best_first
 from bench.report.plots import figures_dir, new_figure, save_csv, save_figure
 from bench.report.propd.common import model_label, switches
-from bench.report.select import default_model, latest, missing, read_runs, settings
+from bench.report.select import default_model, latest, missing, read_runs
 from bench.report.tables import fmt, markdown, with_interval
 from bench.run.metrics import mat, mat_interval, verdict
 
@@ -38,10 +38,10 @@ PAPER = ("Paper (Figure 6, a worked example, not a measurement): from the heads'
 def fig6_run(results_dir: str | Path, model: str | None = None):
     """The latest propd run of `model` (default: the latest such run's) with recorded hit rates, preferring
     experiment propd_fig6 and batch 1."""
-    runs = [r for r in read_runs(results_dir, method="propd", greedy=True) if settings(r).get("hit_rates")]
+    runs = [r for r in read_runs(results_dir, method="propd", greedy=True) if r.settings.get("hit_rates")]
     model = default_model(runs, model)
-    runs = [r for r in runs if r.meta.get("model") == model]
-    return (latest(runs, lambda r: r.meta.get("experiment") == "propd_fig6" and r.batch_size == 1)
+    runs = [r for r in runs if r.model == model]
+    return (latest(runs, lambda r: r.experiment == "propd_fig6" and r.batch_size == 1)
             or latest(runs, lambda r: r.batch_size == 1) or latest(runs))
 
 
@@ -51,7 +51,7 @@ def build_fig6(results_dir: str | Path, model: str | None = None) -> pd.DataFram
     run = fig6_run(results_dir, model)
     if run is None:
         raise missing("propd run (dynamic tree on) that records its heads' hit rates", results_dir, MAKE)
-    ms = settings(run)
+    ms = run.settings
     hits = np.asarray(ms["hit_rates"], dtype=float)  # [heads, K], cumulative in k
     rows = [{"part": "a", "head": i + 1, "k": k + 1, "node": None, "path": None, "value": float(hits[i, k])}
             for i in range(hits.shape[0]) for k in range(hits.shape[1])]
@@ -62,8 +62,8 @@ def build_fig6(results_dir: str | Path, model: str | None = None) -> pd.DataFram
               "value": float(v)} for n, (path, v) in enumerate(tree)]
     df = pd.DataFrame(rows)
     estimated = 1 + sum(v for _, v in tree)
-    df.attrs.update(run_id=run.run_id, model=run.meta.get("model"), dataset=run.meta.get("dataset"),
-                    batch=run.batch_size, machine=run.meta.get("machine"), size=size, estimated=estimated,
+    df.attrs.update(run_id=run.run_id, model=run.model, dataset=run.dataset,
+                    batch=run.batch_size, machine=run.machine, size=size, estimated=estimated,
                     mat=mat(run.records), mat_ci=mat_interval(run.records), switches=switches(run),
                     chosen=ms.get("last_choice"), sizes=ms.get("tree_size_choices"))
     return df

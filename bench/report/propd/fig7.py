@@ -49,14 +49,14 @@ DEFINITIONS = [
 
 def fig7_points(results_dir: str | Path, model: str | None = None) -> pd.DataFrame:
     """One row per (dataset, batch, method): `tok_s` (aggregate), `tok_s_per_question`, `mat`, `run_id`."""
-    p = propd_pool(results_dir, model, lambda r: r.meta.get("dataset") in DATASETS, experiment="propd_fig7")
+    p = propd_pool(results_dir, model, lambda r: r.dataset in DATASETS, experiment="propd_fig7")
     rows, missing, used, runs = [], {}, [], {}
     for d in DATASETS:
         for b in BATCHES:
             for m in reversed(METHODS):  # propd first: the others' rows carry its paired ratio over them
                 run = cell(p, m, d, b, BOTH if m == "propd" else None)
                 used.append(run)
-                if run is None and any(r.meta.get("dataset") == d for r in p.runs):
+                if run is None and any(r.dataset == d for r in p.runs):
                     missing[f"{d} BS={b} {LABELS[m]}"] = why_missing(
                         p, d, "fig7", f"{m} run{' with both switches on' if m == 'propd' else ''} at that batch size")
                 runs[d, b, m] = run
@@ -66,7 +66,7 @@ def fig7_points(results_dir: str | Path, model: str | None = None) -> pd.DataFra
                              **interval_columns("propd_over", faster(runs.get((d, b, "propd")), run)),
                              "tok_s_per_question": tokens_per_s(run.records)["mean_of_questions"] if run else None,
                              "mat": mat(run.records) if run else None, "run_id": run.run_id if run else None})
-        if not any(r.meta.get("dataset") == d for r in p.runs):
+        if not any(r.dataset == d for r in p.runs):
             missing[f"{d} (every cell)"] = why_missing(p, d, "fig7", "run")
     order = {m: i for i, m in enumerate(METHODS)}
     df = pd.DataFrame(sorted(rows, key=lambda r: (list(DATASETS).index(r["dataset"]), r["batch_size"],

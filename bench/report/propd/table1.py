@@ -39,8 +39,8 @@ DEFINITIONS = [
 def build_propd_table1(results_dir: str | Path, model: str | None = None, dataset: str = "mt_bench") -> pd.DataFrame:
     """One row per batch size: ours (`speedup`, rates, MAT, prune rate, nodes per step, run ids) and the
     paper's `paper_7b`, `paper_13b`, `paper_33b`. What the footer says (runs, reasons for empty cells) is in attrs."""
-    p = propd_pool(results_dir, model, lambda r: r.meta.get("dataset") == dataset
-                   and r.meta.get("method") in ("ar", "propd"), experiment="propd_table1")
+    p = propd_pool(results_dir, model, lambda r: r.dataset == dataset
+                   and r.method in ("ar", "propd"), experiment="propd_table1")
     paper = paper_csv(PAPER).set_index("model")
     vs, rows = Against(p, dataset, "ar", "table1", ratio="speedup"), []
     for b in BATCHES:

@@ -136,8 +136,8 @@ def build_propd_table2(results_dir: str | Path, model: str | None = None, batch_
                        dataset: str = "mt_bench") -> pd.DataFrame:
     """Rows `none` then (layer, top_k): ours `prune_rate`, `mat`, `tok_s`, run id, and the paper's `_paper`."""
     batch_size = int(batch_size)
-    p = propd_pool(results_dir, model, lambda r: r.meta.get("dataset") == dataset and r.batch_size == batch_size
-             and r.meta.get("method") in ("medusa", "propd"), experiment="propd_table2")
+    p = propd_pool(results_dir, model, lambda r: r.dataset == dataset and r.batch_size == batch_size
+             and r.method in ("medusa", "propd"), experiment="propd_table2")
     paper = paper_csv(PAPER)
     paper_by = {(row.layer, None if pd.isna(row.top_k) else int(row.top_k)): row for row in paper.itertuples()}
     ref = cell(p, "medusa", dataset, batch_size) or cell(p, "propd", dataset, batch_size, (False, False))
@@ -167,14 +167,14 @@ def build_propd_table2(results_dir: str | Path, model: str | None = None, batch_
                      "mat": mat(run.records) if run else None, "tok_s": aggregate_rate(run) if run else None,
                      "draft_nodes_mean": draft_nodes_mean(run) if run else None,
                      "prune_rate_paper": pr.prune_rate, "mat_paper": pr.acc_length, "tok_s_paper": pr.speed_tok_s,
-                     "run_id": run.run_id if run else None, "method": run.meta.get("method") if run else None})
+                     "run_id": run.run_id if run else None, "method": run.method if run else None})
     df = pd.DataFrame(rows)
     num = ["prune_rate", "mat", "tok_s", "draft_nodes_mean", "prune_rate_paper", "mat_paper", "tok_s_paper",
            "prune_rate_lo", "prune_rate_hi", "mat_ratio_lo", "mat_ratio_hi", "mat_lo", "mat_hi", "tok_s_lo", "tok_s_hi"]
     df[num] = df[num].astype(float)
     df["top_k"] = df["top_k"].astype("Int64")
     df.attrs.update(context(p, used, missing=missing, dataset=dataset, batch_size=batch_size,
-                            reference=ref.meta.get("method") if ref else MISSING))
+                            reference=ref.method if ref else MISSING))
     return df
 
 

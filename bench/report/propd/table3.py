@@ -49,8 +49,8 @@ def growth_claim(ratios: dict[int, float | tuple | None]) -> tuple[str, str]:
 def build_propd_table3(results_dir: str | Path, model: str | None = None, dataset: str = "mt_bench") -> pd.DataFrame:
     """One row per (combo, batch size): ours `ratio`, rates, MAT, prune rate, nodes per step, run ids; paper's
     `paper_7b`, and `paper_13b`, `paper_33b` at batch 2."""
-    p = propd_pool(results_dir, model, lambda r: r.meta.get("dataset") == dataset
-                   and r.meta.get("method") in ("medusa", "propd"), experiment="propd_table3")
+    p = propd_pool(results_dir, model, lambda r: r.dataset == dataset
+                   and r.method in ("medusa", "propd"), experiment="propd_table3")
     paper = paper_csv(PAPER)
     vs, rows = Against(p, dataset, "medusa", "table3"), []
     for (prune, dynamic), name in COMBOS.items():

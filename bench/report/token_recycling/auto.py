@@ -98,12 +98,12 @@ def auto_table(results_dir, model: str | None = None) -> tuple[pd.DataFrame, pd.
     ctx = context(key)
     # The ar baseline: same group, preferably from this experiment, else the latest such ar run.
     ars = [r for r in runs
-           if r.meta.get("method") == "ar" and not r.meta.get("variant") and group_key(r) == key]
-    ar = ([r for r in ars if r.meta.get("experiment") == "tr_auto"] or ars or [None])[-1]
+           if r.method == "ar" and not r.variant and group_key(r) == key]
+    ar = ([r for r in ars if r.experiment == "tr_auto"] or ars or [None])[-1]
     if ar is None:
         notes.append(f"no ar run for {describe(ctx)}: no speedups")
     per_source = latest_per_x(kept, setting("tree_source", "template"))
-    dtype = (kept[-1].meta.get("provenance") or {}).get("dtype")
+    dtype = kept[-1].provenance.get("dtype")
     cost = load_forward_cost(results_dir, ctx["model"], ctx["machine"], dtype)
     if cost is None and (per_source.get("auto") and setting("forward_cost_ms")(per_source["auto"])):
         # No cached file (e.g. results copied without cache/): the curve the auto run chose its tree with.
@@ -126,7 +126,7 @@ def auto_table(results_dir, model: str | None = None) -> tuple[pd.DataFrame, pd.
     order = SOURCE_ORDER + sorted(set(per_source) - set(SOURCE_ORDER))
     for source in (s for s in order if s in per_source):
         run = per_source[source]
-        ms = run.meta.get("method_settings") or {}
+        ms = run.settings
         m = run_metrics(run)
         size = ms.get("tree_size")
         ratio = interp_ratio(curve, None if size is None else size + 1)  # root + draft tokens

@@ -62,7 +62,7 @@ def sweep_points(runs: list[Run], experiment: str, x_name: str, panel: str = "",
     for x in sorted(per_x, key=x_sort_key(x_name)):
         run = per_x[x]
         m = run_metrics(run)
-        ms = run.meta.get("method_settings") or {}
+        ms = run.settings
         rows.append({"panel": panel, "experiment": experiment, "x_name": x_name, "x": x, "mat": m["mat"],
                      **{k: m[k] for k in ("mat_lo", "mat_hi", "tokens_per_s_lo", "tokens_per_s_hi")},
                      "tokens_per_s": m["tokens_per_s"], "tokens_per_s_total": m["tokens_per_s_total"],

@@ -88,10 +88,10 @@ def dataset_cells(prefix: str, run: Run | None, base: Run | None) -> dict:
 
 def baseline_notes(label: str, dataset: str, run: Run, base: Run) -> list[str]:
     notes = []
-    if base.meta.get("max_new_tokens") != run.meta.get("max_new_tokens"):
-        notes.append(f"{label} on {dataset}: max_new_tokens {run.meta.get('max_new_tokens')} "
-                     f"vs baseline {base.meta.get('max_new_tokens')}")
-    if base.meta.get("machine") != run.meta.get("machine"):
+    if base.max_new_tokens != run.max_new_tokens:
+        notes.append(f"{label} on {dataset}: max_new_tokens {run.max_new_tokens} "
+                     f"vs baseline {base.max_new_tokens}")
+    if base.machine != run.machine:
         notes.append(f"{label} on {dataset}: machine differs from the baseline's")
     return notes
 
@@ -105,13 +105,13 @@ def build_token_recycling_table1(results_dir: str | Path, model: str | None = No
     """
     # The table's own sweeps and runs of no experiment (by hand), never another artifact's (a later AR of fewer
     # questions would take the place of the table's own).
-    runs = [r for r in read_runs(results_dir) if r.meta.get("experiment") in (EXPERIMENT, None)]
+    runs = [r for r in read_runs(results_dir) if r.experiment in (EXPERIMENT, None)]
     model = default_model(runs, model)
     mbpp_model = mbpp_model or model
     models = {"spec_bench": model, "mbpp_tr": mbpp_model}
-    mine = [r for r in runs if r.meta.get("model") == models.get(r.meta.get("dataset"))]
-    paper_size = paper_size or next((r.meta["paper_size"] for r in reversed(mine)
-                                     if r.meta.get("paper_size")), DEFAULT_PAPER_SIZE)
+    mine = [r for r in runs if r.model == models.get(r.dataset)]
+    paper_size = paper_size or next((r.paper_size for r in reversed(mine)
+                                     if r.paper_size), DEFAULT_PAPER_SIZE)
     latest = latest_runs(mine)
     paper = pd.read_csv(PAPER_CSV)
     paper = paper[paper["size"] == paper_size].set_index("method")
@@ -160,14 +160,14 @@ def build_token_recycling_table1(results_dir: str | Path, model: str | None = No
     df[numeric] = df[numeric].astype(float)  # None -> NaN, so the CSV has empty cells, not "None"
     df.attrs.update(model=model if mbpp_model == model else f"{model} (SpecBench), {mbpp_model} (MBPP)",
                     paper_size=paper_size, notes=list(dict.fromkeys(notes)),
-                    machines=sorted({str(r.meta.get("machine")) for r in used}),
+                    machines=sorted({str(r.machine) for r in used}),
                     run_ids={run_label(r): r.run_id for r in used})
     return df
 
 
 def run_label(run: Run) -> str:
-    variant = run.meta.get("variant")
-    return f"{run.meta.get('method')}{f'[{variant}]' if variant else ''}/{run.meta.get('dataset')}"
+    variant = run.variant
+    return f"{run.method}{f'[{variant}]' if variant else ''}/{run.dataset}"
 
 
 def display(df: pd.DataFrame) -> pd.DataFrame:
