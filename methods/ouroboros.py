@@ -17,7 +17,7 @@ unless `warm` is false. Per step:
 
 Host waits: the draft tree is built on the host, so each lookahead forward sends its inputs once and reads its
 argmax once; the draft's own verification and the step's acceptance (for the pool) are the greedy verifier run on
-host lists (`greedy_path`), so nothing else is read. The committed tokens are kept on the draft's device too (sent
+host lists (bench.core.verify.greedy_path), so nothing else is read. The committed tokens are kept on the draft's device too (sent
 on a prompt-turn's first step, then each step's appended there from the engine's inputs and bonus), so a later
 catch-up only reads its argmax. The engine's tree and tokens go in one copy a step.
 """
@@ -29,6 +29,7 @@ from omegaconf import OmegaConf
 
 from bench.core.proposer import Acceptance, Draft
 from bench.core.settings import FLAG, declare, integer
+from bench.core.verify import greedy_path
 from methods.shared.draft_proposer import DraftModelProposer
 from methods.shared.lookahead import LookaheadDecoding
 from methods.shared.trees.draft import ROOT, Trie, as_engine_tree
@@ -74,7 +75,6 @@ class Ouroboros(DraftModelProposer):
         if not self.warm:
             self.pool.clear()
         self.lookahead.start(prompt_ids)
-        self.committed, self.known = None, -1  # the committed tokens seq[:known] on the draft's device
 
     def propose(self, seq, length):
         logits = self.catch_up(self.committed_on_device(seq, length), length)
@@ -96,13 +96,6 @@ class Ouroboros(DraftModelProposer):
         self._lap("tree")
         return Draft(tree, tokens)
 
-    def committed_on_device(self, seq: torch.Tensor, length: int) -> torch.Tensor:
-        """The committed tokens seq[:length] (seq: the host's) on the draft's device: sent on a prompt-turn's first
-        step (the engine's prefill token is not on the draft's side yet), then as `update` appended them there."""
-        if self.known != length:
-            self.committed, self.known = seq[:length].to(self.draft.device, copy=True), length  # never the host's
-        return self.committed
-
     def _lookahead_step(self, root: int) -> list[int]:
         """One draft forward of lookahead decoding from the draft token `root` (not yet forwarded): the draft
         tokens it adds (an accepted n-gram and the draft's next token), already in the draft tree."""
@@ -114,7 +107,7 @@ class Ouroboros(DraftModelProposer):
         target = self.forward(node).argmax(-1).tolist()  # the forward's one read
         inputs = [t.token[n] for n in node]
         slots, bonus = greedy_path(la.parents, inputs, target, la.candidates)
-        la.update(torch.tensor(inputs), None, torch.tensor(target), host_acceptance(d.tree, slots, bonus))
+        la.update(torch.tensor(inputs), None, torch.tensor(target), Acceptance.from_path(d.tree, slots, bonus, device=None))
         path = [node[s] for s in slots[1:]]
         return [*path, t.add(path[-1] if path else root, bonus)]
 
@@ -122,41 +115,10 @@ class Ouroboros(DraftModelProposer):
         tgt = target.tolist()  # a host tensor (host_tokens)
         tree, parents, tokens, length = self.sent  # the engine's acceptance again, from host lists: read nothing back
         path, bonus = greedy_path(parents, tokens, tgt)
-        _, accepted, _ = self.log_acceptance(self.chain_slots, host_acceptance(tree, path, bonus))
+        _, accepted, _ = self.log_acceptance(self.chain_slots, Acceptance.from_path(tree, path, bonus, device=None))
         self.append_committed(tree, path, inputs, acceptance.bonus, length)
         if accepted < len(self.chain_slots):  # rejected at chain position accepted + 1
             slots = [0, *self.chain_slots]
             rest = [tgt[s] for s in slots[accepted + 1 :]]
             if len(rest) >= self.level - 1:
                 self.pool.insert(tgt[slots[accepted]], tuple(rest[: self.level - 1]))
-
-    def append_committed(self, tree, path: list[int], inputs: torch.Tensor, bonus: torch.Tensor, length: int) -> None:
-        """Write the step's committed tokens (the engine's inputs at the accepted path's slots, then its bonus, both
-        on the device) after the first `length` device tokens: the next catch-up sends nothing."""
-        dev = self.bundle.device  # where the tree went with its tokens (Tree.on: no copy)
-        picked = tree.on(dev).path_slots[path[-1]][1 : len(path)]
-        new = torch.cat([inputs.to(dev)[picked], bonus.to(dev)]).to(self.committed.device)
-        self.committed = torch.cat([self.committed[:length], new])  # a few KB copied on the device
-        self.known = length + len(new)
-
-
-def greedy_path(parents, tokens, target, candidates=None) -> tuple[list[int], int]:
-    """bench.core.verify.greedy_accept on host lists (a tree's parents, its inputs and the argmax at each slot, the
-    root's token unused): the accepted slots, root first, and the bonus token. A node is accepted when every node
-    on its path is a candidate and equals the argmax at its parent; the deepest wins, ties to the lowest slot."""
-    depth, ok, best = [0] * len(parents), [True] * len(parents), 0
-    for i in range(1, len(parents)):
-        p = parents[i]
-        depth[i] = depth[p] + 1
-        ok[i] = ok[p] and tokens[i] == target[p] and (candidates is None or candidates[i])
-        if ok[i] and depth[i] > depth[best]:
-            best = i
-    path = [best]
-    while path[-1] > 0:
-        path.append(parents[path[-1]])
-    return path[::-1], target[best]
-
-
-def host_acceptance(tree, slots: list[int], bonus: int) -> Acceptance:
-    """An Acceptance of host tensors (no device named): reading its slots waits for nothing."""
-    return Acceptance.from_path(tree, slots, bonus, device=None)

@@ -66,7 +66,6 @@ OVER = {
              "a step over 9 steps, fewer as trees repeat): 2.4 a step at T = 0, 3.6 at 0.6 (budget 2.1)",
     "lookahead": "at T > 0 only: its tokens are sent each step (1) beside the engine's read (1) and the walk's "
                  "read at the level that rejects (1): 3 a step plus one per accepted token (budget 2 plus one)",
-    "holistic": "defect 10: its token cache and Pre-cut read and send per step (~15)",
     "hf_pld": "transformers' own loop (not ours): its candidate search reads per step (~17)",
     "hf_assisted": "transformers' own loop (not ours) (~12)",
 }

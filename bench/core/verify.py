@@ -38,3 +38,23 @@ def greedy_accept(
     accept_len = on.depth[best] + 1
     bonus = target.gather(1, best.unsqueeze(1)).squeeze(1)
     return Acceptance(best, path, accept_len, bonus)
+
+
+def greedy_path(parents: list[int], tokens: list[int], target: list[int],
+                candidates: list[bool] | None = None) -> tuple[list[int], int]:
+    """`greedy_accept` on host lists, for a proposer that has the tree and the target's choices on the host already
+    (a draft model verifying its own guesses, or the engine's acceptance replayed from its one read): parents,
+    inputs and the argmax at each slot (the root's token unused) -> the accepted slots, root first, and the bonus
+    token. The same rule: a node is accepted when every node on its path is a candidate and equals the argmax at
+    its parent; the deepest wins, ties to the lowest slot."""
+    depth, ok, best = [0] * len(parents), [True] * len(parents), 0
+    for i in range(1, len(parents)):
+        p = parents[i]
+        depth[i] = depth[p] + 1
+        ok[i] = ok[p] and tokens[i] == target[p] and (candidates is None or candidates[i])
+        if ok[i] and depth[i] > depth[best]:
+            best = i
+    path = [best]
+    while path[-1] > 0:
+        path.append(parents[path[-1]])
+    return path[::-1], target[best]

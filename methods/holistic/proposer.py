@@ -23,6 +23,14 @@ Counters per step (Proposer.step_counters): draft_calls, draft_tokens, draft_fet
 carried phrases / reused one), draft_reused (tokens taken from phrases), target_fetches / target_hits,
 target_extra (output tokens that came from a phrase at the target), useful (Eq. 7), accepted_draft, and with
 Pre-cut, decisions and reward.
+
+Host waits: the proposer works on the host (`host_tokens`: the engine's one read a step brings the committed
+tokens and the target's choices). A draft forward reads its argmax, with the draft's confidence in it when Pre-cut
+or run.record_steps needs that, in one read; one that carries phrases sends its inputs in one copy, one that
+carries only the last draft token feeds that token from the device (a recurring shape: nothing sent). The
+committed tokens are kept on the draft's device too (sent on a prompt-turn's first step, then each step's
+appended there from the engine's inputs and bonus), so a catch-up sends nothing. The verification tree and its
+tokens go in one copy; `update` runs the greedy verifier again on host lists, so it reads nothing back.
 """
 
 from __future__ import annotations
@@ -33,8 +41,9 @@ import math
 import torch
 from omegaconf import OmegaConf
 
-from bench.core.proposer import Draft
+from bench.core.proposer import Acceptance, Draft
 from bench.core.settings import FLAG, Rule, declare, integer, number, numbers
+from bench.core.verify import greedy_path
 from methods.holistic.precut import QController
 from methods.holistic.token_cache import TokenCache
 from methods.shared.draft_proposer import DraftModelProposer
@@ -49,6 +58,7 @@ def plain(node) -> dict:
 class Holistic(DraftModelProposer):
     rule = "specinfer"
     greedy_only = True  # as the paper: phrases and n-grams carry no draft distribution
+    host_tokens = True  # the token cache works on host lists: the committed text and the target's choices
     settings = declare({
         "reuse_draft": FLAG, "reuse_target": FLAG, "precut": FLAG, "draft_length": integer(1),
         "draft_phrases": integer(0), "target_phrases": integer(0), "target_anchors": integer(1),
@@ -129,10 +139,10 @@ class Holistic(DraftModelProposer):
             self.cache_tokens.push_text(seq[lo:length].tolist(), self.seen - lo)
             self.seen = length
             self._lap("cache")
-        logits = self.catch_up(seq, length)
+        logits = self.catch_up(self.committed_on_device(seq, length), length)
         t = self.tree
-        first = int(logits.argmax())
-        self.chain, self.conf = [t.add(ROOT, first)], [self._confidence(logits, first)]
+        self.tail_id, (first,), (conf,) = self._read_argmax(logits[None])  # tail_id: the last draft token [1]
+        self.chain, self.conf = [t.add(ROOT, first)], [conf]
         fetches = hits = reused = 0
         self.draft_checked: list[tuple[int, list[int]]] = []
         if self.controller is not None:
@@ -152,14 +162,18 @@ class Holistic(DraftModelProposer):
         self.step_log["draft_fetches"].append(fetches)
         self.step_log["draft_hits"].append(hits)
         self.step_log["draft_reused"].append(reused)
-        return self._target_draft(int(seq[length - 1]))
+        return self._target_draft(int(seq[length - 1]), length)
 
-    def _confidence(self, logits: torch.Tensor, token: int) -> float:
-        """The draft's probability of `token` (Pre-cut's signal); computed only for the controller or for
-        run.record_steps."""
+    def _read_argmax(self, logits: torch.Tensor) -> tuple[torch.Tensor, list[int], list[float]]:
+        """The draft's argmax at each row of logits [n, V]: on the device [n] and on the host, with the draft's
+        probability of it (Pre-cut's signal; computed only for the controller or for run.record_steps, else 1.0),
+        in one read."""
+        ids = logits.argmax(-1)
         if self.controller is None and not self.record_steps:
-            return 1.0
-        return float(torch.softmax(logits.float(), -1)[token])
+            return ids, ids.tolist(), [1.0] * len(ids)
+        probs = torch.softmax(logits.float(), -1).gather(-1, ids[:, None])[:, 0]  # row by row: each row's own softmax
+        values = torch.cat([ids.double(), probs.double()]).tolist()  # token ids < 2**53: exact as doubles
+        return ids, [int(v) for v in values[: len(ids)]], values[len(ids) :]
 
     def _fetch(self, key: int, n: int) -> list[tuple[int, ...]]:
         self._lap("tree")
@@ -179,10 +193,11 @@ class Holistic(DraftModelProposer):
                 nodes.append(parent)
             branches.append(nodes)
         nodes = [last] + [n for b in branches for n in b]
-        logits = self.forward(nodes)
+        # Phrases come from the host; the last draft token alone is still on the device (its shape recurs).
+        logits = self.forward(nodes) if branches else self.forward_shaped(nodes, self.tail_id)
         self._lap("tree")
         row = {n: i for i, n in enumerate(nodes)}
-        argmax = logits.argmax(-1).tolist()
+        ids, argmax, conf = self._read_argmax(logits)
         best: list[int] = []
         for nodes_j in branches:  # A_j: leading phrase tokens equal to the draft's own argmax chain
             match, parent = [], last
@@ -195,18 +210,18 @@ class Holistic(DraftModelProposer):
                 self.draft_checked.append((t.token[last], [t.token[n] for n in match] + [argmax[row[parent]]]))
             if len(match) > len(best):
                 best = match
-        for n in best:
-            self.conf.append(self._confidence(logits[row[t.parent[n]]], t.token[n]))
+        for n in best:  # a matched token is the draft's argmax at its parent
+            self.conf.append(conf[row[t.parent[n]]])
             self.chain.append(n)
         tail = self.chain[-1]
-        nxt = argmax[row[tail]]
-        self.chain.append(t.add(tail, nxt))
-        self.conf.append(self._confidence(logits[row[tail]], nxt))
+        self.chain.append(t.add(tail, argmax[row[tail]]))
+        self.conf.append(conf[row[tail]])
+        self.tail_id = ids[row[tail] : row[tail] + 1]
         if best:
             self.cache_tokens.used(t.token[last])
         return len(best)
 
-    def _target_draft(self, root: int) -> Draft:
+    def _target_draft(self, root: int, length: int) -> Draft:
         """The verification tree: the draft chain, and with reuse_target the anchored phrases as a trie."""
         trie = Trie(self.target_nodes + 1)
         chain = trie.path(ROOT, [self.tree.token[n] for n in self.chain])
@@ -224,6 +239,8 @@ class Holistic(DraftModelProposer):
         self.end_drafting(len(chain))
         tree, tokens, slot = as_engine_tree(trie.tree, self.bundle.device)  # tokens sent with the tree
         self.slot = slot
+        by_slot = sorted((s, n) for n, s in slot.items() if n != ROOT)
+        self.sent = (tree, tree.parents.tolist(), [root] + [trie.tree.token[n] for _, n in by_slot], length)
         self.chain_slots = [slot[n] for n in chain]
         if self.record_steps:  # the draft chain (cached phrases hung at the target are not drafts)
             self.record_draft([self.tree.token[n] for n in self.chain], list(range(-1, len(self.chain) - 1)),
@@ -234,13 +251,17 @@ class Holistic(DraftModelProposer):
     # -- after verification -----------------------------------------------------------------------------------
     def update(self, inputs, logits, target, acceptance):
         self._lap("update")
-        tokens, tgt = inputs.tolist(), target.tolist()
+        tgt = target.tolist()  # a host tensor (host_tokens)
+        tree, parents, tokens, length = self.sent  # the engine's acceptance again, from host lists: read nothing back
+        accepted, bonus = greedy_path(parents, tokens, tgt)
+        acceptance_host = Acceptance.from_path(tree, accepted, bonus, device=None)  # host tensors: no device named
+        self.append_committed(tree, accepted, inputs, acceptance.bonus, length)
         slots = [0] + self.chain_slots
         useful = [False] + [tokens[s] == tgt[p] for p, s in itertools.pairwise(slots)]  # Eq. 7
         prefix = list(itertools.accumulate(useful, initial=0))[1:]  # useful tokens among the first n drafts
-        path, _, extra = self.log_acceptance(self.chain_slots, acceptance)  # extra: phrase tokens accepted
+        path, _, extra = self.log_acceptance(self.chain_slots, acceptance_host)  # extra: phrase tokens accepted
         if self.record_steps:
-            self.record_accepted(acceptance)
+            self.record_accepted(acceptance_host)
         log = self.step_log
         log["useful"].append(prefix[-1])
         log["target_hits"].append(int(extra > 0))
@@ -266,5 +287,3 @@ class Holistic(DraftModelProposer):
             log["decisions"].append(decisions)
             log["reward"].append(0.0 if reward is None else reward)
             self._lap("controller")
-
-
