@@ -44,9 +44,11 @@ class Case:
     expect: str | tuple[str, ...]  # substrings of the error line
     setup: Callable[[Path], None] | None = None  # writes the case's bad files under tmp_path
     model: bool = False  # the embedded model is loaded before the error
+    slow: bool = False  # `make test-slow`: one more model load (~10 s) for an error path the fast cases resemble
 
     def param(self):
-        return pytest.param(self, id=self.id, marks=[pytest.mark.model] if self.model else [])
+        marks = [pytest.mark.model] * self.model + [pytest.mark.slow] * self.slow
+        return pytest.param(self, id=self.id, marks=marks)
 
 
 def write(tmp: Path, rel: str, data: str | bytes) -> None:
@@ -157,9 +159,9 @@ CASES = [
     Case("datastore-missing", ("method=rest",), "REST datastore 'chat_offline' for model 'smollm2-135m' not found",
          humaneval_mirror, model=True),
     Case("datastore-corrupt", ("method=rest",), ("REST datastore 'chat_offline'", "is corrupt"), corrupt_datastore,
-         model=True),
+         model=True, slow=True),
     Case("tree-stats-corrupt", ("method=token_recycling", "tree=built"), ("tree statistics", "is corrupt"),
-         corrupt_tree_stats, model=True),
+         corrupt_tree_stats, model=True, slow=True),
     Case("prompt-longer-than-context", ("run.max_new_tokens=9000",), "exceeds the context of 8192 tokens",
          humaneval_mirror, model=True),
 ]

@@ -126,6 +126,7 @@ def test_cli_draft_option(tmp_path, capsys):
     assert len(err) == 1 and err[0].startswith("bench.report: error: no runs with draft 'hub'")
 
 
+@pytest.mark.slow  # the whole page over two drafters; the drafter choice is tested above
 def test_page_has_one_section_per_drafter(tmp_path):
     results = eagle_ladder(write_holistic_results(two_drafters_dyspec(tmp_path / "results")))
     build_evidence(str(results), str(tmp_path / "evidence"))

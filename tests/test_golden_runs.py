@@ -59,8 +59,9 @@ CASES = {
     "lookahead": ("method=lookahead",), "rest": ("method=rest",),  # on the store of tests/conftest.py
     "sd": ("method=sd",), "dyspec": ("method=dyspec", "method.budget=24"),
 }
-# DySpec's greedy tree runs the draft once per expanded node (~17 forwards a step): the first of the 3 prompts.
-PROMPTS_OF = {"dyspec": 1}
+# DySpec's greedy tree runs the draft once per expanded node (~17 forwards a step): the first of the 3 prompts. The
+# methods that carry nothing across prompts (PLD, Lookahead's per-prompt pool, sd) run the first prompt too.
+PROMPTS_OF = {"dyspec": 1, "pld": 1, "lookahead": 1, "sd": 1}
 
 
 def prompts_for(backend: str, name: str) -> int:

@@ -76,6 +76,7 @@ def test_cached_phrases_accepted_at_draft_and_target(smollm, prompts, greedy, dr
     assert total["draft_calls"] < total["draft_tokens"]
 
 
+@pytest.mark.slow  # behaviour beyond the lossless case kept in make test
 def test_wrong_phrases_never_change_the_output(smollm, prompts, greedy, drafts):
     # Every key used by the outputs holds phrases that continue wrongly (the reference shifted by one token).
     bundle = with_draft(smollm, drafts["self"])
@@ -87,6 +88,7 @@ def test_wrong_phrases_never_change_the_output(smollm, prompts, greedy, drafts):
     assert_lossless(gens, greedy[:3])
 
 
+@pytest.mark.slow  # the token cache across prompts (tests/test_holistic_parts.py tests it alone)
 def test_warm_cache_carries_over_prompts_cold_does_not(smollm, prompts, drafts):
     bundle = with_draft(smollm, drafts["cut2"])
     # Drafts of 4 (not the default 24: the untrained cut's long drafts cost ~5x and the carry-over does not care)
@@ -107,6 +109,7 @@ def test_sampling_is_refused(smollm, prompts, drafts):
         run_method(with_draft(smollm, drafts["cut2"]), prompts[:1], "method=holistic", temperature=0.6, max_new=4)
 
 
+@pytest.mark.slow  # the controller's freeze (tests/test_holistic_parts.py tests Q-learning alone)
 def test_frozen_controller_stops_learning_after_warm_up(smollm, prompts, drafts):
     """Figure 4's Q_init: the Q-table of the warm-up, then no more updates (and the run records the switch)."""
     bundle = with_draft(smollm, drafts["cut2"])

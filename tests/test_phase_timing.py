@@ -15,12 +15,12 @@ import pytest
 
 from bench.core.timing import phases_exact
 from bench.errors import HarnessError
+from bench.perf import engine_bench
 from bench.report.dyspec.time_breakdown import build_dyspec_time_breakdown
 from bench.report.holistic.table3 import holistic_table3
 from bench.report.holistic.table9 import holistic_table9
 from bench.report.runs import runs_table
 from bench.report.token_recycling.fig4 import fig4_points
-from bench.perf import engine_bench
 from tests.fixtures import dyspec_results, holistic_results
 from tests.fixtures.tr_results import MT_BENCH, TR_SHARES, ResultsWriter, make_records, tr_settings
 

@@ -27,6 +27,7 @@ LLAMA_70B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidd
              "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 4096}
 
 
+@pytest.mark.slow  # a whole decode through accelerate offload; the placement checks above stay
 def test_offloaded_model_decodes_losslessly(smollm, prompts, greedy, tmp_path):
     cfg = compose_cfg("model=smollm2-135m", f"model.offload_folder={tmp_path / 'offload'}")
     layers = smollm.model.config.num_hidden_layers

@@ -50,6 +50,7 @@ def test_evidence_holds_summaries_configs_and_turns_without_token_ids(built):
     assert (evidence / ".gitignore").read_text().split() == ["tables/", "figures/"]
 
 
+@pytest.mark.slow  # the committed page rebuilt from evidence/ stays in make test
 def test_the_page_is_the_same_from_a_copy_of_the_evidence(built, tmp_path):
     root, _, evidence, page = built
     assert (root / "REPRODUCED.md").read_text() == page

@@ -205,6 +205,7 @@ def test_stats_without_path_trained_counts_are_stale(tmp_path):
     assert "\n" not in str(err.value) and "`make tree-stats MODEL=smollm2-135m`" in str(err.value)
 
 
+@pytest.mark.slow  # the calibration script end to end; the stats reader is tested above
 @pytest.mark.model
 def test_calibration_script_writes_the_stats_a_built_tree_reads(smollm, tmp_path, capsys):
     """`make tree-stats` end to end on the embedded model (1 HumanEval prompt x 16 tokens), then tree=built."""
