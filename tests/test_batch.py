@@ -181,7 +181,10 @@ def real(smollm, prompts, greedy):
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("name", sorted(REAL))
+# PLD and BPD batched on the real model in `make test-slow` (their batch-1 real cases: tests/test_golden_runs.py,
+# tests/test_medusa.py; their batched tiny cases above)
+@pytest.mark.parametrize("name", [n if n not in ("pld", "bpd") else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in sorted(REAL)])
 def test_real_model_rows_identical_to_batch1_greedy(real, name):
     bundle, prompts, refs = real
     method = build_method(compose_cfg(*REAL[name]).method, bundle)

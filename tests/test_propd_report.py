@@ -254,6 +254,7 @@ def test_cli_lists_and_runs_every_propd_artifact(results, capsys):
     assert "at batch 2 per pruning layer" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # the whole page over the fixture; each artifact's section is tested above
 def test_reproduced_page_has_every_propd_artifact(results, tmp_path):
     build_evidence(str(results), str(tmp_path / "evidence"))  # the page reads only the evidence folder
     md = reproduced_page(None, str(tmp_path / "REPRODUCED.md"), str(tmp_path / "evidence"))

@@ -50,6 +50,7 @@ def test_store_of_another_tokenizer_is_refused(smollm, rest_store, tmp_path):
         rest(smollm, tmp_path)
 
 
+@pytest.mark.slow  # scripts/rest_replay.py end to end: a real run, then its replay along greedy AR
 def test_replay_gives_the_mat_of_a_real_run(smollm, rest_store, prompts, capsys):
     """scripts/rest_replay.py (issue 17): replaying our retriever along greedy AR gives the MAT the engine's run gets."""
     from scripts.rest_replay import main
