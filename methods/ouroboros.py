@@ -17,9 +17,8 @@ unless `warm` is false. Per step:
 
 Host waits: the draft tree is built on the host, so each lookahead forward sends its inputs once and reads its
 argmax once; the draft's own verification and the step's acceptance (for the pool) are the greedy verifier run on
-host lists (bench.core.verify.greedy_path), so nothing else is read. The committed tokens are kept on the draft's device too (sent
-on a prompt-turn's first step, then each step's appended there from the engine's inputs and bonus), so a later
-catch-up only reads its argmax. The engine's tree and tokens go in one copy a step.
+host lists (bench.core.verify.greedy_path), so nothing else is read. The catch-up reads the committed tokens from
+the engine's device copy (StepContext.seq), so it sends nothing and only reads its argmax. The engine's tree and tokens go in one copy a step.
 """
 
 from __future__ import annotations
@@ -77,7 +76,7 @@ class Ouroboros(DraftModelProposer):
         self.lookahead.start(prompt_ids)
 
     def propose(self, seq, length):
-        logits = self.catch_up(self.committed_on_device(seq, length), length)
+        logits = self.catch_up(self.ctx.seq, length)  # the engine's device copy: nothing sent
         t = self.tree
         chain = [t.add(ROOT, int(logits.argmax()))]
         while len(chain) < self.gamma:
@@ -91,8 +90,7 @@ class Ouroboros(DraftModelProposer):
         tree, tokens, slot = as_engine_tree(trie.tree, self.bundle.device)  # tokens sent with the tree
         self.chain_slots = [slot[n] for n in nodes]
         by_slot = sorted((s, n) for n, s in slot.items() if n != ROOT)
-        self.sent = (tree, tree.parents.tolist(), [int(seq[length - 1])] + [trie.tree.token[n] for _, n in by_slot],
-                     length)
+        self.sent = (tree, tree.parents.tolist(), [int(seq[length - 1])] + [trie.tree.token[n] for _, n in by_slot])
         self._lap("tree")
         return Draft(tree, tokens)
 
@@ -113,10 +111,9 @@ class Ouroboros(DraftModelProposer):
 
     def update(self, inputs, logits, target, acceptance):
         tgt = target.tolist()  # a host tensor (host_tokens)
-        tree, parents, tokens, length = self.sent  # the engine's acceptance again, from host lists: read nothing back
+        tree, parents, tokens = self.sent  # the engine's acceptance again, from host lists: read nothing back
         path, bonus = greedy_path(parents, tokens, tgt)
         _, accepted, _ = self.log_acceptance(self.chain_slots, Acceptance.from_path(tree, path, bonus, device=None))
-        self.append_committed(tree, path, inputs, acceptance.bonus, length)
         if accepted < len(self.chain_slots):  # rejected at chain position accepted + 1
             slots = [0, *self.chain_slots]
             rest = [tgt[s] for s in slots[accepted + 1 :]]

@@ -121,7 +121,7 @@ class Engine:
 
         timer.start()
         for row, prompt in zip(rows, prompts):
-            row.proposer.bind(StepContext(self.temperature, row.generator, timer))
+            row.proposer.bind(StepContext(self.temperature, row.generator, timer, row.seq))
             row.proposer.start(prompt)
         timer.lap("draft")
         self._prefill(rows, cache, max_new_tokens, timer, forward)

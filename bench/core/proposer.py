@@ -56,6 +56,9 @@ class StepContext:
     temperature: float  # the target's; 0 = greedy
     generator: torch.Generator  # shared with the engine's verifier, reseeded per prompt-turn
     timer: Timer  # proposers may lap sub-phases (draft_forward, tree)
+    # The row's committed tokens on the model's device, as the engine writes them each step: a `host_tokens`
+    # proposer's draft model reads them there (its `propose` gets the host copy).
+    seq: torch.Tensor | None = None
 
 
 @dataclass

@@ -28,8 +28,7 @@ Host waits: the proposer works on the host (`host_tokens`: the engine's one read
 tokens and the target's choices). A draft forward reads its argmax, with the draft's confidence in it when Pre-cut
 or run.record_steps needs that, in one read; one that carries phrases sends its inputs in one copy, one that
 carries only the last draft token feeds that token from the device (a recurring shape: nothing sent). The
-committed tokens are kept on the draft's device too (sent on a prompt-turn's first step, then each step's
-appended there from the engine's inputs and bonus), so a catch-up sends nothing. The verification tree and its
+catch-up reads the committed tokens from the engine's device copy (StepContext.seq), so it sends nothing. The verification tree and its
 tokens go in one copy; `update` runs the greedy verifier again on host lists, so it reads nothing back.
 """
 
@@ -139,7 +138,7 @@ class Holistic(DraftModelProposer):
             self.cache_tokens.push_text(seq[lo:length].tolist(), self.seen - lo)
             self.seen = length
             self._lap("cache")
-        logits = self.catch_up(self.committed_on_device(seq, length), length)
+        logits = self.catch_up(self.ctx.seq, length)  # the engine's device copy: nothing sent
         t = self.tree
         self.tail_id, (first,), (conf,) = self._read_argmax(logits[None])  # tail_id: the last draft token [1]
         self.chain, self.conf = [t.add(ROOT, first)], [conf]
@@ -240,7 +239,7 @@ class Holistic(DraftModelProposer):
         tree, tokens, slot = as_engine_tree(trie.tree, self.bundle.device)  # tokens sent with the tree
         self.slot = slot
         by_slot = sorted((s, n) for n, s in slot.items() if n != ROOT)
-        self.sent = (tree, tree.parents.tolist(), [root] + [trie.tree.token[n] for _, n in by_slot], length)
+        self.sent = (tree, tree.parents.tolist(), [root] + [trie.tree.token[n] for _, n in by_slot])
         self.chain_slots = [slot[n] for n in chain]
         if self.record_steps:  # the draft chain (cached phrases hung at the target are not drafts)
             self.record_draft([self.tree.token[n] for n in self.chain], list(range(-1, len(self.chain) - 1)),
@@ -252,10 +251,9 @@ class Holistic(DraftModelProposer):
     def update(self, inputs, logits, target, acceptance):
         self._lap("update")
         tgt = target.tolist()  # a host tensor (host_tokens)
-        tree, parents, tokens, length = self.sent  # the engine's acceptance again, from host lists: read nothing back
+        tree, parents, tokens = self.sent  # the engine's acceptance again, from host lists: read nothing back
         accepted, bonus = greedy_path(parents, tokens, tgt)
         acceptance_host = Acceptance.from_path(tree, accepted, bonus, device=None)  # host tensors: no device named
-        self.append_committed(tree, accepted, inputs, acceptance.bonus, length)
         slots = [0] + self.chain_slots
         useful = [False] + [tokens[s] == tgt[p] for p, s in itertools.pairwise(slots)]  # Eq. 7
         prefix = list(itertools.accumulate(useful, initial=0))[1:]  # useful tokens among the first n drafts

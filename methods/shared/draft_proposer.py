@@ -75,7 +75,6 @@ class DraftModelProposer(Proposer):
         room = len(prompt_ids) + 2 * self.max_nodes + 256
         self.cache = new_cache() if new_cache is not None else preallocated_cache(self.draft.config, room)
         self.cached = 0
-        self.committed, self.known = None, -1  # committed tokens seq[:known] on the draft's device (host_tokens)
         if len(self.shapes) > 4096:  # shapes that stopped recurring
             self.shapes.clear()
         self.step_log: dict[str, list] = defaultdict(list)  # per verification step (Proposer.step_counters)
@@ -104,23 +103,6 @@ class DraftModelProposer(Proposer):
         self.forwarded: list[int] = []  # node ids in draft-cache order after the committed tokens
         self._lap("draft_forward")
         return out.logits[0, -1]
-
-    def committed_on_device(self, seq: torch.Tensor, length: int) -> torch.Tensor:
-        """For a proposer with `host_tokens`: the committed tokens seq[:length] (seq: the host's) on the draft's
-        device, sent on a prompt-turn's first step (the prefill's token is not on the draft's side yet), then as
-        `append_committed` extended them there, so a catch-up sends nothing."""
-        if self.known != length:
-            self.committed, self.known = seq[:length].to(self.draft.device, copy=True), length  # never the host's
-        return self.committed
-
-    def append_committed(self, tree, path: list[int], inputs: torch.Tensor, bonus: torch.Tensor, length: int) -> None:
-        """After a verification: the step's committed tokens (the engine's inputs at the accepted path's slots, then
-        its bonus, both on the device) after the first `length` device tokens."""
-        dev = self.bundle.device  # where the tree went with its tokens (Tree.on: no copy)
-        picked = tree.on(dev).path_slots[path[-1]][1 : len(path)]
-        new = torch.cat([inputs.to(dev)[picked], bonus.to(dev)]).to(self.committed.device)
-        self.committed = torch.cat([self.committed[:length], new])  # a few KB copied on the device
-        self.known = length + len(new)
 
     def forward(self, nodes: list[int]) -> torch.Tensor:
         """Draft logits [len(nodes), V] of tree nodes (their ancestors must have been forwarded)."""
