@@ -7,3 +7,7 @@ class HarnessError(Exception):
 
 class ConfigError(HarnessError, ValueError):
     """A config value a method or loader cannot use."""
+
+
+class MissingRunsError(HarnessError, ValueError):
+    """No complete run (or measurement file) a report needs; the message names what produces it."""

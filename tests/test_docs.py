@@ -82,8 +82,11 @@ def writers() -> str:
 
 @functools.cache
 def makefile() -> tuple[set[str], set[str]]:
-    """(targets, variables) of the Makefile."""
-    text = (PROJECT / "Makefile").read_text()
+    """(targets, variables) of the Makefile, with the reproduce-* targets it includes (generated from the artifacts'
+    declarations, bench/report/makefile.py)."""
+    from bench.report.makefile import makefile as generated
+
+    text = (PROJECT / "Makefile").read_text() + "\n" + generated()
     targets = set()
     for line in text.splitlines():
         m = re.match(r"^([A-Za-z0-9_.-][^:=#\s]*(?:[ \t]+[^:=#\s]+)*)[ \t]*:(?!=)", line)
@@ -125,7 +128,7 @@ def group_keys(group: str) -> set[str]:
 def report_artifacts() -> set[str]:
     from bench.report import registry
 
-    return set(registry.names()) | set(registry.ALIASES)
+    return set(registry.names()) | set(registry.aliases()) | {"makefile"}  # `makefile`: the generated make targets
 
 
 @functools.cache

@@ -7,6 +7,8 @@ import pytest
 
 from bench.errors import HarnessError
 from bench.report.draft_sd import draft_sd_table
+from bench.report.output import write as write_report
+from bench.report.select import RunSet
 from tests.fixtures.runs import write
 
 
@@ -26,7 +28,7 @@ def test_one_row_per_draft_and_length(tmp_path):
     write_run(tmp_path, "r3", "2026-01-01T00:00:03", "humaneval", 4, "new", 1.6, 0.7,  # a later run replaces r1
               {"mat": [1.5, 1.7], "tokens_per_s": [6.5, 7.5]}, [0.6, 0.8])
     write_run(tmp_path, "r4", "2026-01-01T00:00:04", "humaneval", 4, "old", 1.9, 0.2)  # another draft: own row
-    md = draft_sd_table(tmp_path, "m")
+    md = write_report(draft_sd_table(RunSet.read(tmp_path), "m"), tmp_path)
     rows = [line for line in md.splitlines() if line.startswith("| humaneval")]
     assert len(rows) == 4
     new = [r for r in rows if "| new" in r]
@@ -45,4 +47,4 @@ def test_one_row_per_draft_and_length(tmp_path):
 def test_no_runs_is_one_error(tmp_path):
     (tmp_path / "runs").mkdir()
     with pytest.raises(HarnessError, match="make reproduce-draft-sd"):
-        draft_sd_table(tmp_path, "m")
+        draft_sd_table(RunSet.read(tmp_path), "m")

@@ -13,7 +13,7 @@ from bench.report.__main__ import main
 from bench.report.drafter import choose, describe, drafter, present
 from bench.report.dyspec.tables import build_dyspec_table, dyspec_table
 from bench.report.evidence import build_evidence
-from bench.report.holistic.table3 import build_holistic_table3, holistic_table3
+from bench.report.holistic.table3 import holistic_table3
 from bench.report.reproduced import reproduced_page
 from bench.report.select import MissingRunsError
 from bench.run.store import load_runs
@@ -78,8 +78,10 @@ def two_drafters_dyspec(root: Path) -> Path:
 
 
 def test_dyspec_table_per_drafter_with_the_shared_ar(tmp_path):
+    from bench.report.select import RunSet
+
     root = two_drafters_dyspec(tmp_path / "results")
-    tables = {d: build_dyspec_table(root, draft=d) for d in (None, "trained", "eagle")}
+    tables = {d: build_dyspec_table(RunSet.read(root), draft=d) for d in (None, "trained", "eagle")}
     assert tables[None].attrs["drafter"] == EAGLE  # the latest draft-model run's
     for d, df in tables.items():
         own = d != "trained"
@@ -87,8 +89,8 @@ def test_dyspec_table_per_drafter_with_the_shared_ar(tmp_path):
             assert all(rid.endswith("-eagle") == own for rid in df[f"{m}_run_id"]), (d, m)
             assert list(df[f"{m}_latency_s"] == 0.0005) == [own] * len(df)
         assert df["ar_run_id"].tolist() == tables["trained"]["ar_run_id"].tolist()  # one AR baseline for both
-    assert "draft: distilled fixture-draft-68m;" in dyspec_table(root, draft="trained")
-    assert "draft: EAGLE head fx-eagle;" in dyspec_table(root)
+    assert "draft: distilled fixture-draft-68m;" in dyspec_table(RunSet.read(root), draft="trained").markdown
+    assert "draft: EAGLE head fx-eagle;" in dyspec_table(RunSet.read(root)).markdown
 
 
 def eagle_ladder(root: Path) -> Path:
@@ -102,8 +104,15 @@ def eagle_ladder(root: Path) -> Path:
 
 
 def test_holistic_table_per_drafter_with_the_shared_ar(tmp_path):
-    root = eagle_ladder(write_holistic_results(tmp_path / "results"))
-    eagle, trained = build_holistic_table3(root), build_holistic_table3(root, draft="trained")
+    from io import StringIO
+
+    import pandas as pd
+
+    from bench.report.select import RunSet
+
+    store = RunSet.read(eagle_ladder(write_holistic_results(tmp_path / "results")))
+    eagle, trained = (pd.read_csv(StringIO(holistic_table3(store, draft=d).files["tables/holistic_table3.csv"]))
+                      for d in (None, "trained"))
     runs = {name: df.dropna(subset=["run_id"]) for name, df in (("eagle", eagle), ("trained", trained))}
     assert runs["eagle"]["run_id"].str.startswith("eagle_").all()
     assert not runs["trained"]["run_id"].str.startswith("eagle_").any()
@@ -111,8 +120,8 @@ def test_holistic_table_per_drafter_with_the_shared_ar(tmp_path):
     speed = {name: df.set_index(["level", "lambda"])["speedup"] for name, df in runs.items()}
     assert len(speed["eagle"]) == 8  # the ladder at lambda 3 and 12; Table 1's precut run at 24 is the distilled's
     assert (speed["eagle"] / speed["trained"]).dropna().tolist() == pytest.approx([2.0] * 8)
-    assert "Ours: m, draft: EAGLE head fx-eagle, machine cpu" in holistic_table3(root)
-    assert "Ours: m, draft: distilled (id not recorded), machine cpu" in holistic_table3(root, draft="trained")
+    assert "Ours: m, draft: EAGLE head fx-eagle, machine cpu" in holistic_table3(store).markdown
+    assert "Ours: m, draft: distilled (id not recorded), machine cpu" in holistic_table3(store, draft="trained").markdown
 
 
 def test_cli_draft_option(tmp_path, capsys):

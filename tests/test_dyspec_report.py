@@ -22,8 +22,8 @@ from bench.report.dyspec.time_breakdown import (
     dyspec_component_shares,
     dyspec_time_breakdown,
 )
-from bench.report.registry import resolve
-from bench.report.select import latest_runs
+from bench.report.registry import produce, resolve
+from bench.report.select import RunSet, latest_runs
 from bench.run.store import Run, load_runs
 from tests.fixtures.dyspec_results import (
     DATASETS,
@@ -48,6 +48,19 @@ def full(results):
     return write_full(results)
 
 
+def table_frame(results, **options) -> pd.DataFrame:
+    return build_dyspec_table(RunSet.read(results), **options)
+
+
+def table_md(results, **options) -> str:
+    """The table's markdown, its files written under results (as the CLI does)."""
+    return produce(resolve("dyspec/table")[1], results, **options)
+
+
+def breakdown_frame(results, **options) -> pd.DataFrame:
+    return build_dyspec_time_breakdown(RunSet.read(results), **options)
+
+
 def cell(df, dataset, t, col):
     return df[(df["dataset"] == dataset) & (df["temperature"] == t)][col].item()
 
@@ -57,7 +70,7 @@ def table_lines(md: str) -> list[str]:
 
 
 def test_every_cell_is_filled_from_records(full):
-    df = build_dyspec_table(full)
+    df = table_frame(full)
     assert df.attrs["table"] == 1 and df.attrs["model"] == "smollm2-135m"
     assert [(d, t) for d, t in zip(df["dataset"], df["temperature"])] == [(d, t) for d in DATASETS
                                                                           for t in (0.0, 0.6)]
@@ -69,7 +82,7 @@ def test_every_cell_is_filled_from_records(full):
                 assert cell(df, d, t, f"{m}_latency_s") == pytest.approx(expected_latency(m, d, t))
                 assert cell(df, d, t, f"{m}_accepted") == pytest.approx(MAT[m])
                 assert cell(df, d, t, f"{m}_speedup") == pytest.approx(ar / expected_latency(m, d, t))
-    md = dyspec_table(full)
+    md = table_md(full)
     lines = table_lines(md)
     assert len(lines) == 6 and not any("—" in line for line in lines)
     # c4 T=0: DySpec 5.00 ms/token (paper 0.00730 s), accepted 3.00 (5.25), speedup 4.00 (0.02303/0.00730).
@@ -88,26 +101,26 @@ def test_latency_is_total_time_over_total_tokens(results):
     rec = json.loads((results / "runs" / rid / "records.jsonl").read_text())
     rec2 = {**rec, "question_id": 1, "new_tokens": 4, "wall_time": 1.0, "accept_lengths": [1, 3]}
     (results / "runs" / rid / "records.jsonl").write_text(json.dumps(rec) + "\n" + json.dumps(rec2) + "\n")
-    df = build_dyspec_table(results)
+    df = table_frame(results)
     assert cell(df, "c4", 0.0, "dyspec_latency_s") == pytest.approx((0.12 + 1.0) / 16)
     assert cell(df, "c4", 0.0, "dyspec_accepted") == pytest.approx(16 / 5)
 
 
 def test_paper_numbers_come_from_the_csv(full, tmp_path, monkeypatch):
-    df = build_dyspec_table(full)
+    df = table_frame(full)
     assert cell(df, "openwebtext", 0.6, "sequoia_latency_s_paper") == 0.01206
     assert cell(df, "openwebtext", 0.6, "sequoia_accepted_paper") == 3.04
     assert cell(df, "cnn_dailymail", 0.0, "ar_latency_s_paper") == 0.02246
     assert cell(df, "cnn_dailymail", 0.0, "specinfer_speedup_paper") == pytest.approx(0.02246 / 0.01464)
     assert df.attrs["paper_pair"] == "JackFram/llama-68m -> Llama-2-7B" and df.attrs["paper_budget"] == 64
-    t2 = build_dyspec_table(full, paper_table=2)
+    t2 = table_frame(full, paper_table=2)
     assert cell(t2, "c4", 0.0, "dyspec_accepted_paper") == 4.98 and "13B" in t2.attrs["paper_pair"]
     # A different CSV gives different paper cells: nothing is hard-coded in the report.
     fake = tmp_path / "fake.csv"
     fake.write_text("table,draft,target,tree_budget,dataset,temperature,method,latency_s_per_token,"
                     "accepted_per_step\n1,d,t,64,C4,0,dyspec,0.5,9.99\n1,d,t,64,C4,0,baseline,1.0,\n")
     monkeypatch.setattr(dyspec_tables, "PAPER_CSV", fake)
-    df = build_dyspec_table(full)
+    df = table_frame(full)
     assert cell(df, "c4", 0.0, "dyspec_accepted_paper") == 9.99
     assert cell(df, "c4", 0.0, "dyspec_speedup_paper") == 2.0
     assert math.isnan(cell(df, "c4", 0.6, "dyspec_accepted_paper"))
@@ -119,7 +132,7 @@ def test_temperature_06_does_not_replace_temperature_0(results):
     w.run("dyspec", "c4", 0.0, latency=0.004)
     w.run("dyspec", "c4", 0.6, latency=0.009)  # newer, other temperature
     w.run("sequoia", "c4", 0.0, latency=0.007, with_temperature=False)  # old summary: greedy
-    df = build_dyspec_table(results)
+    df = table_frame(results)
     assert cell(df, "c4", 0.0, "dyspec_latency_s") == pytest.approx(0.004)
     assert cell(df, "c4", 0.6, "dyspec_latency_s") == pytest.approx(0.009)
     assert cell(df, "c4", 0.0, "sequoia_latency_s") == pytest.approx(0.007)
@@ -128,7 +141,7 @@ def test_temperature_06_does_not_replace_temperature_0(results):
     assert ("smollm2-135m", "dyspec", None, "c4", 0.0) in keys and ("smollm2-135m", "dyspec", None, "c4", 0.6) in keys
     # The newest run at one temperature does replace an older one at the same temperature.
     w.run("dyspec", "c4", 0.0, latency=0.003)
-    assert cell(build_dyspec_table(results), "c4", 0.0, "dyspec_latency_s") == pytest.approx(0.003)
+    assert cell(table_frame(results), "c4", 0.0, "dyspec_latency_s") == pytest.approx(0.003)
 
 
 def test_runs_with_step_records_do_not_replace_the_tables_runs(results):
@@ -136,31 +149,31 @@ def test_runs_with_step_records_do_not_replace_the_tables_runs(results):
     w = Writer(results)
     w.run("dyspec", "cnn_dailymail", 0.0, latency=0.004)
     w.run("dyspec", "cnn_dailymail", 0.0, latency=0.009, steps=True)
-    assert cell(build_dyspec_table(results), "cnn_dailymail", 0.0, "dyspec_latency_s") == pytest.approx(0.004)
+    assert cell(table_frame(results), "cnn_dailymail", 0.0, "dyspec_latency_s") == pytest.approx(0.004)
 
 
 def test_claim_over_sequoia_is_decided_per_cell_from_paired_intervals(results):
     w = Writer(results)
     w.run("dyspec", "c4", 0.0, latency=0.004)
     w.run("sequoia", "c4", 0.0, latency=0.008)  # DySpec 2x faster on both questions
-    claim = [line for line in dyspec_table(results).splitlines() if line.startswith("Claim")]
+    claim = [line for line in table_md(results).splitlines() if line.startswith("Claim")]
     assert claim == [line for line in claim if "holds (1 of 1 cells hold" in line and "C4 T=0 2.00 [2.00, 2.00]" in line]
     assert claim
     w.run("dyspec", "openwebtext", 0.6, latency=0.009)
     w.run("sequoia", "openwebtext", 0.6, latency=0.006)  # slower in one cell: the claim "in every cell" fails
-    claim = next(line for line in dyspec_table(results).splitlines() if line.startswith("Claim"))
+    claim = next(line for line in table_md(results).splitlines() if line.startswith("Claim"))
     assert ": does not hold (1 of 2 cells hold, 0 undecided, 1 not;" in claim and "OWT T=0.6 0.67" in claim
 
 
 def test_missing_runs_give_dashes_beside_paper_numbers(results):
     Writer(results).run("dyspec", "c4", 0.0)
-    md = dyspec_table(results)
+    md = table_md(results)
     lines = table_lines(md)
     first = [c.strip() for c in lines[0].split("|")[1:-1]]
     # no AR run: no speedup of ours
     assert first[2:5] == ["5.00 [5.00, 5.00] (7.30)", "3.00 [3.00, 3.00] (5.25)", "— (3.15)"]
     assert first[5] == "— (8.71)" and first[-1] == "— (23.03)"
-    df = build_dyspec_table(results)
+    df = table_frame(results)
     assert df.drop(columns=[c for c in df.columns if c.startswith("dyspec_") or c.endswith("_paper")]
                    ).select_dtypes("number").drop(columns="temperature").isna().all().all()
     assert "No run: " in md and "AR c4 T=0" in md and "DySpec c4 T=0," not in md
@@ -170,13 +183,13 @@ def test_missing_runs_give_dashes_beside_paper_numbers(results):
 
 def test_no_runs_at_all_still_prints_the_paper(results):
     (results / "runs").mkdir(parents=True)
-    lines = table_lines(dyspec_table(results))
+    lines = table_lines(table_md(results))
     assert len(lines) == 6 and all(c.strip().startswith("— (") or c.strip() in ("0", "0.6") or "(" in c
                                    for line in lines for c in line.split("|")[1:-1])
 
 
 def test_footer_states_pairs_selection_machine_and_ar_protocol(full):
-    md = dyspec_table(full)
+    md = table_md(full)
     assert "target smollm2-135m, draft: distilled fixture-draft-68m" in md
     assert "paper: JackFram/llama-68m -> Llama-2-7B, tree budget 64, one A100 40GB" in md
     assert f"c4: 2 prompts measured; selection: {SELECTION}" in md
@@ -187,7 +200,7 @@ def test_footer_states_pairs_selection_machine_and_ar_protocol(full):
 
 
 def test_files_cli_and_table_choice(full, capsys):
-    assert resolve("dyspec_table")[1].load() is dyspec_table
+    assert resolve("dyspec_table")[1].build is dyspec_table
     assert main(["dyspec/table", "--results", str(full), "--paper-table", "2"]) == 0
     out = capsys.readouterr().out
     tables = full / "tables"
@@ -205,7 +218,7 @@ def test_files_cli_and_table_choice(full, capsys):
 
 def test_default_table_follows_the_model_paper_size(results):
     Writer(results).run("dyspec", "c4", model="big", paper_size="13B")
-    assert build_dyspec_table(results).attrs["table"] == 2
+    assert table_frame(results).attrs["table"] == 2
 
 
 # ---------------------------------------------------------------- Figure 4 time breakdown
@@ -225,7 +238,7 @@ def test_component_shares_sum_to_one_and_map_phases():
 def test_breakdown_per_method_from_records(full):
     later = Writer(full, start=datetime(2026, 2, 1))  # newer than every run of `full`
     later.run("ar", "c4", 0.0, phases={"prefill": 0.25, "target_forward": 0.5, "update": 0.25})
-    df = build_dyspec_time_breakdown(full).set_index("method")
+    df = breakdown_frame(full).set_index("method")
     assert list(df.index) == ["dyspec", "sequoia", "specinfer", "ar"]
     comps = [k for k, _, _ in FIG4_COMPONENTS]
     for m in df.index:
@@ -241,12 +254,12 @@ def test_breakdown_per_method_from_records(full):
     # Intervals over prompts: DySpec's prompts all spend the same share; AR's differ between runs.
     assert df.loc["dyspec", ["draft_forward_lo", "draft_forward_hi"]].tolist() == pytest.approx([0.2, 0.2])
     assert df.loc["ar", "target_forward_lo"] < expected_tf < df.loc["ar", "target_forward_hi"]
-    only = build_dyspec_time_breakdown(full, dataset="c4", temperature=0.0).set_index("method")
+    only = breakdown_frame(full, dataset="c4", temperature=0.0).set_index("method")
     assert only.loc["ar", "target_forward"] == pytest.approx(0.75) and only.loc["ar", "runs"] == 1
 
 
 def test_breakdown_files_and_errors(full, tmp_path, capsys):
-    assert resolve("dyspec_time_breakdown")[1].load() is dyspec_time_breakdown
+    assert resolve("dyspec_time_breakdown")[1].build is dyspec_time_breakdown
     assert main(["dyspec/time_breakdown", "--results", str(full)]) == 0
     md = capsys.readouterr().out
     assert md == (full / "tables" / "dyspec_time_breakdown.md").read_text()
@@ -258,7 +271,7 @@ def test_breakdown_files_and_errors(full, tmp_path, capsys):
     empty = tmp_path / "empty"
     (empty / "runs").mkdir(parents=True)
     with pytest.raises(HarnessError, match="no complete dyspec/sequoia/specinfer/ar runs"):
-        build_dyspec_time_breakdown(empty)
+        breakdown_frame(empty)
     assert main(["dyspec_time_breakdown", "--results", str(full), "--temperature", "0.9"]) == 1
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "at T=0.9" in err

@@ -10,20 +10,16 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from bench.errors import HarnessError
 from bench.report.__main__ import main
-from bench.report.select import MissingRunsError, latest_per_x, select_group, setting
-from bench.report.token_recycling.auto import auto_table, forward_cost_curve, load_forward_cost, tr_auto
-from bench.report.token_recycling.common import MAKE_TARGETS
-from bench.report.token_recycling.fig3 import fig3_points, tr_fig3
-from bench.report.token_recycling.fig4 import (
-    FIG4_COMPONENTS,
-    component_shares,
-    fig4_points,
-    paper_fig4,
-    tr_fig4,
-)
+from bench.report.registry import paper_artifacts, produce, resolve
+from bench.report.select import MissingRunsError, RunSet, latest_per_x, setting
+from bench.report.token_recycling.auto import auto_table, forward_cost_curve, load_forward_cost
+from bench.report.token_recycling.fig3 import fig3_points
+from bench.report.token_recycling.fig4 import FIG4_COMPONENTS, component_shares, fig4_points, paper_fig4
+from bench.report.token_recycling.table1 import build_token_recycling_table1
 from bench.run.store import Run
 from tests.fixtures.tr_results import (
     AR_TOK_S,
@@ -32,11 +28,13 @@ from tests.fixtures.tr_results import (
     FIG3B,
     FIG3C,
     MACHINE,
+    MAX_NEW,
     MODEL,
     MT_BENCH,
     TR_SHARES,
     ResultsWriter,
     make_records,
+    spec_bench_questions,
     tr_settings,
     write_auto,
     write_fig3,
@@ -44,11 +42,18 @@ from tests.fixtures.tr_results import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
+MAKE = {"tr_fig3a": "make reproduce-tr-fig3", "tr_fig3b": "make reproduce-tr-fig3", "tr_fig4": "make reproduce-tr-fig4",
+        "tr_auto": "make reproduce-tr-auto"}
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     return write_fixture_results(tmp_path_factory.mktemp("fx") / "results")
+
+
+def made(name: str, results: Path) -> list[Path]:
+    """token_recycling/<name> built on the runs under results and written there, as the CLI does."""
+    return produce(resolve(f"token_recycling/{name}")[1], results)
 
 
 def fake(run_id, **meta) -> Run:
@@ -68,15 +73,17 @@ def test_latest_per_x_keeps_the_last_run_and_skips_missing_x():
     assert set(latest_per_x(runs, setting("tree_source", "template"))) == {"template"}
 
 
-def test_select_group_takes_the_latest_runs_model_machine_and_length():
-    runs = [fake("a"), fake("b", machine="y"), fake("c", max_new_tokens=128), fake("d")]
-    kept, key, dropped = select_group(runs)
-    assert [r.run_id for r in kept] == ["a", "d"] and key == ("m", "mt_bench", "x", 64) and dropped == 2
-    assert select_group([]) == ([], None, 0)
+def test_pin_takes_the_latest_runs_model_machine_and_length():
+    runs = [fake("a"), fake("b", machine="y"), fake("c", max_new_tokens=128), fake("d"), fake("e", model="n")]
+    pinned = RunSet(runs, Path("mem")).pin(lambda r: r.model == "m", drafters=False)
+    assert [r.run_id for r in pinned.runs] == ["a", "d"] and (pinned.machine, pinned.max_new_tokens) == ("x", 64)
+    assert pinned.notes == [("2 run(s) of other machines or max_new_tokens left out (compared: machine x, "
+                            "max_new_tokens 64)")]
+    assert RunSet([], Path("mem")).pin().runs == []
 
 
 def test_fig3_uses_the_latest_run_per_x_in_plot_order(results):
-    df, notes = fig3_points(results)
+    df, notes = fig3_points(RunSet.read(results))
     a = df[df["panel"] == "a"]
     assert list(a["x"]) == sorted(FIG3A)
     assert list(a["mat"]) == pytest.approx([FIG3A[x][0] for x in sorted(FIG3A)])  # not the superseded 6.0
@@ -95,13 +102,13 @@ def test_fig3_other_machine_is_left_out_and_model_filter(tmp_path):
     # Newer runs on another machine win the group; then only that machine's points are plotted.
     w.run("token_recycling", "mt_bench", make_records(MT_BENCH, 2.0, 30.0, TR_SHARES), experiment="tr_fig3a",
           method_settings=tr_settings(tree_size=40), machine="other/GPU")
-    df, notes = fig3_points(tmp_path)
+    df, notes = fig3_points(RunSet.read(tmp_path))
     a = df[df["panel"] == "a"]
     assert list(a["x"]) == [40] and list(a["machine"]) == ["other/GPU"]
     assert any("left out" in n for n in notes)
     assert len(df[df["panel"] == "b"]) == len(FIG3B)  # panels choose their group independently
     with pytest.raises(MissingRunsError, match="model 'nope'"):
-        fig3_points(tmp_path, model="nope")
+        fig3_points(RunSet.read(tmp_path), model="nope")
 
 
 # ---------------------------------------------------------------- Figure 4 mapping
@@ -129,7 +136,7 @@ def test_paper_fig4_numbers():
 
 
 def test_fig4_points(results):
-    df, _ = fig4_points(results)
+    df, _ = fig4_points(RunSet.read(results))
     row = df.set_index("component")
     assert row.loc["model_forward", "ours_percent"] == pytest.approx(
         100 * (TR_SHARES["target_forward"] + TR_SHARES["prefill"]))
@@ -139,7 +146,7 @@ def test_fig4_points(results):
     assert row.loc["retrieval", ["ours_percent_lo", "ours_percent_hi"]].tolist() == pytest.approx(
         [100 * TR_SHARES["draft"]] * 2)
     assert df.attrs["prefill_percent"] == pytest.approx(100 * TR_SHARES["prefill"])
-    sep, _ = fig4_points(results, fold_prefill=False)
+    sep, _ = fig4_points(RunSet.read(results), fold_prefill=False)
     assert math.isnan(sep.set_index("component").loc["prefill", "paper_percent"])
 
 
@@ -147,7 +154,7 @@ def test_fig4_points(results):
 
 
 def test_auto_table_rows_speedups_and_forward_cost(results):
-    df, curve, notes = auto_table(results)
+    df, curve, notes = auto_table(RunSet.read(results))
     assert list(df["method"]) == ["ar", "token_recycling", "token_recycling"]
     assert list(df["tree_source"].iloc[1:]) == ["template", "auto"]
     t = df.set_index("tree_source")
@@ -166,15 +173,16 @@ def test_forward_cost_selection_and_normalisation(tmp_path):
     w.forward_cost([1, 8], [10.0, 20.0])
     w.forward_cost([1, 8], [10.0, 30.0], machine="elsewhere")
     newer = w.forward_cost([2, 8], [10.0, 20.0])  # same model and machine, created later: wins
-    cost = load_forward_cost(tmp_path, MODEL, MACHINE)
+    cached = tmp_path / "cache" / "forward_cost"
+    cost = load_forward_cost(cached, MODEL, MACHINE)
     assert cost["path"] == str(newer)
     assert list(forward_cost_curve(cost)["ratio"]) == [1.0, 2.0]  # no n=1: relative to the smallest n
-    assert load_forward_cost(tmp_path, MODEL, "nowhere") is None
+    assert load_forward_cost(cached, MODEL, "nowhere") is None
 
 
 def test_auto_falls_back_to_the_curve_recorded_in_the_auto_run(tmp_path):
     write_auto(ResultsWriter(tmp_path), forward_cost=False)
-    df, curve, notes = auto_table(tmp_path)
+    df, curve, notes = auto_table(RunSet.read(tmp_path))
     assert curve is not None
     assert not notes and "method_settings.forward_cost_ms" in df.attrs["forward_cost"]
     assert df.set_index("tree_source").loc["auto", "forward_cost_ratio"] == pytest.approx(1.6)
@@ -185,11 +193,11 @@ def test_auto_without_forward_cost_or_ar(tmp_path):
     for source, (mat, tok_s) in AUTO.items():
         w.run("token_recycling", "mt_bench", make_records(MT_BENCH, mat, tok_s, TR_SHARES), experiment="tr_auto",
               method_settings=tr_settings(tree_source=source))
-    df, curve, notes = auto_table(tmp_path)
+    df, curve, notes = auto_table(RunSet.read(tmp_path))
     assert curve is None and any("forward-cost" in n for n in notes) and any("no ar run" in n for n in notes)
     assert list(df["tree_source"]) == ["template", "auto"] and df["speedup_vs_ar"].isna().all()
     assert df["forward_cost_ratio"].isna().all()
-    paths = tr_auto(tmp_path)
+    paths = made("auto", tmp_path)
     assert {p.name for p in paths} == {"tr_auto.png", "tr_auto.csv", "tr_auto.md"}
 
 
@@ -197,7 +205,7 @@ def test_auto_without_forward_cost_or_ar(tmp_path):
 
 
 def test_figures_write_png_and_csv_atomically(results):
-    written = tr_fig3(results) + tr_fig4(results) + tr_auto(results)
+    written = made("fig3", results) + made("fig4", results) + made("auto", results)
     names = {p.name for p in written}
     assert names == {"tr_fig3.png", "tr_fig3.csv", "tr_fig4.png", "tr_fig4.csv", "tr_auto.png", "tr_auto.csv",
                      "tr_auto_forward_cost.csv", "tr_auto.md"}
@@ -217,23 +225,23 @@ def test_partial_fig3_still_draws_and_says_what_is_missing(tmp_path):
     for size in (40, 80):
         w.run("token_recycling", "mt_bench", make_records(MT_BENCH, *FIG3A[size], TR_SHARES),
               experiment="tr_fig3a", method_settings=tr_settings(tree_size=size))
-    df, notes = fig3_points(tmp_path)
+    df, notes = fig3_points(RunSet.read(tmp_path))
     assert set(df["panel"]) == {"a"}
-    assert any("panel (b)" in n and MAKE_TARGETS["tr_fig3b"] in n for n in notes)
-    assert (tmp_path / "figures" / "tr_fig3.png") in tr_fig3(tmp_path)
+    assert any("panel (b)" in n and MAKE["tr_fig3b"] in n for n in notes)
+    assert (tmp_path / "figures" / "tr_fig3.png") in made("fig3", tmp_path)
 
 
-@pytest.mark.parametrize("fn, experiment", [(tr_fig3, "tr_fig3a"), (tr_fig4, "tr_fig4"), (tr_auto, "tr_auto")])
-def test_missing_runs_name_the_experiment_and_make_target(tmp_path, fn, experiment):
+@pytest.mark.parametrize("name, experiment", [("fig3", "tr_fig3a"), ("fig4", "tr_fig4"), ("auto", "tr_auto")])
+def test_missing_runs_name_the_experiment_and_make_target(tmp_path, name, experiment):
     w = ResultsWriter(tmp_path)
     # Runs of other experiments or methods never stand in.
     w.run("ar", "mt_bench", make_records(MT_BENCH, 1.0, 10.0, TR_SHARES), experiment=experiment)
     w.run("token_recycling", "mt_bench", make_records(MT_BENCH, 3.0, 10.0, TR_SHARES), experiment="table1")
     with pytest.raises(MissingRunsError) as err:
-        fn(tmp_path)
+        made(name, tmp_path)
     assert isinstance(err.value, HarnessError) and isinstance(err.value, ValueError)
     msg = str(err.value)
-    assert experiment in msg and MAKE_TARGETS[experiment] in msg and "\n" not in msg
+    assert experiment in msg and MAKE[experiment] in msg and "\n" not in msg
     assert not (tmp_path / "figures").exists()
 
 
@@ -262,11 +270,33 @@ def test_cli_module_exit_code(tmp_path):
 
 
 def test_fixture_fills_table1(results):
-    from bench.report.token_recycling.table1 import build_token_recycling_table1
-
-    df = build_token_recycling_table1(results).set_index("label")
+    df = build_token_recycling_table1(RunSet.read(results)).set_index("label")
     assert not df.attrs["notes"]
     for label in ("hf_generate", "ar", "pld", "lookahead", "rest", "token_recycling", "token_recycling[shuffle]"):
         assert not math.isnan(df.loc[label, "specbench_speedup"]) and not math.isnan(df.loc[label, "mbpp_mat"])
     tr = df.loc["token_recycling"]
     assert tr["math"] > tr["mt"] > tr["rag"]  # per-category speeds differ by construction
+
+
+def test_experiment_labels_are_the_papers_and_each_is_read_by_an_artifact():
+    """Labels are paper-scoped (another paper's `table1` never fills ours) and every sweep's label is one an
+    artifact reads."""
+    read = {e for a in paper_artifacts("token_recycling").values() for e in a.experiments}
+    for path in sorted((REPO / "conf" / "experiment" / "token_recycling").glob("*.yaml")):
+        label = yaml.safe_load(path.read_text())["run"]["experiment"]
+        assert label.startswith("tr_") and label in read, path.name
+
+
+def test_table1_reads_its_own_label_and_the_legacy_one():
+    """Runs made before the label was scoped (evidence/) carry `table1`; both fill Table 1, other papers' do not."""
+    def run(method, experiment, mat, tok_s):
+        meta = {"run_id": f"{method}-{experiment}", "method": method, "dataset": "spec_bench", "model": MODEL,
+                "machine": MACHINE, "max_new_tokens": MAX_NEW, "experiment": experiment}
+        return Run.of(meta, make_records(spec_bench_questions(), mat, tok_s, None))
+
+    runs = RunSet([run("hf_generate", "table1", 1.0, 10.0), run("token_recycling", "tr_table1", 2.5, 20.0),
+                   run("ar", "holistic", 1.0, 5.0)], REPO / "nowhere")
+    df = build_token_recycling_table1(runs).set_index("label")
+    assert df.loc["token_recycling", "specbench_speedup"] == pytest.approx(2.0)
+    assert df.loc["token_recycling", "specbench_run_id"] == "token_recycling-tr_table1"
+    assert "ar" not in df.index  # our extra row shows only when Table 1 ran it

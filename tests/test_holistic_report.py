@@ -13,14 +13,11 @@ import pytest
 
 from bench.errors import HarnessError
 from bench.report.holistic.claims import flatten_interval, ordering_verdict, reuse_verdict
-from bench.report.holistic.fig4 import final_intervals, holistic_fig4, ordering_claim
-from bench.report.holistic.fig5 import differs_claim, holistic_fig5
-from bench.report.holistic.settings import holistic_settings
-from bench.report.holistic.table1 import holistic_table1
-from bench.report.holistic.table3 import flatten_claim, holistic_table3, reuse_claim
-from bench.report.holistic.table4 import holistic_table4
-from bench.report.holistic.table9 import holistic_table9, ms_interval
-from bench.report.holistic.table10 import holistic_table10
+from bench.report.holistic.fig4 import final_intervals, ordering_claim
+from bench.report.holistic.fig5 import differs_claim
+from bench.report.holistic.table3 import flatten_claim, reuse_claim
+from bench.report.holistic.table9 import ms_interval
+from bench.report.registry import produce, resolve
 from bench.run.store import Run
 from tests.fixtures.holistic_results import (
     write_fig4,
@@ -32,13 +29,18 @@ from tests.fixtures.holistic_results import (
 )
 
 
+def report(name: str, results: Path, **options) -> str:
+    """The artifact built and written under results as the CLI does (bench.report.registry.produce), for model m."""
+    return produce(resolve(f"holistic/{name}")[1], results, model="m", **options)
+
+
 @pytest.fixture
 def results(tmp_path):
     return write_ladder(tmp_path)
 
 
 def test_table3_cells_and_claims(results):
-    md = holistic_table3(results, "m")
+    md = report("table3", results)
     data = pd.read_csv(results / "tables" / "holistic_table3.csv")
     cell = data.set_index(["level", "lambda"])
     assert cell.at[("sd", 12), "speedup"] == pytest.approx(0.25)  # AR 10 tok/s, sd 2.5 tok/s
@@ -57,7 +59,7 @@ def test_table3_cells_and_claims(results):
 
 
 def test_claims_fail_when_the_data_says_so(results):
-    data = pd.read_csv(holistic_table3(results, "m") and results / "tables" / "holistic_table3.csv")
+    data = pd.read_csv(report("table3", results) and results / "tables" / "holistic_table3.csv")
     worse = data.copy()
     worse.loc[worse["level"] == "reuse_target", "util_eq3"] = 0.01
     assert reuse_claim(worse).startswith("does not hold")
@@ -67,7 +69,7 @@ def test_claims_fail_when_the_data_says_so(results):
 
 
 def test_table4_ours_beside_the_papers_pairs(results):
-    md = holistic_table4(results, "m")
+    md = report("table4", results)
     data = pd.read_csv(results / "tables" / "holistic_table4.csv")
     assert len(data) == 7 and data.iloc[-1]["source"] == "measured"
     ours = data.iloc[-1]
@@ -80,13 +82,13 @@ def test_table4_ours_beside_the_papers_pairs(results):
 def test_no_runs_is_one_error(tmp_path):
     (tmp_path / "runs").mkdir()
     with pytest.raises(HarnessError, match="make reproduce-holistic-table3"):
-        holistic_table3(tmp_path, "m")
+        report("table3", tmp_path)
 
 
 def test_table1_rows_per_dataset_beside_the_paper(results):
     write_table1(results)
     write_run(results, "pc24", "holistic", seconds=9.0, level="precut", length=24)  # Table 3's cell, run later
-    md = holistic_table1(results, "m")
+    md = report("table1", results)
     data = pd.read_csv(results / "tables" / "holistic_table1.csv").set_index(["dataset", "row"])
     expected = {"ar": 1.0, "lookahead": 0.5, "assisted": 0.4, "speculative": 0.25, "ouroboros": 0.2, "ours": 0.8}
     for ds in ("humaneval", "mt_bench", "gsm8k"):
@@ -104,12 +106,12 @@ def test_table1_rows_per_dataset_beside_the_paper(results):
 
 
 def test_table1_names_a_missing_dataset(results):
-    md = holistic_table1(results, "m")  # only the HumanEval ladder: MT-Bench and GSM8K missing
+    md = report("table1", results)  # only the HumanEval ladder: MT-Bench and GSM8K missing
     assert "Missing: no holistic runs on mt_bench" in md and "— (2.64)" in md
 
 
 def test_fig4_curves_and_the_ordering_claim(results):
-    md = holistic_fig4(write_fig4(results), "m")
+    md = report("fig4", write_fig4(results))
     data = pd.read_csv(results / "figures" / "holistic_fig4.csv")
     final = data.groupby("curve")["util_accepted"].last()
     assert final["vanilla"] == pytest.approx(1 / 12) and final["q_init"] == pytest.approx(2 / 6)
@@ -135,11 +137,11 @@ def test_fig4_final_utilisation_interval_over_questions():
 
 def test_fig4_without_runs_is_one_error(results):
     with pytest.raises(HarnessError, match="make reproduce-holistic-fig4"):
-        holistic_fig4(results, "m")
+        report("fig4", results)
 
 
 def test_table9_one_operation_per_component(results):
-    md = holistic_table9(write_table1(results), "m")  # Table 1's "ours": 1.25 s, 4 steps of 3 draft calls
+    md = report("table9", write_table1(results))  # Table 1's "ours": 1.25 s, 4 steps of 3 draft calls
     data = pd.read_csv(results / "tables" / "holistic_table9.csv").set_index("component")
     assert data.at["draft_forward", "ms"] == pytest.approx(1e3 * 0.3 * 1.25 / 12)
     assert data.at["target_forward", "ms"] == pytest.approx(1e3 * 0.4 * 1.25 / 4)
@@ -162,7 +164,7 @@ def test_table9_ms_interval_over_questions():
 
 
 def test_fig5_best_lambda_per_task(results):
-    md = holistic_fig5(write_fig5(write_table1(results)), "m")
+    md = report("fig5", write_fig5(write_table1(results)))
     data = pd.read_csv(results / "figures" / "holistic_fig5.csv").set_index(["dataset", "lambda"])
     assert data.at[("humaneval", 3), "speedup"] == pytest.approx(1 / 1.6)
     assert data.at[("mt_bench", 12), "speedup"] == pytest.approx(0.5)
@@ -176,7 +178,7 @@ def test_fig5_best_lambda_per_task(results):
 
 
 def test_table10_speedup_per_category(results):
-    md = holistic_table10(write_table10(results), "m")
+    md = report("table10", write_table10(results))
     data = pd.read_csv(results / "tables" / "holistic_table10.csv").set_index(["row", "category"])
     assert data.at[("ours", "dialog"), "speedup"] == pytest.approx(2.0)
     assert data.at[("ours", "qa"), "speedup"] == pytest.approx(0.25)
@@ -190,13 +192,13 @@ def test_settings_sweep_rows_stay_out_of_the_paper_tables(results):
         write_run(results, f"sweep{cost}", "holistic", seconds=t, level="precut", length=24, variant="",
                   experiment="holistic_sweep", settings={"draft_phrases": 3, "controller": {
                       "target_cost": cost, "warmup_steps": 64, "conf_edges": [0.5, 0.1]}})
-    md = holistic_settings(results, "m")
+    md = report("settings", results)
     data = pd.read_csv(results / "tables" / "holistic_settings.csv").set_index("target_cost")
     assert data.at[14, "speedup"] == pytest.approx(1.0) and data.at[3, "speedup"] == pytest.approx(0.5)
     assert data.at[3, "conf_bins"] == 3 and data.at[3, "W"] == 3 and "sweep14" in md
     # one question per fixture run: the interval columns are there, empty, and the cells show the number alone
     assert {"speedup_lo", "speedup_hi", "mat_lo", "mat_hi"} <= set(data.columns) and data["speedup_lo"].isna().all()
-    holistic_table3(results, "m")  # the sweep's lambda-24 runs are not Table 3's precut cell
+    report("table3", results)  # the sweep's lambda-24 runs are not Table 3's precut cell
     assert pd.isna(pd.read_csv(results / "tables" / "holistic_table3.csv").set_index(["level", "lambda"])
                    .at[("precut", 24), "speedup"])
 

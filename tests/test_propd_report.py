@@ -18,13 +18,14 @@ from bench.paths import PROJECT
 from bench.report.__main__ import main
 from bench.report.evidence import build_evidence
 from bench.report.propd.common import switches
-from bench.report.propd.fig3 import fit_line, propd_fig3
-from bench.report.propd.fig7 import fastest_claim, fig7_points, propd_fig7
-from bench.report.propd.table1 import build_propd_table1, propd_table1
-from bench.report.propd.table2 import build_propd_table2, propd_table2, pruning_claim
-from bench.report.propd.table3 import build_propd_table3, growth_claim, propd_table3
+from bench.report.propd.fig3 import fit_line
+from bench.report.propd.fig7 import fastest_claim, fig7_points
+from bench.report.propd.table1 import table1_frame
+from bench.report.propd.table2 import pruning_claim, table2_frame
+from bench.report.propd.table3 import growth_claim, table3_frame
+from bench.report.registry import paper_artifacts, produce
 from bench.report.reproduced import reproduced_page
-from bench.report.select import MissingRunsError
+from bench.report.select import MissingRunsError, RunSet
 from bench.run.store import Run
 from tests.conftest import compose_cfg
 from tests.fixtures.propd_results import (
@@ -49,6 +50,16 @@ def results(tmp_path):
     return write_propd_results(tmp_path / "results")
 
 
+def report(name: str, results, **options):
+    """ProPD's artifact `name` built on the runs under results and written there (as the CLI does)."""
+    return produce(paper_artifacts("propd")[name], results, **options)
+
+
+def frame(build, results, **options):
+    """The numbers behind a table (its frame builder's DataFrame) on the runs under results."""
+    return build(RunSet.read(results), **options)[0]
+
+
 def at(df, **where):
     mask = pd.Series(True, index=df.index)
     for k, v in where.items():
@@ -67,11 +78,11 @@ def written(results, folder, stem, exts):
 
 
 def test_table1_speedups_beside_the_paper(results):
-    df = build_propd_table1(results)
+    df = frame(table1_frame, results)
     for b in (1, 2, 4, 8, 16):  # propd/ar = medusa/ar x both/medusa; the 999 tok/s runs are older or elsewhere
         assert at(df, batch_size=b)["speedup"] == pytest.approx(OVER_AR["medusa"][b] * OVER_MEDUSA[True, True][b])
         assert at(df, batch_size=b)["ar_tok_s"] == pytest.approx(AR_RATE[b])
-    md = propd_table1(results)
+    md = report("table1", results)
     assert written(results, "tables", "propd_table1", ("md", "csv", "tex"))
     # Every question of a fixture run has the same rate: the intervals are points.
     assert cells(md, "SmolLM2-135M (embedded), ours: speedup")[1:] == [point(x) for x in
@@ -91,21 +102,21 @@ def test_table1_missing_batch_is_a_dash_with_its_reason(tmp_path):
     w = PropdWriter(tmp_path / "results")
     w.run("ar", "mt_bench", 1, 10.0)
     w.run("propd", "mt_bench", 1, 15.0, combo=(True, True))
-    md = propd_table1(tmp_path / "results")
+    md = report("table1", tmp_path / "results")
     assert cells(md, "SmolLM2-135M (embedded), ours: speedup")[1:] == [point("1.50"), "—", "—", "—", "—"]
     assert ("— BS=2, BS=4, BS=8, BS=16: no propd run with both switches on at that batch size on mt_bench "
             "(make reproduce-propd-table1).") in md
 
 
 def test_table2_rows_and_the_paper(results):
-    df = build_propd_table2(results)
+    df = frame(table2_frame, results)
     none = at(df, layer="none")
     assert none["mat"] == pytest.approx(2.5) and none["tok_s"] == pytest.approx(rate("medusa", 4))
     for (layer, k), (verified, steps, over) in TABLE2.items():
         row = at(df, layer=str(layer), top_k=k)
         assert row["prune_rate"] == pytest.approx(1 - verified / 100)
         assert row["mat"] == pytest.approx(60 / steps) and row["tok_s"] == pytest.approx(rate("medusa", 4) * over)
-    md = propd_table2(results)
+    md = report("table2", results)
     assert written(results, "tables", "propd_table2", ("md", "csv", "tex"))
     assert cells(md, "1", "50") == ["1", "50", "80.0% [80.0%, 80.0%] (79.0%)", f"{point('2.22')} (2.26)",
                                     f"{point('60.48')} (43.26)"]
@@ -123,7 +134,7 @@ def test_table2_claim_reacts_to_the_data(results):
     PropdWriter(results, start=datetime(2026, 3, 1)).run(
         "propd", "mt_bench", 4, 50.0, variant="prune-L4-k50", steps=30, verified=25, drafted=lambda n: [100] * n,
         settings={"prune": True, "dynamic": False, "prune_layer": 4, "prune_topk": 50})
-    assert "ours: does not hold (layer 4, top-50: 75.0% of nodes pruned, MAT 2.00 vs 2.50" in propd_table2(results)
+    assert "ours: does not hold (layer 4, top-50: 75.0% of nodes pruned, MAT 2.00 vs 2.50" in report("table2", results)
     assert pruning_claim({(4, 50): (0.3, 2.5)}, 2.5)[0] == "does not hold"  # keeps MAT, prunes too little
     assert pruning_claim({(1, 50): (0.8, 2.5)}, 2.5)[0] == "not measured"  # not the chosen point
     assert pruning_claim({(4, 50): (0.8, 2.5)}, None)[0] == "not measured"  # no run without pruning
@@ -136,7 +147,7 @@ def test_table2_claim_reacts_to_the_data(results):
 
 
 def test_table3_ratios_switches_and_the_paper(results):
-    df = build_propd_table3(results)
+    df = frame(table3_frame, results)
     for combo, name in (((False, False), "neither"), ((True, False), "pruning only"), ((False, True), "dynamic only"),
                         ((True, True), "both")):
         for b in (1, 2, 4, 8, 16):
@@ -144,7 +155,7 @@ def test_table3_ratios_switches_and_the_paper(results):
     # The hand-run (no variant) is classified by its method_settings; Table 2's sweep is not "pruning only".
     assert at(df, combo="dynamic only", batch_size=8)["propd_run_id"].endswith("-propd-b8")
     assert "prune-L" not in at(df, combo="pruning only", batch_size=4)["propd_run_id"]
-    md = propd_table3(results)
+    md = report("table3", results)
     assert written(results, "tables", "propd_table3", ("md", "csv", "tex"))
     assert cells(md, "yes", "yes")[2:] == [f"{point(a)} ({b})" for a, b in (("1.06", "1.04"), ("1.20", "1.27"), (
         "1.50", "1.76"), ("1.90", "2.34"), ("2.50", "3.28"))] + ["1.29", "1.34"]
@@ -157,7 +168,7 @@ def test_table3_claim_reacts_to_the_data(results):
     later = PropdWriter(results, start=datetime(2026, 3, 1))
     later.run("propd", "mt_bench", 16, rate("medusa", 16) * 1.1, combo=(True, True), variant="ablation-both")
     assert ("ours: does not hold (" + ", ".join(f"BS={b}: {point(x)}" for b, x in ((1, "1.06"), (2, "1.20"), (
-        4, "1.50"), (8, "1.90"), (16, "1.10"))) + ")") in propd_table3(results)
+        4, "1.50"), (8, "1.90"), (16, "1.10"))) + ")") in report("table3", results)
     assert growth_claim({1: 1.2, 2: None}) == ("not measured", "BS=1: 1.20")
     assert growth_claim({1: 1.0, 4: 1.0})[0] == "does not hold"  # flat is not growth
     # Decided from intervals: overlapping ends are undecided, a decisive fall does not hold.
@@ -167,12 +178,12 @@ def test_table3_claim_reacts_to_the_data(results):
 
 
 def test_fig7_panels_and_the_missing_dataset(results):
-    df = fig7_points(results)
+    df = frame(fig7_points, results)
     assert at(df, dataset="alpaca", batch_size=4, method="bpd")["tok_s"] == pytest.approx(rate("bpd", 4))
     assert at(df, dataset="mt_bench", batch_size=16, method="propd")["tok_s"] == pytest.approx(
         rate("propd", 16, (True, True)))
     assert df[df["dataset"] == "chatgpt_prompts"]["tok_s"].isna().all()
-    md = propd_fig7(results)
+    md = report("fig7", results)
     assert written(results, "figures", "propd_fig7", ("png", "csv", "md", "tex"))
     assert cells(md, "ChatGPT Prompts", "1")[2:] == ["—"] * 4
     assert cells(md, "Alpaca", "4")[2:] == [point(x) for x in ("36.0", "39.6", "43.2", "64.8")]
@@ -193,7 +204,7 @@ def test_fig7_claim_is_decided_from_paired_intervals():
 def test_fig7_without_runs_names_its_make_target(tmp_path):
     (tmp_path / "runs").mkdir()
     with pytest.raises(MissingRunsError, match="make reproduce-propd-fig7"):
-        propd_fig7(tmp_path)
+        report("fig7", tmp_path)
 
 
 def test_fit_line_on_exact_points():
@@ -206,7 +217,7 @@ def test_fit_line_on_exact_points():
 
 
 def test_fig3_panels_fit_and_categories(results):
-    md = propd_fig3(results)
+    md = report("fig3", results)
     assert all(Path(results, "figures", name).stat().st_size > 0 for name in
                ("propd_fig3.png", "propd_fig3.csv", "propd_fig3_fit.csv", "propd_fig3.md", "propd_fig3.tex"))
     fit = pd.read_csv(Path(results, "figures", "propd_fig3_fit.csv"))
@@ -225,13 +236,13 @@ def test_fig3_panels_fit_and_categories(results):
 
 def test_fig3_without_files_says_which_panels_are_missing(results):
     Path(results, "propd", "early_heads.json").unlink()
-    md = propd_fig3(results)
+    md = report("fig3", results)
     assert "— (a): no data (python scripts/early_heads_report.py (make reproduce-propd-fig3))." in md
     Path(results, "propd", "iteration_time.json").unlink()
     empty = results.parent / "empty"
     (empty / "runs").mkdir(parents=True)
     with pytest.raises(MissingRunsError, match="make reproduce-propd-fig3"):
-        propd_fig3(empty)
+        report("fig3", empty)
 
 
 def test_switches_from_settings_first_then_variant():
@@ -342,13 +353,15 @@ def test_iteration_time_forward_is_a_real_forward_of_the_prefix_and_chain():
 
 
 def test_every_make_target_the_reports_name_exists():
-    from bench.report.propd.common import MAKE
+    from bench.report.makefile import makefile
+    from bench.report.propd.common import make
 
-    makefile = (PROJECT / "Makefile").read_text()
-    phony = next(line for line in makefile.splitlines() if line.startswith(".PHONY:")).split()
-    for command in MAKE.values():
-        target = command.split()[-1]
-        assert f"\n{target}: setup heads  ## " in makefile and target in phony, target
+    generated = makefile()  # what the Makefile includes
+    phony = next(line for line in generated.splitlines() if line.startswith(".PHONY:")).split()
+    for name, artifact in paper_artifacts("propd").items():
+        target = artifact.recipes[0].target
+        assert make(name) == f"make {target}" and f"\n{target}: setup heads  ## " in generated, target
+        assert target in phony and f"reproduce-propd/{name}" in phony
 
 
 def test_a_later_run_of_another_paper_does_not_anchor_the_pool(results):
@@ -360,9 +373,9 @@ def test_a_later_run_of_another_paper_does_not_anchor_the_pool(results):
     for summary in Path(results, "runs").glob("*/summary.json"):
         if json.loads(summary.read_text()).get("experiment") == "propd_fig7":
             shutil.rmtree(summary.parent)
-    before = fig7_points(results)
+    before = frame(fig7_points, results)
     assert before["tok_s"].notna().any()
     rid = PropdWriter(results, start=datetime(2030, 1, 1)).run("ar", "mt_bench", 1, 5.0, experiment="holistic")
     path = Path(results, "runs", rid, "summary.json")
     path.write_text(json.dumps({**json.loads(path.read_text()), "max_new_tokens": 256}))
-    pd.testing.assert_frame_equal(fig7_points(results), before)
+    pd.testing.assert_frame_equal(frame(fig7_points, results), before)

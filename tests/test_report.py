@@ -14,6 +14,7 @@ import pytest
 
 from bench.report.__main__ import main
 from bench.report.registry import resolve
+from bench.report.select import RunSet
 from bench.report.token_recycling.table1 import build_token_recycling_table1, token_recycling_table1
 from tests.fixtures.runs import write
 
@@ -73,7 +74,7 @@ def row(df, label):
 
 
 def test_numbers_come_from_latest_complete_records(results):
-    df = build_token_recycling_table1(results)
+    df = build_token_recycling_table1(RunSet.read(results))
     assert df.attrs["model"] == "smollm2-135m" and df.attrs["paper_size"] == "7B"
     tr = row(df, "token_recycling")
     assert tr["mt"] == pytest.approx(2.0) and tr["qa"] == pytest.approx(3.0)
@@ -96,13 +97,13 @@ def test_speedups_pair_runs_measured_the_same_way(results):
     write_run(results, "base_parallel", "hf_generate", "spec_bench", "2025-02-01T00:00:00",
               [record("q1", "mt_bench", 10, 5.0, [1] * 10), record("q2", "qa", 10, 5.0, [1] * 10)],
               machine="test-cpu/1t/2jobs")
-    df = build_token_recycling_table1(results)
+    df = build_token_recycling_table1(RunSet.read(results))
     assert row(df, "token_recycling")["specbench_speedup"] == pytest.approx(2.5)  # against "base", not 12.5
     assert row(df, "hf_generate")["specbench_run_id"] == "base_parallel"
 
 
 def test_paper_values_beside_ours(results):
-    df = build_token_recycling_table1(results)
+    df = build_token_recycling_table1(RunSet.read(results))
     # every paper row, run or not (medusa); our extra rows only when run (ar is, hf_pld is not)
     assert list(df["label"]) == ["hf_generate", "ar", "lookahead", "pld", "rest", "medusa",
                                  "token_recycling", "token_recycling[shuffle]"]
@@ -110,7 +111,7 @@ def test_paper_values_beside_ours(results):
     assert row(df, "token_recycling[shuffle]")["specbench_tok_s_paper"] == 109.07
     assert math.isnan(row(df, "medusa")["mbpp_mat_paper"]) and math.isnan(row(df, "ar")["mt_paper"])
     assert row(df, "hf_generate")["specbench_tok_s_paper"] == 54.30
-    assert row(build_token_recycling_table1(results, paper_size="13B"), "token_recycling")["mt_paper"] == 1.98
+    assert row(build_token_recycling_table1(RunSet.read(results), paper_size="13B"), "token_recycling")["mt_paper"] == 1.98
 
 
 def test_files_and_cells(results, capsys):
@@ -135,8 +136,8 @@ def test_files_and_cells(results, capsys):
 
 def test_registry_and_default_model(results):
     assert resolve("token_recycling_table1") == resolve("token_recycling/table1")
-    assert resolve("token_recycling_table1")[1].load() is token_recycling_table1
-    assert build_token_recycling_table1(results / "nowhere").attrs["model"] == "smollm2-135m"
+    assert resolve("token_recycling_table1")[1].build is token_recycling_table1
+    assert build_token_recycling_table1(RunSet.read(results / "nowhere")).attrs["model"] == "smollm2-135m"
 
 
 def test_unknown_report_is_one_line_exit_2():
@@ -150,9 +151,9 @@ def test_mbpp_columns_can_come_from_another_model(results):
     # The paper: Vicuna on SpecBench, Code Llama on MBPP. 8 tokens in 2 steps over 1 s -> MAT 4, 8 tok/s.
     write_run(results, "code_tr", "token_recycling", "mbpp_tr", "2025-01-05T00:00:00",
               [record("m1", "code", 8, 1.0, [4, 4], equal=True)], model="codellama-7b")
-    same = row(build_token_recycling_table1(results, model="smollm2-135m"), "token_recycling")
+    same = row(build_token_recycling_table1(RunSet.read(results), model="smollm2-135m"), "token_recycling")
     assert same["mbpp_mat"] == pytest.approx(3.0)  # only smollm2's own MBPP run
-    mixed_df = build_token_recycling_table1(results, model="smollm2-135m", mbpp_model="codellama-7b")
+    mixed_df = build_token_recycling_table1(RunSet.read(results), model="smollm2-135m", mbpp_model="codellama-7b")
     mixed = row(mixed_df, "token_recycling")
     assert mixed["mbpp_mat"] == pytest.approx(4.0) and mixed["mbpp_tok_s"] == pytest.approx(8.0)
     assert mixed["specbench_mat"] == pytest.approx(5.0)
@@ -169,12 +170,14 @@ def test_list_names_every_artifact(capsys):
 
 
 def test_registry_is_lazy_and_options_belong_to_their_artifact(results, capsys):
-    # Naming an artifact imports its paper's small __init__, not the report modules, nor torch.
-    code = ("import sys; from bench.report.registry import names, resolve; names(); resolve('dyspec/table'); "
-            "print(sorted(m for m in sys.modules if m.startswith('bench.report') or m == 'torch'))")
+    # Naming an artifact imports its own paper's report modules (where the declarations live), no other paper's;
+    # listing every name imports no model code (torch).
+    code = ("import sys; from bench.report.registry import names, resolve; resolve('dyspec/table'); "
+            "print(sorted({m.split('.')[2] for m in sys.modules if m.startswith('bench.report.') and "
+            "m.count('.') > 2})); names(); print('torch' in sys.modules)")
     p = subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, capture_output=True, text=True)
-    assert eval(p.stdout) == ["bench.report", "bench.report.dyspec", "bench.report.holistic", "bench.report.propd",
-                              "bench.report.registry", "bench.report.token_recycling"]
+    papers, torch = p.stdout.split("\n")[:2]
+    assert eval(papers) == ["dyspec"] and torch == "False"
     with pytest.raises(SystemExit) as e:  # --paper-table is dyspec/table's, not token_recycling/table1's
         main(["token_recycling/table1", "--results", str(results), "--paper-table", "1"])
     assert e.value.code == 2 and "--paper-table" in capsys.readouterr().err
@@ -217,11 +220,11 @@ def test_paired_baseline_covers_most_questions_then_is_the_latest():
 def test_another_papers_later_runs_stay_out_of_table1(results):
     """A later AR and hf_generate run of another experiment (Post-use & Pre-cut's Table 10 on spec_bench, say)
     neither fills Table 1's rows nor becomes its baseline; hand runs (no experiment) and Table 1's own do."""
-    before = build_token_recycling_table1(results)
+    before = build_token_recycling_table1(RunSet.read(results))
     for method in ("ar", "hf_generate"):
         write_run(results, f"{method}_other", method, "spec_bench", "2025-02-01T00:00:00",
                   [record("q1", "mt_bench", 10, 5.0, [1] * 10)], experiment="holistic")
-    pd.testing.assert_frame_equal(build_token_recycling_table1(results), before)
+    pd.testing.assert_frame_equal(build_token_recycling_table1(RunSet.read(results)), before)
     write_run(results, "ar_table1", "ar", "spec_bench", "2025-02-02T00:00:00",
               [record("q1", "mt_bench", 10, 5.0, [1] * 10)], experiment="table1")
-    assert row(build_token_recycling_table1(results), "ar")["mt"] != row(before, "ar")["mt"]
+    assert row(build_token_recycling_table1(RunSet.read(results)), "ar")["mt"] != row(before, "ar")["mt"]

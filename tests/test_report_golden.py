@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench.report.__main__ import main
-from bench.report.registry import ALIASES, names
+from bench.report.registry import aliases, names
 from tests.fixtures.dyspec_results import write_full
 from tests.fixtures.tr_results import write_fixture_results
 
@@ -58,7 +58,7 @@ NEW = {"reproduced", "evidence", "draft_sd", *(f"propd/{a}" for a in ("table1", 
 
 
 def test_every_artifact_is_called():
-    called = {ALIASES.get(c[0], c[0]) for c in CALLS}
+    called = {aliases().get(c[0], c[0]) for c in CALLS}
     assert called == set(names()) - NEW
 
 

@@ -13,10 +13,9 @@ import sys
 import pytest
 
 from bench.paths import project_path
-from bench.report.coverage import COVERAGE
 from bench.report.evidence import build_evidence
 from bench.report.pagetext import LINE_MAX, absolute_paths
-from bench.report.reproduced import reproduced_page
+from bench.report.reproduced import coverage, reproduced_page
 from tests.fixtures.dyspec_results import write_full
 from tests.fixtures.holistic_results import write_holistic_results
 from tests.fixtures.propd_results import write_propd_results
@@ -76,11 +75,11 @@ def test_summary_lists_every_artifact_with_a_status(built):
     page = built[3]
     summary = page.split("## Summary", 1)[1].split("\n## ", 1)[0]
     lines = [line for line in summary.splitlines() if line.startswith("| ") and "paper |" not in line]
-    assert len(lines) == len(COVERAGE)
-    for row, line in zip(COVERAGE, lines, strict=True):
-        assert line.startswith(f"| {row.paper} | {row.label} | ")
-    for row, line in zip(COVERAGE, lines, strict=True):
-        assert (row.artifact is None) == (" | no target | " in line), line
+    rows = coverage()
+    assert len(lines) == len(rows)
+    for (paper, cover, artifact), line in zip(rows, lines, strict=True):
+        assert line.startswith(f"| {paper} | {cover.label} | ")
+        assert (artifact is None) == (" | no target | " in line), line
     assert "| dyspec | Table 2 | not measurable offline" in summary
     assert "| token_recycling | Table 1 | measured | 3-12 |" in summary
     # Claims carry a verdict decided from a paired interval; the reports' own claims are listed with theirs.

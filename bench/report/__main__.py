@@ -5,6 +5,7 @@
     python -m bench.report dyspec/table5 --sizes 256,512 --trees-per-size 5
     python -m bench.report holistic/table3 --draft eagle  # the EAGLE head's runs (default: the latest drafter's)
     python -m bench.report <name> --help                # that artifact's own options
+    python -m bench.report makefile                     # the reproduce-* make targets the Makefile includes
 
 Common options: --results (the results dir holding runs/; tables/ and figures/ are written there) and, for
 the artifacts that take them, --model, --paper-size and --draft (a draft-model paper's drafter: "eagle",
@@ -20,7 +21,8 @@ from pathlib import Path
 
 from bench.cli import OneLineParser
 from bench.errors import HarnessError
-from bench.report.registry import ALIASES, Artifact, UnknownArtifact, names, resolve
+from bench.report.makefile import makefile
+from bench.report.registry import Artifact, UnknownArtifact, aliases, names, produce, resolve
 
 PROG = "bench.report"
 COMMON = {
@@ -53,7 +55,7 @@ def catalogue() -> str:
     """Every artifact with its one-line help, then the old names."""
     rows = [f"  {name:<24}{resolve(name)[1].help}" for name in names()]
     return "\n".join(["artifacts:", *rows, "aliases (old names):",
-                      *(f"  {alias:<24}{name}" for alias, name in ALIASES.items())])
+                      *(f"  {alias:<24}{name}" for alias, name in aliases().items())])
 
 
 def artifact_parser(name: str, artifact: Artifact) -> OneLineParser:
@@ -92,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     if known.list or known.report == "list":
         print("\n".join(names()))
         return 0
+    if known.report == "makefile":  # the reproduce-* targets, from the declarations (the Makefile includes them)
+        print(makefile(), end="")
+        return 0
     if known.report is None:
         if known.help:
             first.epilog = catalogue()
@@ -107,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         return fail(f"no runs/ under {args.results!r}")
     options = {k: v for k, v in vars(args).items() if k not in ("report", "results") and v is not None}
     try:
-        out = artifact.load()(args.results, **options)
+        out = produce(artifact, args.results, **options)
     except HarnessError as err:
         return fail(str(err))
     if isinstance(out, str):

@@ -1,7 +1,7 @@
 """Claims decided from intervals (bench.run.metrics.verdict), never from the point alone.
 
 `speedup_claim`: every paper claims its method decodes faster than AR; on the runs one artifact used, each run of
-the paper's method (bench/report/coverage.py CLAIMED) is paired with its AR baseline among those runs (same model,
+the paper's method (its package's CLAIMED) is paired with its AR baseline among those runs (same model,
 dataset, temperature, max_new_tokens, batch size and machine; bench.report.select.paired_baseline) and the paired
 bootstrap interval of its speedup (at batch > 1 of aggregate tokens/s, as the tables) decides "holds" (all above
 1), "does not hold" (all below) or "undecided".
@@ -10,9 +10,9 @@ bootstrap interval of its speedup (at batch > 1 of aggregate tokens/s, as the ta
 
 from __future__ import annotations
 
+import importlib
 from collections import Counter
 
-from bench.report.coverage import CLAIMED
 from bench.report.select import paired_baseline
 from bench.report.tables import MISSING, with_interval
 from bench.run.metrics import (
@@ -33,11 +33,16 @@ def claim_cell(point: float | None, interval: list[float] | None, threshold: flo
     return f"{verdict(interval, threshold, higher)} ({with_interval(point, interval)})"
 
 
+def claimed(paper: str) -> tuple[str, ...]:
+    """The paper's own method(s), whose speedup over AR is the claim every artifact of the paper is checked against."""
+    return importlib.import_module(f"bench.report.{paper}").CLAIMED
+
+
 def paired_speedups(paper: str, used: list[Run]) -> list[tuple[float | None, list[float] | None]]:
     """(speedup, interval) of each run of the paper's method against its AR baseline among `used`."""
     out = []
     for run in used:
-        if run.method not in CLAIMED.get(paper, ()):
+        if run.method not in claimed(paper):
             continue
         base = paired_baseline(used, run, "ar")
         if base is not None:  # at batch > 1 the tables' aggregate tokens/s (per-row rates share a batch's time)
@@ -71,5 +76,5 @@ def speedup_claim(paper: str, used: list[Run]) -> str:
     lo, hi = min(found, key=lambda x: x[0]), max(found, key=lambda x: x[0])
     span = (f"{with_interval(*lo)}" if len(found) == 1
             else f"lowest {with_interval(*lo)}; highest {with_interval(*hi)}")
-    methods = "/".join(CLAIMED[paper])
+    methods = "/".join(claimed(paper))
     return f"{methods} faster than AR: {tally} of {len(found)} ({span})"

@@ -4,20 +4,19 @@ named by its label (id, depth, V', report digest), so runs of an older draft sta
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 
-from bench.report.select import MissingRunsError, read_runs
-from bench.report.tables import interval_columns, lossless_text, ours_cells, render, write_texts
+from bench.report.output import Report
+from bench.report.select import MissingRunsError, RunSet
+from bench.report.tables import interval_columns, lossless_text, ours_cells, render
 
 EXPERIMENT = "draft_sd_lambda"
 
 
-def draft_sd_table(results_dir: str | Path, model: str | None = None) -> str:
-    runs = read_runs(results_dir, experiment=EXPERIMENT, method="sd", model=model)
+def draft_sd_table(runs: RunSet, model: str | None = None) -> Report:
+    folder, runs = runs.folder, runs.where(experiment=EXPERIMENT, method="sd", model=model).runs
     if not runs:
-        raise MissingRunsError(f"no sd runs of experiment {EXPERIMENT} in {results_dir} (make reproduce-draft-sd)")
+        raise MissingRunsError(f"no sd runs of experiment {EXPERIMENT} in {folder} (make reproduce-draft-sd)")
     latest = {}
     for r in runs:  # oldest first: the last one per key wins
         s = r.settings
@@ -50,6 +49,4 @@ def draft_sd_table(results_dir: str | Path, model: str | None = None) -> str:
     footer = [("MAT: tokens per target forward incl. the bonus token. draft: id-depth-V'-report digest "
                "(bench.models.loading.ModelBundle.draft_label). [low, high]: 95% bootstrap interval over questions "
                "(paired with AR for the speedup), as stored with the run.")]
-    texts = render(display, caption, footer, data)
-    write_texts(Path(results_dir) / "tables", "draft_sd", texts)
-    return texts["md"]
+    return Report.tables("draft_sd", render(display, caption, footer, data))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from bench.report.select import MissingRunsError
+from bench.errors import MissingRunsError
 from bench.run.store import Run
 
 DRAFT_METHODS = ("sd", "specinfer", "sequoia", "dyspec", "holistic", "hf_assisted")  # and ouroboros*

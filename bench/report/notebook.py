@@ -1,18 +1,23 @@
-"""What the notebooks (notebooks/<paper>.py) share: the results dir and options from the environment, running one
-artifact as `python -m bench.report <paper>/<artifact>` does, and showing what it wrote.
+"""What the notebooks (notebooks/<paper>.py) share: a section per artifact of the paper, from the declarations alone
+(bench/report/registry.py), each running its artifact as `python -m bench.report <paper>/<artifact>` does and
+showing what it wrote.
 
-    out, files = report("propd/table1", dataset="alpaca")   # prints each file it wrote
+    sections("propd")                                         # every artifact of ProPD, in rank order
+    out, files = report("propd/table1", dataset="alpaca")   # one artifact; prints each file it wrote
     show(out)                                                 # its markdown (or its paths)
-    show(pd.read_csv(files["propd_table1.csv"]))
 
-or, for a table and the numbers behind it, `show_report("propd/table1", "propd_table1.csv", drop=("ar_run_id",))`.
+A section is one per `Shown` entry of the artifact (its options; one with the defaults when it has none): the paper's
+labels it covers and its help as the heading, its module's docstring, then the markdown, the figures and the CSVs it
+wrote (run-id columns left out).
 
-Environment: `SPECREPRO_RESULTS` (default `results`; relative to the project root), `SPECREPRO_MODEL` (default:
-the model of the most recent matching run), and the notebooks' own (`env`).
+Environment: `SPECREPRO_RESULTS` (default `results`; relative to the project root), and per option of an artifact
+`SPECREPRO_<OPTION>` (`SPECREPRO_MODEL`, `SPECREPRO_DATASET`, `SPECREPRO_TREES_PER_SIZE`, ...: its flag in upper case,
+dashes as underscores), which overrides the section's own value.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -21,7 +26,7 @@ import pandas as pd
 
 from bench.errors import HarnessError
 from bench.paths import project_path
-from bench.report.registry import resolve
+from bench.report.registry import Artifact, paper_artifacts, produce, resolve
 
 WRITTEN_TO = ("tables", "figures")  # what an artifact writes, under the results dir
 
@@ -45,17 +50,14 @@ def stamps(results: Path) -> dict[Path, tuple[int, int]]:
 
 
 def report(name: str, **options) -> tuple[str | list[Path] | None, dict[str, Path]]:
-    """Run the artifact `name` on results_dir() with `options` (None: the artifact's default; `model`, when the
-    artifact takes one: $SPECREPRO_MODEL). Prints each file it wrote and returns (what it returned: its markdown
+    """Run the artifact `name` on results_dir() with `options` (None: the artifact's default). Prints each file it wrote and returns (what it returned: its markdown
     or its paths, {file name: path} of what it wrote). Missing runs are one `error:` line, (None, {}), so the
     notebook's other sections still run."""
     name, artifact = resolve(name)
-    if "model" in artifact.common:
-        options.setdefault("model", env("SPECREPRO_MODEL"))
     results = results_dir()
     before = stamps(results)
     try:
-        out = artifact.load()(str(results), **{k: v for k, v in options.items() if v is not None})
+        out = produce(artifact, results, **{k: v for k, v in options.items() if v is not None})
     except HarnessError as err:
         print(f"{name}: error: {err}", file=sys.stderr)
         return None, {}
@@ -65,14 +67,49 @@ def report(name: str, **options) -> tuple[str | list[Path] | None, dict[str, Pat
     return out, written
 
 
-def show_report(name: str, csv: str, drop: tuple[str, ...] = (), **options):
-    """A table's section: run the artifact (`report`), show its markdown, then the numbers behind it: the `csv` it
-    wrote without the `drop` columns (run ids), when it wrote one. Returns report()'s (out, files)."""
-    out, files = report(name, **options)
-    show(out)
-    if csv in files:
-        show(pd.read_csv(files[csv]).drop(columns=list(drop)))
-    return out, files
+def from_env(artifact: Artifact) -> dict:
+    """The artifact's options given in the environment: $SPECREPRO_<OPTION>, cast as its flag casts."""
+    out = {}
+    for flags, cast in [*((("--" + c.replace("_", "-"),), str) for c in artifact.common),
+                        *((o.flags, o.kwargs.get("type", str)) for o in artifact.options)]:
+        dest = flags[0].lstrip("-").replace("-", "_")
+        value = env(f"SPECREPRO_{dest.upper()}", cast)
+        if value is not None:
+            out[dest] = value
+    return out
+
+
+def sections(paper: str) -> None:
+    """Every artifact of the paper, in rank order: a section per shown entry (one with the defaults without)."""
+    for artifact in paper_artifacts(paper).values():
+        for options in [s.options for s in artifact.shown] or [{}]:
+            section(artifact, options)
+
+
+def section(artifact: Artifact, options: dict) -> None:
+    labels = ", ".join(c.label for c in artifact.covers)
+    heading = f"## {artifact.full_name}" + (f" ({labels})" if labels else "") + f": {artifact.help}"
+    doc = (importlib.import_module(artifact.build.__module__).__doc__ or "").strip()
+    show_markdown(f"{heading}\n\n{doc}")
+    out, files = report(artifact.full_name, **{**options, **from_env(artifact)})
+    show(out if isinstance(out, str) else [files[n].read_text() for n in files if n.endswith(".md")])
+    show([p for n, p in files.items() if n.endswith(".png")])
+    for name in (n for n in files if n.endswith(".csv")):
+        df = pd.read_csv(files[name])
+        show(df.drop(columns=[c for c in df.columns if c.endswith("run_id")]))
+
+
+def show_markdown(text: str) -> None:
+    """Markdown rendered under Jupyter, printed as is in a plain script."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import Markdown, display
+    except ImportError:
+        get_ipython = None
+    if get_ipython is not None and get_ipython() is not None:
+        display(Markdown(text))
+    else:
+        print(text)
 
 
 def show(obj) -> None:

@@ -1,4 +1,4 @@
-"""Figures shared by every paper: Agg figures outside pyplot, atomic PNG/CSV writes, error bars from intervals."""
+"""Figures shared by every paper: Agg figures outside pyplot, atomic PNG writes, error bars from intervals."""
 
 from __future__ import annotations
 
@@ -6,11 +6,10 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from bench.cachefile import atomic_file, atomic_write
+from bench.cachefile import atomic_file
 
 
 def new_figure(**kw) -> Figure:
@@ -25,15 +24,6 @@ def save_figure(fig, path: Path) -> Path:
     with atomic_file(path) as f:
         fig.savefig(f, format="png", dpi=130, bbox_inches="tight")
     return path
-
-
-def save_csv(df: pd.DataFrame, path: Path) -> Path:
-    atomic_write(path, df.to_csv(index=False))
-    return path
-
-
-def figures_dir(results_dir) -> Path:
-    return Path(results_dir, "figures")
 
 
 def wrap(text: str, width: int = 60) -> str:

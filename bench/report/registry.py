@@ -1,13 +1,19 @@
-"""The artifact registry: names `<paper>/<artifact>` (plus the generic `runs`), resolved lazily.
+"""The artifact declarations and their registry: names `<paper>/<artifact>` (plus the generic ones), found lazily.
 
-The part before the slash names the package `bench.report.<paper>`, imported only when one of its artifacts is
-asked for. That package's `__init__.py` holds `ARTIFACTS = {"table1": Artifact("module:function", ...)}`;
-the function's module is imported only when the artifact runs. Adding a paper touches no file here.
+An artifact is declared once, in its own report module, as `ARTIFACT = Artifact(...)` (or `ARTIFACTS = (...)`): its
+name, what it shows, its build function, the paper's labels it covers, the make recipes that produce its runs, how
+REPRODUCED.md shows it and its options. From the declarations alone come the CLI's names and options
+(bench/report/__main__.py), the `reproduce-*` make targets (`python -m bench.report makefile`, included by the
+Makefile), REPRODUCED.md's sections and summary rows (bench/report/reproduced.py) and the notebooks' sections
+(bench/report/notebook.py). The part of a name before the slash is the package `bench.report.<paper>`, whose
+modules are imported only when one of its artifacts is asked for (or every name listed); its `__init__.py` holds
+the paper's facts: its contents in order of appearance (`CONTENTS`, the summary's rows) and `CLAIMED`. Adding an artifact touches its module (and its experiment
+YAML), nothing here.
 
-An artifact's function takes the results dir first, then keyword options: the common ones it names in
-`common` (`model`, `paper_size`) and its own `options` (argparse flags). Options the user did not give are
-not passed, so the function's defaults apply. It returns the markdown it wrote (printed as is) or the paths
-it wrote (printed one per line); bad input is a HarnessError (one `error:` line).
+A build takes a RunSet (bench.report.select) and keyword options and returns a Report (bench.report.output); the
+common options it takes are named in `common` (`model`, `paper_size`, `draft`), its own in `options` (argparse
+flags). Options the user did not give are not passed, so the function's defaults apply. Bad input is a
+HarnessError (one `error:` line).
 """
 
 from __future__ import annotations
@@ -15,9 +21,12 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from bench.errors import HarnessError
+from bench.report.output import write
+from bench.report.select import RunSet
 
 PACKAGE = "bench.report"
 
@@ -34,52 +43,71 @@ def option(*flags: str, **kwargs) -> Option:
 
 
 @dataclass(frozen=True)
+class Cover:
+    """One of the paper's artifacts (a summary row of REPRODUCED.md) an artifact of ours reproduces."""
+
+    label: str  # the paper's name for it: "Table 1", "Figure 7"
+    options: dict = field(default_factory=dict)  # shown by the section whose options include these
+    offline: str | None = None  # why it cannot be measured offline (the hub, hardware), when it cannot
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A make target that produces an artifact's runs and then the artifact (generated into the Makefile)."""
+
+    target: str  # "reproduce-propd-table1"
+    help: str  # its `make help` line
+    steps: tuple[str, ...]  # recipe lines, with the Makefile's variables ($(PY), $(SWEEP), $(MODEL), ...)
+    needs: tuple[str, ...] = ()  # make targets built first (setup always): heads, draft, datastore, tree-stats
+
+
+@dataclass(frozen=True)
+class Shown:
+    """A section of REPRODUCED.md: the artifact built with `options`; `command` is the recipe the page shows."""
+
+    command: str
+    options: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Artifact:
-    target: str  # "package.module:function"
-    help: str
+    name: str  # the part after the slash: "table1"
+    help: str  # one line: what it shows -> what it writes
+    build: Callable  # (RunSet, **options) -> Report; with `folder`: (results folder, **options) -> text or paths
+    covers: tuple[Cover, ...] = ()  # the paper's artifacts it reproduces (REPRODUCED.md's summary)
+    recipes: tuple[Recipe, ...] = ()  # its make targets; the first is `make reproduce A=<paper>/<name>`
+    shown: tuple[Shown, ...] = ()  # its sections of REPRODUCED.md, in order
+    rank: int = 0  # sections of a paper's page in rank order
+    experiments: tuple[str, ...] = ()  # the experiment labels its runs carry (conf/experiment/<paper>/)
+    paper_csv: tuple[str, ...] = ()  # its published numbers (bench/report/<paper>/paper_tables/)
     options: tuple[Option, ...] = ()
-    common: tuple[str, ...] = ("model", "paper_size")  # the common CLI options the function takes
+    common: tuple[str, ...] = ("model", "paper_size")  # the common CLI options its build takes
     needs_runs: bool = True  # the CLI stops early when <results>/runs does not exist
+    per_drafter: bool = False  # REPRODUCED.md shows it once per drafter of the evidence
+    folder: bool = False  # a store-level tool (evidence, reproduced): build takes the results folder itself
+    paper: str = ""  # filled in by the registry
 
-    def load(self) -> Callable:
-        module, _, name = self.target.partition(":")
-        return getattr(importlib.import_module(module), name)
+    @property
+    def full_name(self) -> str:
+        return f"{self.paper}/{self.name}" if self.paper else self.name
 
 
-GENERIC = {
-    "runs": Artifact("bench.report.runs:runs_table",
-                     "latest run per method (MAT, tok/s, speedups) -> tables/runs.md",
-                     options=(option("--dataset", help="only runs on this dataset"),
-                              option("--max-new-tokens", type=int, help="only runs with this limit"))),
-    "draft_sd": Artifact("bench.report.draft_sd:draft_sd_table",
-                         "sd at draft length 4/8/12 with the model's draft, beside AR -> tables/draft_sd.{md,csv,tex}",
-                         common=("model",)),
-    "reproduced": Artifact("bench.report.reproduced:reproduced_page",
-                           "REPRODUCED.md from evidence/ only (a summary, then every paper's tables with their runs)",
-                           options=(option("--out", help="default: REPRODUCED.md at the project root"),
-                                    option("--evidence", help="the evidence folder (default evidence/)")),
-                           common=(), needs_runs=False),
-    "evidence": Artifact("bench.report.evidence:build_evidence",
-                         "copy the runs REPRODUCED.md uses from --results into evidence/ (summaries, configs, "
-                         "records without token ids)",
-                         options=(option("--out", help="default: evidence/ at the project root"),),
-                         common=()),
-}
-# Names from before the paper packages; they keep working.
-ALIASES = {
-    "token_recycling_table1": "token_recycling/table1",
-    "tr_fig3": "token_recycling/fig3",
-    "tr_fig4": "token_recycling/fig4",
-    "tr_auto": "token_recycling/auto",
-    "dyspec_table": "dyspec/table",
-    "dyspec_time_breakdown": "dyspec/time_breakdown",
-    "dyspec_table5": "dyspec/table5",
-}
+def produce(artifact: Artifact, results_dir: str | Path, **options) -> str | list[Path]:
+    """Build the artifact on the runs under results_dir and write it there; returns the markdown it shows, else the
+    paths it wrote (what the CLI prints)."""
+    if artifact.folder:
+        return artifact.build(str(results_dir), **options)
+    return write(artifact.build(RunSet.read(results_dir), **options), results_dir)
 
 
 class UnknownArtifact(HarnessError, KeyError):
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+def generic() -> dict[str, Artifact]:
+    """The artifacts of no paper (bench/report/generic.py)."""
+    return {a.name: a for a in importlib.import_module(f"{PACKAGE}.generic").ARTIFACTS}
 
 
 def papers() -> list[str]:
@@ -88,22 +116,41 @@ def papers() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(package.__path__) if m.ispkg)
 
 
+def declared(module) -> tuple[Artifact, ...]:
+    one = getattr(module, "ARTIFACT", None)
+    return (one,) if one is not None else tuple(getattr(module, "ARTIFACTS", ()))
+
+
 def paper_artifacts(paper: str) -> dict[str, Artifact]:
+    """name -> artifact of one paper, in rank order (then module order): imports the paper's modules."""
     if not paper.isidentifier() or paper not in papers():
         raise UnknownArtifact(f"no paper {paper!r} (papers: {', '.join(papers())})")
-    return getattr(importlib.import_module(f"{PACKAGE}.{paper}"), "ARTIFACTS", {})
+    package = importlib.import_module(f"{PACKAGE}.{paper}")
+    found = [replace(a, paper=paper) for m in pkgutil.iter_modules(package.__path__)
+             for a in declared(importlib.import_module(f"{package.__name__}.{m.name}"))]
+    return {a.name: a for a in sorted(found, key=lambda a: a.rank)}
+
+
+def aliases() -> dict[str, str]:
+    """Old names that keep working: the generic module's ALIASES."""
+    return importlib.import_module(f"{PACKAGE}.generic").ALIASES
 
 
 def names() -> list[str]:
-    """Every artifact name (imports each paper's small __init__, not its modules)."""
-    return sorted(GENERIC) + [f"{p}/{a}" for p in papers() for a in paper_artifacts(p)]
+    """Every artifact name (imports every paper's report modules)."""
+    return sorted(generic()) + [f"{p}/{a}" for p in papers() for a in paper_artifacts(p)]
+
+
+def every() -> list[Artifact]:
+    """Every artifact: the generic ones, then each paper's in rank order."""
+    return [*generic().values(), *(a for p in papers() for a in paper_artifacts(p).values())]
 
 
 def resolve(name: str) -> tuple[str, Artifact]:
     """(canonical name, artifact) of a name or an alias; UnknownArtifact names what there is."""
-    name = ALIASES.get(name, name)
-    if name in GENERIC:
-        return name, GENERIC[name]
+    name = aliases().get(name, name)
+    if name in generic():
+        return name, generic()[name]
     paper, slash, artifact = name.partition("/")
     if slash:
         found = paper_artifacts(paper)

@@ -4,12 +4,13 @@
     python -m bench.report reproduced [--out REPRODUCED.md]  # `make reproduced`: the page, from evidence/ only
 
 The page is built from the committed evidence folder (bench/report/evidence.py) alone, so a fresh clone rebuilds it
-byte for byte: its dates are the runs' dates, its paths repository-relative, its order fixed. Each paper package
-lists the artifacts it shows in `REPRODUCED` as (artifact, options, command); bench/report/coverage.py lists every
-artifact of every paper for the summary. Each section's settings line is read from its runs (their overrides),
-not from the recipe; run ids go to evidence/runs.csv beside the page, not into it. Generated, never hand-edited.
-A paper whose package lists `PER_DRAFTER` artifacts (the draft-model papers) gets one section, and one summary row,
-per drafter in the evidence whose runs the artifact uses (bench/report/drafter.py); one section when there is one.
+byte for byte: its dates are the runs' dates, its paths repository-relative, its order fixed. Everything on it comes
+from the artifacts' declarations (bench/report/registry.py): a section per `Shown` (its options and the command
+shown), in rank order; a summary row per entry of the paper's CONTENTS, with the artifact that `covers` it (its
+status: measured, not measured, not measurable offline and why, no target). Each section's settings line is read
+from its runs (their overrides), not from the recipe; run ids go to evidence/runs.csv beside the page, not into it.
+Generated, never hand-edited. A `per_drafter` artifact (the draft-model papers') gets one section, and one summary
+row, per drafter in the evidence whose runs it uses (bench/report/drafter.py); one section when there is one.
 """
 
 from __future__ import annotations
@@ -25,10 +26,9 @@ from bench.cachefile import atomic_write
 from bench.errors import HarnessError
 from bench.paths import project_path
 from bench.report.claims import speedup_claim
-from bench.report.coverage import COVERAGE
 from bench.report.drafter import describe, drafter, present
 from bench.report.pagetext import scrub_paths, wrap_long
-from bench.report.registry import papers, resolve
+from bench.report.registry import Cover, paper_artifacts, papers, produce, resolve
 from bench.report.select import read_runs
 from bench.report.tables import MISSING
 from bench.run.store import Run
@@ -64,8 +64,14 @@ class Section:
         return f"`{self.name}` (draft: {describe(self.draft)})" if self.split else f"`{self.name}`"
 
 
-def shown(paper: str) -> tuple:
-    return getattr(importlib.import_module(f"bench.report.{paper}"), "REPRODUCED", ())
+def coverage() -> list[tuple[str, Cover, str | None]]:
+    """(paper, cover, artifact name) per entry of every paper's CONTENTS (artifact None: no target yet)."""
+    out = []
+    for paper in papers():
+        covers = {c.label: (c, a.name) for a in paper_artifacts(paper).values() for c in a.covers}
+        for label in importlib.import_module(f"bench.report.{paper}").CONTENTS:
+            out.append((paper, *covers.get(label, (Cover(label), None))))
+    return out
 
 
 def runs_in(markdown: str, runs: list[Run]) -> list[Run]:
@@ -81,9 +87,9 @@ def build_sections(folder: Path, runs: list[Run]) -> list[Section]:
     drafters = present(runs)
     out = []
     for paper in papers():
-        split = getattr(importlib.import_module(f"bench.report.{paper}"), "PER_DRAFTER", ())
-        for artifact, options, command in shown(paper):
-            if artifact not in split or len(drafters) < 2:
+        for art, shown in ((a, s) for a in paper_artifacts(paper).values() for s in a.shown):
+            artifact, options, command = art.name, shown.options, shown.command
+            if not art.per_drafter or len(drafters) < 2:
                 out.append(section(folder, runs, Section(paper, artifact, options, command)))
                 continue
             made = [section(folder, runs, Section(paper, artifact, options, command, draft=d)) for d in drafters]
@@ -99,7 +105,7 @@ def section(folder: Path, runs: list[Run], s: Section) -> Section:
     s.name, art = resolve(f"{s.paper}/{s.artifact}")
     s.model_free = not art.needs_runs
     try:
-        got = art.load()(str(folder), **s.options, **({"draft": s.draft} if s.draft else {}))
+        got = produce(art, folder, **s.options, **({"draft": s.draft} if s.draft else {}))
     except HarnessError as err:
         s.error = str(err)
     else:
@@ -187,30 +193,30 @@ def section_text(s: Section, folder: Path) -> list[str]:
 
 def summary_table(sections: list[Section]) -> str:
     rows = ["| " + " | ".join(SUMMARY_COLUMNS) + " |", "|" + "---|" * len(SUMMARY_COLUMNS)]
-    for c in COVERAGE:
-        found = [s for s in sections if (s.paper, s.artifact) == (c.paper, c.artifact)
+    for paper, c, artifact in coverage():
+        found = [s for s in sections if (s.paper, s.artifact) == (paper, artifact)
                  and c.options.items() <= s.options.items()]
-        rows += [summary_row(c, s) for s in ([s for s in found if s.split] or found[:1] or [None])]
+        rows += [summary_row(paper, c, artifact, s) for s in ([s for s in found if s.split] or found[:1] or [None])]
     return "## Summary\n\n" + "\n".join(rows)
 
 
-def summary_row(c, s: Section | None) -> str:
+def summary_row(paper: str, c: Cover, artifact: str | None, s: Section | None) -> str:
     """The summary's row of one coverage row, from its section (None: no section shows it); the drafter is named
     when the artifact has one section per drafter."""
     used = s.used if s is not None else []
     label = f"{c.label} (draft: {describe(s.draft)})" if s is not None and s.split else c.label
     if used:
-        claims = [speedup_claim(c.paper, used), *report_claims(s.md)]
+        claims = [speedup_claim(paper, used), *report_claims(s.md)]
         status, claim = "measured", "; ".join(x for x in claims if x != MISSING) or MISSING
     elif s is not None and s.model_free and s.md:
-        return f"| {c.paper} | {label} | measured | no model | {MISSING} |"
-    elif c.artifact is None:
+        return f"| {paper} | {label} | measured | no model | {MISSING} |"
+    elif artifact is None:
         status, claim = "no target", MISSING
     elif c.offline:
         status, claim = f"not measurable offline ({c.offline})", MISSING
     else:
         status, claim = "not measured", MISSING
-    return f"| {c.paper} | {label} | {status} | {prompts_text(used)} | {claim} |"
+    return f"| {paper} | {label} | {status} | {prompts_text(used)} | {claim} |"
 
 
 VERDICT = re.compile(r"\b(holds|does not hold|undecided|not measured)\b")

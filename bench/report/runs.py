@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.errors import MissingRunsError
+from bench.report.output import Report
 from bench.report.phase_timing import share_or_none, unsynced_note
-from bench.report.select import latest_runs, paired_baseline, read_runs
-from bench.report.tables import MISSING, fmt, lossless_text, markdown, with_interval, write_texts
+from bench.report.select import RunSet, latest_runs, paired_baseline
+from bench.report.tables import MISSING, fmt, lossless_text, markdown, with_interval
 from bench.run.metrics import speedup, speedup_interval, summarize
 
 FOOTER = ("MAT: tokens per target forward incl. the bonus token, pooled over steps; tok/s: mean of "
@@ -20,10 +22,10 @@ FOOTER = ("MAT: tokens per target forward incl. the bonus token, pooled over ste
           "for speedups).")
 
 
-def runs_table(results_dir: str | Path, model: str | None = None, paper_size: str | None = None,
-               dataset: str | None = None, max_new_tokens: int | None = None) -> str:
+def runs_table(runs: RunSet, model: str | None = None, paper_size: str | None = None,
+               dataset: str | None = None, max_new_tokens: int | None = None) -> Report:
     """Latest run per method for one model and dataset: MAT, tok/s, speedups, overhead, losslessness."""
-    runs = read_runs(results_dir, model=model, dataset=dataset, max_new_tokens=max_new_tokens)
+    folder, runs = runs.folder, runs.where(model=model, dataset=dataset, max_new_tokens=max_new_tokens).runs
     latest = latest_runs(runs)
     rows = []
     for key, run in latest.items():
@@ -43,8 +45,6 @@ def runs_table(results_dir: str | Path, model: str | None = None, paper_size: st
             "lossless": lossless_text(s["lossless"]) or MISSING,
         })
     if not rows:
-        return "no complete runs match\n"
+        raise MissingRunsError(f"no complete runs match under {Path(folder, 'runs')}")
     note = unsynced_note(latest.values())
-    md = markdown(pd.DataFrame(rows), None, [FOOTER, *([note] if note else [])])
-    write_texts(Path(results_dir, "tables"), "runs", {"md": md})
-    return md
+    return Report.tables("runs", {"md": markdown(pd.DataFrame(rows), None, [FOOTER, *([note] if note else [])])})

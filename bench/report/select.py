@@ -1,36 +1,30 @@
-"""Which runs a report uses: the one way every paper's reports read runs (through bench.run.store).
+"""Which runs a report uses: the one selection rule of every paper (`RunSet`, below; docs/reports.md), and the
+footer every report ends with.
 
-- `read_runs` / `where`: the complete runs (oldest first) of an experiment, method, model, dataset, ...
-- `default_model`, `latest`, `latest_runs`: the most recent run's model; the latest run that matches; the
-  latest run per (model, method, variant, dataset, temperature).
-- `paired_baseline`: the baseline run measured like a run (same model, dataset, temperature, max_new_tokens,
-  batch size and machine label), so every speedup compares runs measured the same way.
-- `Pool` / `pool`: the runs one artifact compares: one model, and the machine label and max_new_tokens of the
-  most recent relevant run; a note counts the relevant runs of other machines or lengths left out.
-- `select_group` / `latest_per_x`: a sweep's runs of the most recent run's (model, dataset, machine,
-  max_new_tokens), and of those the latest per plotted x value.
-- `MissingRunsError`: nothing to show; the message names the make target that produces the runs.
+Also the pieces RunSet is made of, which reports use on its runs: `where` (labels), `latest` / `latest_runs` /
+`latest_per_x` (the latest run per cell, per configuration, per plotted x), `paired_baseline` (the baseline measured
+like a run: same model, dataset, temperature, max_new_tokens, batch size and machine label), `used_ids` (a footer's
+run ids) and `missing` (a MissingRunsError naming the make target that produces the runs). `read_runs` is the store
+layer's read, for the page builders (bench/report/reproduced.py, evidence.py); builders get a RunSet.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
+import dataclasses
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.errors import HarnessError
+from bench.errors import MissingRunsError
+from bench.report.drafter import choose
 from bench.run.store import Run, load_runs
 
 DEFAULT_MODEL = "smollm2-135m"
 
 
-class MissingRunsError(HarnessError, ValueError):
-    """No complete run (or measurement file) an artifact needs."""
-
-
-def missing(what: str, results_dir: str | Path, make: str) -> MissingRunsError:
-    """"no complete <what> under <results>/runs (produced by `<make>`)"."""
-    return MissingRunsError(f"no complete {what} under {Path(results_dir, 'runs')} (produced by `{make}`)")
+def missing(what: str, folder: str | Path, make: str) -> MissingRunsError:
+    """"no complete <what> under <folder>/runs (produced by `<make>`)"."""
+    return MissingRunsError(f"no complete {what} under {Path(folder, 'runs')} (produced by `{make}`)")
 
 
 def matches(value, wanted: str | Collection | None) -> bool:
@@ -52,14 +46,9 @@ def where(runs: Iterable[Run], *, experiment: str | Collection | None = None,
             and (keep is None or keep(r))]
 
 
-def read_runs(results_dir: str | Path, **labels) -> list[Run]:
-    """The complete runs under results_dir/runs, oldest first, filtered as `where` does."""
-    return where(load_runs(results_dir), **labels)
-
-
-def settings(run: Run) -> dict:
-    """run.settings, as a function (callers pass it where a run -> value is wanted)."""
-    return run.settings
+def read_runs(folder: str | Path, **labels) -> list[Run]:
+    """The complete runs under folder/runs, oldest first, filtered as `where` does (the store layer's read)."""
+    return where(load_runs(folder), **labels)
 
 
 def setting(name: str, default=None) -> Callable[[Run], object]:
@@ -113,60 +102,9 @@ def used_ids(runs: Iterable[Run | None]) -> list[str]:
     return list(dict.fromkeys(r.run_id for r in runs if r is not None))
 
 
-def measured(run: Run) -> tuple:
-    """How a run was measured, beyond model and dataset: its machine label and max_new_tokens."""
-    return run.machine, run.max_new_tokens
-
-
-@dataclass
-class Pool:
-    """The runs one artifact compares (oldest first): one model, one machine label, one max_new_tokens."""
-
-    runs: list[Run]
-    model: str | None
-    machine: str | None = None
-    max_new_tokens: int | None = None
-    notes: list[str] = field(default_factory=list)
-    dataset: str | None = None  # when the artifact's runs are all of one dataset
-    draft: str | None = None  # the drafter of its draft-model runs, when one was chosen (bench.report.drafter)
-
-    def latest(self, keep: Callable[[Run], object]) -> Run | None:
-        return latest(self.runs, keep)
-
-    def baseline(self, run: Run | None, method: str) -> Run | None:
-        """The latest default-variant `method` run of the pool measured like `run` (None without a run)."""
-        return paired_baseline(self.runs, run, method) if run is not None else None
-
-
-def pool(candidates: list[Run], relevant: Callable[[Run], object], model: str | None = None,
-         own: Callable[[Run], object] | None = None, dataset: str | None = None) -> Pool:
-    """The candidates of `model` (default: that of the most recent relevant run) measured like the most recent
-    relevant run, or like the most recent relevant run for which own(run) is true (the artifact's own sweep,
-    so another artifact's later runs of other lengths do not replace it). Empty without relevant runs."""
-    mine = [r for r in candidates if relevant(r) and (model is None or r.model == model)]
-    if not mine:
-        return Pool([], model, dataset=dataset)
-    last = ([r for r in mine if own is not None and own(r)] or mine)[-1]
-    model, key = last.model, measured(last)
-    same = [r for r in candidates if r.model == model and measured(r) == key]
-    dropped = sum(1 for r in mine if measured(r) != key)
-    notes = [(f"{dropped} run(s) of other machines or max_new_tokens left out (compared: machine {key[0]}, "
-              f"max_new_tokens {key[1]})")] if dropped else []
-    return Pool(same, model, key[0], key[1], notes, dataset)
-
-
 def group_key(run: Run) -> tuple:
-    """Runs of a sweep are only compared within one (model, dataset, machine, max_new_tokens)."""
-    return (run.model, run.dataset, *measured(run))
-
-
-def select_group(runs: list[Run]) -> tuple[list[Run], tuple | None, int]:
-    """Runs of the most recent run's group_key, the key, and how many other runs were left out."""
-    if not runs:
-        return [], None, 0
-    key = group_key(runs[-1])
-    kept = [r for r in runs if group_key(r) == key]
-    return kept, key, len(runs) - len(kept)
+    """Runs are only compared within one (model, dataset, machine, max_new_tokens)."""
+    return run.model, run.dataset, run.machine, run.max_new_tokens
 
 
 def latest_per_x(runs: list[Run], x_of: Callable[[Run], object]) -> dict:
@@ -177,3 +115,105 @@ def latest_per_x(runs: list[Run], x_of: Callable[[Run], object]) -> dict:
         if x is not None:
             out[x] = r
     return out
+
+
+# -- the one selection rule ------------------------------------------------------------------------------------
+
+@dataclass
+class RunSet:
+    """The runs one report reads, read once from a results folder (`RunSet.read`), then narrowed by `pin` to what
+    one artifact compares. Every paper pins the same way (docs/reports.md):
+
+    - the relevant runs are the artifact's (its methods, datasets, experiments: the `relevant` predicate);
+    - one model: the one asked for, else that of the most recent relevant run;
+    - one drafter: the one asked for (a full name or a source, bench.report.drafter), else that of the most recent
+      draft-model run; runs without a drafter (AR, ...) are every drafter's baselines;
+    - one machine label and max_new_tokens: those of the anchor, the most recent relevant run of the artifact's
+      own sweep (`own`), else the most recent relevant run, so another artifact's later runs of other lengths
+      never replace its own; a note counts the relevant runs left out;
+    - in a cell, the latest run (`latest`); a speedup's baseline is the run measured like it (`baseline`).
+
+    Builders receive a RunSet and never read the store; `folder` is only named in messages and used for the
+    measurement files an artifact reads beside its runs (`file`)."""
+
+    runs: list[Run]  # oldest first
+    folder: Path
+    model: str | None = None
+    drafter: str | None = None
+    machine: str | None = None
+    max_new_tokens: int | None = None
+    dataset: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def read(cls, folder: str | Path) -> RunSet:
+        """The complete runs under folder/runs (none when it has no runs/), oldest first."""
+        return cls(load_runs(folder) if Path(folder, "runs").is_dir() else [], Path(folder))
+
+    def where(self, **labels) -> RunSet:
+        """A copy holding the runs with these labels (`where`'s keywords), pins kept."""
+        return dataclasses.replace(self, runs=where(self.runs, **labels), notes=list(self.notes))
+
+    def pin(self, relevant: Callable[[Run], object] | None = None, *, model: str | None = None,
+            draft: str | None = None, own: Callable[[Run], object] | None = None,
+            same: tuple[str, ...] = ("machine", "max_new_tokens"), dataset: str | None = None,
+            drafters: bool = True) -> RunSet:
+        """The runs one artifact compares, pinned by the rule above (`same`: the labels taken from the anchor;
+        `drafters=False`: the artifact has no draft-model runs). Empty without a relevant run; a `draft` no run
+        used is a MissingRunsError naming the drafters there are."""
+        runs = [r for r in self.runs if model is None or r.model == model]
+        mine = [r for r in runs if relevant is None or relevant(r)]
+        if not mine:
+            return dataclasses.replace(self, runs=[], model=model, dataset=dataset, notes=list(self.notes))
+        model = mine[-1].model if model is None else model
+        runs = [r for r in runs if r.model == model]
+        runs, chosen = choose(runs, draft) if drafters else (runs, None)
+        mine = [r for r in runs if relevant is None or relevant(r)]
+        anchor = ([r for r in mine if own is not None and own(r)] or mine or [None])[-1]
+        if anchor is None:
+            return dataclasses.replace(self, runs=[], model=model, drafter=chosen, dataset=dataset,
+                                       notes=list(self.notes))
+        key = tuple(getattr(anchor, a) for a in same)
+        kept = [r for r in runs if tuple(getattr(r, a) for a in same) == key]
+        dropped = sum(1 for r in mine if tuple(getattr(r, a) for a in same) != key)
+        notes = [f"{dropped} run(s) of other {' or '.join(LEFT_OUT.get(a, a) for a in same)} left out (compared: "
+                 + ", ".join(f"{a} {v}" for a, v in zip(same, key, strict=True)) + ")"] if dropped else []
+        return dataclasses.replace(self, runs=kept, model=model, drafter=chosen, dataset=dataset,
+                                   machine=anchor.machine, max_new_tokens=anchor.max_new_tokens,
+                                   notes=[*self.notes, *notes])
+
+    def latest(self, keep: Callable[[Run], object] | None = None) -> Run | None:
+        """The most recent run for which keep(run) is true (a cell's run); None if there is none."""
+        return latest(self.runs, keep)
+
+    def latest_per(self, key: Callable[[Run], object]) -> dict:
+        """key(run) -> the latest run with that key; runs whose key is None are skipped."""
+        return latest_per_x(self.runs, key)
+
+    def baseline(self, run: Run | None, method: str) -> Run | None:
+        """The `method` run measured like `run` (paired_baseline); None without a run or a baseline."""
+        return paired_baseline(self.runs, run, method) if run is not None else None
+
+    def missing(self, what: str, make: str) -> MissingRunsError:
+        """"no complete <what> under <folder>/runs (produced by `<make>`)"."""
+        return missing(what, self.folder, make)
+
+    def file(self, *parts: str) -> Path:
+        """A measurement file an artifact reads beside the runs (e.g. propd/early_heads.json)."""
+        return Path(self.folder, *parts)
+
+
+LEFT_OUT = {"machine": "machines", "max_new_tokens": "max_new_tokens", "dataset": "datasets", "model": "models"}
+
+
+def footer(ours: str, used: Iterable[Run | None] | Mapping[str, str], lines: Iterable[str] = (),
+           notes: Iterable[str] = (), claims: Iterable[str] = (), named: tuple[str, str] = ("=", ", ")) -> list[str]:
+    """Every report's footer: the first line ("Ours: ..." or "Machine: ...", as the paper's reports word it), the
+    report's own lines (definitions, why a cell is empty), the run ids (REPRODUCED.md reads this line; `used`: the
+    runs, their ids once each, or {row label: run id(s)} written label=id, `named` giving the separators), the
+    claims decided from them and the notes (runs left out, short batches)."""
+    if isinstance(used, Mapping):
+        ids = named[1].join(f"{k}{named[0]}{v}" for k, v in used.items())
+    else:
+        ids = ", ".join(used_ids(used))
+    return [ours, *lines, f"Runs: {ids or 'none'}.", *claims, *(f"Note: {n}." for n in notes)]

@@ -1,13 +1,12 @@
-"""Table cells and rendering shared by every paper: "ours (paper)" cells, md/csv/tex texts, atomic writes."""
+"""Table cells and rendering shared by every paper: "ours (paper)" cells, md/csv/tex texts (bench/report/output.py
+writes them)."""
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pandas as pd
 
-from bench.cachefile import atomic_write
 from bench.run import metrics
 
 MISSING = "—"
@@ -77,12 +76,3 @@ def render(display: pd.DataFrame, caption: str, footer: list[str], data: pd.Data
              "tex": lambda: (display.style.format(escape="latex").hide(axis="index")
                              .to_latex(hrules=True, caption=latex_escape(caption)))}
     return {ext: texts[ext]() for ext in formats}
-
-
-def write_texts(folder: str | Path, stem: str, texts: dict[str, str]) -> list[Path]:
-    """Each text to folder/stem.ext, atomically (readers never see a half-written table)."""
-    paths = []
-    for ext, text in texts.items():
-        paths.append(Path(folder, f"{stem}.{ext}"))
-        atomic_write(paths[-1], text)
-    return paths

@@ -33,6 +33,13 @@ class Run:
     path: Path
     meta: dict = field(repr=False)
 
+    @classmethod
+    def of(cls, meta: dict, records: list[dict]) -> Run:
+        """A run made in memory (tests build reports from these): no directory, its records given."""
+        run = cls(Path(meta.get("run_id") or "in-memory"), meta)
+        run.__dict__["records"] = records  # the cached_property's slot
+        return run
+
     # -- labels: what the run was ------------------------------------------------------------------------------
     @property
     def run_id(self) -> str:

@@ -17,39 +17,30 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.cachefile import atomic_write
-from bench.report.drafter import choose, describe, drafter
-from bench.report.plots import figures_dir, new_figure, save_csv, save_figure
-from bench.report.select import default_model, missing, read_runs
+from bench.report.drafter import describe
+from bench.report.dyspec.tables import RUN
+from bench.report.output import Report
+from bench.report.plots import new_figure
+from bench.report.registry import Artifact, Cover, Recipe, Shown
+from bench.report.select import RunSet, footer
 from bench.report.tables import fmt, markdown, with_interval
 from bench.run.metrics import bootstrap_interval, mat, ratio_of_sums
 
 MAKE = "make reproduce-dyspec-fig5"
 PAPER_CSV = Path(__file__).with_name("paper_tables") / "dyspec_fig5_tree_size.csv"
-PREFER = (("experiment", "dyspec_table4"), ("dataset", "openwebtext"), ("temperature", 0.6))
+EXPERIMENT = "dyspec_table4"
+PREFER = (("experiment", EXPERIMENT), ("dataset", "openwebtext"), ("temperature", 0.6))
 
 
-def fig5_run(results_dir: str | Path, model: str | None = None, draft: str | None = None):
-    """The dyspec run of `model` (default: the latest dyspec run's) and of one drafter (default: the latest such
-    run's) matching most of PREFER, latest on ties."""
-    runs = read_runs(results_dir, method="dyspec")
-    model = default_model(runs, model)
-    runs = [r for r in runs if r.model == model and any(rec.get("draft_nodes") for rec in r.records)]
-    runs, _ = choose(runs, draft)
-    if not runs:
-        return None
-
-    def score(r):
-        return sum(getattr(r, k) == v for k, v in PREFER)
-
-    return max(enumerate(runs), key=lambda ir: (score(ir[1]), ir[0]))[1]
-
-
-def build_fig5(results_dir: str | Path, model: str | None = None, draft: str | None = None) -> pd.DataFrame:
-    """One row per verification step: question_id, turn, step (of the run), tree_size, accepted."""
-    run = fig5_run(results_dir, model, draft)
-    if run is None:
-        raise missing("dyspec run", results_dir, MAKE)
+def build_fig5(runs: RunSet, model: str | None = None, draft: str | None = None) -> pd.DataFrame:
+    """One row per verification step: question_id, turn, step (of the run), tree_size, accepted; the markdown's
+    footer in attrs. The run: of the dyspec runs that kept their tree sizes, pinned (anchor: Table 4's), the one
+    matching most of PREFER, latest on ties."""
+    pinned = runs.where(method="dyspec", keep=lambda r: any(rec.get("draft_nodes") for rec in r.records)).pin(
+        model=model, draft=draft, own=lambda r: r.experiment == EXPERIMENT)
+    if not pinned.runs:
+        raise pinned.missing("dyspec run", MAKE)
+    run = max(enumerate(pinned.runs), key=lambda ir: (sum(getattr(ir[1], k) == v for k, v in PREFER), ir[0]))[1]
     rows = []
     for r in run.records:
         for size, acc in zip(r.get("draft_nodes") or [], r["accept_lengths"][1:]):
@@ -58,12 +49,15 @@ def build_fig5(results_dir: str | Path, model: str | None = None, draft: str | N
     df = pd.DataFrame(rows)
     per_q = df.groupby("question_id")
     size_ci = bootstrap_interval([per_q["tree_size"].sum().tolist(), per_q.size().tolist()], ratio_of_sums)
-    ms = run.settings
-    df.attrs.update(run_id=run.run_id, model=run.model, drafter=drafter(run), dataset=run.dataset,
-                    temperature=run.temperature, machine=run.machine, budget=ms.get("budget"),
-                    algorithm=ms.get("algorithm"), threshold=ms.get("threshold"),
-                    experiment=run.experiment,
-                    size_ci=size_ci, mat=mat(run.records), questions=per_q.ngroups)
+    ms, paper = run.settings, paper_row()
+    ours = (f"Ours: {run.model}, draft: {describe(pinned.drafter)}, machine {run.machine}, {per_q.ngroups} "
+            f"prompt-turns, {len(df)} steps, experiment {run.experiment or '—'}; MAT (prefill counted as a step) "
+            f"{fmt(mat(run.records))}. Interval: 95% bootstrap over questions.")
+    theirs = (f"Paper: Llama-2-7B -> Llama-2-70B; the text gives only the mean tree size "
+              f"({paper['mean_tree_size']:g} of {int(paper['budget'])}); the figure has no point values.")
+    df.attrs.update(run_id=run.run_id, model=run.model, dataset=run.dataset, temperature=run.temperature,
+                    budget=ms.get("budget"), algorithm=ms.get("algorithm"), threshold=ms.get("threshold"),
+                    size_ci=size_ci, footer=footer(ours, [run], [theirs], pinned.notes))
     return df
 
 
@@ -71,7 +65,7 @@ def paper_row() -> dict:
     return pd.read_csv(PAPER_CSV).iloc[0].to_dict()
 
 
-def plot(df: pd.DataFrame, path: Path) -> Path:
+def plot(df: pd.DataFrame):
     a = df.attrs
     fig = new_figure(figsize=(10, 4))
     ax = fig.subplots()
@@ -86,16 +80,13 @@ def plot(df: pd.DataFrame, path: Path) -> Path:
     ax.legend(lines[0][0] + lines[1][0], lines[0][1] + lines[1][1], fontsize=8, loc="upper right")
     fig.suptitle(f"DySpec Figure 5, ours: {a['model']} on {a['dataset']}, T={a['temperature']:g}, "
                  f"{a['algorithm']} budget {a['budget']}")
-    return save_figure(fig, path)
+    return fig
 
 
-def dyspec_fig5(results_dir: str | Path, model: str | None = None, draft: str | None = None) -> str:
-    """Plot and write figures/dyspec_fig5.{png,csv,md}; returns the markdown. No dyspec run: MissingRunsError."""
-    df = build_fig5(results_dir, model, draft)
+def dyspec_fig5(runs: RunSet, model: str | None = None, draft: str | None = None) -> Report:
+    """figures/dyspec_fig5.{png,csv,md}, showing the markdown. No dyspec run: MissingRunsError."""
+    df = build_fig5(runs, model, draft)
     a, paper = df.attrs, paper_row()
-    out = figures_dir(results_dir)
-    png = plot(df, out / "dyspec_fig5.png")
-    save_csv(df, out / "dyspec_fig5.csv")
     size = float(df["tree_size"].mean()) if len(df) else None
     fill = [v / a["budget"] for v in a["size_ci"]] if a["size_ci"] and a["budget"] else None
     display = pd.DataFrame([
@@ -108,15 +99,18 @@ def dyspec_fig5(results_dir: str | Path, model: str | None = None, draft: str | 
                                  f"threshold {paper['threshold']:g}), budget {int(paper['budget'])}",
          "Mean tree size [95% CI]": fmt(paper["mean_tree_size"]),
          "Of the budget": fmt(paper["mean_tree_size"] / paper["budget"], ".1%"), "Accepted / step": "—"}])
-    foot = [(f"Ours: {a['model']}, draft: {describe(a['drafter'])}, machine {a['machine']}, "
-             f"{a['questions']} prompt-turns, {len(df)} steps, "
-             f"experiment "
-            f"{a['experiment'] or '—'}; MAT (prefill counted as a step) {fmt(a['mat'])}. Interval: 95% bootstrap "
-            "over questions."),
-            (f"Paper: Llama-2-7B -> Llama-2-70B; the text gives only the mean tree size "
-             f"({paper['mean_tree_size']:g} of "
-            f"{int(paper['budget'])}); the figure has no point values."),
-            f"Runs: {a['run_id']}."]
-    md = markdown(display, f"DySpec Figure 5, ours (figure: {png}).", foot, numparse=False)
-    atomic_write(out / "dyspec_fig5.md", md)
-    return md
+    png = runs.folder / "figures" / "dyspec_fig5.png"
+    md = markdown(display, f"DySpec Figure 5, ours (figure: {png}).", a["footer"], numparse=False)
+    return Report({"figures/dyspec_fig5.png": plot(df), "figures/dyspec_fig5.csv": df, "figures/dyspec_fig5.md": md},
+                  show="figures/dyspec_fig5.md")
+
+
+ARTIFACT = Artifact(
+    "fig5", "Figure 5 (tree size and accepted tokens per step; Table 4's budget) -> figures/dyspec_fig5.{png,csv,md}",
+    dyspec_fig5, rank=3, per_drafter=True, experiments=(EXPERIMENT,), paper_csv=(PAPER_CSV.name,),
+    covers=(Cover("Figure 5"),),
+    recipes=(Recipe("reproduce-dyspec-fig5", "DySpec Figure 5: tree size and accepted tokens per step, dyspec at "
+                    "budget 768 (threshold) on OpenWebText, T 0.6",
+                    (RUN.format("table4 dataset=openwebtext run.temperature=0.6"),
+                     "$(PY) -m bench.report dyspec/fig5 --model $(MODEL)")),),
+    shown=(Shown("make draft && make reproduce-dyspec-fig5 LIMIT=5"),), common=("model", "draft"))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.report.dyspec.tree_order import ORDERS, block_count, permute, tree_mask
-from bench.report.plots import new_figure, save_csv, save_figure
+from bench.report.plots import new_figure
 
 PAPER_CSV = Path(__file__).with_name("paper_tables") / "dyspec_fig9_block_counts.csv"
 
@@ -25,7 +25,7 @@ def fig9_points(long: pd.DataFrame, sizes_col: str) -> pd.DataFrame:
     return pts.rename(columns={sizes_col: "tree_size"})
 
 
-def fig9(points: pd.DataFrame, out_dir: Path, title_of: dict[str, str], block: int) -> list[Path]:
+def fig9(points: pd.DataFrame, title_of: dict[str, str], block: int):
     """One panel per source (the command line's order): mean tiles per prefix length, per size and order."""
     sources = [s for s in title_of if s in set(points.source)]
     fig = new_figure(figsize=(5.2 * len(sources), 4.2))
@@ -50,11 +50,10 @@ def fig9(points: pd.DataFrame, out_dir: Path, title_of: dict[str, str], block: i
                       for s, g in paper.groupby("tree_size"))
     fig.text(0.01, -0.04, f"Paper, Fig. 9 text (real DySpec trees, prefix length not given), tree size: "
              f"tiles original -> reordered: {quote}", fontsize=8)
-    png = save_figure(fig, out_dir / "dyspec_fig9_block_counts.png")
-    return [png, save_csv(points, out_dir / "dyspec_fig9_block_counts.csv")]
+    return fig
 
 
-def fig7(parents, title: str, out_dir: Path, block: int) -> Path:
+def fig7(parents, title: str, block: int):
     """Figure 7's picture: one tree's mask in original and DFS order, tile grid drawn, tiles counted."""
     fig = new_figure(figsize=(10, 5.2))
     for ax, order in zip(fig.subplots(1, 2), ("original", "dfs")):
@@ -67,4 +66,4 @@ def fig7(parents, title: str, out_dir: Path, block: int) -> Path:
         ax.set_xlabel("key (tree node)")
         ax.set_ylabel("query (tree node)")
     fig.suptitle(title, fontsize=9)
-    return save_figure(fig, out_dir / "dyspec_fig7_masks.png")
+    return fig

@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.cachefile import atomic_write
 from bench.errors import HarnessError
+from bench.report.dyspec.fig9 import PAPER_CSV as FIG9_CSV
 from bench.report.dyspec.fig9 import fig7, fig9, fig9_points
 from bench.report.dyspec.tree_order import (
     BLOCK,
@@ -43,6 +43,9 @@ from bench.report.dyspec.tree_order import (
     prefix_block_count,
     tree_mask,
 )
+from bench.report.output import Report
+from bench.report.registry import Artifact, Cover, Recipe, Shown, option
+from bench.report.select import RunSet
 from bench.report.tables import fmt
 
 PAPER_CSV = Path(__file__).with_name("paper_tables") / "dyspec_table5_tree_attention.csv"
@@ -259,11 +262,12 @@ def int_list(text: str | Iterable[int], name: str, minimum: int) -> list[int]:
     return sorted(set(vals))
 
 
-def dyspec_table5(results_dir: str | Path = "results", sizes: str | Iterable[int] = "256,512,1024,2048",
+def dyspec_table5(runs: RunSet, sizes: str | Iterable[int] = "256,512,1024,2048",
                   trees_per_size: int = 20, seed: int = 0, generators: str = "recursive,greedy",
                   trees: str | None = None, prefixes: str | Iterable[int] = "0,128,256,512,1024",
-                  fig_sizes: str | Iterable[int] = "768,1024", block: int = BLOCK) -> list[Path]:
-    """Table 5, Figure 9 and Figure 7 (see the module docstring); prints the markdown, returns the paths."""
+                  fig_sizes: str | Iterable[int] = "768,1024", block: int = BLOCK) -> Report:
+    """Table 5, Figure 9 and Figure 7 (see the module docstring); no runs are read. Shows no file: the CLI lists
+    the paths (the table's markdown is the first)."""
     sizes = int_list(sizes, "sizes", 1)
     prefixes = int_list(prefixes, "prefixes", 0)
     fig_sizes = int_list(fig_sizes, "fig-sizes", 1)
@@ -294,21 +298,40 @@ def dyspec_table5(results_dir: str | Path = "results", sizes: str | Iterable[int
         titles = {g: f"Synthetic: '{g}' random trees (not real DySpec trees), "
                      f"{trees_per_size} per size" for g in gens}
 
-    results = Path(results_dir)
-    md = table5_markdown(df, trees_df, trees_per_size, seed, block, trees)
-    paths = [results / "tables" / "dyspec_table5.md", results / "tables" / "dyspec_table5.csv"]
-    atomic_write(paths[0], md)
-    atomic_write(paths[1], df.to_csv(index=False))
+    files = {"tables/dyspec_table5.md": table5_markdown(df, trees_df, trees_per_size, seed, block, trees),
+             "tables/dyspec_table5.csv": df}
     if trees_df is not None:
-        paths.append(results / "tables" / "dyspec_table5_trees.csv")
-        atomic_write(paths[-1], trees_df.to_csv(index=False))
-    paths += fig9(points, results / "figures", titles, block)
+        files["tables/dyspec_table5_trees.csv"] = trees_df
+    files["figures/dyspec_fig9_block_counts.png"] = fig9(points, titles, block)
+    files["figures/dyspec_fig9_block_counts.csv"] = points
     if recorded:
         example, what = recorded[0][0], f"first tree of {Path(trees).name} ({len(recorded[0][0])} nodes)"
     else:
         size = min(fig_sizes)
         example = GENERATORS[gens[0]](size, np.random.default_rng([seed, 99, size]))
         what = f"a synthetic '{gens[0]}' random tree of {size} nodes (not a real DySpec tree)"
-    paths.append(fig7(example, f"Tree attention mask (black: visible), {what}", results / "figures", block))
-    print(md)
-    return paths
+    files["figures/dyspec_fig7_masks.png"] = fig7(example, f"Tree attention mask (black: visible), {what}", block)
+    return Report(files)
+
+
+# Block counts need no model: random trees by default; TREES=file.jsonl adds real DySpec trees, e.g. written by
+# `python -m bench.run model=smollm2-135m dataset=c4 method=dyspec run.limit=3 method.record_trees=$PWD/results/dyspec_trees.jsonl`
+ARTIFACT = Artifact(
+    "table5", "Table 5, Figures 7 and 9 (mask tiles per tree order; no runs needed)", dyspec_table5, rank=5,
+    paper_csv=(PAPER_CSV.name, FIG9_CSV.name), covers=(Cover("Table 5"), Cover("Figure 7"), Cover("Figure 9")),
+    recipes=(Recipe("reproduce-dyspec-table5", "DySpec Table 5 / Figs 7, 9: non-zero 32x32 tiles of tree "
+                    "attention masks, with and without DFS reorder",
+                    (("$(PY) -m bench.report dyspec/table5 --sizes 256,512,1024,2048 --trees-per-size 20 --seed 0 "
+                      "$(if $(TREES),--trees $(TREES))"),)),),
+    # No model: seeded random trees, 5 per size on the page (every page build and its tests recompute it;
+    # `make reproduce-dyspec-table5` draws 20 per size).
+    shown=(Shown("python -m bench.report dyspec/table5 --trees-per-size 5", {"trees_per_size": 5}),),
+    options=(option("--sizes", help="tree sizes, nodes incl. the root (default 256,512,1024,2048)"),
+             option("--trees-per-size", type=int, help="default 20"),
+             option("--seed", type=int, help="default 0"),
+             option("--generators", help="of recursive, greedy (default: both)"),
+             option("--trees", help='recorded trees, JSONL of {"parents": [...], "prefix_len": int}'),
+             option("--prefixes", help="prefix lengths for Figure 9 (default 0,128,256,512,1024)"),
+             option("--fig-sizes", help="synthetic tree sizes for Figure 9 (default 768,1024)"),
+             option("--block", type=int, help="tile side (default 32, DySpec's kernel)")),
+    common=(), needs_runs=False)

@@ -14,8 +14,10 @@ from pathlib import Path
 import pandas as pd
 
 from bench.errors import HarnessError
-from bench.report.drafter import choose, describe
-from bench.report.select import default_model, latest_runs, paired_baseline, read_runs
+from bench.report.drafter import describe
+from bench.report.output import Report
+from bench.report.registry import Artifact, Cover, Recipe, Shown, option
+from bench.report.select import DEFAULT_MODEL, RunSet, footer, latest_runs
 from bench.report.steps import has_steps
 from bench.report.tables import (
     MISSING,
@@ -26,7 +28,6 @@ from bench.report.tables import (
     pair,
     render,
     with_interval,
-    write_texts,
 )
 from bench.run.metrics import bootstrap_interval, mat, mat_interval, ratio_of_rates, ratio_of_sums, verdict
 from bench.run.store import Run
@@ -124,21 +125,10 @@ def paper_value(paper: pd.DataFrame, dataset: str, temperature: float, method: s
     return None if pd.isna(v) else float(v)
 
 
-def dyspec_runs(results_dir, model: str | None, methods=(*METHODS, BASELINE),
-                draft: str | None = None) -> tuple[list[Run], str, str | None]:
-    """Complete runs of DySpec's methods on its datasets for `model` (default: the latest such run's) and one
-    drafter (default: the latest draft-model run's; AR runs stay), with the model and the drafter. Runs that
-    recorded per-step draft lists (Figure 2's) paid for it in time: the tables and breakdowns leave them out."""
-    runs = [r for r in read_runs(results_dir, dataset=DATASETS, method=methods) if not has_steps(r)]
-    model = default_model(runs, model)
-    runs, drafter = choose([r for r in runs if r.model == model], draft)
-    return runs, model, drafter
-
-
-def dyspec_models(results_dir) -> list[str]:
-    """The target models with runs of DySpec's methods on its datasets, in the order of their first run."""
-    runs = read_runs(results_dir, dataset=DATASETS, method=(*METHODS, BASELINE))
-    return list(dict.fromkeys(r.model for r in runs))
+def candidates(runs: RunSet) -> RunSet:
+    """DySpec's methods on its datasets. Runs that recorded per-step draft lists (Figure 2's) paid for it in time:
+    the tables and breakdowns leave them out."""
+    return runs.where(dataset=tuple(DATASETS), method=(*METHODS, BASELINE), keep=lambda r: not has_steps(r))
 
 
 def table_number(runs: list[Run], paper_table: int | str | None) -> int:
@@ -165,23 +155,25 @@ def method_cells(m: str, run: Run | None, base: Run | None, paper: pd.DataFrame,
     }
 
 
-def build_dyspec_table(results_dir: str | Path, model: str | None = None,
-                       paper_table: int | str | None = None, draft: str | None = None) -> pd.DataFrame:
+def build_dyspec_table(runs: RunSet, model: str | None = None, paper_table: int | str | None = None,
+                       draft: str | None = None) -> pd.DataFrame:
     """One row per (dataset, temperature) in the paper's order; per method `<m>_latency_s`, `<m>_accepted`,
     `<m>_speedup` (ours; NaN: no run) and the same with `_paper`; `ar_latency_s(_paper)`. Provenance in attrs.
 
-    Runs are the latest per (model, method, dataset, temperature) with no variant (Table 4: the methods' runs
-    of TABLE_VARIANTS[4], AR's with none); default model: that of
-    the most recent run of these methods on these datasets; default table: the one whose target size is the
-    model's paper_size (7B -> 1, 13B -> 2, 70B -> 3); draft: the drafter's runs (default: the latest one's).
+    Runs are pinned by the one rule (bench.report.select.RunSet; its anchor: the table's own runs), then the
+    latest per (model, method, dataset, temperature) with no variant (Table 4: the methods' runs of
+    TABLE_VARIANTS[4], AR's with none); default table: the one whose target size is the model's paper_size
+    (7B -> 1, 13B -> 2, 70B -> 3).
     """
-    runs, model, drafter = dyspec_runs(results_dir, model, draft=draft)
-    table = table_number(runs, paper_table)
+    mine = candidates(runs)
+    table = table_number(mine.pin(model=model, draft=draft).runs, paper_table)  # the model's paper size
     paper = dyspec_paper(table)
-    latest = latest_runs(runs)
     variant = TABLE_VARIANTS.get(table)
+    runs = mine.pin(model=model, draft=draft, own=lambda r: r.variant == variant)
+    model = runs.model or DEFAULT_MODEL
+    latest = latest_runs(runs.runs)
     used: list[Run] = []
-    notes: list[str] = []
+    notes: list[str] = list(runs.notes)
     rows = []
     versus: list[tuple] = []  # (cell, Sequoia's latency / DySpec's, its paired interval)
     for dataset, paper_name in DATASETS.items():
@@ -201,19 +193,14 @@ def build_dyspec_table(results_dir: str | Path, model: str | None = None,
                                latency_speedup_interval(ours.records, theirs.records)))
             for m in METHODS:
                 run = latest.get((model, m, variant, dataset, t))
-                paired = (paired_baseline(runs, run, BASELINE) or base) if run is not None else base
+                paired = runs.baseline(run, BASELINE)  # the pin keeps one machine and max_new_tokens
                 row.update(method_cells(m, run, paired, paper, dataset, t, paper_base))
                 if run is None:
                     continue
                 used.append(run)
-                if paired is not base:  # the row's latest AR was measured another way (machine, threads, jobs)
+                if paired is not base:  # an older AR covers more of the run's prompts
                     used.append(paired)
                     notes.append(f"{m} on {dataset} at T={t:g}: speedup against AR run {paired.run_id} (same machine)")
-                if paired is not None and paired.max_new_tokens != run.max_new_tokens:
-                    notes.append(f"{m} on {dataset} at T={t:g}: max_new_tokens {run.max_new_tokens}"
-                                 f" vs AR's {paired.max_new_tokens}")
-                if paired is not None and paired.machine != run.machine:
-                    notes.append(f"{m} on {dataset} at T={t:g}: machine differs from AR's")
             rows.append(row)
 
     numeric = [f"{c}{suffix}" for c in ["ar_latency_s", *(f"{m}_{k}" for m in METHODS
@@ -228,7 +215,7 @@ def build_dyspec_table(results_dir: str | Path, model: str | None = None,
                for k in ((model, m, None if m == BASELINE else variant, d, t) for d in DATASETS
                          for t in TEMPERATURES for m in (*METHODS, BASELINE)) if k not in latest]
     df.attrs.update(provenance(model, table, paper, used), notes=list(dict.fromkeys(notes)), missing=missing,
-                    drafter=drafter, versus_sequoia=versus)
+                    drafter=runs.drafter, versus_sequoia=versus)
     return df
 
 
@@ -299,8 +286,16 @@ def display(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def render_dyspec_table(df: pd.DataFrame) -> dict[str, str]:
-    """{"md", "csv", "tex"} texts of the table built by build_dyspec_table."""
+def dyspec_table(runs: RunSet, model: str | None = None, paper_size: str | None = None,
+                 paper_table: int | str | None = None, draft: str | None = None) -> Report:
+    """tables/dyspec_table{N}.{md,csv,tex}; paper_size (the CLI's --paper-size) picks the table by target size
+    when paper_table is not given."""
+    if paper_table is None and paper_size is not None:
+        if paper_size not in TABLE_FOR_SIZE:
+            raise HarnessError(f"DySpec has no table for paper size {paper_size!r} "
+                               f"(sizes: {', '.join(TABLE_FOR_SIZE)})")
+        paper_table = TABLE_FOR_SIZE[paper_size]
+    df = build_dyspec_table(runs, model, paper_table, draft)
     a = df.attrs
     caption = (f"DySpec Table {a['table']}, ours (paper): latency per token (ms) and accepted tokens per step. "
                f"Ours: target {a['model']}, draft: {describe(a['drafter'])}; paper: {a['paper_pair']}, "
@@ -310,34 +305,45 @@ def render_dyspec_table(df: pd.DataFrame) -> dict[str, str]:
         sel = "; ".join(a["selections"][d]) or "no runs"
         n = "/".join(map(str, a["prompts"][d])) or MISSING
         examples.append(f"{d}: {n} prompts measured; selection: {sel}")
-    footer = [
-        (f"Machine: {', '.join(a['machines']) or MISSING}. dtype: {', '.join(a['dtypes']) or MISSING}. "
-         f"max_new_tokens: {', '.join(a['max_new_tokens']) or MISSING}. "
-         f"Trees: {', '.join(a['budgets']) or MISSING} (paper: {a['paper_budget']})."),
-        "Examples: " + " | ".join(examples) + ".",
-        *(f"Data: {n}." for n in DATA_NOTES.values()),
-        DEFINITIONS,
-        AR_NOTE,
-        "Runs: " + (", ".join(f"{k}={v}" for k, v in a["run_ids"].items()) or "none") + ".",
-        *sequoia_claim(a.get("versus_sequoia") or []),
-        *(f"Note: {n}." for n in a["notes"]),
-        *([f"No run: {', '.join(a['missing'])}."] if a["missing"] else []),
-    ]
-    return render(display(df), caption, footer, df)
+    machine = (f"Machine: {', '.join(a['machines']) or MISSING}. dtype: {', '.join(a['dtypes']) or MISSING}. "
+               f"max_new_tokens: {', '.join(a['max_new_tokens']) or MISSING}. "
+               f"Trees: {', '.join(a['budgets']) or MISSING} (paper: {a['paper_budget']}).")
+    foot = [*footer(machine, a["run_ids"], ["Examples: " + " | ".join(examples) + ".",
+                                           *(f"Data: {n}." for n in DATA_NOTES.values()), DEFINITIONS, AR_NOTE],
+                    a["notes"], sequoia_claim(a.get("versus_sequoia") or [])),
+            *([f"No run: {', '.join(a['missing'])}."] if a["missing"] else [])]
+    return Report.tables(f"dyspec_table{a['table']}", render(display(df), caption, foot, df))
 
 
-def dyspec_table(results_dir: str | Path, model: str | None = None, paper_size: str | None = None,
-                 paper_table: int | str | None = None, draft: str | None = None) -> str:
-    """Build, write results/tables/dyspec_table{N}.{md,csv,tex}; returns the markdown.
+DRAFT_COMMON = ("model", "paper_size", "draft")  # --draft: one drafter's runs (bench/report/drafter.py)
+# The sweep of every DySpec recipe, with its experiment (conf/experiment/dyspec/<name>.yaml) and extra overrides.
+RUN = ("$(PY) -m bench.run $(SWEEP) experiment=dyspec/{} model=$(MODEL) run.limit=$(LIMIT) "
+       "run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER) $(DRAFT_ARGS)")
+HUB_RUN = "$(PY) -m bench.run $(SWEEP) experiment=dyspec/table1 model={} run.limit=$(LIMIT) logger=$(LOGGER) $(DRAFT_ARGS)"
+TABLE = "$(PY) -m bench.report dyspec/table --model {} --paper-table {}"
 
-    paper_size (the CLI's --paper-size) picks the table by target size when paper_table is not given.
-    """
-    if paper_table is None and paper_size is not None:
-        if paper_size not in TABLE_FOR_SIZE:
-            raise HarnessError(f"DySpec has no table for paper size {paper_size!r} "
-                               f"(sizes: {', '.join(TABLE_FOR_SIZE)})")
-        paper_table = TABLE_FOR_SIZE[paper_size]
-    df = build_dyspec_table(results_dir, model, paper_table, draft)
-    texts = render_dyspec_table(df)
-    write_texts(Path(results_dir, "tables"), f"dyspec_table{df.attrs['table']}", texts)
-    return texts["md"]
+ARTIFACT = Artifact(
+    "table", "Tables 1-3 (latency, accepted tokens) -> tables/dyspec_table{N}.{md,csv,tex}", dyspec_table,
+    rank=1, per_drafter=True, experiments=("dyspec_table1", "dyspec_table4"), paper_csv=(PAPER_CSV.name,),
+    covers=(Cover("Table 1", {"paper_table": 1}),
+            Cover("Table 2", {"paper_table": 2}, offline="llama-68m -> Llama-2-13B: the hub and a GPU"),
+            Cover("Table 3", {"paper_table": 3}, offline="Llama-2-7B -> Llama-2-70B: the hub and GPUs"),
+            Cover("Table 4", {"paper_table": 4})),
+    recipes=(
+        Recipe("reproduce-dyspec-table1",
+               "DySpec Table 1: ar, specinfer, sequoia, dyspec x 3 datasets x T {0, 0.6}, then the table",
+               (RUN.format("table1"), TABLE.format("$(MODEL)", 1))),
+        Recipe("reproduce-dyspec-table2", "DySpec Table 2 (llama-68m -> Llama-2-13B; needs the hub and a GPU)",
+               (HUB_RUN.format("llama-2-13b"), TABLE.format("llama-2-13b", 2))),
+        Recipe("reproduce-dyspec-table3", "DySpec Table 3 (Llama-2-7B -> Llama-2-70B; needs the hub and GPUs)",
+               (HUB_RUN.format("llama-2-70b"), TABLE.format("llama-2-70b", 3))),
+        # AR (Table 1's runs, reused when complete) and dyspec at budget 768 with Algorithm 2, variant b768.
+        Recipe("reproduce-dyspec-table4", "DySpec Table 4: dyspec at budget 768 (threshold 0.001) x 3 datasets x "
+               "T {0, 0.6}, beside AR",
+               (RUN.format("table1 method=ar"), RUN.format("table4"), TABLE.format("$(MODEL)", 4)))),
+    shown=(Shown("make draft && make reproduce-dyspec-table1 LIMIT=10", {"paper_table": 1}),
+           Shown("make draft && make reproduce-dyspec-table4 LIMIT=5", {"paper_table": 4})),
+    options=(option("--paper-table", type=int,
+                    help="the paper's table (1: 68M/7B, 2: 68M/13B, 3: 7B/70B); "
+                         "default: by --paper-size, else by the runs' paper size"),),
+    common=DRAFT_COMMON)

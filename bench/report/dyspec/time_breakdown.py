@@ -13,16 +13,17 @@ from __future__ import annotations
 import json
 import math
 import textwrap
-from pathlib import Path
 
 import pandas as pd
 
 from bench.report.drafter import describe
-from bench.report.dyspec.tables import BASELINE, LABELS, METHODS, dyspec_runs
+from bench.report.dyspec.tables import BASELINE, DRAFT_COMMON, LABELS, METHODS, RUN, candidates
+from bench.report.output import Report
 from bench.report.phase_timing import require_exact_phases
-from bench.report.plots import new_figure, save_figure, yerr
-from bench.report.select import latest_runs, missing
-from bench.report.tables import fmt, interval_columns, interval_in, markdown, with_interval, write_texts
+from bench.report.plots import new_figure, yerr
+from bench.report.registry import Artifact, Cover, Recipe, Shown, option
+from bench.report.select import DEFAULT_MODEL, RunSet, footer, latest_runs
+from bench.report.tables import fmt, interval_columns, interval_in, markdown, with_interval
 from bench.run.metrics import phase_share_interval, phase_totals
 
 # DySpec Figure 4 component, label, our phases. The target prefill is a target forward (Sequoia and DySpec
@@ -42,6 +43,7 @@ FIG4_PAPER = ("Paper (Figure 4, no values in the text): tree construction is und
               "significant time there (mostly waiting on CUDA sync); with Llama2-7B/70B offloaded, "
               "everything but the two models' inference is under 2%.")
 BREAKDOWN = "breakdown"  # run.variant of Figure 4's own runs (conf/experiment/dyspec/fig4.yaml)
+MAKE = "make reproduce-dyspec-fig4"
 
 
 def dyspec_component_shares(phase_times: dict[str, float]) -> dict[str, float]:
@@ -68,13 +70,15 @@ def share_intervals(records: list[dict]) -> dict:
     return out
 
 
-def build_dyspec_time_breakdown(results_dir: str | Path, model: str | None = None, dataset: str | None = None,
+def build_dyspec_time_breakdown(runs: RunSet, model: str | None = None, dataset: str | None = None,
                                 temperature: float | None = None, draft: str | None = None) -> pd.DataFrame:
     """One row per method (DySpec's order, AR last): share of each Figure 4 component, pooled over the latest
-    run per (dataset, temperature) of that method (optionally only one dataset / temperature)."""
-    runs, model, drafter = dyspec_runs(results_dir, model, draft=draft)
+    run per (dataset, temperature) of that method (optionally only one dataset / temperature), of the runs pinned
+    by the one rule (anchor: Figure 4's own)."""
+    runs = candidates(runs).pin(model=model, draft=draft, own=lambda r: r.variant == BREAKDOWN)
+    model = runs.model or DEFAULT_MODEL
     chosen: dict = {}  # (method, dataset, temperature) -> Figure 4's own run, else Table 1's
-    for r in latest_runs(runs).values():
+    for r in latest_runs(runs.runs).values():
         if (r.variant in (None, BREAKDOWN)
                 and (dataset is None or r.dataset == dataset)
                 and (temperature is None or math.isclose(r.temperature, float(temperature)))):
@@ -85,9 +89,8 @@ def build_dyspec_time_breakdown(results_dir: str | Path, model: str | None = Non
     if not latest:
         where = "".join([f" on {dataset}" if dataset else "", f" at T={float(temperature):g}"
                          if temperature is not None else ""])
-        raise missing(f"dyspec/sequoia/specinfer/ar runs of model '{model}'{where}", results_dir,
-                      "make reproduce-dyspec-fig4")
-    require_exact_phases(latest, "dyspec/time_breakdown", "make reproduce-dyspec-fig4")
+        raise runs.missing(f"dyspec/sequoia/specinfer/ar runs of model '{model}'{where}", MAKE)
+    require_exact_phases(latest, "dyspec/time_breakdown", MAKE)
     rows = []
     for m in (*METHODS, BASELINE):
         mine = [r for r in latest if r.method == m]
@@ -110,11 +113,11 @@ def build_dyspec_time_breakdown(results_dir: str | Path, model: str | None = Non
                      "run_ids": ",".join(r.run_id for r in mine)})
     df = pd.DataFrame(rows)
     df.attrs.update(model=model, machines=sorted({str(r.machine) for r in latest}),
-                    dataset=dataset, temperature=temperature, drafter=drafter)
+                    dataset=dataset, temperature=temperature, drafter=runs.drafter, notes=runs.notes)
     return df
 
 
-def plot_breakdown(df: pd.DataFrame, path: Path) -> Path:
+def plot_breakdown(df: pd.DataFrame):
     """Stacked bars, one per method: % of the timed region per component."""
     fig = new_figure(figsize=(8, 4.8))
     ax = fig.subplots()
@@ -135,14 +138,14 @@ def plot_breakdown(df: pd.DataFrame, path: Path) -> Path:
                  fontsize=9)
     ax.text(0.5, -0.14, "\n".join(textwrap.wrap(FIG4_PAPER, 100)), transform=ax.transAxes,
             ha="center", va="top", fontsize=7, style="italic")
-    return save_figure(fig, path)
+    return fig
 
 
-def dyspec_time_breakdown(results_dir: str | Path, model: str | None = None, paper_size: str | None = None,
+def dyspec_time_breakdown(runs: RunSet, model: str | None = None, paper_size: str | None = None,
                           dataset: str | None = None, temperature: float | None = None,
-                          draft: str | None = None) -> str:
-    """Writes results/tables/dyspec_time_breakdown.{md,csv} and results/figures/dyspec_time_breakdown.png."""
-    df = build_dyspec_time_breakdown(results_dir, model, dataset, temperature, draft)
+                          draft: str | None = None) -> Report:
+    """figures/dyspec_time_breakdown.png, tables/dyspec_time_breakdown.{md,csv}, showing the markdown."""
+    df = build_dyspec_time_breakdown(runs, model, dataset, temperature, draft)
     display = pd.DataFrame({"Method": df["label"], "runs": df["runs"], "prompts": df["prompts"]})
     for key, label, phases in FIG4_COMPONENTS:
         display[f"{label} ({'+'.join(phases)})"] = [with_interval(row[key], interval_in(row, key), ".1%")
@@ -150,21 +153,30 @@ def dyspec_time_breakdown(results_dir: str | Path, model: str | None = None, pap
     a = df.attrs
     scope = ", ".join([a["dataset"] or "c4+openwebtext+cnn_dailymail",
                        f"T={float(a['temperature']):g}" if a["temperature"] is not None else "T=0 and 0.6"])
-    png = plot_breakdown(df, Path(results_dir, "figures", "dyspec_time_breakdown.png"))
-    footer = [
-        f"Machine: {', '.join(a['machines'])}. Shares of the summed phase times of all prompts (the phases "
-        f"tile the timed region; phase sum / wall: "
-        + ", ".join(f"{lab} {fmt(v)}" for lab, v in zip(df["label"], df["phase_sum_over_wall"])) + ").",
+    png = runs.folder / "figures" / "dyspec_time_breakdown.png"
+    machine = (f"Machine: {', '.join(a['machines'])}. Shares of the summed phase times of all prompts (the phases "
+               f"tile the timed region; phase sum / wall: "
+               + ", ".join(f"{lab} {fmt(v)}" for lab, v in zip(df["label"], df["phase_sum_over_wall"])) + ").")
+    foot = footer(machine, dict(zip(df["label"], df["run_ids"])), [
         "Our phase names in brackets; prefill (the target's prompt forward) counts as target forward.",
         ("[low, high]: 95% bootstrap interval over prompts (each resampled with its phase times); the figure's "
          "error bars, drawn at each segment's top. No interval at batch > 1, where phase times are kept per batch."),
-        FIG4_PAPER,
-        f"Figure: {png}.",
-        "Runs: " + "; ".join(f"{lab}: {ids}" for lab, ids in zip(df["label"], df["run_ids"])) + ".",
-    ]
+        FIG4_PAPER, f"Figure: {png}."], a["notes"], named=(": ", "; "))
     caption = (f"DySpec Figure 4, time breakdown per method: ours, {a['model']} on {scope}; "
                f"draft: {describe(a['drafter'])}.")
-    md = markdown(display, caption, footer)
-    write_texts(Path(results_dir, "tables"), "dyspec_time_breakdown",
-                {"md": md, "csv": df.to_csv(index=False)})
-    return md
+    return Report({"figures/dyspec_time_breakdown.png": plot_breakdown(df),
+                   "tables/dyspec_time_breakdown.md": markdown(display, caption, foot),
+                   "tables/dyspec_time_breakdown.csv": df}, show="tables/dyspec_time_breakdown.md")
+
+
+ARTIFACT = Artifact(
+    "time_breakdown", "Figure 4 (time per component) -> tables/dyspec_time_breakdown.{md,csv}, figures/",
+    dyspec_time_breakdown, rank=4, per_drafter=True, experiments=("dyspec_fig4", "dyspec_table1"),
+    covers=(Cover("Figure 4"),),
+    recipes=(Recipe("reproduce-dyspec-fig4", "DySpec Figure 4: time per component, Table 1's sweep timed per phase "
+                    "(run.sync_phases)",
+                    (RUN.format("fig4"), "$(PY) -m bench.report dyspec/time_breakdown --model $(MODEL)")),),
+    shown=(Shown("make draft && make reproduce-dyspec-table1"),),
+    options=(option("--dataset", help="only runs on this dataset"),
+             option("--temperature", type=float, help="only runs at this temperature (default: all)")),
+    common=DRAFT_COMMON)

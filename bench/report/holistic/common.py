@@ -1,14 +1,14 @@
-"""Which runs the Post-use & Pre-cut reports use (through bench.report.select), and the numbers one run is
-reduced to.
+"""Which runs the Post-use & Pre-cut reports use, the numbers one run is reduced to, and the pieces of their
+declarations.
 
-Runs: experiment `holistic` (conf/experiment/holistic/), greedy, batch 1, of one model (default: that of the most
-recent holistic run) and, per dataset, of the most recent holistic run's machine label and max_new_tokens, so every
-ratio compares runs measured the same way; and of one drafter (the distilled draft or the EAGLE head,
-bench.report.drafter: --draft, default the drafter of the most recent draft-model run), AR runs being every
-drafter's baseline. A holistic run's ladder level is read from its switches
-(`method_settings`), so a hand-run holistic counts wherever its switches put it; the latest run per (dataset, level,
-draft length) is used. Speedups are recomputed from records against the AR run measured like it
-(bench.report.select.paired_baseline): the mean per-question tok/s ratio, Spec-Bench's and the run summary's.
+Runs: experiment `holistic` (conf/experiment/holistic/), greedy, batch 1, pinned per dataset by the one rule
+(bench.report.select.RunSet.pin): one model, the machine label and max_new_tokens of the most recent holistic run,
+and one drafter (the distilled draft or the EAGLE head, bench.report.drafter: --draft, default the drafter of the
+most recent draft-model run), the same on every dataset of an artifact, AR runs being every drafter's baseline. A
+holistic run's ladder level is read from its switches (`method_settings`), so a hand-run holistic counts wherever
+its switches put it; the latest run per (dataset, level, draft length) is used. Speedups are recomputed from
+records against the AR run measured like it (RunSet.baseline): the mean per-question tok/s ratio, Spec-Bench's
+and the run summary's.
 
 Utilisation, both of the paper's definitions, from the counters the proposer keeps per step:
 - util_eq3 = new tokens / draft-model calls (Eq. 3: L / #M_d calls; above 1 when a step commits more tokens than
@@ -21,11 +21,13 @@ of verifications with phrases attached whose output a phrase extended.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
-from bench.report.drafter import choose, describe, drafter, latest_drafter
-from bench.report.select import MissingRunsError, Pool, pool, read_runs, used_ids
+import pandas as pd
+
+from bench.report.drafter import describe, drafter
+from bench.report.registry import Artifact, Recipe, Shown, option
+from bench.report.select import MissingRunsError, RunSet
 from bench.report.tables import interval_columns
 from bench.run.metrics import (
     counter_totals,
@@ -39,16 +41,34 @@ from bench.run.metrics import (
 from bench.run.store import Run
 
 EXPERIMENT = "holistic"
-# (reuse_draft, reuse_target, precut) -> the Table 3 level; the paper's rows in its CSV, in ladder order.
+# (reuse_draft, reuse_target, precut) -> the Table 3 level, in ladder order
 LEVELS = {(False, False, False): "sd", (True, False, False): "reuse_draft", (True, True, False): "reuse_target",
           (True, True, True): "precut"}
-LEVEL_NAMES = {"sd": "+ Speculative (sd)", "reuse_draft": "+ Ex-post reuse at M_d",
-               "reuse_target": "+ Ex-post reuse at M_t", "precut": "+ Ex-ante reduction (Pre-cut)"}
-PAPER_LEVELS = {"sd": "+speculative", "reuse_draft": "+expost_reuse_draft", "reuse_target": "+expost_reuse_target",
-                "precut": "+exante_reduction"}
-LAMBDAS = (3, 6, 9, 12, 18, 24)
-MAKE = {name: f"make reproduce-holistic-{name}" for name in ("table1", "table3", "table4", "table9", "table10",
-                                                                  "fig4", "fig5")}
+
+# The declarations' shared pieces (each artifact is declared at the bottom of its module)
+MODEL = {"common": ("model", "draft")}  # --draft: one drafter's runs (bench/report/drafter.py)
+DATASET = option("--dataset", help="the runs' dataset (default humaneval, as the paper's ablation)")
+RUN = "$(PY) -m bench.run $(SWEEP) experiment=holistic/{} $(HOLISTIC_ARGS)"
+AR = "$(PY) -m bench.run $(SWEEP) experiment=holistic/ar dataset={} $(HOLISTIC_ARGS)"
+REPORT = "$(PY) -m bench.report holistic/{} --model $(MODEL)"
+
+
+def recipe(name: str, help: str, *steps: str) -> Recipe:
+    return Recipe(f"reproduce-holistic-{name}", help, (*steps, REPORT.format(name)))
+
+
+def shown(name: str, limit: str = " LIMIT=5") -> tuple[Shown]:
+    return (Shown(f"make reproduce-holistic-{name}{limit}"),)
+
+
+def make(artifact: Artifact) -> str:
+    """The command that produces an artifact's runs (its first recipe), as messages name it."""
+    return f"make {artifact.recipes[0].target}"
+
+
+def paper_table(name: str) -> pd.DataFrame:
+    """One of the paper's tables as published (paper_tables/)."""
+    return pd.read_csv(Path(__file__).with_name("paper_tables") / name)
 
 
 def level(run: Run) -> str | None:
@@ -71,37 +91,56 @@ def draft_length(run: Run) -> int | None:
     return None if value is None else int(value)
 
 
-def holistic_drafter(results_dir: str | Path, model: str | None, draft: str | None) -> str | None:
-    """The drafter an artifact shows on every dataset: `draft` (a full name or a source, "eagle"), else the
-    drafter of the most recent greedy batch-1 draft-model run of experiment `holistic` (of `model`, if given)."""
-    runs = read_runs(results_dir, experiment=EXPERIMENT, greedy=True, batch_size=1, model=model)
-    return choose(runs, draft)[1] if draft is not None else latest_drafter(runs)
+def holistic(run: Run) -> bool:
+    return run.method == "holistic"
 
 
-def holistic_pool(results_dir: str | Path, model: str | None, dataset: str, make: str,
-                  draft: str | None = None, synced: bool = False) -> Pool:
-    """The greedy batch-1 runs of experiment `holistic` on `dataset` of one model and of the drafter `draft`
-    (a full name, holistic_drafter's; None: any), measured like the most recent holistic run
-    (bench.report.select.pool); no holistic run: MissingRunsError naming `make`. Runs timed per phase
-    (run.sync_phases, Table 9's) only with `synced`: a speed table never reads them, as on a GPU the syncs cost
-    time the paper's and AR's runs do not pay."""
-    candidates = read_runs(results_dir, experiment=EXPERIMENT, dataset=dataset, greedy=True, batch_size=1,
-                           model=model, keep=lambda r: synced or not r.sync_phases)
-    if draft is not None:
-        candidates = [r for r in candidates if drafter(r) in (None, draft)]
-    p = pool(candidates, lambda r: r.method == "holistic", model, dataset=dataset)
+def measured(runs: RunSet, synced: bool = False) -> RunSet:
+    """The greedy batch-1 runs of experiment `holistic`; runs timed per phase (run.sync_phases, Table 9's) only
+    with `synced`: a speed table never reads them, as on a GPU the syncs cost time the paper's and AR's runs do
+    not pay."""
+    return runs.where(experiment=EXPERIMENT, greedy=True, batch_size=1, keep=lambda r: synced or not r.sync_phases)
+
+
+def shown_drafter(runs: RunSet, model: str | None, draft: str | None) -> str | None:
+    """The drafter an artifact shows on every dataset: `draft` (a full name or a source, "eagle"), else that of
+    the most recent draft-model run of experiment `holistic` (timed per phase or not)."""
+    return measured(runs, synced=True).pin(model=model, draft=draft, same=()).drafter
+
+
+def ladder(runs: RunSet, dataset: str, make: str, model: str | None = None, draft: str | None = None,
+           synced: bool = False) -> RunSet:
+    """The runs one artifact compares on `dataset`, of shown_drafter's drafter; no holistic run of it:
+    MissingRunsError naming `make` (an artifact of several datasets notes it and shows the others)."""
+    draft = shown_drafter(runs, model, draft)
+    mine = measured(runs, synced).where(dataset=dataset)
+    if draft is not None:  # a dataset without the drafter's runs is missing, not another drafter's
+        mine = mine.where(keep=lambda r: drafter(r) in (None, draft))
+    p = mine.pin(holistic, model=model, draft=draft, dataset=dataset)
     if not p.runs:
         what = f" with draft {draft}" if draft is not None else ""
-        raise MissingRunsError(f"no holistic runs on {dataset}{what} in {results_dir} ({make})")
-    return dataclasses.replace(p, draft=draft or latest_drafter(p.runs))
+        raise MissingRunsError(f"no holistic runs on {dataset}{what} in {runs.folder} ({make})")
+    return p
 
 
-def ladder_run(p: Pool, lvl: str, length: int) -> Run | None:
+def ours(p: RunSet) -> str:
+    """The footer's "Ours: ..." line of one dataset's runs."""
+    return (f"Ours: {p.model}, draft: {describe(p.drafter)}, machine {p.machine or '—'}, max_new_tokens "
+            f"{p.max_new_tokens or '—'}, {p.dataset}.")
+
+
+def ladder_run(p: RunSet, lvl: str, length: int) -> Run | None:
     """The latest run of a ladder level at a draft length."""
     return p.latest(lambda r: level(r) == lvl and draft_length(r) == length)
 
 
-def draft_lengths(p: Pool, lvl: str) -> list[int]:
+def cell(p: RunSet, lvl: str, length: int) -> tuple[Run | None, Run | None]:
+    """(the ladder run of a level at a draft length, its AR baseline); None for either one not run."""
+    run = ladder_run(p, lvl, length)
+    return run, p.baseline(run, "ar")
+
+
+def draft_lengths(p: RunSet, lvl: str) -> list[int]:
     """The draft lengths a ladder level was run at."""
     return sorted({draft_length(r) for r in p.runs if level(r) == lvl})
 
@@ -144,9 +183,3 @@ def assisted_note(draft: str | None) -> list[str]:
         return []
     return [("Assisted: transformers' assisted generation needs a draft language model; with the EAGLE head as the "
              "drafter it cannot run (its row is measured with the distilled draft: make draft, without DRAFT=eagle).")]
-
-
-def footer(p: Pool, used: list[Run | None]) -> list[str]:
-    return [(f"Ours: {p.model}, draft: {describe(p.draft)}, machine {p.machine or '—'}, max_new_tokens "
-             f"{p.max_new_tokens or '—'}, {p.dataset}."),
-            "Runs: " + (", ".join(used_ids(used)) or "none") + "."]

@@ -12,7 +12,11 @@ lambda; conf/experiment/holistic/fig2.yaml, Alpaca, run.record_steps=true):
     draft, whether all of it was accepted, binned by the product. Needs per-step confidences.
 (b) and (c) read the step_* counters of runs made with run.record_steps=true (bench/report/steps.py).
 
-Writes results/figures/holistic_fig2.{png,csv,md}. The paper's figure has no point values in its text.
+Runs: vanilla SD runs of any experiment (greedy), pinned by the one rule (bench.report.select.RunSet.pin) to those
+with per-step records when the drafter has any, the most recent of experiment holistic_fig2 first; (b) and (c) read
+the latest recorded run, (a) that run, else the latest run without records.
+
+Builds figures/holistic_fig2.{png,csv,md}. The paper's figure has no point values in its text.
 """
 
 from __future__ import annotations
@@ -22,18 +26,19 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
-from bench.cachefile import atomic_write
-from bench.report.drafter import choose, describe, drafter
-from bench.report.holistic.common import draft_length, level
-from bench.report.plots import figures_dir, new_figure, save_csv, save_figure, wrap
-from bench.report.select import default_model, latest, missing, read_runs, used_ids
+from bench.report.drafter import describe, drafter
+from bench.report.holistic.common import MODEL, RUN, draft_length, level, make, recipe, shown
+from bench.report.output import Report
+from bench.report.plots import new_figure, wrap
+from bench.report.registry import Artifact, Cover
+from bench.report.select import RunSet, footer
 from bench.report.steps import SWITCH, binned_rate, has_steps, nodes, rises, steps
 from bench.report.tables import fmt, markdown, with_interval
 from bench.run.metrics import bootstrap_interval, ratio_of_sums, verdict
 from bench.run.store import Run
 
-MAKE = "make reproduce-holistic-fig2"
 EDGES = [0.0, 0.01, 0.03, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0]  # Pre-cut's confidence bins (conf_edges), ascending
 SHOWN_STEPS = 200  # iterations drawn in (a)
 PAPER = {"a": "Paper (a): the local optimal draft length varies strongly across SD iterations.",
@@ -48,27 +53,19 @@ def vanilla(run: Run) -> bool:
     return run.method == "sd" or level(run) == "sd"
 
 
-def fig2_runs(results_dir: str | Path, model: str | None = None,
-              draft: str | None = None) -> tuple[Run | None, Run | None]:
-    """(the run of (a), the run of (b)/(c)): the latest vanilla SD run with per-step records, preferring
-    experiment holistic_fig2, for both; without one, (a) reads the latest vanilla SD run. Both are of one
-    drafter: `draft`, else that of the run these rules pick among every drafter's."""
-    runs = [r for r in read_runs(results_dir, method=("holistic", "sd"), greedy=True) if vanilla(r)]
-    recorded = [r for r in runs if has_steps(r)]
-    model = default_model(recorded or runs, model)
-    runs = [r for r in runs if r.model == model]
-    if draft is None:
-        first = pick([r for r in runs if has_steps(r)]) or pick(runs)
-        draft = drafter(first) if first is not None else None
-    if draft is not None:
-        runs = choose(runs, draft)[0]
-    rec = pick([r for r in runs if has_steps(r)])
-    return rec or pick(runs), rec
+def own(run: Run) -> bool:
+    return run.experiment == "holistic_fig2"
 
 
-def pick(runs: list[Run]) -> Run | None:
-    """The latest run of experiment holistic_fig2, else the latest run."""
-    return latest(runs, lambda r: r.experiment == "holistic_fig2") or latest(runs)
+def vanilla_runs(runs: RunSet, model: str | None = None,
+                 draft: str | None = None) -> tuple[RunSet, Run | None, Run | None]:
+    """(the runs pinned, the run of (a), the run of (b)/(c) or None): see the module's docstring."""
+    sd = runs.where(method=("holistic", "sd"), greedy=True, keep=vanilla)
+    p = sd.pin(has_steps, model=model, draft=draft, own=own)
+    if not p.runs:  # no run with per-step records (of the drafter): (a) alone
+        p = sd.pin(model=model, draft=draft, own=own)
+    recorded = p.latest(lambda r: own(r) and has_steps(r)) or p.latest(has_steps)
+    return p, recorded or p.latest(own) or p.latest(), recorded
 
 
 def local_optimum(run: Run) -> pd.DataFrame:
@@ -135,15 +132,17 @@ def spread(a: pd.DataFrame) -> tuple[float | None, list[float] | None]:
     return float(a["lambda_star"].std(ddof=0)), bootstrap_interval([n, s1, s2], std)
 
 
-def build_fig2(results_dir: str | Path, model: str | None = None, draft: str | None = None) -> pd.DataFrame:
+def build_fig2(runs: RunSet, model: str | None = None, draft: str | None = None) -> pd.DataFrame:
+    return frame(runs, *vanilla_runs(runs, model, draft)[1:])
+
+
+def frame(runs: RunSet, run_a: Run | None, run_bc: Run | None) -> pd.DataFrame:
     """Tidy rows: part a (iteration, lambda_star), part b (measure, value, low, high), part c (bins)."""
-    run_a, run_bc = fig2_runs(results_dir, model, draft)
     if run_a is None:
-        raise missing("vanilla SD run (sd, or holistic with reuse and Pre-cut off)", results_dir, MAKE)
+        raise runs.missing("vanilla SD run (sd, or holistic with reuse and Pre-cut off)", make(ARTIFACT))
     a = local_optimum(run_a)
     parts = [a.assign(part="a")]
-    attrs = {"run_a": run_a, "lambda": draft_length(run_a),
-             "spread": spread(a), "run_bc": run_bc}
+    attrs = {"lambda": draft_length(run_a), "spread": spread(a)}
     if run_bc is not None:
         b = reuse(run_bc)
         for col in ("at_target", "at_draft"):
@@ -156,14 +155,12 @@ def build_fig2(results_dir: str | Path, model: str | None = None, draft: str | N
         attrs["rises"] = rises(c)
         attrs["tokens_kept"] = any("output_ids" in r for r in run_bc.records)  # the evidence drops token ids
     df = pd.concat(parts, ignore_index=True)
-    df.attrs.update({k: v for k, v in attrs.items() if not isinstance(v, Run)},
-                    run_ids=used_ids([run_a, run_bc]),
-                    model=run_a.model, dataset=run_a.dataset,
+    df.attrs.update(attrs, model=run_a.model, dataset=run_a.dataset,
                     machine=run_a.machine, recorded=run_bc is not None, drafter=drafter(run_a))
     return df
 
 
-def plot(df: pd.DataFrame, path: Path) -> Path:
+def plot(df: pd.DataFrame) -> Figure:
     at = df.attrs
     fig = new_figure(figsize=(15, 4))
     ax_a, ax_b, ax_c = fig.subplots(1, 3)
@@ -177,7 +174,7 @@ def plot(df: pd.DataFrame, path: Path) -> Path:
                             (ax_c, "c", "(c) acceptance vs confidence product")):
         ax.set_title(title)
         if not at["recorded"]:
-            ax.text(0.5, 0.5, wrap(f"not measured: no run with {SWITCH} ({MAKE})", 36), ha="center",
+            ax.text(0.5, 0.5, wrap(f"not measured: no run with {SWITCH} ({make(ARTIFACT)})", 36), ha="center",
                     va="center", transform=ax.transAxes)
             ax.set_xticks([])
             ax.set_yticks([])
@@ -195,17 +192,15 @@ def plot(df: pd.DataFrame, path: Path) -> Path:
         ax_c.set(xlim=(0, 1), ylim=(0, 1.05), xlabel="product of draft confidences",
                  ylabel="share of draft prefixes accepted")
     fig.suptitle(f"Post-use & Pre-cut Figure 2, ours: {at['model']} on {at['dataset']}")
-    return save_figure(fig, path)
+    return fig
 
 
-def holistic_fig2(results_dir: str | Path, model: str | None = None, draft: str | None = None) -> str:
-    """Plot and write figures/holistic_fig2.{png,csv,md}; returns the markdown. No vanilla SD run:
-    MissingRunsError; without per-step records, (b) and (c) say why they are empty."""
-    df = build_fig2(results_dir, model, draft)
+def holistic_fig2(runs: RunSet, model: str | None = None, draft: str | None = None) -> Report:
+    """The figure, its points (csv) and the markdown, which the CLI shows. No vanilla SD run: MissingRunsError;
+    without per-step records, (b) and (c) say why they are empty."""
+    p, run_a, run_bc = vanilla_runs(runs, model, draft)
+    df = frame(runs, run_a, run_bc)
     at = df.attrs
-    out = figures_dir(results_dir)
-    png = plot(df, out / "holistic_fig2.png")
-    save_csv(df, out / "holistic_fig2.csv")
     a = df[df["part"] == "a"]
     lam, (std, std_ci) = at["lambda"], at["spread"]
     rows = [{"Part": "(a)", "Measure": "lambda* (accepted drafts per iteration): mean; std [95% CI]",
@@ -233,12 +228,22 @@ def holistic_fig2(results_dir: str | Path, model: str | None = None, draft: str 
                           "report on the run's results folder has them.")
     else:
         rows.append({"Part": "(b), (c)", "Measure": "—", "Ours": f"Not measured: no vanilla SD run with {SWITCH} "
-                                                                 f"({MAKE})"})
-    foot = [(f"Ours: {at['model']}, draft: {describe(at['drafter'])}, machine {at['machine']}, {at['dataset']}, vanilla SD at lambda {lam}; intervals: "
-            "95% bootstrap over questions. (b): a discarded token counts when a 2-token phrase of the discarded "
-            "part holding it reappears later in the same prompt-turn."),
-            *claims, *PAPER.values(), "The paper's figure gives no point values.",
-            "Runs: " + ", ".join(at["run_ids"]) + "."]
+                                                                 f"({make(ARTIFACT)})"})
+    ours = (f"Ours: {at['model']}, draft: {describe(at['drafter'])}, machine {at['machine']}, {at['dataset']}, "
+            f"vanilla SD at lambda {lam}; intervals: 95% bootstrap over questions. (b): a discarded token counts when "
+            "a 2-token phrase of the discarded part holding it reappears later in the same prompt-turn.")
+    foot = footer(ours, [run_a, run_bc], [*claims, *PAPER.values(), "The paper's figure gives no point values."],
+                  p.notes)
+    png = Path(runs.folder, "figures", "holistic_fig2.png")  # the markdown names the figure where it is written
     md = markdown(pd.DataFrame(rows), f"Post-use & Pre-cut Figure 2, ours (figure: {png}).", foot, numparse=False)
-    atomic_write(out / "holistic_fig2.md", md)
-    return md
+    return Report({"figures/holistic_fig2.png": plot(df), "figures/holistic_fig2.csv": df,
+                   "figures/holistic_fig2.md": md}, show="figures/holistic_fig2.md")
+
+
+ARTIFACT = Artifact(
+    "fig2", "Figure 2 (local optimal lambda per iteration, reuse potential, acceptance vs confidence product; (b), "
+    "(c) need run.record_steps=true) -> figures/holistic_fig2.{png,csv,md}", holistic_fig2,
+    covers=(Cover("Figure 2"),), rank=6, per_drafter=True, experiments=("holistic_fig2", "holistic"),
+    recipes=(recipe("fig2", "Post-use & Pre-cut Figure 2: vanilla SD (lambda 12) on Alpaca with per-step records: "
+                    "lambda*, reuse potential, acceptance vs confidence", RUN.format("fig2")),),
+    shown=shown("fig2"), **MODEL)

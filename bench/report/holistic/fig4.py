@@ -2,8 +2,8 @@
 initialised Q (learned in warm-up, then frozen) and Pre-cut with Q updated throughout, on the same questions
 (conf/experiment/holistic/fig4.yaml: Alpaca, 256 new tokens, reuse off).
 
-Writes results/figures/holistic_fig4.png (cumulative utilisation against verification step, one line per curve)
-and holistic_fig4.{csv,md}: the csv holds every step of every curve (the step's accepted and drafted tokens, new
+Builds figures/holistic_fig4.png (cumulative utilisation against verification step, one line per curve) and
+holistic_fig4.{csv,md}: the csv holds every step of every curve (the step's accepted and drafted tokens, new
 tokens and draft calls, and both cumulative utilisations), the markdown the final values and the paper's claim
 decided from them. A curve's final utilisation carries its 95% bootstrap interval over questions (each resampled
 with its accepted and drafted draft tokens; Eq. 3's with its new tokens and draft calls): an error bar at the
@@ -16,16 +16,17 @@ vanilla SD.
 from __future__ import annotations
 
 from collections import defaultdict
-from pathlib import Path
 
 import pandas as pd
+from matplotlib.figure import Figure
 
-from bench.cachefile import atomic_write
-from bench.report.drafter import choose, describe
+from bench.report.drafter import describe
 from bench.report.holistic.claims import ordering_verdict
-from bench.report.holistic.common import EXPERIMENT, MAKE, draft_length, frozen
-from bench.report.plots import figures_dir, new_figure, save_csv, save_figure, yerr
-from bench.report.select import MissingRunsError, read_runs
+from bench.report.holistic.common import AR, EXPERIMENT, MODEL, RUN, draft_length, frozen, make, recipe, shown
+from bench.report.output import Report
+from bench.report.plots import new_figure, yerr
+from bench.report.registry import Artifact, Cover, option
+from bench.report.select import MissingRunsError, RunSet
 from bench.report.tables import MISSING, interval_columns, interval_in, markdown, with_interval
 from bench.run.metrics import bootstrap_interval, ratio_of_sums
 from bench.run.store import Run
@@ -33,6 +34,7 @@ from bench.run.store import Run
 CURVES = {"vanilla": "vanilla SD", "q_init": "Pre-cut, Q_init (learned in warm-up, then frozen)",
           "q_updated": "Pre-cut, Q updated"}
 COLORS = {"vanilla": "tab:gray", "q_init": "tab:blue", "q_updated": "tab:red"}
+DATASET = option("--dataset", help="the runs' dataset (default alpaca, as the paper's Figure 4)")
 
 
 def curve(run: Run) -> str | None:
@@ -81,31 +83,16 @@ def final_intervals(run: Run) -> dict:
     return {**interval_columns("util_accepted", ci(0, 1)), **interval_columns("util_eq3", ci(2, 3))}
 
 
-def build_holistic_fig4(results_dir: str | Path, model: str | None = None, dataset: str = "alpaca",
-                        draft: str | None = None) -> pd.DataFrame:
-    runs = read_runs(results_dir, experiment=EXPERIMENT, dataset=dataset, greedy=True, model=model, keep=curve)
-    if not runs:
-        raise MissingRunsError(f"no Figure 4 runs (holistic, reuse off) on {dataset} in {results_dir} ({MAKE['fig4']})")
-    model = model or runs[-1].model
-    mine, drafter = choose([r for r in runs if r.model == model], draft)  # one drafter's curves
-    latest = {curve(r): r for r in mine}  # oldest first: the last one wins
-    parts = []
-    for name in CURVES:
-        if name in latest:
-            run = latest[name]
-            df = steps(run)
-            df.insert(0, "curve", name)
-            df["draft_length"], df["run_id"] = draft_length(run), run.run_id
-            for col, value in final_intervals(run).items():  # on the curve's last step only
-                df[col] = float("nan")
-                if len(df) and value is not None:
-                    df.loc[df.index[-1], col] = value
-            parts.append(df)
-    out = pd.concat(parts, ignore_index=True)
-    ordering = (ordering_verdict(*(latest[n] for n in ("vanilla", "q_init", "q_updated"))) if set(latest) >= set(CURVES)
-                else "not measured (needs all three curves)")
-    out.attrs.update({"model": model, "dataset": dataset, "ordering": ordering, "drafter": drafter})
-    return out
+def curve_steps(name: str, run: Run) -> pd.DataFrame:
+    """One curve's csv rows: its steps, with the final utilisations' intervals on its last step only."""
+    df = steps(run)
+    df.insert(0, "curve", name)
+    df["draft_length"], df["run_id"] = draft_length(run), run.run_id
+    for col, value in final_intervals(run).items():
+        df[col] = float("nan")
+        if len(df) and value is not None:
+            df.loc[df.index[-1], col] = value
+    return df
 
 
 def final(df: pd.DataFrame) -> dict[str, float]:
@@ -121,7 +108,7 @@ def ordering_claim(df: pd.DataFrame) -> str:
     return f"{verdict} (" + ", ".join(f"{CURVES[n]} {u[n]:.3f}" for n in CURVES) + ")"
 
 
-def plot(df: pd.DataFrame, path: Path) -> Path:
+def plot(df: pd.DataFrame) -> Figure:
     fig = new_figure(figsize=(7, 4))
     ax = fig.add_subplot()
     for name, g in df.groupby("curve", sort=False):
@@ -135,29 +122,45 @@ def plot(df: pd.DataFrame, path: Path) -> Path:
     ax.set_title(f"Post-use & Pre-cut Fig. 4, ours: {df.attrs['model']}, {df.attrs['dataset']}")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return save_figure(fig, path)
+    return fig
 
 
-def holistic_fig4(results_dir: str | Path, model: str | None = None, dataset: str = "alpaca",
-                  draft: str | None = None) -> str:
-    """Build, write results/figures/holistic_fig4.{png,csv,md}; returns the markdown."""
-    df = build_holistic_fig4(results_dir, model, dataset, draft)
-    out = figures_dir(results_dir)
-    plot(df, out / "holistic_fig4.png")
-    save_csv(df, out / "holistic_fig4.csv")
+def holistic_fig4(runs: RunSet, model: str | None = None, dataset: str = "alpaca",
+                  draft: str | None = None) -> Report:
+    """The figure, its points (csv) and the markdown, which the CLI shows."""
+    mine = runs.where(experiment=EXPERIMENT, dataset=dataset, greedy=True, keep=curve)
+    p = mine.pin(model=model, draft=draft, dataset=dataset)
+    if not p.runs:
+        raise MissingRunsError(f"no Figure 4 runs (holistic, reuse off) on {dataset} in {runs.folder} "
+                               f"({make(ARTIFACT)})")
+    latest = p.latest_per(curve)
+    df = pd.concat([curve_steps(name, latest[name]) for name in CURVES if name in latest], ignore_index=True)
+    df.attrs.update(model=p.model, dataset=dataset)
+    ordering = (ordering_verdict(*(latest[n] for n in CURVES)) if set(latest) >= set(CURVES)
+                else "not measured (needs all three curves)")
     summary = pd.DataFrame([{"Curve": CURVES[n], "λ": g["draft_length"].iloc[0], "steps": len(g),
                              "utilisation (accepted / drafted)": with_interval(
                                  g["util_accepted"].iloc[-1], interval_in(g.iloc[-1], "util_accepted"), ".3f"),
                              "Eq. 3 (new tokens / draft calls)": with_interval(
                                  g["util_eq3"].iloc[-1], interval_in(g.iloc[-1], "util_eq3"), ".3f"),
                              "run": g["run_id"].iloc[0]} for n, g in df.groupby("curve", sort=False)])
-    caption = (f"Post-use & Pre-cut Figure 4, ours: final cumulative token utilisation on {df.attrs['dataset']} "
-               f"({df.attrs['model']}, draft: {describe(df.attrs['drafter'])}); the paper shows curves only, no values.")
+    caption = (f"Post-use & Pre-cut Figure 4, ours: final cumulative token utilisation on {dataset} "
+               f"({p.model}, draft: {describe(p.drafter)}); the paper shows curves only, no values.")
     points = ordering_claim(df).split(" (", 1)[-1].rstrip(")")  # the numbers; the verdict is the intervals'
     md = markdown(summary, caption, [(f"Claim, Q_updated > Q_init > vanilla SD, from paired 95% intervals over "
-                                      f"questions: {df.attrs['ordering']}; final utilisation: {points}."),
+                                      f"questions: {ordering}; final utilisation: {points}."),
                                      ("[low, high]: 95% bootstrap interval over questions (the figure's error "
                                       "bars, at each curve's end)."),
-                                     f"{MISSING}: no run ({MAKE['fig4']})."])
-    atomic_write(out / "holistic_fig4.md", md)
-    return md
+                                     f"{MISSING}: no run ({make(ARTIFACT)}).",
+                                     *(f"Note: {n}." for n in p.notes)])
+    return Report({"figures/holistic_fig4.png": plot(df), "figures/holistic_fig4.csv": df,
+                   "figures/holistic_fig4.md": md}, show="figures/holistic_fig4.md")
+
+
+ARTIFACT = Artifact(
+    "fig4", "Figure 4 (utilisation over time: vanilla SD, Pre-cut Q_init, Q updated) -> "
+    "figures/holistic_fig4.{png,csv,md}", holistic_fig4, covers=(Cover("Figure 4"),), rank=7, per_drafter=True,
+    experiments=("holistic",),
+    recipes=(recipe("fig4", "Post-use & Pre-cut Figure 4: utilisation over time, vanilla SD vs Pre-cut Q_init vs Q "
+                    "updated, on Alpaca", AR.format("alpaca"), RUN.format("fig4")),),
+    shown=shown("fig4"), options=(DATASET,), **MODEL)

@@ -1,55 +1,27 @@
 """Post-use & Pre-cut Figure 5: draft-length sensitivity with reuse only (both reuses, no Pre-cut): speedup over
 AR against lambda on HumanEval and MT-Bench (conf/experiment/holistic/fig5.yaml).
 
-Writes results/figures/holistic_fig5.png (one line per dataset, the best lambda marked) and
-holistic_fig5.{csv,md}. The paper's figure (Llama-2 7B/70B) has no point values in its text; its claim is that
+Builds figures/holistic_fig5.png (one line per dataset, the best lambda marked) and holistic_fig5.{csv,md}. The paper's figure (Llama-2 7B/70B) has no point values in its text; its claim is that
 the best lambda differs between tasks, which the markdown decides from our curves.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
+from matplotlib.figure import Figure
 
-from bench.cachefile import atomic_write
+from bench.report.holistic import common
 from bench.report.holistic.claims import fmt_ci
-from bench.report.holistic.common import MAKE, draft_lengths, footer, holistic_pool, ladder_run, numbers
-from bench.report.holistic.common import holistic_drafter as drafter_to_show
-from bench.report.plots import figures_dir, new_figure, save_csv, save_figure, yerr
-from bench.report.select import MissingRunsError
+from bench.report.holistic.common import AR, MODEL, RUN, make, recipe, shown
+from bench.report.output import Report
+from bench.report.plots import new_figure, yerr
+from bench.report.registry import Artifact, Cover
+from bench.report.select import MissingRunsError, RunSet, footer
 from bench.report.tables import MISSING, markdown, ours_cells
 from bench.run.metrics import speedup_interval, verdict
 
 DATASETS = ("humaneval", "mt_bench")
 LEVEL = "reuse_target"  # both reuses, no Pre-cut
-
-
-def build_holistic_fig5(results_dir: str | Path, model: str | None = None, draft: str | None = None) -> pd.DataFrame:
-    rows, lines, errors, runs = [], [], [], {}
-    draft = drafter_to_show(results_dir, model, draft)  # one drafter on both datasets
-    for ds in DATASETS:
-        try:
-            p = holistic_pool(results_dir, model, ds, MAKE["fig5"], draft)
-        except MissingRunsError as e:
-            errors.append(str(e))
-            continue
-        model = model or p.model
-        used = []
-        for n in draft_lengths(p, LEVEL):
-            run = ladder_run(p, LEVEL, n)
-            base = p.baseline(run, "ar")
-            used += [run, base]
-            rows.append({"dataset": ds, "lambda": n, **numbers(run, base), "run_id": run.run_id,
-                         "ar_run_id": base.run_id if base else None})
-        lines += footer(p, used)
-        runs[ds] = {n: ladder_run(p, LEVEL, n) for n in draft_lengths(p, LEVEL)}
-    if not rows:
-        raise MissingRunsError(f"no reuse-only holistic runs on {', '.join(DATASETS)} in {results_dir} ({MAKE['fig5']})")
-    df = pd.DataFrame(rows)
-    df.attrs.update({"model": model, "footer": lines + [f"Missing: {e}." for e in errors],
-                     "differs": differs_verdict(best(df), runs)})
-    return df
 
 
 def differs_verdict(b: dict[str, int], runs: dict[str, dict]) -> str:
@@ -82,7 +54,7 @@ def differs_claim(df: pd.DataFrame) -> str:
     return f"{verdict} (best lambda: " + ", ".join(f"{ds} {n}" for ds, n in b.items()) + ")"
 
 
-def plot(df: pd.DataFrame, path: Path) -> Path:
+def plot(df: pd.DataFrame) -> Figure:
     fig = new_figure(figsize=(6, 4))
     ax = fig.add_subplot()
     for ds, g in df.groupby("dataset", sort=False):
@@ -98,25 +70,49 @@ def plot(df: pd.DataFrame, path: Path) -> Path:
     ax.set_title(f"Post-use & Pre-cut Fig. 5, ours: {df.attrs['model']} (circled: best λ)")
     ax.grid(alpha=0.3)
     ax.legend()
-    return save_figure(fig, path)
+    return fig
 
 
-def holistic_fig5(results_dir: str | Path, model: str | None = None, draft: str | None = None) -> str:
-    """Build, write results/figures/holistic_fig5.{png,csv,md}; returns the markdown."""
-    df = build_holistic_fig5(results_dir, model, draft)
-    out = figures_dir(results_dir)
-    plot(df, out / "holistic_fig5.png")
-    save_csv(df, out / "holistic_fig5.csv")
-    cells = df.assign(cell=ours_cells(df, "speedup"))
-    table = cells.pivot(index="lambda", columns="dataset", values="cell").reset_index()
+def holistic_fig5(runs: RunSet, model: str | None = None, draft: str | None = None) -> Report:
+    """The figure, its points (csv) and the markdown, which the CLI shows."""
+    rows, foot, errors, cells = [], [], [], {}
+    draft = common.shown_drafter(runs, model, draft)  # one drafter on both datasets; an unknown --draft is one error
+    for ds in DATASETS:
+        try:
+            p = common.ladder(runs, ds, make(ARTIFACT), model, draft)
+        except MissingRunsError as e:
+            errors.append(f"Missing: {e}.")
+            continue
+        model = model or p.model
+        cells[ds] = {n: common.cell(p, LEVEL, n) for n in common.draft_lengths(p, LEVEL)}
+        rows += [{"dataset": ds, "lambda": n, **common.numbers(run, base), "run_id": run.run_id,
+                  "ar_run_id": base.run_id if base else None} for n, (run, base) in cells[ds].items()]
+        foot += footer(common.ours(p), [r for pair in cells[ds].values() for r in pair], notes=p.notes)
+    if not rows:
+        raise MissingRunsError(f"no reuse-only holistic runs on {', '.join(DATASETS)} in {runs.folder} "
+                               f"({make(ARTIFACT)})")
+    df = pd.DataFrame(rows)
+    df.attrs["model"] = model
+    differs = differs_verdict(best(df), {ds: {n: run for n, (run, _) in c.items()} for ds, c in cells.items()})
+    table = df.assign(cell=ours_cells(df, "speedup")).pivot(index="lambda", columns="dataset", values="cell")
+    table = table.reset_index()
     table = pd.DataFrame({"λ": table["lambda"], **{ds: table[ds].fillna(MISSING) for ds in table.columns[1:]}})
     caption = (f"Post-use & Pre-cut Figure 5, ours: speedup over AR per draft length with reuse only, "
-               f"{df.attrs['model']}; the paper's figure has no values in its text.")
-    md = markdown(table, caption, [*df.attrs["footer"],
-                                   (f"Claim, the best lambda differs between tasks: {df.attrs['differs']}; the "
+               f"{model}; the paper's figure has no values in its text.")
+    md = markdown(table, caption, [*foot, *errors,
+                                   (f"Claim, the best lambda differs between tasks: {differs}; the "
                                     f"points' best: {differs_claim(df).split(': ', 1)[-1].rstrip(')')}."),
                                    ("Speedup [low, high], error bars: 95% bootstrap interval over questions, paired "
                                     "with AR."),
-                                   f"{MISSING}: no run ({MAKE['fig5']})."])
-    atomic_write(out / "holistic_fig5.md", md)
-    return md
+                                   f"{MISSING}: no run ({make(ARTIFACT)})."])
+    return Report({"figures/holistic_fig5.png": plot(df), "figures/holistic_fig5.csv": df,
+                   "figures/holistic_fig5.md": md}, show="figures/holistic_fig5.md")
+
+
+ARTIFACT = Artifact(
+    "fig5", "Figure 5 (speedup vs draft length with reuse only, HumanEval and MT-Bench) -> "
+    "figures/holistic_fig5.{png,csv,md}", holistic_fig5, covers=(Cover("Figure 5"),), rank=8, per_drafter=True,
+    experiments=("holistic",),
+    recipes=(recipe("fig5", "Post-use & Pre-cut Figure 5: speedup vs lambda 3-24 with reuse only, HumanEval and "
+                    "MT-Bench", AR.format("humaneval,mt_bench"), RUN.format("fig5")),),
+    shown=shown("fig5"), **MODEL)

@@ -2,7 +2,7 @@
 Speculative (lambda 12), Ouroboros (lambda 12) and ours (both reuses and Pre-cut, lambda <= 24) on HumanEval
 (its Table 1), MT-Bench and GSM8K (its Table 2), our pair beside the paper's.
 
-Writes results/tables/holistic_table1.{md,csv,tex}. The markdown's cells are "ours (paper)" against the paper's
+Builds tables/holistic_table1.{md,csv,tex}. The markdown's cells are "ours (paper)" against the paper's
 Llama-2-chat 7B&70B pair, the one pair all three datasets report; the csv keeps our tok/s, speedup, MAT and
 lossless counts per cell and, in paper_<pair> columns, every pair of the paper's Tables 1-2 (empty where it
 reports none, e.g. Lookahead and Ouroboros for Llama-3.1).
@@ -10,34 +10,16 @@ reports none, e.g. Lookahead and Ouroboros for Llama-3.1).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 
-from bench.report.holistic.common import (
-    MAKE,
-    assisted_note,
-    draft_length,
-    footer,
-    holistic_drafter,
-    holistic_pool,
-    level,
-    numbers,
-)
-from bench.report.select import MissingRunsError
-from bench.report.tables import (
-    MISSING,
-    fmt,
-    interval_in,
-    lossless_text,
-    pair,
-    render,
-    with_interval,
-    write_texts,
-)
+from bench.report.holistic import common
+from bench.report.holistic.common import AR, MODEL, RUN, draft_length, level, make, ours, recipe, shown
+from bench.report.output import Report
+from bench.report.registry import Artifact, Cover
+from bench.report.select import MissingRunsError, RunSet, footer
+from bench.report.tables import MISSING, fmt, interval_in, lossless_text, pair, render, with_interval
 from bench.run.store import Run
 
-PAPER_DIR = Path(__file__).with_name("paper_tables")
 PAPER = "postuse_precut_table1_2.csv"
 PAPER_PAIR = "Llama2 7&70B"  # beside ours in the markdown: the pair of both tables
 DATASETS = ("humaneval", "mt_bench", "gsm8k")
@@ -50,16 +32,12 @@ OURS_BOUND = 24
 ROUNDING = 0.015  # a printed speedup further than this from its printed tok/s ratio is the paper's inconsistency
 
 
-def gamma(run: Run):
-    return run.settings.get("gamma")
-
-
 # Row -> which runs are it, as the paper ran them (ours: both reuses and Pre-cut at the bound)
 KEEP = {"ar": lambda r: r.method == "ar" and not r.variant,
         "lookahead": lambda r: r.method == "lookahead",
         "assisted": lambda r: r.method == "hf_assisted",
         "speculative": lambda r: r.method == "sd" and draft_length(r) == LAMBDA,
-        "ouroboros": lambda r: r.method in ("ouroboros", "ouroboros_g12") and gamma(r) == LAMBDA,
+        "ouroboros": lambda r: r.method in ("ouroboros", "ouroboros_g12") and r.settings.get("gamma") == LAMBDA,
         # the run of Table 1's own sweep (no variant), not Table 3's precut cell at 24 (run.variant=precut)
         "ours": lambda r: level(r) == "precut" and draft_length(r) == OURS_BOUND and not r.variant}
 
@@ -67,46 +45,6 @@ KEEP = {"ar": lambda r: r.method == "ar" and not r.variant,
 def lossless(run: Run | None) -> str | None:
     counts = run.summary.get("lossless") if run is not None else None
     return lossless_text(counts) if counts else None
-
-
-def build_holistic_table1(results_dir: str | Path, model: str | None = None, draft: str | None = None) -> pd.DataFrame:
-    paper = pd.read_csv(PAPER_DIR / PAPER)
-    pools, errors = {}, []
-    draft = holistic_drafter(results_dir, model, draft)
-    for ds in DATASETS:
-        try:
-            pools[ds] = holistic_pool(results_dir, model, ds, MAKE["table1"], draft)
-        except MissingRunsError as e:
-            errors.append(str(e))
-    if not pools:
-        raise MissingRunsError(f"no holistic runs on {', '.join(DATASETS)} in {results_dir} ({MAKE['table1']})")
-    model = model or next(iter(pools.values())).model
-    rows, used = [], []
-    for ds in DATASETS:
-        p = pools.get(ds)
-        ours = p.latest(KEEP["ours"]) if p else None
-        for row, (label, paper_name) in ROWS.items():
-            run = p.latest(KEEP[row]) if p else None
-            if row == "ar" and ours is not None:  # AR's row is the baseline ours is compared with
-                run = p.baseline(ours, "ar") or run
-            base = p.baseline(run, "ar") if p else None
-            used += [run, base]
-            got = numbers(run, base)
-            if row == "ar" and run is not None:
-                got.update(speedup=1.0, speedup_lo=None, speedup_hi=None)
-            mine = paper[(paper["dataset"] == ds) & (paper["method"] == paper_name)]
-            rows.append({"dataset": ds, "row": row, "method": label, "tok_s": got["tok_s"], "speedup": got["speedup"],
-                         **{k: got[k] for k in ("tok_s_lo", "tok_s_hi", "speedup_lo", "speedup_hi")},
-                         "mat": got["mat"], "lossless": lossless(run),
-                         **{f"paper_{r.pair}_tok_s": r.tok_s for r in mine.itertuples()},
-                         **{f"paper_{r.pair}_speedup": r.speedup for r in mine.itertuples()},
-                         "run_id": run.run_id if run else None, "ar_run_id": base.run_id if base else None})
-    df = pd.DataFrame(rows)
-    first = next(iter(pools.values()))
-    df.attrs.update({"model": model, "errors": errors,
-                     "footer": [*(footer(p, [])[0] for p in pools.values()), footer(first, used)[1],
-                                *assisted_note(first.draft)]})
-    return df
 
 
 def display(df: pd.DataFrame) -> pd.DataFrame:
@@ -136,22 +74,59 @@ def contradicted_speedups(paper: pd.DataFrame) -> list[str]:
     return out
 
 
-def holistic_table1(results_dir: str | Path, model: str | None = None, draft: str | None = None) -> str:
-    """Build, write results/tables/holistic_table1.{md,csv,tex}; returns the markdown."""
-    df = build_holistic_table1(results_dir, model, draft)
-    caption = (f"Post-use & Pre-cut Tables 1-2, ours: {df.attrs['model']} and its draft, fp32 (paper: {PAPER_PAIR}, "
+def holistic_table1(runs: RunSet, model: str | None = None, draft: str | None = None) -> Report:
+    paper = common.paper_table(PAPER)
+    pools, errors = {}, []
+    draft = common.shown_drafter(runs, model, draft)  # one drafter on every dataset; an unknown --draft is one error
+    for ds in DATASETS:
+        try:
+            pools[ds] = common.ladder(runs, ds, make(ARTIFACT), model, draft)
+        except MissingRunsError as e:
+            errors.append(f"Missing: {e}.")
+    if not pools:
+        raise MissingRunsError(f"no holistic runs on {', '.join(DATASETS)} in {runs.folder} ({make(ARTIFACT)})")
+    rows, used = [], []
+    for ds in DATASETS:
+        p = pools.get(ds)
+        full = p.latest(KEEP["ours"]) if p else None  # the full method's run
+        for row, (label, paper_name) in ROWS.items():
+            run = p.latest(KEEP[row]) if p else None
+            if row == "ar" and full is not None:  # AR's row is the baseline ours is compared with
+                run = p.baseline(full, "ar") or run
+            base = p.baseline(run, "ar") if p else None
+            used += [run, base]
+            got = common.numbers(run, base)
+            if row == "ar" and run is not None:
+                got.update(speedup=1.0, speedup_lo=None, speedup_hi=None)
+            mine = paper[(paper["dataset"] == ds) & (paper["method"] == paper_name)]
+            rows.append({"dataset": ds, "row": row, "method": label, "tok_s": got["tok_s"], "speedup": got["speedup"],
+                         **{k: got[k] for k in ("tok_s_lo", "tok_s_hi", "speedup_lo", "speedup_hi")},
+                         "mat": got["mat"], "lossless": lossless(run),
+                         **{f"paper_{r.pair}_tok_s": r.tok_s for r in mine.itertuples()},
+                         **{f"paper_{r.pair}_speedup": r.speedup for r in mine.itertuples()},
+                         "run_id": run.run_id if run else None, "ar_run_id": base.run_id if base else None})
+    df = pd.DataFrame(rows)
+    first, *rest = pools.values()
+    caption = (f"Post-use & Pre-cut Tables 1-2, ours: {model or first.model} and its draft, fp32 (paper: {PAPER_PAIR}, "
                f"Llama-2-chat, bf16 on 4x A6000): tok/s and speedup over AR per dataset.")
-    lossless = "; ".join(f"{r.dataset} {r.row} {r.lossless}" for r in df.itertuples()
-                         if isinstance(r.lossless, str))
-    foot = [*df.attrs["footer"],
+    checked = "; ".join(f"{r.dataset} {r.row} {r.lossless}" for r in df.itertuples() if isinstance(r.lossless, str))
+    foot = [*footer(ours(first), used, [ours(p) for p in rest], [n for p in pools.values() for n in p.notes]),
+            *common.assisted_note(first.drafter),
             f"Cells: ours ({PAPER_PAIR}, paper). The csv has every pair of the paper's Tables 1-2 and our MAT.",
             ("Speedup: mean per-question tok/s over AR's on the same questions and machine. Ours carry a 95% "
              "bootstrap interval over questions [low, high] (paired with AR for speedups; the csv's _lo/_hi)."),
             ("Paper's speedups its own tok/s contradict (the csv keeps them as printed): "
-             + "; ".join(contradicted_speedups(pd.read_csv(PAPER_DIR / PAPER))) + "."),
-            f"Lossless (equal to greedy AR / checked): {lossless or 'not checked'}.",
-            *(f"Missing: {e}." for e in df.attrs["errors"]),
-            f"{MISSING}: no run ({MAKE['table1']})."]
-    texts = render(display(df), caption, foot, df)
-    write_texts(Path(results_dir, "tables"), "holistic_table1", texts)
-    return texts["md"]
+             + "; ".join(contradicted_speedups(paper)) + "."),
+            f"Lossless (equal to greedy AR / checked): {checked or 'not checked'}.",
+            *errors, f"{MISSING}: no run ({make(ARTIFACT)})."]
+    return Report.tables("holistic_table1", render(display(df), caption, foot, df))
+
+
+ARTIFACT = Artifact(
+    "table1", "Tables 1-2 (tok/s and speedup vs AR of AR, Lookahead, Assisted, Speculative, Ouroboros, ours on "
+    "HumanEval, MT-Bench, GSM8K) -> tables/holistic_table1.{md,csv,tex}", holistic_table1,
+    covers=(Cover("Tables 1-2"),), rank=1, per_drafter=True, experiments=("holistic",), paper_csv=(PAPER,),
+    recipes=(recipe("table1", "Post-use & Pre-cut Tables 1-2: AR, Lookahead, Assisted, Speculative, Ouroboros, ours "
+                    "on HumanEval, MT-Bench, GSM8K", AR.format("humaneval,mt_bench,gsm8k"), RUN.format("table1"),
+                    RUN.format("table1_sd"), RUN.format("table1_assisted")),),
+    shown=shown("table1"), **MODEL)

@@ -1,32 +1,23 @@
 """Post-use & Pre-cut Table 10: speedup over AR per Spec-Bench category of Speculative (lambda 8), Assisted and
 ours (both reuses and Pre-cut, lambda <= 24), ours beside the paper's (Llama-3.1-Instruct, its Appendix E.2).
 
-Writes results/tables/holistic_table10.{md,csv,tex}. Runs: experiment `holistic` on spec_bench
+Builds tables/holistic_table10.{md,csv,tex}. Runs: experiment `holistic` on spec_bench
 (conf/experiment/holistic/table10*.yaml). Per category, the speedup is the mean per-question tok/s over AR's on the
 same questions (Spec-Bench's), from the records of that category's group (the 8 MT-Bench categories are Dialog).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 
 from bench.report.holistic import common
-from bench.report.holistic.common import MAKE, draft_length, footer, holistic_drafter, holistic_pool, level
-from bench.report.tables import (
-    MISSING,
-    fmt,
-    interval_columns,
-    interval_in,
-    pair,
-    render,
-    with_interval,
-    write_texts,
-)
+from bench.report.holistic.common import MODEL, draft_length, level, make, recipe, shown
+from bench.report.output import Report
+from bench.report.registry import Artifact, Cover
+from bench.report.select import RunSet, footer
+from bench.report.tables import MISSING, fmt, interval_columns, interval_in, pair, render, with_interval
 from bench.run.metrics import group_records, speedup, speedup_interval
 
-PAPER_DIR = Path(__file__).with_name("paper_tables")
 PAPER = "postuse_precut_table10_specbench.csv"
 DATASET = "spec_bench"
 # our group -> the paper's column
@@ -37,11 +28,14 @@ ROWS = {"speculative": ("Speculative (λ=8)", "speculative_8",
                         lambda r: r.method == "sd" and draft_length(r) == 8),
         "assisted": ("Assisted", "assisted", lambda r: r.method == "hf_assisted"),
         "ours": ("Ours (λ≤24)", "postuse_precut", lambda r: level(r) == "precut" and draft_length(r) == 24)}
+# Table 10 takes PER_GROUP questions of each Spec-Bench category (default 2), not LIMIT.
+TABLE10 = ("$(PY) -m bench.run $(SWEEP) experiment=holistic/{} model=$(MODEL) run.limit_per_group=$(PER_GROUP) "
+           "logger=$(LOGGER) $(DRAFT_ARGS)")
 
 
-def build_holistic_table10(results_dir: str | Path, model: str | None = None, draft: str | None = None) -> pd.DataFrame:
-    p = holistic_pool(results_dir, model, DATASET, MAKE["table10"], holistic_drafter(results_dir, model, draft))
-    paper = pd.read_csv(PAPER_DIR / PAPER).set_index("method")
+def holistic_table10(runs: RunSet, model: str | None = None, draft: str | None = None) -> Report:
+    p = common.ladder(runs, DATASET, make(ARTIFACT), model, draft)
+    paper = common.paper_table(PAPER).set_index("method")
     rows, used = [], []
     for row, (label, paper_name, keep) in ROWS.items():
         run = p.latest(keep)
@@ -58,13 +52,6 @@ def build_holistic_table10(results_dir: str | Path, model: str | None = None, dr
                          "paper_speedup": paper.at[paper_name, col], "run_id": run.run_id if run else None,
                          "ar_run_id": base.run_id if base else None})
     df = pd.DataFrame(rows)
-    df.attrs.update({"footer": [*footer(p, used), *common.assisted_note(p.draft)]})
-    return df
-
-
-def holistic_table10(results_dir: str | Path, model: str | None = None, draft: str | None = None) -> str:
-    """Build, write results/tables/holistic_table10.{md,csv,tex}; returns the markdown."""
-    df = build_holistic_table10(results_dir, model, draft)
     display = [{"Method": "Auto-regressive", **{c: "1.00 (1.00)" for c in GROUPS.values()}}]
     for row, (label, _, _) in ROWS.items():
         sub = df[df["row"] == row].set_index("category")
@@ -73,9 +60,18 @@ def holistic_table10(results_dir: str | Path, model: str | None = None, draft: s
     caption = ("Post-use & Pre-cut Table 10, ours (paper: Llama-3.1-Instruct): speedup over AR per Spec-Bench "
                "category (dialog = the 8 MT-Bench categories).")
     counts = df.groupby("category", sort=False)["questions"].max()
-    foot = [*df.attrs["footer"],
-            "Cells: ours [95% bootstrap interval over questions, paired with AR] (paper). Questions per category: " + ", ".join(f"{c} {n}" for c, n in counts.items()) + ".",
-            f"{MISSING}: no run ({MAKE['table10']})."]
-    texts = render(pd.DataFrame(display), caption, foot, df)
-    write_texts(Path(results_dir, "tables"), "holistic_table10", texts)
-    return texts["md"]
+    foot = [*footer(common.ours(p), used, notes=p.notes), *common.assisted_note(p.drafter),
+            ("Cells: ours [95% bootstrap interval over questions, paired with AR] (paper). Questions per category: "
+             + ", ".join(f"{c} {n}" for c, n in counts.items()) + "."),
+            f"{MISSING}: no run ({make(ARTIFACT)})."]
+    return Report.tables("holistic_table10", render(pd.DataFrame(display), caption, foot, df))
+
+
+ARTIFACT = Artifact(
+    "table10", "Table 10 (speedup vs AR per Spec-Bench category: Speculative (8), Assisted, ours) -> "
+    "tables/holistic_table10.{md,csv,tex}", holistic_table10, covers=(Cover("Table 10"),), rank=5, per_drafter=True,
+    experiments=("holistic",), paper_csv=(PAPER,),
+    recipes=(recipe("table10", "Post-use & Pre-cut Table 10: AR, Speculative (8), Assisted, ours per Spec-Bench "
+                    "category", TABLE10.format("table10"), TABLE10.format("table10_sd"),
+                    TABLE10.format("table10_assisted")),),
+    shown=shown("table10", ""), **MODEL)

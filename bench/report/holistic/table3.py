@@ -1,7 +1,7 @@
 """Post-use & Pre-cut Table 3: the ablation ladder (sd, + reuse at the draft, + reuse at the target, + Pre-cut) x
 draft length lambda, speedup over AR on HumanEval, ours beside the paper's (Llama-2-chat 7B/70B).
 
-Writes results/tables/holistic_table3.{md,csv,tex}. The csv keeps, per cell, tok/s, speedup, MAT, both
+Builds tables/holistic_table3.{md,csv,tex}. The csv keeps, per cell, tok/s, speedup, MAT, both
 utilisations, hit rates and draft lengths. The markdown states, from the data, whether the paper's two
 hardware-independent claims hold here:
 - reuse raises utilisation (Eq. 3) over vanilla SD at equal or higher MAT (at every lambda measured for both);
@@ -11,81 +11,43 @@ hardware-independent claims hold here:
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 
-from bench.report.holistic.claims import flatten_interval, fmt_ci, reuse_verdict
-from bench.report.holistic.common import (
-    LAMBDAS,
-    LEVEL_NAMES,
-    LEVELS,
-    MAKE,
-    PAPER_LEVELS,
-    draft_lengths,
-    footer,
-    holistic_drafter,
-    holistic_pool,
-    ladder_run,
-    numbers,
-)
-from bench.report.tables import (
-    MISSING,
-    fmt,
-    interval_in,
-    is_missing,
-    pair,
-    render,
-    with_interval,
-    write_texts,
-)
+from bench.report.holistic import common
+from bench.report.holistic.claims import MAT_TOLERANCE, flatten_interval, fmt_ci, reuse_verdict
+from bench.report.holistic.common import AR, DATASET, MODEL, RUN, make, recipe, shown
+from bench.report.output import Report
+from bench.report.registry import Artifact, Cover
+from bench.report.select import RunSet, footer
+from bench.report.tables import MISSING, fmt, interval_in, is_missing, pair, render, with_interval
 from bench.run.metrics import verdict
+from bench.run.store import Run
 
-PAPER_DIR = Path(__file__).with_name("paper_tables")
 PAPER = "postuse_precut_table3_ablation.csv"
-MAT_TOLERANCE = 0.99  # "equal MAT": within 1% (reuse at the draft leaves a greedy draft's tokens unchanged)
+# Ladder level -> its row label; the paper's name for it in its CSV
+LEVEL_NAMES = {"sd": "+ Speculative (sd)", "reuse_draft": "+ Ex-post reuse at M_d",
+               "reuse_target": "+ Ex-post reuse at M_t", "precut": "+ Ex-ante reduction (Pre-cut)"}
+PAPER_LEVELS = {"sd": "+speculative", "reuse_draft": "+expost_reuse_draft", "reuse_target": "+expost_reuse_target",
+                "precut": "+exante_reduction"}
+LAMBDAS = (3, 6, 9, 12, 18, 24)
 
 
-def build_holistic_table3(results_dir: str | Path, model: str | None = None, dataset: str = "humaneval",
-                          draft: str | None = None) -> pd.DataFrame:
-    p = holistic_pool(results_dir, model, dataset, MAKE["table3"], holistic_drafter(results_dir, model, draft))
-    paper = pd.read_csv(PAPER_DIR / PAPER).set_index("level")
-    lengths = sorted(set(LAMBDAS) | {n for lvl in LEVELS.values() for n in draft_lengths(p, lvl)})
-    rows, used = [], []
-    for lvl in LEVELS.values():
-        for n in lengths:
-            run = ladder_run(p, lvl, n)
-            base = p.baseline(run, "ar")
-            used += [run, base]
-            col = f"lambda{n}"
-            rows.append({"level": lvl, "lambda": n, **numbers(run, base),
-                         "paper_speedup": paper.at[PAPER_LEVELS[lvl], col] if col in paper.columns else None,
-                         "run_id": run.run_id if run else None, "ar_run_id": base.run_id if base else None})
-    df = pd.DataFrame(rows)
-    df.attrs.update({"footer": footer(p, used), "dataset": dataset, "claims": claims(p, lengths)})
-    return df
-
-
-def claims(p, lengths: list[int]) -> dict[str, str]:
-    """The two claims' texts, decided from paired intervals (bench/report/holistic/claims.py)."""
-    def pair_of(lvl, n):
-        run = ladder_run(p, lvl, n)
-        return (run, p.baseline(run, "ar")) if run is not None else None
-
-    got = {lvl: {n: pair_of(lvl, n) for n in lengths} for lvl in ("sd", "reuse_target", "precut")}
-    both = {n: (got["sd"][n][0], got["reuse_target"][n][0]) for n in lengths if got["sd"][n] and got["reuse_target"][n]}
+def claims(got: dict[tuple[str, int], tuple[Run | None, Run | None]], lengths: list[int]) -> dict[str, str]:
+    """The two claims' texts, decided from paired intervals (bench/report/holistic/claims.py); got: (level,
+    lambda) -> (run, its AR baseline)."""
+    both = {n: (got["sd", n][0], got["reuse_target", n][0]) for n in lengths
+            if got["sd", n][0] and got["reuse_target", n][0]}
     if both:
         v, texts = reuse_verdict(both)
         reuse = f"{v} ({'; '.join(texts)})"
     else:
         reuse = "not measured (needs sd and reuse_target runs at the same lambda)"
-    common = [n for n in lengths if got["reuse_target"][n] and got["precut"][n] and got["reuse_target"][n][1]
-              and got["precut"][n][1]]
-    if len(common) < 2:
+    shared = [n for n in lengths if all(got[lvl, n][0] and got[lvl, n][1] for lvl in ("reuse_target", "precut"))]
+    if len(shared) < 2:
         flat = "not measured (needs reuse_target and precut runs with their AR baseline at two or more lambdas)"
     else:
-        ci = flatten_interval([got["reuse_target"][n] for n in common], [got["precut"][n] for n in common])
-        flat = (f"{verdict(ci, 0.0)} (reuse-only spread minus Pre-cut's over lambda {', '.join(map(str, common))}: "
+        ci = flatten_interval([got["reuse_target", n] for n in shared], [got["precut", n] for n in shared])
+        flat = (f"{verdict(ci, 0.0)} (reuse-only spread minus Pre-cut's over lambda {', '.join(map(str, shared))}: "
                 f"{fmt_ci(ci)})")
     return {"reuse": reuse, "flatten": flat}
 
@@ -131,29 +93,42 @@ def flatten_claim(df: pd.DataFrame, col: str = "speedup") -> str:
 def display(df: pd.DataFrame) -> pd.DataFrame:
     lengths = sorted(df["lambda"].unique())
     rows = [{"Level": "Auto-regressive", **{f"λ={n}": "1.00 (1.00)" for n in lengths}}]
-    for lvl in LEVELS.values():
+    for lvl, name in LEVEL_NAMES.items():
         sub = df[df["level"] == lvl].set_index("lambda")
-        rows.append({"Level": LEVEL_NAMES[lvl],
+        rows.append({"Level": name,
                      **{f"λ={n}": pair(with_interval(sub.at[n, "speedup"], interval_in(sub.loc[n], "speedup")),
                                        fmt(sub.at[n, "paper_speedup"])) for n in lengths}})
     return pd.DataFrame(rows)
 
 
-def holistic_table3(results_dir: str | Path, model: str | None = None, dataset: str = "humaneval",
-                    draft: str | None = None) -> str:
-    """Build, write results/tables/holistic_table3.{md,csv,tex}; returns the markdown."""
-    df = build_holistic_table3(results_dir, model, dataset, draft)
+def holistic_table3(runs: RunSet, model: str | None = None, dataset: str = "humaneval",
+                    draft: str | None = None) -> Report:
+    p = common.ladder(runs, dataset, make(ARTIFACT), model, draft)
+    paper = common.paper_table(PAPER).set_index("level")
+    lengths = sorted(set(LAMBDAS) | {n for lvl in LEVEL_NAMES for n in common.draft_lengths(p, lvl)})
+    got = {(lvl, n): common.cell(p, lvl, n) for lvl in LEVEL_NAMES for n in lengths}
+    df = pd.DataFrame([{"level": lvl, "lambda": n, **common.numbers(run, base),
+                        "paper_speedup": paper.at[PAPER_LEVELS[lvl], f"lambda{n}"] if f"lambda{n}" in paper else None,
+                        "run_id": run.run_id if run else None, "ar_run_id": base.run_id if base else None}
+                       for (lvl, n), (run, base) in got.items()])
+    said = claims(got, lengths)
     caption = (f"Post-use & Pre-cut Table 3, ours (paper: Llama-2-chat 7B/70B, A6000s, bf16): speedup over AR per "
-               f"ablation level and draft length lambda on {df.attrs['dataset']}; with Pre-cut lambda is the bound.")
-    foot = [*df.attrs["footer"],
+               f"ablation level and draft length lambda on {dataset}; with Pre-cut lambda is the bound.")
+    foot = [*footer(common.ours(p), [r for cell in got.values() for r in cell], notes=p.notes),
             ("Cells: ours [95% bootstrap interval over questions, paired with AR] (paper). Speedup: mean "
              "per-question tok/s over AR's on the same questions and machine."),
             (f"Claim, reuse raises utilisation (Eq. 3: new tokens / draft calls) over sd at equal or higher MAT, "
-             f"from paired 95% intervals of the ratios: {df.attrs['claims']['reuse']}; the points: "
-             f"{points(reuse_claim(df))}."),
+             f"from paired 95% intervals of the ratios: {said['reuse']}; the points: {points(reuse_claim(df))}."),
             (f"Claim, Pre-cut flattens the lambda sensitivity (speedup spread (max - min) / max), from a paired 95% "
-             f"interval: {df.attrs['claims']['flatten']}; the points: {points(flatten_claim(df))}."),
-            f"{MISSING}: no run ({MAKE['table3']})."]
-    texts = render(display(df), caption, foot, df)
-    write_texts(Path(results_dir, "tables"), "holistic_table3", texts)
-    return texts["md"]
+             f"interval: {said['flatten']}; the points: {points(flatten_claim(df))}."),
+            f"{MISSING}: no run ({make(ARTIFACT)})."]
+    return Report.tables("holistic_table3", render(display(df), caption, foot, df))
+
+
+ARTIFACT = Artifact(
+    "table3", "Table 3 (ablation ladder x draft length: speedup vs AR, MAT, utilisation) -> "
+    "tables/holistic_table3.{md,csv,tex}", holistic_table3, covers=(Cover("Table 3"),), rank=2, per_drafter=True,
+    experiments=("holistic",), paper_csv=(PAPER,),
+    recipes=(recipe("table3", "Post-use & Pre-cut Table 3: sd, + reuse at draft, + reuse at target, + Pre-cut x lambda "
+                    "3-24 on HumanEval", AR.format("humaneval"), RUN.format("table3")),),
+    shown=shown("table3"), options=(DATASET,), **MODEL)

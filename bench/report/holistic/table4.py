@@ -1,7 +1,7 @@
 """Post-use & Pre-cut Table 4: mean accepted length and utilisation of vanilla SD (lambda 12) against the full
 method (both reuses and Pre-cut, lambda up to 24), our embedded pair beside the paper's six pairs.
 
-Writes results/tables/holistic_table4.{md,csv,tex}. The paper's cells are "MAT / utilisation" with utilisation =
+Builds tables/holistic_table4.{md,csv,tex}. The paper's cells are "MAT / utilisation" with utilisation =
 accepted / generated draft tokens (its Table 5 definition: 8.18 / 12 = 68.2%); ours print the same two, and the
 csv adds Eq. 3's utilisation (new tokens / draft calls), which reuse at the draft raises without changing MAT.
 Like for like: our MAT counts the bonus token, as every table of this harness; the paper's Table 4 "MAT" does not
@@ -11,26 +11,17 @@ paper's MAT + 1 and says so; the csv keeps the printed value and adds <column>_m
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 
-from bench.report.holistic.common import MAKE, footer, holistic_drafter, holistic_pool, ladder_run, numbers
-from bench.report.tables import (
-    MISSING,
-    fmt,
-    interval_in,
-    is_missing,
-    render,
-    with_interval,
-    write_texts,
-)
+from bench.report.holistic import common
+from bench.report.holistic.common import AR, DATASET, MODEL, RUN, make, recipe, shown
+from bench.report.output import Report
+from bench.report.registry import Artifact, Cover
+from bench.report.select import RunSet, footer
+from bench.report.tables import MISSING, fmt, interval_in, is_missing, render, with_interval
 
-PAPER_DIR = Path(__file__).with_name("paper_tables")
 PAPER = "postuse_precut_table4_mat_util.csv"
 CELLS = {"speculative": ("sd", 12), "ours": ("precut", 24)}  # (ladder level, lambda) of each column
-
-
 BONUS = 1  # the bonus token the paper's Table 4 MAT leaves out
 
 
@@ -38,39 +29,29 @@ def cell(mat, util, interval=None) -> str:
     return MISSING if is_missing(mat) or is_missing(util) else f"{with_interval(mat, interval)}/{fmt(100 * util, '.1f')}%"
 
 
-def build_holistic_table4(results_dir: str | Path, model: str | None = None, dataset: str = "humaneval",
-                          draft: str | None = None) -> pd.DataFrame:
-    p = holistic_pool(results_dir, model, dataset, MAKE["table4"], holistic_drafter(results_dir, model, draft))
+def holistic_table4(runs: RunSet, model: str | None = None, dataset: str = "humaneval",
+                    draft: str | None = None) -> Report:
+    p = common.ladder(runs, dataset, make(ARTIFACT), model, draft)
     rows = [{"pair": f"{r.pair} (paper)", "source": "paper", "speculative_mat": r.speculative_mat,
              "speculative_util": r.speculative_util, "ours_mat": r.ours_mat, "ours_util": r.ours_util,
              "speculative_mat_bonus": round(r.speculative_mat + BONUS, 4), "ours_mat_bonus": round(r.ours_mat + BONUS, 4)}
-            for r in pd.read_csv(PAPER_DIR / PAPER).itertuples()]
-    ours, used = {"pair": f"{p.model} + its draft (ours)", "source": "measured"}, []
+            for r in common.paper_table(PAPER).itertuples()]
+    me, used = {"pair": f"{p.model} + its draft (ours)", "source": "measured"}, []
     for col, (lvl, n) in CELLS.items():
-        run = ladder_run(p, lvl, n)
-        base = p.baseline(run, "ar")
+        run, base = common.cell(p, lvl, n)
         used += [run, base]
-        got = numbers(run, base)
-        ours.update({f"{col}_mat": got["mat"], f"{col}_mat_bonus": got["mat"], f"{col}_mat_lo": got["mat_lo"], f"{col}_mat_hi": got["mat_hi"],
-                     f"{col}_util": got["util_accepted"], f"{col}_util_eq3": got["util_eq3"],
-                     f"{col}_speedup": got["speedup"], f"{col}_draft_tokens_mean": got["draft_tokens_mean"],
-                     f"{col}_run_id": run.run_id if run else None})
-    df = pd.DataFrame([*rows, ours])
-    df.attrs.update({"footer": footer(p, used), "dataset": dataset})
-    return df
-
-
-def holistic_table4(results_dir: str | Path, model: str | None = None, dataset: str = "humaneval",
-                    draft: str | None = None) -> str:
-    """Build, write results/tables/holistic_table4.{md,csv,tex}; returns the markdown."""
-    df = build_holistic_table4(results_dir, model, dataset, draft)
+        got = common.numbers(run, base)
+        me.update({f"{col}_mat": got["mat"], f"{col}_mat_bonus": got["mat"], f"{col}_mat_lo": got["mat_lo"],
+                   f"{col}_mat_hi": got["mat_hi"], f"{col}_util": got["util_accepted"], f"{col}_util_eq3": got["util_eq3"],
+                   f"{col}_speedup": got["speedup"], f"{col}_draft_tokens_mean": got["draft_tokens_mean"],
+                   f"{col}_run_id": run.run_id if run else None})
+    df = pd.DataFrame([*rows, me])
     display = pd.DataFrame({"Model pair": df["pair"], **{
         head: [cell(r[f"{col}_mat_bonus"], r[f"{col}_util"], interval_in(r, f"{col}_mat")) for _, r in df.iterrows()]
         for col, head in (("speculative", "Speculative (λ=12)"), ("ours", "Ours (λ≤24)"))}})
-    me = df[df["source"] == "measured"].iloc[0]
     caption = (f"Post-use & Pre-cut Table 4: MAT incl. the bonus token / utilisation (accepted / drafted tokens), "
-               f"vanilla SD against the full method, on {df.attrs['dataset']}.")
-    foot = [*df.attrs["footer"],
+               f"vanilla SD against the full method, on {dataset}.")
+    foot = [*footer(common.ours(p), used, notes=p.notes),
             ("MAT like for like: the paper's rows show its printed MAT + 1, since its MAT counts accepted drafts "
              "without the bonus token (its utilisation x 12 equals its MAT in every Speculative row) and ours "
              "counts it; the csv keeps the printed values (<column>_mat) and the converted ones (_mat_bonus). "
@@ -79,7 +60,16 @@ def holistic_table4(results_dir: str | Path, model: str | None = None, dataset: 
              f"ours {fmt(me.get('ours_util_eq3'))}; mean draft length {fmt(me.get('speculative_draft_tokens_mean'))} "
              f"vs {fmt(me.get('ours_draft_tokens_mean'))}; speedup over AR {fmt(me.get('speculative_speedup'))} vs "
              f"{fmt(me.get('ours_speedup'))}."),
-            f"{MISSING}: no run ({MAKE['table4']})."]
-    texts = render(display, caption, foot, df)
-    write_texts(Path(results_dir, "tables"), "holistic_table4", texts)
-    return texts["md"]
+            f"{MISSING}: no run ({make(ARTIFACT)})."]
+    return Report.tables("holistic_table4", render(display, caption, foot, df))
+
+
+ARTIFACT = Artifact(
+    "table4", "Table 4 (MAT and utilisation, vanilla SD vs ours) -> tables/holistic_table4.{md,csv,tex}",
+    holistic_table4, covers=(Cover("Table 4"),), rank=3, per_drafter=True, experiments=("holistic",),
+    paper_csv=(PAPER,),
+    recipes=(recipe("table4", "Post-use & Pre-cut Table 4: MAT and utilisation, sd (lambda 12) vs ours (lambda <= 24); "
+                    "two cells of Table 3", AR.format("humaneval"),
+                    RUN.format("table3 run.variant=sd method.draft_length=12"),
+                    RUN.format("table3 run.variant=precut method.draft_length=24")),),
+    shown=shown("table4"), options=(DATASET,), **MODEL)

@@ -2,7 +2,7 @@
 M_t forward, cache fetch/verify, roll back, controller step), ours beside the paper's (Llama-2-chat 7B/70B on
 HumanEval, A6000s).
 
-Writes results/tables/holistic_table9.{md,csv,tex}. Reads the latest holistic run with both reuses and Pre-cut at
+Builds tables/holistic_table9.{md,csv,tex}. Reads the latest holistic run with both reuses and Pre-cut at
 lambda <= 24 (Table 1's "ours", also Table 3's precut cell at 24), preferring one timed per phase
 (conf/experiment/holistic/table9.yaml; bench.report.phase_timing refuses an unsynced GPU run), and divides each
 phase's summed time by its operation count, from the run's counters:
@@ -18,23 +18,17 @@ and the share carry 95% bootstrap intervals over questions (each resampled with 
 from __future__ import annotations
 
 from collections import defaultdict
-from pathlib import Path
 
 import pandas as pd
 
 from bench.report import tables
-from bench.report.holistic.common import (
-    MAKE,
-    draft_length,
-    footer,
-    holistic_drafter,
-    holistic_pool,
-    ladder_run,
-    level,
-    verifications,
-)
+from bench.report.holistic import common
+from bench.report.holistic.common import AR, DATASET, MODEL, RUN, draft_length, level, make, recipe, shown
+from bench.report.output import Report
 from bench.report.phase_timing import require_exact_phases
-from bench.report.tables import MISSING, pair, render, write_texts
+from bench.report.registry import Artifact, Cover
+from bench.report.select import RunSet, footer
+from bench.report.tables import MISSING, pair, render
 from bench.run.metrics import (
     bootstrap_interval,
     counter_totals,
@@ -43,7 +37,6 @@ from bench.run.metrics import (
     ratio_of_sums,
 )
 
-PAPER_DIR = Path(__file__).with_name("paper_tables")
 PAPER = "postuse_precut_table9_wallclock.csv"
 # component -> (label, our phase, what one operation is: a counter name, or "steps" for one per verification)
 COMPONENTS = {"draft_forward": ("M_d forward", "draft_forward", "draft_calls"),
@@ -66,24 +59,29 @@ def ms_interval(records: list[dict], phase: str, per: str) -> list[float] | None
         by_q[r["question_id"]].append(r)
     qs = sorted(by_q, key=str)
     seconds = [sum(r["phase_times"].get(phase, 0.0) for r in by_q[q]) for q in qs]
-    ops = [verifications(by_q[q]) if per == "steps" else counter_totals(by_q[q]).get(per, 0) for q in qs]
+    ops = [common.verifications(by_q[q]) if per == "steps" else counter_totals(by_q[q]).get(per, 0) for q in qs]
     if not qs or 0 in ops:
         return None
     ci = bootstrap_interval([seconds, ops], ratio_of_sums)
     return None if ci is None else [1e3 * ci[0], 1e3 * ci[1]]
 
 
-def build_holistic_table9(results_dir: str | Path, model: str | None = None, dataset: str = "humaneval",
-                          draft: str | None = None) -> pd.DataFrame:
-    p = holistic_pool(results_dir, model, dataset, MAKE["table9"], holistic_drafter(results_dir, model, draft),
-                      synced=True)
+def paper_cell(ms, bound) -> str:
+    if ms is None or pd.isna(ms):
+        return MISSING
+    return f"< {ms:g}" if bound == "upper" else f"{ms:g}"
+
+
+def holistic_table9(runs: RunSet, model: str | None = None, dataset: str = "humaneval",
+                    draft: str | None = None) -> Report:
+    p = common.ladder(runs, dataset, make(ARTIFACT), model, draft, synced=True)
     run = (p.latest(lambda r: level(r) == "precut" and draft_length(r) == LAMBDA and r.sync_phases)
-           or ladder_run(p, "precut", LAMBDA))
-    require_exact_phases([run], "holistic/table9", MAKE["table9"])
-    paper = pd.read_csv(PAPER_DIR / PAPER).set_index("component")
+           or common.ladder_run(p, "precut", LAMBDA))
+    require_exact_phases([run], "holistic/table9", make(ARTIFACT))
+    paper = common.paper_table(PAPER).set_index("component")
     phases = phase_totals(run.records) if run else {}
     counts = counter_totals(run.records) if run else {}
-    steps = verifications(run.records) if run else 0
+    steps = common.verifications(run.records) if run else 0
     total = sum(phases.values())
     rows = []
     for key, (label, phase, per) in COMPONENTS.items():
@@ -101,20 +99,6 @@ def build_holistic_table9(results_dir: str | Path, model: str | None = None, dat
                      "paper_bound": paper.at[key, "bound"] if key in paper.index else None,
                      "run_id": run.run_id if run else None})
     df = pd.DataFrame(rows)
-    df.attrs.update({"footer": footer(p, [run, p.baseline(run, "ar")]), "dataset": dataset})
-    return df
-
-
-def paper_cell(ms, bound) -> str:
-    if ms is None or pd.isna(ms):
-        return MISSING
-    return f"< {ms:g}" if bound == "upper" else f"{ms:g}"
-
-
-def holistic_table9(results_dir: str | Path, model: str | None = None, dataset: str = "humaneval",
-                    draft: str | None = None) -> str:
-    """Build, write results/tables/holistic_table9.{md,csv,tex}; returns the markdown."""
-    df = build_holistic_table9(results_dir, model, dataset, draft)
     ms_cells, share_cells = [], []
     for _, row in df.iterrows():
         ms_cells.append(pair(tables.with_interval(row["ms"], tables.interval_in(row, "ms"), ".3g"),
@@ -125,14 +109,21 @@ def holistic_table9(results_dir: str | Path, model: str | None = None, dataset: 
     display = pd.DataFrame({"Component": df["label"], "per": df["per"], "ms, ours (paper)": ms_cells,
                             "share of time": share_cells})
     caption = (f"Post-use & Pre-cut Table 9, ours (paper: Llama-2-chat 7B/70B, HumanEval, A6000s): wall-clock of one "
-               f"operation per component, both reuses and Pre-cut (lambda <= {LAMBDA}), on {df.attrs['dataset']}.")
-    foot = [*df.attrs["footer"],
+               f"operation per component, both reuses and Pre-cut (lambda <= {LAMBDA}), on {dataset}.")
+    foot = [*footer(common.ours(p), [run, p.baseline(run, "ar")], notes=p.notes),
             ("per: what one operation is (draft_calls: one draft forward; steps: one verification; decisions: one "
             "Pre-cut decision). The paper's roll back likely covers both caches; ours splits the draft's crop from "
             "the target's KV update."),
             ("[low, high]: 95% bootstrap interval over questions, each resampled with its phase time and its "
              "operations (share: with its summed phase times)."),
-            f"{MISSING}: no run or no such phase ({MAKE['table9']})."]
-    texts = render(display, caption, foot, df)
-    write_texts(Path(results_dir, "tables"), "holistic_table9", texts)
-    return texts["md"]
+            f"{MISSING}: no run or no such phase ({make(ARTIFACT)})."]
+    return Report.tables("holistic_table9", render(display, caption, foot, df))
+
+
+ARTIFACT = Artifact(
+    "table9", "Table 9 (wall-clock of one operation per component of the full method) -> "
+    "tables/holistic_table9.{md,csv,tex}", holistic_table9, covers=(Cover("Table 9"),), rank=4, per_drafter=True,
+    experiments=("holistic",), paper_csv=(PAPER,),
+    recipes=(recipe("table9", "Post-use & Pre-cut Table 9: wall-clock of one operation per component of ours "
+                    "(lambda <= 24) on HumanEval", AR.format("humaneval"), RUN.format("table9")),),
+    shown=shown("table9"), options=(DATASET,), **MODEL)

@@ -3,10 +3,9 @@ reduced to numbers, the paper's CSVs, missing-cell reasons, footers and the text
 
 Methods: ar, bpd, medusa, propd, greedy (temperature 0) only. A propd run is classified by its two switches,
 read from `method_settings` (`prune`, `dynamic`), else from its `run.variant` (`ablation-*`, `prune-L<n>-k<k>`
-as conf/experiment/propd/ sets them), so a hand-run propd counts wherever its switches put it. Runs are of one
-model (default: that of the most recent ProPD-family run) and, within one artifact, of the most recent relevant
-run's machine label and max_new_tokens, so every ratio compares runs measured the same way; the runs left out
-are counted in a note. Of the rest, the latest run per (method, switches, dataset, batch size) is used.
+as conf/experiment/propd/ sets them), so a hand-run propd counts wherever its switches put it. Runs are pinned by
+the one rule (bench.report.select.RunSet.pin; `pin` below); of them, the latest run per (method, switches,
+dataset, batch size) is used.
 
 Speeds are recomputed from records (bench.run.metrics): the aggregate rate is all new tokens / all timed wall
 time (at batch > 1 the batch's wall time), the rate a server delivers and the paper's "tokens per second".
@@ -15,6 +14,7 @@ time (at batch > 1 the batch's wall time), the rate a server delivers and the pa
 from __future__ import annotations
 
 import re
+from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +22,8 @@ from pathlib import Path
 import pandas as pd
 
 from bench.report.claims import speed_ratio, speed_ratio_interval
-from bench.report.select import Pool, pool, read_runs, used_ids
+from bench.report.registry import Recipe, Shown, option
+from bench.report.select import RunSet, footer
 from bench.report.tables import interval_columns, latex_escape, markdown, render
 from bench.run.metrics import aggregate_rate_interval, mat, mat_interval, tokens_per_s
 from bench.run.store import Run
@@ -40,12 +41,28 @@ VARIANTS = {"ablation-none": (False, False), "ablation-prune": (True, False), "a
             "ablation-both": (True, True)}
 PRUNE_VARIANT = re.compile(r"prune-L(\d+)-k(\d+)")
 MODEL_LABELS = {"smollm2-135m": "SmolLM2-135M (embedded)"}
-MAKE = {"table1": "make reproduce-propd-table1", "table2": "make reproduce-propd-table2",
-        "table3": "make reproduce-propd-table3", "fig3": "make reproduce-propd-fig3",
-        "fig7": "make reproduce-propd-fig7"}
 PAPER_DIR = Path(__file__).with_name("paper_tables")
+# What the artifacts' declarations share: the tables' --dataset, a recipe's sweep step (an experiment of
+# conf/experiment/propd/) and report step, an artifact's make target.
+DATASET = option("--dataset", help="the runs' dataset (default mt_bench, as the paper's main set)")
+RUN = "$(PY) -m bench.run $(SWEEP) experiment=propd/{} $(PROPD_ARGS)"
+REPORT = "$(PY) -m bench.report propd/{} --model $(MODEL)"
+TARGET = "reproduce-propd-{}"
 PAPER_SETUP = ("Paper: Vicuna v1.3 7B (one A6000), 13B and 33B (one A100; 33B at batch 4 and 8 in 4 bit) with "
                "Medusa heads, greedy, built on the Medusa code.")
+
+
+def make(name: str) -> str:
+    """The make command that produces artifact `name` (named where its cells are empty)."""
+    return f"make {TARGET.format(name)}"
+
+
+def recipe(name: str, help: str, *experiments: str, steps: tuple[str, ...] = ()) -> dict:
+    """Artifact `name`'s make target (`steps`, a sweep of each of its experiments, then its report; the Medusa
+    heads first) and the REPRODUCED.md section that shows it at LIMIT=16, as Artifact keywords."""
+    steps = (*steps, *(RUN.format(e) for e in experiments), REPORT.format(name))
+    return {"recipes": (Recipe(TARGET.format(name), help, steps, ("heads",)),),
+            "shown": (Shown(f"{make(name)} LIMIT=16"),)}
 
 
 def model_label(model: str | None) -> str:
@@ -81,22 +98,21 @@ def aggregate_rate(run: Run) -> float | None:
     return tokens_per_s(run.records)["total"]
 
 
-def node_totals(run: Run) -> tuple[int, int] | None:
-    """(drafted, verified) nodes over all verification steps of all records; None when not recorded."""
-    recs = [r for r in run.records if r.get("draft_nodes") is not None]
-    if not recs:
-        return None
-    drafted = sum(sum(r["draft_nodes"]) for r in recs)
-    verified = sum(sum(r.get("verified_nodes", r["draft_nodes"])) for r in recs)
-    return drafted, verified
+def nodes(run: Run) -> dict:
+    """question -> [drafted, verified] nodes over its verification steps (of the records that recorded them)."""
+    out: dict = defaultdict(lambda: [0, 0])
+    for r in run.records:
+        if r.get("draft_nodes") is not None:
+            out[r["question_id"]][0] += sum(r["draft_nodes"])
+            out[r["question_id"]][1] += sum(r.get("verified_nodes", r["draft_nodes"]))
+    return out
 
 
 def prune_rate(run: Run) -> float | None:
     """1 - verified / drafted nodes, pooled over steps; else the summary's `prune_rate`."""
-    totals = node_totals(run)
-    if totals and totals[0] > 0:
-        return 1 - totals[1] / totals[0]
-    return run.summary.get("prune_rate")
+    counts = nodes(run).values()
+    drafted = sum(d for d, _ in counts)
+    return 1 - sum(v for _, v in counts) / drafted if drafted > 0 else run.summary.get("prune_rate")
 
 
 def draft_nodes_mean(run: Run) -> float | None:
@@ -107,22 +123,21 @@ def draft_nodes_mean(run: Run) -> float | None:
     return run.summary.get("draft_nodes_mean")
 
 
-def propd_pool(results_dir: str | Path, model: str | None, relevant: Callable[[Run], bool],
-               experiment: str | None = None) -> Pool:
-    """The ProPD-family runs of `model` (default: the most recent relevant run's) on the most recent relevant
-    run's machine and max_new_tokens; that run is the latest of `experiment` (the artifact's own sweep) when it
-    has one, so another table's later runs of other lengths do not replace it. A note counts the relevant runs of
-    other machines or lengths left out. Without a run of `experiment`, the latest run of a ProPD experiment
-    (propd_*) anchors the pool: an AR run of another paper (other lengths) must not."""
-    runs = read_runs(results_dir, method=METHODS, greedy=True)
-    if experiment is not None and any(relevant(r) and r.experiment == experiment for r in runs):
+def pin(runs: RunSet, name: str, relevant: Callable[[Run], bool], model: str | None = None) -> Cells:
+    """Artifact `name`'s ProPD-family runs (METHODS, greedy), pinned by the one rule and anchored on the latest
+    relevant run of its own sweep (experiment propd_<name>) when there is one, else on that of any ProPD
+    experiment: an AR run of another paper (other lengths) must not anchor it. The model is the anchor's, as
+    ProPD's reports always took it, not that of a later relevant run of another paper."""
+    runs, experiment = runs.where(method=METHODS, greedy=True), f"propd_{name}"
+    if any(relevant(r) and r.experiment == experiment for r in runs.runs):
         own = lambda r: r.experiment == experiment
     else:
         own = lambda r: str(r.experiment or "").startswith("propd")
-    return pool(runs, relevant, model, own=own)
+    anchor = runs.latest(lambda r: relevant(r) and own(r) and model in (None, r.model))
+    return Cells(runs.pin(relevant, model=model or (anchor.model if anchor else None), own=own), name)
 
 
-def cell(p: Pool, method: str, dataset: str, batch: int, combo: tuple[bool, bool] | None = None,
+def cell(p: RunSet, method: str, dataset: str, batch: int, combo: tuple[bool, bool] | None = None,
          where: Callable[[Run], bool] | None = None) -> Run | None:
     """The latest run of `method` (propd: with these switches; others: default variant) on `dataset` at `batch`;
     None if there is none. Without `where`, Table 2's sweep (variants prune-L<n>-k<k>) is left out: its
@@ -134,28 +149,68 @@ def cell(p: Pool, method: str, dataset: str, batch: int, combo: tuple[bool, bool
 
 
 @dataclass
-class Against:
-    """ProPD's runs over a baseline method's (ar: Table 1, medusa: Table 3), one cell at a time: the runs used
-    and why a cell is empty, for the footer."""
+class Cells:
+    """One artifact's pinned runs and what its footer says of the cells it fills: the runs used (in order) and
+    why a cell is empty."""
 
-    p: Pool
+    p: RunSet
+    name: str  # the artifact: its make target is named with an empty cell's reason
+    used: list = field(default_factory=list)
+    missing: dict = field(default_factory=dict)  # cell -> reason
+
+    def take(self, run: Run | None) -> Run | None:
+        """A cell's run (None: none), used in the order taken."""
+        self.used.append(run)
+        return run
+
+    def gap(self, name: str, dataset: str, what: str) -> None:
+        """Cell `name` is empty: no runs on the dataset at all, or no `what` there (e.g. "ar run at that batch
+        size"). Cells with the same reason share one footnote."""
+        if any(r.dataset == dataset for r in self.p.runs):
+            self.missing[name] = f"no {what} on {dataset} ({make(self.name)})"
+        elif note := DATASET_NOTES.get(dataset):
+            self.missing[name] = f"no runs on {dataset}: {note}"
+        else:
+            self.missing[name] = f"no runs on {dataset} ({make(self.name)})"
+
+    def attrs(self, **extra) -> dict:
+        """What the texts say besides the numbers, as plain values: a DataFrame's attrs are deep-copied by every
+        pandas operation, so they must not hold runs and their records."""
+        return {"model": self.p.model, "label": model_label(self.p.model), "machine": self.p.machine,
+                "max_new_tokens": self.p.max_new_tokens, "settings": setting_text(self.used), "missing": self.missing,
+                **extra}
+
+    def footer(self, lines: list[str], notes: list[str] = ()) -> list[str]:
+        """select.footer: ProPD's "Ours:" line, `lines`, the paper's setup, one line per reason cells are empty,
+        the runs used; notes: runs left out, batches that never filled, then `notes`."""
+        p, reasons = self.p, {}
+        for name, reason in self.missing.items():  # cells with the same reason share one line, in table order
+            reasons.setdefault(reason, []).append(name)
+        ours = (f"Ours: {model_label(p.model)} ({p.model}), machine {p.machine or '—'}, max_new_tokens "
+                f"{p.max_new_tokens or '—'}.")
+        empty = [f"— {', '.join(names)}: {reason}." for reason, names in reasons.items()]
+        return footer(ours, self.used, [*lines, PAPER_SETUP, *empty], [*p.notes, *short_batches(self.used), *notes])
+
+
+@dataclass
+class Against:
+    """ProPD's runs over a baseline method's (ar: Table 1, medusa: Table 3), one cell at a time."""
+
+    cells: Cells
     dataset: str
     base: str  # the baseline method
-    target: str  # the artifact, for its make target (MAKE)
     ratio: str = "ratio"  # the column of propd's rate over the baseline's
-    used: list = field(default_factory=list)
-    missing: dict = field(default_factory=dict)
 
     def cell(self, name: str, batch: int, combo: tuple[bool, bool], what: str,
              aggregate: bool = True) -> tuple[dict, dict]:
         """(numbers, run ids) of the latest propd run with `combo` at `batch` over the baseline measured like it
         (else the latest baseline run at `batch`); an empty cell's reason goes under `name`."""
-        run = cell(self.p, "propd", self.dataset, batch, combo)
-        base = self.p.baseline(run, self.base) or cell(self.p, self.base, self.dataset, batch)
-        self.used += [run, base]
+        c = self.cells
+        run = c.take(cell(c.p, "propd", self.dataset, batch, combo))
+        base = c.take(c.p.baseline(run, self.base) or cell(c.p, self.base, self.dataset, batch))
         if run is None or base is None:
             gap = f"propd run with {what}" if run is None else f"{self.base} run"
-            self.missing[name] = why_missing(self.p, self.dataset, self.target, f"{gap} at that batch size")
+            c.gap(name, self.dataset, f"{gap} at that batch size")
         ci = speed_ratio_interval(run, base, aggregate)
         numbers = {self.ratio: speed_ratio(run, base, aggregate) if run is not None and base is not None else None,
                    **interval_columns(self.ratio, ci),
@@ -171,13 +226,17 @@ class Against:
                          f"{self.base}_run_id": base.run_id if base else None}
 
     def frame(self, rows: list[dict], keys: tuple[str, ...]) -> pd.DataFrame:
-        """The rows, every column but `keys` and the run ids as floats (None -> NaN: empty CSV cells), and what
-        the footer says in attrs."""
-        df = pd.DataFrame(rows)
-        numeric = [c for c in df.columns if c not in keys and not c.endswith("_run_id")]
-        df[numeric] = df[numeric].astype(float)
-        df.attrs.update(context(self.p, self.used, missing=self.missing, dataset=self.dataset))
+        """The rows, numbers as floats (floats()), and what the texts say in attrs."""
+        df = floats(pd.DataFrame(rows), keys)
+        df.attrs.update(self.cells.attrs(dataset=self.dataset))
         return df
+
+
+def floats(df: pd.DataFrame, keys: tuple[str, ...]) -> pd.DataFrame:
+    """Every column but `keys` and the run ids as floats (None -> NaN: empty CSV cells)."""
+    numeric = [c for c in df.columns if c not in keys and not c.endswith("run_id")]
+    df[numeric] = df[numeric].astype(float)
+    return df
 
 
 def setting_text(runs: Iterable[Run | None]) -> str:
@@ -211,41 +270,6 @@ def short_batches(runs: Iterable[Run | None]) -> list[str]:
 
 def paper_csv(name: str) -> pd.DataFrame:
     return pd.read_csv(PAPER_DIR / name)
-
-
-def why_missing(p: Pool, dataset: str, target: str, what: str) -> str:
-    """Why a cell of ours is empty: no runs on the dataset at all, or no `what` (e.g. "ar run at that batch size").
-    Cells with the same reason share one footnote."""
-    if not any(r.dataset == dataset for r in p.runs):
-        note = DATASET_NOTES.get(dataset)
-        return f"no runs on {dataset}" + (f": {note}" if note else f" ({MAKE[target]})")
-    return f"no {what} on {dataset} ({MAKE[target]})"
-
-
-def context(p: Pool, used: list, **extra) -> dict:
-    """What a footer says about the runs used, as plain values: a DataFrame's attrs are deep-copied by every pandas
-    operation, so they must not hold runs and their records."""
-    return {"model": p.model, "machine": p.machine, "max_new_tokens": p.max_new_tokens,
-            "notes": [*p.notes, *short_batches(used)], "run_ids": used_ids(used), "settings": setting_text(used),
-            **extra}
-
-
-def footer(ctx: dict, definitions: list[str], missing: dict[str, str], notes: list[str] = ()) -> list[str]:
-    """Ours (model, machine, max_new_tokens), definitions, one line per missing cell, run ids, notes."""
-    ours = (f"Ours: {model_label(ctx['model'])} ({ctx['model']}), machine {ctx['machine'] or '—'}, max_new_tokens "
-            f"{ctx['max_new_tokens'] or '—'}.")
-    return [ours, *definitions, PAPER_SETUP,
-            *(f"— {', '.join(cells)}: {reason}." for reason, cells in by_reason(missing).items()),
-            "Runs: " + (", ".join(ctx["run_ids"]) or "none") + ".",
-            *(f"Note: {n}." for n in [*ctx["notes"], *notes])]
-
-
-def by_reason(missing: dict[str, str]) -> dict[str, list[str]]:
-    """reason -> the cells it empties, in table order."""
-    out: dict[str, list[str]] = {}
-    for cell, reason in missing.items():
-        out.setdefault(reason, []).append(cell)
-    return out
 
 
 def sections_texts(parts: list[tuple[str, pd.DataFrame]], caption: str, foot: list[str]) -> dict[str, str]:

@@ -19,16 +19,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.cachefile import atomic_write
-from bench.report.plots import figures_dir, new_figure, save_csv, save_figure, wrap, yerr
-from bench.report.propd.common import MAKE, cell, context, footer, model_label, propd_pool, sections_texts
-from bench.report.select import MissingRunsError
+from bench.report.output import Report
+from bench.report.plots import new_figure, wrap, yerr
+from bench.report.propd.common import cell, make, model_label, pin, recipe, sections_texts
+from bench.report.registry import Artifact, Cover
+from bench.report.select import MissingRunsError, RunSet
 from bench.report.tables import fmt, interval_columns, interval_in, with_interval
 from bench.run.metrics import by_group
 
 EARLY_HEADS = "early_heads.json"
 ITERATION_TIME = "iteration_time.json"
-FILES = ("propd_fig3.png", "propd_fig3.csv", "propd_fig3_fit.csv", "propd_fig3.md", "propd_fig3.tex")  # in figures/
+MAKE = make("fig3")  # named where a panel has no data
 SHOWN_K = (1, 5, 10, 50, 100, 200)
 LABELS = {"medusa": "Medusa", "propd": "ProPD"}
 METHODS = tuple(LABELS)  # (d)'s series; its frame also holds each one's interval (<method>_lo, <method>_hi)
@@ -40,8 +41,8 @@ PAPER = {
     "c": "Paper: iteration time also varies with the sequence length (and the hardware).",
     "d": "Paper: the accepted length varies across tasks.",
 }
-SOURCES = {"a": f"python scripts/early_heads_report.py ({MAKE['fig3']})",
-           "bc": f"python scripts/propd_iteration_time.py ({MAKE['fig3']})"}
+SOURCES = {"a": f"python scripts/early_heads_report.py ({MAKE})",  # the files of panels (a) and (b, c)
+           "bc": f"python scripts/propd_iteration_time.py ({MAKE})"}
 
 
 def fit_line(x, y, w=None) -> tuple[float, float, float]:
@@ -95,10 +96,11 @@ def timing_frames(timing: dict | None) -> tuple[pd.DataFrame, pd.DataFrame, pd.D
     return b, c, pd.DataFrame(fits)
 
 
-def mat_by_category(p) -> tuple[pd.DataFrame, list]:
+def mat_by_category(cells) -> pd.DataFrame:
     """(d): category, medusa and propd MAT at batch 1 on mt_bench with their 95% intervals over the category's
-    questions (<method>_lo, <method>_hi); the runs used."""
-    runs = {"medusa": cell(p, "medusa", "mt_bench", 1), "propd": cell(p, "propd", "mt_bench", 1, (True, True))}
+    questions (<method>_lo, <method>_hi)."""
+    runs = {"medusa": cells.take(cell(cells.p, "medusa", "mt_bench", 1)),
+            "propd": cells.take(cell(cells.p, "propd", "mt_bench", 1, (True, True)))}
     per = {m: {g: (s["mat"], s["intervals"]["mat"]) for g, s in by_group(r.records).items()}
            for m, r in runs.items() if r}
     cats = sorted({g for v in per.values() for g in v})
@@ -110,14 +112,10 @@ def mat_by_category(p) -> tuple[pd.DataFrame, list]:
             row.update({m: value, **interval_columns(m, ci)})
         rows.append(row)
     columns = ["category", *(c for m in runs for c in (m, f"{m}_lo", f"{m}_hi"))]
-    return pd.DataFrame(rows, columns=columns), list(runs.values())
+    return pd.DataFrame(rows, columns=columns)
 
 
-def empty(ax, text: str) -> None:
-    ax.text(0.5, 0.5, wrap(text, 36), ha="center", va="center", transform=ax.transAxes)
-
-
-def plot(acc, b, c, fits, d, path: Path, title: str) -> Path:
+def plot(acc, b, c, fits, d, title: str):
     fig = new_figure(figsize=(18, 4.8))
     ax_a, ax_b, ax_c, ax_d = fig.subplots(1, 4)
     for layer, g in acc.groupby("layer"):
@@ -139,14 +137,14 @@ def plot(acc, b, c, fits, d, path: Path, title: str) -> Path:
     ax_d.set_xticks(x, d["category"], rotation=45, ha="right")
     ax_d.set(ylabel="MAT (accepted length)", title="(d) MAT per MT-Bench category, BS=1")
     for ax, data, why in ((ax_a, acc, SOURCES["a"]), (ax_b, b, SOURCES["bc"]), (ax_c, c, SOURCES["bc"]),
-                          (ax_d, d, MAKE["fig3"])):
+                          (ax_d, d, MAKE)):
         if len(data):
             ax.legend(fontsize=7)
             ax.grid(alpha=0.3)
         else:
-            empty(ax, f"no data: {why}")
+            ax.text(0.5, 0.5, wrap(f"no data: {why}", 36), ha="center", va="center", transform=ax.transAxes)
     fig.suptitle(title)
-    return save_figure(fig, path)
+    return fig
 
 
 def long_points(acc, b, c, d) -> pd.DataFrame:
@@ -190,44 +188,45 @@ def tables(acc, b, c, fits, d) -> list[tuple[str, pd.DataFrame]]:
     return out
 
 
-def propd_fig3(results_dir: str | Path, model: str | None = None) -> str:
-    """Plot and write figures/propd_fig3.{png,csv,md,tex} and propd_fig3_fit.csv; returns the markdown.
-    Nothing for any panel: MissingRunsError."""
+def propd_fig3(runs: RunSet, model: str | None = None) -> Report:
+    """The figure, its points and fit (figures/propd_fig3.csv, propd_fig3_fit.csv), its tables
+    (propd_fig3.{md,tex}); shows the markdown. Nothing for any panel: MissingRunsError."""
     notes: list[str] = []
-    heads = read_json(Path(results_dir, "propd", EARLY_HEADS), notes)
-    timing = read_json(Path(results_dir, "propd", ITERATION_TIME), notes)
+    heads = read_json(runs.file("propd", EARLY_HEADS), notes)
+    timing = read_json(runs.file("propd", ITERATION_TIME), notes)
     acc = accuracy_frame(heads)
     b, c, fits = timing_frames(timing)
-    p = propd_pool(results_dir, model, lambda r: r.dataset == "mt_bench" and r.batch_size == 1
-             and r.method in ("medusa", "propd"), experiment="propd_fig3")
-    d, used = mat_by_category(p)
+    cells = pin(runs, "fig3", lambda r: r.dataset == "mt_bench" and r.batch_size == 1
+                and r.method in ("medusa", "propd"), model)
+    d = mat_by_category(cells)
     if not (len(acc) or len(b) or len(d)):
-        raise MissingRunsError(f"nothing for ProPD Figure 3 under {results_dir}: no propd/{EARLY_HEADS}, no "
+        raise MissingRunsError(f"nothing for ProPD Figure 3 under {runs.folder}: no propd/{EARLY_HEADS}, no "
                                f"propd/{ITERATION_TIME}, no medusa/propd run at batch 1 on mt_bench "
-                               f"(produced by `{MAKE['fig3']}`)")
-    out = figures_dir(results_dir)
+                               f"(produced by `{MAKE}`)")
     heads, timing = heads or {}, timing or {}
     where = timing.get("machine") or timing.get("device")
     title = (f"ProPD Figure 3, ours: (a) {model_label(heads.get('model'))}, early heads {heads.get('heads')}; "
-             f"(b, c) {model_label(timing.get('model'))} on {where}; (d) {model_label(p.model)}")
-    png = plot(acc, b, c, fits, d, out / FILES[0], title)
-    missing = {f"({k})": f"no data ({SOURCES['a' if k == 'a' else 'bc']})"
-               for k, data in (("a", acc), ("b", b), ("c", c)) if not len(data)}
+             f"(b, c) {model_label(timing.get('model'))} on {where}; (d) {model_label(cells.p.model)}")
+    cells.missing = {f"({k})": f"no data ({SOURCES['a' if k == 'a' else 'bc']})"
+                     for k, data in (("a", acc), ("b", b), ("c", c)) if not len(data)}
     if not len(d):
-        missing["(d)"] = f"no medusa or propd (both switches on) run at batch 1 on mt_bench ({MAKE['fig3']})"
+        cells.missing["(d)"] = f"no medusa or propd (both switches on) run at batch 1 on mt_bench ({MAKE})"
     described = {k: v for k, v in heads.items() if k not in ("accuracy", "k")}
-    sources = [f"(a) from {Path(results_dir, 'propd', EARLY_HEADS)}: {json.dumps(described) if heads else '—'}.",
-               (f"(b, c) from {Path(results_dir, 'propd', ITERATION_TIME)}: model {timing.get('model')}, "
+    sources = [f"(a) from {runs.file('propd', EARLY_HEADS)}: {json.dumps(described) if heads else '—'}.",
+               (f"(b, c) from {runs.file('propd', ITERATION_TIME)}: model {timing.get('model')}, "
                 f"{where}, dtype {timing.get('dtype')}, median of {timing.get('reps')} repeats; one target forward "
                 f"over tree-size tokens per row after seq_len cached tokens."), *PAPER.values()]
-    texts = sections_texts(tables(acc, b, c, fits, d), f"ProPD Figure 3, ours (figure: {png}).",
-                           footer(context(p, used), sources, missing, notes))
-    write_texts_and_csv(out, texts, long_points(acc, b, c, d), fits)
-    return texts["md"]
+    caption = f"ProPD Figure 3, ours (figure: {runs.file('figures', 'propd_fig3.png')})."
+    texts = sections_texts(tables(acc, b, c, fits, d), caption, cells.footer(sources, notes))
+    return Report({"figures/propd_fig3.png": plot(acc, b, c, fits, d, title),
+                   "figures/propd_fig3.csv": long_points(acc, b, c, d), "figures/propd_fig3_fit.csv": fits,
+                   **Report.tables("propd_fig3", texts, "figures").files}, show="figures/propd_fig3.md")
 
 
-def write_texts_and_csv(out: Path, texts: dict[str, str], points: pd.DataFrame, fits: pd.DataFrame) -> None:
-    save_csv(points, out / FILES[1])
-    save_csv(fits, out / FILES[2])
-    for ext, text in texts.items():
-        atomic_write(out / f"propd_fig3.{ext}", text)
+ARTIFACT = Artifact(
+    "fig3", "Figure 3 (early heads' top-k accuracy, iteration time, MAT per category) -> "
+    "figures/propd_fig3.{png,csv,md,tex}", propd_fig3, covers=(Cover("Figure 3"),), rank=5,
+    experiments=("propd_fig3",), needs_runs=False, common=("model",),  # panels (a)-(c) come from files, not runs
+    **recipe("fig3", "ProPD Figure 3: early heads' top-k accuracy, iteration time vs tree size / length, MAT per "
+             "category", "fig3", steps=("$(PY) scripts/propd_iteration_time.py model=$(MODEL)",
+                                        "$(PY) scripts/early_heads_report.py model=$(MODEL)")))

@@ -9,48 +9,48 @@ p[i, k] = P[i, k] - P[i, k-1] (bench.core.tree.best_first, as methods/propd/dyna
 expected acceptance the product of p along its path; its estimated acceptance length, 1 + their sum, is set beside
 the run's measured MAT (with its 95% interval over questions).
 
-Writes results/figures/propd_fig6.{png,csv,md}: the csv has one row per (head, k) of (a) and per node of (b).
+Writes figures/propd_fig6.{png,csv,md}: the csv has one row per (head, k) of (a) and per node of (b). The run is
+the latest propd run with recorded hit rates of the model (the latest such run's by default), preferring experiment
+propd_fig6 and batch 1; it compares with no other run, so no machine or length is pinned.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
-import torch
 
-from bench.cachefile import atomic_write
-from bench.core.tree import best_first
-from bench.report.plots import figures_dir, new_figure, save_csv, save_figure
-from bench.report.propd.common import model_label, switches
-from bench.report.select import default_model, latest, missing, read_runs
+from bench.report.output import Report
+from bench.report.plots import new_figure
+from bench.report.propd.common import make, model_label, recipe, switches
+from bench.report.registry import Artifact, Cover
+from bench.report.select import RunSet, footer
 from bench.report.tables import fmt, markdown, with_interval
 from bench.run.metrics import mat, mat_interval, verdict
+from bench.run.store import Run
 
-MAKE = "make reproduce-propd-fig6"
 SHOWN_NODES = 16  # nodes of (b) drawn (all are in the csv)
 PAPER = ("Paper (Figure 6, a worked example, not a measurement): from the heads' top-2 probabilities, token 'b' of "
          "'ab' has expected acceptance 0.6 and 'e' of 'abe' 0.06; the tree 'abd' + 'ac' has estimated acceptance "
          "length 1.88.")
 
 
-def fig6_run(results_dir: str | Path, model: str | None = None):
-    """The latest propd run of `model` (default: the latest such run's) with recorded hit rates, preferring
-    experiment propd_fig6 and batch 1."""
-    runs = [r for r in read_runs(results_dir, method="propd", greedy=True) if r.settings.get("hit_rates")]
-    model = default_model(runs, model)
-    runs = [r for r in runs if r.model == model]
-    return (latest(runs, lambda r: r.experiment == "propd_fig6" and r.batch_size == 1)
-            or latest(runs, lambda r: r.batch_size == 1) or latest(runs))
+def fig6_run(runs: RunSet, model: str | None = None) -> Run:
+    """The run the figure shows (the module's docstring); none: MissingRunsError."""
+    p = runs.where(method="propd", greedy=True, keep=lambda r: r.settings.get("hit_rates")).pin(model=model, same=())
+    run = (p.latest(lambda r: r.experiment == "propd_fig6" and r.batch_size == 1)
+           or p.latest(lambda r: r.batch_size == 1) or p.latest())
+    if run is None:
+        raise runs.missing("propd run (dynamic tree on) that records its heads' hit rates", make("fig6"))
+    return run
 
 
-def build_fig6(results_dir: str | Path, model: str | None = None) -> pd.DataFrame:
+def build_fig6(run: Run) -> pd.DataFrame:
     """Rows of panel (a): part "a", head, k, value = P (top-k probability); of panel (b): part "b", node (best
     first), path (ranks per depth, 1-based, e.g. "1-2"), value = the node's expected acceptance."""
-    run = fig6_run(results_dir, model)
-    if run is None:
-        raise missing("propd run (dynamic tree on) that records its heads' hit rates", results_dir, MAKE)
+    import torch  # the method's own tree builder; imported here so listing the artifacts never loads torch
+
+    from bench.core.tree import best_first
+
     ms = run.settings
     hits = np.asarray(ms["hit_rates"], dtype=float)  # [heads, K], cumulative in k
     rows = [{"part": "a", "head": i + 1, "k": k + 1, "node": None, "path": None, "value": float(hits[i, k])}
@@ -69,7 +69,7 @@ def build_fig6(results_dir: str | Path, model: str | None = None) -> pd.DataFram
     return df
 
 
-def plot(df: pd.DataFrame, path: Path) -> Path:
+def plot(df: pd.DataFrame):
     a = df.attrs
     fig = new_figure(figsize=(12, 4.2))
     ax_a, ax_b = fig.subplots(1, 2)
@@ -86,16 +86,14 @@ def plot(df: pd.DataFrame, path: Path) -> Path:
              title=f"(b) the {a['size']}-node tree's first {len(nodes)} nodes")
     fig.suptitle(f"ProPD Figure 6, ours: {model_label(a['model'])} on {a['dataset']}, batch {a['batch']}; estimated "
                  f"acceptance length {a['estimated']:.2f}, measured MAT {fmt(a['mat'])}")
-    return save_figure(fig, path)
+    return fig
 
 
-def propd_fig6(results_dir: str | Path, model: str | None = None) -> str:
-    """Plot and write figures/propd_fig6.{png,csv,md}; returns the markdown. No such run: MissingRunsError."""
-    df = build_fig6(results_dir, model)
+def propd_fig6(runs: RunSet, model: str | None = None) -> Report:
+    """The figure, its points (figures/propd_fig6.csv) and panel (a)'s table (propd_fig6.md), shown."""
+    run = fig6_run(runs, model)
+    df = build_fig6(run)
     a = df.attrs
-    out = figures_dir(results_dir)
-    png = plot(df, out / "propd_fig6.png")
-    save_csv(df, out / "propd_fig6.csv")
     heads = df[df["part"] == "a"].pivot(index="head", columns="k", values="value")
     shown = [k for k in (1, 2, 3, 5, 10) if k in heads.columns]
     display = pd.DataFrame({"Head": [str(int(h)) for h in heads.index],
@@ -104,17 +102,22 @@ def propd_fig6(results_dir: str | Path, model: str | None = None) -> str:
     # Does the estimate fall inside the measured MAT's interval: "holds" when it does not lie outside it.
     calibrated = "undecided" if ci is None else "holds" if ci[0] <= a["estimated"] <= ci[1] else "does not hold"
     above = verdict(ci, a["estimated"], higher=False)
-    foot = [(f"Ours: {model_label(a['model'])} ({a['model']}), machine {a['machine']}, {a['dataset']}, "
-             f"batch {a['batch']}, "
-            f"propd (prune, dynamic) = {a['switches']}; hit rates at the run's end; tree sizes {a['sizes']}, last "
-            f"choice {a['chosen']}."),
-            (f"(b): the best-first tree of {a['size']} nodes has estimated acceptance length {a['estimated']:.2f} "
-            f"(1 + the nodes' expected acceptances); measured MAT {with_interval(a['mat'], ci)} (95% bootstrap over "
-            "questions; our MAT counts the prefill as a step of one token, so it is slightly lower)."),
-            (f"The estimate lies inside the measured MAT's interval: {calibrated}. The measured MAT is below the "
-            f"estimate (the estimate is optimistic): {above}."),
-            PAPER, f"Runs: {a['run_id']}."]
-    md = markdown(display, f"ProPD Figure 6 (a), ours: top-k probability per head (figure: {png}).", foot,
-                  numparse=False)
-    atomic_write(out / "propd_fig6.md", md)
-    return md
+    ours = (f"Ours: {model_label(a['model'])} ({a['model']}), machine {a['machine']}, {a['dataset']}, batch "
+            f"{a['batch']}, propd (prune, dynamic) = {a['switches']}; hit rates at the run's end; tree sizes "
+            f"{a['sizes']}, last choice {a['chosen']}.")
+    lines = [(f"(b): the best-first tree of {a['size']} nodes has estimated acceptance length {a['estimated']:.2f} "
+              f"(1 + the nodes' expected acceptances); measured MAT {with_interval(a['mat'], ci)} (95% bootstrap "
+              "over questions; our MAT counts the prefill as a step of one token, so it is slightly lower)."),
+             (f"The estimate lies inside the measured MAT's interval: {calibrated}. The measured MAT is below the "
+              f"estimate (the estimate is optimistic): {above}."), PAPER]
+    md = markdown(display, "ProPD Figure 6 (a), ours: top-k probability per head (figure: "
+                  f"{runs.file('figures', 'propd_fig6.png')}).", footer(ours, [run], lines), numparse=False)
+    return Report({"figures/propd_fig6.png": plot(df), "figures/propd_fig6.csv": df, "figures/propd_fig6.md": md},
+                  show="figures/propd_fig6.md")
+
+
+ARTIFACT = Artifact(
+    "fig6", "Figure 6 (heads' top-k probability, expected acceptance per node of the chosen tree) -> "
+    "figures/propd_fig6.{png,csv,md}", propd_fig6, covers=(Cover("Figure 6"),), rank=6, experiments=("propd_fig6",),
+    common=("model",), **recipe("fig6", "ProPD Figure 6: heads' top-k probability and the chosen tree's expected "
+                                "acceptance per node (propd, batch 1, MT-Bench)", "fig6"))

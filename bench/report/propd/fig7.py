@@ -8,35 +8,33 @@ markdown checks on ours.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
-from bench.report.plots import figures_dir, new_figure, save_figure, wrap, yerr
+from bench.report.output import Report
+from bench.report.plots import new_figure, wrap, yerr
 from bench.report.propd.common import (
     BATCHES,
     DATASETS,
-    MAKE,
     METHODS,
+    Cells,
     aggregate_rate,
     cell,
-    context,
-    footer,
-    model_label,
-    propd_pool,
+    floats,
+    make,
+    pin,
+    recipe,
     table_texts,
-    why_missing,
 )
-from bench.report.select import missing
-from bench.report.tables import MISSING, interval_columns, interval_in, ours_cells, write_texts
+from bench.report.registry import Artifact, Cover
+from bench.report.select import RunSet
+from bench.report.tables import MISSING, interval_columns, interval_in, ours_cells
 from bench.run.metrics import aggregate_rate_interval, aggregate_speedup_interval, mat, tokens_per_s, verdict
 from bench.run.store import Run
 
 LABELS = {"ar": "AR", "bpd": "BPD", "medusa": "Medusa", "propd": "ProPD"}
 COLORS = {"ar": "tab:gray", "bpd": "tab:orange", "medusa": "tab:blue", "propd": "tab:red"}
 BOTH = (True, True)
-FILES = ("propd_fig7.png", "propd_fig7.csv", "propd_fig7.md", "propd_fig7.tex")  # under results/figures/
 DEFINITIONS = [
     ("Tokens/s: aggregate, all new tokens / the timed wall time (the batches' at batch > 1); the CSV also has the "
     "mean per-question rate (`tok_s_per_question`) and MAT. ProPD: pruning and dynamic tree on. [low, high] and "
@@ -47,34 +45,33 @@ DEFINITIONS = [
 ]
 
 
-def fig7_points(results_dir: str | Path, model: str | None = None) -> pd.DataFrame:
-    """One row per (dataset, batch, method): `tok_s` (aggregate), `tok_s_per_question`, `mat`, `run_id`."""
-    p = propd_pool(results_dir, model, lambda r: r.dataset in DATASETS, experiment="propd_fig7")
-    rows, missing, used, runs = [], {}, [], {}
+def fig7_points(runs: RunSet, model: str | None = None) -> tuple[pd.DataFrame, Cells]:
+    """One row per (dataset, batch, method): `tok_s` (aggregate), `tok_s_per_question`, `mat`, `run_id`; the cells
+    (runs used, why one is empty) for the footer."""
+    cells, rows = pin(runs, "fig7", lambda r: r.dataset in DATASETS, model), []
     for d in DATASETS:
+        measured = any(r.dataset == d for r in cells.p.runs)  # else one reason for the dataset's every cell
         for b in BATCHES:
-            for m in reversed(METHODS):  # propd first: the others' rows carry its paired ratio over them
-                run = cell(p, m, d, b, BOTH if m == "propd" else None)
-                used.append(run)
-                if run is None and any(r.dataset == d for r in p.runs):
-                    missing[f"{d} BS={b} {LABELS[m]}"] = why_missing(
-                        p, d, "fig7", f"{m} run{' with both switches on' if m == 'propd' else ''} at that batch size")
-                runs[d, b, m] = run
+            ours = cell(cells.p, "propd", d, b, BOTH)  # the others' rows carry its paired ratio over them
+            for m in reversed(METHODS):  # propd first: the footer names the runs in this order
+                run = cells.take(ours if m == "propd" else cell(cells.p, m, d, b))
+                if run is None and measured:
+                    cells.gap(f"{d} BS={b} {LABELS[m]}", d,
+                              f"{m} run{' with both switches on' if m == 'propd' else ''} at that batch size")
                 rows.append({"dataset": d, "batch_size": b, "method": m,
                              "tok_s": aggregate_rate(run) if run else None,
                              **interval_columns("tok_s", aggregate_rate_interval(run.records) if run else None),
-                             **interval_columns("propd_over", faster(runs.get((d, b, "propd")), run)),
+                             **interval_columns("propd_over", faster(ours, run)),
                              "tok_s_per_question": tokens_per_s(run.records)["mean_of_questions"] if run else None,
                              "mat": mat(run.records) if run else None, "run_id": run.run_id if run else None})
-        if not any(r.dataset == d for r in p.runs):
-            missing[f"{d} (every cell)"] = why_missing(p, d, "fig7", "run")
+        if not measured:
+            cells.gap(f"{d} (every cell)", d, "run")
     order = {m: i for i, m in enumerate(METHODS)}
     df = pd.DataFrame(sorted(rows, key=lambda r: (list(DATASETS).index(r["dataset"]), r["batch_size"],
                                                   order[r["method"]])))
-    numeric = ["tok_s", "tok_s_lo", "tok_s_hi", "propd_over_lo", "propd_over_hi", "tok_s_per_question", "mat"]
-    df[numeric] = df[numeric].astype(float)
-    df.attrs.update(context(p, used, missing=missing))
-    return df
+    df = floats(df, keys=("dataset", "batch_size", "method"))
+    df.attrs.update(cells.attrs())
+    return df, cells
 
 
 def faster(propd: Run | None, other: Run | None) -> list[float] | None:
@@ -113,7 +110,7 @@ def display(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def plot(df: pd.DataFrame, path: Path) -> Path:
+def plot(df: pd.DataFrame):
     fig = new_figure(figsize=(16, 4.8))
     axes = fig.subplots(1, len(DATASETS), sharey=False)
     width = 0.8 / len(METHODS)
@@ -136,21 +133,31 @@ def plot(df: pd.DataFrame, path: Path) -> Path:
         ax.grid(axis="y", alpha=0.3)
         legend = legend or ax.legend(fontsize=8)
     a = df.attrs
-    fig.suptitle(f"ProPD Figure 7, ours: {model_label(a['model'])} on {a['machine']}, max_new_tokens {a['max_new_tokens']} "
+    fig.suptitle(f"ProPD Figure 7, ours: {a['label']} on {a['machine']}, max_new_tokens {a['max_new_tokens']} "
                  f"(missing bars: no run; see propd_fig7.md)")
-    return save_figure(fig, path)
+    return fig
 
 
-def propd_fig7(results_dir: str | Path, model: str | None = None) -> str:
-    """Plot and write figures/propd_fig7.{png,csv,md,tex}; returns the markdown. No runs: MissingRunsError."""
-    df = fig7_points(results_dir, model)
+def propd_fig7(runs: RunSet, model: str | None = None) -> Report:
+    """The figure, then its numbers as figures/propd_fig7.{md,csv,tex}; shows the markdown. No runs:
+    MissingRunsError."""
+    df, cells = fig7_points(runs, model)
     if df["tok_s"].isna().all():
-        raise missing(f"ar/bpd/medusa/propd runs on {', '.join(DATASETS)}", results_dir, MAKE["fig7"])
-    out = figures_dir(results_dir)
-    png = plot(df, out / FILES[0])
+        raise runs.missing(f"ar/bpd/medusa/propd runs on {', '.join(DATASETS)}", make("fig7"))
     caption = ("ProPD Figure 7, ours: tokens/s of AR, BPD, Medusa and ProPD per dataset and batch size "
-               f"(figure: {png}).")
+               f"(figure: {runs.file('figures', 'propd_fig7.png')}).")
     defs = [*DEFINITIONS, fastest_claim(df), f"ProPD settings: {df.attrs['settings']}."]
-    texts = table_texts(display(df), caption, footer(df.attrs, defs, df.attrs["missing"]), df)
-    write_texts(out, "propd_fig7", texts)
-    return texts["md"]
+    texts = table_texts(display(df), caption, cells.footer(defs), df)
+    return Report({"figures/propd_fig7.png": plot(df), **Report.tables("propd_fig7", texts, "figures").files},
+                  show="figures/propd_fig7.md")
+
+
+# One sweep per dataset: chatgpt_prompts has no offline copy and a failing job stops a sweep, so its failure (`-`)
+# does not stop the others; the figure marks its panel.
+ARTIFACT = Artifact(
+    "fig7", "Figure 7 (tok/s of ar, bpd, medusa, propd per dataset and batch) -> figures/propd_fig7.{png,csv,md,tex}",
+    propd_fig7, covers=(Cover("Figure 7"),), rank=4, experiments=("propd_fig7",), common=("model",),
+    **recipe("fig7", "ProPD Figure 7: tok/s of ar, bpd, medusa, propd x MT-Bench, ChatGPT Prompts, Alpaca x batch 1-16",
+             steps=("$(PY) -m bench.run $(SWEEP) experiment=propd/fig7 dataset=mt_bench $(PROPD_ARGS)",
+                    "-$(PY) -m bench.run $(SWEEP) experiment=propd/fig7 dataset=chatgpt_prompts $(PROPD_SET_ARGS)",
+                    "$(PY) -m bench.run $(SWEEP) experiment=propd/fig7 dataset=alpaca $(PROPD_SET_ARGS)")))

@@ -7,20 +7,13 @@ both switches on and its ar baseline at the same batch size, model, dataset, mac
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 
-from bench.report.propd.common import (
-    BATCHES,
-    Against,
-    footer,
-    model_label,
-    paper_csv,
-    propd_pool,
-    table_texts,
-)
-from bench.report.tables import fmt, ours_cells, write_texts
+from bench.report.output import Report
+from bench.report.propd.common import BATCHES, DATASET, Against, Cells, paper_csv, pin, recipe, table_texts
+from bench.report.registry import Artifact, Cover
+from bench.report.select import RunSet
+from bench.report.tables import fmt, ours_cells
 
 PAPER = "propd_table1_speedup_vs_ar.csv"
 PAPER_MODELS = {"7b": "Vicuna-7B (paper, A6000)", "13b": "Vicuna-13B (paper, A100)",
@@ -36,24 +29,22 @@ DEFINITIONS = [
 ]
 
 
-def build_propd_table1(results_dir: str | Path, model: str | None = None, dataset: str = "mt_bench") -> pd.DataFrame:
-    """One row per batch size: ours (`speedup`, rates, MAT, prune rate, nodes per step, run ids) and the
-    paper's `paper_7b`, `paper_13b`, `paper_33b`. What the footer says (runs, reasons for empty cells) is in attrs."""
-    p = propd_pool(results_dir, model, lambda r: r.dataset == dataset
-                   and r.method in ("ar", "propd"), experiment="propd_table1")
+def table1_frame(runs: RunSet, model: str | None = None, dataset: str = "mt_bench") -> tuple[pd.DataFrame, Cells]:
+    """One row per batch size: ours (`speedup`, rates, MAT, prune rate, nodes per step, run ids) and the paper's
+    `paper_7b`, `paper_13b`, `paper_33b`; the cells (runs used, why one is empty) for the footer."""
+    cells = pin(runs, "table1", lambda r: r.dataset == dataset and r.method in ("ar", "propd"), model)
     paper = paper_csv(PAPER).set_index("model")
-    vs, rows = Against(p, dataset, "ar", "table1", ratio="speedup"), []
+    vs, rows = Against(cells, dataset, "ar", ratio="speedup"), []
     for b in BATCHES:
         numbers, ids = vs.cell(f"BS={b}", b, BOTH, "both switches on", aggregate=b > 1)
         rows.append({"batch_size": b, **numbers, **{f"paper_{m}": paper.at[m, f"bs{b}"] for m in PAPER_MODELS},
                      **ids})
-    return vs.frame(rows, keys=("batch_size",))
+    return vs.frame(rows, keys=("batch_size",)), cells
 
 
 def display(df: pd.DataFrame) -> pd.DataFrame:
     cols = [f"BS={b}" for b in df["batch_size"]]
-    label = model_label(df.attrs["model"])
-    rows = [[f"{label}, ours: speedup", *ours_cells(df, "speedup")],
+    rows = [[f"{df.attrs['label']}, ours: speedup", *ours_cells(df, "speedup")],
             ["ours: ProPD tok/s", *ours_cells(df, "propd_tok_s", ".1f")],
             ["ours: AR tok/s", *ours_cells(df, "ar_tok_s", ".1f")],
             ["ours: ProPD MAT", *ours_cells(df, "propd_mat")],
@@ -61,17 +52,16 @@ def display(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["Model", *cols])
 
 
-def render_propd_table1(df: pd.DataFrame) -> dict[str, str]:
-    a = df.attrs
+def propd_table1(runs: RunSet, model: str | None = None, dataset: str = "mt_bench") -> Report:
+    df, cells = table1_frame(runs, model, dataset)
     caption = (f"ProPD Table 1, ours beside the paper's: average speedup of ProPD against autoregressive decoding "
-               f"per batch size, on {a['dataset']} (the paper: MT-Bench, ChatGPT Prompts and Alpaca).")
-    foot = footer(a, [*DEFINITIONS, f"ProPD settings: {a['settings']}."], a["missing"])
-    return table_texts(display(df), caption, foot, df)
+               f"per batch size, on {dataset} (the paper: MT-Bench, ChatGPT Prompts and Alpaca).")
+    foot = cells.footer([*DEFINITIONS, f"ProPD settings: {df.attrs['settings']}."])
+    return Report.tables("propd_table1", table_texts(display(df), caption, foot, df))
 
 
-def propd_table1(results_dir: str | Path, model: str | None = None, dataset: str = "mt_bench") -> str:
-    """Build, write results/tables/propd_table1.{md,csv,tex}; returns the markdown."""
-    df = build_propd_table1(results_dir, model, dataset)
-    texts = render_propd_table1(df)
-    write_texts(Path(results_dir, "tables"), "propd_table1", texts)
-    return texts["md"]
+ARTIFACT = Artifact(
+    "table1", "Table 1 (speedup vs AR per batch size) -> tables/propd_table1.{md,csv,tex}", propd_table1,
+    covers=(Cover("Table 1"),), rank=1, experiments=("propd_table1",), paper_csv=(PAPER,), options=(DATASET,),
+    common=("model",), **recipe("table1", "ProPD Table 1: ar, propd x batch 1-16 on MT-Bench, speedup vs AR beside "
+                                "the paper's (LIMIT per category)", "table1"))

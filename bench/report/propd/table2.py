@@ -10,33 +10,28 @@ accepted length within 5% of no pruning.
 from __future__ import annotations
 
 from collections import defaultdict
-from pathlib import Path
 
 import pandas as pd
 
+from bench.report.output import Report
 from bench.report.propd.common import (
+    DATASET,
+    Cells,
     aggregate_rate,
     cell,
-    context,
     draft_nodes_mean,
-    footer,
+    floats,
+    nodes,
     paper_csv,
-    propd_pool,
+    pin,
     prune_point,
     prune_rate,
+    recipe,
     table_texts,
-    why_missing,
 )
-from bench.report.tables import (
-    MISSING,
-    fmt,
-    interval_columns,
-    interval_in,
-    is_missing,
-    pair,
-    with_interval,
-    write_texts,
-)
+from bench.report.registry import Artifact, Cover, option
+from bench.report.select import RunSet
+from bench.report.tables import MISSING, fmt, interval_columns, interval_in, is_missing, pair, with_interval
 from bench.run.metrics import (
     aggregate_rate_interval,
     bootstrap_interval,
@@ -105,15 +100,11 @@ def fmt_ci(ci: list[float] | None, show) -> str:
 
 def prune_interval(run: Run) -> list[float] | None:
     """Prune rate's interval: questions resampled with their drafted and verified nodes."""
-    drafted, verified = defaultdict(int), defaultdict(int)
-    for r in run.records:
-        if r.get("draft_nodes") is not None:
-            drafted[r["question_id"]] += sum(r["draft_nodes"])
-            verified[r["question_id"]] += sum(r.get("verified_nodes", r["draft_nodes"]))
-    qs = sorted(drafted, key=str)
-    if not qs or any(drafted[q] <= 0 for q in qs):
+    per = nodes(run)
+    qs = sorted(per, key=str)
+    if not qs or any(per[q][0] <= 0 for q in qs):
         return None
-    ci = bootstrap_interval([[verified[q] for q in qs], [drafted[q] for q in qs]], ratio_of_sums)
+    ci = bootstrap_interval([[per[q][1] for q in qs], [per[q][0] for q in qs]], ratio_of_sums)
     return None if ci is None else [1 - ci[1], 1 - ci[0]]
 
 
@@ -132,30 +123,29 @@ def mat_ratio_interval(run: Run, ref: Run) -> list[float] | None:
                                [b[q][1] for q in qs]], ratio_of_rates) if qs else None
 
 
-def build_propd_table2(results_dir: str | Path, model: str | None = None, batch_size: int = 4,
-                       dataset: str = "mt_bench") -> pd.DataFrame:
-    """Rows `none` then (layer, top_k): ours `prune_rate`, `mat`, `tok_s`, run id, and the paper's `_paper`."""
+def table2_frame(runs: RunSet, model: str | None = None, batch_size: int = 4,
+                 dataset: str = "mt_bench") -> tuple[pd.DataFrame, Cells]:
+    """Rows `none` then (layer, top_k): ours `prune_rate`, `mat`, `tok_s`, run id, and the paper's `_paper`; the
+    cells (runs used, why one is empty) for the footer."""
     batch_size = int(batch_size)
-    p = propd_pool(results_dir, model, lambda r: r.dataset == dataset and r.batch_size == batch_size
-             and r.method in ("medusa", "propd"), experiment="propd_table2")
+    cells = pin(runs, "table2", lambda r: r.dataset == dataset and r.batch_size == batch_size
+                and r.method in ("medusa", "propd"), model)
     paper = paper_csv(PAPER)
     paper_by = {(row.layer, None if pd.isna(row.top_k) else int(row.top_k)): row for row in paper.itertuples()}
-    ref = cell(p, "medusa", dataset, batch_size) or cell(p, "propd", dataset, batch_size, (False, False))
-    rows, missing, used = [], {}, [ref]
+    ref = cells.take(cell(cells.p, "medusa", dataset, batch_size)
+                     or cell(cells.p, "propd", dataset, batch_size, (False, False)))
     if ref is None:
-        missing["w/o pruning"] = why_missing(p, dataset, "table2", f"medusa run (nor propd with both switches off) "
-                                                                   f"at batch {batch_size}")
-    keys = [("none", None)] + [(str(layer), k) for layer in LAYERS for k in TOPKS]
-    for layer, k in keys:
+        cells.gap("w/o pruning", dataset, f"medusa run (nor propd with both switches off) at batch {batch_size}")
+    rows = []
+    for layer, k in [("none", None)] + [(str(layer), k) for layer in LAYERS for k in TOPKS]:
         if layer == "none":
             run = ref
         else:
-            run = cell(p, "propd", dataset, batch_size, (True, False),
-                           where=lambda r, pk=(int(layer), k): prune_point(r) == pk)
-            used.append(run)
+            run = cells.take(cell(cells.p, "propd", dataset, batch_size, (True, False),
+                                  where=lambda r, pk=(int(layer), k): prune_point(r) == pk))
             if run is None:
-                missing[f"layer {layer} top-{k}"] = why_missing(
-                    p, dataset, "table2", f"propd run with that layer and top-k (dynamic tree off) at batch {batch_size}")
+                cells.gap(f"layer {layer} top-{k}", dataset,
+                          f"propd run with that layer and top-k (dynamic tree off) at batch {batch_size}")
         pr = paper_by[(layer, k)]
         chosen = layer != "none" and (int(layer), k) == CHOSEN and run is not None
         rows.append({"layer": layer, "top_k": k,
@@ -168,14 +158,10 @@ def build_propd_table2(results_dir: str | Path, model: str | None = None, batch_
                      "draft_nodes_mean": draft_nodes_mean(run) if run else None,
                      "prune_rate_paper": pr.prune_rate, "mat_paper": pr.acc_length, "tok_s_paper": pr.speed_tok_s,
                      "run_id": run.run_id if run else None, "method": run.method if run else None})
-    df = pd.DataFrame(rows)
-    num = ["prune_rate", "mat", "tok_s", "draft_nodes_mean", "prune_rate_paper", "mat_paper", "tok_s_paper",
-           "prune_rate_lo", "prune_rate_hi", "mat_ratio_lo", "mat_ratio_hi", "mat_lo", "mat_hi", "tok_s_lo", "tok_s_hi"]
-    df[num] = df[num].astype(float)
+    df = floats(pd.DataFrame(rows), keys=("layer", "top_k", "method"))
     df["top_k"] = df["top_k"].astype("Int64")
-    df.attrs.update(context(p, used, missing=missing, dataset=dataset, batch_size=batch_size,
-                            reference=ref.method if ref else MISSING))
-    return df
+    df.attrs.update(cells.attrs(dataset=dataset, batch_size=batch_size, reference=ref.method if ref else MISSING))
+    return df, cells
 
 
 def claim_texts(df: pd.DataFrame) -> list[str]:
@@ -213,7 +199,8 @@ def pct_ci(x, ci: list[float] | None) -> str:
     return pct(x) if is_missing(x) or not ci else f"{pct(x)} {fmt_ci(ci, pct)}"
 
 
-def render_propd_table2(df: pd.DataFrame) -> dict[str, str]:
+def propd_table2(runs: RunSet, model: str | None = None, batch_size: int = 4, dataset: str = "mt_bench") -> Report:
+    df, cells = table2_frame(runs, model, batch_size, dataset)
     a = df.attrs
     pruned = df.loc[df["layer"] != "none", "draft_nodes_mean"].dropna()
     caption = (f"ProPD Table 2, ours (paper): early pruning rate, accepted length and speed at batch "
@@ -222,13 +209,12 @@ def render_propd_table2(df: pd.DataFrame) -> dict[str, str]:
             (f"W/o pruning: {a['reference']} (the paper: Medusa). Nodes drafted per "
             f"step (mean): w/o pruning {fmt(df['draft_nodes_mean'].iloc[0], '.1f')}, pruning rows "
             f"{fmt(pruned.min() if len(pruned) else None, '.1f')}-{fmt(pruned.max() if len(pruned) else None, '.1f')}.")]
-    return table_texts(display(df), caption, footer(a, defs, a["missing"]), df)
+    return Report.tables("propd_table2", table_texts(display(df), caption, cells.footer(defs), df))
 
 
-def propd_table2(results_dir: str | Path, model: str | None = None, batch_size: int = 4,
-                 dataset: str = "mt_bench") -> str:
-    """Build, write results/tables/propd_table2.{md,csv,tex}; returns the markdown."""
-    df = build_propd_table2(results_dir, model, batch_size, dataset)
-    texts = render_propd_table2(df)
-    write_texts(Path(results_dir, "tables"), "propd_table2", texts)
-    return texts["md"]
+ARTIFACT = Artifact(
+    "table2", "Table 2 (early pruning: layer x top-k at batch 4) -> tables/propd_table2.{md,csv,tex}", propd_table2,
+    covers=(Cover("Table 2"),), rank=2, experiments=("propd_table2",), paper_csv=(PAPER,),
+    options=(DATASET, option("--batch-size", type=int, help="default 4, as the paper")), common=("model",),
+    **recipe("table2", "ProPD Table 2: ar, medusa, propd pruning layer 1-4 x top-k 50-200 at batch 4 (dynamic tree "
+             "off)", "table2_baselines", "table2"))

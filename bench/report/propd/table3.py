@@ -10,12 +10,24 @@ claim holds that ProPD's gain over Medusa grows with the batch size.
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 
 import pandas as pd
 
-from bench.report.propd.common import BATCHES, COMBOS, Against, footer, paper_csv, propd_pool, table_texts
-from bench.report.tables import MISSING, fmt, interval_in, is_missing, pair, with_interval, write_texts
+from bench.report.output import Report
+from bench.report.propd.common import (
+    BATCHES,
+    COMBOS,
+    DATASET,
+    Against,
+    Cells,
+    paper_csv,
+    pin,
+    recipe,
+    table_texts,
+)
+from bench.report.registry import Artifact, Cover
+from bench.report.select import RunSet
+from bench.report.tables import MISSING, fmt, interval_in, is_missing, pair, with_interval
 
 PAPER = "propd_table3_ablation.csv"
 YES_NO = {True: "yes", False: "no"}
@@ -46,13 +58,12 @@ def growth_claim(ratios: dict[int, float | tuple | None]) -> tuple[str, str]:
     return ("holds" if spans[-1][0] > spans[0][1] else "undecided"), numbers
 
 
-def build_propd_table3(results_dir: str | Path, model: str | None = None, dataset: str = "mt_bench") -> pd.DataFrame:
+def table3_frame(runs: RunSet, model: str | None = None, dataset: str = "mt_bench") -> tuple[pd.DataFrame, Cells]:
     """One row per (combo, batch size): ours `ratio`, rates, MAT, prune rate, nodes per step, run ids; paper's
-    `paper_7b`, and `paper_13b`, `paper_33b` at batch 2."""
-    p = propd_pool(results_dir, model, lambda r: r.dataset == dataset
-                   and r.method in ("medusa", "propd"), experiment="propd_table3")
+    `paper_7b`, and `paper_13b`, `paper_33b` at batch 2; the cells (runs used, why one is empty) for the footer."""
+    cells = pin(runs, "table3", lambda r: r.dataset == dataset and r.method in ("medusa", "propd"), model)
     paper = paper_csv(PAPER)
-    vs, rows = Against(p, dataset, "medusa", "table3"), []
+    vs, rows = Against(cells, dataset, "medusa"), []
     for (prune, dynamic), name in COMBOS.items():
         pr = paper[(paper["early_pruning"] == YES_NO[prune]) & (paper["dynamic_generation"] == YES_NO[dynamic])]
         for b in BATCHES:
@@ -60,7 +71,7 @@ def build_propd_table3(results_dir: str | Path, model: str | None = None, datase
             rows.append({"combo": name, "prune": prune, "dynamic": dynamic, "batch_size": b, **numbers,
                          "paper_7b": pr[f"7b_bs{b}"].item(), "paper_13b": pr["13b_bs2"].item() if b == 2 else None,
                          "paper_33b": pr["33b_bs2"].item() if b == 2 else None, **ids})
-    return vs.frame(rows, keys=("combo", "prune", "dynamic", "batch_size"))
+    return vs.frame(rows, keys=("combo", "prune", "dynamic", "batch_size")), cells
 
 
 def claim_texts(df: pd.DataFrame) -> list[str]:
@@ -85,18 +96,17 @@ def display(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def render_propd_table3(df: pd.DataFrame) -> dict[str, str]:
-    a = df.attrs
+def propd_table3(runs: RunSet, model: str | None = None, dataset: str = "mt_bench") -> Report:
+    df, cells = table3_frame(runs, model, dataset)
     caption = (f"ProPD Table 3, ours (paper's Vicuna-7B): ablation of early pruning and dynamic tree generation, "
-               f"speed relative to Medusa at the same batch size, on {a['dataset']}.")
+               f"speed relative to Medusa at the same batch size, on {dataset}.")
     defs = [*DEFINITIONS, *claim_texts(df), "The paper's 33B has no value for the row with neither technique.",
-            f"ProPD settings: {a['settings']}."]
-    return table_texts(display(df), caption, footer(a, defs, a["missing"]), df)
+            f"ProPD settings: {df.attrs['settings']}."]
+    return Report.tables("propd_table3", table_texts(display(df), caption, cells.footer(defs), df))
 
 
-def propd_table3(results_dir: str | Path, model: str | None = None, dataset: str = "mt_bench") -> str:
-    """Build, write results/tables/propd_table3.{md,csv,tex}; returns the markdown."""
-    df = build_propd_table3(results_dir, model, dataset)
-    texts = render_propd_table3(df)
-    write_texts(Path(results_dir, "tables"), "propd_table3", texts)
-    return texts["md"]
+ARTIFACT = Artifact(
+    "table3", "Table 3 (ablation vs Medusa per batch size) -> tables/propd_table3.{md,csv,tex}", propd_table3,
+    covers=(Cover("Table 3"),), rank=3, experiments=("propd_table3",), paper_csv=(PAPER,), options=(DATASET,),
+    common=("model",), **recipe("table3", "ProPD Table 3: medusa and propd's 4 switch combinations x batch 1-16, "
+                                "relative to medusa", "table3_medusa", "table3"))

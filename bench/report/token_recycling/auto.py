@@ -14,21 +14,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.cachefile import atomic_write
-from bench.report.plots import figures_dir, new_figure, save_csv, save_figure, wrap
-from bench.report.select import group_key, latest_per_x, read_runs, setting
+from bench.report.output import Report
+from bench.report.plots import new_figure, wrap
+from bench.report.registry import Artifact, Recipe, Shown
+from bench.report.select import RunSet, footer, setting
 from bench.report.tables import MISSING, interval_columns, is_missing, markdown, ours_cells
-from bench.report.token_recycling.common import (
-    MAKE_TARGETS,
-    METHOD,
-    context,
-    describe,
-    group_runs,
-    missing_runs,
-    run_metrics,
-    warn,
-)
+from bench.report.token_recycling.common import FIGURE, METHOD, RUN, context, describe, numbers, sweep, warn
 from bench.run.metrics import speedup, speedup_interval, verification_mat
+
+MAKE = "make reproduce-tr-auto"
 
 AUTO_COLUMNS = ["method", "tree_source", "tree", "size", "depth", "predicted_mat", "verification_mat", "mat",
                 "mat_lo", "mat_hi", "tokens_per_s", "tokens_per_s_lo", "tokens_per_s_hi", "predicted_speedup_vs_ar",
@@ -52,17 +46,14 @@ IMAGE_HEADERS = {"predicted MAT": "predicted\nMAT", "verification MAT": "verific
                  "speedup vs ar": "speedup\nvs ar", "T(size+1)/T(1)": "T(size+1)\n/T(1)",
                  "MAT·T(1)/T(size+1)": "MAT·T(1)\n/T(size+1)"}
 SOURCE_ORDER = ["template", "built", "auto"]
-NUMERIC = ["size", "depth", "predicted_mat", "verification_mat", "mat", "tokens_per_s", "predicted_speedup_vs_ar",
-           "speedup_vs_ar", "forward_cost_ratio", "bound_speedup", "mat_lo", "mat_hi", "tokens_per_s_lo",
-           "tokens_per_s_hi", "speedup_vs_ar_lo", "speedup_vs_ar_hi"]
-WITH_INTERVAL = ("mat", "tokens_per_s", "speedup_vs_ar")  # shown as "2.31 [2.10, 2.52]" (95% bootstrap)
+NUMERIC = AUTO_COLUMNS[AUTO_COLUMNS.index("size"):AUTO_COLUMNS.index("lossless")]  # floats, NaN where missing
 
 
-def load_forward_cost(results_dir, model: str | None, machine: str | None,
+def load_forward_cost(folder: Path, model: str | None, machine: str | None,
                       dtype: str | None = None) -> dict | None:
-    """Latest results/cache/forward_cost/*.json of this model, machine (and dtype, if given); None: none."""
+    """Latest folder/*.json (results/cache/forward_cost/) of this model, machine (and dtype, if given); None: none."""
     best = None
-    for p in sorted(Path(results_dir, "cache", "forward_cost").glob("*.json")):
+    for p in sorted(Path(folder).glob("*.json")):
         try:
             d = json.loads(p.read_text())
         except (OSError, json.JSONDecodeError):
@@ -89,22 +80,19 @@ def interp_ratio(curve: pd.DataFrame | None, n: int | None) -> float:
     return float(np.interp(n, curve["n"], curve["ratio"]))
 
 
-def auto_table(results_dir, model: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame | None, list[str]]:
+def auto_table(runs: RunSet, model: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame | None, list[str]]:
     """Rows: ar, then token_recycling per tree_source (latest each); the forward-cost curve; notes."""
-    runs = read_runs(results_dir)
-    kept, key, notes = group_runs(runs, "tr_auto", model)
-    if not kept:
-        raise missing_runs(["tr_auto"], results_dir, model)
-    ctx = context(key)
+    mine, group, notes = sweep(runs, "tr_auto", model, MAKE)
+    ctx = context(mine.runs[-1])
     # The ar baseline: same group, preferably from this experiment, else the latest such ar run.
-    ars = [r for r in runs
-           if r.method == "ar" and not r.variant and group_key(r) == key]
-    ar = ([r for r in ars if r.experiment == "tr_auto"] or ars or [None])[-1]
+    ars = group.where(method="ar", keep=lambda r: not r.variant)
+    ar = ars.latest(lambda r: r.experiment == "tr_auto") or ars.latest()
     if ar is None:
         notes.append(f"no ar run for {describe(ctx)}: no speedups")
-    per_source = latest_per_x(kept, setting("tree_source", "template"))
-    dtype = kept[-1].provenance.get("dtype")
-    cost = load_forward_cost(results_dir, ctx["model"], ctx["machine"], dtype)
+    per_source = mine.latest_per(setting("tree_source", "template"))
+    dtype = mine.runs[-1].provenance.get("dtype")
+    cached = runs.file("cache", "forward_cost")
+    cost = load_forward_cost(cached, ctx["model"], ctx["machine"], dtype)
     if cost is None and (per_source.get("auto") and setting("forward_cost_ms")(per_source["auto"])):
         # No cached file (e.g. results copied without cache/): the curve the auto run chose its tree with.
         recorded = setting("forward_cost_ms")(per_source["auto"])
@@ -112,34 +100,28 @@ def auto_table(results_dir, model: str | None = None) -> tuple[pd.DataFrame, pd.
                 "path": f"method_settings.forward_cost_ms of run {per_source['auto'].run_id}"}
     curve = forward_cost_curve(cost) if cost else None
     if curve is None:
-        notes.append(f"no forward-cost curve for {ctx['model']} on {ctx['machine']} in "
-                     f"{Path(results_dir, 'cache', 'forward_cost')} ({MAKE_TARGETS['tr_auto']})")
+        notes.append(f"no forward-cost curve for {ctx['model']} on {ctx['machine']} in {cached} ({MAKE})")
     rows = []
     if ar is not None:
-        m = run_metrics(ar)
-        rows.append({"method": "ar", "tree_source": None, "tree": None, "size": 0, "depth": 0,
-                     "predicted_mat": None, "predicted_speedup_vs_ar": None, "mat": m["mat"],
-                     "verification_mat": verification_mat(ar.records),
-                     **{k: m[k] for k in ("mat_lo", "mat_hi", "tokens_per_s_lo", "tokens_per_s_hi")},
-                     "tokens_per_s": m["tokens_per_s"], "speedup_vs_ar": 1.0, "forward_cost_ratio": 1.0,
-                     "bound_speedup": m["mat"], "lossless": m["lossless"], "run_id": ar.run_id, **ctx})
+        m = numbers(ar)  # the columns not in AUTO_COLUMNS are left out
+        rows.append({**m, "method": "ar", "size": 0, "depth": 0, "verification_mat": verification_mat(ar.records),
+                     "speedup_vs_ar": 1.0, "forward_cost_ratio": 1.0, "bound_speedup": m["mat"],
+                     "run_id": ar.run_id, **ctx})
     order = SOURCE_ORDER + sorted(set(per_source) - set(SOURCE_ORDER))
     for source in (s for s in order if s in per_source):
         run = per_source[source]
         ms = run.settings
-        m = run_metrics(run)
+        m = numbers(run)
         size = ms.get("tree_size")
         ratio = interp_ratio(curve, None if size is None else size + 1)  # root + draft tokens
-        rows.append({"method": METHOD, "tree_source": source, "tree": ms.get("tree"), "size": size,
+        rows.append({**m, "method": METHOD, "tree_source": source, "tree": ms.get("tree"), "size": size,
                      "depth": ms.get("tree_depth"), "predicted_mat": ms.get("predicted_mat"),
                      "predicted_speedup_vs_ar": ms.get("predicted_speedup_vs_ar"),
-                     "mat": m["mat"], "verification_mat": verification_mat(run.records),
-                     "tokens_per_s": m["tokens_per_s"],
+                     "verification_mat": verification_mat(run.records),
                      "speedup_vs_ar": speedup(run.records, ar.records) if ar else None,
-                     **{k: m[k] for k in ("mat_lo", "mat_hi", "tokens_per_s_lo", "tokens_per_s_hi")},
                      **interval_columns("speedup_vs_ar", speedup_interval(run.records, ar.records) if ar else None),
                      "forward_cost_ratio": ratio, "bound_speedup": m["mat"] / ratio if ratio else math.nan,
-                     "lossless": m["lossless"], "run_id": run.run_id, **ctx})
+                     "run_id": run.run_id, **ctx})
     df = pd.DataFrame(rows, columns=AUTO_COLUMNS)
     df[NUMERIC] = df[NUMERIC].astype(float)
     if cost:
@@ -147,17 +129,13 @@ def auto_table(results_dir, model: str | None = None) -> tuple[pd.DataFrame, pd.
     return df, curve, notes
 
 
-def cell(v, spec=".2f") -> str:
-    if is_missing(v):
-        return MISSING
-    return format(v, spec) if isinstance(v, float) else str(v)
-
-
 def auto_display(df: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame()
     for col, head in AUTO_HEADERS.items():
         spec = ".0f" if col in ("size", "depth") else ".1f" if col == "tokens_per_s" else ".2f"
-        out[head] = (ours_cells(df, col, spec) if col in WITH_INTERVAL else [cell(v, spec) for v in df[col]])
+        # numbers with their 95% interval where they have one ("2.31 [2.10, 2.52]"), else alone; text as is
+        out[head] = (ours_cells(df, col, spec) if col in NUMERIC
+                     else [MISSING if is_missing(v) else str(v) for v in df[col]])
     return out
 
 
@@ -171,17 +149,16 @@ def plot_curve(ax, curve: pd.DataFrame | None, df: pd.DataFrame) -> None:
                         label=f"{r['tree_source']} tree: n = {int(r['size']) + 1}")
         ax.legend(fontsize=8)
     else:
-        ax.text(0.5, 0.5, wrap(f"no forward-cost curve cached for this model and machine "
-                               f"({MAKE_TARGETS['tr_auto']})", 35), ha="center", va="center",
-                transform=ax.transAxes)
+        ax.text(0.5, 0.5, wrap(f"no forward-cost curve cached for this model and machine ({MAKE})", 35),
+                ha="center", va="center", transform=ax.transAxes)
     ax.set_xlabel("n = tokens in one forward (root + draft)")
     ax.set_ylabel("T(n) / T(1)")
     ax.grid(alpha=0.3)
 
 
-def tr_auto(results_dir, model: str | None = None) -> list[Path]:
+def tr_auto(runs: RunSet, model: str | None = None) -> Report:
     """The paper's tree vs tree=auto vs ar: T(n)/T(1) of this machine and the table of both trees."""
-    df, curve, notes = auto_table(results_dir, model)
+    df, curve, notes = auto_table(runs, model)
     ctx = df.iloc[0]
     fig = new_figure(figsize=(16, 5))
     ax, axt = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.8]})
@@ -201,14 +178,21 @@ def tr_auto(results_dir, model: str | None = None) -> list[Path]:
     axt.set_title(f"Paper's tree vs tree=auto vs ar: {describe(ctx)}", fontsize=9)
     axt.text(0.5, 0.02, wrap(AUTO_DEFINITIONS, 120), transform=axt.transAxes, ha="center", va="bottom",
              fontsize=7.5, style="italic")
-    out = figures_dir(results_dir)
-    paths = [save_figure(fig, out / "tr_auto.png"), save_csv(df, out / "tr_auto.csv")]
+    files = {"figures/tr_auto.png": fig, "figures/tr_auto.csv": df}
     if curve is not None:
-        paths.append(save_csv(curve, out / "tr_auto_forward_cost.csv"))
-    md = markdown(disp, f"Token Recycling: the paper's tree vs tree=auto vs ar, {describe(ctx)}.",
-                  [AUTO_DEFINITIONS, f"Runs: {', '.join(df['run_id'])}.", *(f"Note: {n}." for n in notes)],
-                  numparse=False)
-    atomic_write(out / "tr_auto.md", md)
-    paths.append(out / "tr_auto.md")
+        files["figures/tr_auto_forward_cost.csv"] = curve
+    # footer reads each row's run_id (the table's rows are its runs: ar, then one per tree source)
+    files["figures/tr_auto.md"] = markdown(disp, f"Token Recycling: the paper's tree vs tree=auto vs ar, "
+                                           f"{describe(ctx)}.", footer(AUTO_DEFINITIONS, df.itertuples(), notes=notes),
+                                           numparse=False)
     warn(notes)
-    return paths
+    return Report(files)
+
+
+ARTIFACT = Artifact(
+    "auto", "paper's tree vs tree=auto vs ar -> figures/tr_auto.{png,csv,md}", tr_auto, rank=4,
+    experiments=("tr_auto",), shown=(Shown(MAKE),),
+    recipes=(Recipe("reproduce-tr-auto", "AR, Token Recycling with the paper tree and with tree=auto on this machine, "
+                    "T(n) curve", (RUN.format("auto_ar"), RUN.format("auto"),
+                                   "$(PY) -m bench.report token_recycling/auto --model $(MODEL)"), ("tree-stats",)),),
+    **FIGURE)

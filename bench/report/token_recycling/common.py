@@ -1,9 +1,9 @@
-"""What Token Recycling's figures share: experiments and make targets, a sweep's runs, one run's numbers.
+"""What Token Recycling's figures share: a sweep's runs, one run's numbers, the make recipes' lines.
 
-Runs are found (bench.report.select) by the `experiment` their summary.json records (`tr_fig3a`,
-`tr_fig3b`, `tr_fig3c`, `tr_fig4`, `tr_auto`) and method token_recycling. Of the matching runs, only those
-of the most recent run's (model, dataset, machine, max_new_tokens) are used, and of those the latest per
-plotted x value. No runs at all: a MissingRunsError naming the experiment and its make target.
+Runs are found by the `experiment` their summary.json records (`tr_fig3a`, `tr_fig3b`, `tr_fig3c`, `tr_fig4`,
+`tr_auto`) and method token_recycling. Of the matching runs, only those of the most recent run's (model, dataset,
+machine, max_new_tokens) are used, and of those the latest per plotted x value. No runs at all: a
+MissingRunsError naming the experiment and its make target.
 """
 
 from __future__ import annotations
@@ -11,42 +11,41 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable
 
-from bench.report.select import MissingRunsError, missing, select_group, where
+from bench.report.select import RunSet
 from bench.report.tables import interval_columns, lossless_text
 from bench.run.metrics import summarize
 from bench.run.store import Run
 
 METHOD = "token_recycling"
-# Experiment -> the make target whose runs carry it (named in the error when there are none).
-MAKE_TARGETS = {
-    "tr_fig3a": "make reproduce-tr-fig3",
-    "tr_fig3b": "make reproduce-tr-fig3",
-    "tr_fig3c": "make reproduce-tr-fig3",
-    "tr_fig4": "make reproduce-tr-fig4",
-    "tr_auto": "make reproduce-tr-auto",
-}
+# A sweep's runs are compared only within one of these (a figure's points share its model, dataset and measuring).
+GROUP = ("model", "dataset", "machine", "max_new_tokens")
+
+FIGURE = {"common": ("model",), "needs_runs": False}  # a figure names its experiment when it has no runs
+RUN = "$(PY) -m bench.run $(SWEEP) experiment=token_recycling/{} $(RUN_ARGS)"
 
 
-def missing_runs(experiments: Iterable[str], results_dir, model: str | None,
-                 method: str = METHOD) -> MissingRunsError:
-    exps = list(experiments)
+def sweep(runs: RunSet, experiment: str, model: str | None = None,
+          make: str | None = None) -> tuple[RunSet, RunSet, list[str]]:
+    """(the experiment's token_recycling runs of the most recent one's group (GROUP), every run of that group,
+    any experiment or method (baselines measured the same way), a note on the runs of other groups left out).
+    With `make`, no such run is a MissingRunsError naming it."""
+    group = runs.pin(lambda r: r.experiment == experiment and r.method == METHOD, model=model, same=GROUP,
+                     drafters=False)
+    mine = group.where(experiment=experiment, method=METHOD)
+    if make and not mine.runs:
+        raise missing(runs, [experiment], model, make)
+    return mine, group, [f"{experiment}: {n}" for n in group.notes]
+
+
+def missing(runs: RunSet, experiments: Iterable[str], model: str | None, make: str):
+    """MissingRunsError: no token_recycling runs of `model` with these experiments (made by `make`)."""
     of_model = f" of model '{model}'" if model else ""
-    targets = " / ".join(dict.fromkeys(MAKE_TARGETS.get(e, "?") for e in exps))
-    named = " / ".join(repr(e) for e in exps)
-    return missing(f"{method} runs{of_model} with experiment {named}", results_dir, targets)
+    named = " / ".join(repr(e) for e in experiments)
+    return runs.missing(f"{METHOD} runs{of_model} with experiment {named}", make)
 
 
-def group_runs(runs: list[Run], experiment: str, model: str | None = None) -> tuple[list[Run], tuple | None,
-                                                                                  list[str]]:
-    """The experiment's token_recycling runs of the most recent run's group (bench.report.select.group_key),
-    the group key, and a note on the runs of other groups left out (if any)."""
-    kept, key, dropped = select_group(where(runs, experiment=experiment, method=METHOD, model=model))
-    notes = [f"{experiment}: {dropped} run(s) of other models/datasets/machines/max_new_tokens left out"] \
-        if dropped else []
-    return kept, key, notes
-
-
-def run_metrics(run: Run) -> dict:
+def numbers(run: Run) -> dict:
+    """A run's MAT and tokens/s (with their 95% intervals), turns, losslessness and phase shares."""
     s = summarize(run.records)
     return {"mat": s["mat"], "tokens_per_s": s["tokens_per_s"]["mean_of_questions"],
             **interval_columns("mat", s["intervals"]["mat"]),
@@ -55,9 +54,9 @@ def run_metrics(run: Run) -> dict:
             "lossless": lossless_text(s["lossless"]), "phase_share": s["phase_share"]}
 
 
-def context(key: tuple | None) -> dict:
-    model, dataset, machine, max_new = key or (None,) * 4
-    return {"model": model, "dataset": dataset, "machine": machine, "max_new_tokens": max_new}
+def context(run: Run) -> dict:
+    """The group a point belongs to (the CSVs' last columns)."""
+    return {"model": run.model, "dataset": run.dataset, "machine": run.machine, "max_new_tokens": run.max_new_tokens}
 
 
 def describe(ctx) -> str:
@@ -66,5 +65,6 @@ def describe(ctx) -> str:
 
 
 def warn(notes: list[str]) -> None:
+    """A figure has no footer: its notes (runs left out or superseded) go to stderr."""
     for n in notes:
         print(f"figures: {n}", file=sys.stderr)

@@ -7,23 +7,15 @@ and never draws paper points.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 
-from bench.report.plots import figures_dir, new_figure, save_csv, save_figure, wrap, yerr
-from bench.report.select import latest_model, latest_per_x, read_runs, setting, where
-from bench.report.token_recycling.common import (
-    MAKE_TARGETS,
-    METHOD,
-    context,
-    group_runs,
-    missing_runs,
-    run_metrics,
-    warn,
-)
-from bench.run.store import Run
+from bench.report.output import Report
+from bench.report.plots import new_figure, wrap, yerr
+from bench.report.registry import Artifact, Cover, Recipe, Shown
+from bench.report.select import RunSet, latest_model, setting
+from bench.report.token_recycling.common import FIGURE, METHOD, RUN, context, missing, numbers, sweep, warn
 
+MAKE = "make reproduce-tr-fig3"
 UPDATE_ORDER = ["first", "parallel", "last"]  # the paper's First, Cur, Last
 UPDATE_LABELS = {"parallel": "parallel\n(paper's Cur)"}
 
@@ -51,42 +43,36 @@ def x_sort_key(x_name: str):
     return lambda x: (0, x) if isinstance(x, int | float) else (1, str(x))
 
 
-def sweep_points(runs: list[Run], experiment: str, x_name: str, panel: str = "",
+def sweep_points(runs: RunSet, experiment: str, x_name: str, panel: str = "",
                  model: str | None = None) -> tuple[pd.DataFrame, list[str]]:
     """One row per x value (the latest run with it) of one sweep experiment, and notes."""
-    kept, key, notes = group_runs(runs, experiment, model)
-    per_x = latest_per_x(kept, setting(x_name))
-    if len(per_x) < len(kept):
-        notes.append(f"{experiment}: {len(kept) - len(per_x)} older or unlabelled run(s) superseded")
+    mine, _, notes = sweep(runs, experiment, model)
+    per_x = mine.latest_per(setting(x_name))
+    if len(per_x) < len(mine.runs):
+        notes.append(f"{experiment}: {len(mine.runs) - len(per_x)} older or unlabelled run(s) superseded")
     rows = []
     for x in sorted(per_x, key=x_sort_key(x_name)):
         run = per_x[x]
-        m = run_metrics(run)
         ms = run.settings
-        rows.append({"panel": panel, "experiment": experiment, "x_name": x_name, "x": x, "mat": m["mat"],
-                     **{k: m[k] for k in ("mat_lo", "mat_hi", "tokens_per_s_lo", "tokens_per_s_hi")},
-                     "tokens_per_s": m["tokens_per_s"], "tokens_per_s_total": m["tokens_per_s_total"],
-                     "tree": ms.get("tree"), "tree_size": ms.get("tree_size"),
-                     "tree_depth": ms.get("tree_depth"), "update": ms.get("update"),
-                     "n_turns": m["n_turns"], "lossless": m["lossless"], "run_id": run.run_id,
-                     **context(key)})
-    return pd.DataFrame(rows, columns=FIG3_COLUMNS), notes
+        rows.append({**numbers(run), "panel": panel, "experiment": experiment, "x_name": x_name, "x": x,
+                     **{k: ms.get(k) for k in ("tree", "tree_size", "tree_depth", "update")},
+                     "run_id": run.run_id, **context(mine.runs[-1])})
+    return pd.DataFrame(rows, columns=FIG3_COLUMNS), notes  # the columns not in FIG3_COLUMNS are left out
 
 
-def fig3_points(results_dir, model: str | None = None) -> tuple[pd.DataFrame, list[str]]:
+def fig3_points(runs: RunSet, model: str | None = None) -> tuple[pd.DataFrame, list[str]]:
     """All three panels' points (columns FIG3_COLUMNS) and notes; MissingRunsError if no panel has runs."""
-    runs = read_runs(results_dir)
     exps = [p[0] for p in FIG3_PANELS]
-    model = model or latest_model(where(runs, experiment=exps, method=METHOD))
+    model = model or latest_model(runs.where(experiment=exps, method=METHOD).runs)  # one model for all panels
     frames, notes = [], []
     for experiment, panel, x_name, _, _ in FIG3_PANELS:
         df, n = sweep_points(runs, experiment, x_name, panel, model)
         frames.append(df)
         notes += n
         if df.empty:
-            notes.append(f"no runs for panel ({panel}): {MAKE_TARGETS[experiment]}")
+            notes.append(f"no runs for panel ({panel}): {MAKE}")
     if all(df.empty for df in frames):
-        raise missing_runs(exps, results_dir, model)
+        raise missing(runs, exps, model, MAKE)
     return pd.concat([f for f in frames if not f.empty], ignore_index=True), notes
 
 
@@ -111,9 +97,9 @@ def twin_panel(ax, xs, labels, sub, xlabel, categorical):
     return [l1, l2]
 
 
-def tr_fig3(results_dir, model: str | None = None) -> list[Path]:
+def tr_fig3(runs: RunSet, model: str | None = None) -> Report:
     """Figure 3 (a) breadth, (b) depth, (c) update strategy: MAT (left axis) and tokens/s (right)."""
-    df, notes = fig3_points(results_dir, model)
+    df, notes = fig3_points(runs, model)
     fig = new_figure(figsize=(16, 5.6))
     axes = fig.subplots(1, 3)
     handles = None
@@ -121,8 +107,7 @@ def tr_fig3(results_dir, model: str | None = None) -> list[Path]:
         sub = df[df["panel"] == panel]
         ax.set_title(f"({panel}) {experiment}")
         if sub.empty:
-            ax.text(0.5, 0.5, wrap(f"no runs: {MAKE_TARGETS[experiment]}", 30), ha="center", va="center",
-                    transform=ax.transAxes)
+            ax.text(0.5, 0.5, wrap(f"no runs: {MAKE}", 30), ha="center", va="center", transform=ax.transAxes)
             ax.set_xticks([])
             ax.set_yticks([])
         else:
@@ -141,7 +126,14 @@ def tr_fig3(results_dir, model: str | None = None) -> list[Path]:
     fig.suptitle(f"Token Recycling Figure 3, ours: {ctx['model']} on {ctx['dataset']} "
                  f"(MAT incl. bonus token; tokens/s = mean over questions; bars: 95% bootstrap interval over questions)")
     fig.subplots_adjust(bottom=0.32, wspace=0.45)
-    out = figures_dir(results_dir)
-    paths = [save_figure(fig, out / "tr_fig3.png"), save_csv(df, out / "tr_fig3.csv")]
     warn(notes)
-    return paths
+    return Report({"figures/tr_fig3.png": fig, "figures/tr_fig3.csv": df})
+
+
+ARTIFACT = Artifact(
+    "fig3", "Figure 3 (breadth, depth, update) -> figures/tr_fig3.{png,csv}", tr_fig3, covers=(Cover("Figure 3"),),
+    rank=2, experiments=tuple(p[0] for p in FIG3_PANELS), shown=(Shown(MAKE),),
+    recipes=(Recipe("reproduce-tr-fig3", "Token Recycling Figure 3: breadth, depth and update-strategy sweeps, then the "
+                    "plot", (RUN.format("fig3a"), RUN.format("fig3b"), RUN.format("fig3c"),
+                             "$(PY) -m bench.report token_recycling/fig3 --model $(MODEL)"), ("tree-stats",)),),
+    **FIGURE)

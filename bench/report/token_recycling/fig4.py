@@ -12,11 +12,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bench.report.output import Report
 from bench.report.phase_timing import require_exact_phases
-from bench.report.plots import figures_dir, new_figure, save_csv, save_figure, wrap, yerr
-from bench.report.select import read_runs
-from bench.report.token_recycling.common import context, describe, group_runs, missing_runs, run_metrics, warn
+from bench.report.plots import new_figure, wrap, yerr
+from bench.report.registry import Artifact, Cover, Recipe, Shown
+from bench.report.select import RunSet
+from bench.report.token_recycling.common import FIGURE, RUN, context, describe, numbers, sweep, warn
 from bench.run.metrics import phase_share_interval
+
+MAKE = "make reproduce-tr-fig4"
 
 # paper component (CSV key), label, our phases. Prefill is folded into Model Forward by default: the paper
 # times a whole response to a query and lists no separate prefill component.
@@ -36,13 +40,9 @@ def component_shares(phase_share: dict[str, float], fold_prefill: bool = True) -
     fold_prefill=False gives prefill its own "prefill" component (the paper has no value for it). Phases
     outside the mapping (none for token_recycling today) go to "other".
     """
-    comps = []
-    for key, label, phases in FIG4_COMPONENTS:
-        if not fold_prefill:
-            phases = tuple(p for p in phases if p != "prefill")
-        comps.append((key, label, phases))
-    if not fold_prefill:
-        comps.append(("prefill", "Prefill", ("prefill",)))
+    comps = [(key, label, tuple(p for p in phases if fold_prefill or p != "prefill"))
+             for key, label, phases in FIG4_COMPONENTS]
+    comps += [] if fold_prefill else [("prefill", "Prefill", ("prefill",))]
     mapped = {p for _, _, phases in comps for p in phases}
     other = tuple(sorted(set(phase_share) - mapped))
     if other:
@@ -57,14 +57,12 @@ def paper_fig4() -> dict[str, float]:
     return dict(zip(df["component"], df["percent"].astype(float)))
 
 
-def fig4_points(results_dir, model: str | None = None,
+def fig4_points(runs: RunSet, model: str | None = None,
                 fold_prefill: bool = True) -> tuple[pd.DataFrame, list[str]]:
-    kept, key, notes = group_runs(read_runs(results_dir), "tr_fig4", model)
-    if not kept:
-        raise missing_runs(["tr_fig4"], results_dir, model)
-    run = kept[-1]
-    require_exact_phases([run], "token_recycling/fig4", "make reproduce-tr-fig4")
-    m = run_metrics(run)
+    mine, _, notes = sweep(runs, "tr_fig4", model, MAKE)
+    run = mine.latest()
+    require_exact_phases([run], "token_recycling/fig4", MAKE)
+    m = numbers(run)
     paper = paper_fig4()
     rows = []
     for k, c in component_shares(m["phase_share"], fold_prefill).items():
@@ -73,15 +71,15 @@ def fig4_points(results_dir, model: str | None = None,
         rows.append({"component": k, "label": c["label"], "our_phases": c["phases"], "ours_percent": 100 * c["share"],
                      "ours_percent_lo": 100 * ci[0] if ci else math.nan,
                      "ours_percent_hi": 100 * ci[1] if ci else math.nan,
-                     "paper_percent": paper.get(k, math.nan), "run_id": run.run_id, **context(key)})
+                     "paper_percent": paper.get(k, math.nan), "run_id": run.run_id, **context(run)})
     df = pd.DataFrame(rows)
     df.attrs.update(prefill_percent=100 * m["phase_share"].get("prefill", 0.0), fold_prefill=fold_prefill)
     return df, notes
 
 
-def tr_fig4(results_dir, model: str | None = None, fold_prefill: bool = True) -> list[Path]:
+def tr_fig4(runs: RunSet, model: str | None = None, fold_prefill: bool = True) -> Report:
     """Figure 4: share of a response's time per component, ours beside the paper's (grouped bars)."""
-    df, notes = fig4_points(results_dir, model, fold_prefill)
+    df, notes = fig4_points(runs, model, fold_prefill)
     fig = new_figure(figsize=(9, 5))
     ax = fig.subplots()
     pos = np.arange(len(df))
@@ -107,7 +105,13 @@ def tr_fig4(results_dir, model: str | None = None, fold_prefill: bool = True) ->
     ax.text(0.5, -0.2, wrap(f"{prefill} Ours: share of wall time per phase (our phase names in brackets), "
                             f"run {r['run_id']}; error bars: 95% bootstrap interval over questions.", 110),
             transform=ax.transAxes, ha="center", va="top", fontsize=8, style="italic")
-    out = figures_dir(results_dir)
-    paths = [save_figure(fig, out / "tr_fig4.png"), save_csv(df, out / "tr_fig4.csv")]
     warn(notes)
-    return paths
+    return Report({"figures/tr_fig4.png": fig, "figures/tr_fig4.csv": df})
+
+
+ARTIFACT = Artifact(
+    "fig4", "Figure 4 (time per component) -> figures/tr_fig4.{png,csv}", tr_fig4, covers=(Cover("Figure 4"),),
+    rank=3, experiments=("tr_fig4",), paper_csv=(FIG4_PAPER_CSV.name,), shown=(Shown(MAKE),),
+    recipes=(Recipe("reproduce-tr-fig4", "Token Recycling Figure 4: time per component of a step, beside the paper's "
+                    "shares", (RUN.format("fig4"), "$(PY) -m bench.report token_recycling/fig4 --model $(MODEL)")),),
+    **FIGURE)

@@ -11,23 +11,18 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.report.select import default_model, latest_runs, paired_baseline, read_runs
-from bench.report.tables import (
-    MISSING,
-    fmt,
-    interval_columns,
-    lossless_text,
-    ours_cells,
-    pair,
-    render,
-    write_texts,
-)
+from bench.report.output import Report
+from bench.report.registry import Artifact, Cover, Recipe, Shown, option
+from bench.report.select import RunSet, default_model, footer
+from bench.report.tables import MISSING, fmt, interval_columns, lossless_text, ours_cells, pair, render
 from bench.run.metrics import speedup, speedup_interval, summarize
 from bench.run.store import Run
 
 PAPER_CSV = Path(__file__).with_name("paper_tables") / "token_recycling_table1.csv"
 DEFAULT_PAPER_SIZE = "7B"
-EXPERIMENT = "table1"  # run.experiment of conf/experiment/token_recycling/table1_*.yaml
+# run.experiment of conf/experiment/token_recycling/table1_*.yaml; "table1" is what runs made before the label was
+# scoped to the paper carry (evidence/, the fixtures): both are Table 1's sweeps.
+EXPERIMENTS = ("tr_table1", "table1")
 
 # (our method, our variant, paper row, shown label, paper's name); paper row None: not in the paper.
 ROWS = [
@@ -96,31 +91,32 @@ def baseline_notes(label: str, dataset: str, run: Run, base: Run) -> list[str]:
     return notes
 
 
-def build_token_recycling_table1(results_dir: str | Path, model: str | None = None,
-                                 paper_size: str | None = None, mbpp_model: str | None = None) -> pd.DataFrame:
+def build_token_recycling_table1(runs: RunSet, model: str | None = None, paper_size: str | None = None,
+                                 mbpp_model: str | None = None) -> pd.DataFrame:
     """One row per paper row (paper order); `<col>` is ours (NaN: no run), `<col>_paper` the paper's.
 
     The paper ran Vicuna on SpecBench and Code Llama on MBPP: `mbpp_model` (default: `model`) names the
     model whose mbpp_tr runs fill the MBPP columns. Run provenance and caveats are in df.attrs.
     """
     # The table's own sweeps and runs of no experiment (by hand), never another artifact's (a later AR of fewer
-    # questions would take the place of the table's own).
-    runs = [r for r in read_runs(results_dir) if r.experiment in (EXPERIMENT, None)]
-    model = default_model(runs, model)
+    # questions would take the place of the table's own). No machine or length is pinned: each run is paired with
+    # the baseline measured like it, and a row measured otherwise than its baseline says so in a note.
+    table = runs.where(experiment=(*EXPERIMENTS, None))
+    model = default_model(table.runs, model)
     mbpp_model = mbpp_model or model
     models = {"spec_bench": model, "mbpp_tr": mbpp_model}
-    mine = [r for r in runs if r.model == models.get(r.dataset)]
-    paper_size = paper_size or next((r.paper_size for r in reversed(mine)
-                                     if r.paper_size), DEFAULT_PAPER_SIZE)
-    latest = latest_runs(mine)
+    mine = table.where(keep=lambda r: r.model == models.get(r.dataset))
+    sized = mine.latest(lambda r: r.paper_size)
+    paper_size = paper_size or (sized.paper_size if sized else DEFAULT_PAPER_SIZE)
+    # Token Recycling is greedy: only temperature-0 runs fill its table; a batched run never stands in.
+    latest = mine.where(greedy=True, batch_size=1).latest_per(lambda r: r.key)
     paper = pd.read_csv(PAPER_CSV)
     paper = paper[paper["size"] == paper_size].set_index("method")
 
-    used: list[Run] = []
+    used: dict[str, Run] = {}  # "<row label>/<dataset>" -> its run (the footer's Runs line)
     notes = [] if len(paper) else [f"the paper has no {paper_size} rows"]
     rows = []
 
-    # Token Recycling is greedy: only temperature-0 runs fill its table.
     def latest_of(method, variant, dataset):
         return latest.get((models[dataset], method, variant, dataset, 0.0))
 
@@ -134,11 +130,11 @@ def build_token_recycling_table1(results_dir: str | Path, model: str | None = No
         for prefix, dataset in DATASETS.items():
             run, base = found[dataset], bases[dataset]
             if run is not None:  # prefer the baseline measured the same way (machine label, threads, jobs)
-                base = paired_baseline(mine, run, "hf_generate") or base
+                base = mine.baseline(run, "hf_generate") or base
             row.update(dataset_cells(prefix, run, base))
             if run is None:
                 continue
-            used.append(run)
+            used[f"{label}/{dataset}"] = run
             if base is None:
                 notes.append(f"no hf_generate run on {dataset}: {label} has no speedup")
                 continue
@@ -160,14 +156,9 @@ def build_token_recycling_table1(results_dir: str | Path, model: str | None = No
     df[numeric] = df[numeric].astype(float)  # None -> NaN, so the CSV has empty cells, not "None"
     df.attrs.update(model=model if mbpp_model == model else f"{model} (SpecBench), {mbpp_model} (MBPP)",
                     paper_size=paper_size, notes=list(dict.fromkeys(notes)),
-                    machines=sorted({str(r.machine) for r in used}),
-                    run_ids={run_label(r): r.run_id for r in used})
+                    machines=sorted({str(r.machine) for r in used.values()}),
+                    run_ids={k: r.run_id for k, r in used.items()})
     return df
-
-
-def run_label(run: Run) -> str:
-    variant = run.variant
-    return f"{run.method}{f'[{variant}]' if variant else ''}/{run.dataset}"
 
 
 def display(df: pd.DataFrame) -> pd.DataFrame:
@@ -180,25 +171,29 @@ def display(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def render_token_recycling_table1(df: pd.DataFrame) -> dict[str, str]:
-    """{"md", "csv", "tex"} texts of the table built by build_token_recycling_table1."""
+def token_recycling_table1(runs: RunSet, model: str | None = None, paper_size: str | None = None,
+                           mbpp_model: str | None = None) -> Report:
+    """tables/token_recycling_table1.{md,csv,tex} of the table built by build_token_recycling_table1."""
+    df = build_token_recycling_table1(runs, model, paper_size, mbpp_model)
     a = df.attrs
     caption = (f"Token Recycling Table 1, ours (paper): model {a['model']} vs the paper's {a['paper_size']} "
                f"(Vicuna on SpecBench, Code Llama on MBPP, A100-80GB).")
-    footer = [
-        f"Machine: {', '.join(a['machines']) or MISSING}.",
-        DEFINITIONS,
-        "Runs: " + (", ".join(f"{k}={v}" for k, v in a["run_ids"].items()) or "none") + ".",
-        *(f"Note: {n}." for n in a["notes"]),
-    ]
-    return render(display(df), caption, footer, df)
+    # The Runs line names each run by its row and dataset (label=id), as the page always has.
+    foot = footer(f"Machine: {', '.join(a['machines']) or MISSING}.", a["run_ids"], [DEFINITIONS], a["notes"])
+    return Report.tables("token_recycling_table1", render(display(df), caption, foot, df))
 
 
-def token_recycling_table1(results_dir: str | Path, model: str | None = None,
-                           paper_size: str | None = None, mbpp_model: str | None = None) -> str:
-    """Build, write results/tables/token_recycling_table1.{md,csv,tex}; returns the markdown."""
-    df = build_token_recycling_table1(results_dir, model, paper_size, mbpp_model)
-    texts = render_token_recycling_table1(df)
-    write_texts(Path(results_dir, "tables"), "token_recycling_table1", texts)
-    return texts["md"]
-
+TABLE1 = "$(PY) -m bench.run $(SWEEP) experiment=token_recycling/{} $(TABLE1_ARGS) model=$(MODEL)"
+ARTIFACT = Artifact(
+    "table1", "Table 1 (SpecBench, MBPP) -> tables/token_recycling_table1.{md,csv,tex}", token_recycling_table1,
+    covers=(Cover("Table 1"),), rank=1, experiments=EXPERIMENTS, paper_csv=(PAPER_CSV.name,),
+    recipes=(Recipe("reproduce-tr-table1", "Token Recycling Table 1: 8 rows x {spec_bench, mbpp_tr}, LIMIT per group, "
+                    "then the report",
+                    (TABLE1.format("table1_spec_bench"), TABLE1.format("table1_shuffle"),
+                     TABLE1.format("table1_mbpp").replace("$(MODEL)", "$(MBPP_MODEL)"),
+                     "$(PY) -m bench.report token_recycling/table1 --model $(MODEL) --mbpp-model $(MBPP_MODEL)"),
+                    ("datastore", "heads")),
+             Recipe("reproduce-table1", "the short name of reproduce-tr-table1 (Token Recycling Table 1)", (),
+                    ("reproduce-tr-table1",))),
+    shown=(Shown("make reproduce-tr-table1 LIMIT=5"),),
+    options=(option("--mbpp-model", help="the MBPP columns' model (default: --model)"),))

@@ -1,0 +1,42 @@
+"""The artifacts of no paper: the `runs` table, the draft's sd table, the evidence folder and REPRODUCED.md; and
+the old names that keep working."""
+
+from bench.report.draft_sd import draft_sd_table
+from bench.report.evidence import build_evidence
+from bench.report.registry import Artifact, Recipe, option
+from bench.report.reproduced import reproduced_page
+from bench.report.runs import runs_table
+
+SD = "$(PY) -m bench.run $(SWEEP) experiment=draft/{} model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) \
+logger=$(LOGGER) $(DRAFT_ARGS)"
+
+
+ARTIFACTS = (
+    Artifact("runs", "latest run per method (MAT, tok/s, speedups) -> tables/runs.md", runs_table,
+             options=(option("--dataset", help="only runs on this dataset"),
+                      option("--max-new-tokens", type=int, help="only runs with this limit"))),
+    Artifact("draft_sd", "sd at draft length 4/8/12 with the model's draft, beside AR -> tables/draft_sd.{md,csv,tex}",
+             draft_sd_table, common=("model",),
+             recipes=(Recipe("reproduce-draft-sd", "sd at draft length 4, 8, 12 on MT-Bench and HumanEval with MODEL's "
+                             "draft, beside AR (LIMIT per dataset)",
+                             (SD.format("sd_lambda_ar"), SD.format("sd_lambda"),
+                              "$(PY) -m bench.report draft_sd --model $(MODEL)")),)),
+    Artifact("reproduced", "REPRODUCED.md from evidence/ only (a summary, then every paper's tables with their runs)",
+             reproduced_page, options=(option("--out", help="default: REPRODUCED.md at the project root"),
+                                       option("--evidence", help="the evidence folder (default evidence/)")),
+             common=(), needs_runs=False, folder=True),
+    Artifact("evidence", "copy the runs REPRODUCED.md uses from --results into evidence/ (summaries, configs, "
+             "records without token ids)", build_evidence,
+             options=(option("--out", help="default: evidence/ at the project root"),), common=(), folder=True),
+)
+
+# Names from before the paper packages; they keep working.
+ALIASES = {
+    "token_recycling_table1": "token_recycling/table1",
+    "tr_fig3": "token_recycling/fig3",
+    "tr_fig4": "token_recycling/fig4",
+    "tr_auto": "token_recycling/auto",
+    "dyspec_table": "dyspec/table",
+    "dyspec_time_breakdown": "dyspec/time_breakdown",
+    "dyspec_table5": "dyspec/table5",
+}
