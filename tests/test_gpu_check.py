@@ -42,6 +42,7 @@ def test_random_weights_are_seeded_and_named_apart():
 
 
 @pytest.mark.model
+@pytest.mark.slow  # the tool end to end on a CPU; its shapes, seeds and evidence copy stay in make test
 def test_small_check_writes_its_folder_and_table(tmp_path, capsys):
     out = tmp_path / "check"
     assert gpu_check.main(["--small", "--device", "cpu", "--out", str(out)]) == 0

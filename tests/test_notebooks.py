@@ -51,26 +51,33 @@ def rel(nb: Path) -> str:
     return nb.relative_to(REPO / "notebooks").as_posix()
 
 
+# The notebooks share one code path (bench.report.notebook.sections over each paper's declarations): make test runs
+# Token Recycling's, make test-slow the other three.
+SLOW = {"dyspec.py", "propd.py", "holistic.py"}
+
+
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory):
-    """Run all notebooks at once (each pays the pandas/matplotlib import), each on its own copy of the fixture."""
-    procs = {}
-    for nb in NOTEBOOKS:
-        results = write_propd_results(write_full(write_fixture_results(tmp_path_factory.mktemp(nb.stem) / "results")))
-        write_holistic_results(results)
-        # the figures of per-step records and hit rates: older than every other fixture run, of their models
-        write_step_results(results, day="2025-12-01", models={"dyspec": "smollm2-135m", "propd": "smollm2-135m"})
-        env = {**{k: v for k, v in os.environ.items() if not k.startswith("SPECREPRO_")},  # the user's choices
-               "SPECREPRO_RESULTS": str(results), "MPLBACKEND": "Agg", **TABLE5}
-        runs_before = sorted(p.name for p in (results / "runs").iterdir())
-        procs[rel(nb)] = (results, runs_before, subprocess.Popen(
-            [sys.executable, str(nb)], cwd=tmp_path_factory.getbasetemp(), env=env, text=True,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    """name -> (results, runs before, return code, output) of each notebook, run once on its own copy of the fixture."""
     out = {}
-    for name, (results, runs_before, p) in procs.items():
-        stdout, _ = p.communicate(timeout=300)
-        out[name] = (results, runs_before, p.returncode, stdout)
-    return out
+
+    def run(name: str):
+        if name not in out:
+            results = write_propd_results(write_full(write_fixture_results(tmp_path_factory.mktemp(name[:-3]) /
+                                                                           "results")))
+            write_holistic_results(results)
+            # the figures of per-step records and hit rates: older than every other fixture run, of their models
+            write_step_results(results, day="2025-12-01", models={"dyspec": "smollm2-135m", "propd": "smollm2-135m"})
+            env = {**{k: v for k, v in os.environ.items() if not k.startswith("SPECREPRO_")},  # the user's choices
+                   "SPECREPRO_RESULTS": str(results), "MPLBACKEND": "Agg", **TABLE5}
+            runs_before = sorted(p.name for p in (results / "runs").iterdir())
+            p = subprocess.run([sys.executable, str(REPO / "notebooks" / name)], cwd=tmp_path_factory.getbasetemp(),
+                               env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300,
+                               check=False)
+            out[name] = (results, runs_before, p.returncode, p.stdout)
+        return out[name]
+
+    return run
 
 
 def test_every_notebook_is_covered():
@@ -84,9 +91,9 @@ def test_jupytext_percent_format(nb):
     assert "format_name: percent" in text and "\n# %%\n" in text and "\n# %% [markdown]\n" in text
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in sorted(EXPECTED)])
 def test_notebook_runs_and_writes_its_files(executed, name):
-    results, runs_before, rc, stdout = executed[name]
+    results, runs_before, rc, stdout = executed(name)
     assert rc == 0, stdout
     for rel_path in EXPECTED[name]:
         path = results / rel_path
@@ -97,20 +104,22 @@ def test_notebook_runs_and_writes_its_files(executed, name):
 
 
 def test_token_recycling_notebook_shows_ours_beside_the_paper(executed):
-    _, _, _, stdout = executed["token_recycling.py"]
+    _, _, _, stdout = executed("token_recycling.py")
     assert "ours (paper)" in stdout and "(110.06)" in stdout  # the paper's 7B Token Recycling tok/s
     assert re.search(r" Model Forward +target_forward\+prefill +88.8 ", stdout)  # Figure 4, prefill folded in
 
 
+@pytest.mark.slow
 def test_dyspec_notebook_shows_ours_beside_the_paper(executed):
-    _, _, _, stdout = executed["dyspec.py"]
+    _, _, _, stdout = executed("dyspec.py")
     assert "DySpec Table 1, ours (paper)" in stdout and "5.00 [5.00, 5.00] (7.30)" in stdout  # c4 T=0 ms/token
     assert "Tree construction (tree)" in stdout and "under 2%" in stdout  # Figure 4
     assert "(22.5)" in stdout  # Table 5: the paper's 256-node DFS tile count
 
 
+@pytest.mark.slow
 def test_propd_notebook_shows_ours_beside_the_paper(executed):
-    _, _, _, stdout = executed["propd.py"]
+    _, _, _, stdout = executed("propd.py")
     assert "Vicuna-7B (paper, A6000)" in stdout and "SmolLM2-135M (embedded), ours: speedup" in stdout  # Table 1
     assert "80.0% [80.0%, 80.0%] (79.0%)" in stdout and "Claim (1)" in stdout and "ours: holds" in stdout  # Table 2
     assert "2.50 [2.50, 2.50] (3.28)" in stdout and "Claim (2)" in stdout  # Table 3, its interval a point
@@ -118,8 +127,9 @@ def test_propd_notebook_shows_ours_beside_the_paper(executed):
     assert "R^2" in stdout and "Paper: early layers' heads are weak" in stdout  # Figure 3
 
 
+@pytest.mark.slow
 def test_holistic_notebook_shows_ours_beside_the_paper(executed):
-    _, _, _, stdout = executed["holistic.py"]
+    _, _, _, stdout = executed("holistic.py")
     assert "Ours (λ≤24)" in stdout and "0.80 (3.23)" in stdout  # Tables 1-2
     assert "Claim, reuse raises utilisation" in stdout and "(2.87)" in stdout  # Table 3
     assert "9.18/68.2%" in stdout  # Table 4: the paper's MAT + the bonus token it leaves out
