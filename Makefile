@@ -30,7 +30,7 @@ WHEEL_PYTHON ?=
 WHEEL_TARGET = $(if $(WHEEL_PYTHON),--only-binary=:all: --python-version $(WHEEL_PYTHON) --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any)
 GPU_CHECK_ARGS ?=
 
-.PHONY: help setup demo test test-slow lint data datastore tree-stats draft draft-sweep heads eagle reproduce-eagle reproduce reproduce-missing-A evidence reproduced bench-engine clean-results wheelhouse gpu-check
+.PHONY: help setup demo test test-slow lint data datastore tree-stats draft draft-sweep heads eagle reproduce-eagle reproduce reproduce-missing-A evidence reproduced validate-projection bench-engine clean-results wheelhouse gpu-check
 
 help:  ## list targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -131,6 +131,9 @@ evidence: setup  ## copy the runs REPRODUCED.md uses from results/ into the comm
 
 reproduced: setup  ## REPRODUCED.md from the committed evidence/ only: a summary, then per paper ours beside the paper's
 	$(PY) -m bench.report reproduced
+
+validate-projection: setup  ## replay AR, PLD, Token Recycling x2, sd, EAGLE-2 runs (LIMIT questions) on this machine's measured T(n, context) -> results/projection/ (docs/cost_model.md)
+	$(PY) scripts/validate_projection.py model=$(MODEL) --limit $(LIMIT)
 
 bench-engine: setup  ## engine micro-benchmarks side by side in one process -> results/bench/engine.json
 	$(PY) -m bench.perf.engine_bench --model $(MODEL)

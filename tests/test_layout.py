@@ -106,6 +106,7 @@ def test_cycle_finder_finds_a_cycle():
 FORBIDDEN = {
     "bench.core": ("methods", "bench.run", "bench.report", "bench.models", "bench.perf"),
     "bench.run": ("bench.report", "bench.perf"),
+    "bench.cost": ("methods", "bench.run.runner", "bench.run.__main__", "bench.report", "bench.models", "bench.perf"),
     "bench.report": ("methods", "bench.run.runner", "bench.run.__main__", "bench.models", "bench.perf"),
     "methods": ("bench.run", "bench.report"),
     "bench.models": ("methods", "bench.run", "bench.report"),

@@ -13,19 +13,16 @@ from __future__ import annotations
 
 import torch
 
+from bench.cost import profiles
 from bench.errors import HarnessError
 
 # The papers' Llama targets (Llama-2 / Vicuna / Code Llama 7B and 13B: MHA, 32000 tokens, 4096 context) and the
-# embedded model's own config (SmolLM2-135M, read from its GGUF's metadata); `tiny` is for CPU smoke runs (the
-# suite), with the embedded tokenizer's 49152 ids.
+# embedded model's own config (SmolLM2-135M), from their config.json fields in bench/cost/shapes/ (which the cost
+# model reads too); `tiny` is for CPU smoke runs (the suite), with the embedded tokenizer's 49152 ids.
 SHAPES = {
-    "llama-7b": {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
-                 "intermediate_size": 11008, "vocab_size": 32000, "max_position_embeddings": 4096},
-    "llama-13b": {"hidden_size": 5120, "num_hidden_layers": 40, "num_attention_heads": 40, "num_key_value_heads": 40,
-                  "intermediate_size": 13824, "vocab_size": 32000, "max_position_embeddings": 4096},
-    "smollm2-135m": {"hidden_size": 576, "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
-                     "intermediate_size": 1536, "vocab_size": 49152, "max_position_embeddings": 8192,
-                     "rope_theta": 100000.0, "tie_word_embeddings": True},
+    "llama-7b": profiles.shape_config("llama-2-7b"),
+    "llama-13b": profiles.shape_config("llama-2-13b"),
+    "smollm2-135m": profiles.shape_config("smollm2-135m"),
     # 6 layers: ProPD prunes after layer 4. initializer_range 0.1: at 0.02 a tiny model repeats one token.
     "tiny": {"hidden_size": 32, "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 2,
              "intermediate_size": 64, "vocab_size": 49152, "max_position_embeddings": 2048,

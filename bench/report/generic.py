@@ -1,8 +1,9 @@
-"""The artifacts of no paper: the `runs` table, the draft's sd table, the evidence folder and REPRODUCED.md; and
-the old names that keep working."""
+"""The artifacts of no paper: the `runs` table, the draft's sd table, a projection onto a cost profile, the evidence
+folder and REPRODUCED.md; and the old names that keep working."""
 
 from bench.report.draft_sd import draft_sd_table
 from bench.report.evidence import build_evidence
+from bench.report.projection import project_table
 from bench.report.registry import Artifact, Recipe, option
 from bench.report.reproduced import reproduced_page
 from bench.report.runs import runs_table
@@ -21,6 +22,12 @@ ARTIFACTS = (
                              "draft, beside AR (LIMIT per dataset)",
                              (SD.format("sd_lambda_ar"), SD.format("sd_lambda"),
                               "$(PY) -m bench.report draft_sd --model $(MODEL)")),)),
+    Artifact("project", "the latest run per method, its speed here beside its speed replayed on a cost profile "
+             "-> tables/projection.md", project_table, common=("model",),
+             options=(option("--profile", required=True, help="a profile JSON (make validate-projection) or a "
+                             "roofline <shape>@<hardware>[:<dtype>][+offloaded], e.g. llama-2-7b@a100-80gb"),
+                      option("--dataset", help="only runs on this dataset"),
+                      option("--max-new-tokens", type=int, help="only runs with this limit"))),
     Artifact("reproduced", "REPRODUCED.md from evidence/ only (a summary, then every paper's tables with their runs)",
              reproduced_page, options=(option("--out", help="default: REPRODUCED.md at the project root"),
                                        option("--evidence", help="the evidence folder (default evidence/)")),

@@ -1,0 +1,206 @@
+"""Cost profiles: T(n, context), the milliseconds of one target forward over n new tokens after `context` cached ones,
+for one (model shape, hardware, dtype); the data a run's steps are replayed on (bench/cost/replay.py).
+
+One format (`Profile`: a grid of n and context, milliseconds per cell, interpolated between), three sources:
+- `roofline_profile`: from the hardware's specifications (bench/cost/hardware/*.yaml: memory bandwidth, peak FLOP/s
+  per dtype, host-device link, a per-layer overhead) and the model's shape (bench/cost/shapes/*.yaml, the fields of
+  its config.json), with no weights. A forward reads every weight once and the cache of `context` tokens, and does
+  2 FLOPs per weight per token plus attention over the context; it takes the longer of the two at the hardware's
+  rates, plus the per-layer overhead of an eager forward (kernel launches, Python). An offloaded target streams its
+  weights over the host link instead of reading them from device memory (DySpec Tables 3-4).
+- measured on this machine (scripts/validate_projection.py: the forward-cost measurement,
+  bench.models.forward_cost, at several contexts);
+- measured on a GPU by `make gpu-check` (the same measurement there).
+What it leaves out: batching (batch 1 only), kernels faster than eager (fused attention, CUDA graphs), and the
+draft's own cost, which replay adds from the run's records.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from bench.errors import HarnessError
+
+HERE = Path(__file__).parent
+BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+NS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+CONTEXTS = (0, 256, 512, 1024, 2048, 4096)
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    name: str
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    intermediate_size: int
+    vocab_size: int
+    tie_word_embeddings: bool = False
+
+    @classmethod
+    def load(cls, name: str) -> ModelShape:
+        spec = read_yaml(HERE / "shapes", name)  # a config.json's fields; those a forward's cost needs are kept
+        return cls(name, **{k: v for k, v in spec.items() if k in cls.__dataclass_fields__})
+
+    @classmethod
+    def of_config(cls, name: str, config) -> ModelShape:
+        """From a transformers config (a loaded model's)."""
+        fields = [f for f in cls.__dataclass_fields__ if f != "name"]
+        return cls(name, **{f: getattr(config, f, None) or (config.num_attention_heads if f == "num_key_value_heads"
+                                                            else False) for f in fields})
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def layer_params(self) -> int:
+        """Weights of one decoder layer: q, o (hidden^2 each), k, v (hidden x kv width each), the MLP's three."""
+        kv = self.num_key_value_heads * self.head_dim
+        return 2 * self.hidden_size ** 2 + 2 * self.hidden_size * kv + 3 * self.hidden_size * self.intermediate_size
+
+    @property
+    def read_params(self) -> int:
+        """Weights one forward reads in full: the layers and the output projection (the embedding table only
+        for the tokens' rows; a tied table is read in full as the output projection)."""
+        return self.num_hidden_layers * self.layer_params + self.vocab_size * self.hidden_size
+
+
+@dataclass(frozen=True)
+class Hardware:
+    name: str
+    bandwidth_gbs: float
+    peak_tflops: dict
+    layer_overhead_ms: float
+    link_gbs: float | None = None
+    memory_gb: float | None = None
+
+    @classmethod
+    def load(cls, name: str) -> Hardware:
+        spec = read_yaml(HERE / "hardware", name)
+        return cls(**{**spec, "name": spec.get("name", name)})
+
+
+def shape_config(name: str) -> dict:
+    """The config.json fields of a model shape (bench/cost/shapes/<name>.yaml), e.g. to build it with random
+    weights (bench.models.random_init)."""
+    return read_yaml(HERE / "shapes", name)
+
+
+def read_yaml(folder: Path, name: str) -> dict:
+    path = folder / f"{name}.yaml"
+    if not path.is_file():
+        have = ", ".join(sorted(p.stem for p in folder.glob("*.yaml")))
+        raise HarnessError(f"no {folder.name} entry {name!r} (have: {have})")
+    return yaml.safe_load(path.read_text())
+
+
+def roofline_ms(shape: ModelShape, hw: Hardware, dtype: str, n: int, context: int,
+                offloaded: bool = False) -> float:
+    """One forward over n tokens after `context` cached ones: max(bytes moved / bandwidth, FLOPs / peak) plus the
+    per-layer overhead. Offloaded: the weights come over the host link, the cache stays on the device."""
+    b = BYTES[dtype]
+    kv_bytes = 2 * shape.num_hidden_layers * shape.num_key_value_heads * shape.head_dim * (context + n) * b
+    weights = shape.read_params * b
+    memory_s = kv_bytes / (hw.bandwidth_gbs * 1e9) + weights / ((hw.link_gbs if offloaded else hw.bandwidth_gbs) * 1e9)
+    attention = 4 * shape.num_hidden_layers * shape.hidden_size * n * (context + n)  # QK^T and AV
+    compute_s = (2 * shape.read_params * n + attention) / (hw.peak_tflops[dtype] * 1e12)
+    return 1000 * max(memory_s, compute_s) + shape.num_hidden_layers * hw.layer_overhead_ms
+
+
+@dataclass
+class Profile:
+    """T(n, context) in ms on a grid (ms[i][j]: context contexts[i], n ns[j]), for one model, hardware and dtype."""
+
+    name: str
+    source: str  # "roofline", "measured" or "gpu-check"
+    model: str
+    hardware: str
+    dtype: str
+    ns: list[int]
+    contexts: list[int]
+    ms: list[list[float]]
+
+    def cost(self, n, context) -> np.ndarray:
+        """ms of forwards over n tokens after `context` ones (arrays broadcast): linear in n within the grid, past
+        its last n along the last segment; linear in context, flat outside the measured contexts."""
+        n, context = np.broadcast_arrays(np.asarray(n, float), np.asarray(context, float))
+        ns, cs, grid = np.asarray(self.ns, float), np.asarray(self.contexts, float), np.asarray(self.ms, float)
+        per_context = np.stack([along(ns, row, n) for row in grid])  # [contexts, *n.shape]
+        if len(cs) == 1:
+            return per_context[0]
+        i = np.clip(np.searchsorted(cs, context, side="right") - 1, 0, len(cs) - 2)
+        w = np.clip((context - cs[i]) / (cs[i + 1] - cs[i]), 0.0, 1.0)
+        lo = np.take_along_axis(per_context, i[None], 0)[0]
+        hi = np.take_along_axis(per_context, (i + 1)[None], 0)[0]
+        return lo + w * (hi - lo)
+
+    def save(self, path: str | Path) -> Path:
+        from bench.cachefile import atomic_write
+
+        atomic_write(Path(path), json.dumps(asdict(self), indent=1))
+        return Path(path)
+
+    @classmethod
+    def read(cls, path: str | Path) -> Profile:
+        return cls(**json.loads(Path(path).read_text()))
+
+
+def along(ns: np.ndarray, ms: np.ndarray, n: np.ndarray) -> np.ndarray:
+    slope = (ms[-1] - ms[-2]) / (ns[-1] - ns[-2])
+    return np.where(n <= ns[-1], np.interp(n, ns, ms), ms[-1] + slope * (n - ns[-1]))
+
+
+def roofline_profile(model: str, hardware: str, dtype: str = "float16", offloaded: bool = False,
+                     ns=NS, contexts=CONTEXTS) -> Profile:
+    shape, hw = ModelShape.load(model), Hardware.load(hardware)
+    if dtype not in hw.peak_tflops:
+        raise HarnessError(f"{hw.name} has no peak for {dtype} (has: {', '.join(hw.peak_tflops)})")
+    grid = [[roofline_ms(shape, hw, dtype, n, c, offloaded) for n in ns] for c in contexts]
+    name = f"{model}-{hardware}-{dtype}" + ("-offloaded" if offloaded else "")
+    return Profile(name, "roofline", model, hw.name + (" (offloaded)" if offloaded else ""), dtype, list(ns),
+                   list(contexts), grid)
+
+
+# Published AR baselines the roofline is checked against (docs/cost_model.md): the papers' own CSVs, read where they
+# are kept; (label, csv, row filter, column -> ms per token, model, hardware, offloaded, mean context).
+PAPERS = HERE.parent / "report"
+BASELINES = (
+    ("DySpec Table 1 (AR, C4, T=0)", "dyspec/paper_tables/dyspec_tables_latency_per_token.csv",
+     {"table": 1, "dataset": "C4", "temperature": 0, "method": "baseline"}, ("latency_s_per_token", 1000.0),
+     "llama-2-7b", "a100-40gb", False, 192),
+    ("DySpec Table 2 (AR, C4, T=0)", "dyspec/paper_tables/dyspec_tables_latency_per_token.csv",
+     {"table": 2, "dataset": "C4", "temperature": 0, "method": "baseline"}, ("latency_s_per_token", 1000.0),
+     "llama-2-13b", "a100-40gb", False, 192),
+    ("DySpec Table 3 (AR, C4, T=0, offloaded)", "dyspec/paper_tables/dyspec_tables_latency_per_token.csv",
+     {"table": 3, "dataset": "C4", "temperature": 0, "method": "baseline"}, ("latency_s_per_token", 1000.0),
+     "llama-2-70b", "a100-40gb", True, 192),
+    ("Token Recycling Table 1 (vanilla, 7B)", "token_recycling/paper_tables/token_recycling_table1.csv",
+     {"size": "7B", "method": "vanilla"}, ("specbench_tok_s", -1000.0), "llama-2-7b", "a100-80gb", False, 400),
+    ("Token Recycling Table 1 (vanilla, 13B)", "token_recycling/paper_tables/token_recycling_table1.csv",
+     {"size": "13B", "method": "vanilla"}, ("specbench_tok_s", -1000.0), "llama-2-13b", "a100-80gb", False, 400),
+    ("Token Recycling Table 1 (vanilla, 33B)", "token_recycling/paper_tables/token_recycling_table1.csv",
+     {"size": "33B", "method": "vanilla"}, ("specbench_tok_s", -1000.0), "vicuna-33b", "a100-80gb", False, 400),
+)
+
+
+def baselines(dtype: str = "float16") -> list[dict]:
+    """Each published AR baseline beside the roofline's ms per token (one forward of one token at the mean
+    context) and the relative error. A negative scale reads a rate: ms = -scale / value."""
+    import pandas as pd
+
+    out = []
+    for label, csv, where, (column, scale), model, hardware, offloaded, context in BASELINES:
+        df = pd.read_csv(PAPERS / csv)
+        row = df[np.logical_and.reduce([df[k] == v for k, v in where.items()])].iloc[0]
+        published = scale * row[column] if scale > 0 else -scale / row[column]
+        ours = roofline_ms(ModelShape.load(model), Hardware.load(hardware), dtype, 1, context, offloaded)
+        out.append({"baseline": label, "model": model, "hardware": hardware, "published_ms": published,
+                    "roofline_ms": ours, "error": ours / published - 1})
+    return out

@@ -1,0 +1,90 @@
+"""The cost model (bench/cost/profiles.py) and the step replay (bench/cost/replay.py): the roofline's regimes, its error
+against the papers' published AR baselines, the profile's interpolation, and a record replayed onto a profile."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from bench.cost.profiles import Hardware, ModelShape, Profile, baselines, roofline_ms, roofline_profile
+from bench.cost.replay import replay_s, rest_s, run_error, target_ms, target_steps
+from bench.errors import HarnessError
+
+
+def test_shapes_count_the_published_parameters():
+    # Llama-2-7B: 6.74e9 parameters, of which the input embedding (32000 x 4096) is not read in full.
+    assert ModelShape.load("llama-2-7b").read_params == pytest.approx(6.74e9 - 32000 * 4096, rel=0.01)
+    assert ModelShape.load("llama-2-70b").read_params == pytest.approx(68.98e9 - 32000 * 8192, rel=0.01)
+
+
+def test_one_token_is_memory_bound_and_a_large_tree_compute_bound():
+    shape, hw = ModelShape.load("llama-2-7b"), dataclasses.replace(Hardware.load("a100-80gb"), layer_overhead_ms=0)
+    one = roofline_ms(shape, hw, "float16", 1, 512)
+    assert one == pytest.approx(shape.read_params * 2 / 2039e9 * 1000, rel=0.03)  # the weights (and cache) over the bandwidth
+    assert roofline_ms(shape, hw, "float16", 64, 512) < 1.1 * one  # a 64-node tree costs about one token: flat
+    assert roofline_ms(shape, hw, "float16", 1024, 512) > 4 * one  # past the ridge FLOPs decide
+
+
+def test_roofline_is_within_15_percent_of_every_published_ar_baseline():
+    rows = baselines()
+    assert len(rows) == 6
+    worst = max(rows, key=lambda r: abs(r["error"]))
+    assert abs(worst["error"]) <= 0.15, worst
+    offloaded = next(r for r in rows if "offloaded" in r["baseline"])
+    assert abs(offloaded["error"]) <= 0.05  # 70B streamed over PCIe: 5.6 s per token
+
+
+def test_unknown_names_are_one_error():
+    with pytest.raises(HarnessError, match="no hardware entry 'tpu'"):
+        Hardware.load("tpu")
+    with pytest.raises(HarnessError, match="no peak for int4"):
+        roofline_profile("llama-2-7b", "a100-40gb", "int4")
+
+
+def grid_profile() -> Profile:
+    """T = 10 + n ms at context 0, 20 + 2n at context 100."""
+    ns, cs = [1, 2, 4, 8], [0, 100]
+    return Profile("toy", "measured", "m", "here", "float32", ns, cs, [[10 + n for n in ns], [20 + 2 * n for n in ns]])
+
+
+def test_profile_interpolates_in_n_and_context_and_extends_past_the_grid():
+    p = grid_profile()
+    assert p.cost(4, 0) == pytest.approx(14) and p.cost(4, 100) == pytest.approx(28)
+    assert p.cost(3, 0) == pytest.approx(13) and p.cost(4, 50) == pytest.approx(21)
+    assert p.cost(16, 0) == pytest.approx(26)  # past the last n: the last segment's slope
+    assert p.cost(4, 400) == pytest.approx(28)  # past the last context: flat
+    assert p.cost(np.array([1, 8]), np.array([0, 100])).tolist() == pytest.approx([11, 36])
+
+
+def test_profile_round_trips_through_its_file(tmp_path):
+    p = roofline_profile("smollm2-135m", "h100-sxm", "bfloat16")
+    assert Profile.read(p.save(tmp_path / "p.json")) == p
+
+
+RECORD = {"prompt_tokens": 100, "accept_lengths": [1, 3, 2], "verified_nodes": [7, 3], "wall_time": 1.0,
+          "phase_times": {"prefill": 0.2, "target_forward": 0.5, "draft": 0.25}}
+
+
+def test_steps_are_the_prefill_then_each_verification_after_what_was_committed():
+    n, context = target_steps(RECORD)
+    assert n.tolist() == [100, 8, 4] and context.tolist() == [0, 101, 104]
+
+
+def own_profile() -> Profile:
+    """This record's own costs: T(100, 0) = 200 ms (the prefill), T(n <= 8, ~100) = 250 ms."""
+    return Profile("own", "measured", "m", "here", "float32", [8, 100], [0, 104], [[250, 200], [250, 250]])
+
+
+def test_replay_on_the_machines_own_costs_gives_back_the_wall_time():
+    p = own_profile()
+    assert target_ms(RECORD, p) == pytest.approx(200 + 250 + 250)
+    assert rest_s(RECORD) == pytest.approx(0.3)  # drafting and the untimed rest, as measured
+    assert replay_s(RECORD, p) == pytest.approx(1.0)
+    assert run_error([RECORD, RECORD], p) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_a_replay_without_the_drafts_cost_misses_the_validation_limit():
+    # What the validation (at most 15% off) catches: the target's forwards alone leave out the 0.25 s of drafting.
+    assert abs(target_ms(RECORD, own_profile()) / 1000 / RECORD["wall_time"] - 1) > 0.15

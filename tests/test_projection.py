@@ -1,0 +1,100 @@
+"""`python -m bench.report project --profile ...` (bench/report/projection.py): runs made in memory replayed on a
+roofline profile, by hand; bad profile names are one error line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.cost.profiles import roofline_profile
+from bench.report.__main__ import main
+from bench.report.projection import load_profile, project_table
+from bench.report.select import RunSet
+from bench.run.store import Run
+
+AR = {"question_id": 1, "turn": 0, "prompt_tokens": 100, "new_tokens": 10, "accept_lengths": [1] * 10,
+      "verified_nodes": [0] * 9, "wall_time": 1.0, "phase_times": {"prefill": 0.1, "target_forward": 0.8}}
+TR = {"question_id": 1, "turn": 0, "prompt_tokens": 100, "new_tokens": 10, "accept_lengths": [1, 4, 5],
+      "verified_nodes": [9, 9], "wall_time": 0.5, "phase_times": {"prefill": 0.1, "target_forward": 0.3}}
+
+
+def run(run_id: str, method: str, record: dict) -> Run:
+    meta = {"run_id": run_id, "method": method, "model": "smollm2-135m", "dataset": "mt_bench", "machine": "here",
+            "max_new_tokens": 10, "created": f"2026-01-01T00:00:0{len(run_id)}"}
+    return Run.of(meta, [record])
+
+
+def test_projected_speedup_is_the_replayed_rates_ratio():
+    runs = RunSet([run("a", "ar", AR), run("tr", "token_recycling", TR)], Path("mem"))
+    md = project_table(runs, "llama-2-7b@a100-80gb").markdown
+    p = roofline_profile("llama-2-7b", "a100-80gb")
+    ar_s = (p.cost(100, 0) + sum(p.cost(1, 101 + i) for i in range(9))) / 1000 + 0.1  # + the rest measured here
+    tr_s = (p.cost(100, 0) + p.cost(10, 101) + p.cost(10, 105)) / 1000 + 0.1
+    row = next(line for line in md.splitlines() if "| token_recycling" in line)
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[4:] == ["20.0", "2.00", f"{10 / tr_s:.1f}", f"{ar_s / tr_s:.2f}"]
+    assert "Projected on llama-2-7b-a100-80gb-float16 (roofline" in md and "not a measurement" in md
+
+
+def test_profile_names():
+    assert load_profile("llama-2-70b@a100-40gb:bfloat16+offloaded").hardware == "A100 40GB (offloaded)"
+    for bad in ("llama-2-7b", "nope@a100-40gb", "llama-2-7b@nope", "missing.json"):
+        with pytest.raises(Exception, match="profile|no shapes entry|no hardware entry"):
+            load_profile(bad)
+
+
+def test_cli_bad_profile_is_one_error_line(tmp_path, capsys):
+    (tmp_path / "runs").mkdir()
+    assert main(["project", "--results", str(tmp_path), "--profile", "llama-2-7b@tpu"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("bench.report: error: no hardware entry 'tpu'") and err.count("\n") == 1
+
+
+# -- the committed validation (make validate-projection, docs/cost_model.md) ------------------------------------
+
+EVIDENCE = Path(__file__).resolve().parents[1] / "evidence" / "projection"
+
+
+def committed():
+    from bench.cost.profiles import Profile
+    from bench.run.store import load_runs
+
+    return load_runs(EVIDENCE), Profile.read(EVIDENCE / "profile.json")
+
+
+def test_committed_validation_is_what_the_replay_gives():
+    from bench.cost.replay import validate
+
+    runs, profile = committed()
+    assert {r.method for r in runs} == {"ar", "pld", "token_recycling", "sd", "eagle2"} and len(runs) == 6
+    table = validate(runs, profile)
+    stored = json.loads((EVIDENCE / "validation.json").read_text())
+    assert {m: round(row["median"], 6) for m, row in table.items()} == {m: round(row["median"], 6)
+                                                                         for m, row in stored.items()}
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "measured 2026-11-26 on a slow 2-core EPYC VM: medians 2.5-10.3% (pld 10.3%, sd 9.7%, token_recycling with the "
+    "63-node tree 7.5%; goal 5%), pld's 90th percentile 15.5% (goal 15%), sd's and eagle2's replayed speedups just "
+    "outside their narrow intervals. The profile, measured after the runs with random tokens, moved by up to ~6% "
+    "between two measurements of the same runs (sd's median was 3.9% against the first): docs/cost_model.md"))
+def test_committed_validation_meets_its_goals():
+    from bench.cost.replay import misses, validate
+
+    runs, profile = committed()
+    assert misses(validate(runs, profile)) == []
+
+
+def test_leaving_out_the_drafts_cost_doubles_the_draft_methods_errors(monkeypatch):
+    from bench.cost import replay
+
+    runs, profile = committed()
+    full = replay.validate(runs, profile)
+    # The drafting phases counted as if the profile's target forwards covered them: they drop out of the replay.
+    monkeypatch.setattr(replay, "TARGET_PHASES", (*replay.TARGET_PHASES, "draft", "draft_forward"))
+    without = replay.validate(runs, profile)
+    for method in ("sd", "eagle2"):
+        assert without[method]["median"] > max(0.15, 1.5 * full[method]["median"]), method
+    assert without["ar"]["median"] == pytest.approx(full["ar"]["median"], rel=0.05)  # AR drafts (next to) nothing
