@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.cost.profiles import Profile, roofline_profile
-from bench.cost.replay import replay_s
+from bench.cost.replay import replayed
 from bench.errors import HarnessError, MissingRunsError
 from bench.report.output import Report
 from bench.report.select import RunSet, latest_runs, paired_baseline
@@ -40,10 +40,6 @@ def load_profile(name: str) -> Profile:
     if not at or not shape or not hardware:
         raise HarnessError(f"profile {name!r}: give a JSON file or <shape>@<hardware>[:<dtype>][+offloaded]")
     return roofline_profile(shape, hardware, dtype or "float16", offloaded)
-
-
-def replayed(records: list[dict], profile: Profile) -> list[dict]:
-    return [{**r, "wall_time": replay_s(r, profile)} for r in records]
 
 
 def project_table(runs: RunSet, profile: str, model: str | None = None, dataset: str | None = None,
