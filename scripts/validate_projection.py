@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from bench.cost.profiles import Profile
-from bench.cost.replay import misses, validate
+from bench.cost.replay import label, misses, validate
 from bench.errors import HarnessError
 from bench.paths import project_path
 from bench.run.compose import compose_config, split_flags
@@ -61,10 +61,6 @@ def copy_evidence(runs: list, folder: Path, to: Path) -> None:
         write_run(run, to / "runs")
     for name in ("profile.json", "validation.json"):
         shutil.copy(folder / name, to / name)
-
-
-def label(run) -> str:
-    return run.method + (f"_{run.variant}" if run.variant else "")
 
 
 def main(argv: list[str]) -> int:

@@ -60,6 +60,11 @@ def replayed(records: list[dict], profile: Profile) -> list[dict]:
     return [{**r, "wall_time": replay_s(r, profile)} for r in records]
 
 
+def label(run) -> str:
+    """A run's row in a validation table: method[_variant]."""
+    return run.method + (f"_{run.variant}" if run.variant else "")
+
+
 def validate(runs: list, profile: Profile) -> dict:
     """Per run (label: method[_variant]): the replay's relative error over its prompt-turns (median, 90th
     percentile) and, beside the AR run's, its speedup measured (with interval) and replayed."""
@@ -73,7 +78,7 @@ def validate(runs: list, profile: Profile) -> dict:
             row |= {"speedup": speedup(run.records, ar.records),
                     "speedup_interval": speedup_interval(run.records, ar.records),
                     "speedup_replayed": speedup(replayed(run.records, profile), replayed(ar.records, profile))}
-        out[run.method + (f"_{run.variant}" if run.variant else "")] = row
+        out[label(run)] = row
     return out
 
 
