@@ -8,8 +8,16 @@ import dataclasses
 import numpy as np
 import pytest
 
-from bench.cost.profiles import Hardware, ModelShape, Profile, baselines, roofline_ms, roofline_profile
-from bench.cost.replay import replay_s, rest_s, run_error, target_ms, target_steps
+from bench.cost.profiles import (
+    Hardware,
+    ModelShape,
+    Profile,
+    baselines,
+    load_profile,
+    roofline_ms,
+    roofline_profile,
+)
+from bench.cost.replay import draft_steps, replay_s, rest_s, run_error, target_ms, target_steps
 from bench.errors import HarnessError
 
 
@@ -88,3 +96,39 @@ def test_replay_on_the_machines_own_costs_gives_back_the_wall_time():
 def test_a_replay_without_the_drafts_cost_misses_the_validation_limit():
     # What the validation (at most 15% off) catches: the target's forwards alone leave out the 0.25 s of drafting.
     assert abs(target_ms(RECORD, own_profile()) / 1000 / RECORD["wall_time"] - 1) > 0.15
+
+
+DRAFTED = {**RECORD, "phase_times": {**RECORD["phase_times"], "draft_forward": 0.2},
+           "counters": {"draft_calls": [3, 2], "draft_tokens": [6, 4]}}
+
+
+def test_draft_forwards_are_the_recorded_sizes_at_each_steps_context():
+    exact = {**DRAFTED, "counters": {**DRAFTED["counters"], "draft_sizes": [[101, 2, 4], [3, 4]]}}
+    n, context = draft_steps(exact)
+    assert n.tolist() == [101, 2, 4, 3, 4] and context.tolist() == [101, 101, 101, 104, 104]
+
+
+def test_older_records_spread_a_steps_drafted_tokens_over_its_calls_after_the_catch_up():
+    # The first step catches up the prompt and the prefill's token; a later one what the step before committed.
+    n, context = draft_steps(DRAFTED)
+    assert n.tolist() == [101, 3, 3, 3, 4] and context.tolist() == [101, 101, 101, 104, 104]
+    assert draft_steps(RECORD) is None  # no draft model: nothing to replay
+
+
+def test_a_draft_profile_replaces_the_measured_draft_forwards():
+    target, draft = own_profile(), Profile("d", "measured", "d", "here", "float32", [1, 128], [0], [[1.0, 1.0]])
+    no_draft = replay_s(DRAFTED, target)
+    assert replay_s(DRAFTED, target, draft) == pytest.approx(no_draft - 0.2 + 5 * 0.001)
+    assert replay_s(RECORD, target, draft) == pytest.approx(replay_s(RECORD, target))  # nothing drafted: as before
+
+
+def test_every_paper_declares_a_setting_whose_profiles_load():
+    from bench.report.projected import setting_of
+    from bench.report.registry import papers
+
+    for paper in papers():
+        setting = setting_of(paper)
+        assert setting is not None and setting.label, paper
+        for name in filter(None, (setting.target, setting.draft)):
+            assert load_profile(name).ms, name
+    assert "offloaded" in setting_of("dyspec", "Table 4").target

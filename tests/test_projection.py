@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.cost.profiles import roofline_profile
+from bench.cost.profiles import load_profile, roofline_profile
 from bench.report.__main__ import main
-from bench.report.projection import load_profile, project_table
+from bench.report.projection import project_table
 from bench.report.select import RunSet
 from bench.run.store import Run
 
@@ -98,3 +98,22 @@ def test_leaving_out_the_drafts_cost_doubles_the_draft_methods_errors(monkeypatc
     for method in ("sd", "eagle2"):
         assert without[method]["median"] > max(0.15, 1.5 * full[method]["median"]), method
     assert without["ar"]["median"] == pytest.approx(full["ar"]["median"], rel=0.05)  # AR drafts (next to) nothing
+
+
+def test_a_sections_projected_table_pairs_each_run_with_its_baseline_on_the_papers_setting():
+    from bench.cost.replay import Setting
+    from bench.report.projected import projected_table
+
+    hf = {**AR, "phase_times": {"generate": 1.0}}  # HF's own loop: its target forwards are not timed apart
+    batched = run("b4", "token_recycling", TR)
+    batched.meta["batch_size"] = 4
+    setting = Setting("Llama-2-7B on an A100 80GB", "llama-2-7b@a100-80gb")
+    md = projected_table([run("a", "ar", AR), run("tr", "token_recycling", TR), run("hf", "hf_generate", hf),
+                          batched], setting)
+    p = roofline_profile("llama-2-7b", "a100-80gb")
+    ar_s = (p.cost(100, 0) + sum(p.cost(1, 101 + i) for i in range(9))) / 1000 + 0.1
+    tr_s = (p.cost(100, 0) + p.cost(10, 101) + p.cost(10, 105)) / 1000 + 0.1
+    row = [c.strip() for c in next(x for x in md.splitlines() if "| token_recycling" in x).split("|")[1:-1]]
+    assert row == ["token_recycling", "mt_bench", "0", "2.00", f"{ar_s / tr_s:.2f}", f"{0.1 / tr_s:.0%}"]  # no interval: 1 question
+    assert "Llama-2-7B on an A100 80GB" in md and "hf_generate (HF's own decode loop" in md
+    assert "1 batch > 1 run(s) not projected" in md and "| ar " not in md

@@ -44,3 +44,7 @@ def test_record_steps(smollm, prompts, overrides):
         assert sum(acc) + 1 == n if i < steps - 1 else n <= sum(acc) + 1
     assert sum(sum(a) for a in c["step_accepted"]) > 0
     assert "step_tokens" not in counter_totals([{"counters": c}])
+    # Every step's draft forwards by size (bench.cost.replay), the first catching up the prompt and its first token.
+    sizes = off.counters["draft_sizes"]
+    assert [len(s) for s in sizes] == off.counters["draft_calls"] and sizes[0][0] == len(prompts[0]) + 1
+    assert all(s[0] == n for s, n in zip(sizes[1:], off.accept_lengths[1:]))  # then what the step before committed

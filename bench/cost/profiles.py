@@ -17,6 +17,7 @@ draft's own cost, which replay adds from the run's records.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -166,6 +167,22 @@ def roofline_profile(model: str, hardware: str, dtype: str = "float16", offloade
     name = f"{model}-{hardware}-{dtype}" + ("-offloaded" if offloaded else "")
     return Profile(name, "roofline", model, hw.name + (" (offloaded)" if offloaded else ""), dtype, list(ns),
                    list(contexts), grid)
+
+
+@functools.lru_cache(maxsize=32)
+def load_profile(name: str) -> Profile:
+    """A profile file (a path to its JSON) or a roofline `<shape>@<hardware>[:<dtype>][+offloaded]` (dtype default
+    float16), e.g. `llama-2-7b@a100-80gb` or `llama-2-70b@a100-40gb+offloaded`. Cached: callers must not change it."""
+    if Path(name).suffix == ".json":
+        if not Path(name).is_file():
+            raise HarnessError(f"no profile file {name!r}")
+        return Profile.read(name)
+    spec, offloaded = (name[: -len("+offloaded")], True) if name.endswith("+offloaded") else (name, False)
+    shape, at, rest = spec.partition("@")
+    hardware, _, dtype = rest.partition(":")
+    if not at or not shape or not hardware:
+        raise HarnessError(f"profile {name!r}: give a JSON file or <shape>@<hardware>[:<dtype>][+offloaded]")
+    return roofline_profile(shape, hardware, dtype or "float16", offloaded)
 
 
 # Published AR baselines the roofline is checked against (docs/cost_model.md): the papers' own CSVs, read where they

@@ -6,19 +6,24 @@ and, per verification step, the tree nodes the target verified (`verified_nodes`
 work on a profile is the prefill's forward over the prompt plus, for each verification step, one forward over the
 verified nodes and the root after the context committed so far. The rest of the record's time (drafting, the
 tree, verification, updates: everything outside `prefill` and `target_forward`) is added as measured, so a replay
-onto this machine's own profile gives back the measured wall time when the profile is right. Draft-model work is
-inside that rest: projected onto another machine it stays as measured here (a note says so), until the records
-keep the draft's forwards per step.
+onto this machine's own profile gives back the measured wall time when the profile is right.
+
+Given a draft profile too, a draft-model method's forwards (`draft_steps`) are replayed on it in place of its
+measured `draft_forward` phase. A head drafting from the target's states (EAGLE, Medusa) keeps its time as measured.
+A `Setting` is a paper's hardware as its text describes it: the target's profile and the draft's.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from bench.cost.profiles import Profile
+from bench.cost.profiles import Profile, load_profile
 from bench.run.metrics import speedup, speedup_interval
 
 TARGET_PHASES = ("prefill", "target_forward")
+DRAFT_PHASE = "draft_forward"
 
 
 def target_steps(record: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -28,6 +33,24 @@ def target_steps(record: dict) -> tuple[np.ndarray, np.ndarray]:
     verified = np.asarray(record.get("verified_nodes") or record.get("draft_nodes") or [0] * (len(accepted) - 1))
     context = prompt + np.cumsum(accepted)[: len(verified)]
     return np.concatenate([[prompt], verified + 1]), np.concatenate([[0], context])
+
+
+def draft_steps(record: dict) -> tuple[np.ndarray, np.ndarray] | None:
+    """(n, context) of every draft-model forward of a record; None when it counted none (no draft model). Records
+    keep each forward's tokens (counters `draft_sizes`, from 2026-11-26); for older ones, a step's first
+    forward catches up the tokens committed since the last (the prompt and the first token at the first step)
+    and its others share the step's drafted tokens evenly. Each at the context the target's step had."""
+    c = record.get("counters") or {}
+    calls = c.get("draft_calls")
+    if not calls:
+        return None
+    prompt, accepted = record["prompt_tokens"], np.asarray(record["accept_lengths"], int)
+    sizes = c.get("draft_sizes") or [
+        [prompt + 1 if i == 0 else accepted[i]] + [max(tokens / max(k - 1, 1), 1.0)] * (k - 1)
+        for i, (k, tokens) in enumerate(zip(calls, c.get("draft_tokens") or [0] * len(calls)))]
+    context = prompt + np.cumsum(accepted)[: len(sizes)]
+    return (np.concatenate([np.asarray(s, float) for s in sizes]),
+            np.repeat(context, [len(s) for s in sizes]).astype(float))
 
 
 def target_ms(record: dict, profile: Profile) -> float:
@@ -41,9 +64,24 @@ def rest_s(record: dict) -> float:
     return record["wall_time"] - sum(phases.get(p, 0.0) for p in TARGET_PHASES)
 
 
-def replay_s(record: dict, profile: Profile) -> float:
-    """Projected wall time of one record on the profile: its target forwards there, the rest as measured."""
-    return target_ms(record, profile) / 1000 + rest_s(record)
+def replayable(records: list[dict]) -> bool:
+    """Whether the records keep their steps and time their target forwards apart (the engine's do; HF's own loop
+    times `generate`)."""
+    return bool(records) and all("prompt_tokens" in r and "accept_lengths" in r
+                                 and set(TARGET_PHASES) & set(r.get("phase_times") or {}) for r in records)
+
+
+def replay_s(record: dict, profile: Profile, draft: Profile | None = None) -> float:
+    """Projected wall time of one record on the profile: its target forwards there, with a draft profile its
+    draft-model forwards on that, the rest as measured."""
+    steps = draft_steps(record) if draft is not None else None
+    ms = target_ms(record, profile) + (float(draft.cost(*steps).sum()) if steps is not None else 0.0)
+    return ms / 1000 + kept_s(record, steps is not None)
+
+
+def kept_s(record: dict, draft_replayed: bool = False) -> float:
+    """The part of a record's replayed time kept as measured: its rest, less the draft forwards when replayed."""
+    return rest_s(record) - ((record.get("phase_times") or {}).get(DRAFT_PHASE, 0.0) if draft_replayed else 0.0)
 
 
 def run_error(records: list[dict], profile: Profile) -> float:
@@ -55,9 +93,27 @@ def run_error(records: list[dict], profile: Profile) -> float:
 GOALS = {"median": 0.05, "p90": 0.15}  # |projected - measured| / measured over prompt-turns, per method
 
 
-def replayed(records: list[dict], profile: Profile) -> list[dict]:
-    """The records with their wall time replayed on the profile."""
-    return [{**r, "wall_time": replay_s(r, profile)} for r in records]
+def replayed(records: list[dict], profile: Profile, draft: Profile | None = None) -> list[dict]:
+    """The records with their wall time replayed on the profile (and the draft's)."""
+    return [{**r, "wall_time": replay_s(r, profile, draft)} for r in records]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A paper's hardware setting as its text describes it (label), as profile names (bench.cost.profiles
+    .load_profile): the target's and, for a draft-model paper, the draft's."""
+
+    label: str
+    target: str
+    draft: str | None = None
+
+    def replayed(self, records: list[dict]) -> list[dict]:
+        return replayed(records, load_profile(self.target), load_profile(self.draft) if self.draft else None)
+
+    def kept_share(self, records: list[dict]) -> float:
+        """The share of the records' replayed time kept as measured here (bench.cost.replay.kept_s)."""
+        kept = sum(kept_s(r, bool(self.draft) and draft_steps(r) is not None) for r in records)
+        return kept / sum(r["wall_time"] for r in self.replayed(records))
 
 
 def label(run) -> str:

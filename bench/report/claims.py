@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 from collections import Counter
 
+from bench.cost.replay import Setting, replayable
 from bench.report.select import paired_baseline
 from bench.report.tables import MISSING, with_interval
 from bench.run.metrics import (
@@ -38,14 +39,21 @@ def claimed(paper: str) -> tuple[str, ...]:
     return importlib.import_module(f"bench.report.{paper}").CLAIMED
 
 
-def paired_speedups(paper: str, used: list[Run]) -> list[tuple[float | None, list[float] | None]]:
-    """(speedup, interval) of each run of the paper's method against its AR baseline among `used`."""
+def paired_speedups(paper: str, used: list[Run], setting: Setting | None = None
+                    ) -> list[tuple[float | None, list[float] | None]]:
+    """(speedup, interval) of each run of the paper's method against its AR baseline among `used`; with a
+    setting, both replayed on it (batch 1 only: bench.cost.replay)."""
     out = []
     for run in used:
         if run.method not in claimed(paper):
             continue
         base = paired_baseline(used, run, "ar")
-        if base is not None:  # at batch > 1 the tables' aggregate tokens/s (per-row rates share a batch's time)
+        if base is None or (setting is not None and (run.batch_size > 1 or not replayable(run.records + base.records))):
+            continue
+        if setting is not None:
+            mine, theirs = setting.replayed(run.records), setting.replayed(base.records)
+            out.append((speedup(mine, theirs), speedup_interval(mine, theirs)))
+        else:  # at batch > 1 the tables' aggregate tokens/s (per-row rates share a batch's time)
             batched = run.batch_size > 1
             out.append((speed_ratio(run, base, batched), speed_ratio_interval(run, base, batched)))
     return out
@@ -65,10 +73,10 @@ def speed_ratio_interval(run: Run | None, base: Run | None, aggregate: bool = Tr
     return (aggregate_speedup_interval if aggregate else speedup_interval)(run.records, base.records)
 
 
-def speedup_claim(paper: str, used: list[Run]) -> str:
+def speedup_claim(paper: str, used: list[Run], setting: Setting | None = None) -> str:
     """"faster than AR: holds in 2, undecided in 1 of 3 (lowest 0.91 [0.85, 0.97]; highest ...)", or MISSING
-    when no run of the paper's method has its AR baseline among the runs."""
-    found = [(p, ci) for p, ci in paired_speedups(paper, used) if p is not None]
+    when no run of the paper's method has its AR baseline among the runs; with a setting, projected on it."""
+    found = [(p, ci) for p, ci in paired_speedups(paper, used, setting) if p is not None]
     if not found:
         return MISSING
     counts = Counter(verdict(ci, 1.0) for _, ci in found)

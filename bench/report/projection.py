@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.cost.profiles import Profile, roofline_profile
+from bench.cost.profiles import load_profile
 from bench.cost.replay import replayed
-from bench.errors import HarnessError, MissingRunsError
+from bench.errors import MissingRunsError
 from bench.report.output import Report
 from bench.report.select import RunSet, latest_runs, paired_baseline
 from bench.report.tables import markdown, with_interval
@@ -26,20 +26,6 @@ FOOTER = ("Projected: each prompt-turn's target forwards replayed on the profile
           "contexts, its other time (drafting, tree, verification, updates) as measured here; a projection of the "
           "acceptance measured on these runs, not a measurement. Speedup: ratio of mean per-question tokens/s over "
           "AR's, paired on the same questions; [low, high]: 95% bootstrap interval over questions.")
-
-
-def load_profile(name: str) -> Profile:
-    """A profile file (a path to its JSON) or a roofline `<shape>@<hardware>[:<dtype>][+offloaded]`."""
-    if Path(name).suffix == ".json":
-        if not Path(name).is_file():
-            raise HarnessError(f"no profile file {name!r}")
-        return Profile.read(name)
-    spec, offloaded = (name[: -len("+offloaded")], True) if name.endswith("+offloaded") else (name, False)
-    shape, at, rest = spec.partition("@")
-    hardware, _, dtype = rest.partition(":")
-    if not at or not shape or not hardware:
-        raise HarnessError(f"profile {name!r}: give a JSON file or <shape>@<hardware>[:<dtype>][+offloaded]")
-    return roofline_profile(shape, hardware, dtype or "float16", offloaded)
 
 
 def project_table(runs: RunSet, profile: str, model: str | None = None, dataset: str | None = None,

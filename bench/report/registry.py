@@ -7,7 +7,8 @@ REPRODUCED.md shows it and its options. From the declarations alone come the CLI
 Makefile), REPRODUCED.md's sections and summary rows (bench/report/reproduced.py) and the notebooks' sections
 (bench/report/notebook.py). The part of a name before the slash is the package `bench.report.<paper>`, whose
 modules are imported only when one of its artifacts is asked for (or every name listed); its `__init__.py` holds
-the paper's facts: its contents in order of appearance (`CONTENTS`, the summary's rows) and `CLAIMED`. Adding an artifact touches its module (and its experiment
+the paper's facts: its contents in order of appearance (`CONTENTS`, the summary's rows), `CLAIMED` and its hardware
+(`SETTING`, and `SETTINGS` per content label where they differ; bench.report.projected). Adding an artifact touches its module (and its experiment
 YAML), nothing here.
 
 A build takes a RunSet (bench.report.select) and keyword options and returns a Report (bench.report.output); the
@@ -84,6 +85,7 @@ class Artifact:
     common: tuple[str, ...] = ("model", "paper_size")  # the common CLI options its build takes
     needs_runs: bool = True  # the CLI stops early when <results>/runs does not exist
     per_drafter: bool = False  # REPRODUCED.md shows it once per drafter of the evidence
+    baseline: str = "ar"  # the method its speeds are relative to (its projection on the paper's setting pairs with it)
     folder: bool = False  # a store-level tool (evidence, reproduced): build takes the results folder itself
     paper: str = ""  # filled in by the registry
 

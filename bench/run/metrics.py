@@ -272,7 +272,8 @@ def counter_totals(records: list[dict]) -> dict[str, float]:
     totals: dict[str, float] = defaultdict(float)
     for r in records:
         for name, values in (r.get("counters") or {}).items():
-            if not name.startswith("step_"):  # run.record_steps's per-node lists are records, not counts
+            # Per-step lists of lists (draft forward sizes, run.record_steps's nodes) are records, not counts.
+            if not any(isinstance(v, list) for v in values):
                 totals[name] += sum(values)
     return dict(totals)
 

@@ -97,8 +97,9 @@ class DraftModelProposer(Proposer):
         pos = torch.arange(self.cached, length, device=dev)[None]
         out = self.draft(input_ids=new[None], position_ids=pos, past_key_values=self.cache, use_cache=True,
                          logits_to_keep=1)
-        self.cached = length
         self.calls = 1  # draft forwards of this step (the catch-up is one)
+        self.sizes = [length - self.cached]  # tokens of each of them (a replay's draft cost, bench.cost.replay)
+        self.cached = length
         self.tree = DraftTree(self.max_nodes)
         self.forwarded: list[int] = []  # node ids in draft-cache order after the committed tokens
         self._lap("draft_forward")
@@ -147,6 +148,7 @@ class DraftModelProposer(Proposer):
                          attention_mask=mask[None, None], past_key_values=self.cache, use_cache=True)
         self.forwarded += nodes
         self.calls += 1
+        self.sizes.append(n)
         self._lap("draft_forward")
         return out.logits[0]
 
@@ -160,6 +162,7 @@ class DraftModelProposer(Proposer):
         out = self.draft(input_ids=token.to(dev).view(1, 1), position_ids=pos, past_key_values=self.cache,
                          use_cache=True)
         self.calls += 1
+        self.sizes.append(1)
         self._lap("draft_forward")
         return out.logits[0, -1]
 
@@ -223,6 +226,7 @@ class DraftModelProposer(Proposer):
         self.rollback()
         self._lap("rollback")
         self.step_log["draft_calls"].append(self.calls)
+        self.step_log["draft_sizes"].append(self.sizes)
         self.step_log["draft_tokens"].append(drafted)
 
     # -- per-step records (run.record_steps) ------------------------------------------------------------

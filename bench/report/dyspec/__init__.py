@@ -6,7 +6,18 @@ Make targets: Sequoia's protocol, raw-text c4/openwebtext/cnn_dailymail, 128-tok
 (the hub, a GPU).
 """
 
+from bench.cost.replay import Setting
+
 CLAIMED = ("dyspec",)  # the paper's own method(s): their speedup over AR is its claim (bench.report.claims)
 # The paper's artifacts in order of appearance: REPRODUCED.md's summary rows.
 CONTENTS = ("Table 1", "Table 2", "Table 3", "Table 4", "Figure 2", "Figure 4", "Figure 5", "Table 5", "Figure 7",
             "Figure 9")
+# Its hardware (bench.report.projected): "one NVIDIA A100 40GB GPU"; JF68m drafts for Llama-2-7B (Table 1) and -13B
+# (Table 2), Llama-2-7B for the offloaded Llama-2-70B (Tables 3-4); fp16.
+SETTING = Setting("Llama-2-7B with the JF68m draft on an A100 40GB, fp16", "llama-2-7b@a100-40gb",
+                  draft="llama-68m@a100-40gb")
+SETTINGS = {"Table 2": Setting("Llama-2-13B with the JF68m draft on an A100 40GB, fp16", "llama-2-13b@a100-40gb",
+                               draft="llama-68m@a100-40gb"),
+            **dict.fromkeys(("Table 3", "Table 4"), Setting(
+                "Llama-2-70B offloaded to host memory with the Llama-2-7B draft on an A100 40GB, fp16",
+                "llama-2-70b@a100-40gb+offloaded", draft="llama-2-7b@a100-40gb"))}

@@ -214,7 +214,7 @@ def propd_table2(runs: RunSet, model: str | None = None, batch_size: int = 4, da
 
 ARTIFACT = Artifact(
     "table2", "Table 2 (early pruning: layer x top-k at batch 4) -> tables/propd_table2.{md,csv,tex}", propd_table2,
-    covers=(Cover("Table 2"),), rank=2, experiments=("propd_table2",), paper_csv=(PAPER,),
+    covers=(Cover("Table 2"),), rank=2, experiments=("propd_table2",), paper_csv=(PAPER,), baseline="medusa",
     options=(DATASET, option("--batch-size", type=int, help="default 4, as the paper")), common=("model",),
     **recipe("table2", "ProPD Table 2: ar, medusa, propd pruning layer 1-4 x top-k 50-200 at batch 4 (dynamic tree "
              "off)", "table2_baselines", "table2"))

@@ -108,5 +108,6 @@ def propd_table3(runs: RunSet, model: str | None = None, dataset: str = "mt_benc
 ARTIFACT = Artifact(
     "table3", "Table 3 (ablation vs Medusa per batch size) -> tables/propd_table3.{md,csv,tex}", propd_table3,
     covers=(Cover("Table 3"),), rank=3, experiments=("propd_table3",), paper_csv=(PAPER,), options=(DATASET,),
+    baseline="medusa",
     common=("model",), **recipe("table3", "ProPD Table 3: medusa and propd's 4 switch combinations x batch 1-16, "
                                 "relative to medusa", "table3_medusa", "table3"))

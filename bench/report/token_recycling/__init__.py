@@ -5,6 +5,10 @@ Make targets: the paper ran Vicuna on SpecBench and Code Llama on MBPP, hence on
 Each artifact is declared in its own module (`ARTIFACT`).
 """
 
+from bench.cost.replay import Setting
+
 CLAIMED = ("token_recycling",)  # the paper's own method(s): their speedup over AR is its claim (bench.report.claims)
 # The paper's artifacts in order of appearance: REPRODUCED.md's summary rows.
 CONTENTS = ("Table 1", "Figure 3", "Figure 4")
+# Its hardware (bench.report.projected): "a single A100-80GB GPU", Vicuna-7B on SpecBench; fp16 as Spec-Bench runs.
+SETTING = Setting("Vicuna-7B on an A100 80GB, fp16", "llama-2-7b@a100-80gb:float16")

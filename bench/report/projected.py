@@ -1,0 +1,84 @@
+"""Speeds projected on the paper's own setting (docs/cost_model.md): the acceptance measured here, replayed step by
+step on the paper's target (and draft) shapes, GPU and dtype (bench.cost.replay).
+
+Each paper's package declares its setting as the paper describes it: `SETTING` (a bench.cost.replay.Setting), and
+`SETTINGS` per content label ("Table 4") where an artifact's differs. REPRODUCED.md adds to every section with runs
+a table of each run's speedup over its baseline, measured and projected, both with paired 95% bootstrap intervals
+over questions, and the summary's projected verdicts go in their own column: a projection never replaces a
+measured verdict. Batch > 1 runs are not projected (the profiles are of batch 1).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pandas as pd
+
+from bench.cost.replay import Setting, replayable
+from bench.report.claims import speed_ratio, speed_ratio_interval
+from bench.report.select import paired_baseline
+from bench.report.tables import markdown, with_interval
+from bench.run.metrics import speedup, speedup_interval
+from bench.run.store import Run
+
+NAMED = {"method", "dataset", "model", "experiment", "logger", "run.temperature", "run.batch_size"}
+
+
+def setting_of(paper: str, label: str | None = None) -> Setting | None:
+    """The paper's setting for one of its contents (its SETTINGS entry, else its SETTING); None if it has none."""
+    package = importlib.import_module(f"bench.report.{paper}")
+    return getattr(package, "SETTINGS", {}).get(label) or getattr(package, "SETTING", None)
+
+
+def varied(runs: list[Run]) -> dict[str, str]:
+    """run_id -> the overrides that tell the run apart from the other runs of its method (e.g. `lam=6`)."""
+    out = {}
+    for run in runs:
+        same = [r.overrides for r in runs if r.method == run.method]
+        keys = sorted(k for k in run.overrides if k not in NAMED and len({str(o.get(k)) for o in same}) > 1)
+        out[run.run_id] = " ".join(f"{k.split('.')[-1]}={run.overrides[k]}" for k in keys)
+    return out
+
+
+def projected_table(used: list[Run], setting: Setting, baseline: str = "ar") -> str | None:
+    """Each run's speedup over its paired `baseline` run among `used`: measured here and projected on the setting;
+    None when no run has its baseline."""
+    rows, batched, untimed, label = [], 0, [], varied(used)
+    for run in sorted(used, key=lambda r: (r.method, r.dataset or "", r.temperature, label[r.run_id], r.run_id)):
+        if run.method == baseline:
+            continue
+        if run.batch_size > 1:
+            batched += 1
+            continue
+        base = paired_baseline(used, run, baseline)
+        if base is None:
+            continue
+        if not replayable(run.records + base.records):
+            untimed.append(run.method)
+            continue
+        mine, theirs = setting.replayed(run.records), setting.replayed(base.records)
+        rows.append({"method": run.method + (f"[{run.variant}]" if run.variant else ""), "settings": label[run.run_id],
+                     "dataset": run.dataset, "T": f"{run.temperature:g}",
+                     "measured here": with_interval(speed_ratio(run, base, False),
+                                                    speed_ratio_interval(run, base, False)),
+                     "projected": with_interval(speedup(mine, theirs), speedup_interval(mine, theirs)),
+                     "rest kept": f"{setting.kept_share(run.records):.0%}"})
+    if not rows:
+        return (f"Not projected on the paper's setting ({setting.label}): {batched} batch > 1 run(s), and the "
+                "profiles are of batch 1.\n") if batched else None
+    df = pd.DataFrame(rows)
+    df = df.drop(columns=[c for c in ("settings",) if not df[c].any()])
+    notes = [f"Speedup over {baseline} (ratio of mean per-question tokens/s, paired on the same questions) [95% "
+             "bootstrap interval]. Projected: each prompt-turn's target forwards replayed on the paper's target at "
+             "their recorded verified sizes and contexts" + (", its draft model's forwards on the paper's draft"
+                                                               if setting.draft else "")
+             + "; the rest of each step (tree, verification, updates" + ("" if setting.draft else ", drafting")
+             + ") as measured here; `rest kept`: its share of the projected time (on a GPU its tensor work, e.g. "
+             "sampling, would be faster: the larger it is, the more the projection understates the speedup). A "
+             "projection of the acceptance measured on our model, not a measurement (docs/cost_model.md)."]
+    if untimed:
+        notes.append(f"Not projected: {', '.join(sorted(set(untimed)))} (HF's own decode loop, whose target "
+                     "forwards are not timed apart).")
+    if batched:
+        notes.append(f"{batched} batch > 1 run(s) not projected: the profiles are of batch 1.")
+    return markdown(df, f"Projected on the paper's setting ({setting.label}):", notes, numparse=False)
