@@ -1,34 +1,47 @@
 """`make validate-projection`: does a run replayed on this machine's cost profile give back its measured time?
 
     python scripts/validate_projection.py [model=smollm2-135m] [--limit 3] [--out results/projection] [--evidence DIR]
+    python scripts/validate_projection.py --fitted evidence    # the older runs against profiles fitted to them
 
-In one sitting on one machine: runs AR, PLD, Token Recycling with the paper's 80-node tree and with Medusa's 63-node one,
-sd (the EAGLE head, untrained, as its draft: its acceptance does not matter here, its time does) and EAGLE-2 on
-LIMIT MT-Bench questions (both turns, 64 new tokens), then measures this machine's T(n, context)
-(bench/cost/profiles.py) and replays every record onto it (bench/cost/replay.py). Prints, per method, the median and
-90th percentile of |projected - measured| / measured wall time over prompt-turns (goals: 5% and 15%) and the
-speedup over AR measured and replayed (the replayed one must lie in the measured one's interval). Writes the runs
-under OUT/runs, the profile to OUT/profile.json and the table to OUT/validation.json; `--evidence
-evidence/projection` copies them there as the evidence folder keeps runs (records without token ids), which
-tests/test_projection.py checks.
+In one sitting, in one process, on one machine: runs AR, PLD, Token Recycling with the paper's 80-node tree and with
+Medusa's 63-node one, sd (the EAGLE head, untrained, as its draft: its acceptance does not matter here, its time
+does) and EAGLE-2 on LIMIT MT-Bench questions (both turns, 64 new tokens), and measures this machine's T(n, context)
+(bench/cost/profiles.py) before the first run and after each, so each run is replayed (bench/cost/replay.py) on
+the mean of the two profiles measured next to it: the machine drifts by several percent within a sitting. Prints,
+per method, the median and 90th percentile of |projected - measured| / measured wall time over prompt-turns (goals:
+5% and 15%) and the speedup over AR measured and replayed (the replayed one must lie in the measured one's
+interval), then the same against a profile fitted to the runs' own timed forwards (in-sample: a floor). Writes the
+runs under OUT/runs, the profiles to OUT/profile.json (their mean) and OUT/profiles.json (per run) and the table to
+OUT/validation.json; `--evidence evidence/projection` copies them there as the evidence folder keeps runs (records
+without token ids), which tests/test_projection.py checks.
+
+`--fitted DIR`: for runs measured before any profile was (the evidence), the replay's error per method against a
+profile fitted to each sitting's own timed forwards (one per machine label and day).
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
+from collections import defaultdict
+from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
+from tqdm import tqdm
+
+from bench.cachefile import atomic_write
+from bench.core.machine import machine_id
 from bench.cost.profiles import Profile
-from bench.cost.replay import label, misses, validate
+from bench.cost.replay import fitted_profile, label, misses, replay_s, replayable, validate
 from bench.errors import HarnessError
 from bench.paths import project_path
 from bench.run.compose import compose_config, split_flags
-from bench.run.store import load_runs
+from bench.run.store import load_runs, read_run
 
 USAGE = __doc__.strip().splitlines()[2].strip()
 EXPERIMENT = "projection_validate"
+NS, CONTEXTS = (1, 2, 4, 8, 16, 32, 64, 96, 128), (64, 256, 512)
 JOBS = {  # label -> the run's overrides
     "ar": ["method=ar"],
     "pld": ["method=pld"],
@@ -39,7 +52,7 @@ JOBS = {  # label -> the run's overrides
 }
 
 
-def measured_profile(bundle, machine: str, ns, contexts, reps: int = 5) -> Profile:
+def measured_profile(bundle, machine: str, ns=NS, contexts=CONTEXTS, reps: int = 3) -> Profile:
     """This machine's T(n, context): the forward-cost measurement (bench.models.forward_cost) at each context."""
     from bench.models.forward_cost import measure  # torch: only when measuring
 
@@ -47,6 +60,27 @@ def measured_profile(bundle, machine: str, ns, contexts, reps: int = 5) -> Profi
     dtype = str(bundle.dtype).replace("torch.", "")
     return Profile(f"{bundle.name}-{machine}-{dtype}", "measured", bundle.name, machine, dtype, list(ns),
                    list(contexts), grid)
+
+
+def mean_profile(profiles: list[Profile]) -> Profile:
+    ms = np.mean([p.ms for p in profiles], axis=0).tolist()
+    return Profile(**{**asdict(profiles[0]), "ms": ms})
+
+
+def fitted_errors(folder: str) -> None:
+    """Per sitting (machine label, day) of the runs under folder: the replay's error per method on a profile fitted
+    to that sitting's own batch-1 runs."""
+    runs = [r for r in load_runs(project_path(folder)) if r.batch_size == 1 and replayable(r.records)]
+    sittings = defaultdict(list)
+    for run in runs:
+        sittings[(run.machine, run.created.date().isoformat())].append(run)
+    for (machine, day), group in sorted(sittings.items()):
+        profile = fitted_profile([x for r in group for x in r.records], "fitted", str(machine))
+        errors = defaultdict(list)
+        for run in group:
+            errors[run.method] += [abs(replay_s(x, profile) / x["wall_time"] - 1) for x in run.records]
+        print(f"{day} {machine} ({len(group)} runs): " + "; ".join(
+            f"{m} {np.median(e):.1%}/{np.percentile(e, 90):.1%}" for m, e in sorted(errors.items())))
 
 
 def copy_evidence(runs: list, folder: Path, to: Path) -> None:
@@ -59,12 +93,15 @@ def copy_evidence(runs: list, folder: Path, to: Path) -> None:
     (to / "runs").mkdir(parents=True)
     for run in runs:
         write_run(run, to / "runs")
-    for name in ("profile.json", "validation.json"):
+    for name in ("profile.json", "profiles.json", "validation.json"):
         shutil.copy(folder / name, to / name)
 
 
 def main(argv: list[str]) -> int:
     args = list(argv)
+    if args[:1] == ["--fitted"] and len(args) == 2:
+        fitted_errors(args[1])
+        return 0
     limit, out, evidence = 3, "results/projection", None
     for flag in ("--limit", "--out", "--evidence"):
         if flag in args:
@@ -80,33 +117,39 @@ def main(argv: list[str]) -> int:
             del args[i:i + 2]
     try:
         overrides, _ = split_flags(args, (), USAGE)
-        cfg = compose_config(overrides)
+        compose_config(overrides)  # bad overrides: one line before anything runs
     except HarnessError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     folder = project_path(out)
     common = [*overrides, "dataset=mt_bench", f"run.limit={limit}", "run.max_new_tokens=64",
               f"run.experiment={EXPERIMENT}", f"paths.results={folder}", "logger=none"]
-    done = {label(r) for r in load_runs(folder) if r.experiment == EXPERIMENT} if (folder / "runs").is_dir() else set()
-    for name, job in JOBS.items():
-        if name in done:  # measured in this sitting already (a rerun after a failed job); --out elsewhere to redo
-            continue
-        print(f"{name}: {' '.join(job)}", flush=True)
-        subprocess.run([sys.executable, "-m", "bench.run", *common, *job], check=True)
-    from bench.run.runner import get_bundle  # torch: after the runs, in this process
+    if (folder / "runs").is_dir() and any(r.experiment == EXPERIMENT for r in load_runs(folder)):
+        print(f"error: {folder} holds runs of an earlier sitting; give another --out", file=sys.stderr)
+        return 2
+    from bench.run.jobs import measure  # torch: after the arguments are checked
+    from bench.run.runner import get_bundle
 
-    bundle = get_bundle(cfg.model, cfg.paths.model_cache)
-    runs = [r for r in load_runs(folder) if r.experiment == EXPERIMENT]
-    machines = {r.machine for r in runs}
-    profile = measured_profile(bundle, ",".join(sorted(str(m) for m in machines)),
-                               ns=(1, 2, 4, 8, 16, 32, 64, 96, 128), contexts=(64, 256, 512))
-    profile.save(folder / "profile.json")
-    table = validate(runs, profile)
+    profiles, runs, machine = [], [], None
+    for name, job in tqdm(JOBS.items(), desc="validate-projection", unit="run"):
+        cfg = compose_config([*common, *job])
+        bundle = get_bundle(cfg.model, cfg.paths.model_cache)  # the bundle the run uses (kept by get_bundle)
+        machine = machine or machine_id(bundle.device, bundle.linear_backend)
+        if not profiles:
+            profiles.append(measured_profile(bundle, machine))
+        runs.append(read_run(measure(cfg)))
+        profiles.append(measured_profile(bundle, machine))  # after the run: each run sits between two profiles
+    around = {label(r): mean_profile(profiles[i : i + 2]) for i, r in enumerate(runs)}
+    mean_profile(profiles).save(folder / "profile.json")
+    atomic_write(folder / "profiles.json", json.dumps({k: asdict(p) for k, p in around.items()}, indent=1))
+    table = validate(runs, around)
     (folder / "validation.json").write_text(json.dumps(table, indent=1))
+    fitted = validate(runs, fitted_profile([x for r in runs for x in r.records], "fitted", machine))
     for m, row in table.items():
         extra = (f"  speedup {row['speedup']:.3f} {row['speedup_interval']} replayed {row['speedup_replayed']:.3f}"
                  if "speedup" in row else "")
-        print(f"{m:24s} median {row['median']:6.1%}  p90 {row['p90']:6.1%}{extra}")
+        print(f"{m:24s} median {row['median']:6.1%}  p90 {row['p90']:6.1%}{extra}  (fitted in-sample: "
+              f"{fitted[m]['median']:.1%}, {fitted[m]['p90']:.1%})")
     if evidence:
         copy_evidence(runs, folder, project_path(evidence))
     bad = misses(table)

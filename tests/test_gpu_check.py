@@ -12,6 +12,7 @@ import json
 import pytest
 import torch
 
+from bench.cost.profiles import Profile
 from bench.errors import HarnessError
 from bench.models import random_init
 from bench.report.evidence import copy_checks
@@ -47,12 +48,15 @@ def test_small_check_writes_its_folder_and_table(tmp_path, capsys):
     out = tmp_path / "check"
     assert gpu_check.main(["--small", "--device", "cpu", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert {f.name for f in out.iterdir()} == {"results.json", "forward_cost.csv", "methods.csv", "table.md"}
+    assert {f.name for f in out.iterdir()} == {"results.json", "forward_cost.csv", "methods.csv", "table.md",
+                                                "profiles"}
     assert printed.startswith((out / "table.md").read_text()) and f"results: {out}" in printed
     results = json.loads((out / "results.json").read_text())
     assert {"torch", "transformers", "accelerate", "cuda"} <= set(results["environment"])
-    assert {(r["dtype"], r["n"]) for r in results["forward_cost"]} == {(d, n) for d in ("float16", "bfloat16")
-                                                                        for n in (1, 2, 4)}
+    assert {(r["dtype"], r["context"], r["n"]) for r in results["forward_cost"]} == {
+        (d, c, n) for d in ("float16", "bfloat16") for c in (32, 8) for n in (1, 2, 4)}
+    profile = Profile.read(out / "profiles" / "tiny-bfloat16.json")  # a cost profile of this node (bench.cost)
+    assert (profile.source, profile.ns, profile.contexts) == ("gpu-check", [1, 2, 4], [8, 32])
     rows = {(r["method"], r["batch"], r["temperature"]): r for r in results["methods"]}
     assert set(rows) == {(m, b, t) for m in REGISTRY for b in (1, 4) for t in (0.0, 0.6)}
     for name in REGISTRY:
@@ -72,6 +76,9 @@ def test_evidence_copies_every_check_folder(tmp_path):
     (stamp / "results.json").write_text('{"a": 1}')
     (stamp / "methods.csv").write_text("method\nar\n")
     (stamp / "scratch.npy").write_bytes(b"\0")
+    (stamp / "profiles").mkdir()
+    (stamp / "profiles" / "llama-7b-bfloat16.json").write_text("{}")
     copied = copy_checks(tmp_path / "results", tmp_path / "evidence")
-    assert sorted(p.relative_to(tmp_path / "evidence").as_posix() for p in copied) == [
-        "gpu_check/node_H100-20261201-120000/methods.csv", "gpu_check/node_H100-20261201-120000/results.json"]
+    assert sorted(p.relative_to(tmp_path / "evidence" / "gpu_check").as_posix() for p in copied) == [
+        "node_H100-20261201-120000/methods.csv", "node_H100-20261201-120000/profiles/llama-7b-bfloat16.json",
+        "node_H100-20261201-120000/results.json"]

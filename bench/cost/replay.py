@@ -71,12 +71,12 @@ def replayable(records: list[dict]) -> bool:
                                  and set(TARGET_PHASES) & set(r.get("phase_times") or {}) for r in records)
 
 
-def replay_s(record: dict, profile: Profile, draft: Profile | None = None) -> float:
+def replay_s(record: dict, profile: Profile, draft: Profile | None = None, rest: bool = True) -> float:
     """Projected wall time of one record on the profile: its target forwards there, with a draft profile its
-    draft-model forwards on that, the rest as measured."""
+    draft-model forwards on that, the rest as measured (rest=False: left out, the bound of no overhead)."""
     steps = draft_steps(record) if draft is not None else None
     ms = target_ms(record, profile) + (float(draft.cost(*steps).sum()) if steps is not None else 0.0)
-    return ms / 1000 + kept_s(record, steps is not None)
+    return ms / 1000 + (kept_s(record, steps is not None) if rest else 0.0)
 
 
 def kept_s(record: dict, draft_replayed: bool = False) -> float:
@@ -93,9 +93,9 @@ def run_error(records: list[dict], profile: Profile) -> float:
 GOALS = {"median": 0.05, "p90": 0.15}  # |projected - measured| / measured over prompt-turns, per method
 
 
-def replayed(records: list[dict], profile: Profile, draft: Profile | None = None) -> list[dict]:
+def replayed(records: list[dict], profile: Profile, draft: Profile | None = None, rest: bool = True) -> list[dict]:
     """The records with their wall time replayed on the profile (and the draft's)."""
-    return [{**r, "wall_time": replay_s(r, profile, draft)} for r in records]
+    return [{**r, "wall_time": replay_s(r, profile, draft, rest)} for r in records]
 
 
 @dataclass(frozen=True)
@@ -107,8 +107,8 @@ class Setting:
     target: str
     draft: str | None = None
 
-    def replayed(self, records: list[dict]) -> list[dict]:
-        return replayed(records, load_profile(self.target), load_profile(self.draft) if self.draft else None)
+    def replayed(self, records: list[dict], rest: bool = True) -> list[dict]:
+        return replayed(records, load_profile(self.target), load_profile(self.draft) if self.draft else None, rest)
 
     def kept_share(self, records: list[dict]) -> float:
         """The share of the records' replayed time kept as measured here (bench.cost.replay.kept_s)."""
@@ -121,21 +121,54 @@ def label(run) -> str:
     return run.method + (f"_{run.variant}" if run.variant else "")
 
 
-def validate(runs: list, profile: Profile) -> dict:
+def validate(runs: list, profile: Profile | dict[str, Profile]) -> dict:
     """Per run (label: method[_variant]): the replay's relative error over its prompt-turns (median, 90th
-    percentile) and, beside the AR run's, its speedup measured (with interval) and replayed."""
+    percentile) and, beside the AR run's, its speedup measured (with interval) and replayed. `profile`: one for
+    every run, or one per run label (the profiles measured next to each run)."""
+    on = profile.get if isinstance(profile, dict) else lambda _: profile
     ar = next(r for r in runs if r.method == "ar")
     out = {}
     for run in runs:
-        errors = [abs(replay_s(r, profile) / r["wall_time"] - 1) for r in run.records]
+        errors = [abs(replay_s(r, on(label(run))) / r["wall_time"] - 1) for r in run.records]
         row = {"run_id": run.run_id, "prompt_turns": len(errors), "median": float(np.median(errors)),
                "p90": float(np.percentile(errors, 90))}
         if run is not ar:
             row |= {"speedup": speedup(run.records, ar.records),
                     "speedup_interval": speedup_interval(run.records, ar.records),
-                    "speedup_replayed": speedup(replayed(run.records, profile), replayed(ar.records, profile))}
+                    "speedup_replayed": speedup(replayed(run.records, on(label(run))),
+                                                replayed(ar.records, on(label(ar))))}
         out[label(run)] = row
     return out
+
+
+def fitted_profile(records: list[dict], name: str, machine: str, ns=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+                   contexts=(0, 1000)) -> Profile:
+    """A profile fitted to records' own timed target forwards (their `prefill` + `target_forward` phases over
+    their steps, `target_steps`): T(n, c) = a(n) + b(n) c / 1000, a and b piecewise linear in n on `ns` and
+    non-decreasing, by least squares of the relative error per record (scipy's nnls on the increments). For runs
+    measured before a profile was, e.g. the older evidence (docs/cost_model.md); in-sample, so its error is a
+    floor, not a validation."""
+    from scipy.optimize import nnls
+
+    knots = np.asarray(ns, float)
+    rise = np.tril(np.ones((len(knots), len(knots))))  # values = rise @ increments, increments >= 0
+
+    def features(record: dict) -> np.ndarray:
+        n, c = target_steps(record)
+        i = np.clip(np.searchsorted(knots, n, side="right") - 1, 0, len(knots) - 2)
+        t = (n - knots[i]) / (knots[i + 1] - knots[i])  # past the last knot: extrapolated along the last segment
+        w = np.zeros((len(n), len(knots)))
+        np.add.at(w, (np.arange(len(n)), i), 1 - t)
+        np.add.at(w, (np.arange(len(n)), i + 1), t)
+        w = w @ rise
+        return np.concatenate([w.sum(0), (w * c[:, None]).sum(0) / 1000])
+
+    x = np.array([features(r) for r in records])
+    y = np.array([1000 * sum((r.get("phase_times") or {}).get(p, 0.0) for p in TARGET_PHASES) for r in records])
+    coef = nnls(x / y[:, None], np.ones_like(y))[0]
+    a, b = rise @ coef[: len(knots)], rise @ coef[len(knots):]
+    grid = [[float(a[j] + b[j] * c / 1000) for j in range(len(knots))] for c in contexts]
+    return Profile(name, "fitted", name, machine, "float32", [int(n) for n in ns], list(contexts), grid)
 
 
 def misses(table: dict) -> list[str]:

@@ -90,10 +90,11 @@ def build_evidence(results_dir: str | Path = "results", out: str | None = None) 
 
 
 def copy_checks(results: Path, folder: Path) -> list[Path]:
-    """Every results/gpu_check/<stamp>/ into <folder>/gpu_check/<stamp>/ (its .json, .csv and .md files)."""
-    copied = []
-    for f in sorted(Path(results, CHECKS).glob("*/*")):
+    """Every results/gpu_check/<stamp>/ into <folder>/gpu_check/<stamp>/ (its .json, .csv and .md files, its
+    profiles/ too)."""
+    copied, root = [], Path(results, CHECKS)
+    for f in sorted(root.glob("*/**/*.*")):
         if f.suffix in (".json", ".csv", ".md"):
-            atomic_write(folder / CHECKS / f.parent.name / f.name, scrub_paths(f.read_text()))
-            copied.append(folder / CHECKS / f.parent.name / f.name)
+            atomic_write(folder / CHECKS / f.relative_to(root), scrub_paths(f.read_text()))
+            copied.append(folder / CHECKS / f.relative_to(root))
     return copied

@@ -17,11 +17,11 @@ import pandas as pd
 from bench.cost.replay import Setting, replayable
 from bench.report.claims import speed_ratio, speed_ratio_interval
 from bench.report.select import paired_baseline
-from bench.report.tables import markdown, with_interval
+from bench.report.tables import fmt, markdown, with_interval
 from bench.run.metrics import speedup, speedup_interval
 from bench.run.store import Run
 
-NAMED = {"method", "dataset", "model", "experiment", "logger", "run.temperature", "run.batch_size"}
+NAMED = {"method", "dataset", "model", "experiment", "logger", "run.temperature", "run.batch_size", "run.variant"}
 
 
 def setting_of(paper: str, label: str | None = None) -> Setting | None:
@@ -62,7 +62,9 @@ def projected_table(used: list[Run], setting: Setting, baseline: str = "ar") -> 
                      "measured here": with_interval(speed_ratio(run, base, False),
                                                     speed_ratio_interval(run, base, False)),
                      "projected": with_interval(speedup(mine, theirs), speedup_interval(mine, theirs)),
-                     "rest kept": f"{setting.kept_share(run.records):.0%}"})
+                     "rest kept": f"{setting.kept_share(run.records):.0%}",
+                     "rest left out": fmt(speedup(setting.replayed(run.records, rest=False),
+                                                  setting.replayed(base.records, rest=False)))})
     if not rows:
         return (f"Not projected on the paper's setting ({setting.label}): {batched} batch > 1 run(s), and the "
                 "profiles are of batch 1.\n") if batched else None
@@ -74,7 +76,8 @@ def projected_table(used: list[Run], setting: Setting, baseline: str = "ar") -> 
                                                                if setting.draft else "")
              + "; the rest of each step (tree, verification, updates" + ("" if setting.draft else ", drafting")
              + ") as measured here; `rest kept`: its share of the projected time (on a GPU its tensor work, e.g. "
-             "sampling, would be faster: the larger it is, the more the projection understates the speedup). A "
+             "sampling, would be faster: the larger it is, the more the projection understates the speedup); `rest "
+             "left out`: the speedup with no time outside the models' forwards, the bound the other way. A "
              "projection of the acceptance measured on our model, not a measurement (docs/cost_model.md)."]
     if untimed:
         notes.append(f"Not projected: {', '.join(sorted(set(untimed)))} (HF's own decode loop, whose target "

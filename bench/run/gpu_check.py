@@ -2,14 +2,15 @@
 
     python -m bench.run.gpu_check [--sizes gpu|cpu] [--small] [--device cuda] [--out DIR]
 
-Records (docs/gpu.md): the environment; the target forward's cost T(n) after a ~512-token prefix in fp16 and bf16
-for the embedded model and for the papers' 7B and 13B Llama shapes with random weights (bench.models.random_init);
+Records (docs/gpu.md): the environment; the target forward's cost T(n, context) after 512, 128 and 2048 cached
+tokens in fp16 and bf16 for the embedded model and for the papers' 7B and 13B Llama shapes with random weights
+(bench.models.random_init), also as cost profiles (profiles/*.json: bench/cost/profiles.py, docs/cost_model.md);
 our AR against HF generate; every registered method at batch 1 and 4, T = 0 and 0.6, in bf16 (no crash, host
 waits per step, graded losslessness at T = 0); eager against sdpa attention. `--sizes gpu` (the default on a CUDA
 device) fits in 10 minutes of one H100; `--sizes cpu` (`--small`, the default without CUDA) runs the same code on
 a tiny random model in seconds, which is how the suite tests it (tests/test_gpu_check.py).
 
-The folder, results/gpu_check/<machine>-<time>/ by default, holds JSON and CSV files only (no token ids), so it
+The folder, results/gpu_check/<machine>-<time>/ by default, holds JSON, CSV and md files only (no token ids), so it
 can be committed as it is: `make evidence` copies every such folder into evidence/gpu_check/.
 """
 
@@ -31,6 +32,7 @@ import torch
 
 from bench.cli import OneLineParser
 from bench.core.machine import machine_id
+from bench.cost.profiles import Profile
 from bench.errors import HarnessError
 from bench.models import forward_cost
 from bench.models.loading import load_model
@@ -44,7 +46,7 @@ from bench.run.provenance import provenance
 class Sizes:
     cost_models: tuple[tuple[str, str | None], ...]  # (label, random_init shape; None = the embedded weights)
     cost_sizes: tuple[int, ...]  # n of T(n)
-    prefix: int  # tokens in the cache before each timed forward
+    contexts: tuple[int, ...]  # tokens in the cache before each timed forward (T(n, context)); the table: the first
     reps: int  # timed repeats per size (median), after one warm-up
     method_shape: str | None  # the methods' model: a random_init shape, or None for the embedded weights
     method_dtype: str  # bfloat16 on a GPU; float32 on a CPU, whose bf16 GEMMs here cost 7x fp32's (same code paths)
@@ -56,8 +58,8 @@ class Sizes:
 
 SIZES = {
     "gpu": Sizes((("smollm2-135m", None), ("llama-7b", "llama-7b"), ("llama-13b", "llama-13b")),
-                 (1, 2, 4, 8, 16, 32, 64), 512, 7, None, "bfloat16", 2, 32, 128, 3),
-    "cpu": Sizes((("tiny", "tiny"),), (1, 2, 4), 32, 1, "tiny", "float32", 1, 3, 4, 1),
+                 (1, 2, 4, 8, 16, 32, 64, 128), (512, 128, 2048), 7, None, "bfloat16", 2, 32, 128, 3),
+    "cpu": Sizes((("tiny", "tiny"),), (1, 2, 4), (32, 8), 1, "tiny", "float32", 1, 3, 4, 1),
 }
 DTYPES = ("float16", "bfloat16")
 
@@ -100,9 +102,10 @@ def forward_costs(sizes: Sizes, device: str) -> list[dict]:
     for label, shape in sizes.cost_models:
         for dtype in DTYPES:
             bundle = bundle_for(device, dtype, shape)
-            seconds = forward_cost.measure(bundle, sizes.cost_sizes, sizes.prefix, sizes.reps)
-            rows += [{"model": label, "weights": "random" if shape else "embedded", "dtype": dtype, "n": n,
-                      "ms": round(1000 * s, 4)} for n, s in seconds.items()]
+            for context in sizes.contexts:
+                seconds = forward_cost.measure(bundle, sizes.cost_sizes, context, sizes.reps)
+                rows += [{"model": label, "weights": "random" if shape else "embedded", "dtype": dtype,
+                          "context": context, "n": n, "ms": round(1000 * s, 4)} for n, s in seconds.items()]
             free(bundle)
     return rows
 
@@ -147,9 +150,10 @@ def table(results: dict) -> str:
     gpu = f"{env['gpu']} ({env['gpu_memory_gib']} GiB)" if "gpu" in env else f"CPU {env['cpu']}"
     lines = [(f"gpu-check: {gpu}; torch {env['torch']} (CUDA {env['cuda']}), transformers {env['transformers']}, "
               f"accelerate {env['accelerate']}"), ""]
-    costs = results["forward_cost"]
+    first = results["forward_cost"][0]["context"]
+    costs = [r for r in results["forward_cost"] if r["context"] == first]
     sizes = sorted({r["n"] for r in costs})
-    lines += ["| T(n) ms | " + " | ".join(f"n={n}" for n in sizes) + " |", "|---|" + "---|" * len(sizes)]
+    lines += [f"| T(n) ms, {first} cached | " + " | ".join(f"n={n}" for n in sizes) + " |", "|---|" + "---|" * len(sizes)]
     for key in dict.fromkeys((r["model"], r["dtype"]) for r in costs):
         ms = {r["n"]: r["ms"] for r in costs if (r["model"], r["dtype"]) == key}
         lines.append(f"| {key[0]} {key[1]} | " + " | ".join(f"{ms[n]:.2f}" for n in sizes) + " |")
@@ -181,6 +185,23 @@ def write_folder(results: dict, out: Path) -> None:
     write_csv(out / "forward_cost.csv", results["forward_cost"])
     write_csv(out / "methods.csv", results["methods"])
     (out / "table.md").write_text(table(results))
+    (out / "profiles").mkdir(exist_ok=True)
+    for profile in profiles(results):
+        profile.save(out / "profiles" / f"{profile.name}.json")
+
+
+def profiles(results: dict) -> list[Profile]:
+    """T(n, context) of each (model, dtype) as a cost profile (bench.cost.profiles), for a replay onto this node:
+    `python -m bench.report project --profile <folder>/profiles/<name>.json`."""
+    rows, env = results["forward_cost"], results["environment"]
+    out = []
+    for model, dtype in dict.fromkeys((r["model"], r["dtype"]) for r in rows):
+        mine = [r for r in rows if (r["model"], r["dtype"]) == (model, dtype)]
+        ns, contexts = sorted({r["n"] for r in mine}), sorted({r["context"] for r in mine})
+        ms = {(r["context"], r["n"]): r["ms"] for r in mine}
+        out.append(Profile(f"{model}-{dtype}", "gpu-check", model, env.get("gpu") or env.get("cpu") or "unknown",
+                           dtype, ns, contexts, [[ms[c, n] for n in ns] for c in contexts]))
+    return out
 
 
 def default_out(device: str) -> Path:
