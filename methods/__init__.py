@@ -13,6 +13,7 @@ REGISTRY = {
     "dyspec": "methods.draft_model.dyspec:DySpec",
     "eagle": "methods.eagle.proposer:Eagle",
     "eagle2": "methods.eagle.proposer:Eagle2",
+    "eagle3": "methods.eagle3.proposer:Eagle3",
     "hf_assisted": "methods.hf:HFAssisted",
     "hf_generate": "methods.hf:HFGenerate",
     "hf_pld": "methods.hf:HFPromptLookup",

@@ -151,14 +151,34 @@ class Engine:
                 r.elapsed = elapsed
 
     def _wants_hidden(self, rows: list[Row]) -> bool:
-        return any(r.proposer.wants_hidden or r.proposer.wants_features for r in rows)
+        """Whether a proposer wants the final hidden state (features from chosen layers come without it)."""
+        return any(r.proposer.wants_hidden or (r.proposer.wants_features and not r.proposer.feature_layers)
+                   for r in rows)
+
+    def _layers(self, rows: list[Row]) -> dict:
+        """The forward's `feature_layers` argument when the proposers want chosen layers' input states (rows are
+        forks of one proposer: the first row's decide), else no argument at all."""
+        first = rows[0].proposer
+        return {"feature_layers": tuple(first.feature_layers)} if first.wants_features and first.feature_layers else {}
+
+    def _hand_over(self, row: Row, out, b: int, last, positions, hidden: bool) -> None:
+        """The target's states a row's proposer wants: the final hidden state at `last` (observe_hidden), and at
+        `positions` its features (observe_features): the chosen layers' states, or else the final hidden state."""
+        if hidden:
+            row.proposer.observe_hidden(out.hidden[b, last])
+        if row.proposer.wants_features:
+            features = out.layer_states if row.proposer.feature_layers else out.hidden
+            if features is None:
+                raise RuntimeError(f"the target forward handed over no layer states {row.proposer.feature_layers}")
+            row.proposer.observe_features(features[b, positions])
 
     def _prefill(self, rows: list[Row], cache, max_new_tokens: int, timer: Timer, forward: TargetForward) -> None:
         lengths = [r.n_prompt for r in rows]
         hidden = self._wants_hidden(rows)
+        layers = self._layers(rows)
         if len(rows) == 1:
             out = forward(self.model, rows[0].seq[None, : lengths[0]], cache=cache, logits_to_keep=1,
-                               output_hidden=hidden)
+                               output_hidden=hidden, **layers)
             logits, at = out.logits[:, -1], [lengths[0] - 1]
         else:  # right padding: every row's tokens start at column 0, so positions are the default ones
             ids = torch.zeros(len(rows), max(lengths), dtype=torch.long, device=self.device)
@@ -169,7 +189,7 @@ class Engine:
             last = sorted({n - 1 for n in lengths})  # logits only where some row's prompt ends
             keep = torch.tensor(last, device=self.device)
             out = forward(self.model, ids, cache=cache, attention_mask=mask, logits_to_keep=keep,
-                               output_hidden=hidden)
+                               output_hidden=hidden, **layers)
             logits = torch.stack([out.logits[b, last.index(n - 1)] for b, n in enumerate(lengths)])
             at = [n - 1 for n in lengths]
         roots = torch.stack([self._pick(logits[b], r.generator) for b, r in enumerate(rows)])
@@ -180,10 +200,8 @@ class Engine:
             r.length += 1
             r.accept_lengths.append(1)
             r.done = value in eos or max_new_tokens <= 1
-            if hidden and not r.done:
-                r.proposer.observe_hidden(out.hidden[b, at[b]])
-                if r.proposer.wants_features:
-                    r.proposer.observe_features(out.hidden[b, : r.n_prompt])
+            if not r.done:
+                self._hand_over(r, out, b, at[b], slice(0, r.n_prompt), hidden)
 
     def _mask(self, rows: list[Row], drafts: list[Draft], width: int, cached: int) -> torch.Tensor | None:
         """[B, 1, width, cached + width] additive mask: each row sees its own prefix and its tree's ancestors;
@@ -213,7 +231,7 @@ class Engine:
         timer.lap("preprocess")
         hidden = self._wants_hidden(rows)
         out = forward(self.model, inputs, cache=cache, position_ids=positions, attention_mask=mask,
-                      trees=[d.tree for d in drafts], output_hidden=hidden)
+                      trees=[d.tree for d in drafts], output_hidden=hidden, **self._layers(rows))
         timer.lap("target_forward")
         steps = self._verify(rows, drafts, inputs, out, timer)
         timer.lap("verify")
@@ -297,12 +315,10 @@ class Engine:
             r.done = bool(hit_eos) or r.length - r.n_prompt >= max_new_tokens
 
     def _feed_back(self, rows: list[Row], steps: list[RowStep], out, hidden: bool) -> None:
-        """What each proposer learns from the step: the verification, and the target's hidden states if it wants
-        them (only rows still decoding)."""
+        """What each proposer learns from the step: the verification, and the target's states if it wants them
+        (only rows still decoding)."""
         for b, (r, s) in enumerate(zip(rows, steps)):
             target = torch.tensor(r.targets[: len(s.target)]) if r.proposer.host_tokens else s.target
             r.proposer.update(s.tokens, s.logits if r.proposer.wants_logits else None, target, s.acc)
-            if hidden and not r.done:
-                r.proposer.observe_hidden(out.hidden[b, s.best])
-                if r.proposer.wants_features:
-                    r.proposer.observe_features(out.hidden[b, s.path])
+            if not r.done:
+                self._hand_over(r, out, b, s.best, s.path, hidden)

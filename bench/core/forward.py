@@ -5,11 +5,16 @@ model (`full_forward`). A proposer that changes the forward itself sets `Propose
 verifiers and the KV compaction stay as they are. `LayerwiseForward` is the one such forward the core offers: the
 model's own modules called layer by layer (no patching), with a hook after layer `split`
 that may drop tree slots (ProPD's early pruning): layers from `split` on run over the kept slots only.
+
+Both hand over, on request (`feature_layers`), the input states of chosen decoder layers (EAGLE-3's fused
+features) from the same forward: forward pre-hooks on those layers (torch's public hook API), registered for that
+one forward and removed after (`layer_inputs`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import NamedTuple, Protocol
 
 import torch
@@ -26,23 +31,75 @@ class ForwardOutput(NamedTuple):
     # Per layer: None if the layer's cache appended every input slot in order, else [B, T] long, the column
     # (counted from the cache length before the forward) where row b's slot s was appended, for kept slots.
     kv_columns: Sequence[torch.Tensor | None] | None = None
+    # [B, T, len(feature_layers) * H]: the input states of the decoder layers `feature_layers` named (the residual
+    # stream before each layer, pre-norm: HF's hidden_states[i]), concatenated in that order; None unless asked.
+    layer_states: torch.Tensor | None = None
 
 
 class TargetForward(Protocol):
     def __call__(self, model: torch.nn.Module, input_ids: torch.Tensor, *, cache,
                  position_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                  trees: Sequence[Tree] | None = None, logits_to_keep: int | torch.Tensor = 0,
-                 output_hidden: bool = False) -> ForwardOutput:
+                 output_hidden: bool = False, feature_layers: Sequence[int] | None = None) -> ForwardOutput:
         """Appends the inputs' KV to cache. `trees` are the draft trees being verified, one per batch row
         (None at prefill), for forwards that act on their branches; row b's tree fills the first
         trees[b].size + 1 columns of input_ids, the rest is padding that nothing attends to.
-        `logits_to_keep`: 0 = all positions, n = the last n, a 1-D tensor = those positions."""
+        `logits_to_keep`: 0 = all positions, n = the last n, a 1-D tensor = those positions.
+        `feature_layers`: decoder layers whose input states come back as `layer_states` (the engine passes it
+        only when a proposer asks, so a forward that cannot hand them over need not accept it)."""
         ...
 
 
+@contextmanager
+def layer_inputs(model, layers: Sequence[int] | None) -> Iterator[dict[int, torch.Tensor]]:
+    """{layer: its input hidden state [B, T, H]} for the decoder layers `layers`, filled while the block runs a
+    forward: one forward pre-hook per layer, removed on leaving. Nothing is registered for None. The states are the
+    tensors the layers receive, not copies (a decoder layer adds its residual out of place), and stay on the layer's
+    device (`layer_states` moves them)."""
+    states: dict[int, torch.Tensor] = {}
+    if not layers:
+        yield states
+        return
+    decoder = model.get_decoder().layers
+    if not all(0 <= i < len(decoder) for i in layers):
+        raise ValueError(f"feature layers {tuple(layers)}: the model has decoder layers 0..{len(decoder) - 1}")
+
+    def hook(i):
+        def keep(module, args, kwargs):
+            states[i] = args[0] if args else kwargs["hidden_states"]
+        return keep
+
+    handles = [decoder[i].register_forward_pre_hook(hook(i), with_kwargs=True) for i in sorted(set(layers))]
+    try:
+        yield states
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def layer_states(states: dict[int, torch.Tensor], layers: Sequence[int], input_ids: torch.Tensor) -> torch.Tensor:
+    """The captured states of `layers`, in that order, concatenated on the inputs' device [B, T, len(layers) * H]."""
+    missing = [i for i in layers if i not in states]
+    if missing:
+        raise RuntimeError(f"the target forward ran no decoder layer {missing} (its input states were asked for)")
+    return torch.cat([on_inputs(states[i], input_ids) for i in layers], dim=-1)
+
+
 def full_forward(model, input_ids, *, cache, position_ids=None, attention_mask=None, trees=None,
-                 logits_to_keep=0, output_hidden=False) -> ForwardOutput:
-    """All layers, as transformers runs them; `trees` is not needed (the mask already encodes them).
+                 logits_to_keep=0, output_hidden=False, feature_layers=None) -> ForwardOutput:
+    """All layers, as transformers runs them; `trees` is not needed (the mask already encodes them). With
+    `feature_layers`, the same forward under `layer_inputs`' hooks."""
+    with layer_inputs(model, feature_layers) as states:
+        out = model_forward(model, input_ids, cache=cache, position_ids=position_ids, attention_mask=attention_mask,
+                            logits_to_keep=logits_to_keep, output_hidden=output_hidden)
+    if feature_layers:
+        out = out._replace(layer_states=layer_states(states, feature_layers, input_ids))
+    return out
+
+
+def model_forward(model, input_ids, *, cache, position_ids, attention_mask, logits_to_keep,
+                  output_hidden) -> ForwardOutput:
+    """The model's forward, returning logits (and the final hidden state when output_hidden).
 
     With output_hidden or positions to keep, the decoder and the lm_head run as two calls (what a CausalLM's forward
     does) so that only the final hidden state is kept: output_hidden_states would hold every layer's, a high prefill
@@ -110,11 +167,22 @@ class LayerwiseForward:
         self.keep = keep
 
     def __call__(self, model, input_ids, *, cache, position_ids=None, attention_mask=None, trees=None,
-                 logits_to_keep=0, output_hidden=False) -> ForwardOutput:
+                 logits_to_keep=0, output_hidden=False, feature_layers=None) -> ForwardOutput:
         if trees is None or isinstance(logits_to_keep, torch.Tensor) or logits_to_keep != 0:
             return full_forward(model, input_ids, cache=cache, position_ids=position_ids,
                                 attention_mask=attention_mask, trees=trees, logits_to_keep=logits_to_keep,
-                                output_hidden=output_hidden)
+                                output_hidden=output_hidden, feature_layers=feature_layers)
+        with layer_inputs(model, feature_layers) as states:
+            out = self.pruned(model, input_ids, cache, position_ids, attention_mask, trees, output_hidden, states)
+        if feature_layers:
+            out = out._replace(layer_states=layer_states(states, feature_layers, input_ids))
+        return out
+
+    def pruned(self, model, input_ids, cache, position_ids, attention_mask, trees, output_hidden,
+               states: dict[int, torch.Tensor]) -> ForwardOutput:
+        """The layer-by-layer forward over the trees. `states`: the layer inputs `layer_inputs` captured, widened
+        here for the layers from `split` on (which ran over the kept slots only) to full width, zero at dropped
+        slots, as the logits are (a dropped slot is never accepted, so its state is never handed to a proposer)."""
         base = model.get_decoder()
         layers = base.layers[: model.config.num_hidden_layers]
         if not 1 <= self.split < len(layers):
@@ -158,5 +226,10 @@ class LayerwiseForward:
             h = on_inputs(h, input_ids)
             hidden = h.new_zeros(b, t, h.shape[-1])
             hidden[rows, select] = h
+        for i, state in states.items():
+            if i >= self.split:
+                wide = state.new_zeros(b, t, state.shape[-1])
+                wide[rows.to(wide.device), select.to(wide.device)] = state
+                states[i] = wide
         kv = [None] * self.split + [columns] * (len(layers) - self.split)
         return ForwardOutput(full_logits, hidden, keep, kv)

@@ -167,6 +167,10 @@ class Proposer(Method):
     wants_logits = False  # set True to receive the target logits of every tree slot in `update`
     wants_hidden = False  # set True to receive the target's final hidden state in `observe_hidden`
     wants_features = False  # set True to receive the final hidden states of newly committed context (`observe_features`)
+    # With wants_features: the target decoder layers whose input states (the residual stream entering each layer,
+    # pre-norm: HF's hidden_states[i]) observe_features receives instead, concatenated in this order [n, k * H]
+    # (EAGLE-3's low, mid and high layers), from the same target forward. None: the final hidden state.
+    feature_layers: tuple[int, ...] | None = None
     # True: `propose` gets the committed tokens and `update` the target's choices as host tensors (the engine brings
     # them back with its one read a step), for a proposer that works on the host (PLD, REST, Lookahead); False:
     # device tensors.
@@ -200,7 +204,8 @@ class Proposer(Method):
     def observe_features(self, features: torch.Tensor) -> None:
         """With `wants_features`: the target's final hidden states [n, H] of the positions whose next token was
         just committed, in order: the prompt's after the prefill, the accepted path's slots (root first) after a
-        verification. A feature-level draft (EAGLE) pairs features[i] with the token committed after it."""
+        verification; with `feature_layers`, those layers' input states there [n, k * H] instead. A feature-level
+        draft (EAGLE) pairs features[i] with the token committed after it."""
 
     def step_counters(self) -> dict[str, list]:
         """Named per-verification counters of the generation just finished (e.g. draft-model calls per step),

@@ -23,6 +23,7 @@ from bench.cachefile import CorruptCache, atomic_dir, load_or_build, load_or_fai
 from bench.errors import HarnessError
 from bench.models import backend_choice, linear_backend, placement, random_init
 from bench.models.eagle import eagle_dir, load_eagle
+from bench.models.eagle3 import load_eagle3
 from bench.models.eagle_draft import EagleDraft
 from bench.models.heads import load_early_heads, load_heads
 from bench.models.vocab import TrimmedDraft, fit_vocabulary, read_ranking, trim
@@ -54,6 +55,8 @@ class ModelBundle:
     early_heads: object = field(default=None, repr=False)
     eagle_cfg: object = None  # the model config's `eagle` block (EAGLE's feature-level draft head)
     eagle: object = field(default=None, repr=False)
+    eagle3_cfg: object = None  # the model config's `eagle3` block (EAGLE-3's head: bench/models/eagle3.py)
+    eagle3: object = field(default=None, repr=False)
     # The CPU linear backend the target runs on (bench.models.linear_backend); drafts and heads get the same one.
     linear_backend: str = "plain"
 
@@ -98,6 +101,13 @@ class ModelBundle:
             self.eagle = load_eagle(self)
             linear_backend.set_backend(self.eagle, self.linear_backend)
         return self.eagle
+
+    def load_eagle3(self):
+        """The EAGLE-3 head (bench.models.eagle3): loaded once and kept on the bundle."""
+        if self.eagle3 is None:
+            self.eagle3 = load_eagle3(self)
+            linear_backend.set_backend(self.eagle3, self.linear_backend)
+        return self.eagle3
 
     def load_early_heads(self):
         """ProPD's early prediction heads (bench.models.heads.load_early_heads): loaded once and kept on the bundle."""
@@ -297,6 +307,7 @@ def load_model(cfg, model_cache: str) -> ModelBundle:
         heads_cfg=cfg.get("heads"),
         early_heads_cfg=cfg.get("early_heads"),
         eagle_cfg=cfg.get("eagle"),
+        eagle3_cfg=cfg.get("eagle3"),
         model_cache=str(model_cache),
         linear_backend=backend,
     )

@@ -91,7 +91,7 @@ def environment(device: str) -> dict:
 def free(*bundles) -> None:
     """Drop models before the next one loads (a 13B in bf16 is 26 GB)."""
     for b in bundles:
-        b.model = b.draft = b.heads = b.early_heads = b.eagle = None
+        b.model = b.draft = b.heads = b.early_heads = b.eagle = b.eagle3 = None
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()

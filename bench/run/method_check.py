@@ -37,7 +37,8 @@ REST_CORPUS = {"name": "gpu_check_humaneval", "sources": [{
 SMALL_OVERRIDES = {
     "dyspec": ("method.budget=12",), "specinfer": ("method.branches=2", "method.depth=3"),
     "lookahead": ("method.level=4", "method.window=3", "method.guess=3"), "sequoia": ("method.size=16",),
-    "eagle2": ("method.total_tokens=16", "method.depth=3"), "rest": ("method.num_draft=16",),
+    "eagle2": ("method.total_tokens=16", "method.depth=3"), "eagle3": ("method.total_tokens=16", "method.depth=3"),
+    "rest": ("method.num_draft=16",),
     "ouroboros": ("method.gamma=3", "method.level=3", "method.window=3", "method.guess=3"),
     "ouroboros_g12": ("method.gamma=4", "method.level=3", "method.window=3", "method.guess=3"),
     "holistic": ("method.draft_length=4",),
@@ -68,7 +69,8 @@ def add_untrained_parts(bundle, cache_dir) -> list[str]:
     store.save(store_prefix(cache_dir / "datastores", bundle.name, REST_CORPUS["name"]))
     return [f"method.store={REST_CORPUS['name']}", f"method.store_dir={cache_dir / 'datastores'}",
             f"method.model='{bundle.name}'", "method.calibration.dataset=humaneval", "method.calibration.limit=2",
-            "method.calibration.tokens=64", f"method.calibration.cache_dir={cache_dir / 'sequoia'}"]
+            "method.calibration.tokens=64", f"method.calibration.cache_dir={cache_dir / 'sequoia'}",
+            "method.head=init"]  # EAGLE-3: an untrained head (no model config names one yet)
 
 
 def method_configs(shared: list[str], small: bool) -> dict:
