@@ -38,6 +38,7 @@ from bench.errors import HarnessError
 from bench.paths import project_path
 from bench.run.compose import compose_config, split_flags
 from bench.run.store import load_runs, read_run
+from data.loaders import DataError, load_selection
 
 USAGE = __doc__.strip().splitlines()[2].strip()
 EXPERIMENT = "projection_validate"
@@ -60,6 +61,10 @@ def measured_profile(bundle, machine: str, ns=NS, contexts=CONTEXTS, reps: int =
     dtype = str(bundle.dtype).replace("torch.", "")
     return Profile(f"{bundle.name}-{machine}-{dtype}", "measured", bundle.name, machine, dtype, list(ns),
                    list(contexts), grid)
+
+
+def check_selection(cfg) -> None:
+    load_selection(cfg.dataset, str(project_path(cfg.paths.data_mirror)), str(project_path(cfg.paths.data_cache)))
 
 
 def mean_profile(profiles: list[Profile]) -> Profile:
@@ -131,14 +136,19 @@ def main(argv: list[str]) -> int:
     from bench.run.runner import get_bundle
 
     profiles, runs, machine = [], [], None
-    for name, job in tqdm(JOBS.items(), desc="validate-projection", unit="run"):
-        cfg = compose_config([*common, *job])
-        bundle = get_bundle(cfg.model, cfg.paths.model_cache)  # the bundle the run uses (kept by get_bundle)
-        machine = machine or machine_id(bundle.device, bundle.linear_backend)
-        if not profiles:
-            profiles.append(measured_profile(bundle, machine))
-        runs.append(read_run(measure(cfg)))
-        profiles.append(measured_profile(bundle, machine))  # after the run: each run sits between two profiles
+    try:
+        for job in tqdm(JOBS.values(), desc="validate-projection", unit="run"):
+            cfg = compose_config([*common, *job])
+            check_selection(cfg)  # a missing dataset: one line before the first profile is measured
+            bundle = get_bundle(cfg.model, cfg.paths.model_cache)  # the bundle the run uses (kept by get_bundle)
+            machine = machine or machine_id(bundle.device, bundle.linear_backend)
+            if not profiles:
+                profiles.append(measured_profile(bundle, machine))
+            runs.append(read_run(measure(cfg)))
+            profiles.append(measured_profile(bundle, machine))  # after the run: each run sits between two profiles
+    except (HarnessError, DataError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     around = {label(r): mean_profile(profiles[i : i + 2]) for i, r in enumerate(runs)}
     mean_profile(profiles).save(folder / "profile.json")
     atomic_write(folder / "profiles.json", json.dumps({k: asdict(p) for k, p in around.items()}, indent=1))
