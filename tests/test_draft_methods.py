@@ -21,12 +21,12 @@ SEQUOIA = ("method=sequoia", "method.calibration.dataset=humaneval", "method.cal
 # whose output has tokens outside V' (the verifier must produce what the draft can never propose). DySpec's greedy
 # tree costs a draft forward per expanded node: budgets of 12 here, 8 when sampling (up to that deep with the self
 # draft); 24-node trees are on tests/test_golden_runs.py.
-# `make test` keeps SpecInfer's case (the one draft-model method the golden runs lack); sd and dyspec are in
-# tests/test_golden_runs.py, sequoia in tests/test_batch.py; the rest of the matrix is `make test-slow`.
+# The whole matrix is `make test-slow`: `make test` has each method's real-model case elsewhere (sd and dyspec in
+# tests/test_golden_runs.py, sequoia in tests/test_batch.py, specinfer in tests/test_eagle_draft.py).
 SLOW = pytest.mark.slow
 CASES = [
     pytest.param("self", ("method=sd", "method.draft_length=6"), marks=SLOW),
-    ("cut2", ("method=specinfer", "method.branches=4", "method.depth=4")),
+    pytest.param("cut2", ("method=specinfer", "method.branches=4", "method.depth=4"), marks=SLOW),
     pytest.param("cut2", SEQUOIA, marks=SLOW),
     pytest.param("cut2", ("method=dyspec", "method.algorithm=threshold", "method.budget=12"), marks=SLOW),
     pytest.param("self-trim", ("method=sd", "method.draft_length=6"), marks=SLOW),

@@ -93,15 +93,15 @@ def test_trained_head_aligns_features_and_tokens():
 @pytest.mark.model
 @pytest.mark.parametrize("name,settings", [("eagle", {}), ("eagle2", {"total_tokens": 12, "depth": 3, "topk": 4})])
 def test_lossless_on_the_real_model(smollm, prompts, greedy, name, settings):
-    """Batch 1 and batch 4 (rows against batch-1 greedy); a small dynamic tree keeps the untrained head's steps
-    cheap."""
+    """Batch 1 and batch 2 (rows against batch-1 greedy); a small dynamic tree keeps the
+    untrained head's steps cheap."""
     method = eagle2(smollm, name, **settings)
     engine = Engine(smollm.model, smollm.eos_token_ids, smollm.max_context, device=smollm.device)
     one = method.generate(engine, prompts[0], 24, PhaseTimer(sync=False))
     assert one.output_ids == greedy[0][:24]
-    rows = method.generate_batch(engine, prompts[:4], 16, PhaseTimer(sync=False),
-                                 [torch.Generator().manual_seed(i) for i in range(4)])
-    for gen, ref in zip(rows, greedy, strict=False):
+    rows = method.generate_batch(engine, prompts[1:3], 16, PhaseTimer(sync=False),
+                                 [torch.Generator().manual_seed(i) for i in range(2)])
+    for gen, ref in zip(rows, greedy[1:3], strict=True):
         assert gen.output_ids == ref[:16] and sum(gen.accept_lengths) == len(gen.output_ids)
 
 

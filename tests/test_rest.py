@@ -20,6 +20,7 @@ def rest(smollm, store_dir):
     return build_method(compose_cfg(*rest_overrides(store_dir)).method, smollm)
 
 
+@pytest.mark.slow  # REST's real-model cases in make test: tests/test_batch.py and tests/test_golden_runs.py
 def test_small_tree_identical_to_hf_generate(smollm, rest_store, prompts, greedy):
     gens = run_method(smollm, prompts[:3], *rest_overrides(rest_store), "method.num_draft=8", "method.max_span=4")
     assert assert_lossless(gens, greedy[:3]) > 1.0  # drafts were accepted, so the identity check is not trivial
