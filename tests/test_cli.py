@@ -44,6 +44,7 @@ def test_real_run_writes_complete_results(tmp_path, smollm):
 
 
 @pytest.mark.model
+@pytest.mark.slow  # the CLI's one end-to-end run in make test is test_real_run_writes_complete_results
 def test_batched_run_writes_rows_and_throughput(tmp_path, smollm):
     """run.batch_size=2 over 3 HumanEval questions (the last batch has one row; HumanEval ships in a package, so
     this runs offline without the data mirror): per-row records, each lossless, the batch's timed region once

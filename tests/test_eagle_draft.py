@@ -173,11 +173,11 @@ def test_vocab_must_be_null_and_hf_assisted_refuses():
 
 
 # -- the real embedded model -------------------------------------------------------------------------------------
-# `make test` keeps sd (a chain) and specinfer (a tree; its one real-model case there); the others have theirs in
-# tests/test_golden_runs.py (dyspec), tests/test_batch.py (sequoia) and tests/test_holistic.py: `make test-slow`.
+# `make test` keeps specinfer (a tree; its one real-model case there); the others have theirs in
+# tests/test_golden_runs.py (sd, dyspec), tests/test_batch.py (sequoia) and tests/test_holistic.py: `make test-slow`.
 SLOW = pytest.mark.slow
 CASES = [
-    ("method=sd", "method.draft_length=4"),
+    pytest.param(("method=sd", "method.draft_length=4"), marks=SLOW),
     pytest.param(("method=dyspec", "method.budget=8"), marks=SLOW),
     pytest.param(("method=sequoia", "method.calibration.dataset=humaneval", "method.calibration.limit=1",
                   "method.calibration.tokens=32", "method.size=8"), marks=SLOW),

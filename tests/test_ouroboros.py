@@ -10,7 +10,8 @@ from tests.conftest import assert_lossless, compose_cfg, run_method, with_draft
 pytestmark = pytest.mark.model
 
 
-@pytest.mark.parametrize("draft,n", [("cut2", 2), pytest.param("self", 3, marks=pytest.mark.slow)])
+# One prompt with the untrained cut in `make test` (32 tokens, many rejections); three with the self draft slow.
+@pytest.mark.parametrize("draft,n", [("cut2", 1), pytest.param("self", 3, marks=pytest.mark.slow)])
 def test_identical_to_greedy_ar(smollm, prompts, greedy, drafts, draft, n):
     gens = run_method(with_draft(smollm, drafts[draft]), prompts[:n], "method=ouroboros", "method.window=5",
                       "method.guess=5")
