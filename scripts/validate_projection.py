@@ -137,9 +137,9 @@ def main(argv: list[str]) -> int:
 
     profiles, runs, machine = [], [], None
     try:
+        check_selection(compose_config(common))  # a missing dataset: one line before the first profile is measured
         for job in tqdm(JOBS.values(), desc="validate-projection", unit="run"):
             cfg = compose_config([*common, *job])
-            check_selection(cfg)  # a missing dataset: one line before the first profile is measured
             bundle = get_bundle(cfg.model, cfg.paths.model_cache)  # the bundle the run uses (kept by get_bundle)
             machine = machine or machine_id(bundle.device, bundle.linear_backend)
             if not profiles:

@@ -172,10 +172,10 @@ def test_half_precision_head_keeps_fp32_rotary_frequencies():
 
 
 def test_dynamic_tree_index_tensors_computed_on_the_device_equal_the_hosts():
-    """EAGLE-2's tree (methods/eagle/device_tree.py) computes Tree.on's index tensors from the parents on the
+    """EAGLE-2's tree (methods/shared/device_tree.py) computes Tree.on's index tensors from the parents on the
     device instead of sending them: the same tensors, for chains, stars and random breadth-first trees."""
     from bench.core.tree import tree_from_parents
-    from methods.eagle.device_tree import tree_on_device
+    from methods.shared.device_tree import tree_on_device
 
     gen = torch.Generator().manual_seed(0)
     trees = [[-1, 0], [-1, 0, 1, 2], [-1, 0, 0, 0]]

@@ -85,16 +85,21 @@ def layer_states(states: dict[int, torch.Tensor], layers: Sequence[int], input_i
     return torch.cat([on_inputs(states[i], input_ids) for i in layers], dim=-1)
 
 
+def handing_over(model, input_ids, feature_layers: Sequence[int] | None,
+                 run: Callable[[dict[int, torch.Tensor]], ForwardOutput]) -> ForwardOutput:
+    """run(states) under `layer_inputs`' hooks, its output with the `feature_layers`' states when asked for."""
+    with layer_inputs(model, feature_layers) as states:
+        out = run(states)
+    return out._replace(layer_states=layer_states(states, feature_layers, input_ids)) if feature_layers else out
+
+
 def full_forward(model, input_ids, *, cache, position_ids=None, attention_mask=None, trees=None,
                  logits_to_keep=0, output_hidden=False, feature_layers=None) -> ForwardOutput:
     """All layers, as transformers runs them; `trees` is not needed (the mask already encodes them). With
     `feature_layers`, the same forward under `layer_inputs`' hooks."""
-    with layer_inputs(model, feature_layers) as states:
-        out = model_forward(model, input_ids, cache=cache, position_ids=position_ids, attention_mask=attention_mask,
-                            logits_to_keep=logits_to_keep, output_hidden=output_hidden)
-    if feature_layers:
-        out = out._replace(layer_states=layer_states(states, feature_layers, input_ids))
-    return out
+    return handing_over(model, input_ids, feature_layers, lambda _: model_forward(
+        model, input_ids, cache=cache, position_ids=position_ids, attention_mask=attention_mask,
+        logits_to_keep=logits_to_keep, output_hidden=output_hidden))
 
 
 def model_forward(model, input_ids, *, cache, position_ids, attention_mask, logits_to_keep,
@@ -172,11 +177,8 @@ class LayerwiseForward:
             return full_forward(model, input_ids, cache=cache, position_ids=position_ids,
                                 attention_mask=attention_mask, trees=trees, logits_to_keep=logits_to_keep,
                                 output_hidden=output_hidden, feature_layers=feature_layers)
-        with layer_inputs(model, feature_layers) as states:
-            out = self.pruned(model, input_ids, cache, position_ids, attention_mask, trees, output_hidden, states)
-        if feature_layers:
-            out = out._replace(layer_states=layer_states(states, feature_layers, input_ids))
-        return out
+        return handing_over(model, input_ids, feature_layers, lambda states: self.pruned(
+            model, input_ids, cache, position_ids, attention_mask, trees, output_hidden, states))
 
     def pruned(self, model, input_ids, cache, position_ids, attention_mask, trees, output_hidden,
                states: dict[int, torch.Tensor]) -> ForwardOutput:

@@ -110,11 +110,6 @@ class Setting:
     def replayed(self, records: list[dict], rest: bool = True) -> list[dict]:
         return replayed(records, load_profile(self.target), load_profile(self.draft) if self.draft else None, rest)
 
-    def kept_share(self, records: list[dict]) -> float:
-        """The share of the records' replayed time kept as measured here (bench.cost.replay.kept_s)."""
-        kept = sum(kept_s(r, bool(self.draft) and draft_steps(r) is not None) for r in records)
-        return kept / sum(r["wall_time"] for r in self.replayed(records))
-
 
 def label(run) -> str:
     """A run's row in a validation table: method[_variant]."""
