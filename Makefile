@@ -30,7 +30,7 @@ WHEEL_PYTHON ?=
 WHEEL_TARGET = $(if $(WHEEL_PYTHON),--only-binary=:all: --python-version $(WHEEL_PYTHON) --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any)
 GPU_CHECK_ARGS ?=
 
-.PHONY: help setup demo test test-slow lint data datastore tree-stats draft draft-sweep heads eagle reproduce-eagle reproduce reproduce-missing-A evidence reproduced validate-projection bench-engine clean-results wheelhouse gpu-check
+.PHONY: help setup demo test test-slow lint data datastore tree-stats draft draft-sweep heads eagle eagle3 reproduce-eagle reproduce reproduce-missing-A evidence reproduced validate-projection bench-engine clean-results wheelhouse gpu-check
 
 help:  ## list targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -83,6 +83,9 @@ draft-sweep: setup  ## drafts of several depths (draft.sweep) x V' x training ti
 
 eagle: setup  ## train MODEL's EAGLE-1 head on the heads' self-distillation data (conf/model/<MODEL>.yaml eagle.train) into data/cache/eagle/; prints held-out agreement per depth and relative cost
 	$(PY) scripts/train_eagle.py model=$(MODEL)
+
+eagle3: setup  ## train MODEL's EAGLE-3 head with the training-time test (conf/model/<MODEL>.yaml eagle3.train) into data/cache/eagle3/ (~40 min here); prints held-out agreement per depth and source, and relative cost
+	$(PY) scripts/train_eagle3.py model=$(MODEL)
 
 # EAGLE on the embedded target: the goals' runs (LIMIT questions; the goals use 20) and EAGLE-2's CPU tree sizes.
 reproduce-eagle: setup tree-stats eagle  ## AR, Token Recycling (tree=auto), eagle, eagle2 on MT-Bench and HumanEval (LIMIT each), EAGLE-2 tree sizes on 5 MT-Bench questions, then the tables

@@ -192,8 +192,9 @@ def in_dtype(head: Eagle3Head, dtype: torch.dtype) -> Eagle3Head:
     return head
 
 
-def save_head(head: Eagle3Head, folder: str | Path) -> Path:
-    """The official layout: config.json and the weights (model.safetensors) under the official key names."""
+def save_head(head: Eagle3Head, folder: str | Path, extra: dict[str, str] | None = None) -> Path:
+    """The official layout: config.json and the weights (model.safetensors) under the official key names, with
+    `extra` text files (name -> text, e.g. a training report) written in the same atomic step."""
     from safetensors.torch import save_file
 
     folder = Path(folder)
@@ -203,6 +204,8 @@ def save_head(head: Eagle3Head, folder: str | Path) -> Path:
         (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
         save_file({k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()},
                   str(tmp / "model.safetensors"))
+        for name, text in (extra or {}).items():
+            (tmp / name).write_text(text)
     return folder
 
 

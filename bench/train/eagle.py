@@ -141,9 +141,12 @@ def agreement(head: EagleHead, pos: Positions, depths: int = 6, max_responses: i
     return out
 
 
-def head_cost(target, head: EagleHead, reps: int = 20, warmup: int = 3, prefix: int = 64) -> dict:
-    """Median seconds of one head step (one pair, KV of `prefix` pairs) and of one target decode step (one token, KV
-    of `prefix` tokens), timed alternately in this process; both caches cropped back after every step."""
+def head_cost(target, head, reps: int = 20, warmup: int = 3, prefix: int = 64, layers=None,
+              with_logits: bool = False) -> dict:
+    """Median seconds of one head step (one pair, KV of `prefix` pairs; with its logits and top-10 if
+    `with_logits`) and of one target decode step (one token, KV of `prefix` tokens), timed alternately in this
+    process; both caches cropped back after every step. The head reads the final hidden state (EAGLE-1), or the
+    input states of `layers` concatenated (EAGLE-3)."""
     from transformers import DynamicCache
 
     ids = torch.randint(0, target.config.vocab_size, (1, prefix), generator=torch.Generator().manual_seed(0))
@@ -152,7 +155,8 @@ def head_cost(target, head: EagleHead, reps: int = 20, warmup: int = 3, prefix: 
     with torch.inference_mode():
         out = target(input_ids=ids, past_key_values=cache, use_cache=True, output_hidden_states=True,
                      logits_to_keep=1)
-        feats = out.hidden_states[-1].to(next(head.parameters()).dtype)
+        hs = out.hidden_states
+        feats = (hs[-1] if layers is None else torch.cat([hs[i] for i in layers], -1)).to(next(head.parameters()).dtype)
         head(ids, feats, torch.arange(prefix, device=ids.device)[None], None, head_cache)
         token, pos = ids[:, -1:], torch.tensor([[prefix]], device=ids.device)
         times: dict[str, list[float]] = {"target": [], "head": []}
@@ -160,7 +164,9 @@ def head_cost(target, head: EagleHead, reps: int = 20, warmup: int = 3, prefix: 
             t0 = now(target.device)
             target(input_ids=token, past_key_values=cache, use_cache=True)
             t1 = now(target.device)
-            head(token, feats[:, -1:], pos, None, head_cache)
+            f = head(token, feats[:, -1:], pos, None, head_cache)
+            if with_logits:
+                head.logits(f).topk(10)
             t2 = now(target.device)
             cache.crop(-1)
             head_cache.crop(-1)
@@ -168,7 +174,8 @@ def head_cost(target, head: EagleHead, reps: int = 20, warmup: int = 3, prefix: 
                 times["target"].append(t1 - t0)
                 times["head"].append(t2 - t1)
     target_s, head_s = statistics.median(times["target"]), statistics.median(times["head"])
-    return {"head_s": head_s, "target_step_s": target_s, "ratio": head_s / target_s, "reps": reps, "kv_tokens": prefix}
+    return {"head_s": head_s, "target_step_s": target_s, "ratio": head_s / target_s, "reps": reps, "kv_tokens": prefix,
+            "with_logits": with_logits}
 
 
 def now(device) -> float:
