@@ -44,7 +44,7 @@ def smollm():
     from bench.run.runner import get_bundle
 
     # The untrained EAGLE head: a fresh clone has no trained one (`make eagle`), and losslessness does not need it.
-    return get_bundle(compose_cfg("model=smollm2-135m", "model.eagle.source=init").model)
+    return get_bundle(compose_cfg("model=smollm2-135m", "model.eagle.source=init", "model.eagle3.source=init").model)
 
 
 @pytest.fixture(scope="session")

@@ -177,7 +177,7 @@ METHOD_CASES = [
     ("dyspec", ("method.algorithm=beam",), ("algorithm must be one of greedy, threshold, got 'beam'",)),
     ("eagle", ("method.topk=0",), ("topk must be an integer >= 1, got 0",)),
     ("eagle2", ("method.total_tokens=1",), ("total_tokens must be an integer >= 2, got 1",)),
-    ("eagle3", ("method.head=random",), ("head must be one of model, init, got 'random'",)),
+    ("eagle3", ("method.depth=0",), ("depth must be an integer >= 1, got 0",)),
     ("hf_assisted", ("method.num_assistant_tokens_schedule=adaptive",),
      ("num_assistant_tokens_schedule must be one of constant, heuristic, heuristic_transient or null",)),
     ("hf_generate", ("+method.num_draft_tokens=5",), ("method 'hf_generate' has no setting 'num_draft_tokens'",)),

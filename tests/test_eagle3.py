@@ -309,9 +309,9 @@ def test_missing_head_is_one_error_line(monkeypatch, tmp_path):
 
 @pytest.mark.model
 def test_lossless_on_the_real_model(smollm, prompts, greedy):
-    """An untrained head (method.head=init: the whole vocabulary) and the smallest tree keep it cheap: 2 prompts x
+    """An untrained head (model.eagle3.source=init: the whole vocabulary) and the smallest tree keep it cheap: 2 prompts x
     MAX_NEW tokens decoded as a batch of 2, each row equal to its batch-1 greedy output."""
-    method = eagle3(smollm, "method.head=init", "method.total_tokens=4", "method.depth=2", "method.topk=2")
+    method = eagle3(smollm, "method.total_tokens=4", "method.depth=2", "method.topk=2")
     assert method.feature_layers == (2, 15, 27)  # SmolLM2's 30 layers
     engine = Engine(smollm.model, smollm.eos_token_ids, smollm.max_context, device=smollm.device)
     rows = method.generate_batch(engine, prompts[:2], len(greedy[0]), PhaseTimer(sync=False),

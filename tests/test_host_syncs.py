@@ -31,6 +31,7 @@ from bench.core.timing import PhaseTimer
 from bench.errors import HarnessError
 from bench.models.drafts import init_draft_from_target
 from bench.models.eagle import EagleHead
+from bench.models.eagle3 import init_eagle3
 from bench.models.heads import MedusaHeads
 from bench.paths import PROJECT
 from methods import REGISTRY, build_method, method_class
@@ -47,7 +48,7 @@ PROMPTS[0] = [5, 6, 7, 8, 9] * 3  # repetition: lookup methods draft early
 METHODS = {  # every registered method, small settings where the default tree is large
     "ar": (), "pld": (), "token_recycling": (), "medusa": (), "bpd": (), "eagle": (),
     "eagle2": ("method.total_tokens=12", "method.depth=4"), "propd": ("method.prune_layer=1", "method.prune_topk=8"),
-    "eagle3": ("method.head=init", "method.total_tokens=12", "method.depth=4"),  # untrained: waits need no head
+    "eagle3": ("method.total_tokens=12", "method.depth=4"),  # untrained (the bundle's): waits need no head
     "lookahead": ("method.level=4", "method.window=3", "method.guess=3"), "rest": ("method.num_draft=12",),
     "sd": ("method.draft_length=4",), "specinfer": ("method.branches=2", "method.depth=3"),
     "sequoia": ("method.size=8",), "dyspec": ("method.budget=12",),
@@ -97,11 +98,13 @@ def bundle():
     early.layers = [1]
     torch.manual_seed(0)
     eagle = EagleHead(model).eval()
+    eagle3 = init_eagle3(model, torch.device("cpu"), torch.float32)
     return SimpleNamespace(name="tiny", model=model, device=torch.device("cpu"), dtype=torch.float32, vocab_size=V,
                            eos_token_ids=[NO_EOS], pad_token_id=0, max_context=512, tokenizer=Vocab(),
                            load_draft=lambda: draft, draft_cfg=OmegaConf.create({"id": "tiny-draft"}),
                            draft_label=lambda: "tiny-draft", load_heads=lambda: heads,
-                           load_early_heads=lambda: early, load_eagle=lambda: eagle)
+                           load_early_heads=lambda: early, load_eagle=lambda: eagle,
+                           load_eagle3=lambda: eagle3)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -284,8 +284,8 @@ def load_eagle3(bundle) -> Eagle3Head:
     repo, e.g. yuhuili/EAGLE3-LLaMA3.1-Instruct-8B); `layers` overrides the fused layers."""
     cfg = bundle.eagle3_cfg
     if cfg is None:
-        raise HarnessError(f"model '{bundle.name}' has no EAGLE-3 head (set model.eagle3, or method.head=init for "
-                           "an untrained one)")
+        raise HarnessError(f"model '{bundle.name}' has no EAGLE-3 head: give its model config an `eagle3` block "
+                           "(conf/model/smollm2-135m.yaml has one; `source: init` is an untrained head)")
     name, layers = str(cfg.get("name") or cfg.id), cfg.get("layers")
     layers = list(layers) if layers is not None else None
     if cfg.source == "init":

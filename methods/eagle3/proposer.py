@@ -6,25 +6,18 @@ high), which the target's verification forward hands over for the committed posi
 head fuses them, drafts over its reduced vocabulary, and its top-k indices become target ids through `d2t`. The
 tree is EAGLE-2's (the official EAGLE-3 code draws it the same way, at depth 8).
 
-`head`: `model` (default) takes the model config's `eagle3` block (ModelBundle.load_eagle3: init, trained, path,
-hub); `init` an untrained head built here from the target (seed 0, whole vocabulary): lossless, MAT near 1.
+The head is the model config's `eagle3` block (ModelBundle.load_eagle3): `trained` (`make eagle3`), `path`, `hub`
+(the published heads), or `init`, an untrained one (seeded, whole vocabulary): lossless, MAT near 1.
 """
 
 from __future__ import annotations
 
-from bench.core.settings import choice, declare
-from bench.models.eagle3 import init_eagle3
 from methods.shared.feature_head import DynamicTreeProposer
 
 
 class Eagle3(DynamicTreeProposer):
-    settings = declare({"head": choice("model", "init")})
-
     def load_head(self, bundle):
-        if self.cfg.head == "init":
-            head = init_eagle3(bundle.model, bundle.device, bundle.dtype)
-        else:
-            head = bundle.load_eagle3()
+        head = bundle.load_eagle3()
         self.feature_layers = head.layers  # per instance: the layers depend on the head and its target
         return head
 
@@ -32,5 +25,5 @@ class Eagle3(DynamicTreeProposer):
         return self.head.to_target(indices)
 
     def describe(self):
-        return {**super().describe(), "head": self.cfg.head, "feature_layers": list(self.feature_layers),
+        return {**super().describe(), "feature_layers": list(self.feature_layers),
                 "draft_vocab": int(self.head.d2t.numel())}
