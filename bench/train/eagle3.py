@@ -122,9 +122,11 @@ def warm_start(head: Eagle3Head, target) -> None:
         head.norm.weight.copy_(getattr(target, target.base_model_prefix).norm.weight)
 
 
-def train(head: Eagle3Head, lm_head: torch.Tensor, split: Split, recipe: dict, progress_bar: bool = True) -> dict:
-    """Train `head` in place; returns steps, time and the loss curve (per unroll step's cross-entropy)."""
-    spans = split.spans()
+def train(head: Eagle3Head, lm_head: torch.Tensor, split: Split, recipe: dict, progress_bar: bool = True,
+          sources: list[int] | None = None) -> dict:
+    """Train `head` in place on the split's sequences (of `sources` only, if given); returns steps, time and the
+    loss curve (per unroll step's cross-entropy)."""
+    spans = split.spans() if sources is None else [s for i in sources for s in split.spans(source=i)]
     if not spans:
         raise HarnessError("eagle3: no training sequence with two positions")
     g = torch.Generator().manual_seed(int(recipe.get("seed", 0)))
