@@ -11,10 +11,11 @@ MAX_NEW ?= 128
 LOGGER ?= none
 RUN_ARGS = model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
 TABLE1_ARGS = run.limit_per_group=$(LIMIT) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
-# DRAFT=eagle: the draft-model papers' targets (DySpec, Post-use & Pre-cut, reproduce-draft-sd) draft with MODEL's
-# EAGLE head (`make eagle`) instead of its distilled draft (`make draft`); reports keep the two apart (--draft).
+# DRAFT=eagle (or eagle3): the draft-model papers' targets (DySpec, Post-use & Pre-cut, reproduce-draft-sd) draft
+# with MODEL's EAGLE head (`make eagle`; `make eagle3`: its EAGLE-3 head) instead of its distilled draft (`make
+# draft`); reports keep them apart (--draft).
 DRAFT ?=
-DRAFT_ARGS = $(if $(filter eagle,$(DRAFT)),model.draft.source=eagle model.draft.vocab=null)
+DRAFT_ARGS = $(if $(filter eagle eagle3,$(DRAFT)),model.draft.source=$(DRAFT) model.draft.vocab=null)
 # HYDRA_LAUNCHER=local_parallel runs a sweep's jobs side by side, one per core (conf/hydra/launcher/);
 # =slurm sends them to a cluster (docs/sweeps.md)
 HYDRA_LAUNCHER ?=
@@ -88,7 +89,7 @@ eagle3: setup  ## train MODEL's EAGLE-3 head with the training-time test (conf/m
 	$(PY) scripts/train_eagle3.py model=$(MODEL)
 
 # EAGLE on the embedded target: the goals' runs (LIMIT questions; the goals use 20) and EAGLE-2's CPU tree sizes.
-reproduce-eagle: setup tree-stats eagle  ## AR, Token Recycling (tree=auto), eagle, eagle2 on MT-Bench and HumanEval (LIMIT each), EAGLE-2 tree sizes on 5 MT-Bench questions, then the tables
+reproduce-eagle: setup tree-stats eagle eagle3  ## AR, Token Recycling (tree=auto), eagle, eagle2, eagle3 on MT-Bench and HumanEval (LIMIT each), EAGLE-2 tree sizes on 5 MT-Bench questions, then the tables
 	$(PY) -m bench.run $(SWEEP) experiment=eagle/goals $(RUN_ARGS)
 	$(PY) -m bench.run $(SWEEP) experiment=eagle/cpu_size model=$(MODEL) run.max_new_tokens=$(MAX_NEW) logger=$(LOGGER)
 	$(PY) -m bench.report runs --dataset mt_bench --model $(MODEL) --max-new-tokens $(MAX_NEW)

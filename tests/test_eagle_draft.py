@@ -205,3 +205,44 @@ def test_identical_to_greedy_ar_on_the_real_model(eagle_bundle, prompts, greedy,
     gens = run_method(eagle_bundle, prompts[:2], *overrides, max_new=24)
     assert_lossless(gens, [g[:24] for g in greedy[:2]])
     assert gens[0].phase_times.get("draft_forward", 0) > 0
+
+
+@pytest.mark.slow  # ~12 s: trains the tiny head first
+def test_an_eagle3_head_drafts_for_sd_through_the_engine():
+    """EAGLE-3's head as the draft (model.draft.source=eagle3): the engine hands the draft proposer the three layers'
+    states (feature_layers), the head fuses them, its draft vocabulary is widened to the target's; trained on the
+    tiny target's continuations with the training-time test it is accepted by sd, an untrained one far less, both
+    identical to greedy AR."""
+    from bench.models.eagle3 import Eagle3Head
+    from bench.train import eagle3 as train3
+    from tests.test_eagle3 import continuations
+    from tests.test_eagle3 import per_token_target as per_token_target3
+    from tests.test_eagle3_train import split_of
+
+    target = per_token_target3()
+    prompts = torch.randint(0, V, (4, 4), generator=torch.Generator().manual_seed(5)).tolist()
+    engine = Engine(target, [V + 5], 512)
+
+    def mat(head):
+        bundle = bundle_for(target, head)
+        method = build_method(compose_cfg("method=sd", "method.draft_length=4").method, bundle)
+        assert method.feature_layers == head.layers
+        ar = build_method(compose_cfg("method=ar").method, bundle)
+        steps = []
+        for p in prompts:
+            out = method.generate(engine, p, 24, PhaseTimer(sync=False))
+            assert out.output_ids == ar.generate(engine, p, 24, PhaseTimer(sync=False)).output_ids
+            steps += out.accept_lengths[1:]
+        return sum(steps) / len(steps)
+
+    seqs = continuations(target, 48, 0)
+    trained = Eagle3Head.from_target(target, tokens=seqs[:, 4:].unique(), seed=0)
+    train3.train(trained, target.get_output_embeddings().weight.detach(), split_of(target, seqs, trained.layers),
+                 {"lr": 3e-3, "max_minutes": 5, "max_steps": 150, "batch_tokens": 16 * 32, "ttt_steps": 4},
+                 progress_bar=False)
+    assert trained.d2t.numel() < V  # a reduced draft vocabulary: widened with -inf outside
+    logits = EagleDraft(trained, target, "eagle3:tiny", "cpu", torch.float32)(
+        input_ids=torch.tensor([prompts[0]])).logits[0]
+    assert logits.shape[-1] == V and torch.isinf(logits[:, ~trained.t2d]).all()
+    assert mat(trained) > 2.5
+    assert mat(Eagle3Head.from_target(target, seed=0).eval()) < 1.5

@@ -1,4 +1,5 @@
-"""An EAGLE head (bench.models.eagle) driven as if it were a draft language model: `model.draft.source: eagle`.
+"""An EAGLE head driven as if it were a draft language model: `model.draft.source: eagle` (EAGLE-1's head,
+bench.models.eagle) or `eagle3` (EAGLE-3's, bench.models.eagle3).
 
 The draft-model methods (sd, specinfer, sequoia, dyspec, holistic; methods/shared/draft_proposer.py) feed their
 draft input ids, positions, a tree attention mask and its own KV cache, and read logits whose row j predicts the
@@ -13,6 +14,10 @@ head's output at the parent's column (the root, the last committed token, and ev
 first prompt token) has no earlier feature: its entry is a placeholder no other column ever sees, so every cache
 column still matches one input token, as a language model's does, and the methods' crop arithmetic holds.
 
+An EAGLE-3 head reads the input states of its three target layers (`feature_layers`, which the draft-model
+proposer asks the engine for), fused by its `fc` where an entry is fed the target's states; its logits cover its
+draft vocabulary only, so they are widened to the target's, -inf outside it (as bench.models.vocab.TrimmedDraft's).
+
 Everything per decoding row (the target's features, the head's outputs per column) lives in the row's cache
 (EagleDraftCache), so batch rows that share the adapter stay independent.
 """
@@ -25,6 +30,8 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 from transformers import DynamicCache
+
+from bench.models.eagle3 import Eagle3Head
 
 
 class EagleDraftCache(DynamicCache):
@@ -56,6 +63,7 @@ class EagleDraft(nn.Module):
     def __init__(self, head, target, name: str, device, dtype):
         super().__init__()
         self.head = head
+        self.feature_layers = head.layers if isinstance(head, Eagle3Head) else None
         self.shared = {"target": target}  # not a submodule: the target's weights are not this module's
         self.config = copy.deepcopy(head.config)
         self.config.name_or_path = name
@@ -121,7 +129,7 @@ class EagleDraft(nn.Module):
         hidden = self.head.config.hidden_size
         out = torch.zeros(n, hidden, dtype=dtype, device=dev)
         for level in range(max(depth) + 1):
-            feats = torch.stack([self.feature(cache, s, out, hidden) for s in sources])
+            feats = torch.stack([self.feature(cache, s, out) for s in sources])
             out = self.head(input_ids.to(dev), feats[None], pos, mask[None, None], cache)[0]
             if level < max(depth):
                 cache.crop(start - cache.get_seq_length())  # again with the next level's in-call parents (negative: drop)
@@ -129,7 +137,16 @@ class EagleDraft(nn.Module):
         if chunk:
             cache.committed = start + n
         kept = out[-logits_to_keep:] if logits_to_keep else out
-        return SimpleNamespace(logits=self.head.logits(kept)[None])
+        return SimpleNamespace(logits=self.logits(kept)[None])
+
+    def logits(self, outputs: torch.Tensor) -> torch.Tensor:
+        """The head's logits over the target's vocabulary (an EAGLE-3 draft vocabulary widened, -inf outside)."""
+        logits = self.head.logits(outputs)
+        if self.feature_layers is None or logits.shape[-1] == self.head.config.vocab_size:
+            return logits
+        full = logits.new_full((*logits.shape[:-1], self.head.config.vocab_size), float("-inf"))
+        full[..., self.head.to_target(torch.arange(logits.shape[-1], device=logits.device))] = logits
+        return full
 
     @staticmethod
     def parents(visible: torch.Tensor, start: int) -> list[int]:
@@ -140,22 +157,27 @@ class EagleDraft(nn.Module):
         earlier = cols[None] < start + torch.arange(n, device=visible.device)[:, None]
         return torch.where(visible & earlier, cols, -1).amax(1).tolist()
 
-    @staticmethod
-    def feature(cache: EagleDraftCache, source: tuple[str, int], out: torch.Tensor, hidden: int) -> torch.Tensor:
+    def feature(self, cache: EagleDraftCache, source: tuple[str, int], out: torch.Tensor) -> torch.Tensor:
+        """An entry's input state of width H: an EAGLE-3 head fuses the target's layer states with its fc first."""
         kind, i = source
         if kind == "target":
-            return cache.target[i].to(out)
+            state = cache.target[i].to(out)
+            return self.head.fc(state) if self.feature_layers is not None else state
         if kind == "output":
             return cache.outputs[i]
         if kind == "row":
             return out[i]
-        return out.new_zeros(hidden)
+        return out.new_zeros(out.shape[-1])
 
     def teacher_forced(self, input_ids: torch.Tensor, logits_to_keep: int) -> SimpleNamespace:
         """Logits of a whole sequence given its true prefix: the target's features, then the cached path."""
         target = self.shared["target"]
         ids = input_ids.to(self.device)
-        features = target.get_decoder()(input_ids=ids).last_hidden_state[0]  # post-norm: the lm_head's input
+        if self.feature_layers is None:
+            features = target.get_decoder()(input_ids=ids).last_hidden_state[0]  # post-norm: the lm_head's input
+        else:
+            states = target.get_decoder()(input_ids=ids, output_hidden_states=True).hidden_states
+            features = torch.cat([states[i][0] for i in self.feature_layers], -1)
         cache = self.new_cache()
         cache.observe(features[:-1])
         return self.forward(ids, past_key_values=cache, logits_to_keep=logits_to_keep)

@@ -23,7 +23,7 @@ from bench.cachefile import CorruptCache, atomic_dir, load_or_build, load_or_fai
 from bench.errors import HarnessError
 from bench.models import backend_choice, linear_backend, placement, random_init
 from bench.models.eagle import eagle_dir, load_eagle
-from bench.models.eagle3 import load_eagle3
+from bench.models.eagle3 import eagle3_dir, load_eagle3
 from bench.models.eagle_draft import EagleDraft
 from bench.models.heads import load_early_heads, load_heads
 from bench.models.vocab import TrimmedDraft, fit_vocabulary, read_ranking, trim
@@ -74,9 +74,11 @@ class ModelBundle:
         draft = self.load_draft()
         cfg = self.draft_cfg
         if isinstance(draft, EagleDraft):  # the head's source and, once trained, its report's digest
-            eagle = self.eagle_cfg
-            label = f"eagle-{eagle.id}-{eagle.source}"
-            report = eagle_dir(self.model_cache or ".") / str(eagle.id) / "eagle_report.json"
+            three = draft.feature_layers is not None
+            eagle = self.eagle3_cfg if three else self.eagle_cfg
+            label = f"eagle{'3' if three else ''}-{eagle.id}-{eagle.source}"
+            folder = (eagle3_dir if three else eagle_dir)(self.model_cache or ".") / str(eagle.id)
+            report = folder / ("eagle3_report.json" if three else "eagle_report.json")
             if eagle.source == "trained" and report.is_file():
                 label += "-" + hashlib.sha1(report.read_bytes()).hexdigest()[:8]
             return label.replace("/", "_")
@@ -200,13 +202,14 @@ def load_draft_model(bundle: ModelBundle):
     if cfg is None:
         raise HarnessError(f"model '{bundle.name}' has no draft model (set model.draft)")
     name = cfg.get("name") or cfg.id
-    if cfg.source == "eagle":  # the model's EAGLE head (model.eagle) as the draft: bench/models/eagle_draft.py
+    if cfg.source in ("eagle", "eagle3"):  # the model's EAGLE-1 or EAGLE-3 head as the draft (eagle_draft.py)
         if cfg.get("vocab") is not None:
             raise HarnessError(f"draft '{name}': `vocab` needs a trained draft (its token ranking); set it to null "
-                               "(an EAGLE head scores with the target's own lm_head)")
-        head = bundle.load_eagle()
-        label = f"eagle:{bundle.eagle_cfg.get('name') or bundle.eagle_cfg.id}"
-        return EagleDraft(head, bundle.model, label, bundle.device, bundle.dtype)
+                               "(an EAGLE head scores with its own or the target's lm_head)")
+        head = bundle.load_eagle() if cfg.source == "eagle" else bundle.load_eagle3()
+        block = bundle.eagle_cfg if cfg.source == "eagle" else bundle.eagle3_cfg
+        return EagleDraft(head, bundle.model, f"{cfg.source}:{block.get('name') or block.id}", bundle.device,
+                          bundle.dtype)
     if cfg.source == "trained":
         if bundle.model_cache is None:
             raise HarnessError(f"draft '{name}': no model cache to find trained drafts in")

@@ -48,6 +48,7 @@ class DraftModelProposer(Proposer):
         # A feature-level draft (model.draft.source=eagle: bench.models.eagle_draft.EagleDraft) reads the target's
         # features of committed positions, kept in the row's draft cache.
         self.wants_features = bool(getattr(self.draft, "wants_features", False))
+        self.feature_layers = getattr(self.draft, "feature_layers", None)  # EAGLE-3's three layers' input states
         self.draft_temperature = float(cfg.draft_temperature)
         self.t0_children = str(cfg.get("t0_children", "topk"))
         self.record_trees = cfg.get("record_trees")
