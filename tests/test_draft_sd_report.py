@@ -1,4 +1,4 @@
-"""The draft issue's sd table (bench/report/draft_sd.py) on hand-written runs: one row per dataset, draft and
+"""The draft issue's sd table (bench/report/runs.py) on hand-written runs: one row per dataset, draft and
 draft length (latest run wins), lambda in numeric order, and one error line without runs."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from bench.errors import HarnessError
-from bench.report.draft_sd import draft_sd_table
 from bench.report.output import write as write_report
+from bench.report.runs import draft_sd_table
 from bench.report.select import RunSet
 from tests.fixtures.runs import write
 

@@ -1,4 +1,4 @@
-"""`python -m bench.report project --profile ...` (bench/report/projection.py): runs made in memory replayed on a
+"""`python -m bench.report project --profile ...` (bench/report/runs.py): runs made in memory replayed on a
 roofline profile, by hand; bad profile names are one error line."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from bench.cost.profiles import load_profile, roofline_profile
 from bench.report.__main__ import main
-from bench.report.projection import project_table
+from bench.report.runs import project_table
 from bench.report.select import RunSet
 from bench.run.store import Run
 

@@ -14,8 +14,7 @@ import pytest
 
 from bench.paths import project_path
 from bench.report.evidence import build_evidence
-from bench.report.pagetext import LINE_MAX, absolute_paths
-from bench.report.reproduced import coverage, reproduced_page
+from bench.report.reproduced import LINE_MAX, absolute_paths, coverage, reproduced_page
 from tests.fixtures.dyspec_results import write_full
 from tests.fixtures.holistic_results import write_holistic_results
 from tests.fixtures.propd_results import write_propd_results

@@ -1,17 +1,10 @@
 """The reports' one CLI: `python -m bench.report <paper>/<artifact> [options]`; `--list` names every artifact.
 
-    python -m bench.report token_recycling/table1 [--results results] [--model M] [--paper-size 7B]
-    python -m bench.report dyspec/table --paper-table 1
-    python -m bench.report dyspec/table5 --sizes 256,512 --trees-per-size 5
-    python -m bench.report holistic/table3 --draft eagle  # the EAGLE head's runs (default: the latest drafter's)
+    python -m bench.report dyspec/table --paper-table 1 [--results results] [--model M] [--draft eagle]
     python -m bench.report <name> --help                # that artifact's own options
     python -m bench.report makefile                     # the reproduce-* make targets the Makefile includes
 
-Common options: --results (the results dir holding runs/; tables/ and figures/ are written there) and, for
-the artifacts that take them, --model, --paper-size and --draft (a draft-model paper's drafter: "eagle",
-"trained" or a full name such as eagle:<id>; bench/report/drafter.py). Bad input is one `error:` line on stderr and a
-non-zero exit: 2 for an unknown name or option, 1 for a missing runs/ dir or a report's own error.
-"""
+Bad input is one `error:` line on stderr: exit 2 for an unknown name or option, 1 for no runs/ or a report's error."""
 
 from __future__ import annotations
 

@@ -1,48 +1,51 @@
-"""Claims decided from intervals (bench.run.metrics.verdict), never from the point alone.
-
-`speedup_claim`: every paper claims its method decodes faster than AR; on the runs one artifact used, each run of
-the paper's method (its package's CLAIMED) is paired with its AR baseline among those runs (same model,
-dataset, temperature, max_new_tokens, batch size and machine; bench.report.select.paired_baseline) and the paired
-bootstrap interval of its speedup (at batch > 1 of aggregate tokens/s, as the tables) decides "holds" (all above
-1), "does not hold" (all below) or "undecided".
-`claim_cell` is one such verdict with its point and interval, as a table cell.
-"""
+"""Claims decided from intervals (bench.run.metrics.verdict), never from the point alone: the paper's speedup over AR
+on the runs one artifact used (each run of its CLAIMED method paired with its AR baseline among them)."""
 
 from __future__ import annotations
 
 import importlib
-from collections import Counter
+from collections import Counter, defaultdict
+from collections.abc import Callable
 
 from bench.cost.replay import Setting, replayable
 from bench.report.select import paired_baseline
 from bench.report.tables import MISSING, with_interval
-from bench.run.metrics import (
-    aggregate_speedup,
-    aggregate_speedup_interval,
-    speedup,
-    speedup_interval,
-    verdict,
-)
+from bench.run import metrics
+from bench.run.metrics import aggregate_speedup, aggregate_speedup_interval, speedup, speedup_interval
 from bench.run.store import Run
 
 VERDICTS = ("holds", "undecided", "does not hold")
 
 
-def claim_cell(point: float | None, interval: list[float] | None, threshold: float = 1.0,
-               higher: bool = True) -> str:
-    """"holds (2.31 [2.10, 2.52])": the verdict from the interval, then the point and interval."""
-    return f"{verdict(interval, threshold, higher)} ({with_interval(point, interval)})"
+def overall(verdicts) -> str:
+    """A claim over cells: "does not hold" when one cell does not, else "undecided" when one is, else "holds"."""
+    return "does not hold" if "does not hold" in verdicts else "undecided" if "undecided" in verdicts else "holds"
+
+
+def per_question(records: list[dict], num: Callable[[dict], float], den: Callable[[dict], float]) -> dict:
+    """question_id -> [sum of num(record), sum of den(record)] over its turns."""
+    out: dict = defaultdict(lambda: [0, 0])
+    for r in records:
+        out[r["question_id"]][0] += num(r)
+        out[r["question_id"]][1] += den(r)
+    return out
+
+
+def paired_ratio_interval(a: dict, b: dict) -> list[float] | None:
+    """95% interval of a's sum num / sum den over b's (per_question), the questions of both resampled together."""
+    qs = sorted(set(a) & set(b), key=str)
+    lists = [[x[q][i] for q in qs] for x in (a, b) for i in (0, 1)]
+    return metrics.bootstrap_interval(lists, metrics.ratio_of_rates) if qs else None
 
 
 def claimed(paper: str) -> tuple[str, ...]:
-    """The paper's own method(s), whose speedup over AR is the claim every artifact of the paper is checked against."""
     return importlib.import_module(f"bench.report.{paper}").CLAIMED
 
 
 def paired_speedups(paper: str, used: list[Run], setting: Setting | None = None
                     ) -> list[tuple[float | None, list[float] | None]]:
-    """(speedup, interval) of each run of the paper's method against its AR baseline among `used`; with a
-    setting, both replayed on it (batch 1 only: bench.cost.replay)."""
+    """(speedup, interval) of each run of the paper's method over its AR baseline among `used`; with a setting,
+    both replayed on it (batch 1 only)."""
     out = []
     for run in used:
         if run.method not in claimed(paper):
@@ -67,19 +70,19 @@ def speed_ratio(run: Run | None, base: Run | None, aggregate: bool = True) -> fl
 
 
 def speed_ratio_interval(run: Run | None, base: Run | None, aggregate: bool = True) -> list[float] | None:
-    """speed_ratio's 95% interval, paired over the questions of both runs (bench.run.metrics)."""
+    """speed_ratio's paired 95% interval."""
     if run is None or base is None:
         return None
     return (aggregate_speedup_interval if aggregate else speedup_interval)(run.records, base.records)
 
 
 def speedup_claim(paper: str, used: list[Run], setting: Setting | None = None) -> str:
-    """"faster than AR: holds in 2, undecided in 1 of 3 (lowest 0.91 [0.85, 0.97]; highest ...)", or MISSING
-    when no run of the paper's method has its AR baseline among the runs; with a setting, projected on it."""
+    """"faster than AR: holds in 2, undecided in 1 of 3 (lowest 0.91 [0.85, 0.97]; highest ...)"; MISSING when no
+    run of the paper's method has its AR baseline; with a setting, projected on it."""
     found = [(p, ci) for p, ci in paired_speedups(paper, used, setting) if p is not None]
     if not found:
         return MISSING
-    counts = Counter(verdict(ci, 1.0) for _, ci in found)
+    counts = Counter(metrics.verdict(ci, 1.0) for _, ci in found)
     tally = ", ".join(f"{v} in {counts[v]}" for v in VERDICTS if counts[v])
     lo, hi = min(found, key=lambda x: x[0]), max(found, key=lambda x: x[0])
     span = (f"{with_interval(*lo)}" if len(found) == 1

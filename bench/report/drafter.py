@@ -1,15 +1,7 @@
-"""Which drafter a draft-model run used, so a report never mixes or replaces one drafter's runs with another's.
-
-A draft-model run (sd, specinfer, sequoia, dyspec, holistic, ouroboros*, hf_assisted) drafts with the model's
-distilled draft (`model.draft.source=trained`, the default) or with its EAGLE head (`model.draft.source=eagle`).
-`drafter(run)` names it: "eagle:<head id>", "trained:<draft id>" (or "hub:<id>", "path:<id>"), None for a run
-without a drafter (AR and the other methods, the baselines of every drafter). Read from the run's resolved
-config (config.yaml: model.draft.source and id, model.eagle.id), else from what its proposer recorded
-(method_settings draft / draft_label, methods/shared/draft_proposer.py describe()).
-
-`choose(runs, draft)` is how a report picks one drafter's runs: `draft` (a full name, or a source: "eagle",
-"trained"), else the drafter of the most recent draft-model run; runs without a drafter stay.
-"""
+"""Which drafter a draft-model run used, so a report never mixes or replaces one drafter's runs with another's:
+`drafter(run)` is "eagle:<head id>", "trained:<draft id>" (or "hub:<id>", "path:<id>"), None for a run without a
+drafter (AR and the other methods, every drafter's baselines); read from the run's config.yaml, else from what its
+proposer recorded. `choose(runs, draft)` picks one drafter's runs."""
 
 from __future__ import annotations
 
@@ -36,8 +28,7 @@ def uses_draft(method: str | None) -> bool:
 
 @functools.lru_cache(maxsize=4096)
 def config_draft(path: str, stamp: tuple) -> tuple[str | None, str | None, str | None]:
-    """(model.draft.source, model.draft.id, model.eagle.id) of a run's config.yaml; `stamp` (mtime, size) keys
-    the cache, so a rewritten file is read again."""
+    """(model.draft.source, model.draft.id, model.eagle.id) of a config.yaml; `stamp` (mtime, size) keys the cache."""
     try:
         model = (yaml.safe_load(Path(path).read_text()) or {}).get("model") or {}
     except (OSError, yaml.YAMLError):
@@ -104,8 +95,7 @@ def latest_drafter(runs: list[Run]) -> str | None:
 
 def choose(runs: list[Run], draft: str | None = None) -> tuple[list[Run], str | None]:
     """(the runs of one drafter plus those without a drafter, that drafter's name). `draft`: a full name or a
-    source, the latest matching drafter if several; default: the drafter of the most recent draft-model run.
-    A `draft` no run used: MissingRunsError naming the drafters there are."""
+    source (the latest matching drafter), default that of the latest draft-model run; none: MissingRunsError."""
     if draft is None:
         name = latest_drafter(runs)
     else:

@@ -1,23 +1,6 @@
-"""The evidence behind REPRODUCED.md, committed in git: the runs the page uses, without their token ids.
-
-    python -m bench.report evidence [--results results] [--out evidence]   # `make evidence`; then `make reproduced`
-
-Layout of evidence/ (repository-relative; every report reads it as it reads a results folder):
-
-    evidence/runs/<run_id>/summary.json   the run's summary (machine paths made repository-relative)
-    evidence/runs/<run_id>/config.yaml    its resolved config (idem)
-    evidence/runs/<run_id>/turns.jsonl    its records less their token ids: per prompt-turn the question, group,
-                                          new tokens, wall time, accept lengths, phase times, draft counts,
-                                          losslessness (what the bootstrap intervals and every table need)
-    evidence/propd/*.json                 ProPD Figure 3's measurement files, when results/propd/ has them
-    evidence/cache/forward_cost/*.json    the forward-cost curves tree=auto's report reads, when results/ has them
-    evidence/runs.csv                     written by `make reproduced`: per artifact, the runs it used, each with
-                                          its machine, date, git sha and whether the tree was dirty
-    evidence/.gitignore                   tables/ and figures/, which reports write when run on the folder
-
-The runs are those the page's artifacts use when run on results/ (bench/report/reproduced.py); the folder is
-rebuilt from scratch each time, so a run no artifact uses any more leaves it.
-"""
+"""The evidence behind REPRODUCED.md, committed in git (`make evidence`; evidence/README.md has its layout): the runs
+the page uses, copied from a results folder without their token ids and with repository-relative paths, and the
+measurement files and gpu-check folders some artifacts read. Rebuilt from scratch each time."""
 
 from __future__ import annotations
 
@@ -28,20 +11,16 @@ from pathlib import Path
 from bench.cachefile import atomic_dir, atomic_write
 from bench.errors import HarnessError
 from bench.paths import project_path
-from bench.report.pagetext import scrub, scrub_paths
-from bench.report.reproduced import EVIDENCE, build_sections
+from bench.report.reproduced import EVIDENCE, build_sections, scrub, scrub_paths
 from bench.report.select import read_runs
 from bench.run.store import Run
 
-# results/ subfolders of small measurement files an artifact on the page reads (*.json): ProPD Figure 3's, and
-# the forward-cost curves of Token Recycling's tree=auto comparison.
+# results/ subfolders of measurement files (*.json) an artifact on the page reads: ProPD Figure 3's, tree=auto's.
 FILES = ("propd", "cache/forward_cost")
-# Token ids, in a record or among its counters (run.record_steps' step_tokens), and every key ending in `_ids`.
-# Kept: per-step draft parents, probabilities and accepted flags (the step figures read them).
+# Token ids, in a record or among its counters, and every key ending in `_ids` (per-step draft lists are kept).
 TOKEN_FIELDS = ("output_ids", "step_tokens")
 IGNORED = "tables/\nfigures/\n"
-# `make gpu-check` folders (results/gpu_check/<machine>-<time>/: JSON, CSV and the table it printed). Added, never
-# removed: each records a node that this machine may not reach again.
+# `make gpu-check` folders (results/gpu_check/<machine>-<time>/), added, never removed: a node may not come back.
 CHECKS = "gpu_check"
 
 
@@ -90,8 +69,7 @@ def build_evidence(results_dir: str | Path = "results", out: str | None = None) 
 
 
 def copy_checks(results: Path, folder: Path) -> list[Path]:
-    """Every results/gpu_check/<stamp>/ into <folder>/gpu_check/<stamp>/ (its .json, .csv and .md files, its
-    profiles/ too)."""
+    """Every results/gpu_check/<stamp>/ into <folder>/gpu_check/<stamp>/ (.json, .csv and .md files)."""
     copied, root = [], Path(results, CHECKS)
     for f in sorted(root.glob("*/**/*.*")):
         if f.suffix in (".json", ".csv", ".md"):

@@ -1,12 +1,10 @@
 """The artifacts of no paper: the `runs` table, the draft's sd table, a projection onto a cost profile, the evidence
 folder and REPRODUCED.md; and the old names that keep working."""
 
-from bench.report.draft_sd import draft_sd_table
 from bench.report.evidence import build_evidence
-from bench.report.projection import project_table
 from bench.report.registry import Artifact, Recipe, option
 from bench.report.reproduced import reproduced_page
-from bench.report.runs import runs_table
+from bench.report.runs import draft_sd_table, project_table, runs_table
 
 SD = "$(PY) -m bench.run $(SWEEP) experiment=draft/{} model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) \
 logger=$(LOGGER) $(DRAFT_ARGS)"

@@ -1,10 +1,5 @@
-"""The `reproduce-*` make targets, generated from the artifacts' declarations (bench/report/registry.py `Recipe`):
-`python -m bench.report makefile` prints them and the Makefile includes the result (kept in the venv, rebuilt when a
-report module changes), so adding an artifact never touches the Makefile.
-
-Per recipe: `<target>: setup <needs>  ## <help>` and its steps; per artifact with recipes, `reproduce-<paper>/<name>`
-for its first recipe, which `make reproduce A=<paper>/<name>` builds.
-"""
+"""The `reproduce-*` make targets from the declarations' recipes (`python -m bench.report makefile`, included by the
+Makefile), plus `reproduce-<paper>/<name>` for each artifact's first recipe (`make reproduce A=<paper>/<name>`)."""
 
 from __future__ import annotations
 

@@ -1,19 +1,5 @@
-"""What the notebooks (notebooks/<paper>.py) share: a section per artifact of the paper, from the declarations alone
-(bench/report/registry.py), each running its artifact as `python -m bench.report <paper>/<artifact>` does and
-showing what it wrote.
-
-    sections("propd")                                         # every artifact of ProPD, in rank order
-    out, files = report("propd/table1", dataset="alpaca")   # one artifact; prints each file it wrote
-    show(out)                                                 # its markdown (or its paths)
-
-A section is one per `Shown` entry of the artifact (its options; one with the defaults when it has none): the paper's
-labels it covers and its help as the heading, its module's docstring, then the markdown, the figures and the CSVs it
-wrote (run-id columns left out).
-
-Environment: `SPECREPRO_RESULTS` (default `results`; relative to the project root), and per option of an artifact
-`SPECREPRO_<OPTION>` (`SPECREPRO_MODEL`, `SPECREPRO_DATASET`, `SPECREPRO_TREES_PER_SIZE`, ...: its flag in upper case,
-dashes as underscores), which overrides the section's own value.
-"""
+"""What the notebooks (notebooks/<paper>.py) share: a section per artifact and `Shown` entry, running it as the CLI
+does; `SPECREPRO_RESULTS` and `SPECREPRO_<OPTION>` (an artifact's flag, upper case) set the folder and options."""
 
 from __future__ import annotations
 
@@ -43,16 +29,14 @@ def env(name: str, cast=str):
 
 
 def stamps(results: Path) -> dict[Path, tuple[int, int]]:
-    """Every file under the results dir's tables/ and figures/ with its inode and mtime (a write replaces the
-    file, so both change)."""
+    """Every file under the results dir's tables/ and figures/ with its inode and mtime (a write changes both)."""
     files = (p for sub in WRITTEN_TO for p in sorted(Path(results, sub).glob("*")))
     return {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in files if p.is_file() and not p.name.startswith(".")}
 
 
 def report(name: str, **options) -> tuple[str | list[Path] | None, dict[str, Path]]:
-    """Run the artifact `name` on results_dir() with `options` (None: the artifact's default). Prints each file it wrote and returns (what it returned: its markdown
-    or its paths, {file name: path} of what it wrote). Missing runs are one `error:` line, (None, {}), so the
-    notebook's other sections still run."""
+    """Run the artifact `name` on results_dir() with `options` (None: its default), print each file it wrote and
+    return (its markdown or paths, {file name: path} written); missing runs: one `error:` line and (None, {})."""
     name, artifact = resolve(name)
     results = results_dir()
     before = stamps(results)
@@ -99,15 +83,18 @@ def section(artifact: Artifact, options: dict) -> None:
         show(df.drop(columns=[c for c in df.columns if c.endswith("run_id")]))
 
 
-def show_markdown(text: str) -> None:
-    """Markdown rendered under Jupyter, printed as is in a plain script."""
+def ipython():
+    """IPython.display under IPython/Jupyter, else None (a plain script prints)."""
     try:
-        from IPython import get_ipython
-        from IPython.display import Markdown, display
+        import IPython.display
     except ImportError:
-        get_ipython = None
-    if get_ipython is not None and get_ipython() is not None:
-        display(Markdown(text))
+        return None
+    return IPython.display if IPython.get_ipython() is not None else None
+
+
+def show_markdown(text: str) -> None:
+    if shown := ipython():
+        shown.display(shown.Markdown(text))
     else:
         print(text)
 
@@ -120,13 +107,8 @@ def show(obj) -> None:
         for item in obj:
             show(item)
         return
-    try:
-        from IPython import get_ipython
-        from IPython.display import Image, display
-    except ImportError:
-        get_ipython = None
-    if get_ipython is not None and get_ipython() is not None:
-        display(Image(filename=str(obj)) if isinstance(obj, Path) and obj.suffix == ".png" else obj)
+    if shown := ipython():
+        shown.display(shown.Image(filename=str(obj)) if isinstance(obj, Path) and obj.suffix == ".png" else obj)
     elif isinstance(obj, pd.DataFrame):
         print(obj.to_string(index=False))
     else:

@@ -1,12 +1,5 @@
-"""What an artifact's build returns, and the one place it is written: builders are pure (a RunSet in, a Report out);
-the CLI, REPRODUCED.md and the notebooks write a Report with `write`.
-
-    Report.tables("propd_table1", render(display, caption, foot, data))   # tables/propd_table1.{md,csv,tex}
-    Report({"figures/propd_fig7.png": fig, "figures/propd_fig7.csv": df, "figures/propd_fig7.md": md})
-
-Values: text (str), a DataFrame (written as CSV without its index) or a matplotlib Figure (PNG); each file is
-written atomically, in the report's order.
-"""
+"""What an artifact's build returns (a Report: file name -> text, DataFrame or Figure) and `write`, the one place
+it is written (atomically, in the report's order), by the CLI, REPRODUCED.md and the notebooks."""
 
 from __future__ import annotations
 
@@ -20,8 +13,8 @@ from bench.cachefile import atomic_write
 
 @dataclass
 class Report:
-    """files: path under the results folder -> content, in the order written (and listed); show: the file whose
-    text the CLI prints (a table's markdown), None to print the paths written (a figure's)."""
+    """files: path under the results folder -> content, in order; show: the file whose text the CLI prints (None:
+    it prints the paths written)."""
 
     files: dict[str, object] = field(default_factory=dict)
     show: str | None = None
@@ -31,6 +24,14 @@ class Report:
         """tables/<stem>.<ext> for each text (bench.report.tables.render's md, csv, tex); shows the markdown."""
         return cls({f"{folder}/{stem}.{ext}": text for ext, text in texts.items()},
                    show=f"{folder}/{stem}.md" if "md" in texts else None)
+
+    @classmethod
+    def figure(cls, stem: str, fig, data: pd.DataFrame, md: str | None = None) -> Report:
+        """figures/<stem>.png, its points (.csv) and, shown, its markdown (.md)."""
+        files = {f"figures/{stem}.png": fig, f"figures/{stem}.csv": data}
+        if md is None:
+            return cls(files)
+        return cls({**files, f"figures/{stem}.md": md}, show=f"figures/{stem}.md")
 
     @property
     def markdown(self) -> str | None:

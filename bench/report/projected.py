@@ -1,12 +1,6 @@
-"""Speeds projected on the paper's own setting (docs/cost_model.md): the acceptance measured here, replayed step by
-step on the paper's target (and draft) shapes, GPU and dtype (bench.cost.replay).
-
-Each paper's package declares its setting as the paper describes it: `SETTING` (a bench.cost.replay.Setting), and
-`SETTINGS` per content label ("Table 4") where an artifact's differs. REPRODUCED.md adds to every section with runs
-a table of each run's speedup over its baseline, measured and projected, both with paired 95% bootstrap intervals
-over questions, and the summary's projected verdicts go in their own column: a projection never replaces a
-measured verdict. Batch > 1 runs are not projected (the profiles are of batch 1).
-"""
+"""Speeds projected on the paper's own setting (docs/cost_model.md): each run's speedup over its baseline, measured
+here and with the acceptance measured here replayed on the paper's target (and draft), GPU and dtype as its package's
+`SETTING` (or `SETTINGS[label]`) declares them. Batch > 1 runs are not projected (the profiles are of batch 1)."""
 
 from __future__ import annotations
 
@@ -25,7 +19,7 @@ NAMED = {"method", "dataset", "model", "experiment", "logger", "run.temperature"
 
 
 def setting_of(paper: str, label: str | None = None) -> Setting | None:
-    """The paper's setting for one of its contents (its SETTINGS entry, else its SETTING); None if it has none."""
+    """The paper's setting for one of its contents (SETTINGS[label], else SETTING); None without one."""
     package = importlib.import_module(f"bench.report.{paper}")
     return getattr(package, "SETTINGS", {}).get(label) or getattr(package, "SETTING", None)
 

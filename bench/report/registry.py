@@ -1,20 +1,7 @@
-"""The artifact declarations and their registry: names `<paper>/<artifact>` (plus the generic ones), found lazily.
-
-An artifact is declared once, in its own report module, as `ARTIFACT = Artifact(...)` (or `ARTIFACTS = (...)`): its
-name, what it shows, its build function, the paper's labels it covers, the make recipes that produce its runs, how
-REPRODUCED.md shows it and its options. From the declarations alone come the CLI's names and options
-(bench/report/__main__.py), the `reproduce-*` make targets (`python -m bench.report makefile`, included by the
-Makefile), REPRODUCED.md's sections and summary rows (bench/report/reproduced.py) and the notebooks' sections
-(bench/report/notebook.py). The part of a name before the slash is the package `bench.report.<paper>`, whose
-modules are imported only when one of its artifacts is asked for (or every name listed); its `__init__.py` holds
-the paper's facts: its contents in order of appearance (`CONTENTS`, the summary's rows), `CLAIMED` and its hardware
-(`SETTING`, and `SETTINGS` per content label where they differ; bench.report.projected). Adding an artifact touches its module (and its experiment
-YAML), nothing here.
-
-A build takes a RunSet (bench.report.select) and keyword options and returns a Report (bench.report.output); the
-common options it takes are named in `common` (`model`, `paper_size`, `draft`), its own in `options` (argparse
-flags). Options the user did not give are not passed, so the function's defaults apply. Bad input is a
-HarnessError (one `error:` line).
+"""The artifact declarations (`ARTIFACT = Artifact(...)` in each report module) and their registry: names
+`<paper>/<artifact>` plus the generic ones, found lazily (a paper's modules load when one of its artifacts is asked
+for). The CLI, the make targets, REPRODUCED.md and the notebooks all come from them (docs/reports.md). A build takes a
+RunSet and the options the user gave (the others keep its defaults) and returns a Report; bad input: HarnessError.
 """
 
 from __future__ import annotations

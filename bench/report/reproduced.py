@@ -1,17 +1,7 @@
-"""REPRODUCED.md: a summary of every paper artifact, then per paper the measured tables beside the paper's numbers.
-
-    python -m bench.report evidence [--results results]     # copy the runs the page uses into evidence/
-    python -m bench.report reproduced [--out REPRODUCED.md]  # `make reproduced`: the page, from evidence/ only
-
-The page is built from the committed evidence folder (bench/report/evidence.py) alone, so a fresh clone rebuilds it
-byte for byte: its dates are the runs' dates, its paths repository-relative, its order fixed. Everything on it comes
-from the artifacts' declarations (bench/report/registry.py): a section per `Shown` (its options and the command
-shown), in rank order; a summary row per entry of the paper's CONTENTS, with the artifact that `covers` it (its
-status: measured, not measured, not measurable offline and why, no target). Each section's settings line is read
-from its runs (their overrides), not from the recipe; run ids go to evidence/runs.csv beside the page, not into it.
-Generated, never hand-edited. A `per_drafter` artifact (the draft-model papers') gets one section, and one summary
-row, per drafter in the evidence whose runs it uses (bench/report/drafter.py); one section when there is one.
-"""
+"""REPRODUCED.md (`make reproduced`): a summary of every paper artifact, then per paper the measured tables beside the
+paper's numbers, built from the committed evidence folder alone so a fresh clone rebuilds it byte for byte; every
+section and summary row comes from the artifacts' declarations (docs/reports.md). The page and its evidence keep no
+machine paths (an absolute path becomes repository-relative, else `…/<last part>`) and no line over LINE_MAX."""
 
 from __future__ import annotations
 
@@ -19,6 +9,7 @@ import csv
 import importlib
 import io
 import re
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,12 +19,82 @@ from bench.errors import HarnessError
 from bench.paths import project_path
 from bench.report.claims import speedup_claim
 from bench.report.drafter import describe, drafter, present
-from bench.report.pagetext import scrub_paths, wrap_long
 from bench.report.projected import projected_table, setting_of
 from bench.report.registry import Cover, paper_artifacts, papers, produce, resolve
 from bench.report.select import read_runs
 from bench.report.tables import MISSING
 from bench.run.store import Run
+
+LINE_MAX = 400
+WRAP_AT = 200
+ANCHORS = ("data", "results", "conf", "shared", "evidence", "notebooks", "bench", "methods", "scripts")
+# An absolute path: a slash not preceded by a word character, dot, colon, slash or closing bracket (so "tok/s",
+# "a/b", "<paper>/x", URLs and relative paths are not), followed by at least one folder.
+ABSOLUTE = re.compile(r"(?<![\w.:/~>)\]}*-])/(?:[\w.+@-]+/)+[\w.+@-]*")
+
+
+def relative(path: str) -> str:
+    parts = [p for p in path.split("/") if p and p != "."]
+    for i, p in enumerate(parts):
+        if p in ANCHORS and i + 1 < len(parts):
+            return "/".join(parts[i:])
+    return "…/" + (parts[-1] if parts else "")
+
+
+def scrub_paths(text: str) -> str:
+    return ABSOLUTE.sub(lambda m: relative(m.group(0)), text)
+
+
+def scrub(value):
+    if isinstance(value, str):
+        return scrub_paths(value)
+    if isinstance(value, dict):
+        return {k: scrub(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrub(v) for v in value]
+    return value
+
+
+def split_table(rows: list[str]) -> list[str]:
+    """A markdown table (rows of `| a | b |`, cells without `|`) as tables of at most LINE_MAX characters a row,
+    each repeating the first column, a blank line between them."""
+    cells = [row.strip().strip("|").split("|") for row in rows]
+    widths = [max(len(r[i]) for r in cells) + 1 for i in range(len(cells[0]))]
+    chunks, current = [], []
+    for i in range(1, len(widths)):
+        if current and widths[0] + sum(widths[j] for j in current) + widths[i] + 1 > LINE_MAX:
+            chunks.append(current)
+            current = []
+        current.append(i)
+    chunks.append(current)
+    out = []
+    for chunk in chunks:
+        out += ["" if out else None, *("|" + "|".join(r[j] for j in (0, *chunk)) + "|" for r in cells)]
+    return [line for line in out if line is not None]
+
+
+def wrap_long(text: str) -> str:
+    out: list[str] = []
+    table: list[str] = []
+    for line in [*text.split("\n"), ""]:
+        if line.startswith("|"):
+            table.append(line)
+            continue
+        if table:
+            out += split_table(table) if max(map(len, table)) > LINE_MAX and all(
+                t.count("|") == table[0].count("|") for t in table) else table
+            table = []
+        if len(line) <= LINE_MAX:
+            out.append(line)
+        else:
+            out += textwrap.wrap(line, WRAP_AT, break_long_words=True, break_on_hyphens=False)
+    return "\n".join(out[:-1])
+
+
+def absolute_paths(text: str) -> list[str]:
+    """The absolute paths left in `text` (the page's test: none)."""
+    return ABSOLUTE.findall(text)
+
 
 EVIDENCE = "evidence"  # how the page names the folder it was built from (repository-relative)
 HEADER = ("# What the harness reproduced\n\nGenerated by `make reproduced` (`python -m bench.report reproduced`) "
@@ -87,8 +148,8 @@ def runs_in(markdown: str, runs: list[Run]) -> list[Run]:
 
 
 def build_sections(folder: Path, runs: list[Run]) -> list[Section]:
-    """Every paper's shown artifacts run on `folder` (a results or evidence folder), with the runs each used; a
-    PER_DRAFTER artifact once per drafter of the folder's runs that it uses a run of, when there are several."""
+    """Every paper's shown artifacts run on `folder`, with the runs each used; a per_drafter artifact once per
+    drafter whose runs it uses, when there are several."""
     drafters = present(runs)
     out = []
     for paper in papers():
@@ -174,8 +235,7 @@ def page_text(md: str, folder: Path) -> str:
 
 
 def recipe(s: Section) -> str:
-    """The section's make command, for the drafter its runs used: runs drafted by an EAGLE head come from
-    `make eagle` and the targets' DRAFT=eagle (Makefile), not from `make draft`."""
+    """The section's make command, for the drafter its runs used (an EAGLE head's: `make eagle`, DRAFT=eagle)."""
     command = RECIPE_LIMIT.sub("", s.command)
     if {(drafter(r) or "").split(":")[0] for r in s.used if drafter(r)} == {"eagle"}:
         command = re.sub(r"(make reproduce-[\w-]+)", r"\1 DRAFT=eagle", command.replace("make draft", "make eagle"))
@@ -209,8 +269,7 @@ def summary_table(sections: list[Section]) -> str:
 
 
 def summary_row(paper: str, c: Cover, artifact: str | None, s: Section | None) -> str:
-    """The summary's row of one coverage row, from its section (None: no section shows it); the drafter is named
-    when the artifact has one section per drafter."""
+    """The summary's row of one coverage row, from its section (None: no section shows it)."""
     used = s.used if s is not None else []
     label = f"{c.label} (draft: {describe(s.draft)})" if s is not None and s.split else c.label
     projected = MISSING
@@ -257,8 +316,8 @@ def runs_csv(sections: list[Section]) -> str:
 
 
 def reproduced_page(results_dir: str | None = None, out: str | None = None, evidence: str | None = None) -> str:
-    """Writes the page (default: REPRODUCED.md at the project root) from `evidence` (default evidence/; the
-    results dir is not read) and evidence/runs.csv beside it; returns the page."""
+    """Writes the page (default REPRODUCED.md) from `evidence` (default evidence/; the results dir is not read) and
+    evidence/runs.csv beside it; returns the page."""
     folder = project_path(evidence or EVIDENCE).resolve()
     runs = read_runs(folder) if (folder / "runs").is_dir() else []
     sections = build_sections(folder, runs)

@@ -1,4 +1,5 @@
-"""The generic `runs` table: the latest run per method for one model and dataset, any paper."""
+"""The tables of no paper: the latest run per method (`runs`), the same projected on a cost profile (`project`) and
+the draft's sd table (`draft_sd`)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,16 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.cost.profiles import load_profile
+from bench.cost.replay import replayed
 from bench.errors import MissingRunsError
+from bench.report import tables
 from bench.report.output import Report
 from bench.report.phase_timing import share_or_none, unsynced_note
 from bench.report.select import RunSet, latest_runs, paired_baseline
 from bench.report.tables import MISSING, fmt, lossless_text, markdown, with_interval
-from bench.run.metrics import speedup, speedup_interval, summarize
+from bench.run.metrics import speedup, speedup_interval, summarize, tokens_per_s
+from bench.run.store import Run
 
 FOOTER = ("MAT: tokens per target forward incl. the bonus token, pooled over steps; tok/s: mean of "
           "per-question rates; speedup: ratio of mean rates on the same questions, baseline at the same "
@@ -20,23 +25,42 @@ FOOTER = ("MAT: tokens per target forward incl. the bonus token, pooled over ste
           "prompt-turns token-identical to greedy AR (near-tie: a divergence within the dtype's rounding; "
           "docs/metrics.md). [low, high]: 95% bootstrap interval over questions (paired "
           "for speedups).")
+PROJECTED = ("Projected: each prompt-turn's target forwards replayed on the profile at its recorded verified sizes "
+             "and contexts, its other time (drafting, tree, verification, updates) as measured here; a projection of "
+             "the acceptance measured on these runs, not a measurement. Speedup: ratio of mean per-question tokens/s "
+             "over AR's, paired on the same questions; [low, high]: 95% bootstrap interval over questions.")
+DRAFT_SD = "draft_sd_lambda"  # the experiment of the draft's sd table
+
+
+def latest_of(runs: RunSet, **labels) -> tuple[list[Run], dict[tuple, Run]]:
+    """(the runs with these labels, the latest batch-1 run per Run.key); none: MissingRunsError."""
+    mine = runs.where(**labels).runs
+    if not (latest := latest_runs(mine)):
+        raise MissingRunsError(f"no complete runs match under {Path(runs.folder, 'runs')}")
+    return mine, latest
+
+
+def speedups(records: list[dict], base: list[dict] | None) -> tuple:
+    return (speedup(records, base), speedup_interval(records, base)) if base else (None, None)
+
+
+def method_label(run: Run) -> str:
+    return run.method + (f"[{run.variant}]" if run.variant else "")
 
 
 def runs_table(runs: RunSet, model: str | None = None, paper_size: str | None = None,
                dataset: str | None = None, max_new_tokens: int | None = None) -> Report:
     """Latest run per method for one model and dataset: MAT, tok/s, speedups, overhead, losslessness."""
-    folder, runs = runs.folder, runs.where(model=model, dataset=dataset, max_new_tokens=max_new_tokens).runs
-    latest = latest_runs(runs)
+    mine, latest = latest_of(runs, model=model, dataset=dataset, max_new_tokens=max_new_tokens)
     rows = []
     for key, run in latest.items():
         s = summarize(run.records)
         speed = {}
         for m in ("hf_generate", "ar"):
-            b = paired_baseline(runs, run, m) or latest.get((key[0], m, None, key[3], key[4]))
-            speed[m] = (speedup(run.records, b.records), speedup_interval(run.records, b.records)) if b else (None, None)
+            b = paired_baseline(mine, run, m) or latest.get((key[0], m, None, key[3], key[4]))
+            speed[m] = speedups(run.records, b.records if b else None)
         rows.append({
-            "model": key[0], "dataset": key[3], "method": key[1] + (f"[{key[2]}]" if key[2] else ""),
-            "T": f"{key[4]:g}",
+            "model": run.model, "dataset": run.dataset, "method": method_label(run), "T": f"{run.temperature:g}",
             "turns": s["n_turns"], "MAT": with_interval(s["mat"], s["intervals"]["mat"]),
             "tok/s": with_interval(s["tokens_per_s"]["mean_of_questions"], s["intervals"]["tokens_per_s"]),
             "speedup vs hf_generate": with_interval(*speed["hf_generate"]),
@@ -44,7 +68,65 @@ def runs_table(runs: RunSet, model: str | None = None, paper_size: str | None = 
             "overhead": fmt(share_or_none(run, s["overhead_share"])),  # withheld: unsynced GPU phases
             "lossless": lossless_text(s["lossless"]) or MISSING,
         })
-    if not rows:
-        raise MissingRunsError(f"no complete runs match under {Path(folder, 'runs')}")
     note = unsynced_note(latest.values())
     return Report.tables("runs", {"md": markdown(pd.DataFrame(rows), None, [FOOTER, *([note] if note else [])])})
+
+
+def project_table(runs: RunSet, profile: str, model: str | None = None, dataset: str | None = None,
+                  max_new_tokens: int | None = None) -> Report:
+    """The latest run per method, its speed here beside its speed replayed on `profile` (bench.cost.profiles)."""
+    prof = load_profile(profile)
+    mine, latest = latest_of(runs, model=model, dataset=dataset, max_new_tokens=max_new_tokens)
+    rows = []
+    for run in latest.values():
+        ar = paired_baseline(mine, run, "ar")
+        projected, base = replayed(run.records, prof), replayed(ar.records, prof) if ar else None
+        rows.append({"model": run.model, "dataset": run.dataset, "method": method_label(run),
+                     "T": f"{run.temperature:g}",
+                     "tok/s here": f"{tokens_per_s(run.records)['mean_of_questions']:.1f}",
+                     "speedup vs ar here": with_interval(*speedups(run.records, ar.records if ar else None)),
+                     "tok/s projected": f"{tokens_per_s(projected)['mean_of_questions']:.1f}",
+                     "speedup vs ar projected": with_interval(*speedups(projected, base))})
+    caption = (f"Projected on {prof.name} ({prof.source}: {prof.model} on {prof.hardware}, {prof.dtype}), beside "
+               f"the speed measured here.")
+    return Report.tables("projection", {"md": markdown(pd.DataFrame(rows), caption, [PROJECTED], numparse=False)})
+
+
+def draft_sd_table(runs: RunSet, model: str | None = None) -> Report:
+    """sd at draft length 4, 8, 12 beside AR, one row per (dataset, draft, draft length): the latest such run; the
+    draft is named by its label (id, depth, V', report digest), so an older draft's runs stay as their own rows."""
+    folder, runs = runs.folder, runs.where(experiment=DRAFT_SD, method="sd", model=model).runs
+    if not runs:
+        raise MissingRunsError(f"no sd runs of experiment {DRAFT_SD} in {folder} (make reproduce-draft-sd)")
+    latest = {}
+    for r in runs:  # oldest first: the last one per key wins
+        s = r.settings
+        latest[r.dataset, s.get("draft_label") or s.get("draft"), s.get("draft_length"), r.temperature] = r
+    rows = []
+    def order(item):  # dataset, draft, then lambda as a number
+        dataset, draft, length, temperature = item[0]
+        return str(dataset), str(draft), float(temperature), int(length or 0)
+
+    for (dataset, draft, length, temperature), r in sorted(latest.items(), key=order):
+        s = r.summary
+        # the intervals bench.run.runner stored with the run (bench.run.metrics); a run older than them has none
+        ci = s.get("intervals") or {}
+        vs_ar = (r.speedup or {}).get("vs_ar") or {}
+        rows.append({"dataset": dataset, "draft": draft, "draft_vocab": r.settings.get("draft_vocab"),
+                     "lambda": length, "T": temperature, "questions": s.get("n_questions"), "mat": s.get("mat"),
+                     "tok_s": (s.get("tokens_per_s") or {}).get("mean_of_questions"),
+                     "speedup_vs_ar": vs_ar.get("value"),
+                     **tables.interval_columns("mat", ci.get("mat")),
+                     **tables.interval_columns("tok_s", ci.get("tokens_per_s")),
+                     **tables.interval_columns("speedup_vs_ar", vs_ar.get("interval")),
+                     "lossless": lossless_text(s.get("lossless") or {"checked": 0}), "run": r.path.name})
+    data = pd.DataFrame(rows)
+    display = data.assign(mat=tables.ours_cells(data, "mat"), tok_s=tables.ours_cells(data, "tok_s"),
+                          speedup_vs_ar=tables.ours_cells(data, "speedup_vs_ar"))
+    display = display.drop(columns=["run", *(c for c in data.columns if c.endswith(("_lo", "_hi")))])
+    caption = (f"sd with a trained draft at draft length lambda 4, 8, 12 ({model or 'all models'}); speedup: mean "
+               "per-question tok/s over AR's on the same questions, machine and length.")
+    footer = [("MAT: tokens per target forward incl. the bonus token. draft: id-depth-V'-report digest "
+               "(bench.models.loading.ModelBundle.draft_label). [low, high]: 95% bootstrap interval over questions "
+               "(paired with AR for the speedup), as stored with the run.")]
+    return Report.tables("draft_sd", tables.render(display, caption, footer, data))

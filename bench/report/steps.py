@@ -1,8 +1,5 @@
 """The per-node draft records of runs made with `run.record_steps=true` (docs/runs.md): each verification step's
-draft tokens, their parents, draft probabilities and accepted flags, kept by the draft-model proposers as the
-counters step_tokens, step_parents, step_conf and step_accepted. DySpec Figure 2 and Post-use & Pre-cut Figure 2
-read them; ordinary runs do not have them.
-"""
+draft tokens, parents, draft probabilities and accepted flags (counters step_*), read by the step figures."""
 
 from __future__ import annotations
 
@@ -16,18 +13,16 @@ from bench.run.store import Run
 
 TOKENS = "step_tokens"  # token ids: the committed evidence drops them (bench/report/evidence.py)
 LISTS = ("step_parents", "step_conf", "step_accepted")
-KEYS = (TOKENS, *LISTS)
 SWITCH = "run.record_steps=true"
 
 
 def has_steps(run: Run) -> bool:
-    """True when some record of the run holds the per-step draft lists."""
     return any((r.get("counters") or {}).get("step_accepted") for r in run.records)
 
 
 def steps(record: dict) -> list[dict]:
     """One dict per verification step of a record: tokens (None without token ids), parents, conf, accepted
-    (lists, drafting order) and `start`, the number of output tokens committed before that step's draft."""
+    (drafting order) and `start`, the output tokens committed before that step's draft."""
     c = record.get("counters") or {}
     if not all(c.get(k) for k in LISTS):
         return []
@@ -38,9 +33,8 @@ def steps(record: dict) -> list[dict]:
 
 
 def nodes(run: Run) -> pd.DataFrame:
-    """One row per drafted node: question_id, turn, step, node, depth, conf (the draft's probability of the token
-    under its parent's distribution), accepted (on the accepted path), reached (its parent is the root or was
-    accepted: verification tested it), and path_conf (the product of conf from the root)."""
+    """One row per drafted node: question_id, turn, step, node, depth, conf (the draft's probability of the token),
+    accepted, reached (its parent the root or accepted: verification tested it), path_conf (conf's product)."""
     rows = []
     for r in run.records:
         for s, st in enumerate(steps(r)):
@@ -57,8 +51,8 @@ def nodes(run: Run) -> pd.DataFrame:
 
 
 def binned_rate(df: pd.DataFrame, x: str, edges, y: str = "accepted") -> pd.DataFrame:
-    """Per bin of column `x` (right-open bins between `edges`, the last closed): the nodes, the mean of `y` and
-    its 95% bootstrap interval over questions (paired sums: a question's nodes resampled together)."""
+    """Per bin of column `x` (right-open bins between `edges`, the last closed): the nodes, the mean of `y` and its
+    95% interval over questions."""
     out = []
     for lo, hi in itertools.pairwise(edges):
         last = hi == edges[-1]
@@ -74,8 +68,7 @@ def binned_rate(df: pd.DataFrame, x: str, edges, y: str = "accepted") -> pd.Data
 
 
 def rises(bins: pd.DataFrame) -> str:
-    """Whether the rate rises with the binned quantity, from intervals: "holds" when the highest filled bin's
-    interval lies wholly above the lowest filled bin's, "does not hold" when wholly below, else "undecided"."""
+    """Whether the rate rises with the binned quantity: the highest filled bin's interval against the lowest's."""
     filled = bins.dropna(subset=["rate_low", "rate_high"])
     filled = filled[filled["nodes"] > 0]
     if len(filled) < 2:

@@ -1,5 +1,4 @@
-"""Table cells and rendering shared by every paper: "ours (paper)" cells, md/csv/tex texts (bench/report/output.py
-writes them)."""
+"""Table cells and rendering shared by every paper: "ours (paper)" cells, md/csv/tex texts."""
 
 from __future__ import annotations
 
@@ -50,10 +49,17 @@ def pair(ours: str, theirs: str) -> str:
     return MISSING if ours == theirs == MISSING else f"{ours} ({theirs})"
 
 
-def lossless_text(counts: dict) -> str | None:
-    """"equal/checked (k near-tie, m mismatch)" of summarize()["lossless"] (bench.run.metrics.lossless_text); None
-    when nothing was checked."""
-    return metrics.lossless_text(counts)
+def paired_cells(df: pd.DataFrame, col: str, paper: str, spec: str = ".2f") -> list[str]:
+    """Column `col` beside column `paper`: "2.31 [2.10, 2.52] (2.40)" cells (ours_cells, pair)."""
+    return [pair(ours, fmt(theirs, spec)) for ours, theirs in zip(ours_cells(df, col, spec), df[paper])]
+
+
+def fmt_ci(ci: list[float] | None, show=fmt) -> str:
+    """An interval alone, "[2.10, 2.52]"; MISSING without one."""
+    return MISSING if ci is None else f"[{show(ci[0])}, {show(ci[1])}]"
+
+
+lossless_text = metrics.lossless_text  # "equal/checked (k near-tie, m mismatch)"; None when nothing was checked
 
 
 def latex_escape(s: str) -> str:

@@ -1,15 +1,6 @@
-"""DySpec Figure 2 (left): acceptance rate against draft probability, the observation DySpec builds its tree on.
-
-The paper (CNN DailyMail) plots, per draft-probability column, the distribution of the acceptance rate
-min(1, T[x] / D[x]) of drafted tokens (right: target against draft probability). Ours: every node a verification
-tested (its parent the root or accepted), binned by the draft's probability of its token under its parent's
-distribution (the draft temperature's), with the share accepted and its 95% interval over questions. It needs
-per-node records, kept only by runs with run.record_steps=true (conf/experiment/dyspec/fig2.yaml); the right panel
-needs the target's probabilities, which no record keeps, so it is not drawn.
-
-Writes results/figures/dyspec_fig2.{png,csv,md}: one panel per target temperature, from one drafter's runs (--draft,
-default the latest such run's; bench.report.drafter).
-"""
+"""DySpec Figure 2 (left): acceptance rate against draft probability, the observation DySpec builds its tree on. Ours:
+every node a verification tested, binned by the draft's probability of its token, with the share accepted; it needs
+per-node records (run.record_steps=true). The right panel needs the target's probabilities, which no record keeps."""
 
 from __future__ import annotations
 
@@ -19,7 +10,7 @@ import pandas as pd
 from bench.report.drafter import describe
 from bench.report.dyspec.tables import RUN
 from bench.report.output import Report
-from bench.report.plots import new_figure
+from bench.report.plots import new_figure, yerr
 from bench.report.registry import Artifact, Cover, Recipe, Shown
 from bench.report.select import RunSet, footer, latest
 from bench.report.steps import SWITCH, binned_rate, has_steps, nodes, rises
@@ -37,8 +28,8 @@ PAPER = ("Paper (Figure 2, CNN DailyMail, no point values): tokens of higher dra
 
 def build_fig2(runs: RunSet, model: str | None = None, draft: str | None = None) -> pd.DataFrame:
     """One row per (temperature, draft-probability bin): nodes tested, the share accepted and its interval; the
-    markdown's footer in attrs. Runs with per-step records, pinned (anchor: Figure 2's own); per temperature the
-    latest dyspec run (else sequoia's, else specinfer's), Figure 2's own first."""
+    footer in attrs. Per temperature the latest dyspec run with per-step records (else sequoia's, else specinfer's),
+    Figure 2's own first."""
     pinned = runs.where(method=METHODS, keep=has_steps).pin(model=model, draft=draft,
                                                            own=lambda r: r.experiment == EXPERIMENT)
     chosen = {}
@@ -76,9 +67,9 @@ def plot(df: pd.DataFrame):
     for ax, t in zip(np.atleast_1d(fig.subplots(1, len(temps))), temps):
         sub = df[df["temperature"] == t]
         mid = (sub["bin_low"] + sub["bin_high"]) / 2
-        err = np.vstack([sub["rate"] - sub["rate_low"], sub["rate_high"] - sub["rate"]]).clip(min=0)
         ax.bar(mid, sub["rate"].fillna(0), width=0.09, color="tab:blue", alpha=0.7)
-        ax.errorbar(mid, sub["rate"], yerr=np.nan_to_num(err), fmt="none", ecolor="black", capsize=3)
+        ax.errorbar(mid, sub["rate"], yerr=yerr(sub["rate"], sub["rate_low"], sub["rate_high"]), fmt="none",
+                    ecolor="black", capsize=3)
         ax.plot([0, 1], [0, 1], ls=":", color="gray", lw=1)
         ax.set(xlim=(0, 1), ylim=(0, 1.05), xlabel="draft probability of the token",
                ylabel="share of tested tokens accepted",
@@ -88,7 +79,6 @@ def plot(df: pd.DataFrame):
 
 
 def dyspec_fig2(runs: RunSet, model: str | None = None, draft: str | None = None) -> Report:
-    """figures/dyspec_fig2.{png,csv,md}, showing the markdown. No runs: MissingRunsError."""
     df = build_fig2(runs, model, draft)
     shown = df[df["nodes"] > 0]  # empty bins stay in the csv
     display = pd.DataFrame({"T": shown["temperature"].map("{:g}".format), "Draft prob.": [
@@ -98,8 +88,7 @@ def dyspec_fig2(runs: RunSet, model: str | None = None, draft: str | None = None
                                     for r, lo, hi in zip(shown["rate"], shown["rate_low"], shown["rate_high"])]})
     png = runs.folder / "figures" / "dyspec_fig2.png"
     md = markdown(display, f"DySpec Figure 2 (left), ours (figure: {png}).", df.attrs["footer"], numparse=False)
-    return Report({"figures/dyspec_fig2.png": plot(df), "figures/dyspec_fig2.csv": df, "figures/dyspec_fig2.md": md},
-                  show="figures/dyspec_fig2.md")
+    return Report.figure("dyspec_fig2", plot(df), df, md)
 
 
 ARTIFACT = Artifact(

@@ -1,15 +1,5 @@
-"""DySpec Figure 5: the token tree's size at each step beside the tokens accepted at that step.
-
-The paper (Appendix, Table 4's setting: Llama-2-7B -> 70B, budget 768, Algorithm 2 with threshold 0.001, target
-temperature 0.6 on OpenWebText) plots both per step and states that the threshold leaves the budget unused: the
-mean tree size is 551.79 of 768 (paper_tables/dyspec_fig5_tree_size.csv). Ours reads the records every run keeps
-(draft nodes and accept lengths per step) of the latest dyspec run, preferring Table 4's runs (experiment
-dyspec_table4) on openwebtext at T=0.6, as the paper's.
-
-Writes results/figures/dyspec_fig5.{png,csv,md}: per step of the run (its prompts one after another), the tree
-size and the tokens accepted (drafts + the bonus token). The run is one drafter's (--draft, default the latest
-dyspec run's; bench.report.drafter).
-"""
+"""DySpec Figure 5: the token tree's size at each step beside the tokens accepted at that step, from the latest dyspec
+run (preferring Table 4's setting: budget 768, openwebtext, T=0.6), and its mean tree size beside the paper's."""
 
 from __future__ import annotations
 
@@ -33,9 +23,8 @@ PREFER = (("experiment", EXPERIMENT), ("dataset", "openwebtext"), ("temperature"
 
 
 def build_fig5(runs: RunSet, model: str | None = None, draft: str | None = None) -> pd.DataFrame:
-    """One row per verification step: question_id, turn, step (of the run), tree_size, accepted; the markdown's
-    footer in attrs. The run: of the dyspec runs that kept their tree sizes, pinned (anchor: Table 4's), the one
-    matching most of PREFER, latest on ties."""
+    """One row per verification step: question_id, turn, step (of the run), tree_size, accepted; the footer in
+    attrs. The run: of the dyspec runs that kept their tree sizes, the one matching most of PREFER, latest on ties."""
     pinned = runs.where(method="dyspec", keep=lambda r: any(rec.get("draft_nodes") for rec in r.records)).pin(
         model=model, draft=draft, own=lambda r: r.experiment == EXPERIMENT)
     if not pinned.runs:
@@ -84,7 +73,6 @@ def plot(df: pd.DataFrame):
 
 
 def dyspec_fig5(runs: RunSet, model: str | None = None, draft: str | None = None) -> Report:
-    """figures/dyspec_fig5.{png,csv,md}, showing the markdown. No dyspec run: MissingRunsError."""
     df = build_fig5(runs, model, draft)
     a, paper = df.attrs, paper_row()
     size = float(df["tree_size"].mean()) if len(df) else None
@@ -101,8 +89,7 @@ def dyspec_fig5(runs: RunSet, model: str | None = None, draft: str | None = None
          "Of the budget": fmt(paper["mean_tree_size"] / paper["budget"], ".1%"), "Accepted / step": "—"}])
     png = runs.folder / "figures" / "dyspec_fig5.png"
     md = markdown(display, f"DySpec Figure 5, ours (figure: {png}).", a["footer"], numparse=False)
-    return Report({"figures/dyspec_fig5.png": plot(df), "figures/dyspec_fig5.csv": df, "figures/dyspec_fig5.md": md},
-                  show="figures/dyspec_fig5.md")
+    return Report.figure("dyspec_fig5", plot(df), df, md)
 
 
 ARTIFACT = Artifact(

@@ -1,25 +1,7 @@
-"""DySpec Table 5 and Figure 9: non-zero 32x32 tiles of the tree attention mask, with and without reordering.
-
-    python -m bench.report dyspec/table5 [--sizes 256,512,1024,2048] [--trees-per-size 20] [--seed 0]
-        [--generators recursive,greedy] [--trees FILE] [--prefixes 0,128,256,512,1024]
-        [--fig-sizes 768,1024] [--block 32] [--results results]
-
-Table 5 (random trees): per generator and tree size, the mean tile count of the tree-only size x size mask
-in four orders: `original` (the generator's index order = creation order), `bfs` (bench.core.tree's slot
-layout), `dfs` (DySpec's reorder: pre-order, children in rank order) and `heavy` (heavy-path order, the
-paper's near-optimal reference), beside the paper's counts. Writes results/tables/dyspec_table5.{md,csv}.
-
-Figure 9 (tiles vs prefix length; every prefix key is visible to every tree node, so the mask is
-[size, prefix + size] and tiles are counted over all of it): with `--trees FILE` over those trees (JSONL
-lines {"parents": [...], "prefix_len": int}, e.g. written by the dyspec method; also tabulated per size
-bucket in results/tables/dyspec_table5_trees.csv, at prefix 0 and at each tree's recorded prefix),
-without it a synthetic sweep over random trees of `--fig-sizes` nodes, and the figure says which.
-Writes results/figures/dyspec_fig9_block_counts.{png,csv}, and dyspec_fig7_masks.png (Figure 7: one tree's
-mask in original and DFS order).
-
-Kernel times (the other columns of Table 5) are not measured: they need a block-sparse GPU kernel; a dense
-CPU kernel (torch sdpa with a float mask) computes every tile whatever the order.
-"""
+"""DySpec Table 5 and Figures 9 and 7 (Appendix C): non-zero 32x32 tiles of the tree attention mask in four token
+orders (creation, BFS, DySpec's DFS reorder, heavy-path) over seeded random trees (or recorded ones, `--trees`),
+against the prefix length (every prefix key visible to every tree node), and one tree's mask; no runs. Kernel times
+(Table 5's other columns) are not measured: they need a block-sparse GPU kernel."""
 
 from __future__ import annotations
 
@@ -32,23 +14,16 @@ import numpy as np
 import pandas as pd
 
 from bench.errors import HarnessError
-from bench.report.dyspec.fig9 import PAPER_CSV as FIG9_CSV
-from bench.report.dyspec.fig9 import fig7, fig9, fig9_points
-from bench.report.dyspec.tree_order import (
-    BLOCK,
-    GENERATORS,
-    ORDERS,
-    as_parents,
-    permute,
-    prefix_block_count,
-    tree_mask,
-)
+from bench.report.dyspec import tree_order
+from bench.report.dyspec.tree_order import BLOCK, GENERATORS, ORDERS, block_count, permute, tree_mask
 from bench.report.output import Report
+from bench.report.plots import new_figure
 from bench.report.registry import Artifact, Cover, Recipe, Shown, option
 from bench.report.select import RunSet
 from bench.report.tables import fmt
 
 PAPER_CSV = Path(__file__).with_name("paper_tables") / "dyspec_table5_tree_attention.csv"
+FIG9_CSV = PAPER_CSV.with_name("dyspec_fig9_block_counts.csv")
 GENERATOR_NOTES = {
     "recursive": "uniform random recursive tree: node i's parent is uniform over nodes 0..i-1; original "
                  "order = creation order",
@@ -68,16 +43,14 @@ def order_counts(parents, prefixes: list[int], block: int = BLOCK) -> dict[tuple
     for name, order_of in ORDERS.items():
         mask = tree_mask(permute(parents, order_of(parents)))
         for prefix in prefixes:
-            out[name, prefix] = prefix_block_count(mask, prefix, block)
+            out[name, prefix] = tree_order.prefix_block_count(mask, prefix, block)
     return out
 
 
 def synthetic_counts(generator: str, size: int, n_trees: int, seed: int, prefixes: list[int],
                      block: int = BLOCK) -> list[dict]:
-    """Long rows (source, tree, tree_size, prefix_len, order, blocks) for n_trees random trees.
-
-    The generator's stream depends only on (seed, generator, size), so adding a size or a generator to
-    the command line does not change the trees of the others."""
+    """Long rows (source, tree, tree_size, prefix_len, order, blocks) for n_trees random trees, seeded by (seed,
+    generator, size) alone."""
     rng = np.random.default_rng([seed, list(GENERATORS).index(generator), size])
     rows = []
     for t in range(n_trees):
@@ -103,7 +76,7 @@ def load_tree_file(path: Path) -> list[tuple[np.ndarray, int]]:
                 raise ValueError(f"prefix_len must be an integer >= 0, got {prefix!r}")
             if not isinstance(parents, list) or not all(isinstance(x, int) for x in parents):
                 raise ValueError("parents must be a list of integers")
-            trees.append((as_parents(parents), prefix))
+            trees.append((tree_order.as_parents(parents), prefix))
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
             what = f"missing key {e}" if isinstance(e, KeyError) else str(e)
             raise TreeFileError(f"malformed line {lineno} in {path}: {what}") from None
@@ -249,6 +222,61 @@ def table5_markdown(df: pd.DataFrame, trees_df: pd.DataFrame | None, trees_per_s
     return "\n".join(lines) + "\n"
 
 
+# ---------------------------------------------------------------- Figures 9 and 7
+
+
+def fig9_points(long: pd.DataFrame, sizes_col: str) -> pd.DataFrame:
+    """Mean tiles per (source, size or bucket, prefix, order) over the prefix sweep."""
+    sweep = long[~long.recorded] if "recorded" in long else long
+    g = sweep.groupby(["source", sizes_col, "prefix_len", "order"], sort=True).blocks
+    pts = pd.DataFrame({"blocks_mean": g.mean(), "trees": g.size()}).reset_index()
+    return pts.rename(columns={sizes_col: "tree_size"})
+
+
+def fig9(points: pd.DataFrame, title_of: dict[str, str], block: int):
+    """One panel per source (the command line's order): mean tiles per prefix length, per size and order."""
+    sources = [s for s in title_of if s in set(points.source)]
+    fig = new_figure(figsize=(5.2 * len(sources), 4.2))
+    axes = fig.subplots(1, len(sources), squeeze=False)[0]
+    styles = {"original": "-", "bfs": ":", "dfs": "--", "heavy": "-."}
+    for ax, source in zip(axes, sources):
+        pts = points[points.source == source]
+        one_size = pts.tree_size.nunique() == 1  # then all four orders, one colour each
+        for i, (size, g) in enumerate(pts.groupby("tree_size", sort=False)):
+            for j, (order, style) in enumerate(styles.items()):
+                line = g[g.order == order]
+                if one_size or order in ("original", "dfs"):
+                    ax.plot(line.prefix_len, line.blocks_mean, style, marker="o", ms=3,
+                            color=f"C{j if one_size else i}", label=f"{size} nodes: {order}")
+        ax.set_title(title_of[source], fontsize=9)
+        ax.set_xlabel("prefix length (tokens, all visible to every tree node)")
+        ax.set_ylabel(f"non-zero {block}x{block} tiles (mean)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    paper = pd.read_csv(FIG9_CSV)
+    quote = "; ".join(f"{s}: {g[~g.reorder].block_count.iloc[0]:.2f} -> {g[g.reorder].block_count.iloc[0]:.2f}"
+                      for s, g in paper.groupby("tree_size"))
+    fig.text(0.01, -0.04, f"Paper, Fig. 9 text (real DySpec trees, prefix length not given), tree size: "
+             f"tiles original -> reordered: {quote}", fontsize=8)
+    return fig
+
+
+def fig7(parents, title: str, block: int):
+    """Figure 7's picture: one tree's mask in original and DFS order, tile grid drawn, tiles counted."""
+    fig = new_figure(figsize=(10, 5.2))
+    for ax, order in zip(fig.subplots(1, 2), ("original", "dfs")):
+        mask = tree_mask(permute(parents, ORDERS[order](parents)))
+        ax.imshow(mask, cmap="Greys", interpolation="nearest")
+        for edge in range(block, len(parents), block):
+            ax.axhline(edge - 0.5, color="C1", lw=0.4)
+            ax.axvline(edge - 0.5, color="C1", lw=0.4)
+        ax.set_title(f"{order} order: {block_count(mask, block)} non-zero {block}x{block} tiles", fontsize=9)
+        ax.set_xlabel("key (tree node)")
+        ax.set_ylabel("query (tree node)")
+    fig.suptitle(title, fontsize=9)
+    return fig
+
+
 # ---------------------------------------------------------------- the artifact
 
 def int_list(text: str | Iterable[int], name: str, minimum: int) -> list[int]:
@@ -266,8 +294,7 @@ def dyspec_table5(runs: RunSet, sizes: str | Iterable[int] = "256,512,1024,2048"
                   trees_per_size: int = 20, seed: int = 0, generators: str = "recursive,greedy",
                   trees: str | None = None, prefixes: str | Iterable[int] = "0,128,256,512,1024",
                   fig_sizes: str | Iterable[int] = "768,1024", block: int = BLOCK) -> Report:
-    """Table 5, Figure 9 and Figure 7 (see the module docstring); no runs are read. Shows no file: the CLI lists
-    the paths (the table's markdown is the first)."""
+    """Shows no file: the CLI lists the paths (the table's markdown first)."""
     sizes = int_list(sizes, "sizes", 1)
     prefixes = int_list(prefixes, "prefixes", 0)
     fig_sizes = int_list(fig_sizes, "fig-sizes", 1)

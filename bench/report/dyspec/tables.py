@@ -1,10 +1,5 @@
-"""DySpec Tables 1-3: latency per token, accepted tokens per step and speedup vs AR, ours (paper).
-
-Writes results/tables/dyspec_table{N}.{md,csv,tex}; the paper's numbers come from
-paper_tables/dyspec_tables_latency_per_token.csv. Runs are the latest per (model, method, dataset,
-temperature) with no variant (Table 4: the methods' runs of variant b768, TABLE_VARIANTS), of one drafter
-(bench.report.drafter: --draft, default the latest draft-model run's); AR's runs are every drafter's baseline.
-"""
+"""DySpec Tables 1-4: latency per token, accepted tokens per step and speedup vs AR of DySpec, Sequoia and
+SpecInfer, ours beside the paper's, from one drafter's runs (AR's are every drafter's baseline)."""
 
 from __future__ import annotations
 
@@ -14,22 +9,14 @@ from pathlib import Path
 import pandas as pd
 
 from bench.errors import HarnessError
+from bench.report.claims import overall, paired_ratio_interval, per_question
 from bench.report.drafter import describe
 from bench.report.output import Report
 from bench.report.registry import Artifact, Cover, Recipe, Shown, option
 from bench.report.select import DEFAULT_MODEL, RunSet, footer, latest_runs
 from bench.report.steps import has_steps
-from bench.report.tables import (
-    MISSING,
-    fmt,
-    interval_columns,
-    is_missing,
-    ours_cells,
-    pair,
-    render,
-    with_interval,
-)
-from bench.run.metrics import bootstrap_interval, mat, mat_interval, ratio_of_rates, ratio_of_sums, verdict
+from bench.report.tables import MISSING, interval_columns, paired_cells, render, with_interval
+from bench.run.metrics import bootstrap_interval, mat, mat_interval, ratio_of_sums, verdict
 from bench.run.store import Run
 
 PAPER_CSV = Path(__file__).with_name("paper_tables") / "dyspec_tables_latency_per_token.csv"
@@ -81,29 +68,21 @@ def latency_speedup(records: list[dict], baseline: list[dict]) -> float | None:
     return base / mine if mine and base is not None else None
 
 
-def per_question(records: list[dict]) -> dict:
+def tokens_and_time(records: list[dict]) -> dict:
     """question_id -> [new tokens, wall time] over its turns."""
-    out: dict = {}
-    for r in records:
-        q = out.setdefault(r["question_id"], [0, 0.0])
-        q[0] += r["new_tokens"]
-        q[1] += r["wall_time"]
-    return out
+    return per_question(records, lambda r: r["new_tokens"], lambda r: r["wall_time"])
 
 
 def latency_interval(records: list[dict]) -> list[float] | None:
     """latency_per_token's 95% interval, questions resampled with their wall time and tokens."""
-    qs = per_question(records)
+    qs = tokens_and_time(records)
     keys = sorted(qs, key=str)
     return bootstrap_interval([[qs[k][1] for k in keys], [qs[k][0] for k in keys]], ratio_of_sums)
 
 
 def latency_speedup_interval(records: list[dict], baseline: list[dict]) -> list[float] | None:
     """latency_speedup's interval, paired over the questions of both runs."""
-    a, b = per_question(records), per_question(baseline)
-    keys = sorted(set(a) & set(b), key=str)
-    return bootstrap_interval([[a[k][0] for k in keys], [a[k][1] for k in keys], [b[k][0] for k in keys],
-                               [b[k][1] for k in keys]], ratio_of_rates) if keys else None
+    return paired_ratio_interval(tokens_and_time(records), tokens_and_time(baseline))
 
 
 def dyspec_paper(table: int) -> pd.DataFrame:
@@ -158,13 +137,8 @@ def method_cells(m: str, run: Run | None, base: Run | None, paper: pd.DataFrame,
 def build_dyspec_table(runs: RunSet, model: str | None = None, paper_table: int | str | None = None,
                        draft: str | None = None) -> pd.DataFrame:
     """One row per (dataset, temperature) in the paper's order; per method `<m>_latency_s`, `<m>_accepted`,
-    `<m>_speedup` (ours; NaN: no run) and the same with `_paper`; `ar_latency_s(_paper)`. Provenance in attrs.
-
-    Runs are pinned by the one rule (bench.report.select.RunSet; its anchor: the table's own runs), then the
-    latest per (model, method, dataset, temperature) with no variant (Table 4: the methods' runs of
-    TABLE_VARIANTS[4], AR's with none); default table: the one whose target size is the model's paper_size
-    (7B -> 1, 13B -> 2, 70B -> 3).
-    """
+    `<m>_speedup` (ours; NaN: no run) and the same with `_paper`; `ar_latency_s(_paper)`; provenance in attrs. Runs:
+    the latest per cell with no variant (Table 4: TABLE_VARIANTS[4]); default table: by the model's paper_size."""
     mine = candidates(runs)
     table = table_number(mine.pin(model=model, draft=draft).runs, paper_table)  # the model's paper size
     paper = dyspec_paper(table)
@@ -221,13 +195,12 @@ def build_dyspec_table(runs: RunSet, model: str | None = None, paper_table: int 
 
 def sequoia_claim(versus: list[tuple]) -> list[str]:
     """The paper's claim over Sequoia, decided per cell from the paired interval of Sequoia's latency over
-    DySpec's (above 1: DySpec faster): holds when every cell holds, does not hold when one does not."""
+    DySpec's (above 1: DySpec faster)."""
     if not versus:
         return []
     cells = [verdict(ci, 1.0) for _, _, ci in versus]
-    overall = "does not hold" if "does not hold" in cells else "undecided" if "undecided" in cells else "holds"
     each = "; ".join(f"{name} {with_interval(p, ci)}" for name, p, ci in versus)
-    return [(f"Claim, DySpec faster than Sequoia in every cell (the paper's): {overall} ({cells.count('holds')} "
+    return [(f"Claim, DySpec faster than Sequoia in every cell (the paper's): {overall(cells)} ({cells.count('holds')} "
             f"of {len(cells)} cells hold, {cells.count('undecided')} undecided, {cells.count('does not hold')} "
             f"not; Sequoia's latency / DySpec's, paired 95% interval: {each}).")]
 
@@ -265,31 +238,25 @@ def selection(run: Run) -> str:
     return sel if isinstance(sel, str) else json.dumps(sel, sort_keys=True)
 
 
-def ms(x) -> str:
-    return fmt(x if is_missing(x) else 1000 * x)
+def ms_cells(df: pd.DataFrame, col: str) -> list[str]:
+    """A latency column (seconds per token) as ms cells, ours beside the paper's."""
+    return paired_cells(df[[col, f"{col}_lo", f"{col}_hi", f"{col}_paper"]] * 1000, col, f"{col}_paper")
 
 
 def display(df: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame({"Dataset": [f"{d} ({p})" for d, p in zip(df["dataset"], df["paper_dataset"])],
                         "T": [f"{t:g}" for t in df["temperature"]]})
     for m in METHODS:
-        label = LABELS[m]
-        ms_ours = df[[f"{m}_latency_s", f"{m}_latency_s_lo", f"{m}_latency_s_hi"]] * 1000
-        out[f"{label} ms/tok"] = [pair(a, ms(b)) for a, b in zip(ours_cells(ms_ours, f"{m}_latency_s"),
-                                                                 df[f"{m}_latency_s_paper"])]
-        out[f"{label} accepted"] = [pair(a, fmt(b))
-                                    for a, b in zip(ours_cells(df, f"{m}_accepted"), df[f"{m}_accepted_paper"])]
-        out[f"{label} speedup"] = [pair(a, fmt(b))
-                                   for a, b in zip(ours_cells(df, f"{m}_speedup"), df[f"{m}_speedup_paper"])]
-    ar_ms = df[["ar_latency_s", "ar_latency_s_lo", "ar_latency_s_hi"]] * 1000
-    out["AR ms/tok"] = [pair(a, ms(b)) for a, b in zip(ours_cells(ar_ms, "ar_latency_s"), df["ar_latency_s_paper"])]
+        out[f"{LABELS[m]} ms/tok"] = ms_cells(df, f"{m}_latency_s")
+        out[f"{LABELS[m]} accepted"] = paired_cells(df, f"{m}_accepted", f"{m}_accepted_paper")
+        out[f"{LABELS[m]} speedup"] = paired_cells(df, f"{m}_speedup", f"{m}_speedup_paper")
+    out["AR ms/tok"] = ms_cells(df, "ar_latency_s")
     return out
 
 
 def dyspec_table(runs: RunSet, model: str | None = None, paper_size: str | None = None,
                  paper_table: int | str | None = None, draft: str | None = None) -> Report:
-    """tables/dyspec_table{N}.{md,csv,tex}; paper_size (the CLI's --paper-size) picks the table by target size
-    when paper_table is not given."""
+    """paper_size (--paper-size) picks the table by target size when paper_table is not given."""
     if paper_table is None and paper_size is not None:
         if paper_size not in TABLE_FOR_SIZE:
             raise HarnessError(f"DySpec has no table for paper size {paper_size!r} "

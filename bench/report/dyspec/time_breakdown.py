@@ -1,12 +1,6 @@
-"""DySpec Figure 4: share of the timed region per component (draft forward, target forward, tree
-construction, mask building, sampling, verification, other), per method, from our phase timings.
-
-Writes results/tables/dyspec_time_breakdown.{md,csv} and results/figures/dyspec_time_breakdown.png. The paper
-gives no values for Figure 4, only claims (FIG4_PAPER), printed under ours. The methods' runs are one drafter's
-(--draft, default the latest draft-model run's; bench.report.drafter), AR's are shared. Each (method, dataset,
-temperature) takes its run of variant `breakdown` (conf/experiment/dyspec/fig4.yaml, timed per phase), else
-Table 1's (no variant), which are exact on a CPU only: bench.report.phase_timing refuses unsynced GPU runs.
-"""
+"""DySpec Figure 4: share of the timed region per component (draft forward, target forward, tree construction, mask
+building, sampling, verification, other) per method, from our phase timings: Figure 4's own runs (variant
+`breakdown`, timed per phase), else Table 1's, which are exact on a CPU only (bench.report.phase_timing)."""
 
 from __future__ import annotations
 
@@ -60,7 +54,7 @@ def dyspec_component_shares(phase_times: dict[str, float]) -> dict[str, float]:
 
 def share_intervals(records: list[dict]) -> dict:
     """Each component's <key>_lo/<key>_hi: its share's 95% interval, prompts resampled with their phase times
-    (metrics.phase_share_interval over the summed phase times; "other" takes every phase no component names)."""
+    ("other" takes every phase no component names)."""
     present = {p for rec in records for p in rec["phase_times"]}
     named = {p for key, _, phases in FIG4_COMPONENTS if key != "other" for p in phases}
     out = {}
@@ -73,8 +67,7 @@ def share_intervals(records: list[dict]) -> dict:
 def build_dyspec_time_breakdown(runs: RunSet, model: str | None = None, dataset: str | None = None,
                                 temperature: float | None = None, draft: str | None = None) -> pd.DataFrame:
     """One row per method (DySpec's order, AR last): share of each Figure 4 component, pooled over the latest
-    run per (dataset, temperature) of that method (optionally only one dataset / temperature), of the runs pinned
-    by the one rule (anchor: Figure 4's own)."""
+    run per (dataset, temperature) of that method (optionally only one dataset / temperature)."""
     runs = candidates(runs).pin(model=model, draft=draft, own=lambda r: r.variant == BREAKDOWN)
     model = runs.model or DEFAULT_MODEL
     chosen: dict = {}  # (method, dataset, temperature) -> Figure 4's own run, else Table 1's
@@ -144,7 +137,6 @@ def plot_breakdown(df: pd.DataFrame):
 def dyspec_time_breakdown(runs: RunSet, model: str | None = None, paper_size: str | None = None,
                           dataset: str | None = None, temperature: float | None = None,
                           draft: str | None = None) -> Report:
-    """figures/dyspec_time_breakdown.png, tables/dyspec_time_breakdown.{md,csv}, showing the markdown."""
     df = build_dyspec_time_breakdown(runs, model, dataset, temperature, draft)
     display = pd.DataFrame({"Method": df["label"], "runs": df["runs"], "prompts": df["prompts"]})
     for key, label, phases in FIG4_COMPONENTS:

@@ -1,17 +1,6 @@
-"""Token order of a draft tree and the block sparsity of its attention mask (DySpec Appendix C).
-
-A block-sparse attention kernel (FlashAttention with a custom mask) skips a `block x block` tile of the
-mask only when no query in it may see any key in it, so its work is the number of non-zero tiles, and that
-depends on the order the tree's tokens are laid out in. DySpec lays them out in depth-first pre-order
-(children in draft-rank order); heavy-path order (children by descending subtree size) is the paper's
-near-optimal reference.
-
-Trees are parent arrays (list, 1-D numpy array or CPU tensor): `parents[0] = -1` is the root, every
-other node's parent comes before it (`parents[i] < i`). The "tree size" is the number of nodes including
-the root, i.e. the side of the tree's mask (DySpec Table 5: 256 nodes without reordering = 36 tiles = the
-full lower triangle of 8x8 tiles). Orders are arrays `order` with `order[k]` = the old index of the node
-placed at position k. Masks and orders are numpy arrays. Independent of bench.core.tree except `parents_of`.
-"""
+"""Token order of a draft tree and the block sparsity of its attention mask (DySpec Appendix C): a block-sparse
+kernel's work is the number of non-zero tiles, which depends on the order. Trees are parent arrays (`parents[0] = -1`,
+`parents[i] < i`; size counts the root); an order `order[k]` is the old index of the node placed at position k."""
 
 from __future__ import annotations
 
@@ -42,7 +31,7 @@ def as_parents(parents) -> np.ndarray:
 
 
 def parents_of(tree) -> np.ndarray:
-    """Convenience: the parent array of a bench.core.tree.Tree (its slots are breadth-first)."""
+    """The parent array of a bench.core.tree.Tree (its slots are breadth-first)."""
     return as_parents(tree.parents)
 
 
@@ -86,11 +75,7 @@ def heavy_path_order(parents) -> np.ndarray:
 
 def bfs_order(parents) -> np.ndarray:
     """Breadth-first, children in index order: the slot layout bench.core.tree uses."""
-    p = as_parents(parents)
-    depth = np.zeros(p.size, dtype=np.int64)
-    for i in range(1, p.size):
-        depth[i] = depth[p[i]] + 1
-    kids = children_lists(p)
+    kids = children_lists(parents)
     order, level = [0], [0]
     while level:
         level = [c for v in level for c in kids[v]]
@@ -139,8 +124,8 @@ def block_count(mask, block: int = BLOCK) -> int:
 
 
 def prefix_block_count(tree_only_mask, prefix_len: int, block: int = BLOCK) -> int:
-    """block_count(tree_mask(parents, prefix_len)) from the prefix-free mask, without building the wide
-    mask: whole prefix tiles are all non-zero; only the tile straddling prefix and tree needs a look."""
+    """block_count(tree_mask(parents, prefix_len)) from the prefix-free mask: whole prefix tiles are all non-zero;
+    only the tile straddling prefix and tree needs a look."""
     m = np.asarray(tree_only_mask, dtype=bool)
     whole, shift = divmod(prefix_len, block)
     rows = -(-m.shape[0] // block)
@@ -165,15 +150,9 @@ def random_recursive_tree(size: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def greedy_expansion_tree(size: int, rng: np.random.Generator, concentration: float = 1.0) -> np.ndarray:
-    """A tree grown like DySpec's greedy builder: repeatedly add the candidate of highest path value.
-
-    Each node's draft distribution over its ranked children is a stick-breaking draw (child k gets the
-    fraction B_k ~ Beta(1, concentration) of what ranks < k left), which is the probability that the k-th
-    sampled-without-replacement child is the accepted one. A child's value is its parent's value times that
-    weight; the candidates are, per expanded node, its next unexpanded child. Index = expansion order, so
-    earlier siblings come first and tend to own larger subtrees (the paper's reason DFS approximates
-    heavy-path order).
-    """
+    """A tree grown like DySpec's greedy builder: repeatedly add the candidate (per expanded node, its next child)
+    of highest path value, a child's weight a stick-breaking draw (child k: B_k ~ Beta(1, concentration) of what
+    ranks < k left). Index = expansion order, so earlier siblings tend to own larger subtrees."""
     if size < 1:
         raise TreeOrderError("a tree has at least the root")
     parents = [-1]

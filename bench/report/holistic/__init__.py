@@ -1,10 +1,6 @@
 """Post-use & Pre-cut (holistic token efficiency): Tables 1-2 (one table), 3, 4, 9 and 10, Figures 2, 4 and 5.
 
-Each artifact is declared at the bottom of its module and reads runs of experiment `holistic`
-(conf/experiment/holistic/; common.py). Make targets need MODEL's draft (make draft): LIMIT questions per dataset;
-new tokens per dataset as the paper's Table 7 (HumanEval and GSM8K 128, MT-Bench and Alpaca 256) unless MAX_NEW is
-given. The AR baselines run first.
-"""
+Make targets need MODEL's draft (make draft); new tokens per dataset as the paper's Table 7 unless MAX_NEW is given."""
 
 from bench.cost.replay import Setting
 

@@ -1,23 +1,7 @@
-"""Post-use & Pre-cut Figure 2, the observations the method rests on, from a vanilla SD run (fixed draft length
-lambda; conf/experiment/holistic/fig2.yaml, Alpaca, run.record_steps=true):
-
-(a) the local optimal draft length lambda* of each SD iteration: the draft tokens it accepted (a longer draft
-    wastes draft calls, a shorter one target calls); lambda* = lambda means "at least lambda". From accept lengths,
-    which every run records.
-(b) reuse potential: of each iteration's discarded draft tokens (after its accepted prefix), the share inside a
-    discarded phrase of >= 2 tokens that reappears later in the same prompt-turn: in the output the target commits
-    afterwards ("at the target"), or in a later iteration's draft ("at the draft"). Needs per-step draft tokens.
-(c) the product of the draft tokens' confidences (the draft's probability of each, softmax at temperature 1, as
-    Pre-cut reads it) against the acceptance of the draft sequence: for each prefix d_0..d_l of each iteration's
-    draft, whether all of it was accepted, binned by the product. Needs per-step confidences.
-(b) and (c) read the step_* counters of runs made with run.record_steps=true (bench/report/steps.py).
-
-Runs: vanilla SD runs of any experiment (greedy), pinned by the one rule (bench.report.select.RunSet.pin) to those
-with per-step records when the drafter has any, the most recent of experiment holistic_fig2 first; (b) and (c) read
-the latest recorded run, (a) that run, else the latest run without records.
-
-Builds figures/holistic_fig2.{png,csv,md}. The paper's figure has no point values in its text.
-"""
+"""Post-use & Pre-cut Figure 2 from a vanilla SD run: (a) the local optimal draft length lambda* of each iteration
+(its accepted drafts), (b) the discarded draft tokens whose 2-token phrase reappears later (at the target or the
+draft), (c) acceptance of a draft prefix against the product of its confidences. (b) and (c) need per-step records
+(run.record_steps=true, bench/report/steps.py)."""
 
 from __future__ import annotations
 
@@ -31,7 +15,7 @@ from matplotlib.figure import Figure
 from bench.report.drafter import describe, drafter
 from bench.report.holistic.common import MODEL, RUN, draft_length, level, make, recipe, shown
 from bench.report.output import Report
-from bench.report.plots import new_figure, wrap
+from bench.report.plots import new_figure, wrap, yerr
 from bench.report.registry import Artifact, Cover
 from bench.report.select import RunSet, footer
 from bench.report.steps import SWITCH, binned_rate, has_steps, nodes, rises, steps
@@ -59,7 +43,8 @@ def own(run: Run) -> bool:
 
 def vanilla_runs(runs: RunSet, model: str | None = None,
                  draft: str | None = None) -> tuple[RunSet, Run | None, Run | None]:
-    """(the runs pinned, the run of (a), the run of (b)/(c) or None): see the module's docstring."""
+    """(the runs pinned, the run of (a), the run of (b)/(c) or None): vanilla SD runs, greedy, those with per-step
+    records when the drafter has any; (b)/(c): the latest recorded run (Figure 2's own first), (a): it or the latest."""
     sd = runs.where(method=("holistic", "sd"), greedy=True, keep=vanilla)
     p = sd.pin(has_steps, model=model, draft=draft, own=own)
     if not p.runs:  # no run with per-step records (of the drafter): (a) alone
@@ -180,14 +165,12 @@ def plot(df: pd.DataFrame) -> Figure:
             ax.set_yticks([])
     if at["recorded"]:
         b = df[df["part"] == "b"]
-        err = np.vstack([b["value"] - b["low"], b["high"] - b["value"]]).astype(float)
-        ax_b.bar(["at the target", "at the draft"], b["value"].fillna(0), yerr=np.nan_to_num(err).clip(min=0),
+        ax_b.bar(["at the target", "at the draft"], b["value"].fillna(0), yerr=yerr(b["value"], b["low"], b["high"]),
                  color=["tab:green", "tab:orange"], capsize=4)
         ax_b.set(ylim=(0, 1), ylabel="share of discarded draft tokens")
         c = df[df["part"] == "c"]
         mid = (c["bin_low"] + c["bin_high"]) / 2
-        err = np.vstack([c["rate"] - c["rate_low"], c["rate_high"] - c["rate"]]).astype(float)
-        ax_c.errorbar(mid, c["rate"], yerr=np.nan_to_num(err).clip(min=0), marker="o", capsize=3)
+        ax_c.errorbar(mid, c["rate"], yerr=yerr(c["rate"], c["rate_low"], c["rate_high"]), marker="o", capsize=3)
         ax_c.plot([0, 1], [0, 1], ls=":", color="gray", lw=1)
         ax_c.set(xlim=(0, 1), ylim=(0, 1.05), xlabel="product of draft confidences",
                  ylabel="share of draft prefixes accepted")
@@ -196,8 +179,7 @@ def plot(df: pd.DataFrame) -> Figure:
 
 
 def holistic_fig2(runs: RunSet, model: str | None = None, draft: str | None = None) -> Report:
-    """The figure, its points (csv) and the markdown, which the CLI shows. No vanilla SD run: MissingRunsError;
-    without per-step records, (b) and (c) say why they are empty."""
+    """No vanilla SD run: MissingRunsError; without per-step records, (b) and (c) say why they are empty."""
     p, run_a, run_bc = vanilla_runs(runs, model, draft)
     df = frame(runs, run_a, run_bc)
     at = df.attrs
@@ -236,8 +218,7 @@ def holistic_fig2(runs: RunSet, model: str | None = None, draft: str | None = No
                   p.notes)
     png = Path(runs.folder, "figures", "holistic_fig2.png")  # the markdown names the figure where it is written
     md = markdown(pd.DataFrame(rows), f"Post-use & Pre-cut Figure 2, ours (figure: {png}).", foot, numparse=False)
-    return Report({"figures/holistic_fig2.png": plot(df), "figures/holistic_fig2.csv": df,
-                   "figures/holistic_fig2.md": md}, show="figures/holistic_fig2.md")
+    return Report.figure("holistic_fig2", plot(df), df, md)
 
 
 ARTIFACT = Artifact(

@@ -1,17 +1,6 @@
-"""Post-use & Pre-cut Figure 4: token utilisation over the verifications of a run for vanilla SD, Pre-cut with an
-initialised Q (learned in warm-up, then frozen) and Pre-cut with Q updated throughout, on the same questions
-(conf/experiment/holistic/fig4.yaml: Alpaca, 256 new tokens, reuse off).
-
-Builds figures/holistic_fig4.png (cumulative utilisation against verification step, one line per curve) and
-holistic_fig4.{csv,md}: the csv holds every step of every curve (the step's accepted and drafted tokens, new
-tokens and draft calls, and both cumulative utilisations), the markdown the final values and the paper's claim
-decided from them. A curve's final utilisation carries its 95% bootstrap interval over questions (each resampled
-with its accepted and drafted draft tokens; Eq. 3's with its new tokens and draft calls): an error bar at the
-curve's end, [low, high] in the markdown, util_accepted_lo/_hi and util_eq3_lo/_hi on the curve's last csv row.
-Utilisation is Table 5's accepted / drafted draft tokens (Eq. 3's new tokens / draft calls is in
-the csv). The paper's Figure 4 has no point values in its text, only the ordering: Q_updated above Q_init above
-vanilla SD.
-"""
+"""Post-use & Pre-cut Figure 4: cumulative token utilisation (accepted / drafted) over the verifications of a run for
+vanilla SD, Pre-cut with a frozen Q_init and Pre-cut with Q updated, and the paper's ordering of the three decided
+from paired intervals."""
 
 from __future__ import annotations
 
@@ -127,7 +116,6 @@ def plot(df: pd.DataFrame) -> Figure:
 
 def holistic_fig4(runs: RunSet, model: str | None = None, dataset: str = "alpaca",
                   draft: str | None = None) -> Report:
-    """The figure, its points (csv) and the markdown, which the CLI shows."""
     mine = runs.where(experiment=EXPERIMENT, dataset=dataset, greedy=True, keep=curve)
     p = mine.pin(model=model, draft=draft, dataset=dataset)
     if not p.runs:
@@ -153,8 +141,7 @@ def holistic_fig4(runs: RunSet, model: str | None = None, dataset: str = "alpaca
                                       "bars, at each curve's end)."),
                                      f"{MISSING}: no run ({make(ARTIFACT)}).",
                                      *(f"Note: {n}." for n in p.notes)])
-    return Report({"figures/holistic_fig4.png": plot(df), "figures/holistic_fig4.csv": df,
-                   "figures/holistic_fig4.md": md}, show="figures/holistic_fig4.md")
+    return Report.figure("holistic_fig4", plot(df), df, md)
 
 
 ARTIFACT = Artifact(

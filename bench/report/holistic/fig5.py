@@ -1,9 +1,5 @@
-"""Post-use & Pre-cut Figure 5: draft-length sensitivity with reuse only (both reuses, no Pre-cut): speedup over
-AR against lambda on HumanEval and MT-Bench (conf/experiment/holistic/fig5.yaml).
-
-Builds figures/holistic_fig5.png (one line per dataset, the best lambda marked) and holistic_fig5.{csv,md}. The paper's figure (Llama-2 7B/70B) has no point values in its text; its claim is that
-the best lambda differs between tasks, which the markdown decides from our curves.
-"""
+"""Post-use & Pre-cut Figure 5: speedup over AR against lambda with reuse only (no Pre-cut) on HumanEval and
+MT-Bench, and the paper's claim that the best lambda differs between tasks."""
 
 from __future__ import annotations
 
@@ -11,13 +7,12 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from bench.report.holistic import common
-from bench.report.holistic.claims import fmt_ci
 from bench.report.holistic.common import AR, MODEL, RUN, make, recipe, shown
 from bench.report.output import Report
 from bench.report.plots import new_figure, yerr
 from bench.report.registry import Artifact, Cover
 from bench.report.select import MissingRunsError, RunSet, footer
-from bench.report.tables import MISSING, markdown, ours_cells
+from bench.report.tables import MISSING, fmt_ci, markdown, ours_cells
 from bench.run.metrics import speedup_interval, verdict
 
 DATASETS = ("humaneval", "mt_bench")
@@ -25,9 +20,8 @@ LEVEL = "reuse_target"  # both reuses, no Pre-cut
 
 
 def differs_verdict(b: dict[str, int], runs: dict[str, dict]) -> str:
-    """The best lambda differs between the two tasks, from paired intervals: holds when each task's own best
-    lambda beats the other task's best on that task's questions (speedup ratio wholly above 1); equality cannot
-    be shown by an interval, so otherwise undecided."""
+    """The best lambda differs between the two tasks: holds when each task's best lambda beats the other's on its
+    questions (paired speedup ratio wholly above 1), else undecided (an interval cannot show equality)."""
     if len(b) < 2:
         return "not measured (needs both datasets)"
     (da, la), (db, lb) = list(b.items())[:2]
@@ -74,7 +68,6 @@ def plot(df: pd.DataFrame) -> Figure:
 
 
 def holistic_fig5(runs: RunSet, model: str | None = None, draft: str | None = None) -> Report:
-    """The figure, its points (csv) and the markdown, which the CLI shows."""
     rows, foot, errors, cells = [], [], [], {}
     draft = common.shown_drafter(runs, model, draft)  # one drafter on both datasets; an unknown --draft is one error
     for ds in DATASETS:
@@ -105,8 +98,7 @@ def holistic_fig5(runs: RunSet, model: str | None = None, draft: str | None = No
                                    ("Speedup [low, high], error bars: 95% bootstrap interval over questions, paired "
                                     "with AR."),
                                    f"{MISSING}: no run ({make(ARTIFACT)})."])
-    return Report({"figures/holistic_fig5.png": plot(df), "figures/holistic_fig5.csv": df,
-                   "figures/holistic_fig5.md": md}, show="figures/holistic_fig5.md")
+    return Report.figure("holistic_fig5", plot(df), df, md)
 
 
 ARTIFACT = Artifact(

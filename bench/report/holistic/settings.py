@@ -1,11 +1,5 @@
-"""The settings sweeps of the full method (conf/experiment/holistic/sweep_*.yaml, experiment `holistic_sweep`):
-one row per run with the settings the paper leaves open (W, beta, kappa, target_cost, warm-up, confidence bins)
-and what they gave: speedup over AR, MAT, both utilisations, hit rates, draft length.
-
-Builds tables/holistic_settings.{md,csv}: the sweep's runs of one model, drafter, machine label and
-max_new_tokens (bench.report.select.RunSet.pin). The AR baseline is the one measured like each run (any
-experiment: holistic/ar's on the same dataset, length and machine).
-"""
+"""The settings sweeps of the full method (experiment `holistic_sweep`): one row per run with the settings the paper
+leaves open (W, beta, target_cost, warm-up, confidence bins) and what they gave."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Post-use & Pre-cut Table 10: speedup over AR per Spec-Bench category of Speculative (lambda 8), Assisted and
-ours (both reuses and Pre-cut, lambda <= 24), ours beside the paper's (Llama-3.1-Instruct, its Appendix E.2).
-
-Builds tables/holistic_table10.{md,csv,tex}. Runs: experiment `holistic` on spec_bench
-(conf/experiment/holistic/table10*.yaml). Per category, the speedup is the mean per-question tok/s over AR's on the
-same questions (Spec-Bench's), from the records of that category's group (the 8 MT-Bench categories are Dialog).
-"""
+"""Post-use & Pre-cut Table 10: speedup over AR per Spec-Bench category of Speculative (lambda 8), Assisted and ours,
+beside the paper's (Llama-3.1-Instruct, its Appendix E.2)."""
 
 from __future__ import annotations
 

@@ -1,25 +1,18 @@
 """Post-use & Pre-cut Table 3: the ablation ladder (sd, + reuse at the draft, + reuse at the target, + Pre-cut) x
-draft length lambda, speedup over AR on HumanEval, ours beside the paper's (Llama-2-chat 7B/70B).
-
-Builds tables/holistic_table3.{md,csv,tex}. The csv keeps, per cell, tok/s, speedup, MAT, both
-utilisations, hit rates and draft lengths. The markdown states, from the data, whether the paper's two
-hardware-independent claims hold here:
-- reuse raises utilisation (Eq. 3) over vanilla SD at equal or higher MAT (at every lambda measured for both);
-- Pre-cut flattens the lambda-sensitivity curve: the spread of speedups over lambda, (max - min) / max, is smaller
-  with Pre-cut than with both reuses alone (over the lambdas measured for both).
-"""
+draft length lambda, speedup over AR on HumanEval beside the paper's, and its two hardware-independent claims (reuse
+raises utilisation at equal MAT; Pre-cut flattens the lambda sensitivity) decided from the data."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from bench.report.holistic import common
-from bench.report.holistic.claims import MAT_TOLERANCE, flatten_interval, fmt_ci, reuse_verdict
+from bench.report.holistic.claims import MAT_TOLERANCE, flatten_interval, reuse_verdict
 from bench.report.holistic.common import AR, DATASET, MODEL, RUN, make, recipe, shown
 from bench.report.output import Report
 from bench.report.registry import Artifact, Cover
 from bench.report.select import RunSet, footer
-from bench.report.tables import MISSING, fmt, interval_in, is_missing, pair, render, with_interval
+from bench.report.tables import MISSING, fmt, fmt_ci, interval_in, is_missing, pair, render, with_interval
 from bench.run.metrics import verdict
 from bench.run.store import Run
 

@@ -1,19 +1,6 @@
-"""Post-use & Pre-cut Table 9: wall-clock of one operation of each component of the full method (M_d forward,
-M_t forward, cache fetch/verify, roll back, controller step), ours beside the paper's (Llama-2-chat 7B/70B on
-HumanEval, A6000s).
-
-Builds tables/holistic_table9.{md,csv,tex}. Reads the latest holistic run with both reuses and Pre-cut at
-lambda <= 24 (Table 1's "ours", also Table 3's precut cell at 24), preferring one timed per phase
-(conf/experiment/holistic/table9.yaml; bench.report.phase_timing refuses an unsynced GPU run), and divides each
-phase's summed time by its operation count, from the run's counters:
-- draft_forward / draft calls; target_forward / verifications (the prefill is not counted);
-- cache (fetches at draft and target, the phrases pushed after verification) / verifications;
-- rollback (the draft cache's crop to the committed tokens) / verifications; the target's KV compaction is the
-  engine's `update` phase, shown beside it;
-- controller (decisions and the Q update) / decisions.
-The csv also has each component's ms per verification step and its share of the timed region. Ms per operation
-and the share carry 95% bootstrap intervals over questions (each resampled with its phase time and operations).
-"""
+"""Post-use & Pre-cut Table 9: wall-clock of one operation of each component of the full method (M_d forward, M_t
+forward, cache, roll back, controller step), ours beside the paper's: each phase's time over its operation count, from
+the latest full-method run at lambda 24, preferring one timed per phase (bench.report.phase_timing)."""
 
 from __future__ import annotations
 
@@ -29,13 +16,8 @@ from bench.report.phase_timing import require_exact_phases
 from bench.report.registry import Artifact, Cover
 from bench.report.select import RunSet, footer
 from bench.report.tables import MISSING, pair, render
-from bench.run.metrics import (
-    bootstrap_interval,
-    counter_totals,
-    phase_share_interval,
-    phase_totals,
-    ratio_of_sums,
-)
+from bench.run import metrics
+from bench.run.metrics import counter_totals, phase_share_interval, phase_totals
 
 PAPER = "postuse_precut_table9_wallclock.csv"
 # component -> (label, our phase, what one operation is: a counter name, or "steps" for one per verification)
@@ -50,8 +32,7 @@ LAMBDA = 24
 
 def ms_interval(records: list[dict], phase: str, per: str) -> list[float] | None:
     """Ms per operation's 95% interval: questions resampled with their seconds in `phase` and their operations
-    (verifications, or counter `per`). None at batch > 1, where phase times are kept per batch, or where a
-    question has no operations (a resample of only such questions would have no ms per operation)."""
+    (verifications, or counter `per`). None at batch > 1 (phase times per batch) or where a question has none."""
     if any(r.get("batch") for r in records):
         return None
     by_q: dict = defaultdict(list)
@@ -62,7 +43,7 @@ def ms_interval(records: list[dict], phase: str, per: str) -> list[float] | None
     ops = [common.verifications(by_q[q]) if per == "steps" else counter_totals(by_q[q]).get(per, 0) for q in qs]
     if not qs or 0 in ops:
         return None
-    ci = bootstrap_interval([seconds, ops], ratio_of_sums)
+    ci = metrics.bootstrap_interval([seconds, ops], metrics.ratio_of_sums)
     return None if ci is None else [1e3 * ci[0], 1e3 * ci[1]]
 
 

@@ -1,10 +1,7 @@
 """ProPD (Zhong et al., 2024): Tables 1-3, Figures 3, 6 and 7.
 
-Each artifact is declared at the bottom of its module and reads runs of ar, bpd, medusa and propd (common.py). Make
-targets: LIMIT questions per dataset; on MT-Bench they are spread over its 8 categories (the first ceil(LIMIT / 8)
-of each, in file order, then the first LIMIT): LIMIT=4 takes writing, roleplay, reasoning and math; LIMIT=16 fills
-a batch of 16. The reports say when a run decoded fewer rows together than its batch size.
-"""
+Make targets: LIMIT questions per dataset, on MT-Bench spread over its 8 categories (LIMIT=16 fills a batch of 16);
+the reports say when a run decoded fewer rows together than its batch size."""
 
 from bench.cost.replay import Setting
 

@@ -1,27 +1,17 @@
-"""What ProPD's reports share: which runs they use (through bench.report.select), how a run is classified and
-reduced to numbers, the paper's CSVs, missing-cell reasons, footers and the texts of a report.
-
-Methods: ar, bpd, medusa, propd, greedy (temperature 0) only. A propd run is classified by its two switches,
-read from `method_settings` (`prune`, `dynamic`), else from its `run.variant` (`ablation-*`, `prune-L<n>-k<k>`
-as conf/experiment/propd/ sets them), so a hand-run propd counts wherever its switches put it. Runs are pinned by
-the one rule (bench.report.select.RunSet.pin; `pin` below); of them, the latest run per (method, switches,
-dataset, batch size) is used.
-
-Speeds are recomputed from records (bench.run.metrics): the aggregate rate is all new tokens / all timed wall
-time (at batch > 1 the batch's wall time), the rate a server delivers and the paper's "tokens per second".
-"""
+"""What ProPD's reports share: a run's switches (from method_settings, else its variant), pinning an artifact's runs
+(`pin`; a cell holds the latest run per method, switches, dataset and batch size), a cell's numbers, the footer and
+texts. Rates are aggregate (all new tokens / all timed wall time, the batch's at batch > 1), the paper's tokens/s."""
 
 from __future__ import annotations
 
 import re
-from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from bench.report.claims import speed_ratio, speed_ratio_interval
+from bench.report.claims import per_question, speed_ratio, speed_ratio_interval
 from bench.report.registry import Recipe, Shown, option
 from bench.report.select import RunSet, footer
 from bench.report.tables import interval_columns, latex_escape, markdown, render
@@ -100,12 +90,8 @@ def aggregate_rate(run: Run) -> float | None:
 
 def nodes(run: Run) -> dict:
     """question -> [drafted, verified] nodes over its verification steps (of the records that recorded them)."""
-    out: dict = defaultdict(lambda: [0, 0])
-    for r in run.records:
-        if r.get("draft_nodes") is not None:
-            out[r["question_id"]][0] += sum(r["draft_nodes"])
-            out[r["question_id"]][1] += sum(r.get("verified_nodes", r["draft_nodes"]))
-    return out
+    return per_question([r for r in run.records if r.get("draft_nodes") is not None], lambda r: sum(r["draft_nodes"]),
+                        lambda r: sum(r.get("verified_nodes", r["draft_nodes"])))
 
 
 def prune_rate(run: Run) -> float | None:
@@ -124,10 +110,8 @@ def draft_nodes_mean(run: Run) -> float | None:
 
 
 def pin(runs: RunSet, name: str, relevant: Callable[[Run], bool], model: str | None = None) -> Cells:
-    """Artifact `name`'s ProPD-family runs (METHODS, greedy), pinned by the one rule and anchored on the latest
-    relevant run of its own sweep (experiment propd_<name>) when there is one, else on that of any ProPD
-    experiment: an AR run of another paper (other lengths) must not anchor it. The model is the anchor's, as
-    ProPD's reports always took it, not that of a later relevant run of another paper."""
+    """Artifact `name`'s ProPD-family runs (METHODS, greedy), anchored on the latest relevant run of its own sweep
+    (experiment propd_<name>), else of any ProPD experiment, never another paper's; the model is the anchor's."""
     runs, experiment = runs.where(method=METHODS, greedy=True), f"propd_{name}"
     if any(relevant(r) and r.experiment == experiment for r in runs.runs):
         own = lambda r: r.experiment == experiment
@@ -139,9 +123,8 @@ def pin(runs: RunSet, name: str, relevant: Callable[[Run], bool], model: str | N
 
 def cell(p: RunSet, method: str, dataset: str, batch: int, combo: tuple[bool, bool] | None = None,
          where: Callable[[Run], bool] | None = None) -> Run | None:
-    """The latest run of `method` (propd: with these switches; others: default variant) on `dataset` at `batch`;
-    None if there is none. Without `where`, Table 2's sweep (variants prune-L<n>-k<k>) is left out: its
-    pruning-only runs at other layers and top-k are not the ablation's."""
+    """The latest run of `method` (propd: with these switches; others: default variant) on `dataset` at `batch`,
+    else None. Without `where`, Table 2's sweep (variants prune-L<n>-k<k>) is left out."""
     return p.latest(lambda r: r.method == method and r.dataset == dataset
                     and r.batch_size == batch
                     and (where(r) if where else not PRUNE_VARIANT.fullmatch(r.variant or ""))
@@ -150,8 +133,7 @@ def cell(p: RunSet, method: str, dataset: str, batch: int, combo: tuple[bool, bo
 
 @dataclass
 class Cells:
-    """One artifact's pinned runs and what its footer says of the cells it fills: the runs used (in order) and
-    why a cell is empty."""
+    """One artifact's pinned runs and what its footer says of its cells: the runs used and why a cell is empty."""
 
     p: RunSet
     name: str  # the artifact: its make target is named with an empty cell's reason
@@ -159,13 +141,11 @@ class Cells:
     missing: dict = field(default_factory=dict)  # cell -> reason
 
     def take(self, run: Run | None) -> Run | None:
-        """A cell's run (None: none), used in the order taken."""
         self.used.append(run)
         return run
 
     def gap(self, name: str, dataset: str, what: str) -> None:
-        """Cell `name` is empty: no runs on the dataset at all, or no `what` there (e.g. "ar run at that batch
-        size"). Cells with the same reason share one footnote."""
+        """Cell `name` is empty: no runs on the dataset at all, or no `what` there."""
         if any(r.dataset == dataset for r in self.p.runs):
             self.missing[name] = f"no {what} on {dataset} ({make(self.name)})"
         elif note := DATASET_NOTES.get(dataset):
@@ -174,15 +154,14 @@ class Cells:
             self.missing[name] = f"no runs on {dataset} ({make(self.name)})"
 
     def attrs(self, **extra) -> dict:
-        """What the texts say besides the numbers, as plain values: a DataFrame's attrs are deep-copied by every
-        pandas operation, so they must not hold runs and their records."""
+        """What the texts say besides the numbers, as plain values (pandas deep-copies attrs: no runs there)."""
         return {"model": self.p.model, "label": model_label(self.p.model), "machine": self.p.machine,
                 "max_new_tokens": self.p.max_new_tokens, "settings": setting_text(self.used), "missing": self.missing,
                 **extra}
 
     def footer(self, lines: list[str], notes: list[str] = ()) -> list[str]:
-        """select.footer: ProPD's "Ours:" line, `lines`, the paper's setup, one line per reason cells are empty,
-        the runs used; notes: runs left out, batches that never filled, then `notes`."""
+        """select.footer with ProPD's "Ours:" line, `lines`, the paper's setup and why cells are empty (one line per
+        reason); notes: runs left out, batches that never filled, then `notes`."""
         p, reasons = self.p, {}
         for name, reason in self.missing.items():  # cells with the same reason share one line, in table order
             reasons.setdefault(reason, []).append(name)
@@ -204,7 +183,7 @@ class Against:
     def cell(self, name: str, batch: int, combo: tuple[bool, bool], what: str,
              aggregate: bool = True) -> tuple[dict, dict]:
         """(numbers, run ids) of the latest propd run with `combo` at `batch` over the baseline measured like it
-        (else the latest baseline run at `batch`); an empty cell's reason goes under `name`."""
+        (else the latest baseline run at `batch`)."""
         c = self.cells
         run = c.take(cell(c.p, "propd", self.dataset, batch, combo))
         base = c.take(c.p.baseline(run, self.base) or cell(c.p, self.base, self.dataset, batch))
@@ -226,7 +205,6 @@ class Against:
                          f"{self.base}_run_id": base.run_id if base else None}
 
     def frame(self, rows: list[dict], keys: tuple[str, ...]) -> pd.DataFrame:
-        """The rows, numbers as floats (floats()), and what the texts say in attrs."""
         df = floats(pd.DataFrame(rows), keys)
         df.attrs.update(self.cells.attrs(dataset=self.dataset))
         return df
@@ -253,12 +231,11 @@ def setting_text(runs: Iterable[Run | None]) -> str:
 
 
 def rows_together(run: Run) -> int:
-    """The most rows the run decoded together: its batch size, unless it had fewer questions."""
     return max((r["batch"]["size"] for r in run.records if r.get("batch")), default=1)
 
 
 def short_batches(runs: Iterable[Run | None]) -> list[str]:
-    """One note per (batch size, rows) of runs whose batches never filled (fewer questions than rows)."""
+    """One note per (batch size, rows) of runs whose batches never filled."""
     short: dict[tuple[int, int], int] = {}
     for r in {r.run_id: r for r in runs if r is not None}.values():
         if rows_together(r) < r.batch_size:

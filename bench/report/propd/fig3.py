@@ -1,13 +1,7 @@
-"""ProPD Figure 3: (a) top-k accuracy of early heads per layer, (b) iteration time vs tree size per batch size
-with the least-squares line T = b0 + b1 * size, (c) iteration time vs sequence length, (d) MAT per MT-Bench
-category of Medusa and ProPD at batch 1.
-
-Reads results/propd/early_heads.json ((a); written by scripts/early_heads_report.py), results/propd/
-iteration_time.json ((b), (c); scripts/propd_iteration_time.py) and the medusa / propd (both switches on)
-runs at batch 1 on mt_bench ((d), MAT per category recomputed from records). Writes results/figures/
-propd_fig3.{png,csv,md,tex} and propd_fig3_fit.csv (b0, b1, R^2 per batch size). The paper publishes no point
-values for Figure 3, only the statements printed under ours.
-"""
+"""ProPD Figure 3: (a) top-k accuracy of early heads per layer, (b) iteration time vs tree size per batch size with
+the least-squares line, (c) iteration time vs sequence length, (d) MAT per MT-Bench category of Medusa and ProPD.
+(a) to (c) come from the files scripts/early_heads_report.py and scripts/propd_iteration_time.py write; the paper
+publishes no point values, only the statements printed under ours."""
 
 from __future__ import annotations
 
@@ -189,8 +183,7 @@ def tables(acc, b, c, fits, d) -> list[tuple[str, pd.DataFrame]]:
 
 
 def propd_fig3(runs: RunSet, model: str | None = None) -> Report:
-    """The figure, its points and fit (figures/propd_fig3.csv, propd_fig3_fit.csv), its tables
-    (propd_fig3.{md,tex}); shows the markdown. Nothing for any panel: MissingRunsError."""
+    """Nothing for any panel: MissingRunsError."""
     notes: list[str] = []
     heads = read_json(runs.file("propd", EARLY_HEADS), notes)
     timing = read_json(runs.file("propd", ITERATION_TIME), notes)

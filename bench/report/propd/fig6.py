@@ -1,18 +1,6 @@
-"""ProPD Figure 6: the probability estimation of the dynamic token tree: (a) the top-k probability of each head,
-(b) the expected acceptance of each token of the tree built from it.
-
-The paper's figure is a worked example (two heads, top-2; the tree 'abd' + 'ac' has estimated acceptance length
-1.88), not a measurement. Ours shows the estimates of a real run: a propd run with the dynamic tree on records, at
-its end, P[i][k-1] (head i's running chance that the committed token is in its top k; method_settings
-`hit_rates`) and the controller's last choice (tree size). (b) is the best-first tree of that size from
-p[i, k] = P[i, k] - P[i, k-1] (bench.core.tree.best_first, as methods/propd/dynamic.py builds it), each node's
-expected acceptance the product of p along its path; its estimated acceptance length, 1 + their sum, is set beside
-the run's measured MAT (with its 95% interval over questions).
-
-Writes figures/propd_fig6.{png,csv,md}: the csv has one row per (head, k) of (a) and per node of (b). The run is
-the latest propd run with recorded hit rates of the model (the latest such run's by default), preferring experiment
-propd_fig6 and batch 1; it compares with no other run, so no machine or length is pinned.
-"""
+"""ProPD Figure 6: the dynamic token tree's probability estimation, (a) the top-k probability of each head, (b) the
+expected acceptance of each node of the best-first tree built from it, from a real propd run's recorded hit rates
+(the paper's figure is a worked example); its estimated acceptance length is set beside the run's measured MAT."""
 
 from __future__ import annotations
 
@@ -35,7 +23,7 @@ PAPER = ("Paper (Figure 6, a worked example, not a measurement): from the heads'
 
 
 def fig6_run(runs: RunSet, model: str | None = None) -> Run:
-    """The run the figure shows (the module's docstring); none: MissingRunsError."""
+    """The latest propd run with recorded hit rates, preferring propd_fig6's and batch 1; none: MissingRunsError."""
     p = runs.where(method="propd", greedy=True, keep=lambda r: r.settings.get("hit_rates")).pin(model=model, same=())
     run = (p.latest(lambda r: r.experiment == "propd_fig6" and r.batch_size == 1)
            or p.latest(lambda r: r.batch_size == 1) or p.latest())
@@ -90,7 +78,6 @@ def plot(df: pd.DataFrame):
 
 
 def propd_fig6(runs: RunSet, model: str | None = None) -> Report:
-    """The figure, its points (figures/propd_fig6.csv) and panel (a)'s table (propd_fig6.md), shown."""
     run = fig6_run(runs, model)
     df = build_fig6(run)
     a = df.attrs
@@ -112,8 +99,7 @@ def propd_fig6(runs: RunSet, model: str | None = None) -> Report:
               f"estimate (the estimate is optimistic): {above}."), PAPER]
     md = markdown(display, "ProPD Figure 6 (a), ours: top-k probability per head (figure: "
                   f"{runs.file('figures', 'propd_fig6.png')}).", footer(ours, [run], lines), numparse=False)
-    return Report({"figures/propd_fig6.png": plot(df), "figures/propd_fig6.csv": df, "figures/propd_fig6.md": md},
-                  show="figures/propd_fig6.md")
+    return Report.figure("propd_fig6", plot(df), df, md)
 
 
 ARTIFACT = Artifact(

@@ -1,10 +1,5 @@
-"""ProPD Figure 7: tokens/s of ar, bpd, medusa and propd per dataset and batch size.
-
-Writes results/figures/propd_fig7.png (grouped bars, one panel per dataset: MT-Bench, ChatGPT Prompts, Alpaca)
-and propd_fig7.{csv,md,tex} (the plotted numbers). propd is the run with both switches on. The paper's Figure 7
-has no point values in its text, only the claim that ProPD is the fastest in every setting, which the
-markdown checks on ours.
-"""
+"""ProPD Figure 7: tokens/s of ar, bpd, medusa and propd (both switches on) per dataset and batch size, and the
+paper's claim that ProPD is the fastest in every setting, decided from paired intervals."""
 
 from __future__ import annotations
 
@@ -13,19 +8,7 @@ import pandas as pd
 
 from bench.report.output import Report
 from bench.report.plots import new_figure, wrap, yerr
-from bench.report.propd.common import (
-    BATCHES,
-    DATASETS,
-    METHODS,
-    Cells,
-    aggregate_rate,
-    cell,
-    floats,
-    make,
-    pin,
-    recipe,
-    table_texts,
-)
+from bench.report.propd import common
 from bench.report.registry import Artifact, Cover
 from bench.report.select import RunSet
 from bench.report.tables import MISSING, interval_columns, interval_in, ours_cells
@@ -45,31 +28,31 @@ DEFINITIONS = [
 ]
 
 
-def fig7_points(runs: RunSet, model: str | None = None) -> tuple[pd.DataFrame, Cells]:
+def fig7_points(runs: RunSet, model: str | None = None) -> tuple[pd.DataFrame, common.Cells]:
     """One row per (dataset, batch, method): `tok_s` (aggregate), `tok_s_per_question`, `mat`, `run_id`; the cells
     (runs used, why one is empty) for the footer."""
-    cells, rows = pin(runs, "fig7", lambda r: r.dataset in DATASETS, model), []
-    for d in DATASETS:
+    cells, rows = common.pin(runs, "fig7", lambda r: r.dataset in common.DATASETS, model), []
+    for d in common.DATASETS:
         measured = any(r.dataset == d for r in cells.p.runs)  # else one reason for the dataset's every cell
-        for b in BATCHES:
-            ours = cell(cells.p, "propd", d, b, BOTH)  # the others' rows carry its paired ratio over them
-            for m in reversed(METHODS):  # propd first: the footer names the runs in this order
-                run = cells.take(ours if m == "propd" else cell(cells.p, m, d, b))
+        for b in common.BATCHES:
+            ours = common.cell(cells.p, "propd", d, b, BOTH)  # the others' rows carry its paired ratio over them
+            for m in reversed(common.METHODS):  # propd first: the footer names the runs in this order
+                run = cells.take(ours if m == "propd" else common.cell(cells.p, m, d, b))
                 if run is None and measured:
                     cells.gap(f"{d} BS={b} {LABELS[m]}", d,
                               f"{m} run{' with both switches on' if m == 'propd' else ''} at that batch size")
                 rows.append({"dataset": d, "batch_size": b, "method": m,
-                             "tok_s": aggregate_rate(run) if run else None,
+                             "tok_s": common.aggregate_rate(run) if run else None,
                              **interval_columns("tok_s", aggregate_rate_interval(run.records) if run else None),
                              **interval_columns("propd_over", faster(ours, run)),
                              "tok_s_per_question": tokens_per_s(run.records)["mean_of_questions"] if run else None,
                              "mat": mat(run.records) if run else None, "run_id": run.run_id if run else None})
         if not measured:
             cells.gap(f"{d} (every cell)", d, "run")
-    order = {m: i for i, m in enumerate(METHODS)}
-    df = pd.DataFrame(sorted(rows, key=lambda r: (list(DATASETS).index(r["dataset"]), r["batch_size"],
+    order = {m: i for i, m in enumerate(common.METHODS)}
+    df = pd.DataFrame(sorted(rows, key=lambda r: (list(common.DATASETS).index(r["dataset"]), r["batch_size"],
                                                   order[r["method"]])))
-    df = floats(df, keys=("dataset", "batch_size", "method"))
+    df = common.floats(df, keys=("dataset", "batch_size", "method"))
     df.attrs.update(cells.attrs())
     return df, cells
 
@@ -88,9 +71,8 @@ def cell_verdict(g: pd.DataFrame) -> str:
 
 
 def fastest_claim(df: pd.DataFrame) -> str:
-    """ProPD the fastest of the four, over the (dataset, batch) cells where all four ran, decided per cell from
-    the paired intervals of its rate over each other's: holds when every cell does, does not hold when one does
-    not, else undecided."""
+    """ProPD the fastest of the four over the (dataset, batch) cells where all four ran, per cell from the paired
+    intervals of its rate over each other's."""
     full = [g for _, g in df.groupby(["dataset", "batch_size"], sort=False) if g["tok_s"].notna().all()]
     if not full:
         return "ProPD fastest of the four: not measured (no dataset and batch size with all four methods)."
@@ -105,29 +87,29 @@ def display(df: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (d, b), g in df.groupby(["dataset", "batch_size"], sort=False):
         cells = dict(zip(g["method"], ours_cells(g, "tok_s", ".1f")))
-        rows.append({"Dataset": DATASETS[d], "BS": str(b),
-                     **{f"{LABELS[m]} tok/s": cells.get(m, MISSING) for m in METHODS}})
+        rows.append({"Dataset": common.DATASETS[d], "BS": str(b),
+                     **{f"{LABELS[m]} tok/s": cells.get(m, MISSING) for m in common.METHODS}})
     return pd.DataFrame(rows)
 
 
 def plot(df: pd.DataFrame):
     fig = new_figure(figsize=(16, 4.8))
-    axes = fig.subplots(1, len(DATASETS), sharey=False)
-    width = 0.8 / len(METHODS)
-    x = np.arange(len(BATCHES))
+    axes = fig.subplots(1, len(common.DATASETS), sharey=False)
+    width = 0.8 / len(common.METHODS)
+    x = np.arange(len(common.BATCHES))
     legend = None
-    for ax, (d, name) in zip(axes, DATASETS.items()):
+    for ax, (d, name) in zip(axes, common.DATASETS.items()):
         sub = df[df["dataset"] == d]
         ax.set_title(name)
-        ax.set_xticks(x, [f"BS={b}" for b in BATCHES])
+        ax.set_xticks(x, [f"BS={b}" for b in common.BATCHES])
         if sub["tok_s"].isna().all():
             reason = df.attrs["missing"].get(f"{d} (every cell)", "no runs")
             ax.text(0.5, 0.5, wrap(reason, 38), ha="center", va="center", transform=ax.transAxes)
             ax.set_yticks([])
             continue
-        for i, m in enumerate(METHODS):
-            ys = sub[sub["method"] == m].set_index("batch_size").reindex(BATCHES)
-            ax.bar(x + (i - (len(METHODS) - 1) / 2) * width, ys["tok_s"].fillna(0), width, label=LABELS[m],
+        for i, m in enumerate(common.METHODS):
+            ys = sub[sub["method"] == m].set_index("batch_size").reindex(common.BATCHES)
+            ax.bar(x + (i - (len(common.METHODS) - 1) / 2) * width, ys["tok_s"].fillna(0), width, label=LABELS[m],
                    color=COLORS[m], yerr=yerr(ys["tok_s"], ys["tok_s_lo"], ys["tok_s_hi"]), capsize=2)
         ax.set_ylabel("tokens/s (aggregate)")
         ax.grid(axis="y", alpha=0.3)
@@ -139,15 +121,13 @@ def plot(df: pd.DataFrame):
 
 
 def propd_fig7(runs: RunSet, model: str | None = None) -> Report:
-    """The figure, then its numbers as figures/propd_fig7.{md,csv,tex}; shows the markdown. No runs:
-    MissingRunsError."""
     df, cells = fig7_points(runs, model)
     if df["tok_s"].isna().all():
-        raise runs.missing(f"ar/bpd/medusa/propd runs on {', '.join(DATASETS)}", make("fig7"))
+        raise runs.missing(f"ar/bpd/medusa/propd runs on {', '.join(common.DATASETS)}", common.make("fig7"))
     caption = ("ProPD Figure 7, ours: tokens/s of AR, BPD, Medusa and ProPD per dataset and batch size "
                f"(figure: {runs.file('figures', 'propd_fig7.png')}).")
     defs = [*DEFINITIONS, fastest_claim(df), f"ProPD settings: {df.attrs['settings']}."]
-    texts = table_texts(display(df), caption, cells.footer(defs), df)
+    texts = common.table_texts(display(df), caption, cells.footer(defs), df)
     return Report({"figures/propd_fig7.png": plot(df), **Report.tables("propd_fig7", texts, "figures").files},
                   show="figures/propd_fig7.md")
 
@@ -157,7 +137,7 @@ def propd_fig7(runs: RunSet, model: str | None = None) -> Report:
 ARTIFACT = Artifact(
     "fig7", "Figure 7 (tok/s of ar, bpd, medusa, propd per dataset and batch) -> figures/propd_fig7.{png,csv,md,tex}",
     propd_fig7, covers=(Cover("Figure 7"),), rank=4, experiments=("propd_fig7",), common=("model",),
-    **recipe("fig7", "ProPD Figure 7: tok/s of ar, bpd, medusa, propd x MT-Bench, ChatGPT Prompts, Alpaca x batch 1-16",
+    **common.recipe("fig7", "ProPD Figure 7: tok/s of ar, bpd, medusa, propd x MT-Bench, ChatGPT Prompts, Alpaca x batch 1-16",
              steps=("$(PY) -m bench.run $(SWEEP) experiment=propd/fig7 dataset=mt_bench $(PROPD_ARGS)",
                     "-$(PY) -m bench.run $(SWEEP) experiment=propd/fig7 dataset=chatgpt_prompts $(PROPD_SET_ARGS)",
                     "$(PY) -m bench.run $(SWEEP) experiment=propd/fig7 dataset=alpaca $(PROPD_SET_ARGS)")))

@@ -1,9 +1,5 @@
-"""ProPD Table 1: speedup of ProPD (pruning and dynamic tree on) over autoregressive decoding per batch size.
-
-Writes results/tables/propd_table1.{md,csv,tex}: our row (the embedded model, labelled as such) above the
-paper's Vicuna 7B/13B/33B rows (paper_tables/propd_table1_speedup_vs_ar.csv). Runs: the latest propd run with
-both switches on and its ar baseline at the same batch size, model, dataset, machine and max_new_tokens.
-"""
+"""ProPD Table 1: speedup of ProPD (pruning and dynamic tree on) over autoregressive decoding per batch size, our
+row above the paper's Vicuna 7B/13B/33B rows."""
 
 from __future__ import annotations
 

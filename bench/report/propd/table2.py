@@ -1,45 +1,27 @@
-"""ProPD Table 2: early pruning at batch 4, per pruning layer and top-k: prune rate, accepted length, speed.
-
-Writes results/tables/propd_table2.{md,csv,tex}, ours (paper) per cell (paper_tables/propd_table2_early_pruning_
-bs4.csv). Rows: without pruning (the latest medusa run, else a propd run with both switches off), then the
-latest propd run with pruning on and the dynamic tree off per (prune_layer, prune_topk). The markdown states,
-from the data, whether the paper's claim holds that pruning removes most drafted nodes while keeping the
-accepted length within 5% of no pruning.
-"""
+"""ProPD Table 2: early pruning at batch 4 per pruning layer and top-k (prune rate, accepted length, speed), ours
+beside the paper's, and its claim that pruning removes most drafted nodes while keeping the accepted length within
+5% of no pruning, decided from the data."""
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import pandas as pd
 
+from bench.report.claims import paired_ratio_interval, per_question
 from bench.report.output import Report
-from bench.report.propd.common import (
-    DATASET,
-    Cells,
-    aggregate_rate,
-    cell,
-    draft_nodes_mean,
-    floats,
-    nodes,
-    paper_csv,
-    pin,
-    prune_point,
-    prune_rate,
-    recipe,
-    table_texts,
-)
+from bench.report.propd import common
 from bench.report.registry import Artifact, Cover, option
 from bench.report.select import RunSet
-from bench.report.tables import MISSING, fmt, interval_columns, interval_in, is_missing, pair, with_interval
-from bench.run.metrics import (
-    aggregate_rate_interval,
-    bootstrap_interval,
-    mat,
-    mat_interval,
-    ratio_of_rates,
-    ratio_of_sums,
+from bench.report.tables import (
+    MISSING,
+    fmt,
+    fmt_ci,
+    interval_columns,
+    interval_in,
+    is_missing,
+    pair,
+    paired_cells,
 )
+from bench.run.metrics import aggregate_rate_interval, bootstrap_interval, mat, mat_interval, ratio_of_sums
 from bench.run.store import Run
 
 PAPER = "propd_table2_early_pruning_bs4.csv"
@@ -73,10 +55,8 @@ def interval_verdict(rate_ci: list[float] | None, ratio_ci: list[float] | None) 
 
 def pruning_claim(points: dict[tuple[int, int], tuple[float | None, float | None]], reference_mat: float | None,
                   chosen: tuple[int, int] = CHOSEN, intervals: tuple | None = None) -> tuple[str, str]:
-    """(verdict, numbers) of claim (1) at the chosen (layer, top-k): pruning removes over half the drafted nodes
-    and MAT stays within 5% of no pruning; points maps (layer, top-k) -> (prune rate, MAT). With `intervals`
-    (the chosen point's prune-rate interval, its paired MAT-ratio interval) the verdict is read from them
-    (interval_verdict); without (the paper's printed numbers, which have none) from the points."""
+    """(verdict, numbers) of claim (1) at the chosen (layer, top-k), points: (layer, top-k) -> (prune rate, MAT);
+    the verdict from `intervals` (prune rate's, paired MAT ratio's) when given, else (the paper's) the points."""
     rate, m = points.get(chosen, (None, None))
     layer, k = chosen
     if is_missing(rate) or is_missing(m) or is_missing(reference_mat) or not reference_mat:
@@ -94,13 +74,9 @@ def pruning_claim(points: dict[tuple[int, int], tuple[float | None, float | None
                      f"over half with MAT within 5%{ci}")
 
 
-def fmt_ci(ci: list[float] | None, show) -> str:
-    return MISSING if ci is None else f"[{show(ci[0])}, {show(ci[1])}]"
-
-
 def prune_interval(run: Run) -> list[float] | None:
     """Prune rate's interval: questions resampled with their drafted and verified nodes."""
-    per = nodes(run)
+    per = common.nodes(run)
     qs = sorted(per, key=str)
     if not qs or any(per[q][0] <= 0 for q in qs):
         return None
@@ -110,30 +86,22 @@ def prune_interval(run: Run) -> list[float] | None:
 
 def mat_ratio_interval(run: Run, ref: Run) -> list[float] | None:
     """MAT of run over ref's, paired on the questions of both (tokens and steps of each question)."""
-    def per_question(x: Run) -> dict:
-        out: dict = defaultdict(lambda: [0, 0])
-        for r in x.records:
-            out[r["question_id"]][0] += sum(r["accept_lengths"])
-            out[r["question_id"]][1] += len(r["accept_lengths"])
-        return out
-
-    a, b = per_question(run), per_question(ref)
-    qs = sorted(set(a) & set(b), key=str)
-    return bootstrap_interval([[a[q][0] for q in qs], [a[q][1] for q in qs], [b[q][0] for q in qs],
-                               [b[q][1] for q in qs]], ratio_of_rates) if qs else None
+    a, b = (per_question(x.records, lambda r: sum(r["accept_lengths"]), lambda r: len(r["accept_lengths"]))
+            for x in (run, ref))
+    return paired_ratio_interval(a, b)
 
 
 def table2_frame(runs: RunSet, model: str | None = None, batch_size: int = 4,
-                 dataset: str = "mt_bench") -> tuple[pd.DataFrame, Cells]:
+                 dataset: str = "mt_bench") -> tuple[pd.DataFrame, common.Cells]:
     """Rows `none` then (layer, top_k): ours `prune_rate`, `mat`, `tok_s`, run id, and the paper's `_paper`; the
     cells (runs used, why one is empty) for the footer."""
     batch_size = int(batch_size)
-    cells = pin(runs, "table2", lambda r: r.dataset == dataset and r.batch_size == batch_size
+    cells = common.pin(runs, "table2", lambda r: r.dataset == dataset and r.batch_size == batch_size
                 and r.method in ("medusa", "propd"), model)
-    paper = paper_csv(PAPER)
+    paper = common.paper_csv(PAPER)
     paper_by = {(row.layer, None if pd.isna(row.top_k) else int(row.top_k)): row for row in paper.itertuples()}
-    ref = cells.take(cell(cells.p, "medusa", dataset, batch_size)
-                     or cell(cells.p, "propd", dataset, batch_size, (False, False)))
+    ref = cells.take(common.cell(cells.p, "medusa", dataset, batch_size)
+                     or common.cell(cells.p, "propd", dataset, batch_size, (False, False)))
     if ref is None:
         cells.gap("w/o pruning", dataset, f"medusa run (nor propd with both switches off) at batch {batch_size}")
     rows = []
@@ -141,8 +109,8 @@ def table2_frame(runs: RunSet, model: str | None = None, batch_size: int = 4,
         if layer == "none":
             run = ref
         else:
-            run = cells.take(cell(cells.p, "propd", dataset, batch_size, (True, False),
-                                  where=lambda r, pk=(int(layer), k): prune_point(r) == pk))
+            run = cells.take(common.cell(cells.p, "propd", dataset, batch_size, (True, False),
+                                  where=lambda r, pk=(int(layer), k): common.prune_point(r) == pk))
             if run is None:
                 cells.gap(f"layer {layer} top-{k}", dataset,
                           f"propd run with that layer and top-k (dynamic tree off) at batch {batch_size}")
@@ -153,12 +121,12 @@ def table2_frame(runs: RunSet, model: str | None = None, batch_size: int = 4,
                      **interval_columns("mat_ratio", mat_ratio_interval(run, ref) if chosen and ref else None),
                      **interval_columns("mat", mat_interval(run.records) if run else None),
                      **interval_columns("tok_s", aggregate_rate_interval(run.records) if run else None),
-                     "prune_rate": (0.0 if layer == "none" else prune_rate(run)) if run else None,
-                     "mat": mat(run.records) if run else None, "tok_s": aggregate_rate(run) if run else None,
-                     "draft_nodes_mean": draft_nodes_mean(run) if run else None,
+                     "prune_rate": (0.0 if layer == "none" else common.prune_rate(run)) if run else None,
+                     "mat": mat(run.records) if run else None, "tok_s": common.aggregate_rate(run) if run else None,
+                     "draft_nodes_mean": common.draft_nodes_mean(run) if run else None,
                      "prune_rate_paper": pr.prune_rate, "mat_paper": pr.acc_length, "tok_s_paper": pr.speed_tok_s,
                      "run_id": run.run_id if run else None, "method": run.method if run else None})
-    df = floats(pd.DataFrame(rows), keys=("layer", "top_k", "method"))
+    df = common.floats(pd.DataFrame(rows), keys=("layer", "top_k", "method"))
     df["top_k"] = df["top_k"].astype("Int64")
     df.attrs.update(cells.attrs(dataset=dataset, batch_size=batch_size, reference=ref.method if ref else MISSING))
     return df, cells
@@ -187,10 +155,8 @@ def display(df: pd.DataFrame) -> pd.DataFrame:
         "Top-K": [MISSING if pd.isna(k) else str(k) for k in df["top_k"]],
         "Prune rate": [pair(pct_ci(row.prune_rate, interval_in(row, "prune_rate")), pct(row.prune_rate_paper))
                        for _, row in df.iterrows()],
-        "AccLength": [pair(with_interval(row.mat, interval_in(row, "mat")), fmt(row.mat_paper))
-                      for _, row in df.iterrows()],
-        "Speed tok/s": [pair(with_interval(row.tok_s, interval_in(row, "tok_s")), fmt(row.tok_s_paper))
-                        for _, row in df.iterrows()],
+        "AccLength": paired_cells(df, "mat", "mat_paper"),
+        "Speed tok/s": paired_cells(df, "tok_s", "tok_s_paper"),
     })
 
 
@@ -209,12 +175,12 @@ def propd_table2(runs: RunSet, model: str | None = None, batch_size: int = 4, da
             (f"W/o pruning: {a['reference']} (the paper: Medusa). Nodes drafted per "
             f"step (mean): w/o pruning {fmt(df['draft_nodes_mean'].iloc[0], '.1f')}, pruning rows "
             f"{fmt(pruned.min() if len(pruned) else None, '.1f')}-{fmt(pruned.max() if len(pruned) else None, '.1f')}.")]
-    return Report.tables("propd_table2", table_texts(display(df), caption, cells.footer(defs), df))
+    return Report.tables("propd_table2", common.table_texts(display(df), caption, cells.footer(defs), df))
 
 
 ARTIFACT = Artifact(
     "table2", "Table 2 (early pruning: layer x top-k at batch 4) -> tables/propd_table2.{md,csv,tex}", propd_table2,
     covers=(Cover("Table 2"),), rank=2, experiments=("propd_table2",), paper_csv=(PAPER,), baseline="medusa",
-    options=(DATASET, option("--batch-size", type=int, help="default 4, as the paper")), common=("model",),
-    **recipe("table2", "ProPD Table 2: ar, medusa, propd pruning layer 1-4 x top-k 50-200 at batch 4 (dynamic tree "
+    options=(common.DATASET, option("--batch-size", type=int, help="default 4, as the paper")), common=("model",),
+    **common.recipe("table2", "ProPD Table 2: ar, medusa, propd pruning layer 1-4 x top-k 50-200 at batch 4 (dynamic tree "
              "off)", "table2_baselines", "table2"))

@@ -1,11 +1,5 @@
-"""ProPD Table 3: ablation of early pruning and dynamic tree generation, speed relative to Medusa per batch size.
-
-Writes results/tables/propd_table3.{md,csv,tex}: per switch combination (neither, pruning only, dynamic only,
-both) and batch size, the aggregate tokens/s of the latest propd run with those switches over that of the
-medusa run measured like it (same batch size, model, dataset, machine, max_new_tokens), ours (paper's 7B);
-the paper's 13B and 33B columns (batch 2 only) beside. The markdown states, from the data, whether the paper's
-claim holds that ProPD's gain over Medusa grows with the batch size.
-"""
+"""ProPD Table 3: ablation of early pruning and dynamic tree generation, speed relative to Medusa per batch size,
+ours beside the paper's, and its claim that ProPD's gain over Medusa grows with the batch size."""
 
 from __future__ import annotations
 
@@ -14,17 +8,7 @@ import itertools
 import pandas as pd
 
 from bench.report.output import Report
-from bench.report.propd.common import (
-    BATCHES,
-    COMBOS,
-    DATASET,
-    Against,
-    Cells,
-    paper_csv,
-    pin,
-    recipe,
-    table_texts,
-)
+from bench.report.propd import common
 from bench.report.registry import Artifact, Cover
 from bench.report.select import RunSet
 from bench.report.tables import MISSING, fmt, interval_in, is_missing, pair, with_interval
@@ -41,11 +25,9 @@ DEFINITIONS = [
 
 
 def growth_claim(ratios: dict[int, float | tuple | None]) -> tuple[str, str]:
-    """(verdict, numbers) of claim (2), decided from intervals: "holds" when the largest measured batch's gain is
-    above the smallest's (its interval wholly above) and no step to a larger batch falls (an interval wholly
-    below the previous one); "does not hold" when one does, or the largest's interval is wholly at or below the
-    smallest's; else "undecided". A value is (gain, [low, high]) or a plain number (the paper's, an interval of
-    its own); at least two batch sizes must be measured."""
+    """(verdict, numbers) of claim (2) from intervals: holds when the largest batch's gain is wholly above the
+    smallest's and no step to a larger batch falls wholly below; does not hold when one falls or the largest is
+    wholly at or below the smallest. A value is (gain, [low, high]) or a plain number (the paper's)."""
     pts = sorted((b, v if isinstance(v, tuple) else (v, None)) for b, v in ratios.items()
                  if not is_missing(v if not isinstance(v, tuple) else v[0]))
     numbers = ", ".join(f"BS={b}: {with_interval(r, ci)}" for b, (r, ci) in pts) or "no batch size measured"
@@ -58,15 +40,15 @@ def growth_claim(ratios: dict[int, float | tuple | None]) -> tuple[str, str]:
     return ("holds" if spans[-1][0] > spans[0][1] else "undecided"), numbers
 
 
-def table3_frame(runs: RunSet, model: str | None = None, dataset: str = "mt_bench") -> tuple[pd.DataFrame, Cells]:
+def table3_frame(runs: RunSet, model: str | None = None, dataset: str = "mt_bench") -> tuple[pd.DataFrame, common.Cells]:
     """One row per (combo, batch size): ours `ratio`, rates, MAT, prune rate, nodes per step, run ids; paper's
     `paper_7b`, and `paper_13b`, `paper_33b` at batch 2; the cells (runs used, why one is empty) for the footer."""
-    cells = pin(runs, "table3", lambda r: r.dataset == dataset and r.method in ("medusa", "propd"), model)
-    paper = paper_csv(PAPER)
-    vs, rows = Against(cells, dataset, "medusa"), []
-    for (prune, dynamic), name in COMBOS.items():
+    cells = common.pin(runs, "table3", lambda r: r.dataset == dataset and r.method in ("medusa", "propd"), model)
+    paper = common.paper_csv(PAPER)
+    vs, rows = common.Against(cells, dataset, "medusa"), []
+    for (prune, dynamic), name in common.COMBOS.items():
         pr = paper[(paper["early_pruning"] == YES_NO[prune]) & (paper["dynamic_generation"] == YES_NO[dynamic])]
-        for b in BATCHES:
+        for b in common.BATCHES:
             numbers, ids = vs.cell(f"{name} BS={b}", b, (prune, dynamic), "those switches")
             rows.append({"combo": name, "prune": prune, "dynamic": dynamic, "batch_size": b, **numbers,
                          "paper_7b": pr[f"7b_bs{b}"].item(), "paper_13b": pr["13b_bs2"].item() if b == 2 else None,
@@ -75,7 +57,7 @@ def table3_frame(runs: RunSet, model: str | None = None, dataset: str = "mt_benc
 
 
 def claim_texts(df: pd.DataFrame) -> list[str]:
-    both = df[df["combo"] == COMBOS[True, True]]
+    both = df[df["combo"] == common.COMBOS[True, True]]
     ours = growth_claim({b: (r, interval_in(row, "ratio")) for (_, row), b, r in
                          zip(both.iterrows(), both["batch_size"], both["ratio"])})
     paper = growth_claim(dict(zip(both["batch_size"], both["paper_7b"])))
@@ -86,7 +68,7 @@ def claim_texts(df: pd.DataFrame) -> list[str]:
 
 def display(df: pd.DataFrame) -> pd.DataFrame:
     rows = []
-    for (prune, dynamic), name in COMBOS.items():
+    for (prune, dynamic), name in common.COMBOS.items():
         sub = df[df["combo"] == name].set_index("batch_size")
         rows.append({"Early pruning": YES_NO[prune], "Dynamic generation": YES_NO[dynamic],
                      **{f"BS={b}": pair(with_interval(sub.at[b, "ratio"], interval_in(sub.loc[b], "ratio")),
@@ -102,12 +84,12 @@ def propd_table3(runs: RunSet, model: str | None = None, dataset: str = "mt_benc
                f"speed relative to Medusa at the same batch size, on {dataset}.")
     defs = [*DEFINITIONS, *claim_texts(df), "The paper's 33B has no value for the row with neither technique.",
             f"ProPD settings: {df.attrs['settings']}."]
-    return Report.tables("propd_table3", table_texts(display(df), caption, cells.footer(defs), df))
+    return Report.tables("propd_table3", common.table_texts(display(df), caption, cells.footer(defs), df))
 
 
 ARTIFACT = Artifact(
     "table3", "Table 3 (ablation vs Medusa per batch size) -> tables/propd_table3.{md,csv,tex}", propd_table3,
-    covers=(Cover("Table 3"),), rank=3, experiments=("propd_table3",), paper_csv=(PAPER,), options=(DATASET,),
+    covers=(Cover("Table 3"),), rank=3, experiments=("propd_table3",), paper_csv=(PAPER,), options=(common.DATASET,),
     baseline="medusa",
-    common=("model",), **recipe("table3", "ProPD Table 3: medusa and propd's 4 switch combinations x batch 1-16, "
+    common=("model",), **common.recipe("table3", "ProPD Table 3: medusa and propd's 4 switch combinations x batch 1-16, "
                                 "relative to medusa", "table3_medusa", "table3"))

@@ -1,9 +1,7 @@
 """Token Recycling (Luo et al., 2024): Table 1, Figures 3 and 4, and the paper's tree vs `tree=auto`.
 
-Make targets: the paper ran Vicuna on SpecBench and Code Llama on MBPP, hence one Table 1 sweep per dataset
-(MBPP_MODEL); Figures 3 and 4 run on MT-Bench (LIMIT questions, both turns); plots and CSVs go to results/figures/.
-Each artifact is declared in its own module (`ARTIFACT`).
-"""
+Make targets: one Table 1 sweep per dataset (Vicuna on SpecBench, MBPP_MODEL on MBPP, as the paper); Figures 3 and 4
+on MT-Bench (LIMIT questions, both turns)."""
 
 from bench.cost.replay import Setting
 

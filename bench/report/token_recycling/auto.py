@@ -1,9 +1,5 @@
-"""Token Recycling with the paper's tree vs `tree=auto` vs ar, and this machine's forward cost T(n)/T(1).
-
-Writes `<results>/figures/tr_auto.png` (the curve and the table), `tr_auto.csv` / `tr_auto.md` (the table)
-and `tr_auto_forward_cost.csv` (the curve). The curve is read from results/cache/forward_cost/*.json (the
-files bench.models.forward_cost writes; read here without torch), else from the auto run's method_settings.
-"""
+"""Token Recycling with the paper's tree vs `tree=auto` vs ar, beside this machine's forward cost T(n)/T(1) (from
+results/cache/forward_cost/, else the auto run's method_settings)."""
 
 from __future__ import annotations
 
@@ -157,7 +153,6 @@ def plot_curve(ax, curve: pd.DataFrame | None, df: pd.DataFrame) -> None:
 
 
 def tr_auto(runs: RunSet, model: str | None = None) -> Report:
-    """The paper's tree vs tree=auto vs ar: T(n)/T(1) of this machine and the table of both trees."""
     df, curve, notes = auto_table(runs, model)
     ctx = df.iloc[0]
     fig = new_figure(figsize=(16, 5))

@@ -1,10 +1,5 @@
-"""What Token Recycling's figures share: a sweep's runs, one run's numbers, the make recipes' lines.
-
-Runs are found by the `experiment` their summary.json records (`tr_fig3a`, `tr_fig3b`, `tr_fig3c`, `tr_fig4`,
-`tr_auto`) and method token_recycling. Of the matching runs, only those of the most recent run's (model, dataset,
-machine, max_new_tokens) are used, and of those the latest per plotted x value. No runs at all: a
-MissingRunsError naming the experiment and its make target.
-"""
+"""What Token Recycling's figures share: a sweep's runs (by experiment, of the most recent run's model, dataset,
+machine and max_new_tokens), one run's numbers, the make recipes' lines."""
 
 from __future__ import annotations
 
@@ -26,9 +21,8 @@ RUN = "$(PY) -m bench.run $(SWEEP) experiment=token_recycling/{} $(RUN_ARGS)"
 
 def sweep(runs: RunSet, experiment: str, model: str | None = None,
           make: str | None = None) -> tuple[RunSet, RunSet, list[str]]:
-    """(the experiment's token_recycling runs of the most recent one's group (GROUP), every run of that group,
-    any experiment or method (baselines measured the same way), a note on the runs of other groups left out).
-    With `make`, no such run is a MissingRunsError naming it."""
+    """(the experiment's token_recycling runs of the latest one's GROUP, every run of that group (its baselines),
+    notes on the runs left out); with `make`, none is a MissingRunsError naming it."""
     group = runs.pin(lambda r: r.experiment == experiment and r.method == METHOD, model=model, same=GROUP,
                      drafters=False)
     mine = group.where(experiment=experiment, method=METHOD)
@@ -38,7 +32,6 @@ def sweep(runs: RunSet, experiment: str, model: str | None = None,
 
 
 def missing(runs: RunSet, experiments: Iterable[str], model: str | None, make: str):
-    """MissingRunsError: no token_recycling runs of `model` with these experiments (made by `make`)."""
     of_model = f" of model '{model}'" if model else ""
     named = " / ".join(repr(e) for e in experiments)
     return runs.missing(f"{METHOD} runs{of_model} with experiment {named}", make)

@@ -1,9 +1,5 @@
-"""Token Recycling Figure 3: (a) tree breadth, (b) tree depth, (c) update strategy; MAT and tokens/s.
-
-Writes `<results>/figures/tr_fig3.png` and the plotted points `tr_fig3.csv`. Figure 3 of the paper has no
-point values, only axis ranges and qualitative claims; the figure prints those as a note under each panel
-and never draws paper points.
-"""
+"""Token Recycling Figure 3: MAT and tokens/s against (a) tree breadth, (b) tree depth, (c) update strategy. The
+paper's figure has no point values: its axis ranges and claims are printed under each panel."""
 
 from __future__ import annotations
 
@@ -98,7 +94,6 @@ def twin_panel(ax, xs, labels, sub, xlabel, categorical):
 
 
 def tr_fig3(runs: RunSet, model: str | None = None) -> Report:
-    """Figure 3 (a) breadth, (b) depth, (c) update strategy: MAT (left axis) and tokens/s (right)."""
     df, notes = fig3_points(runs, model)
     fig = new_figure(figsize=(16, 5.6))
     axes = fig.subplots(1, 3)
@@ -127,7 +122,7 @@ def tr_fig3(runs: RunSet, model: str | None = None) -> Report:
                  f"(MAT incl. bonus token; tokens/s = mean over questions; bars: 95% bootstrap interval over questions)")
     fig.subplots_adjust(bottom=0.32, wspace=0.45)
     warn(notes)
-    return Report({"figures/tr_fig3.png": fig, "figures/tr_fig3.csv": df})
+    return Report.figure("tr_fig3", fig, df)
 
 
 ARTIFACT = Artifact(

@@ -1,8 +1,4 @@
-"""Token Recycling Figure 4: share of a response's time per component, ours beside the paper's.
-
-Writes `<results>/figures/tr_fig4.png` (grouped bars) and `tr_fig4.csv`. The paper's percentages are in
-paper_tables/token_recycling_fig4_time_allocation.csv.
-"""
+"""Token Recycling Figure 4: share of a response's time per component, ours beside the paper's."""
 
 from __future__ import annotations
 
@@ -35,11 +31,8 @@ FIG4_PAPER_CSV = Path(__file__).with_name("paper_tables") / "token_recycling_fig
 
 
 def component_shares(phase_share: dict[str, float], fold_prefill: bool = True) -> dict[str, dict]:
-    """Our phase shares (of wall time) -> the paper's components: {key: {"label", "phases", "share"}}.
-
-    fold_prefill=False gives prefill its own "prefill" component (the paper has no value for it). Phases
-    outside the mapping (none for token_recycling today) go to "other".
-    """
+    """Our phase shares (of wall time) -> the paper's components: {key: {"label", "phases", "share"}}; prefill its
+    own component unless `fold_prefill`, phases outside the mapping "other"."""
     comps = [(key, label, tuple(p for p in phases if fold_prefill or p != "prefill"))
              for key, label, phases in FIG4_COMPONENTS]
     comps += [] if fold_prefill else [("prefill", "Prefill", ("prefill",))]
@@ -52,7 +45,6 @@ def component_shares(phase_share: dict[str, float], fold_prefill: bool = True) -
 
 
 def paper_fig4() -> dict[str, float]:
-    """The paper's Figure 4 percentages, component -> percent."""
     df = pd.read_csv(FIG4_PAPER_CSV)
     return dict(zip(df["component"], df["percent"].astype(float)))
 
@@ -78,7 +70,6 @@ def fig4_points(runs: RunSet, model: str | None = None,
 
 
 def tr_fig4(runs: RunSet, model: str | None = None, fold_prefill: bool = True) -> Report:
-    """Figure 4: share of a response's time per component, ours beside the paper's (grouped bars)."""
     df, notes = fig4_points(runs, model, fold_prefill)
     fig = new_figure(figsize=(9, 5))
     ax = fig.subplots()
@@ -106,7 +97,7 @@ def tr_fig4(runs: RunSet, model: str | None = None, fold_prefill: bool = True) -
                             f"run {r['run_id']}; error bars: 95% bootstrap interval over questions.", 110),
             transform=ax.transAxes, ha="center", va="top", fontsize=8, style="italic")
     warn(notes)
-    return Report({"figures/tr_fig4.png": fig, "figures/tr_fig4.csv": df})
+    return Report.figure("tr_fig4", fig, df)
 
 
 ARTIFACT = Artifact(

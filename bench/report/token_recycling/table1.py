@@ -1,9 +1,5 @@
-"""Token Recycling Table 1: SpecBench per-category speedups, MAT, tok/s and speedup on SpecBench and MBPP.
-
-Writes results/tables/token_recycling_table1.{md,csv,tex}: cells "ours (paper)", the paper's numbers from
-paper_tables/token_recycling_table1.csv. Only temperature-0 runs fill it (Token Recycling is greedy); the
-speedups are against our hf_generate run (the paper's baseline is HF's AR).
-"""
+"""Token Recycling Table 1: SpecBench per-category speedups, MAT, tok/s and speedup on SpecBench and MBPP, ours
+(greedy runs only) beside the paper's; speedups are over our hf_generate run, as the paper's are over HF's AR."""
 
 from __future__ import annotations
 
@@ -15,7 +11,7 @@ from bench.report.output import Report
 from bench.report.registry import Artifact, Cover, Recipe, Shown, option
 from bench.report.select import RunSet, default_model, footer
 from bench.report.tables import MISSING, fmt, interval_columns, lossless_text, ours_cells, pair, render
-from bench.run.metrics import speedup, speedup_interval, summarize
+from bench.run.metrics import group_records, speedup, speedup_interval, summarize
 from bench.run.store import Run
 
 PAPER_CSV = Path(__file__).with_name("paper_tables") / "token_recycling_table1.csv"
@@ -60,14 +56,6 @@ DEFINITIONS = (
 )
 
 
-def group_records(records: list[dict]) -> dict[str, list[dict]]:
-    # Same grouping key as metrics.by_group, but keeping the records: speedup needs both sides' records.
-    groups: dict[str, list[dict]] = {}
-    for r in records:
-        groups.setdefault(r.get("group") or r.get("category") or "all", []).append(r)
-    return groups
-
-
 def dataset_cells(prefix: str, run: Run | None, base: Run | None) -> dict:
     """MAT, tok/s, speedup (and lossless) of one run on one dataset; None where not measurable."""
     if run is None:
@@ -93,14 +81,9 @@ def baseline_notes(label: str, dataset: str, run: Run, base: Run) -> list[str]:
 
 def build_token_recycling_table1(runs: RunSet, model: str | None = None, paper_size: str | None = None,
                                  mbpp_model: str | None = None) -> pd.DataFrame:
-    """One row per paper row (paper order); `<col>` is ours (NaN: no run), `<col>_paper` the paper's.
-
-    The paper ran Vicuna on SpecBench and Code Llama on MBPP: `mbpp_model` (default: `model`) names the
-    model whose mbpp_tr runs fill the MBPP columns. Run provenance and caveats are in df.attrs.
-    """
-    # The table's own sweeps and runs of no experiment (by hand), never another artifact's (a later AR of fewer
-    # questions would take the place of the table's own). No machine or length is pinned: each run is paired with
-    # the baseline measured like it, and a row measured otherwise than its baseline says so in a note.
+    """One row per paper row (paper order); `<col>` is ours (NaN: no run), `<col>_paper` the paper's; `mbpp_model`
+    (default: `model`) fills the MBPP columns. Runs: the table's own sweeps and hand-made ones, each paired with the
+    baseline measured like it (no machine or length pinned; a row measured otherwise says so in a note)."""
     table = runs.where(experiment=(*EXPERIMENTS, None))
     model = default_model(table.runs, model)
     mbpp_model = mbpp_model or model
@@ -173,7 +156,6 @@ def display(df: pd.DataFrame) -> pd.DataFrame:
 
 def token_recycling_table1(runs: RunSet, model: str | None = None, paper_size: str | None = None,
                            mbpp_model: str | None = None) -> Report:
-    """tables/token_recycling_table1.{md,csv,tex} of the table built by build_token_recycling_table1."""
     df = build_token_recycling_table1(runs, model, paper_size, mbpp_model)
     a = df.attrs
     caption = (f"Token Recycling Table 1, ours (paper): model {a['model']} vs the paper's {a['paper_size']} "
