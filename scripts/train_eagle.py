@@ -17,7 +17,7 @@ from bench.errors import HarnessError
 from bench.models.eagle import eagle_dir
 from bench.models.heads import heads_dir
 from bench.paths import project_path
-from bench.run.compose import compose_config, split_flags
+from bench.run.compose import script_main
 from bench.run.runner import get_bundle
 from bench.train.eagle import build_eagle, read_report, summary
 from bench.train.recipes import plain
@@ -50,12 +50,8 @@ def train(cfg, force: bool) -> None:
 
 
 def main(argv: list[str]) -> int:
-    try:
-        overrides, flags = split_flags(argv, ("--force",), USAGE)
-        train(compose_config(overrides), "--force" in flags)
-    except (HarnessError, DataError) as err:
-        sys.exit(f"error: {err}")  # the message on stderr, exit status 1
-    return 0
+    return script_main(argv, USAGE, ("--force",), lambda cfg, flags: train(cfg, "--force" in flags),
+                       (HarnessError, DataError))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,19 @@ from bench.errors import HarnessError
 from bench.paths import PROJECT
 
 
+def script_main(argv: list[str], usage: str, flags: tuple[str, ...], run, errors=(HarnessError,)) -> int:
+    """A script's main: `run(config, flags given)` on the config its argv composes; `errors` (bad input) are one
+    `error:` line on stderr and exit status 1."""
+    import sys
+
+    try:
+        overrides, given = split_flags(argv, flags, usage)
+        run(compose_config(overrides), given)
+    except errors as err:
+        sys.exit(f"error: {err}")
+    return 0
+
+
 def compose_config(overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
     """conf/config.yaml with Hydra overrides (`model=...`, `run.limit=3`); a bad override is one HarnessError."""
     try:
