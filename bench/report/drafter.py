@@ -1,5 +1,5 @@
 """Which drafter a draft-model run used, so a report never mixes or replaces one drafter's runs with another's:
-`drafter(run)` is "eagle:<head id>", "trained:<draft id>" (or "hub:<id>", "path:<id>"), None for a run without a
+`drafter(run)` is "eagle:<head id>" (EAGLE-3's: "eagle3:<head id>"), "trained:<draft id>" (or "hub:<id>", "path:<id>"), None for a run without a
 drafter (AR and the other methods, every drafter's baselines); read from the run's config.yaml, else from what its
 proposer recorded. `choose(runs, draft)` picks one drafter's runs."""
 
@@ -17,9 +17,9 @@ from bench.run.store import Run
 
 DRAFT_METHODS = ("sd", "specinfer", "sequoia", "dyspec", "holistic", "hf_assisted")  # and ouroboros*
 DEFAULT_SOURCE = "trained"  # conf/model/*.yaml: a run that recorded no source used the default
-WORDS = {"eagle": "EAGLE head", "trained": "distilled"}
-# bench.models.loading.ModelBundle.draft_label() of an EAGLE head: eagle-<id>-<source>[-<report digest>]
-EAGLE_LABEL = re.compile(r"^eagle-(.+)-(trained|init|hub|path)(-[0-9a-f]{8})?$")
+WORDS = {"eagle": "EAGLE head", "eagle3": "EAGLE-3 head", "trained": "distilled"}
+# bench.models.loading.ModelBundle.draft_label() of an EAGLE head: eagle[3]-<id>-<source>[-<report digest>]
+EAGLE_LABEL = re.compile(r"^(eagle3?)-(.+)-(trained|init|hub|path)(-[0-9a-f]{8})?$")
 
 
 def uses_draft(method: str | None) -> bool:
@@ -28,13 +28,15 @@ def uses_draft(method: str | None) -> bool:
 
 @functools.lru_cache(maxsize=4096)
 def config_draft(path: str, stamp: tuple) -> tuple[str | None, str | None, str | None]:
-    """(model.draft.source, model.draft.id, model.eagle.id) of a config.yaml; `stamp` (mtime, size) keys the cache."""
+    """(model.draft.source, model.draft.id, the id of the head it names: model.eagle's or model.eagle3's) of a
+    config.yaml; `stamp` (mtime, size) keys the cache."""
     try:
         model = (yaml.safe_load(Path(path).read_text()) or {}).get("model") or {}
     except (OSError, yaml.YAMLError):
         return None, None, None
     draft = model.get("draft") if isinstance(model.get("draft"), dict) else {}
-    eagle = model.get("eagle") if isinstance(model.get("eagle"), dict) else {}
+    block = "eagle3" if draft.get("source") == "eagle3" else "eagle"
+    eagle = model.get(block) if isinstance(model.get(block), dict) else {}
     return draft.get("source"), draft.get("id"), eagle.get("id") or eagle.get("name")
 
 
@@ -46,24 +48,24 @@ def from_config(run: Run) -> str | None:
     source, draft_id, eagle_id = config_draft(str(path), (stat.st_mtime_ns, stat.st_size))
     if source is None:
         return None
-    ident = eagle_id if source == "eagle" else draft_id
+    ident = eagle_id if source in ("eagle", "eagle3") else draft_id
     return f"{source}:{ident}" if ident else str(source)
 
 
 def from_settings(run: Run) -> str | None:
     s = run.settings
     name, label = str(s.get("draft") or ""), str(s.get("draft_label") or "")
-    if name.startswith("eagle:"):  # bench.models.eagle_draft.EagleDraft's name_or_path
+    if name.startswith(("eagle:", "eagle3:")):  # bench.models.eagle_draft.EagleDraft's name_or_path
         return name
     found = EAGLE_LABEL.match(label)
     if found:
-        return f"eagle:{found.group(1)}"
+        return f"{found.group(1)}:{found.group(2)}"
     # a trained draft loads from data/cache/drafts/<id>/: its name_or_path ends in the id
     return f"{DEFAULT_SOURCE}:{Path(name).name}" if name else None
 
 
 def drafter(run: Run) -> str | None:
-    """"eagle:<id>", "trained:<id>" (...), or None for a method without a draft model."""
+    """"eagle:<id>", "eagle3:<id>", "trained:<id>" (...), or None for a method without a draft model."""
     if not uses_draft(run.method):
         return None
     return from_config(run) or from_settings(run) or DEFAULT_SOURCE
@@ -84,7 +86,7 @@ def present(runs: Iterable[Run]) -> list[str]:
 
 
 def matches(name: str | None, wanted: str) -> bool:
-    """`wanted` is a drafter's full name or its source ("eagle", "trained")."""
+    """`wanted` is a drafter's full name or its source ("eagle", "eagle3", "trained")."""
     return name is not None and (name == wanted or name.partition(":")[0] == wanted)
 
 

@@ -31,6 +31,7 @@ ROWS = [
     ("medusa", None, "medusa", "medusa", "Medusa*"),
     ("eagle", None, None, "eagle", None),  # the paper has no EAGLE rows: ours only (the model's trained head)
     ("eagle2", None, None, "eagle2", None),
+    ("eagle3", None, None, "eagle3", None),
     ("token_recycling", None, "token_recycling", "token_recycling", "Ours (Token Recycling)"),
     ("token_recycling", "shuffle", "token_recycling_shuffle", "token_recycling[shuffle]", "shuffle"),
 ]
@@ -52,7 +53,7 @@ DEFINITIONS = (
     "both runs); MT..RAG are SpecBench per-category speedups. Lossless: outputs equal to the greedy "
     "reference / outputs checked. Ours carry a 95% bootstrap interval over questions [low, high] (paired for "
     "speedups; the csv's _lo/_hi columns). eagle and eagle2 (EAGLE-1 and EAGLE-2 with the model's trained EAGLE "
-    "head) are not in the paper, which has no EAGLE rows."
+    "head) and eagle3 (EAGLE-3 with its head) are not in the paper, which has no EAGLE rows."
 )
 
 
