@@ -116,22 +116,25 @@ def test_sd_accepts_a_trained_head_through_the_engine():
     """The engine's features reach the draft's cache and line up: sd's chain of 4 with a head trained on the
     target's pairs is accepted far more often than with an untrained one, and stays identical to greedy AR."""
     target = per_token_target()
+    assert sd_mat(target, train_head(target)) > 2.5
+    assert sd_mat(target, EagleHead(target).eval()) < 1.5
+
+
+def sd_mat(target, head, layers=None) -> float:
+    """sd's MAT (chain of 4) over 4 prompts x 24 tokens with `head` as the draft, each output checked against
+    greedy AR; `layers`: the three layers the draft proposer must ask the engine for (EAGLE-3)."""
     prompts = torch.randint(0, V, (4, 4), generator=torch.Generator().manual_seed(5)).tolist()
     engine = Engine(target, [V + 5], 512)
-
-    def mat(head):
-        bundle = bundle_for(target, head)
-        method = build_method(compose_cfg("method=sd", "method.draft_length=4").method, bundle)
-        ar = build_method(compose_cfg("method=ar").method, bundle)
-        steps = []
-        for p in prompts:
-            out = method.generate(engine, p, 24, PhaseTimer(sync=False))
-            assert out.output_ids == ar.generate(engine, p, 24, PhaseTimer(sync=False)).output_ids
-            steps += out.accept_lengths[1:]
-        return sum(steps) / len(steps)
-
-    assert mat(train_head(target)) > 2.5
-    assert mat(EagleHead(target).eval()) < 1.5
+    bundle = bundle_for(target, head)
+    method = build_method(compose_cfg("method=sd", "method.draft_length=4").method, bundle)
+    assert method.feature_layers == layers
+    ar = build_method(compose_cfg("method=ar").method, bundle)
+    steps = []
+    for p in prompts:
+        out = method.generate(engine, p, 24, PhaseTimer(sync=False))
+        assert out.output_ids == ar.generate(engine, p, 24, PhaseTimer(sync=False)).output_ids
+        steps += out.accept_lengths[1:]
+    return sum(steps) / len(steps)
 
 
 @pytest.mark.parametrize("overrides", [("method=sd",), ("method=dyspec", "method.budget=8")],
@@ -220,29 +223,13 @@ def test_an_eagle3_head_drafts_for_sd_through_the_engine():
     from tests.test_eagle3_train import split_of
 
     target = per_token_target3()
-    prompts = torch.randint(0, V, (4, 4), generator=torch.Generator().manual_seed(5)).tolist()
-    engine = Engine(target, [V + 5], 512)
-
-    def mat(head):
-        bundle = bundle_for(target, head)
-        method = build_method(compose_cfg("method=sd", "method.draft_length=4").method, bundle)
-        assert method.feature_layers == head.layers
-        ar = build_method(compose_cfg("method=ar").method, bundle)
-        steps = []
-        for p in prompts:
-            out = method.generate(engine, p, 24, PhaseTimer(sync=False))
-            assert out.output_ids == ar.generate(engine, p, 24, PhaseTimer(sync=False)).output_ids
-            steps += out.accept_lengths[1:]
-        return sum(steps) / len(steps)
-
     seqs = continuations(target, 48, 0)
     trained = Eagle3Head.from_target(target, tokens=seqs[:, 4:].unique(), seed=0)
     train3.train(trained, target.get_output_embeddings().weight.detach(), split_of(target, seqs, trained.layers),
                  {"lr": 3e-3, "max_minutes": 5, "max_steps": 150, "batch_tokens": 16 * 32, "ttt_steps": 4},
                  progress_bar=False)
     assert trained.d2t.numel() < V  # a reduced draft vocabulary: widened with -inf outside
-    logits = EagleDraft(trained, target, "eagle3:tiny", "cpu", torch.float32)(
-        input_ids=torch.tensor([prompts[0]])).logits[0]
+    logits = EagleDraft(trained, target, "eagle3:tiny", "cpu", torch.float32)(input_ids=torch.tensor([[3, 5, 7, 9]])).logits[0]
     assert logits.shape[-1] == V and torch.isinf(logits[:, ~trained.t2d]).all()
-    assert mat(trained) > 2.5
-    assert mat(Eagle3Head.from_target(target, seed=0).eval()) < 1.5
+    assert sd_mat(target, trained, trained.layers) > 2.5
+    assert sd_mat(target, Eagle3Head.from_target(target, seed=0).eval(), trained.layers) < 1.5
