@@ -76,7 +76,7 @@ def main(argv: list[str]) -> int:
     for mix in mixes:
         used = names if mix == "all" else mix.split("+")
         head = Eagle3Head.from_target(target, vocab, probe.layers, seed=int(recipe.get("seed", 0)))
-        warm_start(head, target)
+        warm_start(head, target, bool(recipe.get("identity_init", True)))
         t0 = time.perf_counter()
         result = train(head, lm_head, data.train, recipe, sources=[names.index(n) for n in used])
         by_source = {n: agreement(head, lm_head, data.heldout, 4, source=i) for i, n in enumerate(names)}

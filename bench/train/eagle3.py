@@ -10,8 +10,9 @@ there, over the draft vocabulary (the target's logits at those ids, renormalised
 (0.8: the official code). Tokens are the text's own (teacher forcing), as in the official training.
 
 Draft vocabulary: the `draft_vocab` tokens most frequent in the training sequences' learnt part (EOS always in).
-The head's lm_head and final norm start from the target's own rows and norm (bench.models.eagle3 `warm_start`),
-so minutes of CPU training start in the target's output space; everything but the shared embedding trains.
+The head's lm_head and final norm start from the target's own rows and norm, and (`identity_init`) its fc passes
+the high layer's state through with the layer's residual branches at zero (`warm_start`), so minutes of CPU
+training start in the target's output space; everything but the shared embedding trains.
 
 Evaluation (`agreement`): the same unroll on held-out sequences, without noise or gradients: at depth d the head
 has drafted d - 1 tokens of a chain on its own states; top-1 (top-k) agreement is the share of positions where the
@@ -114,12 +115,20 @@ def draft_vocabulary(split: Split, vocab_size: int, n: int, always: list[int]) -
     return torch.tensor(sorted(rank_tokens(learnt, vocab_size, tuple(always))[:n]))
 
 
-def warm_start(head: Eagle3Head, target) -> None:
-    """lm_head rows and final norm from the target's (its output space), before training."""
+def warm_start(head: Eagle3Head, target, identity: bool = True) -> None:
+    """lm_head rows and final norm from the target's (its output space), before training; `identity`: fc passes
+    the high layer's state through and the layer's two residual branches (o_proj, down_proj) start at zero, so the
+    untrained head outputs the target's high-layer state, already in the space its lm_head reads."""
     with torch.no_grad():
         ids = head.to_target(torch.arange(len(head.d2t)))
         head.lm_head.weight.copy_(target.get_output_embeddings().weight[ids])
         head.norm.weight.copy_(getattr(target, target.base_model_prefix).norm.weight)
+        if identity:
+            width = head.config.hidden_size
+            head.fc.weight.zero_()
+            head.fc.weight[:, 2 * width :].copy_(torch.eye(width))
+            head.midlayer.self_attn.o_proj.weight.zero_()
+            head.midlayer.mlp.down_proj.weight.zero_()
 
 
 def train(head: Eagle3Head, lm_head: torch.Tensor, split: Split, recipe: dict, progress_bar: bool = True,
@@ -224,7 +233,7 @@ def build_eagle3(target, tokenizer, model_cfg, out_dir: Path, data_root: Path, m
     eos_ids, _ = end_tokens(target, tokenizer)
     vocab = draft_vocabulary(data.train, target.config.vocab_size, int(recipe["draft_vocab"]), eos_ids)
     head = Eagle3Head.from_target(target, vocab, probe.layers, seed=int(recipe.get("seed", 0)))
-    warm_start(head, target)
+    warm_start(head, target, bool(recipe.get("identity_init", True)))
     lm_head = target.get_output_embeddings().weight.detach()
     depths, names = int(recipe.get("eval_depths", 8)), [s["name"] for s in recipe["data"]["sources"]]
 
