@@ -20,7 +20,7 @@ import torch
 
 from bench.core.machine import machine_id
 from bench.errors import HarnessError
-from bench.models.eagle3 import Eagle3Head, eagle3_dir
+from bench.models.eagle3 import Eagle3Head, eagle3_dir, fused_layers
 from bench.paths import project_path
 from bench.run.compose import compose_config
 from bench.run.runner import get_bundle
@@ -62,8 +62,8 @@ def main(argv: list[str]) -> int:
                 raise HarnessError(f"mix '{mix}': sources are {', '.join(names)} (joined by '+') or all")
         bundle = get_bundle(cfg.model, cfg.paths.model_cache)
         target = bundle.model
-        probe = Eagle3Head.from_target(target, layers=e3.get("layers"), seed=0)
-        data, _ = eagle3_data(target, bundle.tokenizer, cfg.model, recipe["data"], probe.layers,
+        layers = fused_layers(target, e3.get("layers"))
+        data, _ = eagle3_data(target, bundle.tokenizer, cfg.model, recipe["data"], layers,
                               eagle3_dir(project_path(cfg.paths.model_cache)), str(project_path(cfg.paths.data_mirror)),
                               str(project_path(cfg.paths.data_cache)))
     except HarnessError as err:
@@ -75,7 +75,7 @@ def main(argv: list[str]) -> int:
     rows = []
     for mix in mixes:
         used = names if mix == "all" else mix.split("+")
-        head = Eagle3Head.from_target(target, vocab, probe.layers, seed=int(recipe.get("seed", 0)))
+        head = Eagle3Head.from_target(target, vocab, layers, seed=int(recipe.get("seed", 0)))
         warm_start(head, target, bool(recipe.get("identity_init", True)))
         t0 = time.perf_counter()
         result = train(head, lm_head, data.train, recipe, sources=[names.index(n) for n in used])

@@ -176,6 +176,11 @@ class Eagle3Head(nn.Module):
         return DynamicCache(config=self.config)
 
 
+def fused_layers(target, layers=None) -> tuple[int, ...]:
+    """The target layers an EAGLE-3 head of `target` fuses: `layers` when given, else the default."""
+    return tuple(int(i) for i in (layers or default_layers(target.config.get_text_config().num_hidden_layers)))
+
+
 def check_layers(config: LlamaConfig, target) -> None:
     n = target.config.get_text_config().num_hidden_layers
     layers = config.eagle_config[LAYERS_KEY]

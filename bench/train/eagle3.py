@@ -30,7 +30,7 @@ import torch
 
 from bench.cachefile import READ_ERRORS, report_corrupt
 from bench.errors import HarnessError
-from bench.models.eagle3 import Eagle3Head, head_files, read_head, save_head
+from bench.models.eagle3 import Eagle3Head, fused_layers, head_files, read_head, save_head
 from bench.models.vocab import rank_tokens
 from bench.train.eagle import head_cost
 from bench.train.eagle3_data import Split, eagle3_data
@@ -227,12 +227,12 @@ def build_eagle3(target, tokenizer, model_cfg, out_dir: Path, data_root: Path, m
     cfg = model_cfg.eagle3
     recipe = plain(cfg.train)
     torch.manual_seed(int(recipe.get("seed", 0)))
-    probe = Eagle3Head.from_target(target, layers=cfg.get("layers"), seed=0)  # the layers, before the data
-    data, data_path = eagle3_data(target, tokenizer, model_cfg, recipe["data"], probe.layers, data_root, mirror_dir,
+    layers = fused_layers(target, cfg.get("layers"))
+    data, data_path = eagle3_data(target, tokenizer, model_cfg, recipe["data"], layers, data_root, mirror_dir,
                                   cache_dir, progress_bar)
     eos_ids, _ = end_tokens(target, tokenizer)
     vocab = draft_vocabulary(data.train, target.config.vocab_size, int(recipe["draft_vocab"]), eos_ids)
-    head = Eagle3Head.from_target(target, vocab, probe.layers, seed=int(recipe.get("seed", 0)))
+    head = Eagle3Head.from_target(target, vocab, layers, seed=int(recipe.get("seed", 0)))
     warm_start(head, target, bool(recipe.get("identity_init", True)))
     lm_head = target.get_output_embeddings().weight.detach()
     depths, names = int(recipe.get("eval_depths", 8)), [s["name"] for s in recipe["data"]["sources"]]
