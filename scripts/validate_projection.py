@@ -43,6 +43,7 @@ from data.loaders import DataError, load_selection
 USAGE = __doc__.strip().splitlines()[2].strip()
 EXPERIMENT = "projection_validate"
 NS, CONTEXTS = (1, 2, 4, 8, 16, 32, 64, 96, 128), (64, 256, 512)
+PROMPTS = (32, 64, 128, 256, 384, 512)  # prefill sizes: MT-Bench's prompts, second turns included
 JOBS = {  # label -> the run's overrides
     "ar": ["method=ar"],
     "pld": ["method=pld"],
@@ -55,12 +56,13 @@ JOBS = {  # label -> the run's overrides
 
 def measured_profile(bundle, machine: str, ns=NS, contexts=CONTEXTS, reps: int = 3) -> Profile:
     """This machine's T(n, context): the forward-cost measurement (bench.models.forward_cost) at each context."""
-    from bench.models.forward_cost import measure  # torch: only when measuring
+    from bench.models.forward_cost import measure, measure_prefill  # torch: only when measuring
 
     grid = [[1000 * s for s in measure(bundle, ns, prefix_tokens=c, reps=reps).values()] for c in contexts]
+    prefill = [1000 * s for s in measure_prefill(bundle, PROMPTS, reps=reps).values()]
     dtype = str(bundle.dtype).replace("torch.", "")
     return Profile(f"{bundle.name}-{machine}-{dtype}", "measured", bundle.name, machine, dtype, list(ns),
-                   list(contexts), grid)
+                   list(contexts), grid, list(PROMPTS), prefill)
 
 
 def check_selection(cfg) -> None:
@@ -69,7 +71,8 @@ def check_selection(cfg) -> None:
 
 def mean_profile(profiles: list[Profile]) -> Profile:
     ms = np.mean([p.ms for p in profiles], axis=0).tolist()
-    return Profile(**{**asdict(profiles[0]), "ms": ms})
+    prefill = np.mean([p.prefill_ms for p in profiles], axis=0).tolist() if profiles[0].prefill_ms else None
+    return Profile(**{**asdict(profiles[0]), "ms": ms, "prefill_ms": prefill})
 
 
 def fitted_errors(folder: str) -> None:

@@ -93,6 +93,21 @@ def test_replay_on_the_machines_own_costs_gives_back_the_wall_time():
     assert run_error([RECORD, RECORD], p) == pytest.approx(0.0, abs=1e-9)
 
 
+def test_a_profiles_own_prefill_curve_prices_the_prefill_and_nothing_else(tmp_path):
+    # A prefill scores one token, a verification every token: a measured profile keeps the prefill apart.
+    p = dataclasses.replace(own_profile(), prefill_ns=[50, 150], prefill_ms=[50.0, 150.0])
+    assert p.prefill(100) == pytest.approx(100) and own_profile().prefill(100) == pytest.approx(200)
+    assert target_ms(RECORD, p) == pytest.approx(100 + 250 + 250)
+    assert Profile.read(p.save(tmp_path / "p.json")) == p
+
+
+def test_the_prefill_is_measured_as_the_engine_prefills(smollm):
+    from bench.models.forward_cost import measure_prefill
+
+    seconds = measure_prefill(smollm, (4, 16), reps=1)
+    assert list(seconds) == [4, 16] and all(s > 0 for s in seconds.values())
+
+
 def test_a_replay_without_the_drafts_cost_misses_the_validation_limit():
     # What the validation (at most 15% off) catches: the target's forwards alone leave out the 0.25 s of drafting.
     assert abs(target_ms(RECORD, own_profile()) / 1000 / RECORD["wall_time"] - 1) > 0.15

@@ -127,6 +127,16 @@ class Profile:
     ns: list[int]
     contexts: list[int]
     ms: list[list[float]]
+    # A prefill's ms over prefill_ns prompt tokens (empty cache, only the last token scored, as the engine
+    # prefills); None: the grid at context 0, which scores every token (profiles from before, gpu-check's).
+    prefill_ns: list[int] | None = None
+    prefill_ms: list[float] | None = None
+
+    def prefill(self, n) -> np.ndarray:
+        """ms of prefills over n prompt tokens."""
+        if self.prefill_ms is None:
+            return self.cost(n, 0)
+        return along(np.asarray(self.prefill_ns, float), np.asarray(self.prefill_ms, float), np.asarray(n, float))
 
     def cost(self, n, context) -> np.ndarray:
         """ms of forwards over n tokens after `context` ones (arrays broadcast): linear in n within the grid, past

@@ -54,8 +54,11 @@ def draft_steps(record: dict) -> tuple[np.ndarray, np.ndarray] | None:
 
 
 def target_ms(record: dict, profile: Profile) -> float:
+    """The record's target forwards on the profile: its prefill (`Profile.prefill`), then its verifications."""
     n, context = target_steps(record)
-    return float(profile.cost(n, context).sum())
+    ms = profile.cost(n, context)
+    ms[0] = profile.prefill(n[0])
+    return float(ms.sum())
 
 
 def rest_s(record: dict) -> float:

@@ -66,6 +66,27 @@ def measure(bundle, sizes=DEFAULT_SIZES, prefix_tokens: int = 256, reps: int = 7
     return {n: statistics.median(t[1:]) for n, t in times.items()}
 
 
+@torch.inference_mode()
+def measure_prefill(bundle, sizes, reps: int = 3) -> dict[int, float]:
+    """Median seconds of a prefill over n prompt tokens: from an empty cache, causal, scoring only the last token
+    (logits_to_keep=1), as the engine prefills; a verification forward scores every token, which costs a
+    vocabulary-sized product per token more (measured 20-60% of a prefill here). The first repeat is a warm-up."""
+    model, device = bundle.model, bundle.device
+    gen = torch.Generator().manual_seed(0)
+    low, vocab = random_token_floor(bundle.vocab_size), bundle.vocab_size
+    times: dict[int, list[float]] = {n: [] for n in sizes}
+    for _ in range(reps + 1):
+        for n in sizes:
+            inputs = torch.randint(low, vocab - 1, (1, n), generator=gen).to(device)
+            cache = new_cache(model.config, n)
+            device_sync(device)
+            t0 = time.perf_counter()
+            model(input_ids=inputs, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            device_sync(device)
+            times[n].append(time.perf_counter() - t0)
+    return {n: statistics.median(t[1:]) for n, t in times.items()}
+
+
 def measure_backends(bundle, backends, sizes=DEFAULT_SIZES, prefix_tokens: int = 256, reps: int = 5) -> dict:
     """{backend: {n: median seconds}}: `measure` once per backend and repeat, backends interleaved and their order
     flipped every repeat so drift hits both. Each call prefills the same random prefix and runs one untimed pass
