@@ -174,8 +174,9 @@ def train(head: Eagle3Head, lm_head: torch.Tensor, split: Split, recipe: dict, p
     embed.requires_grad_(False)
     head.train()
     try:
+        # max_steps set: the schedule runs over the steps (source mixes compared at equal steps, eagle3_mix.py)
         clock = train_loop(params, recipe, step_loss, after_step, betas=(0.9, 0.95), desc="eagle3",
-                           progress_bar=progress_bar)
+                           schedule_by_steps=True, progress_bar=progress_bar)
     finally:
         embed.requires_grad_(was)
     head.eval()
