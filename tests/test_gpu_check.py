@@ -54,9 +54,11 @@ def test_small_check_writes_its_folder_and_table(tmp_path, capsys):
     results = json.loads((out / "results.json").read_text())
     assert {"torch", "transformers", "accelerate", "cuda"} <= set(results["environment"])
     assert {(r["dtype"], r["context"], r["n"]) for r in results["forward_cost"]} == {
-        (d, c, n) for d in ("float16", "bfloat16") for c in (32, 8) for n in (1, 2, 4)}
+        (d, c, n) for d in ("float16", "bfloat16") for c in (32, 8) for n in (1, 2, 4)} | {
+        (d, "prefill", n) for d in ("float16", "bfloat16") for n in (4, 16)}
     profile = Profile.read(out / "profiles" / "tiny-bfloat16.json")  # a cost profile of this node (bench.cost)
     assert (profile.source, profile.ns, profile.contexts) == ("gpu-check", [1, 2, 4], [8, 32])
+    assert profile.prefill_ns == [4, 16] and len(profile.prefill_ms) == 2  # its prefills, one token scored
     rows = {(r["method"], r["batch"], r["temperature"]): r for r in results["methods"]}
     assert set(rows) == {(m, b, t) for m in REGISTRY for b in (1, 4) for t in (0.0, 0.6)}
     for name in REGISTRY:

@@ -47,6 +47,7 @@ class Sizes:
     cost_models: tuple[tuple[str, str | None], ...]  # (label, random_init shape; None = the embedded weights)
     cost_sizes: tuple[int, ...]  # n of T(n)
     contexts: tuple[int, ...]  # tokens in the cache before each timed forward (T(n, context)); the table: the first
+    prefill_sizes: tuple[int, ...]  # prompt lengths of the timed prefills (the profiles' prefill curve)
     reps: int  # timed repeats per size (median), after one warm-up
     method_shape: str | None  # the methods' model: a random_init shape, or None for the embedded weights
     method_dtype: str  # bfloat16 on a GPU; float32 on a CPU, whose bf16 GEMMs here cost 7x fp32's (same code paths)
@@ -58,8 +59,9 @@ class Sizes:
 
 SIZES = {
     "gpu": Sizes((("smollm2-135m", None), ("llama-7b", "llama-7b"), ("llama-13b", "llama-13b")),
-                 (1, 2, 4, 8, 16, 32, 64, 128), (512, 128, 2048), 7, None, "bfloat16", 2, 32, 128, 3),
-    "cpu": Sizes((("tiny", "tiny"),), (1, 2, 4), (32, 8), 1, "tiny", "float32", 1, 3, 4, 1),
+                 (1, 2, 4, 8, 16, 32, 64, 128), (512, 128, 2048), (64, 256, 1024), 7, None, "bfloat16", 2, 32, 128,
+                 3),
+    "cpu": Sizes((("tiny", "tiny"),), (1, 2, 4), (32, 8), (4, 16), 1, "tiny", "float32", 1, 3, 4, 1),
 }
 DTYPES = ("float16", "bfloat16")
 
@@ -106,6 +108,10 @@ def forward_costs(sizes: Sizes, device: str) -> list[dict]:
                 seconds = forward_cost.measure(bundle, sizes.cost_sizes, context, sizes.reps)
                 rows += [{"model": label, "weights": "random" if shape else "embedded", "dtype": dtype,
                           "context": context, "n": n, "ms": round(1000 * s, 4)} for n, s in seconds.items()]
+            # context "prefill": a prompt's forward from an empty cache, one token scored (Profile.prefill)
+            seconds = forward_cost.measure_prefill(bundle, sizes.prefill_sizes, sizes.reps)
+            rows += [{"model": label, "weights": "random" if shape else "embedded", "dtype": dtype,
+                      "context": "prefill", "n": n, "ms": round(1000 * s, 4)} for n, s in seconds.items()]
             free(bundle)
     return rows
 
@@ -196,11 +202,13 @@ def profiles(results: dict) -> list[Profile]:
     rows, env = results["forward_cost"], results["environment"]
     out = []
     for model, dtype in dict.fromkeys((r["model"], r["dtype"]) for r in rows):
-        mine = [r for r in rows if (r["model"], r["dtype"]) == (model, dtype)]
+        mine = [r for r in rows if (r["model"], r["dtype"]) == (model, dtype) and r["context"] != "prefill"]
+        prefill = [r for r in rows if (r["model"], r["dtype"]) == (model, dtype) and r["context"] == "prefill"]
         ns, contexts = sorted({r["n"] for r in mine}), sorted({r["context"] for r in mine})
         ms = {(r["context"], r["n"]): r["ms"] for r in mine}
         out.append(Profile(f"{model}-{dtype}", "gpu-check", model, env.get("gpu") or env.get("cpu") or "unknown",
-                           dtype, ns, contexts, [[ms[c, n] for n in ns] for c in contexts]))
+                           dtype, ns, contexts, [[ms[c, n] for n in ns] for c in contexts],
+                           [r["n"] for r in prefill] or None, [r["ms"] for r in prefill] or None))
     return out
 
 
