@@ -15,32 +15,18 @@ from pathlib import Path
 from bench.cli import OneLineParser
 from bench.errors import HarnessError
 from bench.report.makefile import makefile
-from bench.report.registry import Artifact, UnknownArtifact, aliases, names, produce, resolve
+from bench.report.registry import COMMON, Artifact, UnknownArtifact, aliases, names, option, produce, resolve
 
 PROG = "bench.report"
-COMMON = {
-    "model": (("--model",), {"help": "default: the model of the most recent matching run"}),
-    "paper_size": (("--paper-size",), {"help": "the paper's rows to compare with; default: the runs'"}),
-    "draft": (("--draft",), {"help": "the drafter whose runs to show: eagle, trained or a full name (eagle:<id>, "
-                                     "trained:<id>); default: that of the most recent draft-model run"}),
-}
+RESULTS = option("--results", default="results", help="holds runs/; tables/, figures/ are written")
 
 
-def add_common(p: OneLineParser, which) -> None:
-    p.add_argument("--results", default="results", help="holds runs/; tables/, figures/ are written")
-    for key in which:
-        flags, kwargs = COMMON[key]
-        p.add_argument(*flags, default=None, **kwargs)
-
-
-def first_parser() -> OneLineParser:
-    """Finds the artifact's name among the common options (its own options are left for its parser)."""
-    p = OneLineParser(prog=PROG, description=__doc__.splitlines()[0], add_help=False,
-                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("report", nargs="?", help="an artifact name (see --list) or `list`")
-    p.add_argument("--list", action="store_true", help="print every artifact name and exit")
-    p.add_argument("-h", "--help", action="store_true", help="show this help (or an artifact's) and exit")
-    add_common(p, COMMON)
+def parser(description: str, report: dict, options, **kwargs) -> OneLineParser:
+    """The artifact's name as the positional `report` (its keywords), then `options`."""
+    p = OneLineParser(prog=PROG, description=description, **kwargs)
+    p.add_argument("report", **report)
+    for o in options:
+        p.add_argument(*o.flags, **o.kwargs)
     return p
 
 
@@ -51,23 +37,10 @@ def catalogue() -> str:
                       *(f"  {alias:<24}{name}" for alias, name in aliases().items())])
 
 
-def artifact_parser(name: str, artifact: Artifact) -> OneLineParser:
-    p = OneLineParser(prog=PROG, description=f"{name}: {artifact.help}")
-    p.add_argument("report", help=name)
-    add_common(p, artifact.common)
-    for o in artifact.options:
-        p.add_argument(*o.flags, **o.kwargs)
-    return p
-
-
 def find(guess: str, argv: list[str]) -> tuple[str, Artifact]:
     """The artifact named by `guess`, else by the first other word that names one: the first parser takes
     the value of an artifact's own option for the name when that option comes first."""
-    try:
-        return resolve(guess)
-    except UnknownArtifact:
-        pass
-    for word in (w for w in argv if not w.startswith("-") and w != guess):
+    for word in [guess, *(w for w in argv if not w.startswith("-") and w != guess)]:
         try:
             return resolve(word)
         except UnknownArtifact:
@@ -82,7 +55,11 @@ def fail(message: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    first = first_parser()
+    # The first parser finds the artifact's name among the common options (its own are left for its own parser).
+    first = parser(__doc__.splitlines()[0], {"nargs": "?", "help": "an artifact name (see --list) or `list`"},
+                   [option("--list", action="store_true", help="print every artifact name and exit"),
+                    option("-h", "--help", action="store_true", help="show this help (or an artifact's) and exit"),
+                    RESULTS, *COMMON.values()], add_help=False, formatter_class=argparse.RawDescriptionHelpFormatter)
     known, _ = first.parse_known_args(argv)
     if known.list or known.report == "list":
         print("\n".join(names()))
@@ -100,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         name, artifact = find(known.report, argv)
     except UnknownArtifact as err:
         first.error(str(err))
-    args = artifact_parser(name, artifact).parse_args(argv)
+    args = parser(f"{name}: {artifact.help}", {"help": name}, [RESULTS, *artifact.arguments]).parse_args(argv)
     if artifact.needs_runs and not Path(args.results, "runs").is_dir():
         return fail(f"no runs/ under {args.results!r}")
     options = {k: v for k, v in vars(args).items() if k not in ("report", "results") and v is not None}

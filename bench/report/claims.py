@@ -1,5 +1,4 @@
-"""Claims decided from intervals (bench.run.metrics.verdict), never from the point alone: the paper's speedup over AR
-on the runs one artifact used (each run of its CLAIMED method paired with its AR baseline among them)."""
+"""Claims decided from intervals (bench.run.metrics.verdict), never from the point alone: a paper's speedup over AR."""
 
 from __future__ import annotations
 

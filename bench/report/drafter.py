@@ -1,7 +1,5 @@
-"""Which drafter a draft-model run used, so a report never mixes or replaces one drafter's runs with another's:
-`drafter(run)` is "eagle:<head id>" (EAGLE-3's: "eagle3:<head id>"), "trained:<draft id>" (or "hub:<id>", "path:<id>"), None for a run without a
-drafter (AR and the other methods, every drafter's baselines); read from the run's config.yaml, else from what its
-proposer recorded. `choose(runs, draft)` picks one drafter's runs."""
+"""Which drafter a draft-model run used ("eagle:<head id>", "trained:<draft id>", ...; None without one), so a
+report never mixes one drafter's runs with another's; `choose(runs, draft)` picks one drafter's runs."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""The evidence behind REPRODUCED.md, committed in git (`make evidence`; evidence/README.md has its layout): the runs
-the page uses, copied from a results folder without their token ids and with repository-relative paths, and the
-measurement files and gpu-check folders some artifacts read. Rebuilt from scratch each time."""
+"""The evidence behind REPRODUCED.md (`make evidence`; evidence/README.md): rebuilt from scratch each time."""
 
 from __future__ import annotations
 

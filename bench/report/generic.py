@@ -1,5 +1,4 @@
-"""The artifacts of no paper: the `runs` table, the draft's sd table, a projection onto a cost profile, the evidence
-folder and REPRODUCED.md; and the old names that keep working."""
+"""The artifacts of no paper, and the old names that keep working."""
 
 from bench.report.evidence import build_evidence
 from bench.report.registry import Artifact, Recipe, option

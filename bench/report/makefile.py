@@ -1,5 +1,4 @@
-"""The `reproduce-*` make targets from the declarations' recipes (`python -m bench.report makefile`, included by the
-Makefile), plus `reproduce-<paper>/<name>` for each artifact's first recipe (`make reproduce A=<paper>/<name>`)."""
+"""The `reproduce-*` make targets from the declarations' recipes (`python -m bench.report makefile`)."""
 
 from __future__ import annotations
 

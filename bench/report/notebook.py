@@ -1,5 +1,4 @@
-"""What the notebooks (notebooks/<paper>.py) share: a section per artifact and `Shown` entry, running it as the CLI
-does; `SPECREPRO_RESULTS` and `SPECREPRO_<OPTION>` (an artifact's flag, upper case) set the folder and options."""
+"""What the notebooks (notebooks/<paper>.py) share: a section per artifact, run as the CLI does (docs/reports.md)."""
 
 from __future__ import annotations
 
@@ -12,9 +11,9 @@ import pandas as pd
 
 from bench.errors import HarnessError
 from bench.paths import project_path
-from bench.report.registry import Artifact, paper_artifacts, produce, resolve
-
-WRITTEN_TO = ("tables", "figures")  # what an artifact writes, under the results dir
+from bench.report.output import write
+from bench.report.registry import Artifact, paper_artifacts, resolve
+from bench.report.select import RunSet
 
 
 def results_dir() -> Path:
@@ -22,44 +21,31 @@ def results_dir() -> Path:
     return project_path(os.environ.get("SPECREPRO_RESULTS") or "results")
 
 
-def env(name: str, cast=str):
-    """$name cast, or None when it is unset or empty."""
-    value = os.environ.get(name)
-    return cast(value) if value else None
-
-
-def stamps(results: Path) -> dict[Path, tuple[int, int]]:
-    """Every file under the results dir's tables/ and figures/ with its inode and mtime (a write changes both)."""
-    files = (p for sub in WRITTEN_TO for p in sorted(Path(results, sub).glob("*")))
-    return {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in files if p.is_file() and not p.name.startswith(".")}
-
-
-def report(name: str, **options) -> tuple[str | list[Path] | None, dict[str, Path]]:
-    """Run the artifact `name` on results_dir() with `options` (None: its default), print each file it wrote and
-    return (its markdown or paths, {file name: path} written); missing runs: one `error:` line and (None, {})."""
+def report(name: str, **options) -> dict[str, Path]:
+    """Build the artifact `name` on results_dir() with `options` (None: its default) and write it there, printing
+    each file it wrote; returns {file name: path}; missing runs: one `error:` line and {}."""
     name, artifact = resolve(name)
     results = results_dir()
-    before = stamps(results)
     try:
-        out = produce(artifact, results, **{k: v for k, v in options.items() if v is not None})
+        built = artifact.build(RunSet.read(results), **{k: v for k, v in options.items() if v is not None})
     except HarnessError as err:
         print(f"{name}: error: {err}", file=sys.stderr)
-        return None, {}
-    written = {p.name: p for p, stamp in stamps(results).items() if before.get(p) != stamp}
+        return {}
+    write(built, results)
+    written = {Path(f).name: Path(results, f) for f in built.files}
     for path in written.values():
         print(path)
-    return out, written
+    return written
 
 
 def from_env(artifact: Artifact) -> dict:
     """The artifact's options given in the environment: $SPECREPRO_<OPTION>, cast as its flag casts."""
     out = {}
-    for flags, cast in [*((("--" + c.replace("_", "-"),), str) for c in artifact.common),
-                        *((o.flags, o.kwargs.get("type", str)) for o in artifact.options)]:
-        dest = flags[0].lstrip("-").replace("-", "_")
-        value = env(f"SPECREPRO_{dest.upper()}", cast)
-        if value is not None:
-            out[dest] = value
+    for o in artifact.arguments:
+        dest = o.flags[0].lstrip("-").replace("-", "_")
+        value = os.environ.get(f"SPECREPRO_{dest.upper()}")
+        if value:  # unset or empty: the artifact's default
+            out[dest] = o.kwargs.get("type", str)(value)
     return out
 
 
@@ -75,8 +61,8 @@ def section(artifact: Artifact, options: dict) -> None:
     heading = f"## {artifact.full_name}" + (f" ({labels})" if labels else "") + f": {artifact.help}"
     doc = (importlib.import_module(artifact.build.__module__).__doc__ or "").strip()
     show_markdown(f"{heading}\n\n{doc}")
-    out, files = report(artifact.full_name, **{**options, **from_env(artifact)})
-    show(out if isinstance(out, str) else [files[n].read_text() for n in files if n.endswith(".md")])
+    files = report(artifact.full_name, **{**options, **from_env(artifact)})
+    show([files[n].read_text() for n in files if n.endswith(".md")])  # the markdown the CLI prints, if any
     show([p for n, p in files.items() if n.endswith(".png")])
     for name in (n for n in files if n.endswith(".csv")):
         df = pd.read_csv(files[name])

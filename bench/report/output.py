@@ -1,5 +1,4 @@
-"""What an artifact's build returns (a Report: file name -> text, DataFrame or Figure) and `write`, the one place
-it is written (atomically, in the report's order), by the CLI, REPRODUCED.md and the notebooks."""
+"""What a build returns (a Report: file name -> text, DataFrame or Figure) and `write`, the one writer."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""The one rule for phase shares measured on a GPU (docs/reports.md): a run made on an asynchronous device without
-`run.sync_phases=true` times kernel launches, not each phase's work, so a breakdown refuses it and a table that shows
-a share beside other figures leaves that cell empty. CPU runs are exact either way."""
+"""The one rule for phase shares measured on a GPU (docs/reports.md); CPU runs are exact either way."""
 
 from __future__ import annotations
 
@@ -30,11 +28,6 @@ def unsynced(runs: Iterable[Run | None]) -> tuple[list[Run], str]:
     """The runs whose phases are not their own, and their devices."""
     bad = [r for r in runs if r is not None and not exact_phases(r)]
     return bad, ", ".join(sorted({str(run_device(r)) for r in bad}))
-
-
-def share_or_none(run: Run, share: float | None) -> float | None:
-    """A phase share of `run` to show beside other figures: withheld (None) where the phases were not synced."""
-    return share if exact_phases(run) else None
 
 
 def unsynced_note(runs: Iterable[Run | None]) -> str | None:

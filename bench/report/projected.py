@@ -1,6 +1,5 @@
-"""Speeds projected on the paper's own setting (docs/cost_model.md): each run's speedup over its baseline, measured
-here and with the acceptance measured here replayed on the paper's target (and draft), GPU and dtype as its package's
-`SETTING` (or `SETTINGS[label]`) declares them. Batch > 1 runs are not projected (the profiles are of batch 1)."""
+"""Speeds projected on the paper's own setting (docs/cost_model.md), as its package's `SETTING` (or
+`SETTINGS[label]`) declares it; batch 1 only (the profiles are of batch 1)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The artifact declarations (`ARTIFACT = Artifact(...)` in each report module) and their registry: names
-`<paper>/<artifact>` plus the generic ones, found lazily (a paper's modules load when one of its artifacts is asked
-for). The CLI, the make targets, REPRODUCED.md and the notebooks all come from them (docs/reports.md). A build takes a
-RunSet and the options the user gave (the others keep its defaults) and returns a Report; bad input: HarnessError.
-"""
+"""The artifact declarations (`ARTIFACT = Artifact(...)` in each report module) and their registry, found lazily (a
+paper's modules load when one of its artifacts is asked for); docs/reports.md."""
 
 from __future__ import annotations
 
@@ -28,6 +25,15 @@ class Option:
 def option(*flags: str, **kwargs) -> Option:
     """An argparse option of one artifact: option("--dataset", help="...")."""
     return Option(flags, kwargs)
+
+
+# The options many artifacts share, named in Artifact.common.
+COMMON = {
+    "model": option("--model", default=None, help="default: the model of the most recent matching run"),
+    "paper_size": option("--paper-size", default=None, help="the paper's rows to compare with; default: the runs'"),
+    "draft": option("--draft", default=None, help="the drafter whose runs to show: eagle, trained or a full name "
+                    "(eagle:<id>, trained:<id>); default: that of the most recent draft-model run"),
+}
 
 
 @dataclass(frozen=True)
@@ -79,6 +85,11 @@ class Artifact:
     @property
     def full_name(self) -> str:
         return f"{self.paper}/{self.name}" if self.paper else self.name
+
+    @property
+    def arguments(self) -> tuple[Option, ...]:
+        """Its options, the common ones first (the CLI's flags, the notebooks' SPECREPRO_<OPTION>)."""
+        return (*(COMMON[c] for c in self.common), *self.options)
 
 
 def produce(artifact: Artifact, results_dir: str | Path, **options) -> str | list[Path]:

@@ -1,7 +1,5 @@
-"""REPRODUCED.md (`make reproduced`): a summary of every paper artifact, then per paper the measured tables beside the
-paper's numbers, built from the committed evidence folder alone so a fresh clone rebuilds it byte for byte; every
-section and summary row comes from the artifacts' declarations (docs/reports.md). The page and its evidence keep no
-machine paths (an absolute path becomes repository-relative, else `…/<last part>`) and no line over LINE_MAX."""
+"""REPRODUCED.md (`make reproduced`, docs/reports.md), from the committed evidence folder alone so a fresh clone
+rebuilds it byte for byte: no machine paths (an absolute path becomes repository-relative, else `…/<last part>`)."""
 
 from __future__ import annotations
 
@@ -20,7 +18,7 @@ from bench.paths import project_path
 from bench.report.claims import speedup_claim
 from bench.report.drafter import describe, drafter, present
 from bench.report.projected import projected_table, setting_of
-from bench.report.registry import Cover, paper_artifacts, papers, produce, resolve
+from bench.report.registry import Artifact, Cover, Shown, paper_artifacts, papers, produce
 from bench.report.select import read_runs
 from bench.report.tables import MISSING
 from bench.run.store import Run
@@ -110,24 +108,27 @@ RECIPE_LIMIT = re.compile(r"\s+LIMIT=\S+")  # the recipe's default; what the run
 
 @dataclass
 class Section:
-    paper: str
-    artifact: str
-    options: dict
-    command: str
-    name: str = ""
+    """One `Shown` entry of an artifact, built (for `draft`'s runs, when it names one)."""
+
+    art: Artifact
+    shown: Shown
+    draft: str | None = None  # the drafter it was asked for (--draft), None: the artifact's default
     md: str | None = None
     error: str | None = None
     used: list[Run] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)  # what a figure artifact wrote (it returns paths)
-    draft: str | None = None  # the drafter it was asked for (--draft), None: the artifact's default
-    model_free: bool = False  # computed without runs (registry needs_runs=False: DySpec Table 5's random trees)
     split: bool = False  # one of several sections of one artifact, one per drafter: the drafter is named
-    setting: Setting | None = None  # the paper's hardware for what the section shows (bench.report.projected)
-    baseline: str = "ar"  # the method its speeds are relative to
+
+    @property
+    def setting(self) -> Setting | None:
+        """The paper's hardware for what the section shows (bench.report.projected)."""
+        label = next((c.label for c in self.art.covers if c.options.items() <= self.shown.options.items()), None)
+        return setting_of(self.art.paper, label)
 
     @property
     def title(self) -> str:
-        return f"`{self.name}` (draft: {describe(self.draft)})" if self.split else f"`{self.name}`"
+        name = self.art.full_name
+        return f"`{name}` (draft: {describe(self.draft)})" if self.split else f"`{name}`"
 
 
 def coverage() -> list[tuple[str, Cover, str | None]]:
@@ -152,28 +153,22 @@ def build_sections(folder: Path, runs: list[Run]) -> list[Section]:
     drafter whose runs it uses, when there are several."""
     drafters = present(runs)
     out = []
-    for paper in papers():
-        for art, shown in ((a, s) for a in paper_artifacts(paper).values() for s in a.shown):
-            artifact, options, command = art.name, shown.options, shown.command
-            if not art.per_drafter or len(drafters) < 2:
-                out.append(section(folder, runs, Section(paper, artifact, options, command)))
-                continue
-            made = [section(folder, runs, Section(paper, artifact, options, command, draft=d)) for d in drafters]
-            kept = [s for s in made if any(drafter(r) == s.draft for r in s.used)]
-            for s in kept:
-                s.split = len(kept) > 1
-            out += kept or [section(folder, runs, Section(paper, artifact, options, command))]
+    for art, shown in ((a, s) for paper in papers() for a in paper_artifacts(paper).values() for s in a.shown):
+        if not art.per_drafter or len(drafters) < 2:
+            out.append(section(folder, runs, Section(art, shown)))
+            continue
+        made = [section(folder, runs, Section(art, shown, draft=d)) for d in drafters]
+        kept = [s for s in made if any(drafter(r) == s.draft for r in s.used)]
+        for s in kept:
+            s.split = len(kept) > 1
+        out += kept or [section(folder, runs, Section(art, shown))]
     return out
 
 
 def section(folder: Path, runs: list[Run], s: Section) -> Section:
     """s, its artifact run on `folder` (for s.draft's runs, when it names one)."""
-    s.name, art = resolve(f"{s.paper}/{s.artifact}")
-    s.model_free, s.baseline = not art.needs_runs, art.baseline
-    label = next((c.label for c in art.covers if c.options.items() <= s.options.items()), None)
-    s.setting = setting_of(s.paper, label)
     try:
-        got = produce(art, folder, **s.options, **({"draft": s.draft} if s.draft else {}))
+        got = produce(s.art, folder, **s.shown.options, **({"draft": s.draft} if s.draft else {}))
     except HarnessError as err:
         s.error = str(err)
     else:
@@ -216,12 +211,16 @@ def git(run: Run) -> tuple[str, bool]:
     return (p.get("git_sha") or "unknown")[:10], bool(p.get("git_dirty"))
 
 
-def provenance_line(used: list[Run]) -> str:
+def span(used: list[Run]) -> str:
+    """The dates the runs were made: "2026-01-02" or "2026-01-02 to 2026-01-05"; "" without runs."""
     dates = sorted(r.created.date().isoformat() for r in used)
-    span = dates[0] if dates[0] == dates[-1] else f"{dates[0]} to {dates[-1]}"
+    return "" if not dates else dates[0] if dates[0] == dates[-1] else f"{dates[0]} to {dates[-1]}"
+
+
+def provenance_line(used: list[Run]) -> str:
     dirty = sum(1 for r in used if git(r)[1])
     dirt = f" ({dirty} of {len(used)} runs from a dirty tree, named in `{EVIDENCE}/runs.csv`)" if dirty else ""
-    return (f"Machine: {distinct(r.machine for r in used)}. Measured: {span}. "
+    return (f"Machine: {distinct(r.machine for r in used)}. Measured: {span(used)}. "
             f"Git: {distinct(git(r)[0] for r in used)}{dirt}. Runs: {len(used)}. "
             f"Prompts per cell: {prompts_text(used)}. Run settings: {run_settings(used)}.")
 
@@ -236,7 +235,7 @@ def page_text(md: str, folder: Path) -> str:
 
 def recipe(s: Section) -> str:
     """The section's make command, for the drafter its runs used (an EAGLE head's: `make eagle`, DRAFT=eagle)."""
-    command = RECIPE_LIMIT.sub("", s.command)
+    command = RECIPE_LIMIT.sub("", s.shown.command)
     if {(drafter(r) or "").split(":")[0] for r in s.used if drafter(r)} == {"eagle"}:
         command = re.sub(r"(make reproduce-[\w-]+)", r"\1 DRAFT=eagle", command.replace("make draft", "make eagle"))
         command = command if "make eagle" in command else f"make eagle && {command}"
@@ -247,23 +246,24 @@ def section_text(s: Section, folder: Path) -> list[str]:
     out = [f"### {s.title}: `{recipe(s)}`"]
     if s.error is not None:
         return [*out, page_text(f"Not measured: {s.error}.", folder)]
-    if not s.used and s.model_free:
+    if not s.used and not s.art.needs_runs:  # computed without runs (DySpec Table 5's random trees)
         return [*out, "No model and no runs: computed by `make reproduced` itself, from seeded inputs.",
                 page_text(re.sub(r"^#+ ", "#### ", s.md, flags=re.MULTILINE), folder)]  # under the section's ###
     if not s.used:
         return [*out, f"No runs in `{EVIDENCE}/` yet; the paper's numbers alone:\n\n" + page_text(s.md, folder)]
     draft = f" --draft {s.draft}" if s.draft else ""
-    files = [f"Written (not committed; the command above or `python -m bench.report {s.name} --results "
+    files = [f"Written (not committed; the command above or `python -m bench.report {s.art.full_name} --results "
              f"{EVIDENCE}{draft}` rebuilds them): " + ", ".join(f"`{p.name}`" for p in s.files) + "."] if s.files else []
-    projected = projected_table(s.used, s.setting, s.baseline) if s.setting else None
+    setting = s.setting
+    projected = projected_table(s.used, setting, s.art.baseline) if setting else None
     return [*out, wrap_long(provenance_line(s.used)), *(page_text(t, folder) for t in (s.md, *files, projected) if t)]
 
 
 def summary_table(sections: list[Section]) -> str:
     rows = ["| " + " | ".join(SUMMARY_COLUMNS) + " |", "|" + "---|" * len(SUMMARY_COLUMNS)]
     for paper, c, artifact in coverage():
-        found = [s for s in sections if (s.paper, s.artifact) == (paper, artifact)
-                 and c.options.items() <= s.options.items()]
+        found = [s for s in sections if (s.art.paper, s.art.name) == (paper, artifact)
+                 and c.options.items() <= s.shown.options.items()]
         rows += [summary_row(paper, c, artifact, s) for s in ([s for s in found if s.split] or found[:1] or [None])]
     return "## Summary\n\n" + "\n".join(rows)
 
@@ -272,20 +272,18 @@ def summary_row(paper: str, c: Cover, artifact: str | None, s: Section | None) -
     """The summary's row of one coverage row, from its section (None: no section shows it)."""
     used = s.used if s is not None else []
     label = f"{c.label} (draft: {describe(s.draft)})" if s is not None and s.split else c.label
-    projected = MISSING
+    status, claim, projected = "not measured", MISSING, MISSING
     if used:
         claims = [speedup_claim(paper, used), *report_claims(s.md)]
         status, claim = "measured", "; ".join(x for x in claims if x != MISSING) or MISSING
-        if s.setting is not None and (found := speedup_claim(paper, used, s.setting)) != MISSING:
-            projected = f"{found} ({s.setting.label})"
-    elif s is not None and s.model_free and s.md:
+        if (setting := s.setting) is not None and (found := speedup_claim(paper, used, setting)) != MISSING:
+            projected = f"{found} ({setting.label})"
+    elif s is not None and not s.art.needs_runs and s.md:
         return f"| {paper} | {label} | measured | no model | {MISSING} | {MISSING} |"
     elif artifact is None:
-        status, claim = "no target", MISSING
+        status = "no target"
     elif c.offline:
-        status, claim = f"not measurable offline ({c.offline})", MISSING
-    else:
-        status, claim = "not measured", MISSING
+        status = f"not measurable offline ({c.offline})"
     return f"| {paper} | {label} | {status} | {prompts_text(used)} | {claim} | {projected} |"
 
 
@@ -309,7 +307,7 @@ def runs_csv(sections: list[Section]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["artifact", "run_id", "method", "dataset", "machine", "created", "git_sha", "git_dirty"])
-    rows = {(f"{s.name} --draft {s.draft}" if s.split else s.name, r.run_id, r.method, r.dataset, r.machine,
+    rows = {(f"{s.art.full_name} --draft {s.draft}" if s.split else s.art.full_name, r.run_id, r.method, r.dataset, r.machine,
              r.created.isoformat(), *git(r)) for s in sections for r in s.used}
     w.writerows(sorted(rows, key=lambda row: [str(x) for x in row]))
     return buf.getvalue()
@@ -321,13 +319,12 @@ def reproduced_page(results_dir: str | None = None, out: str | None = None, evid
     folder = project_path(evidence or EVIDENCE).resolve()
     runs = read_runs(folder) if (folder / "runs").is_dir() else []
     sections = build_sections(folder, runs)
-    dates = sorted(r.created.date().isoformat() for s in sections for r in s.used)
-    span = "no runs yet" if not dates else dates[0] if dates[0] == dates[-1] else f"{dates[0]} to {dates[-1]}"
-    parts = [wrap_long(HEADER.format(evidence=EVIDENCE, span=span)), summary_table(sections)]
+    measured = span([r for s in sections for r in s.used]) or "no runs yet"
+    parts = [wrap_long(HEADER.format(evidence=EVIDENCE, span=measured)), summary_table(sections)]
     for paper in papers():
         doc = (importlib.import_module(f"bench.report.{paper}").__doc__ or paper).strip().splitlines()[0]
         parts.append(f"## {doc}")
-        for s in (s for s in sections if s.paper == paper):
+        for s in (s for s in sections if s.art.paper == paper):
             parts += section_text(s, folder)
     text = "\n\n".join(parts) + "\n"
     atomic_write(project_path(out or "REPRODUCED.md"), text)

@@ -1,5 +1,4 @@
-"""The tables of no paper: the latest run per method (`runs`), the same projected on a cost profile (`project`) and
-the draft's sd table (`draft_sd`)."""
+"""The tables of no paper: `runs`, `project` (the same on a cost profile) and `draft_sd`."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ from bench.cost.replay import replayed
 from bench.errors import MissingRunsError
 from bench.report import tables
 from bench.report.output import Report
-from bench.report.phase_timing import share_or_none, unsynced_note
+from bench.report.phase_timing import exact_phases, unsynced_note
 from bench.report.select import RunSet, latest_runs, paired_baseline
 from bench.report.tables import MISSING, fmt, lossless_text, markdown, with_interval
 from bench.run.metrics import speedup, speedup_interval, summarize, tokens_per_s
@@ -65,7 +64,7 @@ def runs_table(runs: RunSet, model: str | None = None, paper_size: str | None = 
             "tok/s": with_interval(s["tokens_per_s"]["mean_of_questions"], s["intervals"]["tokens_per_s"]),
             "speedup vs hf_generate": with_interval(*speed["hf_generate"]),
             "speedup vs ar": with_interval(*speed["ar"]),
-            "overhead": fmt(share_or_none(run, s["overhead_share"])),  # withheld: unsynced GPU phases
+            "overhead": fmt(s["overhead_share"] if exact_phases(run) else None),  # withheld: unsynced GPU phases
             "lossless": lossless_text(s["lossless"]) or MISSING,
         })
     note = unsynced_note(latest.values())

@@ -1,5 +1,4 @@
-"""Which runs a report uses: the one selection rule of every paper (`RunSet`; docs/reports.md), the pieces it is
-made of, and the footer every report ends with. `read_runs` is the store layer's read, for the page builders."""
+"""Which runs a report uses: `RunSet`, the one selection rule (docs/reports.md), its pieces and `footer`."""
 
 from __future__ import annotations
 
@@ -13,10 +12,6 @@ from bench.report.drafter import choose
 from bench.run.store import Run, load_runs
 
 DEFAULT_MODEL = "smollm2-135m"
-
-
-def missing(what: str, folder: str | Path, make: str) -> MissingRunsError:
-    return MissingRunsError(f"no complete {what} under {Path(folder, 'runs')} (produced by `{make}`)")
 
 
 def matches(value, wanted: str | Collection | None) -> bool:
@@ -75,22 +70,13 @@ def prompt_turns(run: Run) -> set[tuple]:
 def paired_baseline(runs: list[Run], run: Run, method: str) -> Run | None:
     """The latest of the `method` runs (default variant) measured like `run` that cover most of its prompt-turns
     (paired speedups are over the shared ones); None if there is none."""
+    alike = ("temperature", "batch_size", "model", "dataset", "machine", "max_new_tokens")
     found = [r for r in runs if r.method == method and r.variant is None
-             and r.temperature == run.temperature and r.batch_size == run.batch_size
-             and group_key(r) == group_key(run)]  # model, dataset, machine, max_new_tokens
+             and all(getattr(r, a) == getattr(run, a) for a in alike)]
     if not found:
         return None
     wanted = prompt_turns(run)
     return max(reversed(found), key=lambda r: len(wanted & prompt_turns(r)))  # max keeps the first: the latest
-
-
-def used_ids(runs: Iterable[Run | None]) -> list[str]:
-    """Run ids, once each, in order (a footer's "Runs:" line)."""
-    return list(dict.fromkeys(r.run_id for r in runs if r is not None))
-
-
-def group_key(run: Run) -> tuple:
-    return run.model, run.dataset, run.machine, run.max_new_tokens
 
 
 def latest_per_x(runs: list[Run], x_of: Callable[[Run], object]) -> dict:
@@ -166,7 +152,7 @@ class RunSet:
         return paired_baseline(self.runs, run, method) if run is not None else None
 
     def missing(self, what: str, make: str) -> MissingRunsError:
-        return missing(what, self.folder, make)
+        return MissingRunsError(f"no complete {what} under {Path(self.folder, 'runs')} (produced by `{make}`)")
 
     def file(self, *parts: str) -> Path:
         """A measurement file beside the runs (e.g. propd/early_heads.json)."""
@@ -183,5 +169,5 @@ def footer(ours: str, used: Iterable[Run | None] | Mapping[str, str], lines: Ite
     if isinstance(used, Mapping):
         ids = named[1].join(f"{k}{named[0]}{v}" for k, v in used.items())
     else:
-        ids = ", ".join(used_ids(used))
+        ids = ", ".join(dict.fromkeys(r.run_id for r in used if r is not None))  # once each, in order
     return [ours, *lines, f"Runs: {ids or 'none'}.", *claims, *(f"Note: {n}." for n in notes)]

@@ -87,8 +87,8 @@ def dyspec_fig5(runs: RunSet, model: str | None = None, draft: str | None = None
                                  f"threshold {paper['threshold']:g}), budget {int(paper['budget'])}",
          "Mean tree size [95% CI]": fmt(paper["mean_tree_size"]),
          "Of the budget": fmt(paper["mean_tree_size"] / paper["budget"], ".1%"), "Accepted / step": "—"}])
-    png = runs.folder / "figures" / "dyspec_fig5.png"
-    md = markdown(display, f"DySpec Figure 5, ours (figure: {png}).", a["footer"], numparse=False)
+    md = markdown(display, f"DySpec Figure 5, ours (figure: {runs.folder / 'figures' / 'dyspec_fig5.png'}).",
+                  a["footer"], numparse=False)
     return Report.figure("dyspec_fig5", plot(df), df, md)
 
 

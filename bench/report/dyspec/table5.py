@@ -176,19 +176,14 @@ def closeness(df: pd.DataFrame) -> dict[str, tuple[float, float]]:
 
 def table5_markdown(df: pd.DataFrame, trees_df: pd.DataFrame | None, trees_per_size: int, seed: int,
                     block: int, trees: str | None) -> str:
-    lines = [
-        f"# DySpec Table 5: non-zero {block}x{block} tiles of the tree attention mask",
-        "",
-        (f"Random trees, {trees_per_size} per size, seed {seed}; mean tiles of the tree-only "
-        "size x size mask (tree size = nodes including the root = the mask's side; partial edge tiles "
-        "count). `ours (paper)`: the paper's Table 5 in parentheses. original = the generator's creation "
-        "order, BFS = bench.core.tree's slot layout, DFS = DySpec's reorder (children in rank order), heavy = "
-        "heavy-path order (children by descending subtree size), the paper's near-optimal reference."),
-        "",
-    ]
+    parts = [f"# DySpec Table 5: non-zero {block}x{block} tiles of the tree attention mask",
+             (f"Random trees, {trees_per_size} per size, seed {seed}; mean tiles of the tree-only "
+              "size x size mask (tree size = nodes including the root = the mask's side; partial edge tiles "
+              "count). `ours (paper)`: the paper's Table 5 in parentheses. original = the generator's creation "
+              "order, BFS = bench.core.tree's slot layout, DFS = DySpec's reorder (children in rank order), heavy = "
+              "heavy-path order (children by descending subtree size), the paper's near-optimal reference.")]
     gaps = closeness(df)
     for source, g in df.groupby("source", sort=False):
-        lines += [f"## generator `{source}`", "", GENERATOR_NOTES[source] + ".", ""]
         shown = pd.DataFrame({
             "tree size": g.tree_size,
             "original": [beside(a, b) for a, b in zip(g.blocks_original, g.paper_blocks_original)],
@@ -199,27 +194,24 @@ def table5_markdown(df: pd.DataFrame, trees_df: pd.DataFrame | None, trees_per_s
             "reduction (heavy)": [fmt(x, ".2f") for x in g.reduction_heavy],
             "lower triangle": g.lower_triangle,
         })
-        lines += [shown.to_markdown(index=False, disable_numparse=True), ""]
+        parts += [f"## generator `{source}`", GENERATOR_NOTES[source] + ".",
+                  shown.to_markdown(index=False, disable_numparse=True)]
         if source in gaps:
-            lines += [(f"Mean gap to the paper, |ours - paper| / paper over the paper's sizes: "
-                      f"original {gaps[source][0]:.1%}, DFS {gaps[source][1]:.1%}."), ""]
-    lines += [
-        ("The paper does not say how its random trees were drawn. `recursive` was the first generator we "
-        "tried and nothing in it was tuned to the paper's numbers; `greedy` is shaped like DySpec's own "
-        "trees (earlier siblings own larger subtrees). DFS is not always better than the original order "
-        "(tests/test_tree_order.py has a 5-node tree where it adds a tile), nor heavy-path always better "
-        "than DFS; the table shows means."),
-        "",
-        ("Kernel times (Table 5's other columns) are not measured: only a block-sparse kernel that skips "
-        "empty tiles (the paper's Triton kernel, on a GPU) can profit from the order; a dense kernel with a "
-        "float mask computes every tile."),
-    ]
+            parts.append(f"Mean gap to the paper, |ours - paper| / paper over the paper's sizes: "
+                         f"original {gaps[source][0]:.1%}, DFS {gaps[source][1]:.1%}.")
+    parts += [("The paper does not say how its random trees were drawn. `recursive` was the first generator we "
+               "tried and nothing in it was tuned to the paper's numbers; `greedy` is shaped like DySpec's own "
+               "trees (earlier siblings own larger subtrees). DFS is not always better than the original order "
+               "(tests/test_tree_order.py has a 5-node tree where it adds a tile), nor heavy-path always better "
+               "than DFS; the table shows means."),
+              ("Kernel times (Table 5's other columns) are not measured: only a block-sparse kernel that skips "
+               "empty tiles (the paper's Triton kernel, on a GPU) can profit from the order; a dense kernel with a "
+               "float mask computes every tile.")]
     if trees_df is not None:
-        lines += ["", f"## Recorded trees from `{trees}`", "",
+        parts += [f"## Recorded trees from `{trees}`",
                   ("Per size bucket: mean tiles at prefix 0 per order, and at each tree's recorded prefix "
-                  "(every prefix key visible to every tree node)."), "",
-                  trees_df.to_markdown(index=False, floatfmt=".2f")]
-    return "\n".join(lines) + "\n"
+                   "(every prefix key visible to every tree node)."), trees_df.to_markdown(index=False, floatfmt=".2f")]
+    return "\n\n".join(parts) + "\n"
 
 
 # ---------------------------------------------------------------- Figures 9 and 7
@@ -314,31 +306,25 @@ def dyspec_table5(runs: RunSet, sizes: str | Iterable[int] = "256,512,1024,2048"
     long = pd.DataFrame(rows)
     df = table5(long[long.tree_size.isin(sizes)], block)
 
-    trees_df = None
     if recorded:
         flong = pd.DataFrame(file_counts(recorded, prefixes, block))
-        trees_df = trees_table(flong)
-        points = fig9_points(flong, "bucket")
+        trees_df, points = trees_table(flong), fig9_points(flong, "bucket")
         titles = {"file": f"DySpec trees from {Path(trees).name} ({len(recorded)} trees, by size bucket)"}
-    else:
-        points = fig9_points(long[long.tree_size.isin(fig_sizes)], "tree_size")
-        titles = {g: f"Synthetic: '{g}' random trees (not real DySpec trees), "
-                     f"{trees_per_size} per size" for g in gens}
-
-    files = {"tables/dyspec_table5.md": table5_markdown(df, trees_df, trees_per_size, seed, block, trees),
-             "tables/dyspec_table5.csv": df}
-    if trees_df is not None:
-        files["tables/dyspec_table5_trees.csv"] = trees_df
-    files["figures/dyspec_fig9_block_counts.png"] = fig9(points, titles, block)
-    files["figures/dyspec_fig9_block_counts.csv"] = points
-    if recorded:
         example, what = recorded[0][0], f"first tree of {Path(trees).name} ({len(recorded[0][0])} nodes)"
     else:
+        trees_df, points = None, fig9_points(long[long.tree_size.isin(fig_sizes)], "tree_size")
+        titles = {g: f"Synthetic: '{g}' random trees (not real DySpec trees), "
+                     f"{trees_per_size} per size" for g in gens}
         size = min(fig_sizes)
         example = GENERATORS[gens[0]](size, np.random.default_rng([seed, 99, size]))
         what = f"a synthetic '{gens[0]}' random tree of {size} nodes (not a real DySpec tree)"
-    files["figures/dyspec_fig7_masks.png"] = fig7(example, f"Tree attention mask (black: visible), {what}", block)
-    return Report(files)
+    return Report({"tables/dyspec_table5.md": table5_markdown(df, trees_df, trees_per_size, seed, block, trees),
+                   "tables/dyspec_table5.csv": df,
+                   **({"tables/dyspec_table5_trees.csv": trees_df} if trees_df is not None else {}),
+                   "figures/dyspec_fig9_block_counts.png": fig9(points, titles, block),
+                   "figures/dyspec_fig9_block_counts.csv": points,
+                   "figures/dyspec_fig7_masks.png": fig7(example, f"Tree attention mask (black: visible), {what}",
+                                                         block)})
 
 
 # Block counts need no model: random trees by default; TREES=file.jsonl adds real DySpec trees, e.g. written by

@@ -32,6 +32,10 @@ TABLE_FOR_SIZE = {"7B": 1, "13B": 2, "70B": 3}
 TABLE_VARIANTS = {4: "b768"}
 PAPER_SETUP = {1: "one A100 40GB", 2: "one A100 40GB", 3: "one A100 40GB, target CPU-offloaded",
                4: "one A100 40GB, target CPU-offloaded"}
+# The csv's numbers: each with `_paper` beside it, then their intervals (`_lo`, `_hi`), AR's last.
+QUANTITIES = ["ar_latency_s", *(f"{m}_{k}" for m in METHODS for k in ("latency_s", "accepted", "speedup"))]
+NUMERIC = [*(f"{c}{s}" for c in QUANTITIES for s in ("", "_paper")),
+           *(f"{c}_{e}" for c in (*QUANTITIES[1:], QUANTITIES[0]) for e in ("lo", "hi"))]
 DEFINITIONS = (
     "Cells: ours [95% bootstrap interval over questions; paired with AR for speedups] (paper); — = no run. "
     "Latency: total wall time / total new tokens over "
@@ -137,7 +141,7 @@ def method_cells(m: str, run: Run | None, base: Run | None, paper: pd.DataFrame,
 def build_dyspec_table(runs: RunSet, model: str | None = None, paper_table: int | str | None = None,
                        draft: str | None = None) -> pd.DataFrame:
     """One row per (dataset, temperature) in the paper's order; per method `<m>_latency_s`, `<m>_accepted`,
-    `<m>_speedup` (ours; NaN: no run) and the same with `_paper`; `ar_latency_s(_paper)`; provenance in attrs. Runs:
+    `<m>_speedup` (ours; NaN: no run) and the same with `_paper`; `ar_latency_s(_paper)`; the footer in attrs. Runs:
     the latest per cell with no variant (Table 4: TABLE_VARIANTS[4]); default table: by the model's paper_size."""
     mine = candidates(runs)
     table = table_number(mine.pin(model=model, draft=draft).runs, paper_table)  # the model's paper size
@@ -177,19 +181,20 @@ def build_dyspec_table(runs: RunSet, model: str | None = None, paper_table: int 
                     notes.append(f"{m} on {dataset} at T={t:g}: speedup against AR run {paired.run_id} (same machine)")
             rows.append(row)
 
-    numeric = [f"{c}{suffix}" for c in ["ar_latency_s", *(f"{m}_{k}" for m in METHODS
-                                                           for k in ("latency_s", "accepted", "speedup"))]
-               for suffix in ("", "_paper")]
-    numeric += [f"{m}_{k}_{e}" for m in METHODS for k in ("latency_s", "accepted", "speedup") for e in ("lo", "hi")]
-    numeric += ["ar_latency_s_lo", "ar_latency_s_hi"]
     run_cols = ["ar_run_id", *(f"{m}_run_id" for m in METHODS)]
-    df = pd.DataFrame(rows).reindex(columns=["dataset", "paper_dataset", "temperature", *numeric, *run_cols])
-    df[numeric] = df[numeric].astype(float)  # None -> NaN: empty CSV cells, never "None"
+    df = pd.DataFrame(rows).reindex(columns=["dataset", "paper_dataset", "temperature", *NUMERIC, *run_cols])
+    df[NUMERIC] = df[NUMERIC].astype(float)  # None -> NaN: empty CSV cells, never "None"
     missing = [f"{LABELS[k[1]]} {k[3]} T={k[4]:g}"
                for k in ((model, m, None if m == BASELINE else variant, d, t) for d in DATASETS
                          for t in TEMPERATURES for m in (*METHODS, BASELINE)) if k not in latest]
-    df.attrs.update(provenance(model, table, paper, used), notes=list(dict.fromkeys(notes)), missing=missing,
-                    drafter=runs.drafter, versus_sequoia=versus)
+    first = paper.iloc[0]
+    df.attrs.update(model=model, table=table, drafter=runs.drafter, paper_budget=int(first["tree_budget"]),
+                    paper_pair=f"{first['draft']} -> {first['target']}")
+    df.attrs["footer"] = [*footer(setting_line(used, df.attrs["paper_budget"]),
+                                  {f"{r.method}/{r.dataset}/T={r.temperature:g}": r.run_id for r in used},
+                                  [examples_line(used), *(f"Data: {n}." for n in DATA_NOTES.values()), DEFINITIONS,
+                                   AR_NOTE], dict.fromkeys(notes), sequoia_claim(versus)),
+                          *([f"No run: {', '.join(missing)}."] if missing else [])]
     return df
 
 
@@ -205,22 +210,25 @@ def sequoia_claim(versus: list[tuple]) -> list[str]:
             f"not; Sequoia's latency / DySpec's, paired 95% interval: {each}).")]
 
 
-def provenance(model: str, table: int, paper: pd.DataFrame, used: list[Run]) -> dict:
-    """What the footer says about the runs used and the paper's setting."""
-    first = paper.iloc[0]
-    return {
-        "model": model, "table": table, "paper_pair": f"{first['draft']} -> {first['target']}",
-        "paper_budget": int(first["tree_budget"]), "paper_setup": PAPER_SETUP.get(table, "?"),
-        "drafts": sorted({str(r.settings.get("draft")) for r in used if r.method != BASELINE}),
-        "dtypes": sorted({str(r.provenance.get("dtype")) for r in used}),
-        "budgets": sorted({budget(r) for r in used if r.method != BASELINE}),
-        "machines": sorted({str(r.machine) for r in used}),
-        "max_new_tokens": sorted({str(r.max_new_tokens) for r in used}),
-        "selections": {d: sorted({selection(r) for r in used if r.dataset == d}) for d in DATASETS},
-        "prompts": {d: sorted({len({rec["question_id"] for rec in r.records}) for r in used
-                               if r.dataset == d}) for d in DATASETS},
-        "run_ids": {f"{r.method}/{r.dataset}/T={r.temperature:g}": r.run_id for r in used},
-    }
+def listed(values) -> str:
+    return ", ".join(sorted({str(v) for v in values})) or MISSING
+
+
+def setting_line(used: list[Run], paper_budget: int) -> str:
+    """The footer's first line: how the runs used were measured."""
+    return (f"Machine: {listed(r.machine for r in used)}. dtype: {listed(r.provenance.get('dtype') for r in used)}. "
+            f"max_new_tokens: {listed(r.max_new_tokens for r in used)}. "
+            f"Trees: {listed(budget(r) for r in used if r.method != BASELINE)} (paper: {paper_budget}).")
+
+
+def examples_line(used: list[Run]) -> str:
+    """Per dataset, the prompts the runs measured and how they were selected."""
+    out = []
+    for d in DATASETS:
+        mine = [r for r in used if r.dataset == d]
+        n = "/".join(map(str, sorted({len({rec["question_id"] for rec in r.records}) for r in mine}))) or MISSING
+        out.append(f"{d}: {n} prompts measured; selection: {'; '.join(sorted({selection(r) for r in mine})) or 'no runs'}")
+    return "Examples: " + " | ".join(out) + "."
 
 
 def budget(run: Run) -> str:
@@ -266,20 +274,8 @@ def dyspec_table(runs: RunSet, model: str | None = None, paper_size: str | None 
     a = df.attrs
     caption = (f"DySpec Table {a['table']}, ours (paper): latency per token (ms) and accepted tokens per step. "
                f"Ours: target {a['model']}, draft: {describe(a['drafter'])}; paper: {a['paper_pair']}, "
-               f"tree budget {a['paper_budget']}, {a['paper_setup']}.")
-    examples = []
-    for d in DATASETS:
-        sel = "; ".join(a["selections"][d]) or "no runs"
-        n = "/".join(map(str, a["prompts"][d])) or MISSING
-        examples.append(f"{d}: {n} prompts measured; selection: {sel}")
-    machine = (f"Machine: {', '.join(a['machines']) or MISSING}. dtype: {', '.join(a['dtypes']) or MISSING}. "
-               f"max_new_tokens: {', '.join(a['max_new_tokens']) or MISSING}. "
-               f"Trees: {', '.join(a['budgets']) or MISSING} (paper: {a['paper_budget']}).")
-    foot = [*footer(machine, a["run_ids"], ["Examples: " + " | ".join(examples) + ".",
-                                           *(f"Data: {n}." for n in DATA_NOTES.values()), DEFINITIONS, AR_NOTE],
-                    a["notes"], sequoia_claim(a.get("versus_sequoia") or [])),
-            *([f"No run: {', '.join(a['missing'])}."] if a["missing"] else [])]
-    return Report.tables(f"dyspec_table{a['table']}", render(display(df), caption, foot, df))
+               f"tree budget {a['paper_budget']}, {PAPER_SETUP.get(a['table'], '?')}.")
+    return Report.tables(f"dyspec_table{a['table']}", render(display(df), caption, a["footer"], df))
 
 
 DRAFT_COMMON = ("model", "paper_size", "draft")  # --draft: one drafter's runs (bench/report/drafter.py)

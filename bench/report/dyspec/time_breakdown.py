@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import textwrap
 
 import pandas as pd
 
@@ -14,7 +13,7 @@ from bench.report.drafter import describe
 from bench.report.dyspec.tables import BASELINE, DRAFT_COMMON, LABELS, METHODS, RUN, candidates
 from bench.report.output import Report
 from bench.report.phase_timing import require_exact_phases
-from bench.report.plots import new_figure, yerr
+from bench.report.plots import new_figure, wrap, yerr
 from bench.report.registry import Artifact, Cover, Recipe, Shown, option
 from bench.report.select import DEFAULT_MODEL, RunSet, footer, latest_runs
 from bench.report.tables import fmt, interval_columns, interval_in, markdown, with_interval
@@ -129,7 +128,7 @@ def plot_breakdown(df: pd.DataFrame):
     ax.set_title(f"DySpec Figure 4, time per component: ours ({a['model']}, draft: {describe(a['drafter'])}, "
                  f"{', '.join(a['machines'])})",
                  fontsize=9)
-    ax.text(0.5, -0.14, "\n".join(textwrap.wrap(FIG4_PAPER, 100)), transform=ax.transAxes,
+    ax.text(0.5, -0.14, wrap(FIG4_PAPER, 100), transform=ax.transAxes,
             ha="center", va="top", fontsize=7, style="italic")
     return fig
 
@@ -145,7 +144,6 @@ def dyspec_time_breakdown(runs: RunSet, model: str | None = None, paper_size: st
     a = df.attrs
     scope = ", ".join([a["dataset"] or "c4+openwebtext+cnn_dailymail",
                        f"T={float(a['temperature']):g}" if a["temperature"] is not None else "T=0 and 0.6"])
-    png = runs.folder / "figures" / "dyspec_time_breakdown.png"
     machine = (f"Machine: {', '.join(a['machines'])}. Shares of the summed phase times of all prompts (the phases "
                f"tile the timed region; phase sum / wall: "
                + ", ".join(f"{lab} {fmt(v)}" for lab, v in zip(df["label"], df["phase_sum_over_wall"])) + ").")
@@ -153,7 +151,7 @@ def dyspec_time_breakdown(runs: RunSet, model: str | None = None, paper_size: st
         "Our phase names in brackets; prefill (the target's prompt forward) counts as target forward.",
         ("[low, high]: 95% bootstrap interval over prompts (each resampled with its phase times); the figure's "
          "error bars, drawn at each segment's top. No interval at batch > 1, where phase times are kept per batch."),
-        FIG4_PAPER, f"Figure: {png}."], a["notes"], named=(": ", "; "))
+        FIG4_PAPER, f"Figure: {runs.folder / 'figures' / 'dyspec_time_breakdown.png'}."], a["notes"], named=(": ", "; "))
     caption = (f"DySpec Figure 4, time breakdown per method: ours, {a['model']} on {scope}; "
                f"draft: {describe(a['drafter'])}.")
     return Report({"figures/dyspec_time_breakdown.png": plot_breakdown(df),

@@ -31,8 +31,7 @@ def reuse_verdict(pairs: dict[int, tuple[Run, Run]]) -> tuple[str, list[str]]:
     found, texts = [], []
     for n, (sd, reuse) in sorted(pairs.items()):
         util, mat = ratio_interval(reuse, sd, "calls"), ratio_interval(reuse, sd, "steps")
-        u, m = verdict(util, 1.0), verdict(mat, MAT_TOLERANCE)
-        v = "does not hold" if "does not hold" in (u, m) else "holds" if u == m == "holds" else "undecided"
+        v = overall((verdict(util, 1.0), verdict(mat, MAT_TOLERANCE)))
         found.append(v)
         texts.append(f"lambda {n}: {v}, util ratio {fmt_ci(util)}, MAT ratio {fmt_ci(mat)}")
     return overall(found), texts
@@ -41,13 +40,8 @@ def reuse_verdict(pairs: dict[int, tuple[Run, Run]]) -> tuple[str, list[str]]:
 def spread_difference(*rates, axis=-1):
     """rates: k reuse runs, their k AR bases, k Pre-cut runs, their k bases (questions on the last axis)."""
     k = len(rates) // 4
-    reuse = np.stack([rates[i].mean(axis) / rates[k + i].mean(axis) for i in range(k)])
-    cut = np.stack([rates[2 * k + i].mean(axis) / rates[3 * k + i].mean(axis) for i in range(k)])
-
-    def spread(s):
-        return (s.max(0) - s.min(0)) / s.max(0)
-
-    return spread(reuse) - spread(cut)
+    reuse, cut = (np.stack([rates[o + i].mean(axis) / rates[o + k + i].mean(axis) for i in range(k)]) for o in (0, 2 * k))
+    return (reuse.max(0) - reuse.min(0)) / reuse.max(0) - (cut.max(0) - cut.min(0)) / cut.max(0)
 
 
 def flatten_interval(reuse: list[tuple[Run, Run]], cut: list[tuple[Run, Run]]) -> list[float] | None:
@@ -75,6 +69,5 @@ def ordering_verdict(vanilla: Run, q_init: Run, q_updated: Run) -> str:
     """"holds (...)": Q_updated > Q_init > vanilla SD in utilisation, from the two paired ratio intervals."""
     top = counter_ratio_interval(q_updated, q_init, "accepted_draft", "draft_tokens")
     low = counter_ratio_interval(q_init, vanilla, "accepted_draft", "draft_tokens")
-    found = (verdict(top, 1.0), verdict(low, 1.0))
-    v = "does not hold" if "does not hold" in found else "holds" if found == ("holds", "holds") else "undecided"
+    v = overall((verdict(top, 1.0), verdict(low, 1.0)))
     return f"{v} (utilisation ratios: Q_updated / Q_init {fmt_ci(top)}, Q_init / vanilla {fmt_ci(low)})"

@@ -1,6 +1,5 @@
-"""What the Post-use & Pre-cut reports share: which runs (experiment `holistic`, greedy, batch 1, one drafter on
-every dataset of an artifact), a run's ladder level (from its switches), the numbers one run is reduced to (utilisation
-as Eq. 3, new tokens / draft calls, and as Table 5, accepted / drafted draft tokens) and the declarations' pieces."""
+"""What the Post-use & Pre-cut reports share: their runs (experiment `holistic`, greedy, batch 1, one drafter on
+every dataset), a run's ladder level, the numbers a run is reduced to and the declarations' helper."""
 
 from __future__ import annotations
 
@@ -9,9 +8,10 @@ from pathlib import Path
 import pandas as pd
 
 from bench.report.drafter import describe, drafter
-from bench.report.registry import Artifact, Recipe, Shown, option
-from bench.report.select import MissingRunsError, RunSet
-from bench.report.tables import interval_columns
+from bench.report.output import Report
+from bench.report.registry import Artifact, Cover, Recipe, Shown, option
+from bench.report.select import MissingRunsError, RunSet, footer
+from bench.report.tables import MISSING, interval_columns, render
 from bench.run import metrics
 from bench.run.store import Run
 
@@ -19,8 +19,6 @@ EXPERIMENT = "holistic"
 # (reuse_draft, reuse_target, precut) -> the Table 3 level, in ladder order
 LEVELS = {(False, False, False): "sd", (True, False, False): "reuse_draft", (True, True, False): "reuse_target",
           (True, True, True): "precut"}
-
-# The declarations' shared pieces (each artifact is declared at the bottom of its module)
 MODEL = {"common": ("model", "draft")}  # --draft: one drafter's runs (bench/report/drafter.py)
 DATASET = option("--dataset", help="the runs' dataset (default humaneval, as the paper's ablation)")
 RUN = "$(PY) -m bench.run $(SWEEP) experiment=holistic/{} $(HOLISTIC_ARGS)"
@@ -28,16 +26,24 @@ AR = "$(PY) -m bench.run $(SWEEP) experiment=holistic/ar dataset={} $(HOLISTIC_A
 REPORT = "$(PY) -m bench.report holistic/{} --model $(MODEL)"
 
 
-def recipe(name: str, help: str, *steps: str) -> Recipe:
-    return Recipe(f"reproduce-holistic-{name}", help, (*steps, REPORT.format(name)))
-
-
-def shown(name: str, limit: str = " LIMIT=5") -> tuple[Shown]:
-    return (Shown(f"make reproduce-holistic-{name}{limit}"),)
+def declare(name: str, help: str, build, cover: str, rank: int, recipe: str, *steps: str, paper: str | None = None,
+            limit: str = " LIMIT=5", experiments: tuple[str, ...] = (EXPERIMENT,), **more) -> Artifact:
+    """An artifact of the paper: one drafter's runs, its make target (`steps`, then its report) shown at `limit`."""
+    target = f"reproduce-holistic-{name}"
+    return Artifact(name, help, build, covers=(Cover(cover),), rank=rank, per_drafter=True, experiments=experiments,
+                    paper_csv=(paper,) if paper else (), shown=(Shown(f"make {target}{limit}"),),
+                    recipes=(Recipe(target, recipe, (*steps, REPORT.format(name))),), **MODEL, **more)
 
 
 def make(artifact: Artifact) -> str:
     return f"make {artifact.recipes[0].target}"
+
+
+def table(artifact: Artifact, p: RunSet, used: list, caption: str, lines: list[str], display: pd.DataFrame,
+          df: pd.DataFrame, why: str = "no run") -> Report:
+    """tables/holistic_<name>.{md,csv,tex}: the footer ("Ours:", runs, notes), `lines`, then what "—" means."""
+    foot = [*footer(ours(p), used, notes=p.notes), *lines, f"{MISSING}: {why} ({make(artifact)})."]
+    return Report.tables(f"holistic_{artifact.name}", render(display, caption, foot, df))
 
 
 def paper_table(name: str) -> pd.DataFrame:
@@ -46,11 +52,9 @@ def paper_table(name: str) -> pd.DataFrame:
 
 def level(run: Run) -> str | None:
     """The ladder level of a holistic run from its switches; None for other methods or unlisted combinations."""
-    if run.method != "holistic":
+    if run.method != "holistic" or frozen(run):  # frozen: Figure 4's Q_init curve, not a Table 3 level
         return None
     s = run.settings
-    if frozen(run):  # Figure 4's Q_init curve, not a Table 3 level
-        return None
     return LEVELS.get((bool(s.get("reuse_draft")), bool(s.get("reuse_target")), bool(s.get("precut"))))
 
 
@@ -64,10 +68,6 @@ def draft_length(run: Run) -> int | None:
     return None if value is None else int(value)
 
 
-def holistic(run: Run) -> bool:
-    return run.method == "holistic"
-
-
 def measured(runs: RunSet, synced: bool = False) -> RunSet:
     """The greedy batch-1 runs of experiment `holistic`; runs timed per phase (Table 9's) only with `synced`: on a
     GPU their syncs cost time the paper's and AR's runs do not pay."""
@@ -79,18 +79,32 @@ def shown_drafter(runs: RunSet, model: str | None, draft: str | None) -> str | N
     return measured(runs, synced=True).pin(model=model, draft=draft, same=()).drafter
 
 
-def ladder(runs: RunSet, dataset: str, make: str, model: str | None = None, draft: str | None = None,
+def ladder(runs: RunSet, dataset: str, artifact: Artifact, model: str | None = None, draft: str | None = None,
            synced: bool = False) -> RunSet:
     """The runs one artifact compares on `dataset`, of shown_drafter's drafter; none: MissingRunsError."""
     draft = shown_drafter(runs, model, draft)
     mine = measured(runs, synced).where(dataset=dataset)
     if draft is not None:  # a dataset without the drafter's runs is missing, not another drafter's
         mine = mine.where(keep=lambda r: drafter(r) in (None, draft))
-    p = mine.pin(holistic, model=model, draft=draft, dataset=dataset)
+    p = mine.pin(lambda r: r.method == "holistic", model=model, draft=draft, dataset=dataset)
     if not p.runs:
         what = f" with draft {draft}" if draft is not None else ""
-        raise MissingRunsError(f"no holistic runs on {dataset}{what} in {runs.folder} ({make})")
+        raise MissingRunsError(f"no holistic runs on {dataset}{what} in {runs.folder} ({make(artifact)})")
     return p
+
+
+def ladders(runs: RunSet, datasets: tuple[str, ...], artifact: Artifact, model: str | None,
+            draft: str | None) -> tuple[dict[str, RunSet], list[str]]:
+    """ladder on each dataset, of one drafter (an unknown --draft is one error): the runs of each dataset that has
+    them, and a "Missing: ..." line for each that has not."""
+    draft = shown_drafter(runs, model, draft)
+    found, errors = {}, []
+    for ds in datasets:
+        try:
+            found[ds] = ladder(runs, ds, artifact, model, draft)
+        except MissingRunsError as e:
+            errors.append(f"Missing: {e}.")
+    return found, errors
 
 
 def ours(p: RunSet) -> str:

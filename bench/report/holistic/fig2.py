@@ -1,7 +1,4 @@
-"""Post-use & Pre-cut Figure 2 from a vanilla SD run: (a) the local optimal draft length lambda* of each iteration
-(its accepted drafts), (b) the discarded draft tokens whose 2-token phrase reappears later (at the target or the
-draft), (c) acceptance of a draft prefix against the product of its confidences. (b) and (c) need per-step records
-(run.record_steps=true, bench/report/steps.py)."""
+"""Post-use & Pre-cut Figure 2 from vanilla SD runs; (b) and (c) need per-step records (bench/report/steps.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +10,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from bench.report.drafter import describe, drafter
-from bench.report.holistic.common import MODEL, RUN, draft_length, level, make, recipe, shown
+from bench.report.holistic.common import RUN, declare, draft_length, level, make
 from bench.report.output import Report
 from bench.report.plots import new_figure, wrap, yerr
-from bench.report.registry import Artifact, Cover
 from bench.report.select import RunSet, footer
 from bench.report.steps import SWITCH, binned_rate, has_steps, nodes, rises, steps
 from bench.report.tables import fmt, markdown, with_interval
@@ -43,8 +39,7 @@ def own(run: Run) -> bool:
 
 def vanilla_runs(runs: RunSet, model: str | None = None,
                  draft: str | None = None) -> tuple[RunSet, Run | None, Run | None]:
-    """(the runs pinned, the run of (a), the run of (b)/(c) or None): vanilla SD runs, greedy, those with per-step
-    records when the drafter has any; (b)/(c): the latest recorded run (Figure 2's own first), (a): it or the latest."""
+    """(runs pinned, (a)'s run, (b)/(c)'s run or None): the latest with per-step records, Figure 2's own first."""
     sd = runs.where(method=("holistic", "sd"), greedy=True, keep=vanilla)
     p = sd.pin(has_steps, model=model, draft=draft, own=own)
     if not p.runs:  # no run with per-step records (of the drafter): (a) alone
@@ -54,13 +49,9 @@ def vanilla_runs(runs: RunSet, model: str | None = None,
 
 
 def local_optimum(run: Run) -> pd.DataFrame:
-    """(a): question_id, iteration, lambda_star (accepted drafts) for every iteration but a prompt-turn's last (the
-    token limit may cut it)."""
-    rows = []
-    for r in run.records:
-        for i, n in enumerate(r["accept_lengths"][1:-1]):
-            rows.append({"question_id": r["question_id"], "iteration": len(rows), "lambda_star": n - 1})
-    return pd.DataFrame(rows, columns=["question_id", "iteration", "lambda_star"])
+    """(a): lambda* (accepted drafts) of every iteration but a prompt-turn's last (the token limit may cut it)."""
+    found = [(r["question_id"], n - 1) for r in run.records for n in r["accept_lengths"][1:-1]]
+    return pd.DataFrame([(q, i, n) for i, (q, n) in enumerate(found)], columns=["question_id", "iteration", "lambda_star"])
 
 
 def bigrams(tokens: list[int]) -> set:
@@ -221,10 +212,8 @@ def holistic_fig2(runs: RunSet, model: str | None = None, draft: str | None = No
     return Report.figure("holistic_fig2", plot(df), df, md)
 
 
-ARTIFACT = Artifact(
+ARTIFACT = declare(
     "fig2", "Figure 2 (local optimal lambda per iteration, reuse potential, acceptance vs confidence product; (b), "
-    "(c) need run.record_steps=true) -> figures/holistic_fig2.{png,csv,md}", holistic_fig2,
-    covers=(Cover("Figure 2"),), rank=6, per_drafter=True, experiments=("holistic_fig2", "holistic"),
-    recipes=(recipe("fig2", "Post-use & Pre-cut Figure 2: vanilla SD (lambda 12) on Alpaca with per-step records: "
-                    "lambda*, reuse potential, acceptance vs confidence", RUN.format("fig2")),),
-    shown=shown("fig2"), **MODEL)
+    "(c) need run.record_steps=true) -> figures/holistic_fig2.{png,csv,md}", holistic_fig2, "Figure 2", 6,
+    "Post-use & Pre-cut Figure 2: vanilla SD (lambda 12) on Alpaca with per-step records: lambda*, reuse potential, "
+    "acceptance vs confidence", RUN.format("fig2"), experiments=("holistic_fig2", "holistic"))

@@ -1,6 +1,4 @@
-"""Post-use & Pre-cut Figure 4: cumulative token utilisation (accepted / drafted) over the verifications of a run for
-vanilla SD, Pre-cut with a frozen Q_init and Pre-cut with Q updated, and the paper's ordering of the three decided
-from paired intervals."""
+"""Post-use & Pre-cut Figure 4: cumulative utilisation of vanilla SD, Pre-cut's Q_init and Q updated."""
 
 from __future__ import annotations
 
@@ -11,12 +9,12 @@ from matplotlib.figure import Figure
 
 from bench.report.drafter import describe
 from bench.report.holistic.claims import ordering_verdict
-from bench.report.holistic.common import AR, EXPERIMENT, MODEL, RUN, draft_length, frozen, make, recipe, shown
+from bench.report.holistic.common import AR, EXPERIMENT, RUN, declare, draft_length, frozen, make
 from bench.report.output import Report
 from bench.report.plots import new_figure, yerr
-from bench.report.registry import Artifact, Cover, option
+from bench.report.registry import option
 from bench.report.select import MissingRunsError, RunSet
-from bench.report.tables import MISSING, interval_columns, interval_in, markdown, with_interval
+from bench.report.tables import MISSING, interval_columns, markdown, ours_cells
 from bench.run.metrics import bootstrap_interval, ratio_of_sums
 from bench.run.store import Run
 
@@ -24,6 +22,7 @@ CURVES = {"vanilla": "vanilla SD", "q_init": "Pre-cut, Q_init (learned in warm-u
           "q_updated": "Pre-cut, Q updated"}
 COLORS = {"vanilla": "tab:gray", "q_init": "tab:blue", "q_updated": "tab:red"}
 DATASET = option("--dataset", help="the runs' dataset (default alpaca, as the paper's Figure 4)")
+SERIES = ["accepted", "drafted", "new_tokens", "draft_calls"]  # per verification (series)
 
 
 def curve(run: Run) -> str | None:
@@ -36,18 +35,19 @@ def curve(run: Run) -> str | None:
     return "q_init" if frozen(run) else "q_updated"
 
 
+def series(rec: dict) -> list[list]:
+    """A record's accepted draft tokens, drafted tokens, new tokens and draft calls, one per verification."""
+    c = rec.get("counters") or {}
+    drafted = c.get("draft_tokens") or []
+    return [c.get("accepted_draft") or [], drafted, rec["accept_lengths"][-len(drafted):] if drafted else [],
+            c.get("draft_calls") or []]
+
+
 def steps(run: Run) -> pd.DataFrame:
     """One row per verification, records in the run's order (questions, then turns)."""
-    rows = []
-    for rec in run.records:
-        c = rec.get("counters") or {}
-        new = rec["accept_lengths"][-len(c.get("draft_tokens", [])):] if c.get("draft_tokens") else []
-        rows += [{"accepted": a, "drafted": d, "new_tokens": n, "draft_calls": k}
-                 for a, d, n, k in zip(c.get("accepted_draft", []), c.get("draft_tokens", []), new,
-                                       c.get("draft_calls", []), strict=False)]
-    df = pd.DataFrame(rows, columns=["accepted", "drafted", "new_tokens", "draft_calls"])
+    df = pd.DataFrame([v for rec in run.records for v in zip(*series(rec), strict=False)], columns=SERIES)
     df.insert(0, "step", range(1, len(df) + 1))
-    cum = df[["accepted", "drafted", "new_tokens", "draft_calls"]].cumsum().astype(float)
+    cum = df[SERIES].cumsum().astype(float)
     df["util_accepted"] = cum["accepted"] / cum["drafted"].where(cum["drafted"] > 0)
     df["util_eq3"] = cum["new_tokens"] / cum["draft_calls"].where(cum["draft_calls"] > 0)
     return df
@@ -55,12 +55,9 @@ def steps(run: Run) -> pd.DataFrame:
 
 def final_intervals(run: Run) -> dict:
     """util_accepted_lo/_hi and util_eq3_lo/_hi: the final utilisations' 95% intervals over the run's questions."""
-    per: dict = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])  # accepted, drafted, new tokens, draft calls
+    per: dict = defaultdict(lambda: [0.0] * len(SERIES))
     for rec in run.records:
-        c = rec.get("counters") or {}
-        drafted = c.get("draft_tokens") or []
-        new = rec["accept_lengths"][-len(drafted):] if drafted else []
-        for i, values in enumerate((c.get("accepted_draft") or [], drafted, new, c.get("draft_calls") or [])):
+        for i, values in enumerate(series(rec)):
             per[rec["question_id"]][i] += sum(values)
     qs = sorted(per, key=str)
 
@@ -126,12 +123,11 @@ def holistic_fig4(runs: RunSet, model: str | None = None, dataset: str = "alpaca
     df.attrs.update(model=p.model, dataset=dataset)
     ordering = (ordering_verdict(*(latest[n] for n in CURVES)) if set(latest) >= set(CURVES)
                 else "not measured (needs all three curves)")
-    summary = pd.DataFrame([{"Curve": CURVES[n], "λ": g["draft_length"].iloc[0], "steps": len(g),
-                             "utilisation (accepted / drafted)": with_interval(
-                                 g["util_accepted"].iloc[-1], interval_in(g.iloc[-1], "util_accepted"), ".3f"),
-                             "Eq. 3 (new tokens / draft calls)": with_interval(
-                                 g["util_eq3"].iloc[-1], interval_in(g.iloc[-1], "util_eq3"), ".3f"),
-                             "run": g["run_id"].iloc[0]} for n, g in df.groupby("curve", sort=False)])
+    ends = df.groupby("curve", sort=False).tail(1).reset_index(drop=True)  # each curve's last step
+    summary = pd.DataFrame({"Curve": [CURVES[n] for n in ends["curve"]], "λ": ends["draft_length"],
+                            "steps": ends["step"], "utilisation (accepted / drafted)": ours_cells(ends, "util_accepted", ".3f"),
+                            "Eq. 3 (new tokens / draft calls)": ours_cells(ends, "util_eq3", ".3f"),
+                            "run": ends["run_id"]})
     caption = (f"Post-use & Pre-cut Figure 4, ours: final cumulative token utilisation on {dataset} "
                f"({p.model}, draft: {describe(p.drafter)}); the paper shows curves only, no values.")
     points = ordering_claim(df).split(" (", 1)[-1].rstrip(")")  # the numbers; the verdict is the intervals'
@@ -144,10 +140,8 @@ def holistic_fig4(runs: RunSet, model: str | None = None, dataset: str = "alpaca
     return Report.figure("holistic_fig4", plot(df), df, md)
 
 
-ARTIFACT = Artifact(
+ARTIFACT = declare(
     "fig4", "Figure 4 (utilisation over time: vanilla SD, Pre-cut Q_init, Q updated) -> "
-    "figures/holistic_fig4.{png,csv,md}", holistic_fig4, covers=(Cover("Figure 4"),), rank=7, per_drafter=True,
-    experiments=("holistic",),
-    recipes=(recipe("fig4", "Post-use & Pre-cut Figure 4: utilisation over time, vanilla SD vs Pre-cut Q_init vs Q "
-                    "updated, on Alpaca", AR.format("alpaca"), RUN.format("fig4")),),
-    shown=shown("fig4"), options=(DATASET,), **MODEL)
+    "figures/holistic_fig4.{png,csv,md}", holistic_fig4, "Figure 4", 7, "Post-use & Pre-cut Figure 4: utilisation "
+    "over time, vanilla SD vs Pre-cut Q_init vs Q updated, on Alpaca", AR.format("alpaca"), RUN.format("fig4"),
+    options=(DATASET,))

@@ -1,5 +1,4 @@
-"""Post-use & Pre-cut Figure 5: speedup over AR against lambda with reuse only (no Pre-cut) on HumanEval and
-MT-Bench, and the paper's claim that the best lambda differs between tasks."""
+"""Post-use & Pre-cut Figure 5: speedup over AR against lambda with reuse only; the best lambda per task."""
 
 from __future__ import annotations
 
@@ -7,10 +6,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from bench.report.holistic import common
-from bench.report.holistic.common import AR, MODEL, RUN, make, recipe, shown
+from bench.report.holistic.common import AR, RUN, make
 from bench.report.output import Report
 from bench.report.plots import new_figure, yerr
-from bench.report.registry import Artifact, Cover
 from bench.report.select import MissingRunsError, RunSet, footer
 from bench.report.tables import MISSING, fmt_ci, markdown, ours_cells
 from bench.run.metrics import speedup_interval, verdict
@@ -68,14 +66,9 @@ def plot(df: pd.DataFrame) -> Figure:
 
 
 def holistic_fig5(runs: RunSet, model: str | None = None, draft: str | None = None) -> Report:
-    rows, foot, errors, cells = [], [], [], {}
-    draft = common.shown_drafter(runs, model, draft)  # one drafter on both datasets; an unknown --draft is one error
-    for ds in DATASETS:
-        try:
-            p = common.ladder(runs, ds, make(ARTIFACT), model, draft)
-        except MissingRunsError as e:
-            errors.append(f"Missing: {e}.")
-            continue
+    rows, foot, cells = [], [], {}
+    pools, errors = common.ladders(runs, DATASETS, ARTIFACT, model, draft)
+    for ds, p in pools.items():
         model = model or p.model
         cells[ds] = {n: common.cell(p, LEVEL, n) for n in common.draft_lengths(p, LEVEL)}
         rows += [{"dataset": ds, "lambda": n, **common.numbers(run, base), "run_id": run.run_id,
@@ -88,8 +81,7 @@ def holistic_fig5(runs: RunSet, model: str | None = None, draft: str | None = No
     df.attrs["model"] = model
     differs = differs_verdict(best(df), {ds: {n: run for n, (run, _) in c.items()} for ds, c in cells.items()})
     table = df.assign(cell=ours_cells(df, "speedup")).pivot(index="lambda", columns="dataset", values="cell")
-    table = table.reset_index()
-    table = pd.DataFrame({"λ": table["lambda"], **{ds: table[ds].fillna(MISSING) for ds in table.columns[1:]}})
+    table = table.fillna(MISSING).rename_axis("λ").reset_index()
     caption = (f"Post-use & Pre-cut Figure 5, ours: speedup over AR per draft length with reuse only, "
                f"{model}; the paper's figure has no values in its text.")
     md = markdown(table, caption, [*foot, *errors,
@@ -101,10 +93,7 @@ def holistic_fig5(runs: RunSet, model: str | None = None, draft: str | None = No
     return Report.figure("holistic_fig5", plot(df), df, md)
 
 
-ARTIFACT = Artifact(
+ARTIFACT = common.declare(
     "fig5", "Figure 5 (speedup vs draft length with reuse only, HumanEval and MT-Bench) -> "
-    "figures/holistic_fig5.{png,csv,md}", holistic_fig5, covers=(Cover("Figure 5"),), rank=8, per_drafter=True,
-    experiments=("holistic",),
-    recipes=(recipe("fig5", "Post-use & Pre-cut Figure 5: speedup vs lambda 3-24 with reuse only, HumanEval and "
-                    "MT-Bench", AR.format("humaneval,mt_bench"), RUN.format("fig5")),),
-    shown=shown("fig5"), **MODEL)
+    "figures/holistic_fig5.{png,csv,md}", holistic_fig5, "Figure 5", 8, "Post-use & Pre-cut Figure 5: speedup vs "
+    "lambda 3-24 with reuse only, HumanEval and MT-Bench", AR.format("humaneval,mt_bench"), RUN.format("fig5"))

@@ -1,5 +1,4 @@
-"""The settings sweeps of the full method (experiment `holistic_sweep`): one row per run with the settings the paper
-leaves open (W, beta, target_cost, warm-up, confidence bins) and what they gave."""
+"""The settings sweeps of the full method (experiment `holistic_sweep`): the paper's open settings, per run."""
 
 from __future__ import annotations
 
@@ -17,6 +16,9 @@ EXPERIMENT = "holistic_sweep"
 DEFINITIONS = ("speedup over AR measured like the run; util_eq3 = new tokens / draft calls; util_accepted = accepted / "
                "drafted draft tokens; draft_tokens_mean = drafted tokens per verification. [low, high]: 95% bootstrap "
                "interval over questions (paired with AR for the speedup); the utilisations and hit rates have none.")
+# What a row shows: speedup and MAT with their intervals, the rest as numbers
+ROUNDED = ("speedup", "mat", "util_eq3", "util_accepted", "draft_hit_rate", "target_hit_rate", "draft_tokens_mean")
+INTERVALS = ("speedup_lo", "speedup_hi", "mat_lo", "mat_hi")
 
 
 def settings_of(run: Run) -> dict:
@@ -34,20 +36,12 @@ def holistic_settings(runs: RunSet, model: str | None = None, draft: str | None 
     rows = []
     for run in mine.runs:
         base = runs.baseline(run, "ar")
-        got = numbers(run, base)
-        rows.append({"dataset": run.dataset, **settings_of(run),
-                     **{k: got[k] for k in ("speedup", "mat", "util_eq3", "util_accepted", "draft_hit_rate",
-                                            "target_hit_rate", "draft_tokens_mean")},
-                     # 95% intervals over questions (paired with AR for the speedup), from common.numbers
-                     **{f"{k}_{e}": got[f"{k}_{e}"] for k in ("speedup", "mat") for e in ("lo", "hi")},
+        got = numbers(run, base)  # intervals over questions (paired with AR for the speedup) of two of them
+        rows.append({"dataset": run.dataset, **settings_of(run), **{k: got[k] for k in (*ROUNDED, *INTERVALS)},
                      "run_id": run.run_id, "ar_run_id": base.run_id if base else None})
     df = pd.DataFrame(rows)
-    cols = ["dataset", "W", "beta", "per_key", "max_keys", "target_cost", "warmup_steps", "conf_bins"]
-    display = df[cols].copy()
-    for col in ("speedup", "mat"):
-        display[col] = ours_cells(df, col)
-    for col in ("util_eq3", "util_accepted", "draft_hit_rate", "target_hit_rate", "draft_tokens_mean"):
-        display[col] = [fmt(v) for v in df[col]]
+    display = df[["dataset", *settings_of(mine.runs[0])]].assign(
+        **{k: ours_cells(df, k) for k in ROUNDED[:2]}, **{k: [fmt(v) for v in df[k]] for k in ROUNDED[2:]})
     caption = (f"Post-use & Pre-cut, the open settings swept: the full method (lambda <= 24), one row per run; "
                f"draft: {describe(mine.drafter)}.")
     # the definitions take the footer's first line: the rows name their own settings, no "Ours:" line

@@ -1,17 +1,14 @@
-"""Post-use & Pre-cut Tables 1-2 in one table: tok/s and speedup over AR of Auto-regressive, Lookahead, Assisted,
-Speculative (lambda 12), Ouroboros (lambda 12) and ours on HumanEval, MT-Bench and GSM8K, beside the paper's
-Llama-2-chat 7B&70B pair (the csv has every pair of its Tables 1-2)."""
+"""Post-use & Pre-cut Tables 1-2 in one table, beside the paper's Llama-2-chat 7B&70B pair (the csv: every pair)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from bench.report.holistic import common
-from bench.report.holistic.common import AR, MODEL, RUN, draft_length, level, make, ours, recipe, shown
+from bench.report.holistic.common import AR, RUN, draft_length, level, make, ours
 from bench.report.output import Report
-from bench.report.registry import Artifact, Cover
 from bench.report.select import MissingRunsError, RunSet, footer
-from bench.report.tables import MISSING, fmt, interval_in, lossless_text, pair, render, with_interval
+from bench.report.tables import MISSING, lossless_text, paired_cells, render
 from bench.run.store import Run
 
 PAPER = "postuse_precut_table1_2.csv"
@@ -42,17 +39,11 @@ def lossless(run: Run | None) -> str | None:
 
 
 def display(df: pd.DataFrame) -> pd.DataFrame:
-    speed, tok = f"paper_{PAPER_PAIR}_speedup", f"paper_{PAPER_PAIR}_tok_s"
-    out = []
-    for row, (label, _) in ROWS.items():
-        cells = {"Method": label}
-        for ds in DATASETS:
-            sub = df[(df["dataset"] == ds) & (df["row"] == row)].iloc[0]
-            cells[f"{ds} tok/s"] = pair(with_interval(sub["tok_s"], interval_in(sub, "tok_s")), fmt(sub.get(tok)))
-            cells[f"{ds} speedup"] = pair(with_interval(sub["speedup"], interval_in(sub, "speedup")),
-                                          fmt(sub.get(speed)))
-        out.append(cells)
-    return pd.DataFrame(out)
+    cells = {col: pd.Series(paired_cells(df, col, f"paper_{PAPER_PAIR}_{col}"), index=[df["row"], df["dataset"]])
+             for col in ("tok_s", "speedup")}
+    return pd.DataFrame([{"Method": label, **{f"{ds} {name}": cells[col][row, ds] for ds in DATASETS
+                                              for col, name in (("tok_s", "tok/s"), ("speedup", "speedup"))}}
+                         for row, (label, _) in ROWS.items()])
 
 
 def contradicted_speedups(paper: pd.DataFrame) -> list[str]:
@@ -70,13 +61,7 @@ def contradicted_speedups(paper: pd.DataFrame) -> list[str]:
 
 def holistic_table1(runs: RunSet, model: str | None = None, draft: str | None = None) -> Report:
     paper = common.paper_table(PAPER)
-    pools, errors = {}, []
-    draft = common.shown_drafter(runs, model, draft)  # one drafter on every dataset; an unknown --draft is one error
-    for ds in DATASETS:
-        try:
-            pools[ds] = common.ladder(runs, ds, make(ARTIFACT), model, draft)
-        except MissingRunsError as e:
-            errors.append(f"Missing: {e}.")
+    pools, errors = common.ladders(runs, DATASETS, ARTIFACT, model, draft)
     if not pools:
         raise MissingRunsError(f"no holistic runs on {', '.join(DATASETS)} in {runs.folder} ({make(ARTIFACT)})")
     rows, used = [], []
@@ -93,11 +78,11 @@ def holistic_table1(runs: RunSet, model: str | None = None, draft: str | None = 
             if row == "ar" and run is not None:
                 got.update(speedup=1.0, speedup_lo=None, speedup_hi=None)
             mine = paper[(paper["dataset"] == ds) & (paper["method"] == paper_name)]
-            rows.append({"dataset": ds, "row": row, "method": label, "tok_s": got["tok_s"], "speedup": got["speedup"],
-                         **{k: got[k] for k in ("tok_s_lo", "tok_s_hi", "speedup_lo", "speedup_hi")},
-                         "mat": got["mat"], "lossless": lossless(run),
-                         **{f"paper_{r.pair}_tok_s": r.tok_s for r in mine.itertuples()},
-                         **{f"paper_{r.pair}_speedup": r.speedup for r in mine.itertuples()},
+            rows.append({"dataset": ds, "row": row, "method": label,
+                         **{k: got[k] for k in ("tok_s", "speedup", "tok_s_lo", "tok_s_hi", "speedup_lo", "speedup_hi",
+                                                "mat")}, "lossless": lossless(run),
+                         **{f"paper_{r.pair}_{k}": getattr(r, k) for k in ("tok_s", "speedup")
+                            for r in mine.itertuples()},
                          "run_id": run.run_id if run else None, "ar_run_id": base.run_id if base else None})
     df = pd.DataFrame(rows)
     first, *rest = pools.values()
@@ -116,11 +101,9 @@ def holistic_table1(runs: RunSet, model: str | None = None, draft: str | None = 
     return Report.tables("holistic_table1", render(display(df), caption, foot, df))
 
 
-ARTIFACT = Artifact(
+ARTIFACT = common.declare(
     "table1", "Tables 1-2 (tok/s and speedup vs AR of AR, Lookahead, Assisted, Speculative, Ouroboros, ours on "
-    "HumanEval, MT-Bench, GSM8K) -> tables/holistic_table1.{md,csv,tex}", holistic_table1,
-    covers=(Cover("Tables 1-2"),), rank=1, per_drafter=True, experiments=("holistic",), paper_csv=(PAPER,),
-    recipes=(recipe("table1", "Post-use & Pre-cut Tables 1-2: AR, Lookahead, Assisted, Speculative, Ouroboros, ours "
-                    "on HumanEval, MT-Bench, GSM8K", AR.format("humaneval,mt_bench,gsm8k"), RUN.format("table1"),
-                    RUN.format("table1_sd"), RUN.format("table1_assisted")),),
-    shown=shown("table1"), **MODEL)
+    "HumanEval, MT-Bench, GSM8K) -> tables/holistic_table1.{md,csv,tex}", holistic_table1, "Tables 1-2", 1,
+    "Post-use & Pre-cut Tables 1-2: AR, Lookahead, Assisted, Speculative, Ouroboros, ours on HumanEval, MT-Bench, "
+    "GSM8K", AR.format("humaneval,mt_bench,gsm8k"), *(RUN.format(e) for e in ("table1", "table1_sd", "table1_assisted")),
+    paper=PAPER)

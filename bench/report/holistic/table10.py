@@ -1,16 +1,14 @@
-"""Post-use & Pre-cut Table 10: speedup over AR per Spec-Bench category of Speculative (lambda 8), Assisted and ours,
-beside the paper's (Llama-3.1-Instruct, its Appendix E.2)."""
+"""Post-use & Pre-cut Table 10: speedup over AR per Spec-Bench category, beside the paper's (its Appendix E.2)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from bench.report.holistic import common
-from bench.report.holistic.common import MODEL, draft_length, level, make, recipe, shown
+from bench.report.holistic.common import draft_length, level
 from bench.report.output import Report
-from bench.report.registry import Artifact, Cover
-from bench.report.select import RunSet, footer
-from bench.report.tables import MISSING, fmt, interval_columns, interval_in, pair, render, with_interval
+from bench.report.select import RunSet
+from bench.report.tables import interval_columns, paired_cells
 from bench.run.metrics import group_records, speedup, speedup_interval
 
 PAPER = "postuse_precut_table10_specbench.csv"
@@ -29,7 +27,7 @@ TABLE10 = ("$(PY) -m bench.run $(SWEEP) experiment=holistic/{} model=$(MODEL) ru
 
 
 def holistic_table10(runs: RunSet, model: str | None = None, draft: str | None = None) -> Report:
-    p = common.ladder(runs, DATASET, make(ARTIFACT), model, draft)
+    p = common.ladder(runs, DATASET, ARTIFACT, model, draft)
     paper = common.paper_table(PAPER).set_index("method")
     rows, used = [], []
     for row, (label, paper_name, keep) in ROWS.items():
@@ -47,26 +45,21 @@ def holistic_table10(runs: RunSet, model: str | None = None, draft: str | None =
                          "paper_speedup": paper.at[paper_name, col], "run_id": run.run_id if run else None,
                          "ar_run_id": base.run_id if base else None})
     df = pd.DataFrame(rows)
-    display = [{"Method": "Auto-regressive", **{c: "1.00 (1.00)" for c in GROUPS.values()}}]
-    for row, (label, _, _) in ROWS.items():
-        sub = df[df["row"] == row].set_index("category")
-        display.append({"Method": label, **{c: pair(with_interval(sub.at[c, "speedup"], interval_in(sub.loc[c], "speedup")),
-                                                    fmt(sub.at[c, "paper_speedup"])) for c in GROUPS.values()}})
+    cells = pd.Series(paired_cells(df, "speedup", "paper_speedup"), index=[df["row"], df["category"]])
+    display = pd.DataFrame([{"Method": "Auto-regressive", **{c: "1.00 (1.00)" for c in GROUPS.values()}},
+                            *({"Method": label, **{c: cells[row, c] for c in GROUPS.values()}}
+                              for row, (label, _, _) in ROWS.items())])
     caption = ("Post-use & Pre-cut Table 10, ours (paper: Llama-3.1-Instruct): speedup over AR per Spec-Bench "
                "category (dialog = the 8 MT-Bench categories).")
     counts = df.groupby("category", sort=False)["questions"].max()
-    foot = [*footer(common.ours(p), used, notes=p.notes), *common.assisted_note(p.drafter),
-            ("Cells: ours [95% bootstrap interval over questions, paired with AR] (paper). Questions per category: "
-             + ", ".join(f"{c} {n}" for c, n in counts.items()) + "."),
-            f"{MISSING}: no run ({make(ARTIFACT)})."]
-    return Report.tables("holistic_table10", render(pd.DataFrame(display), caption, foot, df))
+    lines = [*common.assisted_note(p.drafter),
+             ("Cells: ours [95% bootstrap interval over questions, paired with AR] (paper). Questions per category: "
+              + ", ".join(f"{c} {n}" for c, n in counts.items()) + ".")]
+    return common.table(ARTIFACT, p, used, caption, lines, display, df)
 
 
-ARTIFACT = Artifact(
+ARTIFACT = common.declare(
     "table10", "Table 10 (speedup vs AR per Spec-Bench category: Speculative (8), Assisted, ours) -> "
-    "tables/holistic_table10.{md,csv,tex}", holistic_table10, covers=(Cover("Table 10"),), rank=5, per_drafter=True,
-    experiments=("holistic",), paper_csv=(PAPER,),
-    recipes=(recipe("table10", "Post-use & Pre-cut Table 10: AR, Speculative (8), Assisted, ours per Spec-Bench "
-                    "category", TABLE10.format("table10"), TABLE10.format("table10_sd"),
-                    TABLE10.format("table10_assisted")),),
-    shown=shown("table10", ""), **MODEL)
+    "tables/holistic_table10.{md,csv,tex}", holistic_table10, "Table 10", 5,
+    "Post-use & Pre-cut Table 10: AR, Speculative (8), Assisted, ours per Spec-Bench category",
+    *(TABLE10.format(e) for e in ("table10", "table10_sd", "table10_assisted")), paper=PAPER, limit="")

@@ -1,6 +1,4 @@
-"""Post-use & Pre-cut Table 3: the ablation ladder (sd, + reuse at the draft, + reuse at the target, + Pre-cut) x
-draft length lambda, speedup over AR on HumanEval beside the paper's, and its two hardware-independent claims (reuse
-raises utilisation at equal MAT; Pre-cut flattens the lambda sensitivity) decided from the data."""
+"""Post-use & Pre-cut Table 3: the ablation ladder x lambda, and its two hardware-independent claims."""
 
 from __future__ import annotations
 
@@ -8,11 +6,10 @@ import pandas as pd
 
 from bench.report.holistic import common
 from bench.report.holistic.claims import MAT_TOLERANCE, flatten_interval, reuse_verdict
-from bench.report.holistic.common import AR, DATASET, MODEL, RUN, make, recipe, shown
+from bench.report.holistic.common import AR, DATASET, RUN
 from bench.report.output import Report
-from bench.report.registry import Artifact, Cover
-from bench.report.select import RunSet, footer
-from bench.report.tables import MISSING, fmt, fmt_ci, interval_in, is_missing, pair, render, with_interval
+from bench.report.select import RunSet
+from bench.report.tables import fmt_ci, is_missing, paired_cells
 from bench.run.metrics import verdict
 from bench.run.store import Run
 
@@ -26,8 +23,7 @@ LAMBDAS = (3, 6, 9, 12, 18, 24)
 
 
 def claims(got: dict[tuple[str, int], tuple[Run | None, Run | None]], lengths: list[int]) -> dict[str, str]:
-    """The two claims' texts, decided from paired intervals (bench/report/holistic/claims.py); got: (level,
-    lambda) -> (run, its AR baseline)."""
+    """The two claims' texts from paired intervals; got: (level, lambda) -> (run, its AR baseline)."""
     both = {n: (got["sd", n][0], got["reuse_target", n][0]) for n in lengths
             if got["sd", n][0] and got["reuse_target", n][0]}
     if both:
@@ -52,8 +48,7 @@ def _by_lambda(df: pd.DataFrame, lvl: str, col: str) -> dict[int, float]:
 
 def reuse_claim(df: pd.DataFrame) -> str:
     """Reuse (both reuses, no Pre-cut) vs sd at each lambda measured for both: utilisation up, MAT not down."""
-    u_sd, u_re = _by_lambda(df, "sd", "util_eq3"), _by_lambda(df, "reuse_target", "util_eq3")
-    m_sd, m_re = _by_lambda(df, "sd", "mat"), _by_lambda(df, "reuse_target", "mat")
+    u_sd, u_re, m_sd, m_re = (_by_lambda(df, lvl, col) for col in ("util_eq3", "mat") for lvl in ("sd", "reuse_target"))
     common = sorted(set(u_sd) & set(u_re) & set(m_sd) & set(m_re))
     if not common:
         return "not measured (needs sd and reuse_target runs at the same lambda)"
@@ -85,18 +80,15 @@ def flatten_claim(df: pd.DataFrame, col: str = "speedup") -> str:
 
 def display(df: pd.DataFrame) -> pd.DataFrame:
     lengths = sorted(df["lambda"].unique())
-    rows = [{"Level": "Auto-regressive", **{f"λ={n}": "1.00 (1.00)" for n in lengths}}]
-    for lvl, name in LEVEL_NAMES.items():
-        sub = df[df["level"] == lvl].set_index("lambda")
-        rows.append({"Level": name,
-                     **{f"λ={n}": pair(with_interval(sub.at[n, "speedup"], interval_in(sub.loc[n], "speedup")),
-                                       fmt(sub.at[n, "paper_speedup"])) for n in lengths}})
-    return pd.DataFrame(rows)
+    cells = pd.Series(paired_cells(df, "speedup", "paper_speedup"), index=[df["level"], df["lambda"]])
+    return pd.DataFrame([{"Level": "Auto-regressive", **{f"λ={n}": "1.00 (1.00)" for n in lengths}},
+                         *({"Level": name, **{f"λ={n}": cells[lvl, n] for n in lengths}}
+                           for lvl, name in LEVEL_NAMES.items())])
 
 
 def holistic_table3(runs: RunSet, model: str | None = None, dataset: str = "humaneval",
                     draft: str | None = None) -> Report:
-    p = common.ladder(runs, dataset, make(ARTIFACT), model, draft)
+    p = common.ladder(runs, dataset, ARTIFACT, model, draft)
     paper = common.paper_table(PAPER).set_index("level")
     lengths = sorted(set(LAMBDAS) | {n for lvl in LEVEL_NAMES for n in common.draft_lengths(p, lvl)})
     got = {(lvl, n): common.cell(p, lvl, n) for lvl in LEVEL_NAMES for n in lengths}
@@ -107,21 +99,17 @@ def holistic_table3(runs: RunSet, model: str | None = None, dataset: str = "huma
     said = claims(got, lengths)
     caption = (f"Post-use & Pre-cut Table 3, ours (paper: Llama-2-chat 7B/70B, A6000s, bf16): speedup over AR per "
                f"ablation level and draft length lambda on {dataset}; with Pre-cut lambda is the bound.")
-    foot = [*footer(common.ours(p), [r for cell in got.values() for r in cell], notes=p.notes),
-            ("Cells: ours [95% bootstrap interval over questions, paired with AR] (paper). Speedup: mean "
-             "per-question tok/s over AR's on the same questions and machine."),
-            (f"Claim, reuse raises utilisation (Eq. 3: new tokens / draft calls) over sd at equal or higher MAT, "
-             f"from paired 95% intervals of the ratios: {said['reuse']}; the points: {points(reuse_claim(df))}."),
-            (f"Claim, Pre-cut flattens the lambda sensitivity (speedup spread (max - min) / max), from a paired 95% "
-             f"interval: {said['flatten']}; the points: {points(flatten_claim(df))}."),
-            f"{MISSING}: no run ({make(ARTIFACT)})."]
-    return Report.tables("holistic_table3", render(display(df), caption, foot, df))
+    lines = [("Cells: ours [95% bootstrap interval over questions, paired with AR] (paper). Speedup: mean "
+              "per-question tok/s over AR's on the same questions and machine."),
+             (f"Claim, reuse raises utilisation (Eq. 3: new tokens / draft calls) over sd at equal or higher MAT, "
+              f"from paired 95% intervals of the ratios: {said['reuse']}; the points: {points(reuse_claim(df))}."),
+             (f"Claim, Pre-cut flattens the lambda sensitivity (speedup spread (max - min) / max), from a paired 95% "
+              f"interval: {said['flatten']}; the points: {points(flatten_claim(df))}.")]
+    return common.table(ARTIFACT, p, [r for cell in got.values() for r in cell], caption, lines, display(df), df)
 
 
-ARTIFACT = Artifact(
+ARTIFACT = common.declare(
     "table3", "Table 3 (ablation ladder x draft length: speedup vs AR, MAT, utilisation) -> "
-    "tables/holistic_table3.{md,csv,tex}", holistic_table3, covers=(Cover("Table 3"),), rank=2, per_drafter=True,
-    experiments=("holistic",), paper_csv=(PAPER,),
-    recipes=(recipe("table3", "Post-use & Pre-cut Table 3: sd, + reuse at draft, + reuse at target, + Pre-cut x lambda "
-                    "3-24 on HumanEval", AR.format("humaneval"), RUN.format("table3")),),
-    shown=shown("table3"), options=(DATASET,), **MODEL)
+    "tables/holistic_table3.{md,csv,tex}", holistic_table3, "Table 3", 2, "Post-use & Pre-cut Table 3: sd, + reuse "
+    "at draft, + reuse at target, + Pre-cut x lambda 3-24 on HumanEval", AR.format("humaneval"), RUN.format("table3"),
+    paper=PAPER, options=(DATASET,))

@@ -1,17 +1,14 @@
-"""Post-use & Pre-cut Table 4: MAT and utilisation (accepted / drafted draft tokens) of vanilla SD (lambda 12) and
-the full method (lambda <= 24), ours beside the paper's six pairs. The paper's MAT leaves out the bonus token ours
-counts, so the markdown shows its MAT + 1 (the csv keeps both)."""
+"""Post-use & Pre-cut Table 4; the paper's MAT leaves out the bonus token ours counts: the markdown adds it."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from bench.report.holistic import common
-from bench.report.holistic.common import AR, DATASET, MODEL, RUN, make, recipe, shown
+from bench.report.holistic.common import AR, DATASET, RUN
 from bench.report.output import Report
-from bench.report.registry import Artifact, Cover
-from bench.report.select import RunSet, footer
-from bench.report.tables import MISSING, fmt, interval_in, is_missing, render, with_interval
+from bench.report.select import RunSet
+from bench.report.tables import MISSING, fmt, interval_in, is_missing, with_interval
 
 PAPER = "postuse_precut_table4_mat_util.csv"
 CELLS = {"speculative": ("sd", 12), "ours": ("precut", 24)}  # (ladder level, lambda) of each column
@@ -24,7 +21,7 @@ def cell(mat, util, interval=None) -> str:
 
 def holistic_table4(runs: RunSet, model: str | None = None, dataset: str = "humaneval",
                     draft: str | None = None) -> Report:
-    p = common.ladder(runs, dataset, make(ARTIFACT), model, draft)
+    p = common.ladder(runs, dataset, ARTIFACT, model, draft)
     rows = [{"pair": f"{r.pair} (paper)", "source": "paper", "speculative_mat": r.speculative_mat,
              "speculative_util": r.speculative_util, "ours_mat": r.ours_mat, "ours_util": r.ours_util,
              "speculative_mat_bonus": round(r.speculative_mat + BONUS, 4), "ours_mat_bonus": round(r.ours_mat + BONUS, 4)}
@@ -44,25 +41,19 @@ def holistic_table4(runs: RunSet, model: str | None = None, dataset: str = "huma
         for col, head in (("speculative", "Speculative (λ=12)"), ("ours", "Ours (λ≤24)"))}})
     caption = (f"Post-use & Pre-cut Table 4: MAT incl. the bonus token / utilisation (accepted / drafted tokens), "
                f"vanilla SD against the full method, on {dataset}.")
-    foot = [*footer(common.ours(p), used, notes=p.notes),
-            ("MAT like for like: the paper's rows show its printed MAT + 1, since its MAT counts accepted drafts "
-             "without the bonus token (its utilisation x 12 equals its MAT in every Speculative row) and ours "
-             "counts it; the csv keeps the printed values (<column>_mat) and the converted ones (_mat_bonus). "
-             "Ours carry a 95% bootstrap interval over questions [low, high]."),
-            (f"Ours, Eq. 3 utilisation (new tokens / draft calls): Speculative {fmt(me.get('speculative_util_eq3'))}, "
-             f"ours {fmt(me.get('ours_util_eq3'))}; mean draft length {fmt(me.get('speculative_draft_tokens_mean'))} "
-             f"vs {fmt(me.get('ours_draft_tokens_mean'))}; speedup over AR {fmt(me.get('speculative_speedup'))} vs "
-             f"{fmt(me.get('ours_speedup'))}."),
-            f"{MISSING}: no run ({make(ARTIFACT)})."]
-    return Report.tables("holistic_table4", render(display, caption, foot, df))
+    lines = [("MAT like for like: the paper's rows show its printed MAT + 1, since its MAT counts accepted drafts "
+              "without the bonus token (its utilisation x 12 equals its MAT in every Speculative row) and ours "
+              "counts it; the csv keeps the printed values (<column>_mat) and the converted ones (_mat_bonus). "
+              "Ours carry a 95% bootstrap interval over questions [low, high]."),
+             (f"Ours, Eq. 3 utilisation (new tokens / draft calls): Speculative {fmt(me['speculative_util_eq3'])}, "
+              f"ours {fmt(me['ours_util_eq3'])}; mean draft length {fmt(me['speculative_draft_tokens_mean'])} vs "
+              f"{fmt(me['ours_draft_tokens_mean'])}; speedup over AR {fmt(me['speculative_speedup'])} vs "
+              f"{fmt(me['ours_speedup'])}.")]
+    return common.table(ARTIFACT, p, used, caption, lines, display, df)
 
 
-ARTIFACT = Artifact(
+ARTIFACT = common.declare(
     "table4", "Table 4 (MAT and utilisation, vanilla SD vs ours) -> tables/holistic_table4.{md,csv,tex}",
-    holistic_table4, covers=(Cover("Table 4"),), rank=3, per_drafter=True, experiments=("holistic",),
-    paper_csv=(PAPER,),
-    recipes=(recipe("table4", "Post-use & Pre-cut Table 4: MAT and utilisation, sd (lambda 12) vs ours (lambda <= 24); "
-                    "two cells of Table 3", AR.format("humaneval"),
-                    RUN.format("table3 run.variant=sd method.draft_length=12"),
-                    RUN.format("table3 run.variant=precut method.draft_length=24")),),
-    shown=shown("table4"), options=(DATASET,), **MODEL)
+    holistic_table4, "Table 4", 3, "Post-use & Pre-cut Table 4: MAT and utilisation, sd (lambda 12) vs ours (lambda "
+    "<= 24); two cells of Table 3", AR.format("humaneval"), RUN.format("table3 run.variant=sd method.draft_length=12"),
+    RUN.format("table3 run.variant=precut method.draft_length=24"), paper=PAPER, options=(DATASET,))

@@ -1,6 +1,4 @@
-"""Post-use & Pre-cut Table 9: wall-clock of one operation of each component of the full method (M_d forward, M_t
-forward, cache, roll back, controller step), ours beside the paper's: each phase's time over its operation count, from
-the latest full-method run at lambda 24, preferring one timed per phase (bench.report.phase_timing)."""
+"""Post-use & Pre-cut Table 9: each phase's time over its operations, from a run timed per phase."""
 
 from __future__ import annotations
 
@@ -8,14 +6,12 @@ from collections import defaultdict
 
 import pandas as pd
 
-from bench.report import tables
 from bench.report.holistic import common
-from bench.report.holistic.common import AR, DATASET, MODEL, RUN, draft_length, level, make, recipe, shown
+from bench.report.holistic.common import AR, DATASET, RUN, draft_length, level, make
 from bench.report.output import Report
 from bench.report.phase_timing import require_exact_phases
-from bench.report.registry import Artifact, Cover
-from bench.report.select import RunSet, footer
-from bench.report.tables import MISSING, pair, render
+from bench.report.select import RunSet
+from bench.report.tables import MISSING, interval_columns, ours_cells, pair
 from bench.run import metrics
 from bench.run.metrics import counter_totals, phase_share_interval, phase_totals
 
@@ -55,7 +51,7 @@ def paper_cell(ms, bound) -> str:
 
 def holistic_table9(runs: RunSet, model: str | None = None, dataset: str = "humaneval",
                     draft: str | None = None) -> Report:
-    p = common.ladder(runs, dataset, make(ARTIFACT), model, draft, synced=True)
+    p = common.ladder(runs, dataset, ARTIFACT, model, draft, synced=True)
     run = (p.latest(lambda r: level(r) == "precut" and draft_length(r) == LAMBDA and r.sync_phases)
            or common.ladder_run(p, "precut", LAMBDA))
     require_exact_phases([run], "holistic/table9", make(ARTIFACT))
@@ -72,39 +68,31 @@ def holistic_table9(runs: RunSet, model: str | None = None, dataset: str = "huma
                      "ms": 1e3 * seconds / n if seconds is not None and n else None,
                      "ms_per_step": 1e3 * seconds / steps if seconds is not None and steps else None,
                      "share": seconds / total if seconds is not None and total else None,
-                     **tables.interval_columns("ms", ms_interval(run.records, phase, per)
-                                               if run and seconds else None),
-                     **tables.interval_columns("share", phase_share_interval(run.records, [phase], of_phase_sum=True)
-                                               if run and seconds is not None and total else None),
+                     **interval_columns("ms", ms_interval(run.records, phase, per) if run and seconds else None),
+                     **interval_columns("share", phase_share_interval(run.records, [phase], of_phase_sum=True)
+                                        if run and seconds is not None and total else None),
                      "paper_ms": paper.at[key, "ms"] if key in paper.index else None,
                      "paper_bound": paper.at[key, "bound"] if key in paper.index else None,
                      "run_id": run.run_id if run else None})
     df = pd.DataFrame(rows)
-    ms_cells, share_cells = [], []
-    for _, row in df.iterrows():
-        ms_cells.append(pair(tables.with_interval(row["ms"], tables.interval_in(row, "ms"), ".3g"),
-                             paper_cell(row["paper_ms"], row["paper_bound"])))
-        share = None if pd.isna(row["share"]) else 100 * row["share"]
-        share_cells.append(tables.with_interval(share, [100 * x for x in tables.interval_in(row, "share") or []],
-                                                ".1f"))
-    display = pd.DataFrame({"Component": df["label"], "per": df["per"], "ms, ours (paper)": ms_cells,
-                            "share of time": share_cells})
+    ms = [pair(ours, paper_cell(v, bound)) for ours, v, bound in zip(ours_cells(df, "ms", ".3g"), df["paper_ms"],
+                                                                      df["paper_bound"])]
+    percent = df.assign(**{c: 100 * df[c].astype(float) for c in ("share", "share_lo", "share_hi")})
+    display = pd.DataFrame({"Component": df["label"], "per": df["per"], "ms, ours (paper)": ms,
+                            "share of time": ours_cells(percent, "share", ".1f")})
     caption = (f"Post-use & Pre-cut Table 9, ours (paper: Llama-2-chat 7B/70B, HumanEval, A6000s): wall-clock of one "
                f"operation per component, both reuses and Pre-cut (lambda <= {LAMBDA}), on {dataset}.")
-    foot = [*footer(common.ours(p), [run, p.baseline(run, "ar")], notes=p.notes),
-            ("per: what one operation is (draft_calls: one draft forward; steps: one verification; decisions: one "
-            "Pre-cut decision). The paper's roll back likely covers both caches; ours splits the draft's crop from "
-            "the target's KV update."),
-            ("[low, high]: 95% bootstrap interval over questions, each resampled with its phase time and its "
-             "operations (share: with its summed phase times)."),
-            f"{MISSING}: no run or no such phase ({make(ARTIFACT)})."]
-    return Report.tables("holistic_table9", render(display, caption, foot, df))
+    lines = [("per: what one operation is (draft_calls: one draft forward; steps: one verification; decisions: one "
+              "Pre-cut decision). The paper's roll back likely covers both caches; ours splits the draft's crop from "
+              "the target's KV update."),
+             ("[low, high]: 95% bootstrap interval over questions, each resampled with its phase time and its "
+              "operations (share: with its summed phase times).")]
+    return common.table(ARTIFACT, p, [run, p.baseline(run, "ar")], caption, lines, display, df,
+                        "no run or no such phase")
 
 
-ARTIFACT = Artifact(
+ARTIFACT = common.declare(
     "table9", "Table 9 (wall-clock of one operation per component of the full method) -> "
-    "tables/holistic_table9.{md,csv,tex}", holistic_table9, covers=(Cover("Table 9"),), rank=4, per_drafter=True,
-    experiments=("holistic",), paper_csv=(PAPER,),
-    recipes=(recipe("table9", "Post-use & Pre-cut Table 9: wall-clock of one operation per component of ours "
-                    "(lambda <= 24) on HumanEval", AR.format("humaneval"), RUN.format("table9")),),
-    shown=shown("table9"), options=(DATASET,), **MODEL)
+    "tables/holistic_table9.{md,csv,tex}", holistic_table9, "Table 9", 4, "Post-use & Pre-cut Table 9: wall-clock of "
+    "one operation per component of ours (lambda <= 24) on HumanEval", AR.format("humaneval"), RUN.format("table9"),
+    paper=PAPER, options=(DATASET,))

@@ -1,10 +1,10 @@
-"""What ProPD's reports share: a run's switches (from method_settings, else its variant), pinning an artifact's runs
-(`pin`; a cell holds the latest run per method, switches, dataset and batch size), a cell's numbers, the footer and
-texts. Rates are aggregate (all new tokens / all timed wall time, the batch's at batch > 1), the paper's tokens/s."""
+"""What ProPD's reports share: a run's switches, an artifact's runs and cells, a cell's numbers, the footer and texts.
+Rates are aggregate (all new tokens / all timed wall time, the batch's at batch > 1), the paper's tokens/s."""
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,7 +12,8 @@ from pathlib import Path
 import pandas as pd
 
 from bench.report.claims import per_question, speed_ratio, speed_ratio_interval
-from bench.report.registry import Recipe, Shown, option
+from bench.report.output import Report
+from bench.report.registry import Artifact, Cover, Recipe, Shown, option
 from bench.report.select import RunSet, footer
 from bench.report.tables import interval_columns, latex_escape, markdown, render
 from bench.run.metrics import aggregate_rate_interval, mat, mat_interval, tokens_per_s
@@ -47,12 +48,15 @@ def make(name: str) -> str:
     return f"make {TARGET.format(name)}"
 
 
-def recipe(name: str, help: str, *experiments: str, steps: tuple[str, ...] = ()) -> dict:
-    """Artifact `name`'s make target (`steps`, a sweep of each of its experiments, then its report; the Medusa
-    heads first) and the REPRODUCED.md section that shows it at LIMIT=16, as Artifact keywords."""
+def declare(name: str, help: str, build: Callable, cover: str, rank: int, recipe: str, *experiments: str,
+            steps: tuple[str, ...] = (), paper: str | None = None, **more) -> Artifact:
+    """Artifact `name` of experiment propd_<name>: its make target (`steps`, a sweep of each of its experiments,
+    then its report; the Medusa heads first), shown on REPRODUCED.md at LIMIT=16."""
     steps = (*steps, *(RUN.format(e) for e in experiments), REPORT.format(name))
-    return {"recipes": (Recipe(TARGET.format(name), help, steps, ("heads",)),),
-            "shown": (Shown(f"{make(name)} LIMIT=16"),)}
+    return Artifact(name, help, build, covers=(Cover(cover),), rank=rank, experiments=(f"propd_{name}",),
+                    paper_csv=(paper,) if paper else (), common=("model",),
+                    recipes=(Recipe(TARGET.format(name), recipe, steps, ("heads",)),),
+                    shown=(Shown(f"{make(name)} LIMIT=16"),), **more)
 
 
 def model_label(model: str | None) -> str:
@@ -66,12 +70,8 @@ def switches(run: Run) -> tuple[bool, bool] | None:
     ms = run.settings
     if isinstance(ms.get("prune"), bool) and isinstance(ms.get("dynamic"), bool):
         return ms["prune"], ms["dynamic"]
-    variant = run.variant or ""
-    if variant in VARIANTS:
-        return VARIANTS[variant]
-    if PRUNE_VARIANT.fullmatch(variant):  # Table 2's sweep: pruning at a fixed tree
-        return True, False
-    return None
+    variant = run.variant or ""  # Table 2's sweep (prune-L<n>-k<k>): pruning at a fixed tree
+    return VARIANTS.get(variant, (True, False) if PRUNE_VARIANT.fullmatch(variant) else None)
 
 
 def prune_point(run: Run) -> tuple[int, int] | None:
@@ -83,9 +83,14 @@ def prune_point(run: Run) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-def aggregate_rate(run: Run) -> float | None:
+def aggregate_rate(records: list[dict]) -> float | None:
     """All new tokens / all timed wall time (the batch's at batch > 1)."""
-    return tokens_per_s(run.records)["total"]
+    return tokens_per_s(records)["total"]
+
+
+def measure(name: str, run: Run | None, value: Callable, interval: Callable) -> dict:
+    """{name, name_lo, name_hi}: value(records) of a run and its 95% interval(records); None without a run."""
+    return {name: value(run.records) if run else None, **interval_columns(name, interval(run.records) if run else None)}
 
 
 def nodes(run: Run) -> dict:
@@ -190,15 +195,11 @@ class Against:
         if run is None or base is None:
             gap = f"propd run with {what}" if run is None else f"{self.base} run"
             c.gap(name, self.dataset, f"{gap} at that batch size")
-        ci = speed_ratio_interval(run, base, aggregate)
-        numbers = {self.ratio: speed_ratio(run, base, aggregate) if run is not None and base is not None else None,
-                   **interval_columns(self.ratio, ci),
-                   "propd_tok_s": aggregate_rate(run) if run else None,
-                   **interval_columns("propd_tok_s", aggregate_rate_interval(run.records) if run else None),
-                   f"{self.base}_tok_s": aggregate_rate(base) if base else None,
-                   **interval_columns(f"{self.base}_tok_s", aggregate_rate_interval(base.records) if base else None),
-                   "propd_mat": mat(run.records) if run else None,
-                   **interval_columns("propd_mat", mat_interval(run.records) if run else None),
+        numbers = {self.ratio: speed_ratio(run, base, aggregate),
+                   **interval_columns(self.ratio, speed_ratio_interval(run, base, aggregate)),
+                   **measure("propd_tok_s", run, aggregate_rate, aggregate_rate_interval),
+                   **measure(f"{self.base}_tok_s", base, aggregate_rate, aggregate_rate_interval),
+                   **measure("propd_mat", run, mat, mat_interval),
                    "prune_rate": prune_rate(run) if run else None,
                    "draft_nodes_mean": draft_nodes_mean(run) if run else None}
         return numbers, {"propd_run_id": run.run_id if run else None,
@@ -236,11 +237,8 @@ def rows_together(run: Run) -> int:
 
 def short_batches(runs: Iterable[Run | None]) -> list[str]:
     """One note per (batch size, rows) of runs whose batches never filled."""
-    short: dict[tuple[int, int], int] = {}
-    for r in {r.run_id: r for r in runs if r is not None}.values():
-        if rows_together(r) < r.batch_size:
-            key = (r.batch_size, rows_together(r))
-            short[key] = short.get(key, 0) + 1
+    once = {r.run_id: r for r in runs if r is not None}.values()
+    short = Counter((r.batch_size, rows_together(r)) for r in once if rows_together(r) < r.batch_size)
     return [f"{n} run(s) at batch {b} decoded at most {k} rows together (fewer questions than rows)"
             for (b, k), n in sorted(short.items())]
 
@@ -258,8 +256,12 @@ def sections_texts(parts: list[tuple[str, pd.DataFrame]], caption: str, foot: li
     return {"md": md, "tex": tex}
 
 
-def table_texts(display: pd.DataFrame, caption: str, foot: list[str], data: pd.DataFrame) -> dict[str, str]:
-    """tables.render with the markdown's cells kept as written ("1.80", not "1.8"; "—" beside numbers)."""
-    texts = render(display, caption, foot, data)
-    texts["md"] = markdown(display, caption, foot, numparse=False)
-    return texts
+def table(name: str, display: pd.DataFrame, caption: str, foot: list[str], data: pd.DataFrame,
+          figure=None) -> Report:
+    """tables/propd_<name>.{md,csv,tex} (tables.render, the markdown's cells kept as written: "1.80", not "1.8"; "—"
+    beside numbers); with a figure, in figures/ beside its png."""
+    texts = {**render(display, caption, foot, data), "md": markdown(display, caption, foot, numparse=False)}
+    if figure is None:
+        return Report.tables(f"propd_{name}", texts)
+    shown = Report.tables(f"propd_{name}", texts, "figures")
+    return Report({f"figures/propd_{name}.png": figure, **shown.files}, show=shown.show)

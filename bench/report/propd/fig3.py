@@ -1,7 +1,4 @@
-"""ProPD Figure 3: (a) top-k accuracy of early heads per layer, (b) iteration time vs tree size per batch size with
-the least-squares line, (c) iteration time vs sequence length, (d) MAT per MT-Bench category of Medusa and ProPD.
-(a) to (c) come from the files scripts/early_heads_report.py and scripts/propd_iteration_time.py write; the paper
-publishes no point values, only the statements printed under ours."""
+"""ProPD Figure 3: (a) to (c) from the files of scripts/early_heads_report.py and propd_iteration_time.py."""
 
 from __future__ import annotations
 
@@ -15,10 +12,9 @@ import pandas as pd
 
 from bench.report.output import Report
 from bench.report.plots import new_figure, wrap, yerr
-from bench.report.propd.common import cell, make, model_label, pin, recipe, sections_texts
-from bench.report.registry import Artifact, Cover
+from bench.report.propd.common import cell, declare, make, model_label, pin, sections_texts
 from bench.report.select import MissingRunsError, RunSet
-from bench.report.tables import fmt, interval_columns, interval_in, with_interval
+from bench.report.tables import fmt, interval_columns, ours_cells
 from bench.run.metrics import by_group
 
 EARLY_HEADS = "early_heads.json"
@@ -56,10 +52,8 @@ def fit_line(x, y, w=None) -> tuple[float, float, float]:
 
 
 def read_json(path: Path, notes: list[str]) -> dict | None:
-    if not path.is_file():
-        return None
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text()) if path.is_file() else None
     except (OSError, json.JSONDecodeError) as err:
         notes.append(f"{path} unreadable ({type(err).__name__}); rerun its script")
         return None
@@ -74,8 +68,7 @@ def accuracy_frame(heads: dict | None) -> pd.DataFrame:
 
 
 def timing_frames(timing: dict | None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """(b) points at the batch grid's sequence length, (c) batch-1 points of tree sizes with several lengths,
-    and the fit per batch size (batch_size, seq_len, n, b0, b1, r2; seconds)."""
+    """(b) points at the batch grid's sequence length, (c) batch-1 points, and the fit per batch size."""
     rows = pd.DataFrame((timing or {}).get("rows") or [], columns=["batch", "tree_size", "seq_len", "seconds"])
     if rows.empty:
         return rows, rows, pd.DataFrame(columns=["batch_size", "seq_len", "n", "b0", "b1", "r2"])
@@ -91,22 +84,15 @@ def timing_frames(timing: dict | None) -> tuple[pd.DataFrame, pd.DataFrame, pd.D
 
 
 def mat_by_category(cells) -> pd.DataFrame:
-    """(d): category, medusa and propd MAT at batch 1 on mt_bench with their 95% intervals over the category's
-    questions (<method>_lo, <method>_hi)."""
+    """(d): medusa's and propd's MAT per category (batch 1, mt_bench) and their intervals."""
     runs = {"medusa": cells.take(cell(cells.p, "medusa", "mt_bench", 1)),
             "propd": cells.take(cell(cells.p, "propd", "mt_bench", 1, (True, True)))}
-    per = {m: {g: (s["mat"], s["intervals"]["mat"]) for g, s in by_group(r.records).items()}
-           for m, r in runs.items() if r}
-    cats = sorted({g for v in per.values() for g in v})
-    rows = []
-    for g in cats:
-        row = {"category": g}
-        for m in runs:
-            value, ci = per.get(m, {}).get(g, (None, None))
-            row.update({m: value, **interval_columns(m, ci)})
-        rows.append(row)
+    rows: dict = {}  # category -> its row
+    for m, run in runs.items():
+        for g, s in by_group(run.records).items() if run else ():
+            rows.setdefault(g, {"category": g}).update({m: s["mat"], **interval_columns(m, s["intervals"]["mat"])})
     columns = ["category", *(c for m in runs for c in (m, f"{m}_lo", f"{m}_hi"))]
-    return pd.DataFrame(rows, columns=columns)
+    return pd.DataFrame([rows[g] for g in sorted(rows)], columns=columns)
 
 
 def plot(acc, b, c, fits, d, title: str):
@@ -155,13 +141,19 @@ def long_points(acc, b, c, d) -> pd.DataFrame:
         pd.DataFrame(columns=["panel", "series", "x", "y"])
 
 
+def wide(df: pd.DataFrame, index: str, columns: str, values: str, name: str, head: str, scale: float,
+         spec: str) -> pd.DataFrame:
+    """`values` per `index` (rows, named `name`) and `columns` (each headed head.format(value)), scaled, as text."""
+    w = df.pivot(index=index, columns=columns, values=values)
+    return pd.DataFrame({name: w.index.astype(str), **{head.format(k): [fmt(scale * v, spec) for v in w[k]]
+                                                       for k in w.columns}})
+
+
 def tables(acc, b, c, fits, d) -> list[tuple[str, pd.DataFrame]]:
     out = []
     if len(acc):
-        wide = acc[acc["k"].isin(SHOWN_K)].pivot(index="layer", columns="k", values="accuracy")
         out.append(("(a) Top-k accuracy of each layer's early head (%)",
-                    pd.DataFrame({"Layer": wide.index.astype(str),
-                                  **{f"top-{k}": [fmt(100 * v, ".1f") for v in wide[k]] for k in wide.columns}})))
+                    wide(acc[acc["k"].isin(SHOWN_K)], "layer", "k", "accuracy", "Layer", "top-{}", 100, ".1f")))
     if len(fits):
         out.append((f"(b) Iteration time = b0 + b1 * tree size, least squares at sequence length {fits['seq_len'][0]}",
                     pd.DataFrame({"BS": fits["batch_size"].astype(str), "points": fits["n"].astype(str),
@@ -169,16 +161,12 @@ def tables(acc, b, c, fits, d) -> list[tuple[str, pd.DataFrame]]:
                                   "b1 (ms per token)": [fmt(1000 * v, ".3f") for v in fits["b1"]],
                                   "R^2": [fmt(v, ".3f") for v in fits["r2"]]})))
     if len(c):
-        wide = c.pivot(index="seq_len", columns="tree_size", values="seconds")
         out.append(("(c) Iteration time (ms) at batch 1 per sequence length",
-                    pd.DataFrame({"Length": wide.index.astype(str),
-                                  **{f"tree {s}": [fmt(1000 * v, ".2f") for v in wide[s]] for s in wide.columns}})))
+                    wide(c, "seq_len", "tree_size", "seconds", "Length", "tree {}", 1000, ".2f")))
     if len(d):
         out.append((("(d) MAT per MT-Bench category at batch 1, [low, high]: 95% bootstrap interval over the "
                     "category's questions (the figure's error bars)"),
-                    pd.DataFrame({"Category": d["category"],
-                                  **{f"{LABELS[m]} MAT": [with_interval(row[m], interval_in(row, m))
-                                                          for _, row in d.iterrows()] for m in METHODS}})))
+                    pd.DataFrame({"Category": d["category"], **{f"{LABELS[m]} MAT": ours_cells(d, m) for m in METHODS}})))
     return out
 
 
@@ -216,10 +204,9 @@ def propd_fig3(runs: RunSet, model: str | None = None) -> Report:
                    **Report.tables("propd_fig3", texts, "figures").files}, show="figures/propd_fig3.md")
 
 
-ARTIFACT = Artifact(
+ARTIFACT = declare(
     "fig3", "Figure 3 (early heads' top-k accuracy, iteration time, MAT per category) -> "
-    "figures/propd_fig3.{png,csv,md,tex}", propd_fig3, covers=(Cover("Figure 3"),), rank=5,
-    experiments=("propd_fig3",), needs_runs=False, common=("model",),  # panels (a)-(c) come from files, not runs
-    **recipe("fig3", "ProPD Figure 3: early heads' top-k accuracy, iteration time vs tree size / length, MAT per "
-             "category", "fig3", steps=("$(PY) scripts/propd_iteration_time.py model=$(MODEL)",
-                                        "$(PY) scripts/early_heads_report.py model=$(MODEL)")))
+    "figures/propd_fig3.{png,csv,md,tex}", propd_fig3, "Figure 3", 5, "ProPD Figure 3: early heads' top-k accuracy, "
+    "iteration time vs tree size / length, MAT per category", "fig3", steps=(
+        "$(PY) scripts/propd_iteration_time.py model=$(MODEL)", "$(PY) scripts/early_heads_report.py model=$(MODEL)"),
+    needs_runs=False)  # panels (a)-(c) come from files, not runs

@@ -1,6 +1,4 @@
-"""ProPD Figure 6: the dynamic token tree's probability estimation, (a) the top-k probability of each head, (b) the
-expected acceptance of each node of the best-first tree built from it, from a real propd run's recorded hit rates
-(the paper's figure is a worked example); its estimated acceptance length is set beside the run's measured MAT."""
+"""ProPD Figure 6 from a real run's recorded hit rates (the paper's figure is a worked example)."""
 
 from __future__ import annotations
 
@@ -9,8 +7,7 @@ import pandas as pd
 
 from bench.report.output import Report
 from bench.report.plots import new_figure
-from bench.report.propd.common import make, model_label, recipe, switches
-from bench.report.registry import Artifact, Cover
+from bench.report.propd.common import declare, make, model_label, switches
 from bench.report.select import RunSet, footer
 from bench.report.tables import fmt, markdown, with_interval
 from bench.run.metrics import mat, mat_interval, verdict
@@ -33,8 +30,7 @@ def fig6_run(runs: RunSet, model: str | None = None) -> Run:
 
 
 def build_fig6(run: Run) -> pd.DataFrame:
-    """Rows of panel (a): part "a", head, k, value = P (top-k probability); of panel (b): part "b", node (best
-    first), path (ranks per depth, 1-based, e.g. "1-2"), value = the node's expected acceptance."""
+    """Panel (a)'s rows (head, k, top-k probability), then (b)'s (node, rank path, expected acceptance)."""
     import torch  # the method's own tree builder; imported here so listing the artifacts never loads torch
 
     from bench.core.tree import best_first
@@ -102,8 +98,7 @@ def propd_fig6(runs: RunSet, model: str | None = None) -> Report:
     return Report.figure("propd_fig6", plot(df), df, md)
 
 
-ARTIFACT = Artifact(
+ARTIFACT = declare(
     "fig6", "Figure 6 (heads' top-k probability, expected acceptance per node of the chosen tree) -> "
-    "figures/propd_fig6.{png,csv,md}", propd_fig6, covers=(Cover("Figure 6"),), rank=6, experiments=("propd_fig6",),
-    common=("model",), **recipe("fig6", "ProPD Figure 6: heads' top-k probability and the chosen tree's expected "
-                                "acceptance per node (propd, batch 1, MT-Bench)", "fig6"))
+    "figures/propd_fig6.{png,csv,md}", propd_fig6, "Figure 6", 6, "ProPD Figure 6: heads' top-k probability and the "
+    "chosen tree's expected acceptance per node (propd, batch 1, MT-Bench)", "fig6")

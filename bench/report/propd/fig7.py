@@ -1,15 +1,14 @@
-"""ProPD Figure 7: tokens/s of ar, bpd, medusa and propd (both switches on) per dataset and batch size, and the
-paper's claim that ProPD is the fastest in every setting, decided from paired intervals."""
+"""ProPD Figure 7: tokens/s per method, dataset and batch size; the claim "fastest" from paired intervals."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
+from bench.report.claims import overall
 from bench.report.output import Report
 from bench.report.plots import new_figure, wrap, yerr
 from bench.report.propd import common
-from bench.report.registry import Artifact, Cover
 from bench.report.select import RunSet
 from bench.report.tables import MISSING, interval_columns, interval_in, ours_cells
 from bench.run.metrics import aggregate_rate_interval, aggregate_speedup_interval, mat, tokens_per_s, verdict
@@ -29,8 +28,7 @@ DEFINITIONS = [
 
 
 def fig7_points(runs: RunSet, model: str | None = None) -> tuple[pd.DataFrame, common.Cells]:
-    """One row per (dataset, batch, method): `tok_s` (aggregate), `tok_s_per_question`, `mat`, `run_id`; the cells
-    (runs used, why one is empty) for the footer."""
+    """One row per (dataset, batch, method), and the cells for the footer."""
     cells, rows = common.pin(runs, "fig7", lambda r: r.dataset in common.DATASETS, model), []
     for d in common.DATASETS:
         measured = any(r.dataset == d for r in cells.p.runs)  # else one reason for the dataset's every cell
@@ -42,8 +40,7 @@ def fig7_points(runs: RunSet, model: str | None = None) -> tuple[pd.DataFrame, c
                     cells.gap(f"{d} BS={b} {LABELS[m]}", d,
                               f"{m} run{' with both switches on' if m == 'propd' else ''} at that batch size")
                 rows.append({"dataset": d, "batch_size": b, "method": m,
-                             "tok_s": common.aggregate_rate(run) if run else None,
-                             **interval_columns("tok_s", aggregate_rate_interval(run.records) if run else None),
+                             **common.measure("tok_s", run, common.aggregate_rate, aggregate_rate_interval),
                              **interval_columns("propd_over", faster(ours, run)),
                              "tok_s_per_question": tokens_per_s(run.records)["mean_of_questions"] if run else None,
                              "mat": mat(run.records) if run else None, "run_id": run.run_id if run else None})
@@ -66,19 +63,16 @@ def faster(propd: Run | None, other: Run | None) -> list[float] | None:
 
 def cell_verdict(g: pd.DataFrame) -> str:
     """ProPD fastest in one (dataset, batch) cell: faster than each other method by its paired interval."""
-    found = [verdict(interval_in(row, "propd_over"), 1.0) for _, row in g[g["method"] != "propd"].iterrows()]
-    return "does not hold" if "does not hold" in found else "undecided" if "undecided" in found else "holds"
+    return overall([verdict(interval_in(row, "propd_over"), 1.0) for _, row in g[g["method"] != "propd"].iterrows()])
 
 
 def fastest_claim(df: pd.DataFrame) -> str:
-    """ProPD the fastest of the four over the (dataset, batch) cells where all four ran, per cell from the paired
-    intervals of its rate over each other's."""
+    """ProPD fastest over the cells where all four ran, per cell from the paired intervals."""
     full = [g for _, g in df.groupby(["dataset", "batch_size"], sort=False) if g["tok_s"].notna().all()]
     if not full:
         return "ProPD fastest of the four: not measured (no dataset and batch size with all four methods)."
     cells = [cell_verdict(g) for g in full]
-    overall = "does not hold" if "does not hold" in cells else "undecided" if "undecided" in cells else "holds"
-    return (f"Claim, ProPD fastest of the four in every measured setting: {overall} ({cells.count('holds')} of "
+    return (f"Claim, ProPD fastest of the four in every measured setting: {overall(cells)} ({cells.count('holds')} of "
             f"{len(full)} (dataset, batch) cells with all four methods faster than each other by its paired 95% "
             f"interval; {cells.count('undecided')} undecided, {cells.count('does not hold')} not).")
 
@@ -127,17 +121,14 @@ def propd_fig7(runs: RunSet, model: str | None = None) -> Report:
     caption = ("ProPD Figure 7, ours: tokens/s of AR, BPD, Medusa and ProPD per dataset and batch size "
                f"(figure: {runs.file('figures', 'propd_fig7.png')}).")
     defs = [*DEFINITIONS, fastest_claim(df), f"ProPD settings: {df.attrs['settings']}."]
-    texts = common.table_texts(display(df), caption, cells.footer(defs), df)
-    return Report({"figures/propd_fig7.png": plot(df), **Report.tables("propd_fig7", texts, "figures").files},
-                  show="figures/propd_fig7.md")
+    return common.table("fig7", display(df), caption, cells.footer(defs), df, figure=plot(df))
 
 
 # One sweep per dataset: chatgpt_prompts has no offline copy and a failing job stops a sweep, so its failure (`-`)
 # does not stop the others; the figure marks its panel.
-ARTIFACT = Artifact(
+ARTIFACT = common.declare(
     "fig7", "Figure 7 (tok/s of ar, bpd, medusa, propd per dataset and batch) -> figures/propd_fig7.{png,csv,md,tex}",
-    propd_fig7, covers=(Cover("Figure 7"),), rank=4, experiments=("propd_fig7",), common=("model",),
-    **common.recipe("fig7", "ProPD Figure 7: tok/s of ar, bpd, medusa, propd x MT-Bench, ChatGPT Prompts, Alpaca x batch 1-16",
-             steps=("$(PY) -m bench.run $(SWEEP) experiment=propd/fig7 dataset=mt_bench $(PROPD_ARGS)",
-                    "-$(PY) -m bench.run $(SWEEP) experiment=propd/fig7 dataset=chatgpt_prompts $(PROPD_SET_ARGS)",
-                    "$(PY) -m bench.run $(SWEEP) experiment=propd/fig7 dataset=alpaca $(PROPD_SET_ARGS)")))
+    propd_fig7, "Figure 7", 4, "ProPD Figure 7: tok/s of ar, bpd, medusa, propd x MT-Bench, ChatGPT Prompts, Alpaca x "
+    "batch 1-16", steps=("$(PY) -m bench.run $(SWEEP) experiment=propd/fig7 dataset=mt_bench $(PROPD_ARGS)",
+                         "-$(PY) -m bench.run $(SWEEP) experiment=propd/fig7 dataset=chatgpt_prompts $(PROPD_SET_ARGS)",
+                         "$(PY) -m bench.run $(SWEEP) experiment=propd/fig7 dataset=alpaca $(PROPD_SET_ARGS)"))

@@ -1,13 +1,11 @@
-"""ProPD Table 1: speedup of ProPD (pruning and dynamic tree on) over autoregressive decoding per batch size, our
-row above the paper's Vicuna 7B/13B/33B rows."""
+"""ProPD Table 1: ProPD's speedup over AR per batch size, our rows above the paper's."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from bench.report.output import Report
-from bench.report.propd.common import BATCHES, DATASET, Against, Cells, paper_csv, pin, recipe, table_texts
-from bench.report.registry import Artifact, Cover
+from bench.report.propd.common import BATCHES, DATASET, Against, Cells, declare, paper_csv, pin, table
 from bench.report.select import RunSet
 from bench.report.tables import fmt, ours_cells
 
@@ -26,8 +24,7 @@ DEFINITIONS = [
 
 
 def table1_frame(runs: RunSet, model: str | None = None, dataset: str = "mt_bench") -> tuple[pd.DataFrame, Cells]:
-    """One row per batch size: ours (`speedup`, rates, MAT, prune rate, nodes per step, run ids) and the paper's
-    `paper_7b`, `paper_13b`, `paper_33b`; the cells (runs used, why one is empty) for the footer."""
+    """One row per batch size, ours and the paper's; the cells for the footer."""
     cells = pin(runs, "table1", lambda r: r.dataset == dataset and r.method in ("ar", "propd"), model)
     paper = paper_csv(PAPER).set_index("model")
     vs, rows = Against(cells, dataset, "ar", ratio="speedup"), []
@@ -53,11 +50,10 @@ def propd_table1(runs: RunSet, model: str | None = None, dataset: str = "mt_benc
     caption = (f"ProPD Table 1, ours beside the paper's: average speedup of ProPD against autoregressive decoding "
                f"per batch size, on {dataset} (the paper: MT-Bench, ChatGPT Prompts and Alpaca).")
     foot = cells.footer([*DEFINITIONS, f"ProPD settings: {df.attrs['settings']}."])
-    return Report.tables("propd_table1", table_texts(display(df), caption, foot, df))
+    return table("table1", display(df), caption, foot, df)
 
 
-ARTIFACT = Artifact(
-    "table1", "Table 1 (speedup vs AR per batch size) -> tables/propd_table1.{md,csv,tex}", propd_table1,
-    covers=(Cover("Table 1"),), rank=1, experiments=("propd_table1",), paper_csv=(PAPER,), options=(DATASET,),
-    common=("model",), **recipe("table1", "ProPD Table 1: ar, propd x batch 1-16 on MT-Bench, speedup vs AR beside "
-                                "the paper's (LIMIT per category)", "table1"))
+ARTIFACT = declare(
+    "table1", "Table 1 (speedup vs AR per batch size) -> tables/propd_table1.{md,csv,tex}", propd_table1, "Table 1", 1,
+    "ProPD Table 1: ar, propd x batch 1-16 on MT-Bench, speedup vs AR beside the paper's (LIMIT per category)",
+    "table1", paper=PAPER, options=(DATASET,))

@@ -1,6 +1,4 @@
-"""ProPD Table 2: early pruning at batch 4 per pruning layer and top-k (prune rate, accepted length, speed), ours
-beside the paper's, and its claim that pruning removes most drafted nodes while keeping the accepted length within
-5% of no pruning, decided from the data."""
+"""ProPD Table 2: early pruning per layer and top-k at batch 4, and the paper's claim (1)."""
 
 from __future__ import annotations
 
@@ -9,7 +7,7 @@ import pandas as pd
 from bench.report.claims import paired_ratio_interval, per_question
 from bench.report.output import Report
 from bench.report.propd import common
-from bench.report.registry import Artifact, Cover, option
+from bench.report.registry import option
 from bench.report.select import RunSet
 from bench.report.tables import (
     MISSING,
@@ -93,8 +91,7 @@ def mat_ratio_interval(run: Run, ref: Run) -> list[float] | None:
 
 def table2_frame(runs: RunSet, model: str | None = None, batch_size: int = 4,
                  dataset: str = "mt_bench") -> tuple[pd.DataFrame, common.Cells]:
-    """Rows `none` then (layer, top_k): ours `prune_rate`, `mat`, `tok_s`, run id, and the paper's `_paper`; the
-    cells (runs used, why one is empty) for the footer."""
+    """Rows `none` then (layer, top_k), ours and the paper's (`_paper`); the cells for the footer."""
     batch_size = int(batch_size)
     cells = common.pin(runs, "table2", lambda r: r.dataset == dataset and r.batch_size == batch_size
                 and r.method in ("medusa", "propd"), model)
@@ -122,7 +119,7 @@ def table2_frame(runs: RunSet, model: str | None = None, batch_size: int = 4,
                      **interval_columns("mat", mat_interval(run.records) if run else None),
                      **interval_columns("tok_s", aggregate_rate_interval(run.records) if run else None),
                      "prune_rate": (0.0 if layer == "none" else common.prune_rate(run)) if run else None,
-                     "mat": mat(run.records) if run else None, "tok_s": common.aggregate_rate(run) if run else None,
+                     "mat": mat(run.records) if run else None, "tok_s": common.aggregate_rate(run.records) if run else None,
                      "draft_nodes_mean": common.draft_nodes_mean(run) if run else None,
                      "prune_rate_paper": pr.prune_rate, "mat_paper": pr.acc_length, "tok_s_paper": pr.speed_tok_s,
                      "run_id": run.run_id if run else None, "method": run.method if run else None})
@@ -175,12 +172,11 @@ def propd_table2(runs: RunSet, model: str | None = None, batch_size: int = 4, da
             (f"W/o pruning: {a['reference']} (the paper: Medusa). Nodes drafted per "
             f"step (mean): w/o pruning {fmt(df['draft_nodes_mean'].iloc[0], '.1f')}, pruning rows "
             f"{fmt(pruned.min() if len(pruned) else None, '.1f')}-{fmt(pruned.max() if len(pruned) else None, '.1f')}.")]
-    return Report.tables("propd_table2", common.table_texts(display(df), caption, cells.footer(defs), df))
+    return common.table("table2", display(df), caption, cells.footer(defs), df)
 
 
-ARTIFACT = Artifact(
+ARTIFACT = common.declare(
     "table2", "Table 2 (early pruning: layer x top-k at batch 4) -> tables/propd_table2.{md,csv,tex}", propd_table2,
-    covers=(Cover("Table 2"),), rank=2, experiments=("propd_table2",), paper_csv=(PAPER,), baseline="medusa",
-    options=(common.DATASET, option("--batch-size", type=int, help="default 4, as the paper")), common=("model",),
-    **common.recipe("table2", "ProPD Table 2: ar, medusa, propd pruning layer 1-4 x top-k 50-200 at batch 4 (dynamic tree "
-             "off)", "table2_baselines", "table2"))
+    "Table 2", 2, "ProPD Table 2: ar, medusa, propd pruning layer 1-4 x top-k 50-200 at batch 4 (dynamic tree off)",
+    "table2_baselines", "table2", paper=PAPER, baseline="medusa",
+    options=(common.DATASET, option("--batch-size", type=int, help="default 4, as the paper")))

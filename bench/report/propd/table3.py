@@ -1,5 +1,4 @@
-"""ProPD Table 3: ablation of early pruning and dynamic tree generation, speed relative to Medusa per batch size,
-ours beside the paper's, and its claim that ProPD's gain over Medusa grows with the batch size."""
+"""ProPD Table 3: the ablation relative to Medusa per batch size, and the paper's claim (2)."""
 
 from __future__ import annotations
 
@@ -9,7 +8,6 @@ import pandas as pd
 
 from bench.report.output import Report
 from bench.report.propd import common
-from bench.report.registry import Artifact, Cover
 from bench.report.select import RunSet
 from bench.report.tables import MISSING, fmt, interval_in, is_missing, pair, with_interval
 
@@ -41,8 +39,7 @@ def growth_claim(ratios: dict[int, float | tuple | None]) -> tuple[str, str]:
 
 
 def table3_frame(runs: RunSet, model: str | None = None, dataset: str = "mt_bench") -> tuple[pd.DataFrame, common.Cells]:
-    """One row per (combo, batch size): ours `ratio`, rates, MAT, prune rate, nodes per step, run ids; paper's
-    `paper_7b`, and `paper_13b`, `paper_33b` at batch 2; the cells (runs used, why one is empty) for the footer."""
+    """One row per (combo, batch size), ours and the paper's; the cells for the footer."""
     cells = common.pin(runs, "table3", lambda r: r.dataset == dataset and r.method in ("medusa", "propd"), model)
     paper = common.paper_csv(PAPER)
     vs, rows = common.Against(cells, dataset, "medusa"), []
@@ -84,12 +81,10 @@ def propd_table3(runs: RunSet, model: str | None = None, dataset: str = "mt_benc
                f"speed relative to Medusa at the same batch size, on {dataset}.")
     defs = [*DEFINITIONS, *claim_texts(df), "The paper's 33B has no value for the row with neither technique.",
             f"ProPD settings: {df.attrs['settings']}."]
-    return Report.tables("propd_table3", common.table_texts(display(df), caption, cells.footer(defs), df))
+    return common.table("table3", display(df), caption, cells.footer(defs), df)
 
 
-ARTIFACT = Artifact(
+ARTIFACT = common.declare(
     "table3", "Table 3 (ablation vs Medusa per batch size) -> tables/propd_table3.{md,csv,tex}", propd_table3,
-    covers=(Cover("Table 3"),), rank=3, experiments=("propd_table3",), paper_csv=(PAPER,), options=(common.DATASET,),
-    baseline="medusa",
-    common=("model",), **common.recipe("table3", "ProPD Table 3: medusa and propd's 4 switch combinations x batch 1-16, "
-                                "relative to medusa", "table3_medusa", "table3"))
+    "Table 3", 3, "ProPD Table 3: medusa and propd's 4 switch combinations x batch 1-16, relative to medusa",
+    "table3_medusa", "table3", paper=PAPER, baseline="medusa", options=(common.DATASET,))

@@ -37,10 +37,6 @@ AUTO_DEFINITIONS = ("MAT incl. bonus token; tok/s: mean over questions; speedup 
                     "T(n): median ms of one forward of n tokens (root + draft) on this machine; "
                     "MAT·T(1)/T(size+1): the speedup if drafting and verifying cost nothing. [low, high]: 95% "
                     "bootstrap interval over questions (paired with ar for the speedup).")
-IMAGE_HEADERS = {"predicted MAT": "predicted\nMAT", "verification MAT": "verification\nMAT",
-                 "predicted speedup": "predicted\nspeedup",
-                 "speedup vs ar": "speedup\nvs ar", "T(size+1)/T(1)": "T(size+1)\n/T(1)",
-                 "MAT·T(1)/T(size+1)": "MAT·T(1)\n/T(size+1)"}
 SOURCE_ORDER = ["template", "built", "auto"]
 NUMERIC = AUTO_COLUMNS[AUTO_COLUMNS.index("size"):AUTO_COLUMNS.index("lossless")]  # floats, NaN where missing
 
@@ -161,11 +157,12 @@ def tr_auto(runs: RunSet, model: str | None = None) -> Report:
     ax.set_title(f"Forward cost, {ctx['model']} on {ctx['machine']}", fontsize=9)
     axt.axis("off")
     disp = auto_display(df)
-    # In the image: one label column instead of method + tree source, headers broken over two lines.
+    # In the image: one label column instead of method + tree source, headers broken over two lines (at the first
+    # space, or before the ratio's "/").
     shown = disp.drop(columns=["method", "tree source"])
     labels = ["ar" if m == "ar" else f"TR, {src} tree" for m, src in zip(df["method"], df["tree_source"])]
     table = axt.table(cellText=shown.values, rowLabels=labels, loc="center", cellLoc="center",
-                      colLabels=[IMAGE_HEADERS.get(c, c) for c in shown.columns])
+                      colLabels=[c.replace(" ", "\n", 1).replace(")/", ")\n/") for c in shown.columns])
     table.auto_set_font_size(False)
     table.set_fontsize(8)
     table.auto_set_column_width(list(range(-1, len(shown.columns))))

@@ -33,43 +33,36 @@ FIG3_COLUMNS = ["panel", "experiment", "x_name", "x", "mat", "mat_lo", "mat_hi",
                 "dataset", "machine", "max_new_tokens"]
 
 
-def x_sort_key(x_name: str):
+def x_order(x_name: str, x) -> tuple:
+    """A panel's x order: update strategies in the paper's order, numbers before text."""
     if x_name == "update":
-        return lambda x: (UPDATE_ORDER.index(x) if x in UPDATE_ORDER else len(UPDATE_ORDER), str(x))
-    return lambda x: (0, x) if isinstance(x, int | float) else (1, str(x))
-
-
-def sweep_points(runs: RunSet, experiment: str, x_name: str, panel: str = "",
-                 model: str | None = None) -> tuple[pd.DataFrame, list[str]]:
-    """One row per x value (the latest run with it) of one sweep experiment, and notes."""
-    mine, _, notes = sweep(runs, experiment, model)
-    per_x = mine.latest_per(setting(x_name))
-    if len(per_x) < len(mine.runs):
-        notes.append(f"{experiment}: {len(mine.runs) - len(per_x)} older or unlabelled run(s) superseded")
-    rows = []
-    for x in sorted(per_x, key=x_sort_key(x_name)):
-        run = per_x[x]
-        ms = run.settings
-        rows.append({**numbers(run), "panel": panel, "experiment": experiment, "x_name": x_name, "x": x,
-                     **{k: ms.get(k) for k in ("tree", "tree_size", "tree_depth", "update")},
-                     "run_id": run.run_id, **context(mine.runs[-1])})
-    return pd.DataFrame(rows, columns=FIG3_COLUMNS), notes  # the columns not in FIG3_COLUMNS are left out
+        return UPDATE_ORDER.index(x) if x in UPDATE_ORDER else len(UPDATE_ORDER), str(x)
+    return (0, x) if isinstance(x, int | float) else (1, str(x))
 
 
 def fig3_points(runs: RunSet, model: str | None = None) -> tuple[pd.DataFrame, list[str]]:
-    """All three panels' points (columns FIG3_COLUMNS) and notes; MissingRunsError if no panel has runs."""
+    """All three panels' points (columns FIG3_COLUMNS: per x value the latest run with it) and notes;
+    MissingRunsError if no panel has runs."""
     exps = [p[0] for p in FIG3_PANELS]
     model = model or latest_model(runs.where(experiment=exps, method=METHOD).runs)  # one model for all panels
     frames, notes = [], []
     for experiment, panel, x_name, _, _ in FIG3_PANELS:
-        df, n = sweep_points(runs, experiment, x_name, panel, model)
-        frames.append(df)
-        notes += n
-        if df.empty:
+        mine, _, found = sweep(runs, experiment, model)
+        per_x = mine.latest_per(setting(x_name))
+        notes += found
+        if len(per_x) < len(mine.runs):
+            notes.append(f"{experiment}: {len(mine.runs) - len(per_x)} older or unlabelled run(s) superseded")
+        if not per_x:
             notes.append(f"no runs for panel ({panel}): {MAKE}")
-    if all(df.empty for df in frames):
+            continue
+        rows = [{**numbers(run), "panel": panel, "experiment": experiment, "x_name": x_name, "x": x,
+                 **{k: run.settings.get(k) for k in ("tree", "tree_size", "tree_depth", "update")},
+                 "run_id": run.run_id, **context(mine.runs[-1])}
+                for x, run in sorted(per_x.items(), key=lambda item: x_order(x_name, item[0]))]
+        frames.append(pd.DataFrame(rows, columns=FIG3_COLUMNS))  # per panel: each keeps its own dtypes
+    if not frames:
         raise missing(runs, exps, model, MAKE)
-    return pd.concat([f for f in frames if not f.empty], ignore_index=True), notes
+    return pd.concat(frames, ignore_index=True), notes
 
 
 def twin_panel(ax, xs, labels, sub, xlabel, categorical):

@@ -70,16 +70,6 @@ def dataset_cells(prefix: str, run: Run | None, base: Run | None) -> dict:
             f"{prefix}_lossless": lossless_text(s["lossless"]), f"{prefix}_run_id": run.run_id}
 
 
-def baseline_notes(label: str, dataset: str, run: Run, base: Run) -> list[str]:
-    notes = []
-    if base.max_new_tokens != run.max_new_tokens:
-        notes.append(f"{label} on {dataset}: max_new_tokens {run.max_new_tokens} "
-                     f"vs baseline {base.max_new_tokens}")
-    if base.machine != run.machine:
-        notes.append(f"{label} on {dataset}: machine differs from the baseline's")
-    return notes
-
-
 def build_token_recycling_table1(runs: RunSet, model: str | None = None, paper_size: str | None = None,
                                  mbpp_model: str | None = None) -> pd.DataFrame:
     """One row per paper row (paper order); `<col>` is ours (NaN: no run), `<col>_paper` the paper's; `mbpp_model`
@@ -122,7 +112,10 @@ def build_token_recycling_table1(runs: RunSet, model: str | None = None, paper_s
             if base is None:
                 notes.append(f"no hf_generate run on {dataset}: {label} has no speedup")
                 continue
-            notes += baseline_notes(label, dataset, run, base)
+            if base.max_new_tokens != run.max_new_tokens:
+                notes.append(f"{label} on {dataset}: max_new_tokens {run.max_new_tokens} vs baseline {base.max_new_tokens}")
+            if base.machine != run.machine:
+                notes.append(f"{label} on {dataset}: machine differs from the baseline's")
             if prefix == "specbench":
                 base_groups = group_records(base.records)
                 for group, rs in group_records(run.records).items():
