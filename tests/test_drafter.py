@@ -19,12 +19,12 @@ from bench.report.select import MissingRunsError
 from bench.run.store import load_runs
 from tests.fixtures.dyspec_results import DATASETS, Writer, write_full
 from tests.fixtures.holistic_results import write_holistic_results, write_run
-from tests.fixtures.runs import write
+from tests.fixtures.runs import Memory, frame, write
 
 EAGLE = "eagle:fx-eagle"  # bench.models.eagle_draft.EagleDraft's name_or_path for head fx-eagle
 
 
-def one_run(root: Path, name: str, method: str, settings: dict | None = None, config: str | None = None):
+def one_run(root: Path | Memory, name: str, method: str, settings: dict | None = None, config: str | None = None):
     write(root, [{"question_id": 0, "new_tokens": 1, "wall_time": 1.0, "accept_lengths": [1]}],
           {"run_id": name, "created": "2026-01-01T00:00:00", "method": method, "model": "m", "dataset": "d",
            "method_settings": settings or {}})
@@ -52,11 +52,12 @@ def test_drafter_from_config_or_recorded_settings(tmp_path):
                                             "eagle:head2"]
 
 
-def test_choose_defaults_to_the_latest_draft_model_run(tmp_path):
-    one_run(tmp_path, "a_trained", "sd", {"draft": "drafts/d1"})
-    one_run(tmp_path, "b_eagle", "sd", {"draft": EAGLE})
-    one_run(tmp_path, "c_ar", "ar")  # the most recent run, but it has no drafter
-    runs = sorted(load_runs(tmp_path), key=lambda r: r.run_id)
+def test_choose_defaults_to_the_latest_draft_model_run():
+    store = Memory()
+    one_run(store, "a_trained", "sd", {"draft": "drafts/d1"})
+    one_run(store, "b_eagle", "sd", {"draft": EAGLE})
+    one_run(store, "c_ar", "ar")  # the most recent run, but it has no drafter
+    runs = sorted(store.runs, key=lambda r: r.run_id)
     for wanted, name, ids in ((None, EAGLE, ["b_eagle", "c_ar"]), ("trained", "trained:d1", ["a_trained", "c_ar"]),
                               (EAGLE, EAGLE, ["b_eagle", "c_ar"])):
         kept, got = choose(runs, wanted)
@@ -65,10 +66,10 @@ def test_choose_defaults_to_the_latest_draft_model_run(tmp_path):
         choose(runs, "hub")
 
 
-def two_drafters_dyspec(root: Path) -> Path:
+def two_drafters_dyspec(root: Path | Memory) -> Path | Memory:
     """Table 1's runs with the distilled draft, then (later) the same methods with the EAGLE head, 10x faster;
     AR only once."""
-    write_full(root)
+    root = write_full(root)
     w = Writer(root, start=datetime(2026, 2, 1))
     for d in DATASETS:
         for t in (0.0, 0.6):
@@ -77,11 +78,9 @@ def two_drafters_dyspec(root: Path) -> Path:
     return root
 
 
-def test_dyspec_table_per_drafter_with_the_shared_ar(tmp_path):
-    from bench.report.select import RunSet
-
-    root = two_drafters_dyspec(tmp_path / "results")
-    tables = {d: build_dyspec_table(RunSet.read(root), draft=d) for d in (None, "trained", "eagle")}
+def test_dyspec_table_per_drafter_with_the_shared_ar():
+    root = two_drafters_dyspec(Memory())
+    tables = {d: build_dyspec_table(root.runset(), draft=d) for d in (None, "trained", "eagle")}
     assert tables[None].attrs["drafter"] == EAGLE  # the latest draft-model run's
     for d, df in tables.items():
         own = d != "trained"
@@ -89,11 +88,11 @@ def test_dyspec_table_per_drafter_with_the_shared_ar(tmp_path):
             assert all(rid.endswith("-eagle") == own for rid in df[f"{m}_run_id"]), (d, m)
             assert list(df[f"{m}_latency_s"] == 0.0005) == [own] * len(df)
         assert df["ar_run_id"].tolist() == tables["trained"]["ar_run_id"].tolist()  # one AR baseline for both
-    assert "draft: distilled fixture-draft-68m;" in dyspec_table(RunSet.read(root), draft="trained").markdown
-    assert "draft: EAGLE head fx-eagle;" in dyspec_table(RunSet.read(root)).markdown
+    assert "draft: distilled fixture-draft-68m;" in dyspec_table(root.runset(), draft="trained").markdown
+    assert "draft: EAGLE head fx-eagle;" in dyspec_table(root.runset()).markdown
 
 
-def eagle_ladder(root: Path) -> Path:
+def eagle_ladder(root: Path | Memory) -> Path | Memory:
     """The Table 3 ladder at lambda 3 and 12 again, with the EAGLE head: every run twice as fast as the
     distilled draft's (tests/fixtures/holistic_results.py)."""
     for n, t_sd, t_cut in ((3, 2.0, 1.6), (12, 4.0, 1.5)):
@@ -103,16 +102,9 @@ def eagle_ladder(root: Path) -> Path:
     return root
 
 
-def test_holistic_table_per_drafter_with_the_shared_ar(tmp_path):
-    from io import StringIO
-
-    import pandas as pd
-
-    from bench.report.select import RunSet
-
-    store = RunSet.read(eagle_ladder(write_holistic_results(tmp_path / "results")))
-    eagle, trained = (pd.read_csv(StringIO(holistic_table3(store, draft=d).files["tables/holistic_table3.csv"]))
-                      for d in (None, "trained"))
+def test_holistic_table_per_drafter_with_the_shared_ar():
+    store = eagle_ladder(write_holistic_results(Memory())).runset()
+    eagle, trained = (frame(holistic_table3(store, draft=d), "tables/holistic_table3.csv") for d in (None, "trained"))
     runs = {name: df.dropna(subset=["run_id"]) for name, df in (("eagle", eagle), ("trained", trained))}
     assert runs["eagle"]["run_id"].str.startswith("eagle_").all()
     assert not runs["trained"]["run_id"].str.startswith("eagle_").any()

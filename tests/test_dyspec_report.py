@@ -3,7 +3,6 @@ by hand."""
 
 from __future__ import annotations
 
-import json
 import math
 from datetime import datetime
 from pathlib import Path
@@ -22,9 +21,9 @@ from bench.report.dyspec.time_breakdown import (
     dyspec_component_shares,
     dyspec_time_breakdown,
 )
-from bench.report.registry import produce, resolve
-from bench.report.select import RunSet, latest_runs
-from bench.run.store import Run, load_runs
+from bench.report.registry import resolve
+from bench.report.select import latest_runs
+from bench.run.store import Run
 from tests.fixtures.dyspec_results import (
     DATASETS,
     MAT,
@@ -36,11 +35,12 @@ from tests.fixtures.dyspec_results import (
     expected_latency,
     write_full,
 )
+from tests.fixtures.runs import Memory, build, frame
 
 
 @pytest.fixture
-def results(tmp_path):
-    return tmp_path / "results"
+def results():
+    return Memory()
 
 
 @pytest.fixture
@@ -48,17 +48,23 @@ def full(results):
     return write_full(results)
 
 
-def table_frame(results, **options) -> pd.DataFrame:
-    return build_dyspec_table(RunSet.read(results), **options)
+@pytest.fixture
+def on_disk(tmp_path):
+    """The full fixture written under tmp_path/results, for the CLI."""
+    return write_full(tmp_path / "results")
 
 
-def table_md(results, **options) -> str:
-    """The table's markdown, its files written under results (as the CLI does)."""
-    return produce(resolve("dyspec/table")[1], results, **options)
+def table_frame(results: Memory, **options) -> pd.DataFrame:
+    return build_dyspec_table(results.runset(), **options)
 
 
-def breakdown_frame(results, **options) -> pd.DataFrame:
-    return build_dyspec_time_breakdown(RunSet.read(results), **options)
+def table_md(results: Memory, **options) -> str:
+    """The table's markdown as the CLI builds it (nothing written)."""
+    return build("dyspec/table", results, **options).markdown
+
+
+def breakdown_frame(results: Memory, **options) -> pd.DataFrame:
+    return build_dyspec_time_breakdown(results.runset(), **options)
 
 
 def cell(df, dataset, t, col):
@@ -97,10 +103,8 @@ def test_latency_is_total_time_over_total_tokens(results):
     # Two prompts with different lengths and speeds: Sequoia's total_time / tokens, not a mean of rates.
     w = Writer(results)
     w.run("dyspec", "c4", latency=0.01, accepts=[1, 5, 6], questions=(0,))
-    rid = w.run("dyspec", "c4", latency=0.01, accepts=[1, 5, 6], questions=(0,))
-    rec = json.loads((results / "runs" / rid / "records.jsonl").read_text())
-    rec2 = {**rec, "question_id": 1, "new_tokens": 4, "wall_time": 1.0, "accept_lengths": [1, 3]}
-    (results / "runs" / rid / "records.jsonl").write_text(json.dumps(rec) + "\n" + json.dumps(rec2) + "\n")
+    records = results.run(w.run("dyspec", "c4", latency=0.01, accepts=[1, 5, 6], questions=(0,))).records
+    records.append({**records[0], "question_id": 1, "new_tokens": 4, "wall_time": 1.0, "accept_lengths": [1, 3]})
     df = table_frame(results)
     assert cell(df, "c4", 0.0, "dyspec_latency_s") == pytest.approx((0.12 + 1.0) / 16)
     assert cell(df, "c4", 0.0, "dyspec_accepted") == pytest.approx(16 / 5)
@@ -137,7 +141,7 @@ def test_temperature_06_does_not_replace_temperature_0(results):
     assert cell(df, "c4", 0.6, "dyspec_latency_s") == pytest.approx(0.009)
     assert cell(df, "c4", 0.0, "sequoia_latency_s") == pytest.approx(0.007)
     assert math.isnan(cell(df, "c4", 0.6, "sequoia_latency_s"))
-    keys = set(latest_runs(load_runs(results)))
+    keys = set(latest_runs(results.runset().runs))
     assert ("smollm2-135m", "dyspec", None, "c4", 0.0) in keys and ("smollm2-135m", "dyspec", None, "c4", 0.6) in keys
     # The newest run at one temperature does replace an older one at the same temperature.
     w.run("dyspec", "c4", 0.0, latency=0.003)
@@ -167,7 +171,8 @@ def test_claim_over_sequoia_is_decided_per_cell_from_paired_intervals(results):
 
 def test_missing_runs_give_dashes_beside_paper_numbers(results):
     Writer(results).run("dyspec", "c4", 0.0)
-    md = table_md(results)
+    rep = build("dyspec/table", results)
+    md = rep.markdown
     lines = table_lines(md)
     first = [c.strip() for c in lines[0].split("|")[1:-1]]
     # no AR run: no speedup of ours
@@ -177,12 +182,11 @@ def test_missing_runs_give_dashes_beside_paper_numbers(results):
     assert df.drop(columns=[c for c in df.columns if c.startswith("dyspec_") or c.endswith("_paper")]
                    ).select_dtypes("number").drop(columns="temperature").isna().all().all()
     assert "No run: " in md and "AR c4 T=0" in md and "DySpec c4 T=0," not in md
-    csv = pd.read_csv(results / "tables" / "dyspec_table1.csv")
-    assert csv["sequoia_latency_s"].isna().all() and "—" not in (results / "tables" / "dyspec_table1.csv").read_text()
+    csv = frame(rep, "tables/dyspec_table1.csv")
+    assert csv["sequoia_latency_s"].isna().all() and "—" not in rep.files["tables/dyspec_table1.csv"]
 
 
 def test_no_runs_at_all_still_prints_the_paper(results):
-    (results / "runs").mkdir(parents=True)
     lines = table_lines(table_md(results))
     assert len(lines) == 6 and all(c.strip().startswith("— (") or c.strip() in ("0", "0.6") or "(" in c
                                    for line in lines for c in line.split("|")[1:-1])
@@ -199,7 +203,8 @@ def test_footer_states_pairs_selection_machine_and_ar_protocol(full):
     assert "dyspec/c4/T=0.6=" in md  # run ids named by method, dataset, temperature
 
 
-def test_files_cli_and_table_choice(full, capsys):
+def test_files_cli_and_table_choice(on_disk, capsys):
+    full = on_disk
     assert resolve("dyspec_table")[1].build is dyspec_table
     assert main(["dyspec/table", "--results", str(full), "--paper-table", "2"]) == 0
     out = capsys.readouterr().out
@@ -258,7 +263,8 @@ def test_breakdown_per_method_from_records(full):
     assert only.loc["ar", "target_forward"] == pytest.approx(0.75) and only.loc["ar", "runs"] == 1
 
 
-def test_breakdown_files_and_errors(full, tmp_path, capsys):
+def test_breakdown_files_and_errors(on_disk, capsys):
+    full = on_disk
     assert resolve("dyspec_time_breakdown")[1].build is dyspec_time_breakdown
     assert main(["dyspec/time_breakdown", "--results", str(full)]) == 0
     md = capsys.readouterr().out
@@ -268,10 +274,8 @@ def test_breakdown_files_and_errors(full, tmp_path, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     csv = pd.read_csv(full / "tables" / "dyspec_time_breakdown.csv")
     assert list(csv["method"]) == ["dyspec", "sequoia", "specinfer", "ar"]
-    empty = tmp_path / "empty"
-    (empty / "runs").mkdir(parents=True)
     with pytest.raises(HarnessError, match="no complete dyspec/sequoia/specinfer/ar runs"):
-        breakdown_frame(empty)
+        breakdown_frame(Memory())
     assert main(["dyspec_time_breakdown", "--results", str(full), "--temperature", "0.9"]) == 1
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "at T=0.9" in err

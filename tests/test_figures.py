@@ -21,6 +21,7 @@ from bench.report.token_recycling.fig3 import fig3_points
 from bench.report.token_recycling.fig4 import FIG4_COMPONENTS, component_shares, fig4_points, paper_fig4
 from bench.report.token_recycling.table1 import build_token_recycling_table1
 from bench.run.store import Run
+from tests.fixtures.runs import Memory, build, drawn
 from tests.fixtures.tr_results import (
     AR_TOK_S,
     AUTO,
@@ -48,6 +49,13 @@ MAKE = {"tr_fig3a": "make reproduce-tr-fig3", "tr_fig3b": "make reproduce-tr-fig
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
+    """The fixture's runs in memory, its forward-cost file in a temporary folder."""
+    return write_fixture_results(Memory(tmp_path_factory.mktemp("fx") / "results"))
+
+
+@pytest.fixture(scope="module")
+def on_disk(tmp_path_factory):
+    """The fixture written under a temporary folder, for the files and the CLI."""
     return write_fixture_results(tmp_path_factory.mktemp("fx") / "results")
 
 
@@ -83,7 +91,7 @@ def test_pin_takes_the_latest_runs_model_machine_and_length():
 
 
 def test_fig3_uses_the_latest_run_per_x_in_plot_order(results):
-    df, notes = fig3_points(RunSet.read(results))
+    df, notes = fig3_points(results.runset())
     a = df[df["panel"] == "a"]
     assert list(a["x"]) == sorted(FIG3A)
     assert list(a["mat"]) == pytest.approx([FIG3A[x][0] for x in sorted(FIG3A)])  # not the superseded 6.0
@@ -96,19 +104,19 @@ def test_fig3_uses_the_latest_run_per_x_in_plot_order(results):
     assert any("superseded" in n for n in notes)
 
 
-def test_fig3_other_machine_is_left_out_and_model_filter(tmp_path):
-    w = ResultsWriter(tmp_path)
+def test_fig3_other_machine_is_left_out_and_model_filter():
+    w = ResultsWriter(Memory())
     write_fig3(w)
     # Newer runs on another machine win the group; then only that machine's points are plotted.
     w.run("token_recycling", "mt_bench", make_records(MT_BENCH, 2.0, 30.0, TR_SHARES), experiment="tr_fig3a",
           method_settings=tr_settings(tree_size=40), machine="other/GPU")
-    df, notes = fig3_points(RunSet.read(tmp_path))
+    df, notes = fig3_points(w.root.runset())
     a = df[df["panel"] == "a"]
     assert list(a["x"]) == [40] and list(a["machine"]) == ["other/GPU"]
     assert any("left out" in n for n in notes)
     assert len(df[df["panel"] == "b"]) == len(FIG3B)  # panels choose their group independently
     with pytest.raises(MissingRunsError, match="model 'nope'"):
-        fig3_points(RunSet.read(tmp_path), model="nope")
+        fig3_points(w.root.runset(), model="nope")
 
 
 # ---------------------------------------------------------------- Figure 4 mapping
@@ -136,7 +144,7 @@ def test_paper_fig4_numbers():
 
 
 def test_fig4_points(results):
-    df, _ = fig4_points(RunSet.read(results))
+    df, _ = fig4_points(results.runset())
     row = df.set_index("component")
     assert row.loc["model_forward", "ours_percent"] == pytest.approx(
         100 * (TR_SHARES["target_forward"] + TR_SHARES["prefill"]))
@@ -146,7 +154,7 @@ def test_fig4_points(results):
     assert row.loc["retrieval", ["ours_percent_lo", "ours_percent_hi"]].tolist() == pytest.approx(
         [100 * TR_SHARES["draft"]] * 2)
     assert df.attrs["prefill_percent"] == pytest.approx(100 * TR_SHARES["prefill"])
-    sep, _ = fig4_points(RunSet.read(results), fold_prefill=False)
+    sep, _ = fig4_points(results.runset(), fold_prefill=False)
     assert math.isnan(sep.set_index("component").loc["prefill", "paper_percent"])
 
 
@@ -154,7 +162,7 @@ def test_fig4_points(results):
 
 
 def test_auto_table_rows_speedups_and_forward_cost(results):
-    df, curve, notes = auto_table(RunSet.read(results))
+    df, curve, notes = auto_table(results.runset())
     assert list(df["method"]) == ["ar", "token_recycling", "token_recycling"]
     assert list(df["tree_source"].iloc[1:]) == ["template", "auto"]
     t = df.set_index("tree_source")
@@ -181,30 +189,32 @@ def test_forward_cost_selection_and_normalisation(tmp_path):
 
 
 def test_auto_falls_back_to_the_curve_recorded_in_the_auto_run(tmp_path):
-    write_auto(ResultsWriter(tmp_path), forward_cost=False)
-    df, curve, notes = auto_table(RunSet.read(tmp_path))
+    runs = Memory(tmp_path)  # a folder without a forward-cost file
+    write_auto(ResultsWriter(runs), forward_cost=False)
+    df, curve, notes = auto_table(runs.runset())
     assert curve is not None
     assert not notes and "method_settings.forward_cost_ms" in df.attrs["forward_cost"]
     assert df.set_index("tree_source").loc["auto", "forward_cost_ratio"] == pytest.approx(1.6)
 
 
 def test_auto_without_forward_cost_or_ar(tmp_path):
-    w = ResultsWriter(tmp_path)
+    w = ResultsWriter(Memory(tmp_path))
     for source, (mat, tok_s) in AUTO.items():
         w.run("token_recycling", "mt_bench", make_records(MT_BENCH, mat, tok_s, TR_SHARES), experiment="tr_auto",
               method_settings=tr_settings(tree_source=source))
-    df, curve, notes = auto_table(RunSet.read(tmp_path))
+    df, curve, notes = auto_table(w.root.runset())
     assert curve is None and any("forward-cost" in n for n in notes) and any("no ar run" in n for n in notes)
     assert list(df["tree_source"]) == ["template", "auto"] and df["speedup_vs_ar"].isna().all()
     assert df["forward_cost_ratio"].isna().all()
-    paths = made("auto", tmp_path)
-    assert {p.name for p in paths} == {"tr_auto.png", "tr_auto.csv", "tr_auto.md"}
+    files = build("token_recycling/auto", w.root).files
+    assert {Path(f).name for f in files} == {"tr_auto.png", "tr_auto.csv", "tr_auto.md"}
 
 
 # ---------------------------------------------------------------- files and errors
 
 
-def test_figures_write_png_and_csv_atomically(results):
+def test_figures_write_png_and_csv_atomically(on_disk):
+    results = on_disk
     written = made("fig3", results) + made("fig4", results) + made("auto", results)
     names = {p.name for p in written}
     assert names == {"tr_fig3.png", "tr_fig3.csv", "tr_fig4.png", "tr_fig4.csv", "tr_auto.png", "tr_auto.csv",
@@ -220,15 +230,15 @@ def test_figures_write_png_and_csv_atomically(results):
     assert "| 3.75" in md and "n48-d5-auto" in md
 
 
-def test_partial_fig3_still_draws_and_says_what_is_missing(tmp_path):
-    w = ResultsWriter(tmp_path)
+def test_partial_fig3_still_draws_and_says_what_is_missing():
+    w = ResultsWriter(Memory())
     for size in (40, 80):
         w.run("token_recycling", "mt_bench", make_records(MT_BENCH, *FIG3A[size], TR_SHARES),
               experiment="tr_fig3a", method_settings=tr_settings(tree_size=size))
-    df, notes = fig3_points(RunSet.read(tmp_path))
+    df, notes = fig3_points(w.root.runset())
     assert set(df["panel"]) == {"a"}
     assert any("panel (b)" in n and MAKE["tr_fig3b"] in n for n in notes)
-    assert (tmp_path / "figures" / "tr_fig3.png") in made("fig3", tmp_path)
+    assert drawn(build("token_recycling/fig3", w.root), "figures/tr_fig3.png")
 
 
 @pytest.mark.parametrize("name, experiment", [("fig3", "tr_fig3a"), ("fig4", "tr_fig4"), ("auto", "tr_auto")])
@@ -245,7 +255,8 @@ def test_missing_runs_name_the_experiment_and_make_target(tmp_path, name, experi
     assert not (tmp_path / "figures").exists()
 
 
-def test_cli_prints_paths_and_one_line_errors(results, tmp_path, capsys):
+def test_cli_prints_paths_and_one_line_errors(on_disk, tmp_path, capsys):
+    results = on_disk
     assert main(["tr_fig4", "--results", str(results)]) == 0
     out = capsys.readouterr().out.split()
     assert out == [str(results / "figures" / "tr_fig4.png"), str(results / "figures" / "tr_fig4.csv")]
@@ -270,7 +281,7 @@ def test_cli_module_exit_code(tmp_path):
 
 
 def test_fixture_fills_table1(results):
-    df = build_token_recycling_table1(RunSet.read(results)).set_index("label")
+    df = build_token_recycling_table1(results.runset()).set_index("label")
     assert not df.attrs["notes"]
     for label in ("hf_generate", "ar", "pld", "lookahead", "rest", "token_recycling", "token_recycling[shuffle]"):
         assert not math.isnan(df.loc[label, "specbench_speedup"]) and not math.isnan(df.loc[label, "mbpp_mat"])

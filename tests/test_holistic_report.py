@@ -17,7 +17,7 @@ from bench.report.holistic.fig4 import final_intervals, ordering_claim
 from bench.report.holistic.fig5 import differs_claim
 from bench.report.holistic.table3 import flatten_claim, reuse_claim
 from bench.report.holistic.table9 import ms_interval
-from bench.report.registry import produce, resolve
+from bench.report.output import Report
 from bench.run.store import Run
 from tests.fixtures.holistic_results import (
     write_fig4,
@@ -27,21 +27,22 @@ from tests.fixtures.holistic_results import (
     write_table1,
     write_table10,
 )
+from tests.fixtures.runs import Memory, build, drawn, frame
 
 
-def report(name: str, results: Path, **options) -> str:
-    """The artifact built and written under results as the CLI does (bench.report.registry.produce), for model m."""
-    return produce(resolve(f"holistic/{name}")[1], results, model="m", **options)
+def report(name: str, results: Memory, **options) -> Report:
+    """The artifact built on the runs as the CLI builds it, for model m; nothing written."""
+    return build(f"holistic/{name}", results, model="m", **options)
 
 
 @pytest.fixture
-def results(tmp_path):
-    return write_ladder(tmp_path)
+def results():
+    return write_ladder(Memory())
 
 
 def test_table3_cells_and_claims(results):
-    md = report("table3", results)
-    data = pd.read_csv(results / "tables" / "holistic_table3.csv")
+    rep = report("table3", results)
+    md, data = rep.markdown, frame(rep, "tables/holistic_table3.csv")
     cell = data.set_index(["level", "lambda"])
     assert cell.at[("sd", 12), "speedup"] == pytest.approx(0.25)  # AR 10 tok/s, sd 2.5 tok/s
     assert cell.at[("sd", 12), "util_eq3"] == pytest.approx(10 / 48)  # 10 new tokens / 4 steps x 12 calls
@@ -59,7 +60,7 @@ def test_table3_cells_and_claims(results):
 
 
 def test_claims_fail_when_the_data_says_so(results):
-    data = pd.read_csv(report("table3", results) and results / "tables" / "holistic_table3.csv")
+    data = frame(report("table3", results), "tables/holistic_table3.csv")
     worse = data.copy()
     worse.loc[worse["level"] == "reuse_target", "util_eq3"] = 0.01
     assert reuse_claim(worse).startswith("does not hold")
@@ -69,8 +70,8 @@ def test_claims_fail_when_the_data_says_so(results):
 
 
 def test_table4_ours_beside_the_papers_pairs(results):
-    md = report("table4", results)
-    data = pd.read_csv(results / "tables" / "holistic_table4.csv")
+    rep = report("table4", results)
+    md, data = rep.markdown, frame(rep, "tables/holistic_table4.csv")
     assert len(data) == 7 and data.iloc[-1]["source"] == "measured"
     ours = data.iloc[-1]
     assert ours.speculative_util == pytest.approx(1 / 12)  # sd at lambda 12
@@ -79,17 +80,16 @@ def test_table4_ours_beside_the_papers_pairs(results):
     assert data.iloc[0].speculative_mat == 8.18 and data.iloc[0].speculative_mat_bonus == 9.18
 
 
-def test_no_runs_is_one_error(tmp_path):
-    (tmp_path / "runs").mkdir()
+def test_no_runs_is_one_error():
     with pytest.raises(HarnessError, match="make reproduce-holistic-table3"):
-        report("table3", tmp_path)
+        report("table3", Memory())
 
 
 def test_table1_rows_per_dataset_beside_the_paper(results):
     write_table1(results)
     write_run(results, "pc24", "holistic", seconds=9.0, level="precut", length=24)  # Table 3's cell, run later
-    md = report("table1", results)
-    data = pd.read_csv(results / "tables" / "holistic_table1.csv").set_index(["dataset", "row"])
+    rep = report("table1", results)
+    md, data = rep.markdown, frame(rep, "tables/holistic_table1.csv").set_index(["dataset", "row"])
     expected = {"ar": 1.0, "lookahead": 0.5, "assisted": 0.4, "speculative": 0.25, "ouroboros": 0.2, "ours": 0.8}
     for ds in ("humaneval", "mt_bench", "gsm8k"):
         for row, speedup in expected.items():
@@ -106,17 +106,17 @@ def test_table1_rows_per_dataset_beside_the_paper(results):
 
 
 def test_table1_names_a_missing_dataset(results):
-    md = report("table1", results)  # only the HumanEval ladder: MT-Bench and GSM8K missing
+    md = report("table1", results).markdown  # only the HumanEval ladder: MT-Bench and GSM8K missing
     assert "Missing: no holistic runs on mt_bench" in md and "— (2.64)" in md
 
 
 def test_fig4_curves_and_the_ordering_claim(results):
-    md = report("fig4", write_fig4(results))
-    data = pd.read_csv(results / "figures" / "holistic_fig4.csv")
+    rep = report("fig4", write_fig4(results))
+    md, data = rep.markdown, frame(rep, "figures/holistic_fig4.csv")
     final = data.groupby("curve")["util_accepted"].last()
     assert final["vanilla"] == pytest.approx(1 / 12) and final["q_init"] == pytest.approx(2 / 6)
     assert final["q_updated"] == pytest.approx(3 / 6) and data.groupby("curve").size().tolist() == [4, 4, 4]
-    assert (results / "figures" / "holistic_fig4.png").stat().st_size > 0
+    assert drawn(rep, "figures/holistic_fig4.png")
     # One question per fixture run: the paired intervals decide nothing.
     assert "Claim, Q_updated > Q_init > vanilla SD, from paired 95% intervals over questions: undecided (" in md
     swapped = data.copy()
@@ -141,8 +141,8 @@ def test_fig4_without_runs_is_one_error(results):
 
 
 def test_table9_one_operation_per_component(results):
-    md = report("table9", write_table1(results))  # Table 1's "ours": 1.25 s, 4 steps of 3 draft calls
-    data = pd.read_csv(results / "tables" / "holistic_table9.csv").set_index("component")
+    rep = report("table9", write_table1(results))  # Table 1's "ours": 1.25 s, 4 steps of 3 draft calls
+    md, data = rep.markdown, frame(rep, "tables/holistic_table9.csv").set_index("component")
     assert data.at["draft_forward", "ms"] == pytest.approx(1e3 * 0.3 * 1.25 / 12)
     assert data.at["target_forward", "ms"] == pytest.approx(1e3 * 0.4 * 1.25 / 4)
     assert data.at["rollback", "ms_per_step"] == pytest.approx(1e3 * 0.05 * 1.25 / 4)
@@ -164,22 +164,22 @@ def test_table9_ms_interval_over_questions():
 
 
 def test_fig5_best_lambda_per_task(results):
-    md = report("fig5", write_fig5(write_table1(results)))
-    data = pd.read_csv(results / "figures" / "holistic_fig5.csv").set_index(["dataset", "lambda"])
+    rep = report("fig5", write_fig5(write_table1(results)))
+    md, data = rep.markdown, frame(rep, "figures/holistic_fig5.csv").set_index(["dataset", "lambda"])
     assert data.at[("humaneval", 3), "speedup"] == pytest.approx(1 / 1.6)
     assert data.at[("mt_bench", 12), "speedup"] == pytest.approx(0.5)
     # One question per fixture run: the intervals cannot decide; the points' best lambdas are shown.
     assert "the best lambda differs between tasks: undecided (on humaneval lambda 3 over 12: —" in md
     assert "the points' best: humaneval 3, mt_bench 12." in md
-    assert (results / "figures" / "holistic_fig5.png").stat().st_size > 0
+    assert drawn(rep, "figures/holistic_fig5.png")
     same = data.reset_index()
     same.loc[(same["dataset"] == "mt_bench") & (same["lambda"] == 3), "speedup"] = 0.9
     assert differs_claim(same).startswith("does not hold")
 
 
 def test_table10_speedup_per_category(results):
-    md = report("table10", write_table10(results))
-    data = pd.read_csv(results / "tables" / "holistic_table10.csv").set_index(["row", "category"])
+    rep = report("table10", write_table10(results))
+    md, data = rep.markdown, frame(rep, "tables/holistic_table10.csv").set_index(["row", "category"])
     assert data.at[("ours", "dialog"), "speedup"] == pytest.approx(2.0)
     assert data.at[("ours", "qa"), "speedup"] == pytest.approx(0.25)
     assert data.at[("speculative", "rag"), "speedup"] == pytest.approx(0.5)
@@ -192,15 +192,14 @@ def test_settings_sweep_rows_stay_out_of_the_paper_tables(results):
         write_run(results, f"sweep{cost}", "holistic", seconds=t, level="precut", length=24, variant="",
                   experiment="holistic_sweep", settings={"draft_phrases": 3, "controller": {
                       "target_cost": cost, "warmup_steps": 64, "conf_edges": [0.5, 0.1]}})
-    md = report("settings", results)
-    data = pd.read_csv(results / "tables" / "holistic_settings.csv").set_index("target_cost")
+    rep = report("settings", results)
+    md, data = rep.markdown, frame(rep, "tables/holistic_settings.csv").set_index("target_cost")
     assert data.at[14, "speedup"] == pytest.approx(1.0) and data.at[3, "speedup"] == pytest.approx(0.5)
     assert data.at[3, "conf_bins"] == 3 and data.at[3, "W"] == 3 and "sweep14" in md
     # one question per fixture run: the interval columns are there, empty, and the cells show the number alone
     assert {"speedup_lo", "speedup_hi", "mat_lo", "mat_hi"} <= set(data.columns) and data["speedup_lo"].isna().all()
-    report("table3", results)  # the sweep's lambda-24 runs are not Table 3's precut cell
-    assert pd.isna(pd.read_csv(results / "tables" / "holistic_table3.csv").set_index(["level", "lambda"])
-                   .at[("precut", 24), "speedup"])
+    table3 = report("table3", results)  # the sweep's lambda-24 runs are not Table 3's precut cell
+    assert pd.isna(frame(table3, "tables/holistic_table3.csv").set_index(["level", "lambda"]).at[("precut", 24), "speedup"])
 
 
 def fake_run(name: str, per_question: list[tuple[float, int, int]]) -> Run:

@@ -17,15 +17,16 @@ import pytest
 from bench.paths import PROJECT
 from bench.report.__main__ import main
 from bench.report.evidence import build_evidence
+from bench.report.output import Report
 from bench.report.propd.common import switches
 from bench.report.propd.fig3 import fit_line
 from bench.report.propd.fig7 import fastest_claim, fig7_points
 from bench.report.propd.table1 import table1_frame
 from bench.report.propd.table2 import pruning_claim, table2_frame
 from bench.report.propd.table3 import growth_claim, table3_frame
-from bench.report.registry import paper_artifacts, produce
+from bench.report.registry import paper_artifacts
 from bench.report.reproduced import reproduced_page
-from bench.report.select import MissingRunsError, RunSet
+from bench.report.select import MissingRunsError
 from bench.run.store import Run
 from tests.conftest import compose_cfg
 from tests.fixtures.propd_results import (
@@ -38,6 +39,7 @@ from tests.fixtures.propd_results import (
     rate,
     write_propd_results,
 )
+from tests.fixtures.runs import Memory, build, drawn, frame
 
 
 def point(x: str) -> str:
@@ -47,17 +49,24 @@ def point(x: str) -> str:
 
 @pytest.fixture
 def results(tmp_path):
+    """The fixture's runs in memory, its Figure 3 files under tmp_path/results."""
+    return write_propd_results(Memory(tmp_path / "results"))
+
+
+@pytest.fixture
+def on_disk(tmp_path):
+    """The fixture's runs and files written under tmp_path/results, for the CLI and REPRODUCED.md."""
     return write_propd_results(tmp_path / "results")
 
 
-def report(name: str, results, **options):
-    """ProPD's artifact `name` built on the runs under results and written there (as the CLI does)."""
-    return produce(paper_artifacts("propd")[name], results, **options)
+def report(name: str, results: Memory, **options) -> Report:
+    """ProPD's artifact `name` built on the runs, nothing written (the CLI's test writes every one)."""
+    return build(f"propd/{name}", results, **options)
 
 
-def frame(build, results, **options):
-    """The numbers behind a table (its frame builder's DataFrame) on the runs under results."""
-    return build(RunSet.read(results), **options)[0]
+def numbers(builder, results: Memory, **options) -> pd.DataFrame:
+    """The numbers behind a table (its frame builder's DataFrame) on the runs."""
+    return builder(results.runset(), **options)[0]
 
 
 def at(df, **where):
@@ -73,17 +82,20 @@ def cells(md: str, *lead: str) -> list[str]:
     return next(r for r in rows if r[:len(lead)] == list(lead))
 
 
-def written(results, folder, stem, exts):
-    return all(Path(results, folder, f"{stem}.{ext}").stat().st_size > 0 for ext in exts)
+def written(rep: Report, folder: str, stem: str, exts) -> bool:
+    """The report has each of these files, with something in it."""
+    names = [f"{folder}/{stem}.{ext}" for ext in exts]
+    return all(drawn(rep, n) if n.endswith(".png") else len(rep.files[n]) > 0 for n in names)
 
 
 def test_table1_speedups_beside_the_paper(results):
-    df = frame(table1_frame, results)
+    df = numbers(table1_frame, results)
     for b in (1, 2, 4, 8, 16):  # propd/ar = medusa/ar x both/medusa; the 999 tok/s runs are older or elsewhere
         assert at(df, batch_size=b)["speedup"] == pytest.approx(OVER_AR["medusa"][b] * OVER_MEDUSA[True, True][b])
         assert at(df, batch_size=b)["ar_tok_s"] == pytest.approx(AR_RATE[b])
-    md = report("table1", results)
-    assert written(results, "tables", "propd_table1", ("md", "csv", "tex"))
+    rep = report("table1", results)
+    md = rep.markdown
+    assert written(rep, "tables", "propd_table1", ("md", "csv", "tex"))
     # Every question of a fixture run has the same rate: the intervals are points.
     assert cells(md, "SmolLM2-135M (embedded), ours: speedup")[1:] == [point(x) for x in
                                                                        ("1.59", "1.68", "1.80", "1.90", "2.00")]
@@ -98,26 +110,27 @@ def test_table1_speedups_beside_the_paper(results):
     assert "1 run(s) of other machines" in md and "at batch 16 decoded at most 8 rows together" in md
 
 
-def test_table1_missing_batch_is_a_dash_with_its_reason(tmp_path):
-    w = PropdWriter(tmp_path / "results")
+def test_table1_missing_batch_is_a_dash_with_its_reason():
+    w = PropdWriter(Memory())
     w.run("ar", "mt_bench", 1, 10.0)
     w.run("propd", "mt_bench", 1, 15.0, combo=(True, True))
-    md = report("table1", tmp_path / "results")
+    md = report("table1", w.root).markdown
     assert cells(md, "SmolLM2-135M (embedded), ours: speedup")[1:] == [point("1.50"), "—", "—", "—", "—"]
     assert ("— BS=2, BS=4, BS=8, BS=16: no propd run with both switches on at that batch size on mt_bench "
             "(make reproduce-propd-table1).") in md
 
 
 def test_table2_rows_and_the_paper(results):
-    df = frame(table2_frame, results)
+    df = numbers(table2_frame, results)
     none = at(df, layer="none")
     assert none["mat"] == pytest.approx(2.5) and none["tok_s"] == pytest.approx(rate("medusa", 4))
     for (layer, k), (verified, steps, over) in TABLE2.items():
         row = at(df, layer=str(layer), top_k=k)
         assert row["prune_rate"] == pytest.approx(1 - verified / 100)
         assert row["mat"] == pytest.approx(60 / steps) and row["tok_s"] == pytest.approx(rate("medusa", 4) * over)
-    md = report("table2", results)
-    assert written(results, "tables", "propd_table2", ("md", "csv", "tex"))
+    rep = report("table2", results)
+    md = rep.markdown
+    assert written(rep, "tables", "propd_table2", ("md", "csv", "tex"))
     assert cells(md, "1", "50") == ["1", "50", "80.0% [80.0%, 80.0%] (79.0%)", f"{point('2.22')} (2.26)",
                                     f"{point('60.48')} (43.26)"]
     assert cells(md, "4", "200") == ["4", "200", "— (57.6%)", "— (2.49)", "— (41.94)"]
@@ -134,7 +147,7 @@ def test_table2_claim_reacts_to_the_data(results):
     PropdWriter(results, start=datetime(2026, 3, 1)).run(
         "propd", "mt_bench", 4, 50.0, variant="prune-L4-k50", steps=30, verified=25, drafted=lambda n: [100] * n,
         settings={"prune": True, "dynamic": False, "prune_layer": 4, "prune_topk": 50})
-    assert "ours: does not hold (layer 4, top-50: 75.0% of nodes pruned, MAT 2.00 vs 2.50" in report("table2", results)
+    assert "ours: does not hold (layer 4, top-50: 75.0% of nodes pruned, MAT 2.00 vs 2.50" in report("table2", results).markdown
     assert pruning_claim({(4, 50): (0.3, 2.5)}, 2.5)[0] == "does not hold"  # keeps MAT, prunes too little
     assert pruning_claim({(1, 50): (0.8, 2.5)}, 2.5)[0] == "not measured"  # not the chosen point
     assert pruning_claim({(4, 50): (0.8, 2.5)}, None)[0] == "not measured"  # no run without pruning
@@ -147,7 +160,7 @@ def test_table2_claim_reacts_to_the_data(results):
 
 
 def test_table3_ratios_switches_and_the_paper(results):
-    df = frame(table3_frame, results)
+    df = numbers(table3_frame, results)
     for combo, name in (((False, False), "neither"), ((True, False), "pruning only"), ((False, True), "dynamic only"),
                         ((True, True), "both")):
         for b in (1, 2, 4, 8, 16):
@@ -155,8 +168,9 @@ def test_table3_ratios_switches_and_the_paper(results):
     # The hand-run (no variant) is classified by its method_settings; Table 2's sweep is not "pruning only".
     assert at(df, combo="dynamic only", batch_size=8)["propd_run_id"].endswith("-propd-b8")
     assert "prune-L" not in at(df, combo="pruning only", batch_size=4)["propd_run_id"]
-    md = report("table3", results)
-    assert written(results, "tables", "propd_table3", ("md", "csv", "tex"))
+    rep = report("table3", results)
+    md = rep.markdown
+    assert written(rep, "tables", "propd_table3", ("md", "csv", "tex"))
     assert cells(md, "yes", "yes")[2:] == [f"{point(a)} ({b})" for a, b in (("1.06", "1.04"), ("1.20", "1.27"), (
         "1.50", "1.76"), ("1.90", "2.34"), ("2.50", "3.28"))] + ["1.29", "1.34"]
     assert cells(md, "no", "no")[-1] == "—"  # the paper's 33B baseline cell
@@ -168,7 +182,7 @@ def test_table3_claim_reacts_to_the_data(results):
     later = PropdWriter(results, start=datetime(2026, 3, 1))
     later.run("propd", "mt_bench", 16, rate("medusa", 16) * 1.1, combo=(True, True), variant="ablation-both")
     assert ("ours: does not hold (" + ", ".join(f"BS={b}: {point(x)}" for b, x in ((1, "1.06"), (2, "1.20"), (
-        4, "1.50"), (8, "1.90"), (16, "1.10"))) + ")") in report("table3", results)
+        4, "1.50"), (8, "1.90"), (16, "1.10"))) + ")") in report("table3", results).markdown
     assert growth_claim({1: 1.2, 2: None}) == ("not measured", "BS=1: 1.20")
     assert growth_claim({1: 1.0, 4: 1.0})[0] == "does not hold"  # flat is not growth
     # Decided from intervals: overlapping ends are undecided, a decisive fall does not hold.
@@ -178,13 +192,14 @@ def test_table3_claim_reacts_to_the_data(results):
 
 
 def test_fig7_panels_and_the_missing_dataset(results):
-    df = frame(fig7_points, results)
+    df = numbers(fig7_points, results)
     assert at(df, dataset="alpaca", batch_size=4, method="bpd")["tok_s"] == pytest.approx(rate("bpd", 4))
     assert at(df, dataset="mt_bench", batch_size=16, method="propd")["tok_s"] == pytest.approx(
         rate("propd", 16, (True, True)))
     assert df[df["dataset"] == "chatgpt_prompts"]["tok_s"].isna().all()
-    md = report("fig7", results)
-    assert written(results, "figures", "propd_fig7", ("png", "csv", "md", "tex"))
+    rep = report("fig7", results)
+    md = rep.markdown
+    assert written(rep, "figures", "propd_fig7", ("png", "csv", "md", "tex"))
     assert cells(md, "ChatGPT Prompts", "1")[2:] == ["—"] * 4
     assert cells(md, "Alpaca", "4")[2:] == [point(x) for x in ("36.0", "39.6", "43.2", "64.8")]
     assert "— chatgpt_prompts (every cell): no runs on chatgpt_prompts: not loadable offline" in md
@@ -201,10 +216,9 @@ def test_fig7_claim_is_decided_from_paired_intervals():
     assert ": does not hold (0 of 2" in fastest_claim(pd.DataFrame(cell("a", close) + cell("b", slower)))
 
 
-def test_fig7_without_runs_names_its_make_target(tmp_path):
-    (tmp_path / "runs").mkdir()
+def test_fig7_without_runs_names_its_make_target():
     with pytest.raises(MissingRunsError, match="make reproduce-propd-fig7"):
-        report("fig7", tmp_path)
+        report("fig7", Memory())
 
 
 def test_fit_line_on_exact_points():
@@ -217,10 +231,11 @@ def test_fit_line_on_exact_points():
 
 
 def test_fig3_panels_fit_and_categories(results):
-    md = report("fig3", results)
-    assert all(Path(results, "figures", name).stat().st_size > 0 for name in
-               ("propd_fig3.png", "propd_fig3.csv", "propd_fig3_fit.csv", "propd_fig3.md", "propd_fig3.tex"))
-    fit = pd.read_csv(Path(results, "figures", "propd_fig3_fit.csv"))
+    rep = report("fig3", results)
+    md = rep.markdown
+    assert written(rep, "figures", "propd_fig3", ("png", "csv", "md", "tex"))
+    assert written(rep, "figures", "propd_fig3_fit", ("csv",))
+    fit = frame(rep, "figures/propd_fig3_fit.csv")
     for b in (1, 2, 4, 8, 16):
         row = fit[fit["batch_size"] == b].iloc[0]
         assert row["b0"] == pytest.approx(iteration_seconds(0, 0, 256)) and row["r2"] == pytest.approx(1.0)
@@ -228,21 +243,19 @@ def test_fig3_panels_fit_and_categories(results):
     assert cells(md, "2")[1] == "37.0"  # layer 2's top-1 accuracy
     # 60 tokens in 20 (medusa) and 21 (propd) steps; one question per category: no interval
     assert cells(md, "coding") == ["coding", "3.00", "2.86"]
-    points = pd.read_csv(Path(results, "figures", "propd_fig3.csv"))
+    points = frame(rep, "figures/propd_fig3.csv")
     assert {"y_lo", "y_hi"} <= set(points.columns)
     assert set(points["panel"]) == {"a", "b", "c", "d"}
     assert sorted(points[points["panel"] == "c"]["x"].astype(int).unique()) == [64, 128, 256, 512, 768]
 
 
 def test_fig3_without_files_says_which_panels_are_missing(results):
-    Path(results, "propd", "early_heads.json").unlink()
-    md = report("fig3", results)
+    Path(results.folder, "propd", "early_heads.json").unlink()
+    md = report("fig3", results).markdown
     assert "— (a): no data (python scripts/early_heads_report.py (make reproduce-propd-fig3))." in md
-    Path(results, "propd", "iteration_time.json").unlink()
-    empty = results.parent / "empty"
-    (empty / "runs").mkdir(parents=True)
+    Path(results.folder, "propd", "iteration_time.json").unlink()
     with pytest.raises(MissingRunsError, match="make reproduce-propd-fig3"):
-        report("fig3", empty)
+        report("fig3", Memory(results.folder))  # no runs, no files
 
 
 def test_switches_from_settings_first_then_variant():
@@ -255,19 +268,21 @@ def test_switches_from_settings_first_then_variant():
     assert switches(run()) is None and switches(Run(Path("x"), {"method": "medusa"})) is None
 
 
-def test_cli_lists_and_runs_every_propd_artifact(results, capsys):
+def test_cli_lists_and_runs_every_propd_artifact(on_disk, capsys):
     assert main(["--list"]) == 0
     listed = capsys.readouterr().out.split()
     assert {f"propd/{a}" for a in ("table1", "table2", "table3", "fig3", "fig7")} <= set(listed)
     for name in ("table1", "table2", "table3", "fig3", "fig7"):
-        assert main([f"propd/{name}", "--results", str(results)]) == 0
-    assert main(["propd/table2", "--results", str(results), "--batch-size", "2"]) == 0
+        assert main([f"propd/{name}", "--results", str(on_disk)]) == 0
+        files = list(Path(on_disk).glob(f"*/propd_{name}.*"))  # md, csv and tex; a figure's png too
+        assert len(files) >= 3 and all(p.stat().st_size > 0 for p in files), files
+    assert main(["propd/table2", "--results", str(on_disk), "--batch-size", "2"]) == 0
     assert "at batch 2 per pruning layer" in capsys.readouterr().out
 
 
 @pytest.mark.slow  # the whole page over the fixture; each artifact's section is tested above
-def test_reproduced_page_has_every_propd_artifact(results, tmp_path):
-    build_evidence(str(results), str(tmp_path / "evidence"))  # the page reads only the evidence folder
+def test_reproduced_page_has_every_propd_artifact(on_disk, tmp_path):
+    build_evidence(str(on_disk), str(tmp_path / "evidence"))  # the page reads only the evidence folder
     md = reproduced_page(None, str(tmp_path / "REPRODUCED.md"), str(tmp_path / "evidence"))
     for name in ("table1", "table2", "table3", "fig7", "fig3"):
         assert f"### `propd/{name}`: `make reproduce-propd-{name}" in md
@@ -368,14 +383,9 @@ def test_a_later_run_of_another_paper_does_not_anchor_the_pool(results):
     """Without runs of Figure 7's own experiment, the pool is measured like the latest ProPD experiment's run: a
     later AR of another paper at other lengths (Post-use & Pre-cut's MT-Bench AR at 256 tokens) must not make it
     drop every ProPD run as measured otherwise."""
-    import shutil
-
-    for summary in Path(results, "runs").glob("*/summary.json"):
-        if json.loads(summary.read_text()).get("experiment") == "propd_fig7":
-            shutil.rmtree(summary.parent)
-    before = frame(fig7_points, results)
+    results.runs = [r for r in results.runs if r.experiment != "propd_fig7"]
+    before = numbers(fig7_points, results)
     assert before["tok_s"].notna().any()
     rid = PropdWriter(results, start=datetime(2030, 1, 1)).run("ar", "mt_bench", 1, 5.0, experiment="holistic")
-    path = Path(results, "runs", rid, "summary.json")
-    path.write_text(json.dumps({**json.loads(path.read_text()), "max_new_tokens": 256}))
-    pd.testing.assert_frame_equal(frame(fig7_points, results), before)
+    results.run(rid).meta["max_new_tokens"] = 256
+    pd.testing.assert_frame_equal(numbers(fig7_points, results), before)

@@ -16,6 +16,7 @@ from bench.report.propd.fig6 import build_fig6, fig6_run, propd_fig6
 from bench.report.registry import produce, resolve
 from bench.report.select import MissingRunsError, RunSet
 from tests.fixtures.dyspec_results import Writer, write_full
+from tests.fixtures.runs import Memory, build, frame
 from tests.fixtures.step_results import holistic_run, write_step_results
 
 REPORTS = {"propd/fig6": propd_fig6, "dyspec/fig2": dyspec_fig2, "dyspec/fig5": dyspec_fig5,
@@ -23,12 +24,13 @@ REPORTS = {"propd/fig6": propd_fig6, "dyspec/fig2": dyspec_fig2, "dyspec/fig5": 
 
 
 @pytest.fixture
-def results(tmp_path):
-    return write_step_results(tmp_path / "results")
+def results():
+    return write_step_results(Memory())
 
 
 @pytest.mark.parametrize("name", sorted(REPORTS))
-def test_registered_and_written(results, name):
+def test_registered_and_written(tmp_path, name):
+    results = write_step_results(tmp_path / "results")
     assert resolve(name)[1].build is REPORTS[name]
     md = produce(resolve(name)[1], results)
     stem = name.replace("/", "_")
@@ -38,24 +40,24 @@ def test_registered_and_written(results, name):
 
 
 @pytest.mark.parametrize("name", sorted(REPORTS))
-def test_no_runs_names_the_make_target(tmp_path, name):
+def test_no_runs_names_the_make_target(name):
     with pytest.raises(MissingRunsError, match=f"make reproduce-{name.replace('/', '-')}"):
-        produce(resolve(name)[1], tmp_path / "empty")
+        build(name, Memory())
 
 
 def test_propd_fig6_estimate_from_hit_rates(results):
-    df = build_fig6(fig6_run(RunSet.read(results)))
+    df = build_fig6(fig6_run(results.runset()))
     a = df[df["part"] == "a"].set_index(["head", "k"])["value"]
     assert a[(1, 1)] == 0.6 and a[(2, 2)] == 0.4
     b = df[df["part"] == "b"]
     assert b["path"].tolist() == ["1", "2", "1-1"] and b["value"].round(6).tolist() == [0.6, 0.3, 0.18]
     assert df.attrs["estimated"] == pytest.approx(2.08) and df.attrs["mat"] == pytest.approx(2.0)
-    md = propd_fig6(RunSet.read(results)).markdown
+    md = propd_fig6(results.runset()).markdown
     assert "estimated acceptance length 2.08" in md and "inside the measured MAT's interval: does not hold" in md
 
 
 def test_dyspec_fig2_bins_tested_nodes_only(results):
-    df = dyspec_build_fig2(RunSet.read(results))
+    df = dyspec_build_fig2(results.runset())
     assert sorted(df["temperature"].unique()) == [0.0, 0.6]
     t0 = df[df["temperature"] == 0.0].set_index("bin_low")
     # 3 questions x 2 steps: nodes 0 (0.95) and 2 (0.85) accepted, 1 (0.05) and 3 (0.15) rejected; node 4 (0.75,
@@ -66,15 +68,15 @@ def test_dyspec_fig2_bins_tested_nodes_only(results):
 
 
 def test_dyspec_fig5_prefers_table4_run(results):
-    df = build_fig5(RunSet.read(results))
+    df = build_fig5(results.runset())
     assert df.attrs["run_id"] == "dyspec-b768" and df["tree_size"].tolist() == [500, 600, 555] * 2
     assert df["accepted"].tolist() == [4, 5, 3] * 2
-    md = dyspec_fig5(RunSet.read(results)).markdown
+    md = dyspec_fig5(results.runset()).markdown
     assert "551.67" in md and "551.79" in md and "71.8%" in md
 
 
 def test_holistic_fig2_parts(results):
-    df = holistic_build_fig2(RunSet.read(results))
+    df = holistic_build_fig2(results.runset())
     a = df[df["part"] == "a"]
     assert a["lambda_star"].tolist() == [2, 2, 2, 2]  # 2 questions x the iterations before the last
     b = df[df["part"] == "b"].set_index("measure")["value"]
@@ -85,41 +87,42 @@ def test_holistic_fig2_parts(results):
     assert c.to_dict() == {0.1: 0.0, 0.3: 0.0, 0.7: 1.0, 0.9: 1.0} and df.attrs["rises"] == "holds"
 
 
-def test_holistic_fig2_without_step_records(tmp_path):
-    holistic_run(tmp_path, record_steps=False, run_id="sd-plain")
-    md = produce(resolve("holistic/fig2")[1], tmp_path)
-    assert "Not measured: no vanilla SD run with run.record_steps=true" in md and "Runs: sd-plain." in md
-    assert set(pd.read_csv(tmp_path / "figures" / "holistic_fig2.csv")["part"]) == {"a"}
+def test_holistic_fig2_without_step_records():
+    runs = Memory()
+    holistic_run(runs, record_steps=False, run_id="sd-plain")
+    report = build("holistic/fig2", runs)
+    assert "Not measured: no vanilla SD run with run.record_steps=true" in report.markdown
+    assert "Runs: sd-plain." in report.markdown
+    assert set(frame(report, "figures/holistic_fig2.csv")["part"]) == {"a"}
 
 
 def test_step_figures_from_evidence_without_token_ids(results, tmp_path):
     """The committed evidence keeps no token ids (bench/report/evidence.py): DySpec Figure 2 and part (c) of
     Post-use & Pre-cut Figure 2 read the same numbers from it; part (b), which compares tokens, has none."""
     from bench.report.evidence import write_run
-    from bench.run.store import load_runs
 
     evidence = tmp_path / "evidence"
-    for run in load_runs(results):
+    for run in results.runs:
         write_run(run, evidence / "runs")
     assert "step_tokens" not in (next((evidence / "runs").glob("*/turns.jsonl"))).read_text()
     pd.testing.assert_frame_equal(dyspec_build_fig2(RunSet.read(evidence)),
-                                  dyspec_build_fig2(RunSet.read(results)))
-    full, kept = holistic_build_fig2(RunSet.read(results)), holistic_build_fig2(RunSet.read(evidence))
+                                  dyspec_build_fig2(results.runset()))
+    full, kept = holistic_build_fig2(results.runset()), holistic_build_fig2(RunSet.read(evidence))
     for part in ("a", "c"):
         pd.testing.assert_frame_equal(kept[kept["part"] == part], full[full["part"] == part], check_dtype=False)
     assert kept[kept["part"] == "b"]["value"].isna().all() and kept.attrs["rises"] == "holds"
     assert "(b) not measured from this folder: it keeps no token ids" in holistic_fig2(RunSet.read(evidence)).markdown
-    assert "(b) not measured" not in holistic_fig2(RunSet.read(results)).markdown
+    assert "(b) not measured" not in holistic_fig2(results.runset()).markdown
 
 
-def test_dyspec_table4_selects_its_variant(tmp_path):
-    root = write_full(tmp_path)
+def test_dyspec_table4_selects_its_variant():
+    root = write_full(Memory())
     w = Writer(root, start=pd.Timestamp("2026-01-02").to_pydatetime())
     b768 = w.run("dyspec", "c4", 0.0, variant="b768")
-    t4 = build_dyspec_table(RunSet.read(root), paper_table=4)
+    t4 = build_dyspec_table(root.runset(), paper_table=4)
     row = t4[(t4["dataset"] == "c4") & (t4["temperature"] == 0.0)]
     assert row["dyspec_run_id"].item() == b768 and row["ar_run_id"].notna().item()
     assert row["dyspec_speedup"].notna().item() and row["dyspec_accepted_paper"].item() == 16.04
     assert t4[t4["dataset"] == "openwebtext"]["dyspec_run_id"].isna().all()  # no b768 run there
-    t1 = build_dyspec_table(RunSet.read(root), paper_table=1)  # Table 1 keeps the budget-64 runs
+    t1 = build_dyspec_table(root.runset(), paper_table=1)  # Table 1 keeps the budget-64 runs
     assert t1[(t1["dataset"] == "c4") & (t1["temperature"] == 0.0)]["dyspec_run_id"].item() != b768
