@@ -170,14 +170,20 @@ def load_runs(results_dir: str | Path) -> list[Run]:
 def find_baseline(results_dir: str | Path, summary: dict, method: str) -> Run | None:
     """Latest complete run of `method` with the same model, dataset, max_new_tokens, machine, temperature and
     batch size (speedups at batch B are against the baseline at batch B)."""
+    runs = (Run(s.parent, json.loads(s.read_text())) for s in sorted(Path(results_dir, "runs").glob("*/summary.json")))
+    return latest_baseline(runs, summary, method)
+
+
+def latest_baseline(runs, summary: dict, method: str) -> Run | None:
+    """find_baseline's rule over runs given in run-id order (the last one measured alike wins)."""
     best = None
-    for s in sorted(Path(results_dir, "runs").glob("*/summary.json")):
-        other = json.loads(s.read_text())
+    for run in runs:
+        other = run.meta
         same = all(other.get(k) == summary[k] for k in ("model", "dataset", "max_new_tokens", "machine"))
         same = same and other.get("temperature", 0.0) == summary.get("temperature", 0.0)
         same = same and (other.get("batch_size") or 1) == summary.get("batch_size", 1)
         if same and other["method"] == method and not other.get("variant"):
-            best = Run(s.parent, other)
+            best = run
     return best
 
 
