@@ -15,7 +15,7 @@ import yaml
 from bench.errors import HarnessError
 from bench.report.__main__ import main
 from bench.report.registry import paper_artifacts, produce, resolve
-from bench.report.select import MissingRunsError, RunSet, latest_per_x, setting
+from bench.report.select import MissingRunsError, RunSet, setting
 from bench.report.token_recycling.auto import auto_table, forward_cost_curve, load_forward_cost
 from bench.report.token_recycling.fig3 import fig3_points
 from bench.report.token_recycling.fig4 import FIG4_COMPONENTS, component_shares, fig4_points, paper_fig4
@@ -72,13 +72,13 @@ def fake(run_id, **meta) -> Run:
 # ---------------------------------------------------------------- selection logic
 
 
-def test_latest_per_x_keeps_the_last_run_and_skips_missing_x():
+def test_latest_per_keeps_the_last_run_and_skips_missing_x():
     runs = [fake("r1", method_settings={"tree_size": 40}), fake("r2", method_settings={"tree_size": 80}),
             fake("r3", method_settings={}), fake("r4", method_settings={"tree_size": 40})]
-    got = latest_per_x(runs, setting("tree_size"))
+    got = RunSet(runs, Path(".")).latest_per(setting("tree_size"))
     assert {x: r.run_id for x, r in got.items()} == {40: "r4", 80: "r2"}
     # A default stands in for a missing setting (old runs have no tree_source: the paper's template).
-    assert set(latest_per_x(runs, setting("tree_source", "template"))) == {"template"}
+    assert set(RunSet(runs, Path(".")).latest_per(setting("tree_source", "template"))) == {"template"}
 
 
 def test_pin_takes_the_latest_runs_model_machine_and_length():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 
 from bench.cost.replay import Setting, replayable
 from bench.report.select import paired_baseline
@@ -41,17 +41,31 @@ def claimed(paper: str) -> tuple[str, ...]:
     return importlib.import_module(f"bench.report.{paper}").CLAIMED
 
 
+def with_baselines(used: list[Run], runs: Iterable[Run], baseline: str = "ar", setting: Setting | None = None,
+                   skipped: list[tuple[Run, str]] | None = None) -> Iterator[tuple[Run, Run]]:
+    """Each of `runs` with its paired `baseline` run among `used`, those without one left out; with a setting, only
+    those it replays: batch 1 (the profiles are of batch 1), every target forward timed. `skipped` gets (run,
+    "batched" or "untimed") for the runs a setting leaves out."""
+    skipped = [] if skipped is None else skipped
+    for run in runs:
+        if setting is not None and run.batch_size > 1:
+            skipped.append((run, "batched"))
+            continue
+        base = paired_baseline(used, run, baseline)
+        if base is None:
+            continue
+        if setting is not None and not replayable(run.records + base.records):
+            skipped.append((run, "untimed"))
+            continue
+        yield run, base
+
+
 def paired_speedups(paper: str, used: list[Run], setting: Setting | None = None
                     ) -> list[tuple[float | None, list[float] | None]]:
     """(speedup, interval) of each run of the paper's method over its AR baseline among `used`; with a setting,
     both replayed on it (batch 1 only)."""
     out = []
-    for run in used:
-        if run.method not in claimed(paper):
-            continue
-        base = paired_baseline(used, run, "ar")
-        if base is None or (setting is not None and (run.batch_size > 1 or not replayable(run.records + base.records))):
-            continue
+    for run, base in with_baselines(used, [r for r in used if r.method in claimed(paper)], "ar", setting):
         if setting is not None:
             mine, theirs = setting.replayed(run.records), setting.replayed(base.records)
             out.append((speedup(mine, theirs), speedup_interval(mine, theirs)))

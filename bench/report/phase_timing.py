@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from bench.core.timing import phases_exact
 from bench.errors import HarnessError
@@ -48,3 +48,17 @@ def require_exact_phases(runs: Iterable[Run | None], artifact: str, command: str
             f"{artifact} refuses run(s) {', '.join(r.run_id for r in bad)}: timed on {devices} without {FIX}, so "
             f"their phase times are kernel launches, not each phase's work; time them per phase with `{command}` "
             f"(or add {FIX} to the run)")
+
+
+Component = tuple[str, str, tuple[str, ...]]  # a paper's time component: key, label, the phases of ours it sums
+
+
+def components(declared: Sequence[Component], present: Iterable[str]) -> list[Component]:
+    """A breakdown's components of our `present` phases: `declared`, with "other" holding every present phase no
+    other component names (its declared phases included); an undeclared "other" only when there are such phases."""
+    named = {p for key, _, phases in declared if key != "other" for p in phases}
+    rest = tuple(sorted(set(present) - named))
+    shown = [c for c in declared if c[0] != "other"]
+    if rest or len(shown) < len(declared):
+        shown.append(("other", "Other", rest))
+    return shown

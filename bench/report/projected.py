@@ -7,9 +7,8 @@ import importlib
 
 import pandas as pd
 
-from bench.cost.replay import Setting, replayable
-from bench.report.claims import speed_ratio, speed_ratio_interval
-from bench.report.select import paired_baseline
+from bench.cost.replay import Setting
+from bench.report.claims import speed_ratio, speed_ratio_interval, with_baselines
 from bench.report.tables import fmt, markdown, with_interval
 from bench.run.metrics import speedup, speedup_interval
 from bench.run.store import Run
@@ -36,7 +35,7 @@ def varied(runs: list[Run]) -> dict[str, str]:
 def projected_table(used: list[Run], setting: Setting, baseline: str = "ar") -> str | None:
     """Each run's speedup over its paired `baseline` run among `used`: measured here and projected on the setting;
     None when no run has its baseline."""
-    rows, batched, untimed, label = [], 0, [], varied(used)
+    rows, skipped, label = [], [], varied(used)
     replays: dict[tuple[str, bool], list[dict]] = {}  # (run id, rest kept) -> its records replayed: a baseline once
 
     def on_setting(run: Run, rest: bool = True) -> list[dict]:
@@ -44,18 +43,9 @@ def projected_table(used: list[Run], setting: Setting, baseline: str = "ar") -> 
             replays[run.run_id, rest] = setting.replayed(run.records, rest)
         return replays[run.run_id, rest]
 
-    for run in sorted(used, key=lambda r: (r.method, r.dataset or "", r.temperature, label[r.run_id], r.run_id)):
-        if run.method == baseline:
-            continue
-        if run.batch_size > 1:
-            batched += 1
-            continue
-        base = paired_baseline(used, run, baseline)
-        if base is None:
-            continue
-        if not replayable(run.records + base.records):
-            untimed.append(run.method)
-            continue
+    ordered = sorted((r for r in used if r.method != baseline),
+                     key=lambda r: (r.method, r.dataset or "", r.temperature, label[r.run_id], r.run_id))
+    for run, base in with_baselines(used, ordered, baseline, setting, skipped):
         mine, theirs = on_setting(run), on_setting(base)
         bare = on_setting(run, rest=False)  # the models' forwards alone
         rows.append({"method": run.method + (f"[{run.variant}]" if run.variant else ""), "settings": label[run.run_id],
@@ -65,6 +55,8 @@ def projected_table(used: list[Run], setting: Setting, baseline: str = "ar") -> 
                      "projected": with_interval(speedup(mine, theirs), speedup_interval(mine, theirs)),
                      "rest kept": f"{1 - wall(bare) / wall(mine):.0%}",
                      "rest left out": fmt(speedup(bare, on_setting(base, rest=False)))})
+    batched = sum(why == "batched" for _, why in skipped)
+    untimed = [run.method for run, why in skipped if why == "untimed"]
     if not rows:
         return (f"Not projected on the paper's setting ({setting.label}): {batched} batch > 1 run(s), and the "
                 "profiles are of batch 1.\n") if batched else None

@@ -42,19 +42,9 @@ def setting(name: str, default=None) -> Callable[[Run], object]:
     return lambda r: r.settings.get(name, default)
 
 
-def latest(runs: list[Run], keep: Callable[[Run], object] | None = None) -> Run | None:
-    """The most recent run (runs oldest first) for which keep(run) is true; None if there is none."""
-    found = [r for r in runs if keep is None or keep(r)]
-    return found[-1] if found else None
-
-
-def latest_model(runs: list[Run]) -> str | None:
-    return runs[-1].model if runs else None
-
-
 def default_model(runs: list[Run], model: str | None = None) -> str:
     """`model`, else the model of the most recent run, else DEFAULT_MODEL."""
-    return model or latest_model(runs) or DEFAULT_MODEL
+    return model or (runs[-1].model if runs else None) or DEFAULT_MODEL
 
 
 def latest_runs(runs: list[Run], batch_size: int = 1) -> dict[tuple, Run]:
@@ -77,16 +67,6 @@ def paired_baseline(runs: list[Run], run: Run, method: str) -> Run | None:
         return None
     wanted = prompt_turns(run)
     return max(reversed(found), key=lambda r: len(wanted & prompt_turns(r)))  # max keeps the first: the latest
-
-
-def latest_per_x(runs: list[Run], x_of: Callable[[Run], object]) -> dict:
-    """x -> the latest run with that x; runs whose x is None are skipped."""
-    out: dict = {}
-    for r in runs:
-        x = x_of(r)
-        if x is not None:
-            out[x] = r
-    return out
 
 
 # -- the one selection rule ------------------------------------------------------------------------------------
@@ -142,10 +122,13 @@ class RunSet:
                                    notes=[*self.notes, *notes])
 
     def latest(self, keep: Callable[[Run], object] | None = None) -> Run | None:
-        return latest(self.runs, keep)
+        """The most recent run for which keep(run) is true; None if there is none."""
+        found = [r for r in self.runs if keep is None or keep(r)]
+        return found[-1] if found else None
 
-    def latest_per(self, key: Callable[[Run], object]) -> dict:
-        return latest_per_x(self.runs, key)
+    def latest_per(self, x_of: Callable[[Run], object]) -> dict:
+        """x -> the latest run with that x; runs whose x is None are skipped."""
+        return {x: r for r in self.runs if (x := x_of(r)) is not None}
 
     def baseline(self, run: Run | None, method: str) -> Run | None:
         """paired_baseline; None without a run."""

@@ -12,7 +12,7 @@ from bench.report.dyspec.tables import RUN
 from bench.report.output import Report
 from bench.report.plots import new_figure, yerr
 from bench.report.registry import Artifact, Cover, Recipe, Shown
-from bench.report.select import RunSet, footer, latest
+from bench.report.select import RunSet, footer
 from bench.report.steps import SWITCH, binned_rate, has_steps, nodes, rises
 from bench.report.tables import fmt, markdown, with_interval
 
@@ -35,8 +35,8 @@ def build_fig2(runs: RunSet, model: str | None = None, draft: str | None = None)
     chosen = {}
     for t in sorted({r.temperature for r in pinned.runs}):
         for m in METHODS:
-            mine = [r for r in pinned.runs if r.temperature == t and r.method == m]
-            run = latest(mine, lambda r: r.experiment == EXPERIMENT) or latest(mine)
+            mine = pinned.where(method=m, keep=lambda r, t=t: r.temperature == t)
+            run = mine.latest(lambda r: r.experiment == EXPERIMENT) or mine.latest()
             if run is not None:
                 chosen[t] = run
                 break

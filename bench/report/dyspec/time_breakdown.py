@@ -12,7 +12,7 @@ import pandas as pd
 from bench.report.drafter import describe
 from bench.report.dyspec.tables import BASELINE, DRAFT_COMMON, LABELS, METHODS, RUN, candidates
 from bench.report.output import Report
-from bench.report.phase_timing import require_exact_phases
+from bench.report.phase_timing import components, require_exact_phases
 from bench.report.plots import new_figure, wrap, yerr
 from bench.report.registry import Artifact, Cover, Recipe, Shown, option
 from bench.report.select import DEFAULT_MODEL, RunSet, footer, latest_runs
@@ -47,6 +47,7 @@ def dyspec_component_shares(phase_times: dict[str, float]) -> dict[str, float]:
     mapped = {p for _, _, phases in FIG4_COMPONENTS for p in phases}
     shares = {key: sum(phase_times.get(p, 0.0) for p in phases) / total
               for key, _, phases in FIG4_COMPONENTS}
+    # "other" as phase_timing.components has it, added in two parts as the committed tables were
     shares["other"] += sum(v for p, v in phase_times.items() if p not in mapped) / total
     return shares
 
@@ -55,11 +56,9 @@ def share_intervals(records: list[dict]) -> dict:
     """Each component's <key>_lo/<key>_hi: its share's 95% interval, prompts resampled with their phase times
     ("other" takes every phase no component names)."""
     present = {p for rec in records for p in rec["phase_times"]}
-    named = {p for key, _, phases in FIG4_COMPONENTS if key != "other" for p in phases}
     out = {}
-    for key, _, phases in FIG4_COMPONENTS:
-        mine = sorted(present - named) if key == "other" else phases
-        out.update(interval_columns(key, phase_share_interval(records, mine, of_phase_sum=True)))
+    for key, _, phases in components(FIG4_COMPONENTS, present):
+        out.update(interval_columns(key, phase_share_interval(records, phases, of_phase_sum=True)))
     return out
 
 

@@ -8,7 +8,7 @@ import pandas as pd
 from bench.report.output import Report
 from bench.report.plots import new_figure, wrap, yerr
 from bench.report.registry import Artifact, Cover, Recipe, Shown
-from bench.report.select import RunSet, latest_model, setting
+from bench.report.select import RunSet, setting
 from bench.report.token_recycling.common import FIGURE, METHOD, RUN, context, missing, numbers, sweep, warn
 
 MAKE = "make reproduce-tr-fig3"
@@ -44,7 +44,8 @@ def fig3_points(runs: RunSet, model: str | None = None) -> tuple[pd.DataFrame, l
     """All three panels' points (columns FIG3_COLUMNS: per x value the latest run with it) and notes;
     MissingRunsError if no panel has runs."""
     exps = [p[0] for p in FIG3_PANELS]
-    model = model or latest_model(runs.where(experiment=exps, method=METHOD).runs)  # one model for all panels
+    newest = runs.where(experiment=exps, method=METHOD).latest()
+    model = model or (newest.model if newest else None)  # one model for all panels
     frames, notes = [], []
     for experiment, panel, x_name, _, _ in FIG3_PANELS:
         mine, _, found = sweep(runs, experiment, model)

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from bench.report.output import Report
-from bench.report.phase_timing import require_exact_phases
+from bench.report.phase_timing import components, require_exact_phases
 from bench.report.plots import new_figure, wrap, yerr
 from bench.report.registry import Artifact, Cover, Recipe, Shown
 from bench.report.select import RunSet
@@ -36,12 +36,9 @@ def component_shares(phase_share: dict[str, float], fold_prefill: bool = True) -
     comps = [(key, label, tuple(p for p in phases if fold_prefill or p != "prefill"))
              for key, label, phases in FIG4_COMPONENTS]
     comps += [] if fold_prefill else [("prefill", "Prefill", ("prefill",))]
-    mapped = {p for _, _, phases in comps for p in phases}
-    other = tuple(sorted(set(phase_share) - mapped))
-    if other:
-        comps.append(("other", "Other", other))
     return {key: {"label": label, "phases": "+".join(phases),
-                  "share": sum(phase_share.get(p, 0.0) for p in phases)} for key, label, phases in comps}
+                  "share": sum(phase_share.get(p, 0.0) for p in phases)}
+            for key, label, phases in components(comps, phase_share)}
 
 
 def paper_fig4() -> dict[str, float]:
