@@ -70,7 +70,8 @@ def measure(bundle, sizes=DEFAULT_SIZES, prefix_tokens: int = 256, reps: int = 7
 def measure_prefill(bundle, sizes, reps: int = 3) -> dict[int, float]:
     """Median seconds of a prefill over n prompt tokens: from an empty cache, causal, scoring only the last token
     (logits_to_keep=1), as the engine prefills; a verification forward scores every token, which costs a
-    vocabulary-sized product per token more (measured 20-60% of a prefill here). The first repeat is a warm-up."""
+    vocabulary-sized product per token more (it overpriced 32-128-token prefills by 20-30% here). The first repeat
+    is a warm-up."""
     model, device = bundle.model, bundle.device
     gen = torch.Generator().manual_seed(0)
     low, vocab = random_token_floor(bundle.vocab_size), bundle.vocab_size
