@@ -7,7 +7,9 @@ per mix trains for the same minutes (the recipe otherwise unchanged, the same dr
 agreement per depth is measured on every source. Each mix's data cost is what building its sources took (the
 cache's own timings: generation and the target's forward, shared by positions). Writes
 results/eagle3/mix-<host>.json and prints a table; mixes are sources joined by '+' ("all": every source).
-Timings are this machine's and this run's: compare rows of one run only.
+Timings are this machine's and this run's: compare rows of one run only. The recipe's `answers` source only
+evaluates (train: 0); evidence/eagle3/mix-200steps.json gave it 128 training prompts
+(`model.eagle3.train.data.sources.0.train=128`).
 """
 
 from __future__ import annotations
@@ -66,6 +68,12 @@ def main(argv: list[str]) -> int:
         data, _ = eagle3_data(target, bundle.tokenizer, cfg.model, recipe["data"], layers,
                               eagle3_dir(project_path(cfg.paths.model_cache)), str(project_path(cfg.paths.data_mirror)),
                               str(project_path(cfg.paths.data_cache)))
+        for mix in mixes:  # an evaluation-only source (train: 0) has nothing to train on
+            idle = [n for n in (names if mix == "all" else mix.split("+"))
+                    if not data.stats["sources"][n]["train"]["sequences"]]
+            if idle == (names if mix == "all" else mix.split("+")):
+                raise HarnessError(f"mix '{mix}': no training sequences in {', '.join(idle)} (train: 0; e.g. "
+                                   f"model.eagle3.train.data.sources.0.train=128 gives the answers source some)")
     except HarnessError as err:
         sys.exit(f"error: {err}")
     vocab = draft_vocabulary(data.train, target.config.vocab_size, int(recipe["draft_vocab"]),

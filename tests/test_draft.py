@@ -361,6 +361,22 @@ def test_raw_text_prompts_are_the_first_tokens(smol_tokenizer, tmp_path):
     assert smol_tokenizer.decode(found["train"][0]).startswith("Row ")
 
 
+def test_a_split_capped_at_zero_is_left_empty_on_purpose(smol_tokenizer, tmp_path):
+    """An evaluation-only source (EAGLE-3's generated answers: train 0) keeps its held-out prompts; a recipe that
+    leaves nothing at all is still one error."""
+    from bench.train.selfdistill import collect_prompts
+
+    write_mirror(tmp_path)
+    src = {"name": "text", "mirror_path": "t/text.jsonl", "format": "jsonl", "prompt": "{text}",
+           "train_rows": [0, 8], "heldout_rows": [8, 12]}
+    found, _ = collect_prompts({"sources": [src], "max_train_prompts": 0}, smol_tokenizer, "tokenizer",
+                               str(tmp_path), str(tmp_path))
+    assert found["train"] == [] and len(found["heldout"]) == 4
+    with pytest.raises(HarnessError, match="no prompts left"):
+        collect_prompts({"sources": [src], "max_train_prompts": 0, "max_heldout_prompts": 0}, smol_tokenizer,
+                        "tokenizer", str(tmp_path), str(tmp_path))
+
+
 # -- the script -------------------------------------------------------------------------------------------
 
 

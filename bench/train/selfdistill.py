@@ -39,7 +39,8 @@ COUNTS = ("responses", "response_tokens", "ended_by_eos")  # answer()'s counters
 def collect_prompts(recipe: dict, tokenizer, chat_template: str, mirror_dir: str | None,
                     cache_dir: str) -> tuple[dict[str, list[list[int]]], dict]:
     """({'train': [prompt ids], 'heldout': [...]}, per-source counts): split by row, decontaminated, at most
-    `max_prompt_tokens` long, shuffled (recipe seed) and capped at max_train_prompts / max_heldout_prompts."""
+    `max_prompt_tokens` long, shuffled (recipe seed) and capped at max_train_prompts / max_heldout_prompts (a cap
+    of 0 leaves that split empty: an evaluation-only source)."""
     sources = recipe.get("sources") or []
     if not sources:
         raise HarnessError("heads.train.sources is empty: no prompts to distil from")
@@ -89,7 +90,8 @@ def collect_prompts(recipe: dict, tokenizer, chat_template: str, mirror_dir: str
         cap = recipe.get(f"max_{split}_prompts")
         stats[f"{split}_prompts_available"] = len(found[split])
         found[split] = found[split][: None if cap is None else int(cap)]
-    if not found["train"] or not found["heldout"]:
+    wanted = [s for s in SPLITS if recipe.get(f"max_{s}_prompts") != 0]  # a cap of 0: that split on purpose empty
+    if not wanted or any(not found[s] for s in wanted):
         raise HarnessError(f"no prompts left to distil from ({len(found['train'])} training, "
                            f"{len(found['heldout'])} held out, after dropping overlaps)")
     return found, stats
