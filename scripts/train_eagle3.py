@@ -5,7 +5,8 @@
 The recipe is the model config's `eagle3.train` block, its data the `data` block within (the target's states over
 its own answers and over text, cached in data/cache/eagle3/data/, shared by every retraining). A head whose report
 matches the recipe and the target is kept unless --force. Prints held-out agreement per depth and source, training
-and cost; the last line says how to run with it. Bad input is one `error:` line and a non-zero exit.
+and cost; with the model's EAGLE-1 head trained (`make eagle`), that head's agreement on the same held-out positions
+beside it (the report's `eagle1`, added to a kept head's report too); the last line says how to run with it. Bad input is one `error:` line and a non-zero exit.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from bench.models.eagle3 import eagle3_dir
 from bench.paths import project_path
 from bench.run.compose import script_main
 from bench.run.runner import get_bundle
-from bench.train.eagle3 import build_eagle3, read_report, summary
+from bench.train.eagle3 import beside_eagle1, build_eagle3, read_report, summary
 from bench.train.recipes import plain
 from data.loaders import DataError
 
@@ -37,12 +38,12 @@ def train(cfg, force: bool) -> None:
         bundle = get_bundle(model_cfg, cfg.paths.model_cache)
         existing = None if force else read_report(out_dir, bundle.model)
         target = f"{model_cfg.target.source}:{model_cfg.target.id}"
+        where = (str(project_path(cfg.paths.data_mirror)), str(project_path(cfg.paths.data_cache)))
         if existing and existing.get("recipe") == plain(eagle3.train) and existing.get("target_source") == target:
-            print(f"up to date ({out_dir}):\n{summary(existing)}")
+            print(f"up to date ({out_dir}):\n{summary(beside_eagle1(existing, out_dir, bundle, model_cfg, cache, *where))}")
         else:
-            report = build_eagle3(bundle.model, bundle.tokenizer, model_cfg, out_dir, cache,
-                                  str(project_path(cfg.paths.data_mirror)), str(project_path(cfg.paths.data_cache)))
-            print(f"{summary(report)}\n-> {out_dir}")
+            report = build_eagle3(bundle.model, bundle.tokenizer, model_cfg, out_dir, cache, *where)
+            print(f"{summary(beside_eagle1(report, out_dir, bundle, model_cfg, cache, *where))}\n-> {out_dir}")
     if eagle3.get("source") != "trained":
         print(f"to use it: model.eagle3.source=trained (model {model_cfg.name})")
 

@@ -92,3 +92,34 @@ def test_spans_vocabulary_and_pooled_agreement():
     assert train3.draft_vocabulary(split, V, 3, [9]).tolist() == [3, 6, 9]
     pooled = train3.pooled({"a": {"positions": [10, 4], "1": [0.5, 0.25]}, "b": {"positions": [30, 0], "1": [1.0, 0.0]}})
     assert pooled == {"positions": [40, 4], "1": [0.875, 0.25]}
+
+
+def test_eagle1_is_scored_as_its_own_evaluation_scores_it_on_greedy_text():
+    """On sequences that are the target's greedy text from their second token on, `eagle1_agreement` (EAGLE-1 on an
+    EAGLE-3 split, against the target's greedy token) equals EAGLE-1's own evaluation (against the text's next token)
+    at every depth, in batches of any size; the trained head agrees far more than an untrained one."""
+    from bench.models.eagle import EagleHead
+    from bench.train import eagle as train1
+    from bench.train.heads_data import Positions
+    from tests.test_eagle import per_token_target as eagle1_target
+    from tests.test_eagle import train_head as train_eagle1
+
+    target = eagle1_target()
+    head = train_eagle1(target)
+    first = torch.randint(0, V, (6, 1), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        seqs = target.generate(first, attention_mask=torch.ones_like(first), max_new_tokens=28, do_sample=False,
+                               pad_token_id=0)
+        final = target(seqs, output_hidden_states=True).hidden_states[-1]
+    # EAGLE-1's evaluation scores pair j against the text's token after position j + 1 of its positions; the split
+    # scores wherever the target's state there is known: two positions fewer give both the same pairs.
+    n, width = seqs.shape[0], seqs.shape[1] - 2
+    split = Split(seqs[:, :width].flatten(), torch.zeros(n * width, 3), final[:, :width].flatten(0, 1),
+                  torch.arange(n + 1) * width, torch.zeros(n, dtype=torch.long), torch.zeros(n, dtype=torch.long))
+    own = Positions(final[:, :-1].flatten(0, 1), seqs[:, 1:].flatten(), torch.arange(n + 1) * (width + 1))
+    lm_head = target.get_output_embeddings().weight.detach()
+    scored = train3.eagle1_agreement(head, lm_head, split, depths=3)
+    assert scored["1"] == pytest.approx(train1.agreement(head, own, 3), abs=1e-9)
+    assert scored["positions"] == [n * (width - 1 - d) for d in range(3)]
+    assert train3.eagle1_agreement(head, lm_head, split, depths=3, batch_tokens=2 * width) == scored
+    assert scored["1"][0] > 0.75 > train3.eagle1_agreement(EagleHead(target), lm_head, split, depths=1)["1"][0] + 0.3

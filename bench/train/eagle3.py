@@ -28,11 +28,13 @@ from pathlib import Path
 
 import torch
 
-from bench.cachefile import READ_ERRORS, report_corrupt
+from bench.cachefile import READ_ERRORS, atomic_write, report_corrupt
 from bench.errors import HarnessError
+from bench.models.eagle import eagle_dir, load_eagle
 from bench.models.eagle3 import Eagle3Head, fused_layers, head_files, read_head, save_head
 from bench.models.vocab import rank_tokens
 from bench.train.eagle import head_cost
+from bench.train.eagle import read_report as read_eagle_report
 from bench.train.eagle3_data import Split, eagle3_data
 from bench.train.loop import train_loop
 from bench.train.recipes import plain
@@ -206,6 +208,31 @@ def agreement(head: Eagle3Head, lm_head: torch.Tensor, split: Split, depths: int
                                         for k in ks}}
 
 
+@torch.inference_mode()
+def eagle1_agreement(head, lm_head: torch.Tensor, split: Split, depths: int = 8, source: int | None = None,
+                     max_sequences: int = 64, batch_tokens: int = 4096) -> dict[str, list]:
+    """An EAGLE-1 head (bench.models.eagle) scored as `agreement` scores an EAGLE-3 head, on the same held-out
+    positions: top-1 against the target's greedy token wherever the next token is learnt. Pair i reads the target's
+    final state and t_{i+1}; at depth d every input state is the head's own output of depth d - 1 and positions
+    before d - 1 are left out (bench.train.eagle.agreement's lower bound: the tree's chain is not unrolled)."""
+    spans = split.spans(3, source)[:max_sequences]
+    hits, counts = [0] * depths, [0] * depths
+    per = max(1, batch_tokens // max((b - a for a, b, _ in spans), default=1))
+    for start in range(0, len(spans), per):
+        b = batch(split, spans[start : start + per], next(head.parameters()).dtype)
+        n, width = b["ids"].shape
+        greedy = target_logits(lm_head, b["final"], None).argmax(-1)[:, 1:]  # pair i: the target's after i + 1
+        learnt = b["learnt"][:, 1:].clone()
+        tokens, feats, posn = b["ids"][:, 1:], b["final"][:, :-1], torch.arange(width - 1)[None].expand(n, -1)
+        for d in range(depths):
+            pred = head(tokens, feats, posn, None)
+            learnt[:, :d] = False  # pair i < d read states that went through fewer than d of the head's steps
+            hits[d] += int((head.logits(pred[learnt]).argmax(-1) == greedy[learnt]).sum())
+            counts[d] += int(learnt.sum())
+            feats = torch.cat([feats[:, :1], pred[:, :-1]], dim=1)  # pair i now reads the head's own f^_i
+    return {"positions": counts, "1": [h / max(c, 1) for h, c in zip(hits, counts, strict=True)]}
+
+
 def pooled(by_source: dict[str, dict]) -> dict[str, list]:
     """The agreement over every source's positions together (each source's rates weighted by its positions)."""
     parts = list(by_source.values())
@@ -261,6 +288,32 @@ def build_eagle3(target, tokenizer, model_cfg, out_dir: Path, data_root: Path, m
     return report
 
 
+def beside_eagle1(report: dict, out_dir: Path, bundle, model_cfg, data_root: Path, mirror_dir: str | None,
+                  cache_dir: str) -> dict:
+    """The report with the model's trained EAGLE-1 head (`make eagle`) scored beside it on the same held-out
+    positions (`eagle1`), written back beside the head; unchanged when there is no such head or it is scored."""
+    cfg = model_cfg.get("eagle")
+    if cfg is None or cfg.get("source") != "trained":
+        return report
+    eagle1 = read_eagle_report(eagle_dir(bundle.model_cache) / str(cfg.id))
+    if eagle1 is None:
+        return report
+    key = {"id": str(cfg.id), "steps": eagle1["steps"], "train_minutes": eagle1["train_minutes"],
+           "agreement_own_heldout": eagle1["agreement"]}
+    if report.get("eagle1", {}).get("head") == key:
+        return report
+    recipe = plain(model_cfg.eagle3.train)
+    data, _ = eagle3_data(bundle.model, bundle.tokenizer, model_cfg, recipe["data"], report["layers"], data_root,
+                          mirror_dir, cache_dir, progress_bar=False)
+    head, lm_head = load_eagle(bundle), bundle.model.get_output_embeddings().weight.detach()
+    depths = int(recipe.get("eval_depths", 8))
+    by_source = {s["name"]: eagle1_agreement(head, lm_head, data.heldout, depths, source=i)
+                 for i, s in enumerate(recipe["data"]["sources"])}
+    report = {**report, "eagle1": {"head": key, "agreement": {"all": pooled(by_source), **by_source}}}
+    atomic_write(Path(out_dir) / REPORT, json.dumps(report, indent=2) + "\n")
+    return report
+
+
 def coverage_of(head: Eagle3Head, split: Split) -> float:
     """Share of the held-out learnt tokens inside the draft vocabulary (a draft can never propose the others)."""
     tokens = torch.cat([split.ids[a + start + 1 : b] for a, b, start in split.spans()])
@@ -292,6 +345,10 @@ def summary(report: dict) -> str:
                      f"{report['agreement_untrained'][src][0]:.1%}]")
     top5 = "  ".join(f"d{d} {a:.1%}" for d, a in enumerate(report["agreement"]["all"]["5"], start=1))
     c = report["cost"]
+    for src, by_k in report.get("eagle1", {}).get("agreement", {}).items():
+        top1 = "  ".join(f"d{d} {a:.1%}" for d, a in enumerate(by_k["1"], start=1))
+        lines.append(f"EAGLE-1 head {report['eagle1']['head']['id']} ({report['eagle1']['head']['steps']} steps), "
+                     f"same positions ({src}): {top1}")
     lines += [f"held-out top-5 agreement by depth (all): {top5}",
               (f"training: {report['steps']} steps in {report['train_minutes']} min; cost {c['ratio']:.3f} of a target "
               f"step ({c['head_s'] * 1e3:.2f} ms vs {c['target_step_s'] * 1e3:.2f} ms)")]
