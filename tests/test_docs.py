@@ -107,14 +107,15 @@ def config_groups() -> tuple[str, ...]:
 
 @functools.cache
 def group_keys(group: str) -> set[str]:
-    """Every dotted key path of every config of a group (`controller.freeze_after_warmup`)."""
+    """Every dotted key path of every config of a group (`controller.freeze_after_warmup`; list items by index, as
+    Hydra overrides them: `eagle3.train.data.sources.0.train`)."""
     keys = set()
 
     def walk(node, prefix):
-        if isinstance(node, dict):
-            for k, v in node.items():
-                keys.add(prefix + str(k))
-                walk(v, prefix + str(k) + ".")
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for k, v in items:
+            keys.add(prefix + str(k))
+            walk(v, prefix + str(k) + ".")
 
     if group in ("run", "paths"):
         walk(yaml.safe_load((PROJECT / "conf" / "config.yaml").read_text())[group], "")
