@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -47,7 +48,10 @@ def choose(model, name: str, cache_dir: str | Path) -> dict:
     def build(path: Path) -> dict:
         vocab = model.get_output_embeddings().weight.shape[0]
         probe = SimpleNamespace(model=model, device=model.device, dtype=model.dtype, vocab_size=vocab)
-        seconds = measure_backends(probe, BACKENDS, sizes=(1, 8), prefix_tokens=128, reps=5)
+        with warnings.catch_warnings():  # a one-off timing on a new machine: transformers' deprecation notice
+            # (past_key_values) would otherwise land in the first command's output, before its own error line
+            warnings.filterwarnings("ignore", category=FutureWarning, message=".*past_key_values.*")
+            seconds = measure_backends(probe, BACKENDS, sizes=(1, 8), prefix_tokens=128, reps=5)
         best = min(seconds, key=lambda b: sum(seconds[b].values()))
         choice = {"backend": best, "ms": {b: {str(n): 1000 * v for n, v in t.items()} for b, t in seconds.items()},
                   "machine": machine_id(model.device), "model": name}
