@@ -68,11 +68,10 @@ def main(argv: list[str]) -> int:
         data, _ = eagle3_data(target, bundle.tokenizer, cfg.model, recipe["data"], layers,
                               eagle3_dir(project_path(cfg.paths.model_cache)), str(project_path(cfg.paths.data_mirror)),
                               str(project_path(cfg.paths.data_cache)))
-        for mix in mixes:  # an evaluation-only source (train: 0) has nothing to train on
-            idle = [n for n in (names if mix == "all" else mix.split("+"))
-                    if not data.stats["sources"][n]["train"]["sequences"]]
-            if idle == (names if mix == "all" else mix.split("+")):
-                raise HarnessError(f"mix '{mix}': no training sequences in {', '.join(idle)} (train: 0; e.g. "
+        used_by = {mix: names if mix == "all" else mix.split("+") for mix in mixes}
+        for mix, used in used_by.items():  # an evaluation-only source (train: 0) has nothing to train on
+            if not any(data.stats["sources"][n]["train"]["sequences"] for n in used):
+                raise HarnessError(f"mix '{mix}': no training sequences in {', '.join(used)} (train: 0; e.g. "
                                    f"model.eagle3.train.data.sources.0.train=128 gives the answers source some)")
     except HarnessError as err:
         sys.exit(f"error: {err}")
@@ -82,7 +81,7 @@ def main(argv: list[str]) -> int:
     cost = data_minutes(data.stats, names)
     rows = []
     for mix in mixes:
-        used = names if mix == "all" else mix.split("+")
+        used = used_by[mix]
         head = Eagle3Head.from_target(target, vocab, layers, seed=int(recipe.get("seed", 0)))
         warm_start(head, target, bool(recipe.get("identity_init", True)))
         t0 = time.perf_counter()

@@ -6,7 +6,8 @@ The recipe is the model config's `eagle3.train` block, its data the `data` block
 its own answers and over text, cached in data/cache/eagle3/data/, shared by every retraining). A head whose report
 matches the recipe and the target is kept unless --force. Prints held-out agreement per depth and source, training
 and cost; with the model's EAGLE-1 head trained (`make eagle`), that head's agreement on the same held-out positions
-beside it (the report's `eagle1`, added to a kept head's report too); the last line says how to run with it. Bad input is one `error:` line and a non-zero exit.
+beside it (the report's `eagle1`, added to a kept head's report too); the last line says how to run with it. Bad
+input is one `error:` line and a non-zero exit.
 """
 
 from __future__ import annotations
@@ -40,10 +41,11 @@ def train(cfg, force: bool) -> None:
         target = f"{model_cfg.target.source}:{model_cfg.target.id}"
         where = (str(project_path(cfg.paths.data_mirror)), str(project_path(cfg.paths.data_cache)))
         if existing and existing.get("recipe") == plain(eagle3.train) and existing.get("target_source") == target:
-            print(f"up to date ({out_dir}):\n{summary(beside_eagle1(existing, out_dir, bundle, model_cfg, cache, *where))}")
+            report, head, foot = existing, f"up to date ({out_dir}):\n", ""
         else:
             report = build_eagle3(bundle.model, bundle.tokenizer, model_cfg, out_dir, cache, *where)
-            print(f"{summary(beside_eagle1(report, out_dir, bundle, model_cfg, cache, *where))}\n-> {out_dir}")
+            head, foot = "", f"\n-> {out_dir}"
+        print(f"{head}{summary(beside_eagle1(report, out_dir, bundle, model_cfg, cache, *where))}{foot}")
     if eagle3.get("source") != "trained":
         print(f"to use it: model.eagle3.source=trained (model {model_cfg.name})")
 
