@@ -35,6 +35,20 @@ def test_one_token_is_memory_bound_and_a_large_tree_compute_bound():
     assert roofline_ms(shape, hw, "float16", 1024, 512) > 4 * one  # past the ridge FLOPs decide
 
 
+def test_a_roofline_prefill_scores_only_the_prompts_last_token():
+    shape, hw = ModelShape.load("llama-3.1-8b"), dataclasses.replace(Hardware.load("a100-80gb"), layer_overhead_ms=0)
+    prompt = 2048  # compute-bound: the output projection over every prompt token is 6% of Llama-3's FLOPs
+    every, last = (roofline_ms(shape, hw, "float16", prompt, 0, scored=s) for s in (None, 1))
+    head = 2 * shape.vocab_size * shape.hidden_size * (prompt - 1)
+    flops = 2 * shape.read_params * prompt + 4 * shape.num_hidden_layers * shape.hidden_size * prompt ** 2
+    assert 1 - last / every == pytest.approx(head / flops, rel=1e-6)
+    p = roofline_profile("llama-3.1-8b", "a100-80gb")
+    # priced at its length, not extrapolated along the grid's last n (which misses attention's square)
+    assert p.prefill(prompt) == pytest.approx(roofline_ms(shape, Hardware.load("a100-80gb"), "float16", prompt, 0,
+                                                          scored=1))
+    assert p.prefill(1) == pytest.approx(p.cost(1, 0))  # one token: the same forward
+
+
 def test_roofline_is_within_15_percent_of_every_published_ar_baseline():
     rows = baselines()
     assert len(rows) == 6

@@ -5,8 +5,9 @@ One format (`Profile`: a grid of n and context, milliseconds per cell, interpola
 - `roofline_profile`: from the hardware's specifications (bench/cost/hardware/*.yaml: memory bandwidth, peak FLOP/s
   per dtype, host-device link, a per-layer overhead) and the model's shape (bench/cost/shapes/*.yaml, the fields of
   its config.json), with no weights. A forward reads every weight once and the cache of `context` tokens, and does
-  2 FLOPs per weight per token plus attention over the context; it takes the longer of the two at the hardware's
-  rates, plus the per-layer overhead of an eager forward (kernel launches, Python). An offloaded target streams its
+  2 FLOPs per weight per token (the output projection's only for the tokens scored: all of a verification's, a
+  prefill's last) plus attention over the context; it takes the longer of the two at the hardware's rates, plus the
+  per-layer overhead of an eager forward (kernel launches, Python). An offloaded target streams its
   weights over the host link instead of reading them from device memory (DySpec Tables 3-4).
 - measured on this machine (scripts/validate_projection.py: the forward-cost measurement,
   bench.models.forward_cost, at several contexts);
@@ -31,6 +32,7 @@ HERE = Path(__file__).parent
 BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 NS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 CONTEXTS = (0, 256, 512, 1024, 2048, 4096)
+PREFILL_NS = (512, 1024, 2048, 4096)  # prompts longer than the grid's n (DySpec's C4 prompts, multi-turn chats)
 
 
 @dataclass(frozen=True)
@@ -103,15 +105,18 @@ def read_yaml(folder: Path, name: str) -> dict:
 
 
 def roofline_ms(shape: ModelShape, hw: Hardware, dtype: str, n: int, context: int,
-                offloaded: bool = False) -> float:
+                offloaded: bool = False, scored: int | None = None) -> float:
     """One forward over n tokens after `context` cached ones: max(bytes moved / bandwidth, FLOPs / peak) plus the
-    per-layer overhead. Offloaded: the weights come over the host link, the cache stays on the device."""
+    per-layer overhead. Offloaded: the weights come over the host link, the cache stays on the device. `scored`:
+    how many of the n tokens get logits (default all, as a verification needs; a prefill scores only its last)."""
     b = BYTES[dtype]
     kv_bytes = 2 * shape.num_hidden_layers * shape.num_key_value_heads * shape.head_dim * (context + n) * b
     weights = shape.read_params * b
     memory_s = kv_bytes / (hw.bandwidth_gbs * 1e9) + weights / ((hw.link_gbs if offloaded else hw.bandwidth_gbs) * 1e9)
     attention = 4 * shape.num_hidden_layers * shape.hidden_size * n * (context + n)  # QK^T and AV
-    compute_s = (2 * shape.read_params * n + attention) / (hw.peak_tflops[dtype] * 1e12)
+    head = shape.vocab_size * shape.hidden_size  # the output projection, for the scored tokens only
+    flops = 2 * (shape.read_params - head) * n + 2 * head * (n if scored is None else scored) + attention
+    compute_s = flops / (hw.peak_tflops[dtype] * 1e12)
     return 1000 * max(memory_s, compute_s) + shape.num_hidden_layers * hw.layer_overhead_ms
 
 
@@ -128,7 +133,7 @@ class Profile:
     contexts: list[int]
     ms: list[list[float]]
     # A prefill's ms over prefill_ns prompt tokens (empty cache, only the last token scored, as the engine
-    # prefills); None: the grid at context 0, which scores every token (profiles from before, gpu-check's).
+    # prefills); None: the grid at context 0, which scores every token (profile files from before the curve).
     prefill_ns: list[int] | None = None
     prefill_ms: list[float] | None = None
 
@@ -174,9 +179,11 @@ def roofline_profile(model: str, hardware: str, dtype: str = "float16", offloade
     if dtype not in hw.peak_tflops:
         raise HarnessError(f"{hw.name} has no peak for {dtype} (has: {', '.join(hw.peak_tflops)})")
     grid = [[roofline_ms(shape, hw, dtype, n, c, offloaded) for n in ns] for c in contexts]
+    prefill_ns = sorted({*ns, *PREFILL_NS})
+    prefill = [roofline_ms(shape, hw, dtype, n, 0, offloaded, scored=1) for n in prefill_ns]
     name = f"{model}-{hardware}-{dtype}" + ("-offloaded" if offloaded else "")
     return Profile(name, "roofline", model, hw.name + (" (offloaded)" if offloaded else ""), dtype, list(ns),
-                   list(contexts), grid)
+                   list(contexts), grid, prefill_ns, prefill)
 
 
 @functools.lru_cache(maxsize=32)
