@@ -17,7 +17,16 @@ from bench.cost.profiles import (
     roofline_ms,
     roofline_profile,
 )
-from bench.cost.replay import draft_steps, replay_s, rest_s, run_error, target_ms, target_steps
+from bench.cost.replay import (
+    batched_ms,
+    draft_steps,
+    replay_s,
+    replayed,
+    rest_s,
+    run_error,
+    target_ms,
+    target_steps,
+)
 from bench.errors import HarnessError
 
 
@@ -105,6 +114,32 @@ def test_replay_on_the_machines_own_costs_gives_back_the_wall_time():
     assert rest_s(RECORD) == pytest.approx(0.3)  # drafting and the untimed rest, as measured
     assert replay_s(RECORD, p) == pytest.approx(1.0)
     assert run_error([RECORD, RECORD], p) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_a_batched_forward_is_its_rows_tokens_at_once_plus_each_further_rows_cache():
+    p = grid_profile()  # T = 10 + n at context 0, 20 + 2n at context 100
+    assert batched_ms(p, 4, 100, 3) == pytest.approx((20 + 2 * 12) + 2 * ((20 + 2) - (10 + 1)))
+    assert batched_ms(p, 4, 100, 1) == pytest.approx(p.cost(4, 100))
+
+
+def test_a_batch_is_replayed_whole_and_its_rows_keep_their_share():
+    p = grid_profile()
+    phases = {"prefill": 0.04, "target_forward": 0.1, "draft": 0.06}
+    batch = {"id": 7, "size": 2, "wall_time": 0.5, "phase_times": phases}
+    a = {"prompt_tokens": 2, "accept_lengths": [1, 2, 1], "verified_nodes": [3, 1], "wall_time": 0.5, "batch": batch}
+    b = {"prompt_tokens": 4, "accept_lengths": [1, 1], "verified_nodes": [2], "wall_time": 0.25, "batch": batch}
+    # Prefill: 2 rows padded to 4 prompt tokens. Step 1: both rows, 4 nodes wide (a's 3 + root), mean context
+    # (3 + 5) / 2; step 2: row a alone, 2 wide, context 5. The rest of the batch (0.5 - 0.14 s) as measured.
+    steps_ms = batched_ms(p, 4, 4, 2) + p.cost(2, 5)
+    wall = (p.prefill(8) + steps_ms) / 1000 + 0.36
+    out = replayed([a, b], p)
+    assert [r["batch"]["wall_time"] for r in out] == pytest.approx([wall, wall])
+    assert [r["wall_time"] for r in out] == pytest.approx([wall, wall / 2])  # each row scaled like its batch
+    assert replayed([a, b], p, rest=False)[0]["batch"]["wall_time"] == pytest.approx(wall - 0.36)
+    # A batch of one row is the batch-1 replay of the same record.
+    one = {**a, "wall_time": 0.5, "phase_times": phases}
+    solo = replayed([{**one, "batch": {**batch, "size": 1}}], p)[0]
+    assert solo["batch"]["wall_time"] == pytest.approx(replay_s({k: v for k, v in one.items() if k != "batch"}, p))
 
 
 def test_a_profiles_own_prefill_curve_prices_the_prefill_and_nothing_else(tmp_path):

@@ -107,6 +107,28 @@ def test_leaving_out_the_drafts_cost_doubles_the_draft_methods_errors(monkeypatc
     assert without["ar"]["median"] == pytest.approx(full["ar"]["median"], rel=0.05)  # AR drafts (next to) nothing
 
 
+def test_batched_runs_are_projected_batch_by_batch_with_their_aggregate_rate():
+    from bench.cost.replay import Setting, batched_ms
+    from bench.report.projected import projected_table
+
+    def batched(run_id: str, method: str, record: dict, wall: float) -> Run:
+        phases = {k: 2 * v for k, v in record["phase_times"].items()}  # the two rows' prefill and forwards together
+        batch = {"id": 0, "size": 2, "wall_time": wall, "phase_times": phases}
+        rows = [{**record, "question_id": q, "phase_times": {}, "batch": batch} for q in (1, 2)]
+        r = run(run_id, method, record)
+        return Run.of({**r.meta, "batch_size": 2}, rows)
+
+    setting = Setting("Llama-2-7B on an A100 80GB", "llama-2-7b@a100-80gb")
+    md = projected_table([batched("a", "ar", AR, 2.0), batched("tr", "token_recycling", TR, 1.0)], setting)
+    p = roofline_profile("llama-2-7b", "a100-80gb")
+    ar_s = (p.prefill(200) + sum(batched_ms(p, 1, 101 + i, 2) for i in range(9))) / 1000 + 0.2
+    tr_s = (p.prefill(200) + batched_ms(p, 10, 101, 2) + batched_ms(p, 10, 105, 2)) / 1000 + 0.2
+    row = [c.strip() for c in next(x for x in md.splitlines() if "| token_recycling" in x).split("|")[1:-1]]
+    assert [c.split(" [")[0] for c in row[:6]] == ["token_recycling", "mt_bench", "0", "2", "2.00",
+                                                    f"{ar_s / tr_s:.2f}"]  # the rows' tokens over the batches' time
+    assert "| B " in md and "each batch is replayed whole" in md
+
+
 def test_a_sections_projected_table_pairs_each_run_with_its_baseline_on_the_papers_setting():
     from bench.cost.replay import Setting
     from bench.report.projected import projected_table
@@ -124,5 +146,5 @@ def test_a_sections_projected_table_pairs_each_run_with_its_baseline_on_the_pape
     assert row == ["token_recycling", "mt_bench", "0", "2.00", f"{ar_s / tr_s:.2f}", f"{0.1 / tr_s:.0%}",
                    f"{(ar_s - 0.1) / (tr_s - 0.1):.2f}"]  # no interval: 1 question
     assert "Llama-2-7B on an A100 80GB" in md and "hf_generate (HF's own decode loop" in md
-    assert "1 batch > 1 run(s) not projected" in md and "| ar " not in md
+    assert "| ar " not in md and "| B " not in md  # the batch-4 run has no batch-4 AR to pair with
 

@@ -12,8 +12,8 @@ One format (`Profile`: a grid of n and context, milliseconds per cell, interpola
 - measured on this machine (scripts/validate_projection.py: the forward-cost measurement,
   bench.models.forward_cost, at several contexts);
 - measured on a GPU by `make gpu-check` (the same measurement there).
-What it leaves out: batching (batch 1 only), kernels faster than eager (fused attention, CUDA graphs), and the
-draft's own cost, which replay adds from the run's records.
+What it leaves out: batches (replay prices a batch from the batch-1 grid: bench.cost.replay.batched_ms), kernels
+faster than eager (fused attention, CUDA graphs), and the draft's own cost, which replay adds from the run's records.
 """
 
 from __future__ import annotations

@@ -11,6 +11,11 @@ onto this machine's own profile gives back the measured wall time when the profi
 Given a draft profile too, a draft-model method's forwards (`draft_steps`) are replayed on it in place of its
 measured `draft_forward` phase. A head drafting from the target's states (EAGLE, Medusa) keeps its time as measured.
 A `Setting` is a paper's hardware as its text describes it: the target's profile and the draft's.
+
+At batch > 1 a batch (the records sharing `batch.id`) is replayed whole: its prefill over the rows' prompts padded to
+the longest, then per step one forward of the rows still in the batch over the widest row's nodes (the rows are
+padded to it) at their mean context, priced as `batched_ms`; the batch's time outside target forwards is kept as
+measured, draft forwards included. Each row's replayed wall time is its measured one scaled like its batch's.
 """
 
 from __future__ import annotations
@@ -61,6 +66,33 @@ def target_ms(record: dict, profile: Profile) -> float:
     return float(ms.sum())
 
 
+def batched_ms(profile: Profile, n, context, rows) -> np.ndarray:
+    """ms of forwards of `rows` rows over n tokens each at a mean context (arrays broadcast): one row of rows * n
+    tokens (the weights read once, the FLOPs of every token), plus for each row past the first the read of its own
+    cache, T(1, context) - T(1, 0). Exact for a roofline where memory decides, an overestimate by those reads
+    where FLOPs do; batch 1 is `cost`."""
+    n, context, rows = np.broadcast_arrays(*(np.asarray(x, float) for x in (n, context, rows)))
+    return profile.cost(rows * n, context) + (rows - 1) * (profile.cost(1, context) - profile.cost(1, 0))
+
+
+def batch_target_ms(rows: list[dict], profile: Profile) -> float:
+    """One batch's target forwards on the profile: the prefill of its rows' prompts padded to the longest, then
+    per verification step the rows still in the batch over the widest row's nodes at their mean context."""
+    steps = [target_steps(r) for r in rows]
+    shape = (len(rows), max(len(n) for n, _ in steps))
+    n, context, active = np.zeros(shape), np.zeros(shape), np.zeros(shape, bool)
+    for i, (ni, ci) in enumerate(steps):
+        n[i, : len(ni)], context[i, : len(ci)], active[i, : len(ni)] = ni, ci, True
+    count = active.sum(0)[1:]
+    ms = batched_ms(profile, n.max(0)[1:], (context * active).sum(0)[1:] / count, count)
+    return float(profile.prefill(len(rows) * n[:, 0].max()) + ms.sum())
+
+
+def phases_of(record: dict) -> dict:
+    """The phase times that cover a record: its own at batch 1, its batch's at batch > 1."""
+    return (record.get("batch") or {}).get("phase_times") or record.get("phase_times") or {}
+
+
 def rest_s(record: dict) -> float:
     """The record's measured time outside target forwards (drafting, tree, verification, updates, untimed)."""
     phases = record.get("phase_times") or {}
@@ -71,7 +103,7 @@ def replayable(records: list[dict]) -> bool:
     """Whether the records keep their steps and time their target forwards apart (the engine's do; HF's own loop
     times `generate`)."""
     return bool(records) and all("prompt_tokens" in r and "accept_lengths" in r
-                                 and set(TARGET_PHASES) & set(r.get("phase_times") or {}) for r in records)
+                                 and set(TARGET_PHASES) & set(phases_of(r)) for r in records)
 
 
 def replay_s(record: dict, profile: Profile, draft: Profile | None = None, rest: bool = True) -> float:
@@ -97,8 +129,25 @@ GOALS = {"median": 0.05, "p90": 0.15}  # |projected - measured| / measured over 
 
 
 def replayed(records: list[dict], profile: Profile, draft: Profile | None = None, rest: bool = True) -> list[dict]:
-    """The records with their wall time replayed on the profile (and the draft's)."""
-    return [{**r, "wall_time": replay_s(r, profile, draft, rest)} for r in records]
+    """The records with their wall time replayed on the profile (and the draft's); at batch > 1 their batch's too
+    (each batch whole, its draft forwards as measured)."""
+    batches: dict[int, list[dict]] = {}
+    for r in records:
+        if r.get("batch"):
+            batches.setdefault(r["batch"]["id"], []).append(r)
+    walls = {}
+    for key, rows in batches.items():
+        b = rows[0]["batch"]
+        kept = b["wall_time"] - sum(b["phase_times"].get(p, 0.0) for p in TARGET_PHASES)
+        walls[key] = batch_target_ms(rows, profile) / 1000 + (kept if rest else 0.0)
+    out = []
+    for r in records:
+        if r.get("batch"):
+            b, wall = r["batch"], walls[r["batch"]["id"]]
+            out.append({**r, "wall_time": r["wall_time"] * wall / b["wall_time"], "batch": {**b, "wall_time": wall}})
+        else:
+            out.append({**r, "wall_time": replay_s(r, profile, draft, rest)})
+    return out
 
 
 @dataclass(frozen=True)

@@ -44,13 +44,10 @@ def claimed(paper: str) -> tuple[str, ...]:
 def with_baselines(used: list[Run], runs: Iterable[Run], baseline: str = "ar", setting: Setting | None = None,
                    skipped: list[tuple[Run, str]] | None = None) -> Iterator[tuple[Run, Run]]:
     """Each of `runs` with its paired `baseline` run among `used`, those without one left out; with a setting, only
-    those it replays: batch 1 (the profiles are of batch 1), every target forward timed. `skipped` gets (run,
-    "batched" or "untimed") for the runs a setting leaves out."""
+    those it replays: every target forward timed. `skipped` gets (run, "untimed") for the runs a setting leaves
+    out."""
     skipped = [] if skipped is None else skipped
     for run in runs:
-        if setting is not None and run.batch_size > 1:
-            skipped.append((run, "batched"))
-            continue
         base = paired_baseline(used, run, baseline)
         if base is None:
             continue
@@ -63,14 +60,16 @@ def with_baselines(used: list[Run], runs: Iterable[Run], baseline: str = "ar", s
 def paired_speedups(paper: str, used: list[Run], setting: Setting | None = None
                     ) -> list[tuple[float | None, list[float] | None]]:
     """(speedup, interval) of each run of the paper's method over its AR baseline among `used`; with a setting,
-    both replayed on it (batch 1 only)."""
+    both replayed on it. At batch > 1 the tables' aggregate tokens/s (per-row rates share a batch's time)."""
     out = []
     for run, base in with_baselines(used, [r for r in used if r.method in claimed(paper)], "ar", setting):
+        batched = run.batch_size > 1
         if setting is not None:
             mine, theirs = setting.replayed(run.records), setting.replayed(base.records)
-            out.append((speedup(mine, theirs), speedup_interval(mine, theirs)))
-        else:  # at batch > 1 the tables' aggregate tokens/s (per-row rates share a batch's time)
-            batched = run.batch_size > 1
+            ratio, interval = ((aggregate_speedup, aggregate_speedup_interval) if batched
+                               else (speedup, speedup_interval))
+            out.append((ratio(mine, theirs), interval(mine, theirs)))
+        else:
             out.append((speed_ratio(run, base, batched), speed_ratio_interval(run, base, batched)))
     return out
 

@@ -1,5 +1,5 @@
 """Speeds projected on the paper's own setting (docs/cost_model.md), as its package's `SETTING` (or
-`SETTINGS[label]`) declares it; batch 1 only (the profiles are of batch 1)."""
+`SETTINGS[label]`) declares it; at batch > 1 each batch replayed whole (bench.cost.replay)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,13 @@ import pandas as pd
 from bench.cost.replay import Setting
 from bench.report.claims import speed_ratio, speed_ratio_interval, with_baselines
 from bench.report.tables import fmt, markdown, with_interval
-from bench.run.metrics import speedup, speedup_interval
+from bench.run.metrics import (
+    aggregate_speedup,
+    aggregate_speedup_interval,
+    speedup,
+    speedup_interval,
+    timed_regions,
+)
 from bench.run.store import Run
 
 NAMED = {"method", "dataset", "model", "experiment", "logger", "run.temperature", "run.batch_size", "run.variant"}
@@ -44,28 +50,29 @@ def projected_table(used: list[Run], setting: Setting, baseline: str = "ar") -> 
         return replays[run.run_id, rest]
 
     ordered = sorted((r for r in used if r.method != baseline),
-                     key=lambda r: (r.method, r.dataset or "", r.temperature, label[r.run_id], r.run_id))
+                     key=lambda r: (r.method, r.dataset or "", r.temperature, r.batch_size, label[r.run_id], r.run_id))
     for run, base in with_baselines(used, ordered, baseline, setting, skipped):
         mine, theirs = on_setting(run), on_setting(base)
         bare = on_setting(run, rest=False)  # the models' forwards alone
+        batched = run.batch_size > 1  # the aggregate rate, as the measured tables at batch > 1
+        ratio, interval = (aggregate_speedup, aggregate_speedup_interval) if batched else (speedup, speedup_interval)
         rows.append({"method": run.method + (f"[{run.variant}]" if run.variant else ""), "settings": label[run.run_id],
-                     "dataset": run.dataset, "T": f"{run.temperature:g}",
-                     "measured here": with_interval(speed_ratio(run, base, False),
-                                                    speed_ratio_interval(run, base, False)),
-                     "projected": with_interval(speedup(mine, theirs), speedup_interval(mine, theirs)),
+                     "dataset": run.dataset, "T": f"{run.temperature:g}", "B": run.batch_size,
+                     "measured here": with_interval(speed_ratio(run, base, batched),
+                                                    speed_ratio_interval(run, base, batched)),
+                     "projected": with_interval(ratio(mine, theirs), interval(mine, theirs)),
                      "rest kept": f"{1 - wall(bare) / wall(mine):.0%}",
-                     "rest left out": fmt(speedup(bare, on_setting(base, rest=False)))})
-    batched = sum(why == "batched" for _, why in skipped)
+                     "rest left out": fmt(ratio(bare, on_setting(base, rest=False)))})
     untimed = [run.method for run, why in skipped if why == "untimed"]
     if not rows:
-        return (f"Not projected on the paper's setting ({setting.label}): {batched} batch > 1 run(s), and the "
-                "profiles are of batch 1.\n") if batched else None
+        return None
     df = pd.DataFrame(rows)
-    df = df.drop(columns=[c for c in ("settings",) if not df[c].any()])
-    notes = [f"Speedup over {baseline} (ratio of mean per-question tokens/s, paired on the same questions) [95% "
-             "bootstrap interval]. Projected: each prompt-turn's target forwards replayed on the paper's target at "
-             "their recorded verified sizes and contexts" + (", its draft model's forwards on the paper's draft"
-                                                               if setting.draft else "")
+    df = df.drop(columns=[c for c in ("settings",) if not df[c].any()] + ["B"] * bool((df["B"] == 1).all()))
+    notes = [f"Speedup over {baseline} (ratio of mean per-question tokens/s, paired on the same questions"
+             + ("; at batch B > 1 of aggregate tokens/s" if "B" in df else "")
+             + ") [95% bootstrap interval]. Projected: each prompt-turn's target forwards replayed on the paper's "
+             "target at their recorded verified sizes and contexts"
+             + (", its draft model's forwards on the paper's draft" if setting.draft else "")
              + "; the rest of each step (tree, verification, updates" + ("" if setting.draft else ", drafting")
              + ") as measured here; `rest kept`: its share of the projected time (on a GPU its tensor work, e.g. "
              "sampling, would be faster: the larger it is, the more the projection understates the speedup); `rest "
@@ -74,10 +81,11 @@ def projected_table(used: list[Run], setting: Setting, baseline: str = "ar") -> 
     if untimed:
         notes.append(f"Not projected: {', '.join(sorted(set(untimed)))} (HF's own decode loop, whose target "
                      "forwards are not timed apart).")
-    if batched:
-        notes.append(f"{batched} batch > 1 run(s) not projected: the profiles are of batch 1.")
+    if "B" in df:
+        notes.append("At B > 1 each batch is replayed whole: per step one forward of the rows still in it over the "
+                     "widest row's nodes, at their mean context (bench/cost/replay.py).")
     return markdown(df, f"Projected on the paper's setting ({setting.label}):", notes, numparse=False)
 
 
 def wall(records: list[dict]) -> float:
-    return sum(r["wall_time"] for r in records)
+    return sum(r["wall_time"] for r in timed_regions(records))
