@@ -20,6 +20,7 @@ from bench.cost.profiles import (
 from bench.cost.replay import (
     batched_ms,
     draft_steps,
+    forwards_priced,
     replay_s,
     replayed,
     rest_s,
@@ -140,6 +141,16 @@ def test_a_batch_is_replayed_whole_and_its_rows_keep_their_share():
     one = {**a, "wall_time": 0.5, "phase_times": phases}
     solo = replayed([{**one, "batch": {**batch, "size": 1}}], p)[0]
     assert solo["batch"]["wall_time"] == pytest.approx(replay_s({k: v for k, v in one.items() if k != "batch"}, p))
+
+
+def test_an_untimed_loops_forwards_are_priced_and_never_more_than_its_wall_time():
+    p = own_profile()
+    untimed = {k: v for k, v in RECORD.items() if k != "phase_times"}  # HF's generate: one opaque phase
+    priced = forwards_priced([untimed], p)[0]["phase_times"]
+    assert priced["prefill"] == pytest.approx(0.2) and priced["target_forward"] == pytest.approx(0.5)
+    fast = forwards_priced([{**untimed, "wall_time": 0.35}], p)[0]["phase_times"]
+    assert fast["prefill"] + fast["target_forward"] == pytest.approx(0.35)
+    assert forwards_priced([RECORD], p)[0] is RECORD  # timed records as they are
 
 
 def test_a_profiles_own_prefill_curve_prices_the_prefill_and_nothing_else(tmp_path):

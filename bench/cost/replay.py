@@ -106,6 +106,25 @@ def replayable(records: list[dict]) -> bool:
                                  and set(TARGET_PHASES) & set(phases_of(r)) for r in records)
 
 
+def forwards_priced(records: list[dict], here: Profile) -> list[dict]:
+    """Records of a loop that times no target forward apart (HF's `generate`), their target forwards priced on
+    `here`, a profile of the machine they ran on (e.g. `fitted_profile` of the timed runs measured beside them), as
+    `prefill` and `target_forward` phases, never more than the wall time: what is left is the loop's own time.
+    Batch 1; records that time their forwards are returned as they are."""
+    out = []
+    for r in records:
+        if r.get("batch") or set(TARGET_PHASES) & set(phases_of(r)):
+            out.append(r)
+            continue
+        n, context = target_steps(r)
+        ms = here.cost(n, context)
+        ms[0] = here.prefill(n[0])
+        scale = min(1.0, 1000 * r["wall_time"] / ms.sum()) / 1000
+        out.append({**r, "phase_times": {**(r.get("phase_times") or {}), "prefill": float(ms[0]) * scale,
+                                         "target_forward": float(ms[1:].sum()) * scale}})
+    return out
+
+
 def replay_s(record: dict, profile: Profile, draft: Profile | None = None, rest: bool = True) -> float:
     """Projected wall time of one record on the profile: its target forwards there, with a draft profile its
     draft-model forwards on that, the rest as measured (rest=False: left out, the bound of no overhead)."""

@@ -7,7 +7,7 @@ import importlib
 
 import pandas as pd
 
-from bench.cost.replay import Setting
+from bench.cost.replay import Setting, fitted_profile, forwards_priced, replayable
 from bench.report.claims import speed_ratio, speed_ratio_interval, with_baselines
 from bench.report.tables import fmt, markdown, with_interval
 from bench.run.metrics import (
@@ -41,6 +41,12 @@ def varied(runs: list[Run]) -> dict[str, str]:
 def projected_table(used: list[Run], setting: Setting, baseline: str = "ar") -> str | None:
     """Each run's speedup over its paired `baseline` run among `used`: measured here and projected on the setting;
     None when no run has its baseline."""
+    untimed = [r for r in used if r.batch_size == 1 and not replayable(r.records)]
+    timed = [x for r in used if r.batch_size == 1 and replayable(r.records) for x in r.records]
+    if untimed and timed:  # HF's own loop: its forwards priced on this machine's, fitted to the timed runs beside it
+        here = fitted_profile(timed, "fitted", "here")
+        used = [Run.of(r.meta, forwards_priced(r.records, here)) if r in untimed else r for r in used]
+    priced = sorted({r.method for r in untimed}) if timed else []
     rows, skipped, label = [], [], varied(used)
     replays: dict[tuple[str, bool], list[dict]] = {}  # (run id, rest kept) -> its records replayed: a baseline once
 
@@ -63,7 +69,7 @@ def projected_table(used: list[Run], setting: Setting, baseline: str = "ar") -> 
                      "projected": with_interval(ratio(mine, theirs), interval(mine, theirs)),
                      "rest kept": f"{1 - wall(bare) / wall(mine):.0%}",
                      "rest left out": fmt(ratio(bare, on_setting(base, rest=False)))})
-    untimed = [run.method for run, why in skipped if why == "untimed"]
+    left_out = [run.method for run, why in skipped if why == "untimed"]
     if not rows:
         return None
     df = pd.DataFrame(rows)
@@ -78,8 +84,12 @@ def projected_table(used: list[Run], setting: Setting, baseline: str = "ar") -> 
              "sampling, would be faster: the larger it is, the more the projection understates the speedup); `rest "
              "left out`: the speedup with no time outside the models' forwards, the bound the other way. A "
              "projection of the acceptance measured on our model, not a measurement (docs/cost_model.md)."]
-    if untimed:
-        notes.append(f"Not projected: {', '.join(sorted(set(untimed)))} (HF's own decode loop, whose target "
+    if priced:
+        notes.append(f"{', '.join(priced)}: HF's own decode loop times no target forward apart; its forwards are "
+                     "priced at this machine's cost, a profile fitted to the timed runs of this table "
+                     "(bench.cost.replay.fitted_profile), and the rest of its wall time is its loop's, kept.")
+    if left_out:
+        notes.append(f"Not projected: {', '.join(sorted(set(left_out)))} (HF's own decode loop, whose target "
                      "forwards are not timed apart).")
     if "B" in df:
         notes.append("At B > 1 each batch is replayed whole: per step one forward of the rows still in it over the "
