@@ -1,9 +1,11 @@
-"""EAGLE-2 at temperature > 0 keeps the target distribution, end to end through the engine.
+"""EAGLE-2 (and EAGLE-1, EAGLE-3) at temperature > 0 keeps the target distribution, end to end through the engine.
 
 EAGLE-2 drafts deterministically (top-k by cumulative draft log-probability, at any temperature) and hands the
 verifier no draft distribution: its candidates are fixed, so the verifier uses the point mass on each (accept x
 with probability r[x], else zero r[x] and renormalise), which is EAGLE-2's own rule (q_x = 1). Handing the head's
 softmax instead would be wrong: the candidates were not sampled from it.
+
+EAGLE-3 drafts the same way over its head's draft vocabulary (here all tokens but two, mapped to target ids).
 
 A tiny target with an 8-token vocabulary and an untrained head (losslessness does not depend on the head; with 8
 tokens its top-3 still hold much of the target's mass, so drafts are often accepted and the residual path is
@@ -27,6 +29,7 @@ from bench.core.engine import Engine
 from bench.core.proposer import Acceptance
 from bench.core.timing import PhaseTimer
 from bench.models.eagle import EagleHead
+from bench.models.eagle3 import Eagle3Head
 from methods import build_method
 from tests.conftest import compose_cfg, tiny_llama
 
@@ -59,8 +62,11 @@ def sample_pairs(target, name="eagle2", rows=ROWS, **settings) -> torch.Tensor:
     accepted in a good share of the rows, so the test is not only about the bonus token."""
     torch.manual_seed(0)
     head = EagleHead(target).eval()
+    # EAGLE-3's head drafts over a draft vocabulary without the last two tokens: q is 0 there, p is not
+    head3 = Eagle3Head.from_target(target, tokens=torch.arange(V - 2), seed=0).eval()
     bundle = SimpleNamespace(model=target, device=torch.device("cpu"), dtype=torch.float32, vocab_size=V,
-                             name="tiny", eos_token_ids=[NO_EOS], max_context=512, load_eagle=lambda: head)
+                             name="tiny", eos_token_ids=[NO_EOS], max_context=512, load_eagle=lambda: head,
+                             load_eagle3=lambda: head3)
     cfg = OmegaConf.merge(compose_cfg(f"method={name}").method, settings)
     method = build_method(cfg, bundle)
     engine = Engine(target, [NO_EOS], 512, temperature=T)
@@ -107,13 +113,19 @@ def test_eagle2_keeps_the_target_distribution(target):
     assert chi_square(counts, expected(target)) < LIMIT
 
 
+def test_eagle3_keeps_the_target_distribution(target):
+    assert chi_square(sample_pairs(target, "eagle3", **SETTINGS), expected(target)) < LIMIT
+
+
 def test_eagle1_keeps_the_target_distribution(target):
     assert chi_square(sample_pairs(target, "eagle", topk=4), expected(target)) < LIMIT
 
 
-def test_a_wrong_rule_fails(target, monkeypatch):
+# eagle3's wrong rule is in the slow suite: the verifier is the one eagle2's run goes through (20 s each here)
+@pytest.mark.parametrize("name", ["eagle2", pytest.param("eagle3", marks=pytest.mark.slow)])
+def test_a_wrong_rule_fails(target, monkeypatch, name):
     def verify(tree, tokens, p, q, rule, generator=None, candidates=None):
         return Acceptance.from_path(tree, *no_residual(tree, tokens, p, q, rule, generator, candidates))
 
     monkeypatch.setattr(engine_module, "stochastic_verify", verify)
-    assert chi_square(sample_pairs(target, rows=2000, **SETTINGS), expected(target)) > 2 * LIMIT
+    assert chi_square(sample_pairs(target, name, rows=2000, **SETTINGS), expected(target)) > 2 * LIMIT
