@@ -58,12 +58,18 @@ def draft_steps(record: dict) -> tuple[np.ndarray, np.ndarray] | None:
             np.repeat(context, [len(s) for s in sizes]).astype(float))
 
 
-def target_ms(record: dict, profile: Profile) -> float:
-    """The record's target forwards on the profile: its prefill (`Profile.prefill`), then its verifications."""
+def target_step_ms(record: dict, profile: Profile) -> np.ndarray:
+    """ms of each of the record's target forwards on the profile: its prefill (`Profile.prefill`), then its
+    verifications."""
     n, context = target_steps(record)
     ms = profile.cost(n, context)
     ms[0] = profile.prefill(n[0])
-    return float(ms.sum())
+    return ms
+
+
+def target_ms(record: dict, profile: Profile) -> float:
+    """The record's target forwards on the profile, in all."""
+    return float(target_step_ms(record, profile).sum())
 
 
 def batched_ms(profile: Profile, n, context, rows) -> np.ndarray:
@@ -94,7 +100,8 @@ def phases_of(record: dict) -> dict:
 
 
 def rest_s(record: dict) -> float:
-    """The record's measured time outside target forwards (drafting, tree, verification, updates, untimed)."""
+    """The record's (or a batch's) measured time outside target forwards (drafting, tree, verification, updates,
+    untimed)."""
     phases = record.get("phase_times") or {}
     return record["wall_time"] - sum(phases.get(p, 0.0) for p in TARGET_PHASES)
 
@@ -116,9 +123,7 @@ def forwards_priced(records: list[dict], here: Profile) -> list[dict]:
         if r.get("batch") or set(TARGET_PHASES) & set(phases_of(r)):
             out.append(r)
             continue
-        n, context = target_steps(r)
-        ms = here.cost(n, context)
-        ms[0] = here.prefill(n[0])
+        ms = target_step_ms(r, here)
         scale = min(1.0, 1000 * r["wall_time"] / ms.sum()) / 1000
         out.append({**r, "phase_times": {**(r.get("phase_times") or {}), "prefill": float(ms[0]) * scale,
                                          "target_forward": float(ms[1:].sum()) * scale}})
@@ -156,9 +161,7 @@ def replayed(records: list[dict], profile: Profile, draft: Profile | None = None
             batches.setdefault(r["batch"]["id"], []).append(r)
     walls = {}
     for key, rows in batches.items():
-        b = rows[0]["batch"]
-        kept = b["wall_time"] - sum(b["phase_times"].get(p, 0.0) for p in TARGET_PHASES)
-        walls[key] = batch_target_ms(rows, profile) / 1000 + (kept if rest else 0.0)
+        walls[key] = batch_target_ms(rows, profile) / 1000 + (rest_s(rows[0]["batch"]) if rest else 0.0)
     out = []
     for r in records:
         if r.get("batch"):

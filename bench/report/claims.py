@@ -66,26 +66,31 @@ def paired_speedups(paper: str, used: list[Run], setting: Setting | None = None
         batched = run.batch_size > 1
         if setting is not None:
             mine, theirs = setting.replayed(run.records), setting.replayed(base.records)
-            ratio, interval = ((aggregate_speedup, aggregate_speedup_interval) if batched
-                               else (speedup, speedup_interval))
+            ratio, interval = ratio_of(batched)
             out.append((ratio(mine, theirs), interval(mine, theirs)))
         else:
             out.append((speed_ratio(run, base, batched), speed_ratio_interval(run, base, batched)))
     return out
 
 
+def ratio_of(aggregate: bool) -> tuple[Callable, Callable]:
+    """(speedup, its paired interval) over records: of aggregate rates (batch > 1: rows share a batch's time), or of
+    mean per-question rates (Spec-Bench's)."""
+    return (aggregate_speedup, aggregate_speedup_interval) if aggregate else (speedup, speedup_interval)
+
+
 def speed_ratio(run: Run | None, base: Run | None, aggregate: bool = True) -> float | None:
     """run over base on the questions of both: aggregate rates, or mean per-question rates (Spec-Bench's)."""
     if run is None or base is None:
         return None
-    return (aggregate_speedup if aggregate else speedup)(run.records, base.records)
+    return ratio_of(aggregate)[0](run.records, base.records)
 
 
 def speed_ratio_interval(run: Run | None, base: Run | None, aggregate: bool = True) -> list[float] | None:
     """speed_ratio's paired 95% interval."""
     if run is None or base is None:
         return None
-    return (aggregate_speedup_interval if aggregate else speedup_interval)(run.records, base.records)
+    return ratio_of(aggregate)[1](run.records, base.records)
 
 
 def speedup_claim(paper: str, used: list[Run], setting: Setting | None = None) -> str:

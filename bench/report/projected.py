@@ -8,15 +8,9 @@ import importlib
 import pandas as pd
 
 from bench.cost.replay import Setting, fitted_profile, forwards_priced, replayable
-from bench.report.claims import speed_ratio, speed_ratio_interval, with_baselines
+from bench.report.claims import ratio_of, speed_ratio, speed_ratio_interval, with_baselines
 from bench.report.tables import fmt, markdown, with_interval
-from bench.run.metrics import (
-    aggregate_speedup,
-    aggregate_speedup_interval,
-    speedup,
-    speedup_interval,
-    timed_regions,
-)
+from bench.run.metrics import timed_regions
 from bench.run.store import Run
 
 NAMED = {"method", "dataset", "model", "experiment", "logger", "run.temperature", "run.batch_size", "run.variant"}
@@ -41,12 +35,13 @@ def varied(runs: list[Run]) -> dict[str, str]:
 def projected_table(used: list[Run], setting: Setting, baseline: str = "ar") -> str | None:
     """Each run's speedup over its paired `baseline` run among `used`: measured here and projected on the setting;
     None when no run has its baseline."""
-    untimed = [r for r in used if r.batch_size == 1 and not replayable(r.records)]
-    timed = [x for r in used if r.batch_size == 1 and replayable(r.records) for x in r.records]
+    alone = [r for r in used if r.batch_size == 1]
+    untimed = {r.run_id for r in alone if not replayable(r.records)}
+    timed = [x for r in alone if r.run_id not in untimed for x in r.records]
     if untimed and timed:  # HF's own loop: its forwards priced on this machine's, fitted to the timed runs beside it
         here = fitted_profile(timed, "fitted", "here")
-        used = [Run.of(r.meta, forwards_priced(r.records, here)) if r in untimed else r for r in used]
-    priced = sorted({r.method for r in untimed}) if timed else []
+        used = [Run.of(r.meta, forwards_priced(r.records, here)) if r.run_id in untimed else r for r in used]
+    priced = sorted({r.method for r in alone if r.run_id in untimed}) if timed else []
     rows, skipped, label = [], [], varied(used)
     replays: dict[tuple[str, bool], list[dict]] = {}  # (run id, rest kept) -> its records replayed: a baseline once
 
@@ -61,7 +56,7 @@ def projected_table(used: list[Run], setting: Setting, baseline: str = "ar") -> 
         mine, theirs = on_setting(run), on_setting(base)
         bare = on_setting(run, rest=False)  # the models' forwards alone
         batched = run.batch_size > 1  # the aggregate rate, as the measured tables at batch > 1
-        ratio, interval = (aggregate_speedup, aggregate_speedup_interval) if batched else (speedup, speedup_interval)
+        ratio, interval = ratio_of(batched)
         rows.append({"method": run.method + (f"[{run.variant}]" if run.variant else ""), "settings": label[run.run_id],
                      "dataset": run.dataset, "T": f"{run.temperature:g}", "B": run.batch_size,
                      "measured here": with_interval(speed_ratio(run, base, batched),
