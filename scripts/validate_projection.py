@@ -6,19 +6,21 @@
 
 In one sitting, in one process, on one machine: runs AR, PLD, Token Recycling with the paper's 80-node tree and with
 Medusa's 63-node one, sd (the EAGLE head, untrained, as its draft: its acceptance does not matter here, its time
-does) and EAGLE-2 on LIMIT MT-Bench questions (both turns, 128 new tokens), and measures this machine's T(n,
-context) (bench/cost/profiles.py) before the first run and after each. Every run is replayed (bench/cost/replay.py)
-on the mean of the sitting's profiles: on this VM one forward's time moves by +-15% within seconds, on each core
-apart (a probe on 2026-11-26), so profiles minutes apart differ by noise more than by drift: in the sitting of
-2026-11-26 (64-token turns) the mean of the seven profiles gave four of six methods smaller errors than the two next
-to each run (docs/cost_model.md). 128-token turns average more of that noise. Prints, per method, the median and
-90th percentile of |projected - measured| / measured wall time over prompt-turns (goals: 5% and 15%) and the speedup
-over AR measured and replayed (the replayed one must lie in the measured one's interval), then the same against the
-two profiles next to each run and against a profile fitted to the runs' own timed forwards (in-sample: a floor).
-Writes the runs under OUT/runs, the profiles to OUT/profile.json (their mean) and OUT/profiles.json (each, in the
-order measured: before the first run, after each) and the table to OUT/validation.json; `--evidence
-evidence/projection` copies them there as the evidence folder keeps runs (records without token ids), which
-tests/test_projection.py checks.
+does) and EAGLE-2 on LIMIT MT-Bench questions (both turns, 128 new tokens), interleaved: question by question, each
+method in turn, and measures this machine's T(n, context) (bench/cost/profiles.py) before the first and after each
+method's question. Each prompt-turn is replayed (bench/cost/replay.py) on the mean of the two profiles measured
+next to its question. Why interleaved: this VM's speed moves by up to 30% between minutes (the sitting of
+2026-11-27 morning, whole runs one after another: AR's forwards ran at 0.81-0.86 of the sitting's mean profile and
+the 63-node tree's at 1.03-1.18, each steady within its run), so whole runs minutes apart are timed on different
+machines in effect; interleaved, the drift hits every method alike (the measured speedups) and the profiles next
+to a question are at most a minute or two from it. Prints, per method, the median and 90th percentile of
+|projected - measured| / measured wall time over prompt-turns (goals: 5% and 15%) and the speedup over AR
+measured and replayed (the replayed one must lie in the measured one's interval), then the same on the mean of
+all the sitting's profiles and on a profile fitted to the runs' own timed forwards (in-sample: a floor). Writes
+the runs under OUT/runs, the profiles to OUT/profiles.json (in the order measured), which method's question lies
+between profile k and k + 1 to OUT/schedule.json, their mean to OUT/profile.json and the table to
+OUT/validation.json; `--evidence evidence/projection` copies them there as the evidence folder keeps runs (records
+without token ids), which tests/test_projection.py checks.
 
 `--fitted DIR`: for runs measured before any profile was (the evidence), the replay's error per method against a
 profile fitted to each sitting's own timed forwards (one per machine label and day).
@@ -70,9 +72,11 @@ def measured_profile(bundle, machine: str, ns=NS, contexts=CONTEXTS, reps: int =
                    list(contexts), grid, list(PROMPTS), prefill)
 
 
-def next_to(runs: list, profiles: list[Profile]) -> dict[str, Profile]:
-    """Per run label, the mean of the profiles measured just before and just after it (profiles[i], [i + 1])."""
-    return {label(r): mean_profile(profiles[i : i + 2]) for i, r in enumerate(runs)}
+def next_to(schedule: list[list], profiles: list[Profile]):
+    """(run, record) -> the mean of the profiles measured just before and after the record's question of the run's
+    method (schedule[k] = [run label, question_id] lies between profiles[k] and profiles[k + 1])."""
+    at = {(name, q): mean_profile(profiles[k : k + 2]) for k, (name, q) in enumerate(schedule)}
+    return lambda run, record: at[label(run), record["question_id"]]
 
 
 def check_selection(cfg) -> None:
@@ -111,7 +115,7 @@ def copy_evidence(runs: list, folder: Path, to: Path) -> None:
     (to / "runs").mkdir(parents=True)
     for run in runs:
         write_run(run, to / "runs")
-    for name in ("profile.json", "profiles.json", "validation.json"):
+    for name in ("profile.json", "profiles.json", "schedule.json", "validation.json"):
         shutil.copy(folder / name, to / name)
 
 
@@ -148,36 +152,56 @@ def main(argv: list[str]) -> int:
     if (folder / "runs").is_dir() and any(r.experiment == EXPERIMENT for r in load_runs(folder)):
         print(f"error: {folder} holds runs of an earlier sitting; give another --out", file=sys.stderr)
         return 2
-    from bench.run.jobs import measure  # torch: after the arguments are checked
-    from bench.run.runner import get_bundle
+    import torch  # torch and hydra: after the arguments are checked
+    from omegaconf import OmegaConf
 
-    profiles, runs, machine = [], [], None
+    from bench.run.jobs import set_threads
+    from bench.run.runner import Runner, run_summary
+    from bench.run.store import write_run
+
+    profiles, schedule, runs = [], [], []
     try:
         check_selection(compose_config(common))  # a missing dataset: one line before the first profile is measured
-        for job in tqdm(JOBS.values(), desc="validate-projection", unit="run"):
-            cfg = compose_config([*common, *job])
-            bundle = get_bundle(cfg.model, cfg.paths.model_cache)  # the bundle the run uses (kept by get_bundle)
-            machine = machine or machine_id(bundle.device, bundle.linear_backend)
-            if not profiles:
-                profiles.append(measured_profile(bundle, machine))
-            runs.append(read_run(measure(cfg)))
-            profiles.append(measured_profile(bundle, machine))  # after the run: each run sits between two profiles
+        jobs = {name: compose_config([*common, *job]) for name, job in JOBS.items()}
+        set_threads(jobs["ar"].run)
+        runners = {}
+        for name, cfg in jobs.items():
+            torch.manual_seed(cfg.run.seed)  # as bench.run.jobs.measure: an untrained head's weights
+            runners[name] = Runner(cfg)
+        bundle = runners["ar"].bundle  # its target: the one every runner's forwards are priced on
+        machine = machine_id(bundle.device, bundle.linear_backend)
+        for runner in runners.values():
+            runner.warm_up()
+        records: dict[str, list[dict]] = {name: [] for name in jobs}
+        profiles.append(measured_profile(bundle, machine))
+        questions = len(runners["ar"].items)
+        with tqdm(total=questions * len(jobs), desc="validate-projection", unit="method-question") as bar:
+            for i in range(questions):
+                for name, runner in runners.items():
+                    runner.run_items(runner.items[i : i + 1], records[name])
+                    schedule.append([name, runner.items[i]["question_id"]])
+                    profiles.append(measured_profile(bundle, machine))
+                    bar.update()
+        for name, cfg in jobs.items():  # AR first: the others' summaries pair with it
+            summary = run_summary(cfg, runners[name], records[name])
+            runs.append(read_run(write_run(folder, records[name], summary, OmegaConf.to_yaml(cfg, resolve=True))))
     except (HarnessError, DataError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     mean = mean_profile(profiles)
     mean.save(folder / "profile.json")
     atomic_write(folder / "profiles.json", json.dumps([asdict(p) for p in profiles], indent=1))
-    table = validate(runs, mean)
-    (folder / "validation.json").write_text(json.dumps(table, indent=1))
-    beside = validate(runs, next_to(runs, profiles))
+    atomic_write(folder / "schedule.json", json.dumps(schedule))
+    table = validate(runs, next_to(schedule, profiles))
+    atomic_write(folder / "validation.json", json.dumps(table, indent=1))
+    on_mean = validate(runs, mean)
     fitted = validate(runs, fitted_profile([x for r in runs for x in r.records], "fitted", machine))
     for m, row in table.items():
         extra = (f"  speedup {row['speedup']:.3f} {row['speedup_interval']} replayed {row['speedup_replayed']:.3f}"
                  if "speedup" in row else "")
-        print(f"{m:24s} median {row['median']:6.1%}  p90 {row['p90']:6.1%}{extra}  (next to the run: "
-              f"{beside[m]['median']:.1%}, {beside[m]['p90']:.1%}; fitted in-sample: {fitted[m]['median']:.1%}, "
-              f"{fitted[m]['p90']:.1%})")
+        print(f"{m:24s} median {row['median']:6.1%}  p90 {row['p90']:6.1%}{extra}  (the sitting's mean profile: "
+              f"{on_mean[m]['median']:.1%}, {on_mean[m]['p90']:.1%}, speedup {on_mean[m].get('speedup_replayed', 1):.3f}; "
+              f"fitted in-sample: {fitted[m]['median']:.1%}, {fitted[m]['p90']:.1%})")
     if evidence:
         copy_evidence(runs, folder, project_path(evidence))
     bad = misses(table)

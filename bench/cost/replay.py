@@ -20,6 +20,7 @@ measured, draft forwards included. Each row's replayed wall time is its measured
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -190,22 +191,26 @@ def label(run) -> str:
     return run.method + (f"_{run.variant}" if run.variant else "")
 
 
-def validate(runs: list, profile: Profile | dict[str, Profile]) -> dict:
+def validate(runs: list, profile: Profile | Callable[[object, dict], Profile]) -> dict:
     """Per run (label: method[_variant]): the replay's relative error over its prompt-turns (median, 90th
     percentile) and, beside the AR run's, its speedup measured (with interval) and replayed. `profile`: one for
-    every run, or one per run label (the profiles measured next to each run)."""
-    on = profile.get if isinstance(profile, dict) else lambda _: profile
+    every record, or a function of (run, record) giving each record its own (the profiles measured next to it;
+    batch-1 runs, each record replayed alone)."""
+    on = profile if callable(profile) else lambda run, record: profile
     ar = next(r for r in runs if r.method == "ar")
+
+    def replayed_each(run) -> list[dict]:
+        return [x for r in run.records for x in replayed([r], on(run, r))]
+
     out = {}
     for run in runs:
-        errors = [abs(replay_s(r, on(label(run))) / r["wall_time"] - 1) for r in run.records]
+        errors = [abs(x["wall_time"] / r["wall_time"] - 1) for x, r in zip(replayed_each(run), run.records)]
         row = {"run_id": run.run_id, "prompt_turns": len(errors), "median": float(np.median(errors)),
                "p90": float(np.percentile(errors, 90))}
         if run is not ar:
             row |= {"speedup": speedup(run.records, ar.records),
                     "speedup_interval": speedup_interval(run.records, ar.records),
-                    "speedup_replayed": speedup(replayed(run.records, on(label(run))),
-                                                replayed(ar.records, on(label(ar))))}
+                    "speedup_replayed": speedup(replayed_each(run), replayed_each(ar))}
         out[label(run)] = row
     return out
 

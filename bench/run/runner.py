@@ -248,12 +248,16 @@ class Runner:
                 if save:
                     save(records[-1], self.method.state_dict())
 
+    def warm_up(self) -> None:
+        """`run.warmup` untimed passes over the first batch (its records kept nowhere)."""
+        for _ in range(self.cfg.run.warmup):
+            self.run_items(self.items[: self.batch_size])
+
     def run(self, ckpt: Checkpoint | None = None) -> list[dict]:
         """Records of every prompt-turn; with a checkpoint, each is saved as it is made, and a resumed run
         starts after the last saved one with the proposer's saved state."""
         batches = [self.items[i : i + self.batch_size] for i in range(0, len(self.items), self.batch_size)]
-        for _ in range(self.cfg.run.warmup):
-            self.run_items(batches[0])
+        self.warm_up()
         records: list[dict] = []
         done: dict = {}
         if ckpt is not None and ckpt.resumed_at:
