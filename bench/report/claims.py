@@ -30,6 +30,15 @@ def per_question(records: list[dict], num: Callable[[dict], float], den: Callabl
     return out
 
 
+def sums_interval(per: dict, num: int = 0, den: int = 1, guard: bool = True) -> list[float] | None:
+    """95% interval of sum per[q][num] / sum per[q][den] over questions q (per_question's, say), the questions
+    resampled; None without questions or, with `guard`, where a question's den is not positive."""
+    qs = sorted(per, key=str)
+    if not qs or (guard and any(per[q][den] <= 0 for q in qs)):
+        return None
+    return metrics.bootstrap_interval([[per[q][num] for q in qs], [per[q][den] for q in qs]], metrics.ratio_of_sums)
+
+
 def paired_ratio_interval(a: dict, b: dict) -> list[float] | None:
     """95% interval of a's sum num / sum den over b's (per_question), the questions of both resampled together."""
     qs = sorted(set(a) & set(b), key=str)
@@ -63,13 +72,10 @@ def paired_speedups(paper: str, used: list[Run], setting: Setting | None = None
     both replayed on it. At batch > 1 the tables' aggregate tokens/s (per-row rates share a batch's time)."""
     out = []
     for run, base in with_baselines(used, [r for r in used if r.method in claimed(paper)], "ar", setting):
-        batched = run.batch_size > 1
-        if setting is not None:
-            mine, theirs = setting.replayed(run.records), setting.replayed(base.records)
-            ratio, interval = ratio_of(batched)
-            out.append((ratio(mine, theirs), interval(mine, theirs)))
-        else:
-            out.append((speed_ratio(run, base, batched), speed_ratio_interval(run, base, batched)))
+        mine, theirs = ((setting.replayed(run.records), setting.replayed(base.records)) if setting is not None
+                        else (run.records, base.records))
+        ratio, interval = ratio_of(run.batch_size > 1)
+        out.append((ratio(mine, theirs), interval(mine, theirs)))
     return out
 
 
@@ -79,18 +85,14 @@ def ratio_of(aggregate: bool) -> tuple[Callable, Callable]:
     return (aggregate_speedup, aggregate_speedup_interval) if aggregate else (speedup, speedup_interval)
 
 
-def speed_ratio(run: Run | None, base: Run | None, aggregate: bool = True) -> float | None:
-    """run over base on the questions of both: aggregate rates, or mean per-question rates (Spec-Bench's)."""
+def speed_ratios(run: Run | None, base: Run | None, aggregate: bool = True
+                 ) -> tuple[float | None, list[float] | None]:
+    """run over base on the questions of both (aggregate rates, or mean per-question rates: Spec-Bench's) and its
+    paired 95% interval; (None, None) without one of them."""
     if run is None or base is None:
-        return None
-    return ratio_of(aggregate)[0](run.records, base.records)
-
-
-def speed_ratio_interval(run: Run | None, base: Run | None, aggregate: bool = True) -> list[float] | None:
-    """speed_ratio's paired 95% interval."""
-    if run is None or base is None:
-        return None
-    return ratio_of(aggregate)[1](run.records, base.records)
+        return None, None
+    ratio, interval = ratio_of(aggregate)
+    return ratio(run.records, base.records), interval(run.records, base.records)
 
 
 def speedup_claim(paper: str, used: list[Run], setting: Setting | None = None) -> str:

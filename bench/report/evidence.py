@@ -10,8 +10,7 @@ from bench.cachefile import atomic_dir, atomic_write
 from bench.errors import HarnessError
 from bench.paths import project_path
 from bench.report.reproduced import EVIDENCE, build_sections, scrub, scrub_paths
-from bench.report.select import read_runs
-from bench.run.store import Run
+from bench.run.store import Run, load_runs
 
 # results/ subfolders of measurement files (*.json) an artifact on the page reads: ProPD Figure 3's, tree=auto's.
 FILES = ("propd", "cache/forward_cost")
@@ -49,7 +48,7 @@ def build_evidence(results_dir: str | Path = "results", out: str | None = None) 
     if not (results / "runs").is_dir():
         raise HarnessError(f"no runs/ under {results_dir!r}: the evidence folder is left as it is")
     folder = project_path(out or EVIDENCE)
-    runs = read_runs(results)
+    runs = load_runs(results)
     used = {r.run_id: r for s in build_sections(results, runs) for r in s.used}
     if not used:
         raise HarnessError(f"no run under {results_dir!r} is used by the page: the evidence folder is left as it is")

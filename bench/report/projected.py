@@ -8,7 +8,7 @@ import importlib
 import pandas as pd
 
 from bench.cost.replay import Setting, fitted_profile, forwards_priced, replayable
-from bench.report.claims import ratio_of, speed_ratio, speed_ratio_interval, with_baselines
+from bench.report.claims import ratio_of, speed_ratios, with_baselines
 from bench.report.tables import fmt, markdown, with_interval
 from bench.run.metrics import timed_regions
 from bench.run.store import Run
@@ -59,8 +59,7 @@ def projected_table(used: list[Run], setting: Setting, baseline: str = "ar") -> 
         ratio, interval = ratio_of(batched)
         rows.append({"method": run.method + (f"[{run.variant}]" if run.variant else ""), "settings": label[run.run_id],
                      "dataset": run.dataset, "T": f"{run.temperature:g}", "B": run.batch_size,
-                     "measured here": with_interval(speed_ratio(run, base, batched),
-                                                    speed_ratio_interval(run, base, batched)),
+                     "measured here": with_interval(*speed_ratios(run, base, batched)),
                      "projected": with_interval(ratio(mine, theirs), interval(mine, theirs)),
                      "rest kept": f"{1 - wall(bare) / wall(mine):.0%}",
                      "rest left out": fmt(ratio(bare, on_setting(base, rest=False)))})

@@ -19,9 +19,8 @@ from bench.report.claims import speedup_claim
 from bench.report.drafter import describe, drafter, present
 from bench.report.projected import projected_table, setting_of
 from bench.report.registry import Artifact, Cover, Shown, paper_artifacts, papers, produce
-from bench.report.select import read_runs
 from bench.report.tables import MISSING
-from bench.run.store import Run
+from bench.run.store import Run, load_runs
 
 LINE_MAX = 400
 WRAP_AT = 200
@@ -317,7 +316,7 @@ def reproduced_page(results_dir: str | None = None, out: str | None = None, evid
     """Writes the page (default REPRODUCED.md) from `evidence` (default evidence/; the results dir is not read) and
     evidence/runs.csv beside it; returns the page."""
     folder = project_path(evidence or EVIDENCE).resolve()
-    runs = read_runs(folder) if (folder / "runs").is_dir() else []
+    runs = load_runs(folder) if (folder / "runs").is_dir() else []
     sections = build_sections(folder, runs)
     measured = span([r for s in sections for r in s.used]) or "no runs yet"
     parts = [wrap_long(HEADER.format(evidence=EVIDENCE, span=measured)), summary_table(sections)]

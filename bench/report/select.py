@@ -33,11 +33,6 @@ def where(runs: Iterable[Run], *, experiment: str | Collection | None = None,
             and (keep is None or keep(r))]
 
 
-def read_runs(folder: str | Path, **labels) -> list[Run]:
-    """The complete runs under folder/runs, oldest first, filtered as `where` does."""
-    return where(load_runs(folder), **labels)
-
-
 def setting(name: str, default=None) -> Callable[[Run], object]:
     return lambda r: r.settings.get(name, default)
 

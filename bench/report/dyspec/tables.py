@@ -9,14 +9,14 @@ from pathlib import Path
 import pandas as pd
 
 from bench.errors import HarnessError
-from bench.report.claims import overall, paired_ratio_interval, per_question
+from bench.report.claims import overall, paired_ratio_interval, per_question, sums_interval
 from bench.report.drafter import describe
 from bench.report.output import Report
 from bench.report.registry import Artifact, Cover, Recipe, Shown, option
 from bench.report.select import DEFAULT_MODEL, RunSet, footer, latest_runs
 from bench.report.steps import has_steps
 from bench.report.tables import MISSING, interval_columns, paired_cells, render, with_interval
-from bench.run.metrics import bootstrap_interval, mat, mat_interval, ratio_of_sums, verdict
+from bench.run.metrics import mat, mat_interval, verdict
 from bench.run.store import Run
 
 PAPER_CSV = Path(__file__).with_name("paper_tables") / "dyspec_tables_latency_per_token.csv"
@@ -79,9 +79,7 @@ def tokens_and_time(records: list[dict]) -> dict:
 
 def latency_interval(records: list[dict]) -> list[float] | None:
     """latency_per_token's 95% interval, questions resampled with their wall time and tokens."""
-    qs = tokens_and_time(records)
-    keys = sorted(qs, key=str)
-    return bootstrap_interval([[qs[k][1] for k in keys], [qs[k][0] for k in keys]], ratio_of_sums)
+    return sums_interval(tokens_and_time(records), 1, 0, guard=False)
 
 
 def latency_speedup_interval(records: list[dict], baseline: list[dict]) -> list[float] | None:

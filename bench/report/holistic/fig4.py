@@ -7,6 +7,7 @@ from collections import defaultdict
 import pandas as pd
 from matplotlib.figure import Figure
 
+from bench.report.claims import sums_interval
 from bench.report.drafter import describe
 from bench.report.holistic.claims import ordering_verdict
 from bench.report.holistic.common import AR, EXPERIMENT, RUN, declare, draft_length, frozen, make
@@ -15,7 +16,6 @@ from bench.report.plots import new_figure, yerr
 from bench.report.registry import option
 from bench.report.select import MissingRunsError, RunSet
 from bench.report.tables import MISSING, interval_columns, markdown, ours_cells
-from bench.run.metrics import bootstrap_interval, ratio_of_sums
 from bench.run.store import Run
 
 CURVES = {"vanilla": "vanilla SD", "q_init": "Pre-cut, Q_init (learned in warm-up, then frozen)",
@@ -59,14 +59,9 @@ def final_intervals(run: Run) -> dict:
     for rec in run.records:
         for i, values in enumerate(series(rec)):
             per[rec["question_id"]][i] += sum(values)
-    qs = sorted(per, key=str)
-
-    def ci(num: int, den: int) -> list[float] | None:
-        if not qs or any(per[q][den] <= 0 for q in qs):  # a question without drafts: no ratio to resample
-            return None
-        return bootstrap_interval([[per[q][num] for q in qs], [per[q][den] for q in qs]], ratio_of_sums)
-
-    return {**interval_columns("util_accepted", ci(0, 1)), **interval_columns("util_eq3", ci(2, 3))}
+    # A question without drafts: no ratio to resample (None).
+    return {**interval_columns("util_accepted", sums_interval(per, 0, 1)),
+            **interval_columns("util_eq3", sums_interval(per, 2, 3))}
 
 
 def curve_steps(name: str, run: Run) -> pd.DataFrame:

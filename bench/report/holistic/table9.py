@@ -6,13 +6,13 @@ from collections import defaultdict
 
 import pandas as pd
 
+from bench.report.claims import sums_interval
 from bench.report.holistic import common
 from bench.report.holistic.common import AR, DATASET, RUN, draft_length, level, make
 from bench.report.output import Report
 from bench.report.phase_timing import require_exact_phases
 from bench.report.select import RunSet
 from bench.report.tables import MISSING, interval_columns, ours_cells, pair
-from bench.run import metrics
 from bench.run.metrics import counter_totals, phase_share_interval, phase_totals
 
 PAPER = "postuse_precut_table9_wallclock.csv"
@@ -34,12 +34,9 @@ def ms_interval(records: list[dict], phase: str, per: str) -> list[float] | None
     by_q: dict = defaultdict(list)
     for r in records:
         by_q[r["question_id"]].append(r)
-    qs = sorted(by_q, key=str)
-    seconds = [sum(r["phase_times"].get(phase, 0.0) for r in by_q[q]) for q in qs]
-    ops = [common.verifications(by_q[q]) if per == "steps" else counter_totals(by_q[q]).get(per, 0) for q in qs]
-    if not qs or 0 in ops:
-        return None
-    ci = metrics.bootstrap_interval([seconds, ops], metrics.ratio_of_sums)
+    ci = sums_interval({q: [sum(r["phase_times"].get(phase, 0.0) for r in rs),
+                            common.verifications(rs) if per == "steps" else counter_totals(rs).get(per, 0)]
+                        for q, rs in by_q.items()})
     return None if ci is None else [1e3 * ci[0], 1e3 * ci[1]]
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.report.claims import per_question, speed_ratio, speed_ratio_interval
+from bench.report.claims import per_question, speed_ratios
 from bench.report.output import Report
 from bench.report.registry import Artifact, Cover, Recipe, Shown, option
 from bench.report.select import RunSet, footer
@@ -195,8 +195,8 @@ class Against:
         if run is None or base is None:
             gap = f"propd run with {what}" if run is None else f"{self.base} run"
             c.gap(name, self.dataset, f"{gap} at that batch size")
-        numbers = {self.ratio: speed_ratio(run, base, aggregate),
-                   **interval_columns(self.ratio, speed_ratio_interval(run, base, aggregate)),
+        ratio, interval = speed_ratios(run, base, aggregate)
+        numbers = {self.ratio: ratio, **interval_columns(self.ratio, interval),
                    **measure("propd_tok_s", run, aggregate_rate, aggregate_rate_interval),
                    **measure(f"{self.base}_tok_s", base, aggregate_rate, aggregate_rate_interval),
                    **measure("propd_mat", run, mat, mat_interval),

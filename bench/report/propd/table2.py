@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench.report.claims import paired_ratio_interval, per_question
+from bench.report.claims import paired_ratio_interval, per_question, sums_interval
 from bench.report.output import Report
 from bench.report.propd import common
 from bench.report.registry import option
@@ -19,7 +19,7 @@ from bench.report.tables import (
     pair,
     paired_cells,
 )
-from bench.run.metrics import aggregate_rate_interval, bootstrap_interval, mat, mat_interval, ratio_of_sums
+from bench.run.metrics import aggregate_rate_interval, mat, mat_interval
 from bench.run.store import Run
 
 PAPER = "propd_table2_early_pruning_bs4.csv"
@@ -74,11 +74,7 @@ def pruning_claim(points: dict[tuple[int, int], tuple[float | None, float | None
 
 def prune_interval(run: Run) -> list[float] | None:
     """Prune rate's interval: questions resampled with their drafted and verified nodes."""
-    per = common.nodes(run)
-    qs = sorted(per, key=str)
-    if not qs or any(per[q][0] <= 0 for q in qs):
-        return None
-    ci = bootstrap_interval([[per[q][1] for q in qs], [per[q][0] for q in qs]], ratio_of_sums)
+    ci = sums_interval(common.nodes(run), 1, 0)
     return None if ci is None else [1 - ci[1], 1 - ci[0]]
 
 
