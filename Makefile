@@ -136,7 +136,7 @@ evidence: setup  ## copy the runs REPRODUCED.md uses from results/ into the comm
 reproduced: setup  ## REPRODUCED.md from the committed evidence/ only: a summary, then per paper ours beside the paper's
 	$(PY) -m bench.report reproduced
 
-validate-projection: setup  ## replay AR, PLD, Token Recycling x2, sd, EAGLE-2 runs (LIMIT questions) on this machine's measured T(n, context) -> results/projection/ (docs/cost_model.md)
+validate-projection: setup  ## replay AR, PLD, Token Recycling x2, sd, EAGLE-2 (LIMIT questions, interleaved) on this machine's measured T(n, context) -> results/projection/ (docs/cost_model.md)
 	$(PY) scripts/validate_projection.py model=$(MODEL) --limit $(LIMIT)
 
 bench-engine: setup  ## engine micro-benchmarks side by side in one process -> results/bench/engine.json

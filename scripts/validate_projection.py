@@ -39,8 +39,8 @@ from tqdm import tqdm
 
 from bench.cachefile import atomic_write
 from bench.core.machine import machine_id
-from bench.cost.profiles import Profile
-from bench.cost.replay import fitted_profile, label, misses, replay_s, replayable, validate
+from bench.cost.profiles import Profile, mean_profile
+from bench.cost.replay import fitted_profile, misses, next_to, replay_s, replayable, validate
 from bench.errors import HarnessError
 from bench.paths import project_path
 from bench.run.compose import compose_config, split_flags
@@ -72,21 +72,8 @@ def measured_profile(bundle, machine: str, ns=NS, contexts=CONTEXTS, reps: int =
                    list(contexts), grid, list(PROMPTS), prefill)
 
 
-def next_to(schedule: list[list], profiles: list[Profile]):
-    """(run, record) -> the mean of the profiles measured just before and after the record's question of the run's
-    method (schedule[k] = [run label, question_id] lies between profiles[k] and profiles[k + 1])."""
-    at = {(name, q): mean_profile(profiles[k : k + 2]) for k, (name, q) in enumerate(schedule)}
-    return lambda run, record: at[label(run), record["question_id"]]
-
-
 def check_selection(cfg) -> None:
     load_selection(cfg.dataset, str(project_path(cfg.paths.data_mirror)), str(project_path(cfg.paths.data_cache)))
-
-
-def mean_profile(profiles: list[Profile]) -> Profile:
-    ms = np.mean([p.ms for p in profiles], axis=0).tolist()
-    prefill = np.mean([p.prefill_ms for p in profiles], axis=0).tolist() if profiles[0].prefill_ms else None
-    return Profile(**{**asdict(profiles[0]), "ms": ms, "prefill_ms": prefill})
 
 
 def fitted_errors(folder: str) -> None:

@@ -168,6 +168,13 @@ class Profile:
         return cls(**json.loads(Path(path).read_text()))
 
 
+def mean_profile(profiles: list[Profile]) -> Profile:
+    """The profiles' mean, point by point (one model, grid and prefill sizes: a sitting's measurements)."""
+    ms = np.mean([p.ms for p in profiles], axis=0).tolist()
+    prefill = np.mean([p.prefill_ms for p in profiles], axis=0).tolist() if profiles[0].prefill_ms else None
+    return Profile(**{**asdict(profiles[0]), "ms": ms, "prefill_ms": prefill})
+
+
 def along(ns: np.ndarray, ms: np.ndarray, n: np.ndarray) -> np.ndarray:
     slope = (ms[-1] - ms[-2]) / (ns[-1] - ns[-2])
     return np.where(n <= ns[-1], np.interp(n, ns, ms), ms[-1] + slope * (n - ns[-1]))

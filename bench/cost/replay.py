@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bench.cost.profiles import Profile, load_profile
+from bench.cost.profiles import Profile, load_profile, mean_profile
 from bench.run.metrics import speedup, speedup_interval
 
 TARGET_PHASES = ("prefill", "target_forward")
@@ -213,6 +213,14 @@ def validate(runs: list, profile: Profile | Callable[[object, dict], Profile]) -
                     "speedup_replayed": speedup(replayed_each(run), replayed_each(ar))}
         out[label(run)] = row
     return out
+
+
+def next_to(schedule: list[list], profiles: list[Profile]) -> Callable[[object, dict], Profile]:
+    """(run, record) -> the mean of the profiles measured just before and after the record's question was run by
+    the run's method: `schedule[k]` = [run label, question_id] lay between profiles[k] and profiles[k + 1] (an
+    interleaved sitting: scripts/validate_projection.py)."""
+    at = {(name, q): mean_profile(profiles[k : k + 2]) for k, (name, q) in enumerate(schedule)}
+    return lambda run, record: at[label(run), record["question_id"]]
 
 
 def fitted_profile(records: list[dict], name: str, machine: str, ns=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
