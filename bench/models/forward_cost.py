@@ -25,6 +25,9 @@ from bench.core.tree import chain
 from bench.models.linear_backend import backend_of, set_backend
 
 DEFAULT_SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 81, 96, 128)
+# One-token forwards are timed as AR runs them, one after another (the median of a run of them): timed once right after
+# the largest size, they cost 3-6% more than AR's did (docs/cost_model.md, the validation of 2026-11-27).
+ONE_TOKEN_RUN = 5
 
 
 def random_token_floor(vocab: int) -> int:
@@ -57,12 +60,15 @@ def measure(bundle, sizes=DEFAULT_SIZES, prefix_tokens: int = 256, reps: int = 7
     times: dict[int, list[float]] = {n: [] for n in sizes}
     for _ in range(reps + 1):
         for n, (inputs, pos, mask) in shapes.items():
-            device_sync(device)
-            t0 = time.perf_counter()
-            model(input_ids=inputs, position_ids=pos, attention_mask=mask, past_key_values=cache, use_cache=True)
-            device_sync(device)
-            times[n].append(time.perf_counter() - t0)
-            cache.crop(-n)
+            burst = []
+            for _ in range(ONE_TOKEN_RUN if n == 1 else 1):
+                device_sync(device)
+                t0 = time.perf_counter()
+                model(input_ids=inputs, position_ids=pos, attention_mask=mask, past_key_values=cache, use_cache=True)
+                device_sync(device)
+                burst.append(time.perf_counter() - t0)
+                cache.crop(-n)
+            times[n].append(statistics.median(burst))
     return {n: statistics.median(t[1:]) for n, t in times.items()}
 
 
