@@ -199,18 +199,16 @@ def validate(runs: list, profile: Profile | Callable[[object, dict], Profile]) -
     on = profile if callable(profile) else lambda run, record: profile
     ar = next(r for r in runs if r.method == "ar")
 
-    def replayed_each(run) -> list[dict]:
-        return [x for r in run.records for x in replayed([r], on(run, r))]
-
+    replays = {run.run_id: [x for r in run.records for x in replayed([r], on(run, r))] for run in runs}  # once each
     out = {}
     for run in runs:
-        errors = [abs(x["wall_time"] / r["wall_time"] - 1) for x, r in zip(replayed_each(run), run.records)]
+        errors = [abs(x["wall_time"] / r["wall_time"] - 1) for x, r in zip(replays[run.run_id], run.records)]
         row = {"run_id": run.run_id, "prompt_turns": len(errors), "median": float(np.median(errors)),
                "p90": float(np.percentile(errors, 90))}
         if run is not ar:
             row |= {"speedup": speedup(run.records, ar.records),
                     "speedup_interval": speedup_interval(run.records, ar.records),
-                    "speedup_replayed": speedup(replayed_each(run), replayed_each(ar))}
+                    "speedup_replayed": speedup(replays[run.run_id], replays[ar.run_id])}
         out[label(run)] = row
     return out
 

@@ -40,7 +40,8 @@ def measure(bundle, sizes=DEFAULT_SIZES, prefix_tokens: int = 256, reps: int = 7
     """Median seconds of one forward over n tokens after a cache of prefix_tokens (random tokens).
 
     Multi-token forwards carry an explicit 4D additive mask, as a verified tree does. Sizes are
-    interleaved within each repeat so machine drift hits them alike; the first repeat is a warm-up.
+    interleaved within each repeat so machine drift hits them alike; the first repeat is a warm-up. A one-token
+    forward's sample is the median of a run of ONE_TOKEN_RUN of them, as AR runs them.
     """
     model, device, dtype = bundle.model, bundle.device, bundle.dtype
     gen = torch.Generator().manual_seed(0)
