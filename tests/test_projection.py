@@ -86,12 +86,6 @@ def test_committed_validation_is_what_the_replay_gives():
                                                                          for m, row in stored.items()}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "measured 2026-11-27 in one process on a 2-core Intel Xeon VM, interleaved question by question (4 MT-Bench "
-    "questions, 128-token turns), each prompt-turn replayed on the profiles measured next to it, one-token forwards "
-    "priced as a run of five: medians 1.0-4.7% and 90th percentiles 3.3-13.3% for five methods, every replayed "
-    "speedup inside its interval, but PLD's median 5.0% and 90th percentile 16.3% (goals 5%, 15%) on a noisy "
-    "stretch (T(1) at context 256: 60-89 ms over the sitting's profiles): docs/cost_model.md"))
 def test_committed_validation_meets_its_goals():
     from bench.cost.replay import misses, next_to, validate
 
