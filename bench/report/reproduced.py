@@ -19,7 +19,7 @@ from bench.report.claims import speedup_claim
 from bench.report.drafter import describe, drafter, present
 from bench.report.projected import projected_table, setting_of
 from bench.report.registry import Artifact, Cover, Shown, paper_artifacts, papers, produce
-from bench.report.tables import MISSING
+from bench.report.tables import MISSING, listed
 from bench.run.store import Run, load_runs
 
 LINE_MAX = 400
@@ -183,10 +183,6 @@ def figure_texts(s: Section, paths: list) -> tuple[str, str]:
     return texts.get(".md", ""), "\n".join(texts.values())
 
 
-def distinct(values) -> str:
-    return ", ".join(sorted({str(v) for v in values})) or "unknown"
-
-
 def run_settings(used: list[Run]) -> str:
     """Per override key, the values the runs were given ("default" for runs that did not set it)."""
     given = [{k: str(v) for k, v in r.overrides.items() if k not in NAMED_BY_THE_TABLE}
@@ -219,8 +215,8 @@ def span(used: list[Run]) -> str:
 def provenance_line(used: list[Run]) -> str:
     dirty = sum(1 for r in used if git(r)[1])
     dirt = f" ({dirty} of {len(used)} runs from a dirty tree, named in `{EVIDENCE}/runs.csv`)" if dirty else ""
-    return (f"Machine: {distinct(r.machine for r in used)}. Measured: {span(used)}. "
-            f"Git: {distinct(git(r)[0] for r in used)}{dirt}. Runs: {len(used)}. "
+    return (f"Machine: {listed((r.machine for r in used), 'unknown')}. Measured: {span(used)}. "
+            f"Git: {listed((git(r)[0] for r in used), 'unknown')}{dirt}. Runs: {len(used)}. "
             f"Prompts per cell: {prompts_text(used)}. Run settings: {run_settings(used)}.")
 
 

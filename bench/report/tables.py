@@ -54,6 +54,16 @@ def paired_cells(df: pd.DataFrame, col: str, paper: str, spec: str = ".2f") -> l
     return [pair(ours, fmt(theirs, spec)) for ours, theirs in zip(ours_cells(df, col, spec), df[paper])]
 
 
+def measure(name: str, run, value, interval) -> dict:
+    """{name, name_lo, name_hi}: value(records) of a run and its 95% interval(records); None without a run."""
+    return {name: value(run.records) if run else None, **interval_columns(name, interval(run.records) if run else None)}
+
+
+def listed(values, empty: str = MISSING) -> str:
+    """The distinct values, sorted, as "a, b"; `empty` without any."""
+    return ", ".join(sorted({str(v) for v in values})) or empty
+
+
 def fmt_ci(ci: list[float] | None, show=fmt) -> str:
     """An interval alone, "[2.10, 2.52]"; MISSING without one."""
     return MISSING if ci is None else f"[{show(ci[0])}, {show(ci[1])}]"

@@ -14,7 +14,7 @@ from bench.report.plots import new_figure, yerr
 from bench.report.registry import Artifact, Cover, Recipe, Shown
 from bench.report.select import RunSet, footer
 from bench.report.steps import SWITCH, binned_rate, has_steps, nodes, rises
-from bench.report.tables import fmt, markdown, with_interval
+from bench.report.tables import fmt, listed, markdown, with_interval
 
 MAKE = "make reproduce-dyspec-fig2"
 EXPERIMENT = "dyspec_fig2"
@@ -42,17 +42,14 @@ def build_fig2(runs: RunSet, model: str | None = None, draft: str | None = None)
                 break
     if not chosen:
         raise pinned.missing(f"{'/'.join(METHODS)} runs with per-step records ({SWITCH})", MAKE)
-    parts = []
-    for run in chosen.values():
-        bins = binned_rate(nodes(run).query("reached == 1"), "conf", EDGES)
-        parts.append(bins.assign(temperature=run.temperature, method=run.method,
-                                 dataset=run.dataset, run_id=run.run_id))
-    df = pd.concat(parts, ignore_index=True)
+    df = pd.concat([binned_rate(nodes(run).query("reached == 1"), "conf", EDGES).assign(
+        temperature=run.temperature, method=run.method, dataset=run.dataset, run_id=run.run_id)
+        for run in chosen.values()], ignore_index=True)
     verdicts = {t: rises(df[df["run_id"] == r.run_id]) for t, r in chosen.items()}
     claims = [f"Acceptance rises with draft probability at T={t:g} (highest filled bin's interval above the "
               f"lowest's): {v}." for t, v in verdicts.items()]
     ours = (f"Ours: {pinned.model}, draft: {describe(pinned.drafter)}, machine "
-            f"{', '.join(sorted({str(r.machine) for r in chosen.values()}))}; nodes a verification tested "
+            f"{listed(r.machine for r in chosen.values())}; nodes a verification tested "
             f"(parent the root or accepted), per bin of the draft's probability (draft temperature) of the token "
             f"(bins without nodes left out); interval: 95% bootstrap over questions. Total tested nodes: "
             f"{fmt(df['nodes'].sum(), 'd')}.")

@@ -39,12 +39,9 @@ class TreeFileError(HarnessError, ValueError):
 
 def order_counts(parents, prefixes: list[int], block: int = BLOCK) -> dict[tuple[str, int], int]:
     """Tiles of the tree's mask in every order of ORDERS and at every prefix length."""
-    out = {}
-    for name, order_of in ORDERS.items():
-        mask = tree_mask(permute(parents, order_of(parents)))
-        for prefix in prefixes:
-            out[name, prefix] = tree_order.prefix_block_count(mask, prefix, block)
-    return out
+    masks = {name: tree_mask(permute(parents, order_of(parents))) for name, order_of in ORDERS.items()}
+    return {(name, prefix): tree_order.prefix_block_count(mask, prefix, block) for name, mask in masks.items()
+            for prefix in prefixes}
 
 
 def synthetic_counts(generator: str, size: int, n_trees: int, seed: int, prefixes: list[int],
@@ -96,8 +93,7 @@ def file_counts(trees: list[tuple[np.ndarray, int]], prefixes: list[int], block:
     prefixes = sorted({0, *prefixes})  # prefix 0 is the tree-only mask of Table 5
     for t, (parents, own) in enumerate(trees):
         hi, label = bucket_of(len(parents))
-        counts = order_counts(parents, sorted(set(prefixes) | {own}), block)
-        for (order, prefix), blocks in counts.items():
+        for (order, prefix), blocks in order_counts(parents, sorted(set(prefixes) | {own}), block).items():
             base = {"source": "file", "tree": t, "tree_size": len(parents), "bucket": label,
                     "bucket_hi": hi, "order": order, "blocks": blocks}
             if prefix in prefixes:
@@ -116,20 +112,21 @@ def paper_table5() -> pd.DataFrame:
     return pd.DataFrame({"paper_blocks_original": wide[False], "paper_blocks_dfs": wide[True]})
 
 
+def per_order(long: pd.DataFrame, key: list[str], aggfunc: str = "mean") -> pd.DataFrame:
+    """Tiles aggregated per `key` (rows) and order (columns)."""
+    return long.pivot_table(index=key, columns="order", values="blocks", aggfunc=aggfunc)
+
+
 def table5(long: pd.DataFrame, block: int = BLOCK) -> pd.DataFrame:
     """One row per (generator, tree size): mean tiles per order at prefix 0, reduction, the paper's."""
+    key = ["source", "tree_size"]
     at0 = long[long.prefix_len == 0]
-    mean = at0.pivot_table(index=["source", "tree_size"], columns="order", values="blocks", aggfunc="mean")
-    std = at0.pivot_table(index=["source", "tree_size"], columns="order", values="blocks", aggfunc="std")
-    trees = at0[at0.order == "original"].groupby(["source", "tree_size"]).tree.nunique()
-    df = pd.DataFrame({"trees": trees})
-    for order in ORDERS:
-        df[f"blocks_{order}"] = mean[order]
-    df["blocks_original_std"] = std["original"]
-    df["blocks_dfs_std"] = std["dfs"]
-    df["reduction_dfs"] = df.blocks_original / df.blocks_dfs
-    df["reduction_heavy"] = df.blocks_original / df.blocks_heavy
-    df = df.reset_index()
+    mean, std = per_order(at0, key, "mean"), per_order(at0, key, "std")
+    df = pd.DataFrame({"trees": at0[at0.order == "original"].groupby(key).tree.nunique(),
+                       **{f"blocks_{order}": mean[order] for order in ORDERS},
+                       "blocks_original_std": std["original"], "blocks_dfs_std": std["dfs"],
+                       "reduction_dfs": mean["original"] / mean["dfs"],
+                       "reduction_heavy": mean["original"] / mean["heavy"]}).reset_index()
     nb = -(-df.tree_size // block)
     df["lower_triangle"] = nb * (nb + 1) // 2  # every tile on or below the diagonal: the most possible
     df["block"] = block
@@ -143,20 +140,16 @@ def table5(long: pd.DataFrame, block: int = BLOCK) -> pd.DataFrame:
 def trees_table(long: pd.DataFrame) -> pd.DataFrame:
     """Recorded trees per size bucket: tiles at prefix 0 per order, and at each tree's recorded prefix."""
     key = ["bucket_hi", "bucket"]
-    at0 = long[(long.prefix_len == 0) & ~long.recorded]
     own = long[long.recorded]
-    per_tree = own[own.order == "original"]
-    df = pd.DataFrame({"trees": per_tree.groupby(key).tree.nunique(),
-                       "size_mean": per_tree.groupby(key).tree_size.mean(),
-                       "prefix_len_mean": per_tree.groupby(key).prefix_len.mean()})
-    m0 = at0.pivot_table(index=key, columns="order", values="blocks", aggfunc="mean")
-    for order in ORDERS:
-        df[f"blocks_{order}"] = m0[order]
-    df["reduction_dfs"] = df.blocks_original / df.blocks_dfs
-    mo = own.pivot_table(index=key, columns="order", values="blocks", aggfunc="mean")
-    df["blocks_original_at_recorded_prefix"] = mo["original"]
-    df["blocks_dfs_at_recorded_prefix"] = mo["dfs"]
-    df["reduction_dfs_at_recorded_prefix"] = mo["original"] / mo["dfs"]
+    per_tree = own[own.order == "original"].groupby(key)
+    m0, mo = per_order(long[(long.prefix_len == 0) & ~long.recorded], key), per_order(own, key)
+    df = pd.DataFrame({"trees": per_tree.tree.nunique(), "size_mean": per_tree.tree_size.mean(),
+                       "prefix_len_mean": per_tree.prefix_len.mean(),
+                       **{f"blocks_{order}": m0[order] for order in ORDERS},
+                       "reduction_dfs": m0["original"] / m0["dfs"],
+                       "blocks_original_at_recorded_prefix": mo["original"],
+                       "blocks_dfs_at_recorded_prefix": mo["dfs"],
+                       "reduction_dfs_at_recorded_prefix": mo["original"] / mo["dfs"]})
     return df.reset_index().drop(columns="bucket_hi").rename(columns={"bucket": "size_bucket"})
 
 
@@ -167,11 +160,9 @@ def beside(ours, paper, spec: str = ".1f") -> str:
 
 def closeness(df: pd.DataFrame) -> dict[str, tuple[float, float]]:
     """Per generator: mean relative gap |ours - paper| / paper, without and with DFS reorder."""
-    out = {}
-    for source, g in df.dropna(subset=["paper_blocks_original"]).groupby("source"):
-        out[source] = (float((abs(g.blocks_original - g.paper_blocks_original) / g.paper_blocks_original).mean()),
-                       float((abs(g.blocks_dfs - g.paper_blocks_dfs) / g.paper_blocks_dfs).mean()))
-    return out
+    return {source: (float((abs(g.blocks_original - g.paper_blocks_original) / g.paper_blocks_original).mean()),
+                     float((abs(g.blocks_dfs - g.paper_blocks_dfs) / g.paper_blocks_dfs).mean()))
+            for source, g in df.dropna(subset=["paper_blocks_original"]).groupby("source")}
 
 
 def table5_markdown(df: pd.DataFrame, trees_df: pd.DataFrame | None, trees_per_size: int, seed: int,
@@ -215,7 +206,6 @@ def table5_markdown(df: pd.DataFrame, trees_df: pd.DataFrame | None, trees_per_s
 
 
 # ---------------------------------------------------------------- Figures 9 and 7
-
 
 def fig9_points(long: pd.DataFrame, sizes_col: str) -> pd.DataFrame:
     """Mean tiles per (source, size or bucket, prefix, order) over the prefix sweep."""
@@ -263,8 +253,7 @@ def fig7(parents, title: str, block: int):
             ax.axhline(edge - 0.5, color="C1", lw=0.4)
             ax.axvline(edge - 0.5, color="C1", lw=0.4)
         ax.set_title(f"{order} order: {block_count(mask, block)} non-zero {block}x{block} tiles", fontsize=9)
-        ax.set_xlabel("key (tree node)")
-        ax.set_ylabel("query (tree node)")
+        ax.set(xlabel="key (tree node)", ylabel="query (tree node)")
     fig.suptitle(title, fontsize=9)
     return fig
 

@@ -15,7 +15,7 @@ from bench.report.output import Report
 from bench.report.registry import Artifact, Cover, Recipe, Shown, option
 from bench.report.select import DEFAULT_MODEL, RunSet, footer, latest_runs
 from bench.report.steps import has_steps
-from bench.report.tables import MISSING, interval_columns, paired_cells, render, with_interval
+from bench.report.tables import MISSING, listed, measure, paired_cells, render, with_interval
 from bench.run.metrics import mat, mat_interval, verdict
 from bench.run.store import Run
 
@@ -89,20 +89,17 @@ def latency_speedup_interval(records: list[dict], baseline: list[dict]) -> list[
 
 def dyspec_paper(table: int) -> pd.DataFrame:
     """The paper's rows of one table: index (paper dataset, temperature, method)."""
-    df = pd.read_csv(PAPER_CSV)
-    df = df[df["table"] == table]
+    every = pd.read_csv(PAPER_CSV)
+    df = every[every["table"] == table]
     if df.empty:
-        known = sorted(pd.read_csv(PAPER_CSV)["table"].unique())
         raise HarnessError(f"DySpec has no Table {table} in {PAPER_CSV.name} (tables: "
-                           f"{', '.join(map(str, known))})")
+                           f"{', '.join(map(str, sorted(every['table'].unique())))})")
     return df.assign(temperature=df["temperature"].astype(float)).set_index(["dataset", "temperature", "method"])
 
 
 def paper_value(paper: pd.DataFrame, dataset: str, temperature: float, method: str, col: str) -> float | None:
     key = (DATASETS[dataset], temperature, "baseline" if method == BASELINE else method)
-    if key not in paper.index:
-        return None
-    v = paper.at[key, col]
+    v = paper.at[key, col] if key in paper.index else None
     return None if pd.isna(v) else float(v)
 
 
@@ -123,12 +120,10 @@ def method_cells(m: str, run: Run | None, base: Run | None, paper: pd.DataFrame,
                  paper_base: float | None) -> dict:
     paper_lat = paper_value(paper, dataset, t, m, "latency_s_per_token")
     return {
-        f"{m}_latency_s": latency_per_token(run.records) if run else None,
-        f"{m}_accepted": mat(run.records) if run else None,
-        f"{m}_speedup": latency_speedup(run.records, base.records) if run and base else None,
-        **interval_columns(f"{m}_latency_s", latency_interval(run.records) if run else None),
-        **interval_columns(f"{m}_accepted", mat_interval(run.records) if run else None),
-        **interval_columns(f"{m}_speedup", latency_speedup_interval(run.records, base.records) if run and base else None),
+        **measure(f"{m}_latency_s", run, latency_per_token, latency_interval),
+        **measure(f"{m}_accepted", run, mat, mat_interval),
+        **measure(f"{m}_speedup", run if base else None, lambda recs: latency_speedup(recs, base.records),
+                  lambda recs: latency_speedup_interval(recs, base.records)),
         f"{m}_latency_s_paper": paper_lat,
         f"{m}_accepted_paper": paper_value(paper, dataset, t, m, "accepted_per_step"),
         f"{m}_speedup_paper": paper_base / paper_lat if paper_base and paper_lat else None,
@@ -150,25 +145,23 @@ def build_dyspec_table(runs: RunSet, model: str | None = None, paper_table: int 
     latest = latest_runs(runs.runs)
     used: list[Run] = []
     notes: list[str] = list(runs.notes)
-    rows = []
+    rows, missing = [], []
     versus: list[tuple] = []  # (cell, Sequoia's latency / DySpec's, its paired interval)
     for dataset, paper_name in DATASETS.items():
         for t in TEMPERATURES:
-            row = {"dataset": dataset, "paper_dataset": paper_name, "temperature": t}
             base = latest.get((model, BASELINE, None, dataset, t))
-            row["ar_latency_s"] = latency_per_token(base.records) if base else None
-            row.update(interval_columns("ar_latency_s", latency_interval(base.records) if base else None))
-            row["ar_latency_s_paper"] = paper_base = paper_value(paper, dataset, t, BASELINE, "latency_s_per_token")
-            row["ar_run_id"] = base.run_id if base else None
+            cell = {m: latest.get((model, m, variant, dataset, t)) for m in METHODS}
+            paper_base = paper_value(paper, dataset, t, BASELINE, "latency_s_per_token")
+            row = {"dataset": dataset, "paper_dataset": paper_name, "temperature": t,
+                   **measure("ar_latency_s", base, latency_per_token, latency_interval),
+                   "ar_latency_s_paper": paper_base, "ar_run_id": base.run_id if base else None}
             if base:
                 used.append(base)
-            ours = latest.get((model, "dyspec", variant, dataset, t))
-            theirs = latest.get((model, "sequoia", variant, dataset, t))
+            ours, theirs = cell["dyspec"], cell["sequoia"]
             if ours and theirs:  # the paper's claim: DySpec's latency below Sequoia's in every cell
                 versus.append((f"{paper_name} T={t:g}", latency_speedup(ours.records, theirs.records),
                                latency_speedup_interval(ours.records, theirs.records)))
-            for m in METHODS:
-                run = latest.get((model, m, variant, dataset, t))
+            for m, run in cell.items():
                 paired = runs.baseline(run, BASELINE)  # the pin keeps one machine and max_new_tokens
                 row.update(method_cells(m, run, paired, paper, dataset, t, paper_base))
                 if run is None:
@@ -178,13 +171,12 @@ def build_dyspec_table(runs: RunSet, model: str | None = None, paper_table: int 
                     used.append(paired)
                     notes.append(f"{m} on {dataset} at T={t:g}: speedup against AR run {paired.run_id} (same machine)")
             rows.append(row)
+            missing += [f"{LABELS[m]} {dataset} T={t:g}" for m, run in {**cell, BASELINE: base}.items()
+                        if run is None]
 
     run_cols = ["ar_run_id", *(f"{m}_run_id" for m in METHODS)]
     df = pd.DataFrame(rows).reindex(columns=["dataset", "paper_dataset", "temperature", *NUMERIC, *run_cols])
     df[NUMERIC] = df[NUMERIC].astype(float)  # None -> NaN: empty CSV cells, never "None"
-    missing = [f"{LABELS[k[1]]} {k[3]} T={k[4]:g}"
-               for k in ((model, m, None if m == BASELINE else variant, d, t) for d in DATASETS
-                         for t in TEMPERATURES for m in (*METHODS, BASELINE)) if k not in latest]
     first = paper.iloc[0]
     df.attrs.update(model=model, table=table, drafter=runs.drafter, paper_budget=int(first["tree_budget"]),
                     paper_pair=f"{first['draft']} -> {first['target']}")
@@ -206,10 +198,6 @@ def sequoia_claim(versus: list[tuple]) -> list[str]:
     return [(f"Claim, DySpec faster than Sequoia in every cell (the paper's): {overall(cells)} ({cells.count('holds')} "
             f"of {len(cells)} cells hold, {cells.count('undecided')} undecided, {cells.count('does not hold')} "
             f"not; Sequoia's latency / DySpec's, paired 95% interval: {each}).")]
-
-
-def listed(values) -> str:
-    return ", ".join(sorted({str(v) for v in values})) or MISSING
 
 
 def setting_line(used: list[Run], paper_budget: int) -> str:

@@ -16,7 +16,7 @@ from bench.report.phase_timing import components, require_exact_phases
 from bench.report.plots import new_figure, wrap, yerr
 from bench.report.registry import Artifact, Cover, Recipe, Shown, option
 from bench.report.select import DEFAULT_MODEL, RunSet, footer, latest_runs
-from bench.report.tables import fmt, interval_columns, interval_in, markdown, with_interval
+from bench.report.tables import fmt, interval_columns, markdown, ours_cells
 from bench.run.metrics import phase_share_interval, phase_totals
 
 # DySpec Figure 4 component, label, our phases. The target prefill is a target forward (Sequoia and DySpec
@@ -68,14 +68,13 @@ def build_dyspec_time_breakdown(runs: RunSet, model: str | None = None, dataset:
     run per (dataset, temperature) of that method (optionally only one dataset / temperature)."""
     runs = candidates(runs).pin(model=model, draft=draft, own=lambda r: r.variant == BREAKDOWN)
     model = runs.model or DEFAULT_MODEL
+    wanted = runs.where(dataset=dataset, keep=lambda r: r.variant in (None, BREAKDOWN) and (
+        temperature is None or math.isclose(r.temperature, float(temperature))))
     chosen: dict = {}  # (method, dataset, temperature) -> Figure 4's own run, else Table 1's
-    for r in latest_runs(runs.runs).values():
-        if (r.variant in (None, BREAKDOWN)
-                and (dataset is None or r.dataset == dataset)
-                and (temperature is None or math.isclose(r.temperature, float(temperature)))):
-            k = (r.method, r.dataset, r.temperature)
-            if k not in chosen or r.variant == BREAKDOWN:
-                chosen[k] = r
+    for r in latest_runs(wanted.runs).values():
+        k = (r.method, r.dataset, r.temperature)
+        if k not in chosen or r.variant == BREAKDOWN:
+            chosen[k] = r
     latest = list(chosen.values())
     if not latest:
         where = "".join([f" on {dataset}" if dataset else "", f" at T={float(temperature):g}"
@@ -120,13 +119,11 @@ def plot_breakdown(df: pd.DataFrame):
         ax.bar(df["label"], values, bottom=bottom, label=f"{label} ({'+'.join(phases)})", color=color,
                yerr=100 * err, capsize=2, error_kw={"elinewidth": 0.8})
         bottom = [b + v for b, v in zip(bottom, values)]
-    ax.set_ylabel("% of timed region")
-    ax.set_ylim(0, 100)
+    ax.set(ylabel="% of timed region", ylim=(0, 100))
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     a = df.attrs
     ax.set_title(f"DySpec Figure 4, time per component: ours ({a['model']}, draft: {describe(a['drafter'])}, "
-                 f"{', '.join(a['machines'])})",
-                 fontsize=9)
+                 f"{', '.join(a['machines'])})", fontsize=9)
     ax.text(0.5, -0.14, wrap(FIG4_PAPER, 100), transform=ax.transAxes,
             ha="center", va="top", fontsize=7, style="italic")
     return fig
@@ -138,8 +135,7 @@ def dyspec_time_breakdown(runs: RunSet, model: str | None = None, paper_size: st
     df = build_dyspec_time_breakdown(runs, model, dataset, temperature, draft)
     display = pd.DataFrame({"Method": df["label"], "runs": df["runs"], "prompts": df["prompts"]})
     for key, label, phases in FIG4_COMPONENTS:
-        display[f"{label} ({'+'.join(phases)})"] = [with_interval(row[key], interval_in(row, key), ".1%")
-                                                    for _, row in df.iterrows()]
+        display[f"{label} ({'+'.join(phases)})"] = ours_cells(df, key, ".1%")
     a = df.attrs
     scope = ", ".join([a["dataset"] or "c4+openwebtext+cnn_dailymail",
                        f"T={float(a['temperature']):g}" if a["temperature"] is not None else "T=0 and 0.6"])

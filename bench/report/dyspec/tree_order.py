@@ -143,10 +143,7 @@ def random_recursive_tree(size: int, rng: np.random.Generator) -> np.ndarray:
     """Uniform random recursive tree: node i's parent is uniform over nodes 0..i-1. Index = creation order."""
     if size < 1:
         raise TreeOrderError("a tree has at least the root")
-    parents = np.empty(size, dtype=np.int64)
-    parents[0] = -1
-    parents[1:] = np.floor(rng.random(size - 1) * np.arange(1, size)).astype(np.int64)
-    return parents
+    return np.concatenate([[-1], np.floor(rng.random(size - 1) * np.arange(1, size)).astype(np.int64)])
 
 
 def greedy_expansion_tree(size: int, rng: np.random.Generator, concentration: float = 1.0) -> np.ndarray:
@@ -181,9 +178,4 @@ def greedy_expansion_tree(size: int, rng: np.random.Generator, concentration: fl
 GENERATORS = {"recursive": random_recursive_tree, "greedy": greedy_expansion_tree}
 # The orders DySpec's Table 5 compares: creation order, bench.core.tree's slot layout, DySpec's reorder, and
 # the paper's near-optimal reference.
-ORDERS = {
-    "original": lambda p: np.arange(len(p)),
-    "bfs": bfs_order,
-    "dfs": dfs_order,
-    "heavy": heavy_path_order,
-}
+ORDERS = {"original": lambda p: np.arange(len(p)), "bfs": bfs_order, "dfs": dfs_order, "heavy": heavy_path_order}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from bench.report.claims import overall, paired_ratio_interval, per_question
+from bench.report.holistic.common import counted
 from bench.report.tables import fmt_ci
 from bench.run.metrics import bootstrap_interval, question_rates, verdict
 from bench.run.store import Run
@@ -12,15 +13,13 @@ from bench.run.store import Run
 MAT_TOLERANCE = 0.99  # "equal MAT": within 1%
 
 
-def calls(record: dict) -> int:
-    return sum((record.get("counters") or {}).get("draft_calls") or [])
-
-
-def ratio_interval(a: Run, b: Run, den: str) -> list[float] | None:
-    """Paired interval of (new tokens / draft "calls" or "steps") of a over b's, over the questions of both."""
-    count = calls if den == "calls" else lambda r: len(r["accept_lengths"])
-    sa, sb = (per_question(x.records, lambda r: r["new_tokens"], count) for x in (a, b))
-    if any(x[q][1] <= 0 for x in (sa, sb) for q in set(sa) & set(sb)):
+def ratio_interval(a: Run, b: Run, num, den, each: bool = True) -> list[float] | None:
+    """Paired interval of (sum num(record) / sum den(record)) of a over b's, over the questions of both; None where
+    a question's den (`each`), else the den summed over them, is not positive in a or b."""
+    sa, sb = (per_question(x.records, num, den) for x in (a, b))
+    qs = set(sa) & set(sb)
+    dens = [[x[q][1] for q in qs] for x in (sa, sb)]
+    if not qs or any((min(d) if each else sum(d)) <= 0 for d in dens):
         return None
     return paired_ratio_interval(sa, sb)
 
@@ -30,7 +29,8 @@ def reuse_verdict(pairs: dict[int, tuple[Run, Run]]) -> tuple[str, list[str]]:
     utilisations is wholly above 1 and of MATs wholly above MAT_TOLERANCE. (verdict, per-lambda texts)."""
     found, texts = [], []
     for n, (sd, reuse) in sorted(pairs.items()):
-        util, mat = ratio_interval(reuse, sd, "calls"), ratio_interval(reuse, sd, "steps")
+        util = ratio_interval(reuse, sd, lambda r: r["new_tokens"], counted("draft_calls"))
+        mat = ratio_interval(reuse, sd, lambda r: r["new_tokens"], lambda r: len(r["accept_lengths"]))
         v = overall((verdict(util, 1.0), verdict(mat, MAT_TOLERANCE)))
         found.append(v)
         texts.append(f"lambda {n}: {v}, util ratio {fmt_ci(util)}, MAT ratio {fmt_ci(mat)}")
@@ -55,19 +55,10 @@ def flatten_interval(reuse: list[tuple[Run, Run]], cut: list[tuple[Run, Run]]) -
     return bootstrap_interval([[x[q] for q in qs] for x in rates], spread_difference)
 
 
-def counter_ratio_interval(a: Run, b: Run, num: str, den: str) -> list[float] | None:
-    """Paired interval of (sum num / sum den counters) of a over b's, over the questions of both."""
-    sa, sb = (per_question(x.records, lambda r: sum((r.get("counters") or {}).get(num) or []),
-                           lambda r: sum((r.get("counters") or {}).get(den) or [])) for x in (a, b))
-    qs = set(sa) & set(sb)
-    if sum(sa[q][1] for q in qs) <= 0 or sum(sb[q][1] for q in qs) <= 0:
-        return None
-    return paired_ratio_interval(sa, sb)
-
-
 def ordering_verdict(vanilla: Run, q_init: Run, q_updated: Run) -> str:
     """"holds (...)": Q_updated > Q_init > vanilla SD in utilisation, from the two paired ratio intervals."""
-    top = counter_ratio_interval(q_updated, q_init, "accepted_draft", "draft_tokens")
-    low = counter_ratio_interval(q_init, vanilla, "accepted_draft", "draft_tokens")
+    accepted, drafted = counted("accepted_draft"), counted("draft_tokens")
+    top = ratio_interval(q_updated, q_init, accepted, drafted, each=False)
+    low = ratio_interval(q_init, vanilla, accepted, drafted, each=False)
     v = overall((verdict(top, 1.0), verdict(low, 1.0)))
     return f"{v} (utilisation ratios: Q_updated / Q_init {fmt_ci(top)}, Q_init / vanilla {fmt_ci(low)})"

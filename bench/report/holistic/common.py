@@ -3,6 +3,7 @@ every dataset), a run's ladder level, the numbers a run is reduced to and the de
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -11,7 +12,7 @@ from bench.report.drafter import describe, drafter
 from bench.report.output import Report
 from bench.report.registry import Artifact, Cover, Recipe, Shown, option
 from bench.report.select import MissingRunsError, RunSet, footer
-from bench.report.tables import MISSING, interval_columns, render
+from bench.report.tables import MISSING, interval_columns, paired_cells, render
 from bench.run import metrics
 from bench.run.store import Run
 
@@ -44,6 +45,20 @@ def table(artifact: Artifact, p: RunSet, used: list, caption: str, lines: list[s
     """tables/holistic_<name>.{md,csv,tex}: the footer ("Ours:", runs, notes), `lines`, then what "—" means."""
     foot = [*footer(ours(p), used, notes=p.notes), *lines, f"{MISSING}: {why} ({make(artifact)})."]
     return Report.tables(f"holistic_{artifact.name}", render(display, caption, foot, df))
+
+
+def speedup_grid(df: pd.DataFrame, head: str, rows: tuple[str, dict], columns: tuple[str, dict]) -> pd.DataFrame:
+    """Speedup cells "ours [low, high] (paper)" under AR's 1.00; rows, columns: (df's column, value -> label)."""
+    (row_col, row_labels), (col_col, col_labels) = rows, columns
+    cells = pd.Series(paired_cells(df, "speedup", "paper_speedup"), index=[df[row_col], df[col_col]])
+    return pd.DataFrame([{head: "Auto-regressive", **dict.fromkeys(col_labels.values(), "1.00 (1.00)")},
+                         *({head: label, **{name: cells[row, c] for c, name in col_labels.items()}}
+                           for row, label in row_labels.items())])
+
+
+def points(claim: str) -> str:
+    """A point-based claim text's numbers, without its reading (verdicts come from intervals only)."""
+    return claim.split(" (", 1)[1].rstrip(")") if " (" in claim else claim
 
 
 def paper_table(name: str) -> pd.DataFrame:
@@ -95,8 +110,7 @@ def ladder(runs: RunSet, dataset: str, artifact: Artifact, model: str | None = N
 
 def ladders(runs: RunSet, datasets: tuple[str, ...], artifact: Artifact, model: str | None,
             draft: str | None) -> tuple[dict[str, RunSet], list[str]]:
-    """ladder on each dataset, of one drafter (an unknown --draft is one error): the runs of each dataset that has
-    them, and a "Missing: ..." line for each that has not."""
+    """ladder on each dataset, of one drafter: the runs of each that has them, a "Missing: ..." line per other."""
     draft = shown_drafter(runs, model, draft)
     found, errors = {}, []
     for ds in datasets:
@@ -112,13 +126,9 @@ def ours(p: RunSet) -> str:
             f"{p.max_new_tokens or '—'}, {p.dataset}.")
 
 
-def ladder_run(p: RunSet, lvl: str, length: int) -> Run | None:
-    return p.latest(lambda r: level(r) == lvl and draft_length(r) == length)
-
-
 def cell(p: RunSet, lvl: str, length: int) -> tuple[Run | None, Run | None]:
     """(the ladder run of a level at a draft length, its AR baseline), None where not run."""
-    run = ladder_run(p, lvl, length)
+    run = p.latest(lambda r: level(r) == lvl and draft_length(r) == length)
     return run, p.baseline(run, "ar")
 
 
@@ -129,6 +139,11 @@ def draft_lengths(p: RunSet, lvl: str) -> list[int]:
 def verifications(records: list[dict]) -> int:
     """Verification steps of a run's records: one draft_calls counter entry each (the prefill has none)."""
     return sum(len(r.get("counters", {}).get("draft_calls", [])) for r in records)
+
+
+def counted(name: str) -> Callable[[dict], int]:
+    """A record's total of counter `name`, as a function of the record."""
+    return lambda r: sum((r.get("counters") or {}).get(name) or [])
 
 
 def numbers(run: Run | None, base: Run | None) -> dict:

@@ -54,8 +54,9 @@ def local_optimum(run: Run) -> pd.DataFrame:
     return pd.DataFrame([(q, i, n) for i, (q, n) in enumerate(found)], columns=["question_id", "iteration", "lambda_star"])
 
 
-def bigrams(tokens: list[int]) -> set:
-    return set(itertools.pairwise(tokens))
+def reappearing(tokens: list[int], later: set) -> int:
+    """How many of `tokens` lie in a bigram of theirs found in `later`."""
+    return len({i for j, pair in enumerate(itertools.pairwise(tokens)) if pair in later for i in (j, j + 1)})
 
 
 def reuse(run: Run) -> pd.DataFrame:
@@ -71,16 +72,10 @@ def reuse(run: Run) -> pd.DataFrame:
             rest = s["tokens"][a:]
             if not rest:
                 continue
-            later_out = bigrams(out[s["start"] + a:])  # what the target commits from this iteration on
-            later_draft = set().union(*(bigrams(x["tokens"]) for x in st[k + 1:])) if k + 1 < len(st) else set()
-            row = {"question_id": r["question_id"], "discarded": len(rest)}
-            for name, later in (("at_target", later_out), ("at_draft", later_draft)):
-                hit = [False] * len(rest)
-                for j, pair in enumerate(itertools.pairwise(rest)):
-                    if pair in later:
-                        hit[j] = hit[j + 1] = True
-                row[name] = sum(hit)
-            rows.append(row)
+            later_out = set(itertools.pairwise(out[s["start"] + a:]))  # committed from this iteration on
+            later_draft = set().union(*(itertools.pairwise(x["tokens"]) for x in st[k + 1:]))
+            rows.append({"question_id": r["question_id"], "discarded": len(rest),
+                         "at_target": reappearing(rest, later_out), "at_draft": reappearing(rest, later_draft)})
     return pd.DataFrame(rows, columns=["question_id", "discarded", "at_target", "at_draft"])
 
 
@@ -97,15 +92,14 @@ def spread(a: pd.DataFrame) -> tuple[float | None, list[float] | None]:
     """Standard deviation of lambda* over iterations, with an interval over questions."""
     if len(a) < 2:
         return None, None
-    g = a.groupby("question_id")["lambda_star"]
-    n, s1, s2 = g.count().tolist(), g.sum().tolist(), (a.assign(sq=a["lambda_star"] ** 2)
-                                                     .groupby("question_id")["sq"].sum().tolist())
+    q = a.assign(sq=a["lambda_star"] ** 2).groupby("question_id").agg(
+        n=("lambda_star", "count"), s1=("lambda_star", "sum"), s2=("sq", "sum"))
 
     def std(n, s1, s2, axis=-1):
         m = s1.sum(axis) / n.sum(axis)
         return np.sqrt(np.maximum(s2.sum(axis) / n.sum(axis) - m ** 2, 0))
 
-    return float(a["lambda_star"].std(ddof=0)), bootstrap_interval([n, s1, s2], std)
+    return float(a["lambda_star"].std(ddof=0)), bootstrap_interval([q[c].tolist() for c in ("n", "s1", "s2")], std)
 
 
 def build_fig2(runs: RunSet, model: str | None = None, draft: str | None = None) -> pd.DataFrame:
@@ -146,15 +140,14 @@ def plot(df: pd.DataFrame) -> Figure:
         ax_a.axhline(at["lambda"], ls=":", color="gray", label=f"lambda = {at['lambda']}")
         ax_a.legend(fontsize=8)
     ax_a.set(xlabel="SD iteration", ylabel="local optimal draft length", title="(a) lambda* per iteration")
-    for ax, part, title in ((ax_b, "b", "(b) discarded draft tokens that reappear"),
-                            (ax_c, "c", "(c) acceptance vs confidence product")):
-        ax.set_title(title)
-        if not at["recorded"]:
+    ax_b.set_title("(b) discarded draft tokens that reappear")
+    ax_c.set_title("(c) acceptance vs confidence product")
+    if not at["recorded"]:
+        for ax in (ax_b, ax_c):
             ax.text(0.5, 0.5, wrap(f"not measured: no run with {SWITCH} ({make(ARTIFACT)})", 36), ha="center",
                     va="center", transform=ax.transAxes)
-            ax.set_xticks([])
-            ax.set_yticks([])
-    if at["recorded"]:
+            ax.set(xticks=[], yticks=[])
+    else:
         b = df[df["part"] == "b"]
         ax_b.bar(["at the target", "at the draft"], b["value"].fillna(0), yerr=yerr(b["value"], b["low"], b["high"]),
                  color=["tab:green", "tab:orange"], capsize=4)
@@ -176,39 +169,38 @@ def holistic_fig2(runs: RunSet, model: str | None = None, draft: str | None = No
     at = df.attrs
     a = df[df["part"] == "a"]
     lam, (std, std_ci) = at["lambda"], at["spread"]
-    rows = [{"Part": "(a)", "Measure": "lambda* (accepted drafts per iteration): mean; std [95% CI]",
-             "Ours": f"{fmt(a['lambda_star'].mean())}; {with_interval(std, std_ci)}"},
-            {"Part": "(a)", "Measure": f"iterations with lambda* = 0 / = lambda ({lam})",
-             "Ours": (f"{fmt((a['lambda_star'] == 0).mean(), '.1%')} / "
-                      f"{fmt((a['lambda_star'] == lam).mean(), '.1%')}")}]
+    rows = [("(a)", "lambda* (accepted drafts per iteration): mean; std [95% CI]",
+             f"{fmt(a['lambda_star'].mean())}; {with_interval(std, std_ci)}"),
+            ("(a)", f"iterations with lambda* = 0 / = lambda ({lam})",
+             f"{fmt((a['lambda_star'] == 0).mean(), '.1%')} / {fmt((a['lambda_star'] == lam).mean(), '.1%')}")]
     claims = [f"(a) lambda* varies across iterations (std's interval above 1 token): {verdict(std_ci, 1.0)}."]
     if at["recorded"]:
         b = df[df["part"] == "b"].set_index("measure")
         for col, name in (("at_target", "in the output committed later"), ("at_draft", "in a later draft")):
-            rows.append({"Part": "(b)", "Measure": f"discarded draft tokens that reappear {name} [95% CI]",
-                         "Ours": with_interval(b.at[col, "value"], None if pd.isna(b.at[col, "low"]) else
-                                               [b.at[col, "low"], b.at[col, "high"]], ".1%")})
+            low, high = b.at[col, "low"], b.at[col, "high"]
+            rows.append(("(b)", f"discarded draft tokens that reappear {name} [95% CI]",
+                         with_interval(b.at[col, "value"], None if pd.isna(low) else [low, high], ".1%")))
         for _, r in df[(df["part"] == "c") & (df["nodes"] > 0)].iterrows():  # empty bins: only in the csv
-            rows.append({"Part": "(c)", "Measure": f"prefixes with confidence product in [{r['bin_low']:g}, "
-                                                   f"{r['bin_high']:g}{']' if r['bin_high'] == 1 else ')'}: accepted "
-                                                   f"[95% CI] ({int(r['nodes'])} prefixes)",
-                         "Ours": with_interval(r["rate"], None if pd.isna(r["rate_low"]) else
-                                               [r["rate_low"], r["rate_high"]], ".2f")})
+            close = "]" if r["bin_high"] == 1 else ")"
+            ci = None if pd.isna(r["rate_low"]) else [r["rate_low"], r["rate_high"]]
+            measure = (f"prefixes with confidence product in [{r['bin_low']:g}, {r['bin_high']:g}{close}: accepted "
+                       f"[95% CI] ({int(r['nodes'])} prefixes)")
+            rows.append(("(c)", measure, with_interval(r["rate"], ci, ".2f")))
         claims.append(f"(c) acceptance rises with the confidence product (highest filled bin's interval above the "
                       f"lowest's): {at['rises']}.")
         if not at["tokens_kept"]:
             claims.append("(b) not measured from this folder: it keeps no token ids (the committed evidence); the "
                           "report on the run's results folder has them.")
     else:
-        rows.append({"Part": "(b), (c)", "Measure": "—", "Ours": f"Not measured: no vanilla SD run with {SWITCH} "
-                                                                 f"({make(ARTIFACT)})"})
+        rows.append(("(b), (c)", "—", f"Not measured: no vanilla SD run with {SWITCH} ({make(ARTIFACT)})"))
     ours = (f"Ours: {at['model']}, draft: {describe(at['drafter'])}, machine {at['machine']}, {at['dataset']}, "
             f"vanilla SD at lambda {lam}; intervals: 95% bootstrap over questions. (b): a discarded token counts when "
             "a 2-token phrase of the discarded part holding it reappears later in the same prompt-turn.")
     foot = footer(ours, [run_a, run_bc], [*claims, *PAPER.values(), "The paper's figure gives no point values."],
                   p.notes)
     png = Path(runs.folder, "figures", "holistic_fig2.png")  # the markdown names the figure where it is written
-    md = markdown(pd.DataFrame(rows), f"Post-use & Pre-cut Figure 2, ours (figure: {png}).", foot, numparse=False)
+    table = pd.DataFrame(rows, columns=["Part", "Measure", "Ours"])
+    md = markdown(table, f"Post-use & Pre-cut Figure 2, ours (figure: {png}).", foot, numparse=False)
     return Report.figure("holistic_fig2", plot(df), df, md)
 
 

@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 from bench.report.claims import sums_interval
 from bench.report.drafter import describe
 from bench.report.holistic.claims import ordering_verdict
-from bench.report.holistic.common import AR, EXPERIMENT, RUN, declare, draft_length, frozen, make
+from bench.report.holistic.common import AR, EXPERIMENT, RUN, declare, draft_length, frozen, make, points
 from bench.report.output import Report
 from bench.report.plots import new_figure, yerr
 from bench.report.registry import option
@@ -23,6 +23,7 @@ CURVES = {"vanilla": "vanilla SD", "q_init": "Pre-cut, Q_init (learned in warm-u
 COLORS = {"vanilla": "tab:gray", "q_init": "tab:blue", "q_updated": "tab:red"}
 DATASET = option("--dataset", help="the runs' dataset (default alpaca, as the paper's Figure 4)")
 SERIES = ["accepted", "drafted", "new_tokens", "draft_calls"]  # per verification (series)
+UNMEASURED = "not measured (needs all three curves)"
 
 
 def curve(run: Run) -> str | None:
@@ -76,15 +77,11 @@ def curve_steps(name: str, run: Run) -> pd.DataFrame:
     return df
 
 
-def final(df: pd.DataFrame) -> dict[str, float]:
-    return {name: float(g["util_accepted"].iloc[-1]) for name, g in df.groupby("curve", sort=False) if len(g)}
-
-
 def ordering_claim(df: pd.DataFrame) -> str:
     """The paper's reading: Q_updated above Q_init above vanilla SD (final cumulative utilisation)."""
-    u = final(df)
+    u = {name: float(g["util_accepted"].iloc[-1]) for name, g in df.groupby("curve", sort=False) if len(g)}
     if set(u) != set(CURVES):
-        return "not measured (needs all three curves)"
+        return UNMEASURED
     verdict = "holds" if u["q_updated"] > u["q_init"] > u["vanilla"] else "does not hold"
     return f"{verdict} (" + ", ".join(f"{CURVES[n]} {u[n]:.3f}" for n in CURVES) + ")"
 
@@ -98,9 +95,8 @@ def plot(df: pd.DataFrame) -> Figure:
         end = g.iloc[[-1]]  # the final utilisation's 95% interval over questions
         ax.errorbar(end["step"], end["util_accepted"], color=COLORS[name], capsize=3,
                     yerr=yerr(end["util_accepted"], end["util_accepted_lo"], end["util_accepted_hi"]))
-    ax.set_xlabel("verification step (questions in order)")
-    ax.set_ylabel("utilisation so far (accepted / drafted)")
-    ax.set_title(f"Post-use & Pre-cut Fig. 4, ours: {df.attrs['model']}, {df.attrs['dataset']}")
+    ax.set(xlabel="verification step (questions in order)", ylabel="utilisation so far (accepted / drafted)",
+           title=f"Post-use & Pre-cut Fig. 4, ours: {df.attrs['model']}, {df.attrs['dataset']}")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return fig
@@ -116,8 +112,7 @@ def holistic_fig4(runs: RunSet, model: str | None = None, dataset: str = "alpaca
     latest = p.latest_per(curve)
     df = pd.concat([curve_steps(name, latest[name]) for name in CURVES if name in latest], ignore_index=True)
     df.attrs.update(model=p.model, dataset=dataset)
-    ordering = (ordering_verdict(*(latest[n] for n in CURVES)) if set(latest) >= set(CURVES)
-                else "not measured (needs all three curves)")
+    ordering = ordering_verdict(*(latest[n] for n in CURVES)) if set(latest) >= set(CURVES) else UNMEASURED
     ends = df.groupby("curve", sort=False).tail(1).reset_index(drop=True)  # each curve's last step
     summary = pd.DataFrame({"Curve": [CURVES[n] for n in ends["curve"]], "λ": ends["draft_length"],
                             "steps": ends["step"], "utilisation (accepted / drafted)": ours_cells(ends, "util_accepted", ".3f"),
@@ -125,14 +120,11 @@ def holistic_fig4(runs: RunSet, model: str | None = None, dataset: str = "alpaca
                             "run": ends["run_id"]})
     caption = (f"Post-use & Pre-cut Figure 4, ours: final cumulative token utilisation on {dataset} "
                f"({p.model}, draft: {describe(p.drafter)}); the paper shows curves only, no values.")
-    points = ordering_claim(df).split(" (", 1)[-1].rstrip(")")  # the numbers; the verdict is the intervals'
-    md = markdown(summary, caption, [(f"Claim, Q_updated > Q_init > vanilla SD, from paired 95% intervals over "
-                                      f"questions: {ordering}; final utilisation: {points}."),
-                                     ("[low, high]: 95% bootstrap interval over questions (the figure's error "
-                                      "bars, at each curve's end)."),
-                                     f"{MISSING}: no run ({make(ARTIFACT)}).",
-                                     *(f"Note: {n}." for n in p.notes)])
-    return Report.figure("holistic_fig4", plot(df), df, md)
+    foot = [(f"Claim, Q_updated > Q_init > vanilla SD, from paired 95% intervals over questions: {ordering}; final "
+             f"utilisation: {points(ordering_claim(df))}."),  # the numbers; the verdict is the intervals'
+            "[low, high]: 95% bootstrap interval over questions (the figure's error bars, at each curve's end).",
+            f"{MISSING}: no run ({make(ARTIFACT)}).", *(f"Note: {n}." for n in p.notes)]
+    return Report.figure("holistic_fig4", plot(df), df, markdown(summary, caption, foot))
 
 
 ARTIFACT = declare(

@@ -15,13 +15,14 @@ from bench.run.metrics import speedup_interval, verdict
 
 DATASETS = ("humaneval", "mt_bench")
 LEVEL = "reuse_target"  # both reuses, no Pre-cut
+UNMEASURED = "not measured (needs both datasets)"
 
 
 def differs_verdict(b: dict[str, int], runs: dict[str, dict]) -> str:
     """The best lambda differs between the two tasks: holds when each task's best lambda beats the other's on its
     questions (paired speedup ratio wholly above 1), else undecided (an interval cannot show equality)."""
     if len(b) < 2:
-        return "not measured (needs both datasets)"
+        return UNMEASURED
     (da, la), (db, lb) = list(b.items())[:2]
     if la == lb:
         return f"undecided (both best at lambda {la}; an interval cannot show they are the same)"
@@ -41,7 +42,7 @@ def best(df: pd.DataFrame) -> dict[str, int]:
 def differs_claim(df: pd.DataFrame) -> str:
     b = best(df)
     if len(b) < 2:
-        return "not measured (needs both datasets)"
+        return UNMEASURED
     verdict = "holds" if len(set(b.values())) > 1 else "does not hold"
     return f"{verdict} (best lambda: " + ", ".join(f"{ds} {n}" for ds, n in b.items()) + ")"
 
@@ -57,9 +58,8 @@ def plot(df: pd.DataFrame) -> Figure:
             top = g.loc[g["speedup"].idxmax()]
             ax.scatter([top["lambda"]], [top["speedup"]], s=120, facecolors="none", edgecolors=line.get_color())
     ax.axhline(1.0, color="gray", lw=0.8, ls="--")
-    ax.set_xlabel("draft length λ (reuse at draft and target, no Pre-cut)")
-    ax.set_ylabel("speedup over AR")
-    ax.set_title(f"Post-use & Pre-cut Fig. 5, ours: {df.attrs['model']} (circled: best λ)")
+    ax.set(xlabel="draft length λ (reuse at draft and target, no Pre-cut)", ylabel="speedup over AR",
+           title=f"Post-use & Pre-cut Fig. 5, ours: {df.attrs['model']} (circled: best λ)")
     ax.grid(alpha=0.3)
     ax.legend()
     return fig
@@ -84,13 +84,11 @@ def holistic_fig5(runs: RunSet, model: str | None = None, draft: str | None = No
     table = table.fillna(MISSING).rename_axis("λ").reset_index()
     caption = (f"Post-use & Pre-cut Figure 5, ours: speedup over AR per draft length with reuse only, "
                f"{model}; the paper's figure has no values in its text.")
-    md = markdown(table, caption, [*foot, *errors,
-                                   (f"Claim, the best lambda differs between tasks: {differs}; the "
-                                    f"points' best: {differs_claim(df).split(': ', 1)[-1].rstrip(')')}."),
-                                   ("Speedup [low, high], error bars: 95% bootstrap interval over questions, paired "
-                                    "with AR."),
-                                   f"{MISSING}: no run ({make(ARTIFACT)})."])
-    return Report.figure("holistic_fig5", plot(df), df, md)
+    foot += [*errors, (f"Claim, the best lambda differs between tasks: {differs}; the points' best: "
+                       f"{differs_claim(df).split(': ', 1)[-1].rstrip(')')}."),
+             "Speedup [low, high], error bars: 95% bootstrap interval over questions, paired with AR.",
+             f"{MISSING}: no run ({make(ARTIFACT)})."]
+    return Report.figure("holistic_fig5", plot(df), df, markdown(table, caption, foot))
 
 
 ARTIFACT = common.declare(

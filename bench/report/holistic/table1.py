@@ -14,23 +14,19 @@ from bench.run.store import Run
 PAPER = "postuse_precut_table1_2.csv"
 PAPER_PAIR = "Llama2 7&70B"  # beside ours in the markdown: the pair of both tables
 DATASETS = ("humaneval", "mt_bench", "gsm8k")
-# Row -> (label, the paper's method name)
-ROWS = {"ar": ("Auto-regressive", "autoregressive"), "lookahead": ("Lookahead", "lookahead"),
-        "assisted": ("Assisted", "assisted"), "speculative": ("Speculative (λ=12)", "speculative"),
-        "ouroboros": ("Ouroboros (λ=12)", "ouroboros"), "ours": ("Ours (λ≤24)", "postuse_precut")}
 LAMBDA = 12  # Speculative's and Ouroboros's draft length (Appendix D.4.2)
 OURS_BOUND = 24
 ROUNDING = 0.015  # a printed speedup further than this from its printed tok/s ratio is the paper's inconsistency
-
-
-# Row -> which runs are it, as the paper ran them (ours: both reuses and Pre-cut at the bound)
-KEEP = {"ar": lambda r: r.method == "ar" and not r.variant,
-        "lookahead": lambda r: r.method == "lookahead",
-        "assisted": lambda r: r.method == "hf_assisted",
-        "speculative": lambda r: r.method == "sd" and draft_length(r) == LAMBDA,
-        "ouroboros": lambda r: r.method in ("ouroboros", "ouroboros_g12") and r.settings.get("gamma") == LAMBDA,
+# Row -> (label, the paper's method name, which runs are it, as the paper ran them)
+ROWS = {"ar": ("Auto-regressive", "autoregressive", lambda r: r.method == "ar" and not r.variant),
+        "lookahead": ("Lookahead", "lookahead", lambda r: r.method == "lookahead"),
+        "assisted": ("Assisted", "assisted", lambda r: r.method == "hf_assisted"),
+        "speculative": ("Speculative (λ=12)", "speculative", lambda r: r.method == "sd" and draft_length(r) == LAMBDA),
+        "ouroboros": ("Ouroboros (λ=12)", "ouroboros",
+                      lambda r: r.method in ("ouroboros", "ouroboros_g12") and r.settings.get("gamma") == LAMBDA),
         # the run of Table 1's own sweep (no variant), not Table 3's precut cell at 24 (run.variant=precut)
-        "ours": lambda r: level(r) == "precut" and draft_length(r) == OURS_BOUND and not r.variant}
+        "ours": ("Ours (λ≤24)", "postuse_precut",
+                 lambda r: level(r) == "precut" and draft_length(r) == OURS_BOUND and not r.variant)}
 
 
 def lossless(run: Run | None) -> str | None:
@@ -43,12 +39,11 @@ def display(df: pd.DataFrame) -> pd.DataFrame:
              for col in ("tok_s", "speedup")}
     return pd.DataFrame([{"Method": label, **{f"{ds} {name}": cells[col][row, ds] for ds in DATASETS
                                               for col, name in (("tok_s", "tok/s"), ("speedup", "speedup"))}}
-                         for row, (label, _) in ROWS.items()])
+                         for row, (label, _, _) in ROWS.items()])
 
 
 def contradicted_speedups(paper: pd.DataFrame) -> list[str]:
-    """The paper's printed speedups that its own tok/s contradict (printed vs tok/s over its AR's tok/s, beyond
-    the two decimals' rounding): CodeLlama 7&34B Speculative, Llama3.1 8&70B ours, GSM8K Llama2 Ouroboros."""
+    """The paper's printed speedups that its own tok/s over its AR's contradict beyond the two decimals' rounding."""
     ar = paper[paper["method"] == "autoregressive"].set_index(["dataset", "pair"])["tok_s"]
     out = []
     for r in paper.itertuples():
@@ -67,9 +62,9 @@ def holistic_table1(runs: RunSet, model: str | None = None, draft: str | None = 
     rows, used = [], []
     for ds in DATASETS:
         p = pools.get(ds)
-        full = p.latest(KEEP["ours"]) if p else None  # the full method's run
-        for row, (label, paper_name) in ROWS.items():
-            run = p.latest(KEEP[row]) if p else None
+        full = p.latest(ROWS["ours"][2]) if p else None  # the full method's run
+        for row, (label, paper_name, keep) in ROWS.items():
+            run = p.latest(keep) if p else None
             if row == "ar" and full is not None:  # AR's row is the baseline ours is compared with
                 run = p.baseline(full, "ar") or run
             base = p.baseline(run, "ar") if p else None

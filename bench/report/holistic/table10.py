@@ -8,7 +8,7 @@ from bench.report.holistic import common
 from bench.report.holistic.common import draft_length, level
 from bench.report.output import Report
 from bench.report.select import RunSet
-from bench.report.tables import interval_columns, paired_cells
+from bench.report.tables import interval_columns
 from bench.run.metrics import group_records, speedup, speedup_interval
 
 PAPER = "postuse_precut_table10_specbench.csv"
@@ -38,17 +38,15 @@ def holistic_table10(runs: RunSet, model: str | None = None, draft: str | None =
         theirs = group_records(base.records) if base else {}
         for group, col in GROUPS.items():
             both = group in mine and group in theirs
-            got = speedup(mine[group], theirs[group]) if both else None
-            rows.append({"row": row, "method": label, "group": group, "category": col, "speedup": got,
+            rows.append({"row": row, "method": label, "group": group, "category": col,
+                         "speedup": speedup(mine[group], theirs[group]) if both else None,
                          **interval_columns("speedup", speedup_interval(mine[group], theirs[group]) if both else None),
                          "questions": len({r["question_id"] for r in mine.get(group, [])}),
                          "paper_speedup": paper.at[paper_name, col], "run_id": run.run_id if run else None,
                          "ar_run_id": base.run_id if base else None})
     df = pd.DataFrame(rows)
-    cells = pd.Series(paired_cells(df, "speedup", "paper_speedup"), index=[df["row"], df["category"]])
-    display = pd.DataFrame([{"Method": "Auto-regressive", **{c: "1.00 (1.00)" for c in GROUPS.values()}},
-                            *({"Method": label, **{c: cells[row, c] for c in GROUPS.values()}}
-                              for row, (label, _, _) in ROWS.items())])
+    display = common.speedup_grid(df, "Method", ("row", {row: label for row, (label, _, _) in ROWS.items()}),
+                                  ("group", GROUPS))
     caption = ("Post-use & Pre-cut Table 10, ours (paper: Llama-3.1-Instruct): speedup over AR per Spec-Bench "
                "category (dialog = the 8 MT-Bench categories).")
     counts = df.groupby("category", sort=False)["questions"].max()

@@ -6,10 +6,10 @@ import pandas as pd
 
 from bench.report.holistic import common
 from bench.report.holistic.claims import MAT_TOLERANCE, flatten_interval, reuse_verdict
-from bench.report.holistic.common import AR, DATASET, RUN
+from bench.report.holistic.common import AR, DATASET, RUN, points
 from bench.report.output import Report
 from bench.report.select import RunSet
-from bench.report.tables import fmt_ci, is_missing, paired_cells
+from bench.report.tables import fmt_ci, is_missing
 from bench.run.metrics import verdict
 from bench.run.store import Run
 
@@ -20,17 +20,17 @@ LEVEL_NAMES = {"sd": "+ Speculative (sd)", "reuse_draft": "+ Ex-post reuse at M_
 PAPER_LEVELS = {"sd": "+speculative", "reuse_draft": "+expost_reuse_draft", "reuse_target": "+expost_reuse_target",
                 "precut": "+exante_reduction"}
 LAMBDAS = (3, 6, 9, 12, 18, 24)
+NO_REUSE = "not measured (needs sd and reuse_target runs at the same lambda)"
 
 
 def claims(got: dict[tuple[str, int], tuple[Run | None, Run | None]], lengths: list[int]) -> dict[str, str]:
     """The two claims' texts from paired intervals; got: (level, lambda) -> (run, its AR baseline)."""
     both = {n: (got["sd", n][0], got["reuse_target", n][0]) for n in lengths
             if got["sd", n][0] and got["reuse_target", n][0]}
+    reuse = NO_REUSE
     if both:
         v, texts = reuse_verdict(both)
         reuse = f"{v} ({'; '.join(texts)})"
-    else:
-        reuse = "not measured (needs sd and reuse_target runs at the same lambda)"
     shared = [n for n in lengths if all(got[lvl, n][0] and got[lvl, n][1] for lvl in ("reuse_target", "precut"))]
     if len(shared) < 2:
         flat = "not measured (needs reuse_target and precut runs with their AR baseline at two or more lambdas)"
@@ -51,16 +51,11 @@ def reuse_claim(df: pd.DataFrame) -> str:
     u_sd, u_re, m_sd, m_re = (_by_lambda(df, lvl, col) for col in ("util_eq3", "mat") for lvl in ("sd", "reuse_target"))
     common = sorted(set(u_sd) & set(u_re) & set(m_sd) & set(m_re))
     if not common:
-        return "not measured (needs sd and reuse_target runs at the same lambda)"
+        return NO_REUSE
     cells = [f"lambda {n}: util {u_sd[n]:.2f} -> {u_re[n]:.2f}, MAT {m_sd[n]:.2f} -> {m_re[n]:.2f}" for n in common]
     # The points' reading; the page states the verdict from the intervals (claims.reuse_verdict).
     holds = all(u_re[n] > u_sd[n] and m_re[n] >= MAT_TOLERANCE * m_sd[n] for n in common)
     return ("holds" if holds else "does not hold") + " (" + "; ".join(cells) + ")"
-
-
-def points(claim: str) -> str:
-    """A point-based claim text's numbers, without its reading (verdicts come from intervals only)."""
-    return claim.split(" (", 1)[1].rstrip(")") if " (" in claim else claim
 
 
 def spread(values: dict[int, float], lambdas: list[int]) -> float:
@@ -76,14 +71,6 @@ def flatten_claim(df: pd.DataFrame, col: str = "speedup") -> str:
     a, b = spread(reuse, common), spread(cut, common)
     verdict = "holds" if b < a else "does not hold"
     return f"{verdict} (spread over lambda {', '.join(map(str, common))}: reuse only {a:.2f}, with Pre-cut {b:.2f})"
-
-
-def display(df: pd.DataFrame) -> pd.DataFrame:
-    lengths = sorted(df["lambda"].unique())
-    cells = pd.Series(paired_cells(df, "speedup", "paper_speedup"), index=[df["level"], df["lambda"]])
-    return pd.DataFrame([{"Level": "Auto-regressive", **{f"λ={n}": "1.00 (1.00)" for n in lengths}},
-                         *({"Level": name, **{f"λ={n}": cells[lvl, n] for n in lengths}}
-                           for lvl, name in LEVEL_NAMES.items())])
 
 
 def holistic_table3(runs: RunSet, model: str | None = None, dataset: str = "humaneval",
@@ -105,7 +92,8 @@ def holistic_table3(runs: RunSet, model: str | None = None, dataset: str = "huma
               f"from paired 95% intervals of the ratios: {said['reuse']}; the points: {points(reuse_claim(df))}."),
              (f"Claim, Pre-cut flattens the lambda sensitivity (speedup spread (max - min) / max), from a paired 95% "
               f"interval: {said['flatten']}; the points: {points(flatten_claim(df))}.")]
-    return common.table(ARTIFACT, p, [r for cell in got.values() for r in cell], caption, lines, display(df), df)
+    display = common.speedup_grid(df, "Level", ("level", LEVEL_NAMES), ("lambda", {n: f"λ={n}" for n in lengths}))
+    return common.table(ARTIFACT, p, [r for cell in got.values() for r in cell], caption, lines, display, df)
 
 
 ARTIFACT = common.declare(

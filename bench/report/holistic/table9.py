@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import pandas as pd
 
-from bench.report.claims import sums_interval
+from bench.report.claims import per_question, sums_interval
 from bench.report.holistic import common
 from bench.report.holistic.common import AR, DATASET, RUN, draft_length, level, make
 from bench.report.output import Report
@@ -31,12 +29,8 @@ def ms_interval(records: list[dict], phase: str, per: str) -> list[float] | None
     (verifications, or counter `per`). None at batch > 1 (phase times per batch) or where a question has none."""
     if any(r.get("batch") for r in records):
         return None
-    by_q: dict = defaultdict(list)
-    for r in records:
-        by_q[r["question_id"]].append(r)
-    ci = sums_interval({q: [sum(r["phase_times"].get(phase, 0.0) for r in rs),
-                            common.verifications(rs) if per == "steps" else counter_totals(rs).get(per, 0)]
-                        for q, rs in by_q.items()})
+    count = (lambda r: common.verifications([r])) if per == "steps" else common.counted(per)
+    ci = sums_interval(per_question(records, lambda r: r["phase_times"].get(phase, 0.0), count))
     return None if ci is None else [1e3 * ci[0], 1e3 * ci[1]]
 
 
@@ -50,9 +44,9 @@ def holistic_table9(runs: RunSet, model: str | None = None, dataset: str = "huma
                     draft: str | None = None) -> Report:
     p = common.ladder(runs, dataset, ARTIFACT, model, draft, synced=True)
     run = (p.latest(lambda r: level(r) == "precut" and draft_length(r) == LAMBDA and r.sync_phases)
-           or common.ladder_run(p, "precut", LAMBDA))
+           or common.cell(p, "precut", LAMBDA)[0])
     require_exact_phases([run], "holistic/table9", make(ARTIFACT))
-    paper = common.paper_table(PAPER).set_index("component")
+    paper = common.paper_table(PAPER).set_index("component").reindex(list(COMPONENTS))  # NaN where it has none
     phases = phase_totals(run.records) if run else {}
     counts = counter_totals(run.records) if run else {}
     steps = common.verifications(run.records) if run else 0
@@ -68,8 +62,7 @@ def holistic_table9(runs: RunSet, model: str | None = None, dataset: str = "huma
                      **interval_columns("ms", ms_interval(run.records, phase, per) if run and seconds else None),
                      **interval_columns("share", phase_share_interval(run.records, [phase], of_phase_sum=True)
                                         if run and seconds is not None and total else None),
-                     "paper_ms": paper.at[key, "ms"] if key in paper.index else None,
-                     "paper_bound": paper.at[key, "bound"] if key in paper.index else None,
+                     "paper_ms": paper.at[key, "ms"], "paper_bound": paper.at[key, "bound"],
                      "run_id": run.run_id if run else None})
     df = pd.DataFrame(rows)
     ms = [pair(ours, paper_cell(v, bound)) for ours, v, bound in zip(ours_cells(df, "ms", ".3g"), df["paper_ms"],

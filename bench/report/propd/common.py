@@ -15,7 +15,7 @@ from bench.report.claims import per_question, speed_ratios
 from bench.report.output import Report
 from bench.report.registry import Artifact, Cover, Recipe, Shown, option
 from bench.report.select import RunSet, footer
-from bench.report.tables import interval_columns, latex_escape, markdown, render
+from bench.report.tables import interval_columns, latex_escape, markdown, measure, render
 from bench.run.metrics import aggregate_rate_interval, mat, mat_interval, tokens_per_s
 from bench.run.store import Run
 
@@ -88,11 +88,6 @@ def aggregate_rate(records: list[dict]) -> float | None:
     return tokens_per_s(records)["total"]
 
 
-def measure(name: str, run: Run | None, value: Callable, interval: Callable) -> dict:
-    """{name, name_lo, name_hi}: value(records) of a run and its 95% interval(records); None without a run."""
-    return {name: value(run.records) if run else None, **interval_columns(name, interval(run.records) if run else None)}
-
-
 def nodes(run: Run) -> dict:
     """question -> [drafted, verified] nodes over its verification steps (of the records that recorded them)."""
     return per_question([r for r in run.records if r.get("draft_nodes") is not None], lambda r: sum(r["draft_nodes"]),
@@ -109,9 +104,7 @@ def prune_rate(run: Run) -> float | None:
 def draft_nodes_mean(run: Run) -> float | None:
     """Mean nodes drafted per verification step (root excluded); else the summary's `draft_nodes_mean`."""
     steps = [n for r in run.records for n in (r.get("draft_nodes") or [])]
-    if steps:
-        return sum(steps) / len(steps)
-    return run.summary.get("draft_nodes_mean")
+    return sum(steps) / len(steps) if steps else run.summary.get("draft_nodes_mean")
 
 
 def pin(runs: RunSet, name: str, relevant: Callable[[Run], bool], model: str | None = None) -> Cells:
@@ -130,8 +123,7 @@ def cell(p: RunSet, method: str, dataset: str, batch: int, combo: tuple[bool, bo
          where: Callable[[Run], bool] | None = None) -> Run | None:
     """The latest run of `method` (propd: with these switches; others: default variant) on `dataset` at `batch`,
     else None. Without `where`, Table 2's sweep (variants prune-L<n>-k<k>) is left out."""
-    return p.latest(lambda r: r.method == method and r.dataset == dataset
-                    and r.batch_size == batch
+    return p.latest(lambda r: r.method == method and r.dataset == dataset and r.batch_size == batch
                     and (where(r) if where else not PRUNE_VARIANT.fullmatch(r.variant or ""))
                     and (switches(r) == combo if method == "propd" else not r.variant))
 
@@ -231,20 +223,13 @@ def setting_text(runs: Iterable[Run | None]) -> str:
     return "; ".join(dict.fromkeys(seen)) or "—"
 
 
-def rows_together(run: Run) -> int:
-    return max((r["batch"]["size"] for r in run.records if r.get("batch")), default=1)
-
-
 def short_batches(runs: Iterable[Run | None]) -> list[str]:
     """One note per (batch size, rows) of runs whose batches never filled."""
-    once = {r.run_id: r for r in runs if r is not None}.values()
-    short = Counter((r.batch_size, rows_together(r)) for r in once if rows_together(r) < r.batch_size)
+    most = {r.run_id: (r.batch_size, max((x["batch"]["size"] for x in r.records if x.get("batch")), default=1))
+            for r in runs if r is not None}  # each run once: (its batch size, the most rows it decoded together)
+    short = Counter((b, k) for b, k in most.values() if k < b)
     return [f"{n} run(s) at batch {b} decoded at most {k} rows together (fewer questions than rows)"
             for (b, k), n in sorted(short.items())]
-
-
-def paper_csv(name: str) -> pd.DataFrame:
-    return pd.read_csv(PAPER_DIR / name)
 
 
 def sections_texts(parts: list[tuple[str, pd.DataFrame]], caption: str, foot: list[str]) -> dict[str, str]:

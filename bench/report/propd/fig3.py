@@ -51,25 +51,25 @@ def fit_line(x, y, w=None) -> tuple[float, float, float]:
     return b0, b1, r2
 
 
-def read_json(path: Path, notes: list[str]) -> dict | None:
+def read_json(path: Path, notes: list[str]) -> dict:
+    """The file's contents; {} when it is missing, empty or unreadable (a note says which)."""
     try:
-        return json.loads(path.read_text()) if path.is_file() else None
+        return (json.loads(path.read_text()) if path.is_file() else None) or {}
     except (OSError, json.JSONDecodeError) as err:
         notes.append(f"{path} unreadable ({type(err).__name__}); rerun its script")
-        return None
+        return {}
 
 
-def accuracy_frame(heads: dict | None) -> pd.DataFrame:
+def accuracy_frame(heads: dict) -> pd.DataFrame:
     """(a): layer, k, accuracy (a fraction)."""
-    if not heads:
-        return pd.DataFrame(columns=["layer", "k", "accuracy"])
     return pd.DataFrame([{"layer": int(layer), "k": int(k), "accuracy": float(a)}
-                         for layer, accs in heads["accuracy"].items() for k, a in zip(heads["k"], accs)])
+                         for layer, accs in heads.get("accuracy", {}).items() for k, a in zip(heads["k"], accs)],
+                        columns=["layer", "k", "accuracy"])
 
 
-def timing_frames(timing: dict | None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def timing_frames(timing: dict) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(b) points at the batch grid's sequence length, (c) batch-1 points, and the fit per batch size."""
-    rows = pd.DataFrame((timing or {}).get("rows") or [], columns=["batch", "tree_size", "seq_len", "seconds"])
+    rows = pd.DataFrame(timing.get("rows") or [], columns=["batch", "tree_size", "seq_len", "seconds"])
     if rows.empty:
         return rows, rows, pd.DataFrame(columns=["batch_size", "seq_len", "n", "b0", "b1", "r2"])
     batched = rows[rows["batch"] > 1]
@@ -129,16 +129,14 @@ def plot(acc, b, c, fits, d, title: str):
 
 def long_points(acc, b, c, d) -> pd.DataFrame:
     """Every plotted point: panel, series, x, y (accuracy fraction, seconds, MAT) and (d)'s 95% interval y_lo, y_hi."""
-    parts = [pd.DataFrame({"panel": "a", "series": [f"layer {v}" for v in acc["layer"]], "x": acc["k"],
-                           "y": acc["accuracy"]}),
-             pd.DataFrame({"panel": "b", "series": [f"batch {v}" for v in b["batch"]], "x": b["tree_size"],
-                           "y": b["seconds"]}),
-             pd.DataFrame({"panel": "c", "series": [f"tree {v}" for v in c["tree_size"]], "x": c["seq_len"],
-                           "y": c["seconds"]}),
+    lines = [("a", acc, "layer", "layer", "k", "accuracy"), ("b", b, "batch", "batch", "tree_size", "seconds"),
+             ("c", c, "tree", "tree_size", "seq_len", "seconds")]  # panel, frame, series (name, column), x, y
+    parts = [*(pd.DataFrame({"panel": panel, "series": [f"{name} {v}" for v in df[s]], "x": df[x], "y": df[y]})
+               for panel, df, name, s, x, y in lines),
              *(pd.DataFrame({"panel": "d", "series": m, "x": d["category"], "y": d[m], "y_lo": d[f"{m}_lo"],
                              "y_hi": d[f"{m}_hi"]}) for m in METHODS)]
-    return pd.concat([p for p in parts if len(p)], ignore_index=True) if any(len(p) for p in parts) else \
-        pd.DataFrame(columns=["panel", "series", "x", "y"])
+    filled = [p for p in parts if len(p)]
+    return pd.concat(filled, ignore_index=True) if filled else pd.DataFrame(columns=["panel", "series", "x", "y"])
 
 
 def wide(df: pd.DataFrame, index: str, columns: str, values: str, name: str, head: str, scale: float,
@@ -184,7 +182,6 @@ def propd_fig3(runs: RunSet, model: str | None = None) -> Report:
         raise MissingRunsError(f"nothing for ProPD Figure 3 under {runs.folder}: no propd/{EARLY_HEADS}, no "
                                f"propd/{ITERATION_TIME}, no medusa/propd run at batch 1 on mt_bench "
                                f"(produced by `{MAKE}`)")
-    heads, timing = heads or {}, timing or {}
     where = timing.get("machine") or timing.get("device")
     title = (f"ProPD Figure 3, ours: (a) {model_label(heads.get('model'))}, early heads {heads.get('heads')}; "
              f"(b, c) {model_label(timing.get('model'))} on {where}; (d) {model_label(cells.p.model)}")

@@ -45,11 +45,10 @@ def build_fig6(run: Run) -> pd.DataFrame:
     rows += [{"part": "b", "head": None, "k": None, "node": n + 1, "path": "-".join(str(r + 1) for r in path),
               "value": float(v)} for n, (path, v) in enumerate(tree)]
     df = pd.DataFrame(rows)
-    estimated = 1 + sum(v for _, v in tree)
-    df.attrs.update(run_id=run.run_id, model=run.model, dataset=run.dataset,
-                    batch=run.batch_size, machine=run.machine, size=size, estimated=estimated,
-                    mat=mat(run.records), mat_ci=mat_interval(run.records), switches=switches(run),
-                    chosen=ms.get("last_choice"), sizes=ms.get("tree_size_choices"))
+    df.attrs.update(run_id=run.run_id, model=run.model, dataset=run.dataset, batch=run.batch_size,
+                    machine=run.machine, size=size, estimated=1 + sum(v for _, v in tree), mat=mat(run.records),
+                    mat_ci=mat_interval(run.records), switches=switches(run), chosen=ms.get("last_choice"),
+                    sizes=ms.get("tree_size_choices"))
     return df
 
 

@@ -5,14 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from bench.report.claims import overall
+from bench.report.claims import overall, speed_ratios
 from bench.report.output import Report
 from bench.report.plots import new_figure, wrap, yerr
 from bench.report.propd import common
 from bench.report.select import RunSet
-from bench.report.tables import MISSING, interval_columns, interval_in, ours_cells
-from bench.run.metrics import aggregate_rate_interval, aggregate_speedup_interval, mat, tokens_per_s, verdict
-from bench.run.store import Run
+from bench.report.tables import MISSING, interval_columns, interval_in, measure, ours_cells
+from bench.run.metrics import aggregate_rate_interval, mat, tokens_per_s, verdict
 
 LABELS = {"ar": "AR", "bpd": "BPD", "medusa": "Medusa", "propd": "ProPD"}
 COLORS = {"ar": "tab:gray", "bpd": "tab:orange", "medusa": "tab:blue", "propd": "tab:red"}
@@ -23,8 +22,7 @@ DEFINITIONS = [
     "the error bars: 95% bootstrap interval over questions (each carrying an equal share of its batch's wall "
     "time)."),
     ("Paper (Figure 7, Vicuna 7B/13B/33B): no point values in the text; it states that ProPD is faster than AR, "
-    "BPD and Medusa across model sizes, tasks and batch sizes."),
-]
+    "BPD and Medusa across model sizes, tasks and batch sizes.")]
 
 
 def fig7_points(runs: RunSet, model: str | None = None) -> tuple[pd.DataFrame, common.Cells]:
@@ -33,32 +31,24 @@ def fig7_points(runs: RunSet, model: str | None = None) -> tuple[pd.DataFrame, c
     for d in common.DATASETS:
         measured = any(r.dataset == d for r in cells.p.runs)  # else one reason for the dataset's every cell
         for b in common.BATCHES:
-            ours = common.cell(cells.p, "propd", d, b, BOTH)  # the others' rows carry its paired ratio over them
+            ours = common.cell(cells.p, "propd", d, b, BOTH)  # the others' rows carry its paired interval over them
+            per_method = {}
             for m in reversed(common.METHODS):  # propd first: the footer names the runs in this order
                 run = cells.take(ours if m == "propd" else common.cell(cells.p, m, d, b))
                 if run is None and measured:
                     cells.gap(f"{d} BS={b} {LABELS[m]}", d,
                               f"{m} run{' with both switches on' if m == 'propd' else ''} at that batch size")
-                rows.append({"dataset": d, "batch_size": b, "method": m,
-                             **common.measure("tok_s", run, common.aggregate_rate, aggregate_rate_interval),
-                             **interval_columns("propd_over", faster(ours, run)),
-                             "tok_s_per_question": tokens_per_s(run.records)["mean_of_questions"] if run else None,
-                             "mat": mat(run.records) if run else None, "run_id": run.run_id if run else None})
+                per_method[m] = {"dataset": d, "batch_size": b, "method": m,
+                                 **measure("tok_s", run, common.aggregate_rate, aggregate_rate_interval),
+                                 **interval_columns("propd_over", speed_ratios(ours, run)[1] if m != "propd" else None),
+                                 "tok_s_per_question": tokens_per_s(run.records)["mean_of_questions"] if run else None,
+                                 "mat": mat(run.records) if run else None, "run_id": run.run_id if run else None}
+            rows += [per_method[m] for m in common.METHODS]  # the table in METHODS order
         if not measured:
             cells.gap(f"{d} (every cell)", d, "run")
-    order = {m: i for i, m in enumerate(common.METHODS)}
-    df = pd.DataFrame(sorted(rows, key=lambda r: (list(common.DATASETS).index(r["dataset"]), r["batch_size"],
-                                                  order[r["method"]])))
-    df = common.floats(df, keys=("dataset", "batch_size", "method"))
+    df = common.floats(pd.DataFrame(rows), keys=("dataset", "batch_size", "method"))
     df.attrs.update(cells.attrs())
     return df, cells
-
-
-def faster(propd: Run | None, other: Run | None) -> list[float] | None:
-    """The paired interval of propd's aggregate rate over another method's (None without both, or for propd)."""
-    if propd is None or other is None or other is propd:
-        return None
-    return aggregate_speedup_interval(propd.records, other.records)
 
 
 def cell_verdict(g: pd.DataFrame) -> str:

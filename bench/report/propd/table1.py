@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from bench.report.output import Report
-from bench.report.propd.common import BATCHES, DATASET, Against, Cells, declare, paper_csv, pin, table
+from bench.report.propd.common import BATCHES, DATASET, PAPER_DIR, Against, Cells, declare, pin, table
 from bench.report.select import RunSet
 from bench.report.tables import fmt, ours_cells
 
@@ -19,14 +19,13 @@ DEFINITIONS = [
     "the batches' wall time). Tok/s rows: aggregate. MAT: tokens per target forward incl. the bonus token. "
     "[low, high]: 95% bootstrap interval over questions, paired with AR for the speedup (at batch > 1 each "
     "question carries an equal share of its batch's wall time, in the tok/s rows too)."),
-    "The paper's 33B has no batch-16 value (it prints \"/\").",
-]
+    "The paper's 33B has no batch-16 value (it prints \"/\")."]
 
 
 def table1_frame(runs: RunSet, model: str | None = None, dataset: str = "mt_bench") -> tuple[pd.DataFrame, Cells]:
     """One row per batch size, ours and the paper's; the cells for the footer."""
     cells = pin(runs, "table1", lambda r: r.dataset == dataset and r.method in ("ar", "propd"), model)
-    paper = paper_csv(PAPER).set_index("model")
+    paper = pd.read_csv(PAPER_DIR / PAPER).set_index("model")
     vs, rows = Against(cells, dataset, "ar", ratio="speedup"), []
     for b in BATCHES:
         numbers, ids = vs.cell(f"BS={b}", b, BOTH, "both switches on", aggregate=b > 1)

@@ -9,16 +9,7 @@ from bench.report.output import Report
 from bench.report.propd import common
 from bench.report.registry import option
 from bench.report.select import RunSet
-from bench.report.tables import (
-    MISSING,
-    fmt,
-    fmt_ci,
-    interval_columns,
-    interval_in,
-    is_missing,
-    pair,
-    paired_cells,
-)
+from bench.report.tables import MISSING, fmt, fmt_ci, interval_columns, interval_in, is_missing, paired_cells
 from bench.run.metrics import aggregate_rate_interval, mat, mat_interval
 from bench.run.store import Run
 
@@ -27,17 +18,18 @@ LAYERS = (1, 2, 3, 4)
 TOPKS = (50, 100, 150, 200)
 CHOSEN = (4, 50)  # the paper's final setting (Section 5.3)
 MOST, MAT_TOLERANCE = 0.5, 0.05  # "removes most nodes": over half; "keeps MAT": within 5% of no pruning
+PCT = ".1%"  # a share in percent: "61.2%"
 DEFINITIONS = [
     ("Prune rate: 1 - nodes that went through the layers after the pruning layer / nodes drafted, pooled over "
     "all verification steps. AccLength: MAT, tokens per target forward incl. the bonus token. Speed: aggregate "
     "tokens/s (all new tokens / the batches' wall time). The dynamic tree is off in every pruning row. "
     "[low, high]: 95% bootstrap interval over questions (prune rate: questions resampled with their drafted and "
-    "verified nodes; speed: each question carries an equal share of its batch's wall time)."),
-]
+    "verified nodes; speed: each question carries an equal share of its batch's wall time).")]
 
 
 def pct(x) -> str:
-    return MISSING if is_missing(x) else f"{100 * x:.1f}%"
+    """A share as "61.2%"; MISSING for None/NaN."""
+    return fmt(x, PCT)
 
 
 def interval_verdict(rate_ci: list[float] | None, ratio_ci: list[float] | None) -> str:
@@ -60,15 +52,14 @@ def pruning_claim(points: dict[tuple[int, int], tuple[float | None, float | None
     if is_missing(rate) or is_missing(m) or is_missing(reference_mat) or not reference_mat:
         return "not measured", f"no layer-{layer} top-{k} run with a prune rate and MAT, or no run without pruning"
     change = m / reference_mat - 1
-    ok = [pk for pk, (r, mm) in points.items() if not is_missing(r) and not is_missing(mm)
-          and r > MOST and abs(mm / reference_mat - 1) <= MAT_TOLERANCE]
-    measured = sum(1 for r, mm in points.values() if not is_missing(r) and not is_missing(mm))
+    measured = [(r, mm) for r, mm in points.values() if not is_missing(r) and not is_missing(mm)]
+    ok = sum(1 for r, mm in measured if r > MOST and abs(mm / reference_mat - 1) <= MAT_TOLERANCE)
     verdict = ("holds" if rate > MOST and abs(change) <= MAT_TOLERANCE else "does not hold") if intervals is None \
         else interval_verdict(*intervals)
     ci = "" if intervals is None else (f"; 95% intervals: prune rate {fmt_ci(intervals[0], pct)}, MAT ratio "
                                        f"{fmt_ci(intervals[1], fmt)}")
     return verdict, (f"layer {layer}, top-{k}: {pct(rate)} of nodes pruned, MAT {m:.2f} vs {reference_mat:.2f} "
-                     f"without pruning ({100 * change:+.1f}%); {len(ok)} of {measured} measured settings prune "
+                     f"without pruning ({100 * change:+.1f}%); {ok} of {len(measured)} measured settings prune "
                      f"over half with MAT within 5%{ci}")
 
 
@@ -80,9 +71,8 @@ def prune_interval(run: Run) -> list[float] | None:
 
 def mat_ratio_interval(run: Run, ref: Run) -> list[float] | None:
     """MAT of run over ref's, paired on the questions of both (tokens and steps of each question)."""
-    a, b = (per_question(x.records, lambda r: sum(r["accept_lengths"]), lambda r: len(r["accept_lengths"]))
-            for x in (run, ref))
-    return paired_ratio_interval(a, b)
+    return paired_ratio_interval(*(per_question(x.records, lambda r: sum(r["accept_lengths"]),
+                                                lambda r: len(r["accept_lengths"])) for x in (run, ref)))
 
 
 def table2_frame(runs: RunSet, model: str | None = None, batch_size: int = 4,
@@ -90,8 +80,8 @@ def table2_frame(runs: RunSet, model: str | None = None, batch_size: int = 4,
     """Rows `none` then (layer, top_k), ours and the paper's (`_paper`); the cells for the footer."""
     batch_size = int(batch_size)
     cells = common.pin(runs, "table2", lambda r: r.dataset == dataset and r.batch_size == batch_size
-                and r.method in ("medusa", "propd"), model)
-    paper = common.paper_csv(PAPER)
+                       and r.method in ("medusa", "propd"), model)
+    paper = pd.read_csv(common.PAPER_DIR / PAPER)
     paper_by = {(row.layer, None if pd.isna(row.top_k) else int(row.top_k)): row for row in paper.itertuples()}
     ref = cells.take(common.cell(cells.p, "medusa", dataset, batch_size)
                      or common.cell(cells.p, "propd", dataset, batch_size, (False, False)))
@@ -99,23 +89,23 @@ def table2_frame(runs: RunSet, model: str | None = None, batch_size: int = 4,
         cells.gap("w/o pruning", dataset, f"medusa run (nor propd with both switches off) at batch {batch_size}")
     rows = []
     for layer, k in [("none", None)] + [(str(layer), k) for layer in LAYERS for k in TOPKS]:
-        if layer == "none":
-            run = ref
-        else:
-            run = cells.take(common.cell(cells.p, "propd", dataset, batch_size, (True, False),
-                                  where=lambda r, pk=(int(layer), k): common.prune_point(r) == pk))
-            if run is None:
-                cells.gap(f"layer {layer} top-{k}", dataset,
-                          f"propd run with that layer and top-k (dynamic tree off) at batch {batch_size}")
+        pruning = layer != "none"
+        run = ref if not pruning else cells.take(common.cell(
+            cells.p, "propd", dataset, batch_size, (True, False),
+            where=lambda r, pk=(int(layer), k): common.prune_point(r) == pk))
+        if pruning and run is None:
+            cells.gap(f"layer {layer} top-{k}", dataset,
+                      f"propd run with that layer and top-k (dynamic tree off) at batch {batch_size}")
         pr = paper_by[(layer, k)]
-        chosen = layer != "none" and (int(layer), k) == CHOSEN and run is not None
+        chosen = pruning and (int(layer), k) == CHOSEN and run is not None
         rows.append({"layer": layer, "top_k": k,
-                     **interval_columns("prune_rate", prune_interval(run) if run and layer != "none" else None),
+                     **interval_columns("prune_rate", prune_interval(run) if run and pruning else None),
                      **interval_columns("mat_ratio", mat_ratio_interval(run, ref) if chosen and ref else None),
                      **interval_columns("mat", mat_interval(run.records) if run else None),
                      **interval_columns("tok_s", aggregate_rate_interval(run.records) if run else None),
-                     "prune_rate": (0.0 if layer == "none" else common.prune_rate(run)) if run else None,
-                     "mat": mat(run.records) if run else None, "tok_s": common.aggregate_rate(run.records) if run else None,
+                     "prune_rate": (common.prune_rate(run) if pruning else 0.0) if run else None,
+                     "mat": mat(run.records) if run else None,
+                     "tok_s": common.aggregate_rate(run.records) if run else None,
                      "draft_nodes_mean": common.draft_nodes_mean(run) if run else None,
                      "prune_rate_paper": pr.prune_rate, "mat_paper": pr.acc_length, "tok_s_paper": pr.speed_tok_s,
                      "run_id": run.run_id if run else None, "method": run.method if run else None})
@@ -146,28 +136,22 @@ def display(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({
         "Layer": ["w/o pruning" if layer == "none" else layer for layer in df["layer"]],
         "Top-K": [MISSING if pd.isna(k) else str(k) for k in df["top_k"]],
-        "Prune rate": [pair(pct_ci(row.prune_rate, interval_in(row, "prune_rate")), pct(row.prune_rate_paper))
-                       for _, row in df.iterrows()],
+        "Prune rate": paired_cells(df, "prune_rate", "prune_rate_paper", PCT),
         "AccLength": paired_cells(df, "mat", "mat_paper"),
         "Speed tok/s": paired_cells(df, "tok_s", "tok_s_paper"),
     })
 
 
-def pct_ci(x, ci: list[float] | None) -> str:
-    """A share as "61.2% [58.0%, 64.1%]" (tables.with_interval in percent); the share alone without an interval."""
-    return pct(x) if is_missing(x) or not ci else f"{pct(x)} {fmt_ci(ci, pct)}"
-
-
 def propd_table2(runs: RunSet, model: str | None = None, batch_size: int = 4, dataset: str = "mt_bench") -> Report:
     df, cells = table2_frame(runs, model, batch_size, dataset)
     a = df.attrs
-    pruned = df.loc[df["layer"] != "none", "draft_nodes_mean"].dropna()
+    pruned = df.loc[df["layer"] != "none", "draft_nodes_mean"].dropna()  # empty: min() and max() are NaN, "—"
     caption = (f"ProPD Table 2, ours (paper): early pruning rate, accepted length and speed at batch "
                f"{a['batch_size']} per pruning layer and top-k, on {a['dataset']}. Paper: Vicuna-7B, A6000, batch 4.")
     defs = [*DEFINITIONS, *claim_texts(df),
-            (f"W/o pruning: {a['reference']} (the paper: Medusa). Nodes drafted per "
-            f"step (mean): w/o pruning {fmt(df['draft_nodes_mean'].iloc[0], '.1f')}, pruning rows "
-            f"{fmt(pruned.min() if len(pruned) else None, '.1f')}-{fmt(pruned.max() if len(pruned) else None, '.1f')}.")]
+            (f"W/o pruning: {a['reference']} (the paper: Medusa). Nodes drafted per step (mean): w/o pruning "
+             f"{fmt(df['draft_nodes_mean'].iloc[0], '.1f')}, pruning rows {fmt(pruned.min(), '.1f')}-"
+             f"{fmt(pruned.max(), '.1f')}.")]
     return common.table("table2", display(df), caption, cells.footer(defs), df)
 
 

@@ -9,7 +9,7 @@ import pandas as pd
 from bench.report.output import Report
 from bench.report.propd import common
 from bench.report.select import RunSet
-from bench.report.tables import MISSING, fmt, interval_in, is_missing, pair, with_interval
+from bench.report.tables import MISSING, fmt, interval_in, is_missing, paired_cells, with_interval
 
 PAPER = "propd_table3_ablation.csv"
 YES_NO = {True: "yes", False: "no"}
@@ -18,8 +18,7 @@ DEFINITIONS = [
     "of medusa at the same batch size, on the questions of both runs; ours (paper's 7B). The paper's rows are "
     "relative to its row with neither technique (1 by definition); ours to a medusa run, so our \"neither\" row "
     "measures what propd's code costs or saves with both switches off. [low, high]: 95% bootstrap interval over "
-    "questions, paired with medusa (each question carrying an equal share of its batch's wall time)."),
-]
+    "questions, paired with medusa (each question carrying an equal share of its batch's wall time).")]
 
 
 def growth_claim(ratios: dict[int, float | tuple | None]) -> tuple[str, str]:
@@ -41,7 +40,7 @@ def growth_claim(ratios: dict[int, float | tuple | None]) -> tuple[str, str]:
 def table3_frame(runs: RunSet, model: str | None = None, dataset: str = "mt_bench") -> tuple[pd.DataFrame, common.Cells]:
     """One row per (combo, batch size), ours and the paper's; the cells for the footer."""
     cells = common.pin(runs, "table3", lambda r: r.dataset == dataset and r.method in ("medusa", "propd"), model)
-    paper = common.paper_csv(PAPER)
+    paper = pd.read_csv(common.PAPER_DIR / PAPER)
     vs, rows = common.Against(cells, dataset, "medusa"), []
     for (prune, dynamic), name in common.COMBOS.items():
         pr = paper[(paper["early_pruning"] == YES_NO[prune]) & (paper["dynamic_generation"] == YES_NO[dynamic])]
@@ -68,8 +67,7 @@ def display(df: pd.DataFrame) -> pd.DataFrame:
     for (prune, dynamic), name in common.COMBOS.items():
         sub = df[df["combo"] == name].set_index("batch_size")
         rows.append({"Early pruning": YES_NO[prune], "Dynamic generation": YES_NO[dynamic],
-                     **{f"BS={b}": pair(with_interval(sub.at[b, "ratio"], interval_in(sub.loc[b], "ratio")),
-                                        fmt(sub.at[b, "paper_7b"])) for b in sub.index},
+                     **{f"BS={b}": cell for b, cell in zip(sub.index, paired_cells(sub, "ratio", "paper_7b"))},
                      "13B BS=2 (paper)": fmt(sub.at[2, "paper_13b"]) if 2 in sub.index else MISSING,
                      "33B BS=2 (paper)": fmt(sub.at[2, "paper_33b"]) if 2 in sub.index else MISSING})
     return pd.DataFrame(rows)

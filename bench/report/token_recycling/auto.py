@@ -24,12 +24,10 @@ AUTO_COLUMNS = ["method", "tree_source", "tree", "size", "depth", "predicted_mat
                 "mat_lo", "mat_hi", "tokens_per_s", "tokens_per_s_lo", "tokens_per_s_hi", "predicted_speedup_vs_ar",
                 "speedup_vs_ar", "speedup_vs_ar_lo", "speedup_vs_ar_hi", "forward_cost_ratio", "bound_speedup",
                 "lossless", "run_id", "model", "dataset", "machine", "max_new_tokens"]
-AUTO_HEADERS = {"method": "method", "tree_source": "tree source", "tree": "tree", "size": "size",
-                "depth": "depth", "predicted_mat": "predicted MAT", "verification_mat": "verification MAT",
-                "mat": "MAT", "tokens_per_s": "tok/s",
-                "predicted_speedup_vs_ar": "predicted speedup", "speedup_vs_ar": "speedup vs ar",
-                "forward_cost_ratio": "T(size+1)/T(1)",
-                "bound_speedup": "MAT·T(1)/T(size+1)", "lossless": "lossless"}
+AUTO_HEADERS = {"method": "method", "tree_source": "tree source", "tree": "tree", "size": "size", "depth": "depth",
+                "predicted_mat": "predicted MAT", "verification_mat": "verification MAT", "mat": "MAT",
+                "tokens_per_s": "tok/s", "predicted_speedup_vs_ar": "predicted speedup", "speedup_vs_ar": "speedup vs ar",
+                "forward_cost_ratio": "T(size+1)/T(1)", "bound_speedup": "MAT·T(1)/T(size+1)", "lossless": "lossless"}
 AUTO_DEFINITIONS = ("MAT incl. bonus token; tok/s: mean over questions; speedup vs our ar run on the same "
                     "questions; predicted MAT and speedup: the tree builder's estimates (none for the paper's "
                     "template tree); verification MAT: MAT over verification steps only (each prompt's prefill, "
@@ -82,9 +80,8 @@ def auto_table(runs: RunSet, model: str | None = None) -> tuple[pd.DataFrame, pd
     if ar is None:
         notes.append(f"no ar run for {describe(ctx)}: no speedups")
     per_source = mine.latest_per(setting("tree_source", "template"))
-    dtype = mine.runs[-1].provenance.get("dtype")
     cached = runs.file("cache", "forward_cost")
-    cost = load_forward_cost(cached, ctx["model"], ctx["machine"], dtype)
+    cost = load_forward_cost(cached, ctx["model"], ctx["machine"], mine.runs[-1].provenance.get("dtype"))
     if cost is None and (per_source.get("auto") and setting("forward_cost_ms")(per_source["auto"])):
         # No cached file (e.g. results copied without cache/): the curve the auto run chose its tree with.
         recorded = setting("forward_cost_ms")(per_source["auto"])
@@ -135,16 +132,14 @@ def plot_curve(ax, curve: pd.DataFrame | None, df: pd.DataFrame) -> None:
     """T(n)/T(1) with each tree's n marked; a note where no curve is cached."""
     if curve is not None:
         ax.plot(curve["n"], curve["ratio"], "o-", ms=3, color="tab:blue", label="T(n)/T(1), measured")
-        for _, r in df[df["method"] == METHOD].iterrows():
-            if not math.isnan(r["forward_cost_ratio"]):
-                ax.plot([r["size"] + 1], [r["forward_cost_ratio"]], "*", ms=14,
-                        label=f"{r['tree_source']} tree: n = {int(r['size']) + 1}")
+        for _, r in df[(df["method"] == METHOD) & df["forward_cost_ratio"].notna()].iterrows():
+            ax.plot([r["size"] + 1], [r["forward_cost_ratio"]], "*", ms=14,
+                    label=f"{r['tree_source']} tree: n = {int(r['size']) + 1}")
         ax.legend(fontsize=8)
     else:
         ax.text(0.5, 0.5, wrap(f"no forward-cost curve cached for this model and machine ({MAKE})", 35),
                 ha="center", va="center", transform=ax.transAxes)
-    ax.set_xlabel("n = tokens in one forward (root + draft)")
-    ax.set_ylabel("T(n) / T(1)")
+    ax.set(xlabel="n = tokens in one forward (root + draft)", ylabel="T(n) / T(1)")
     ax.grid(alpha=0.3)
 
 

@@ -53,8 +53,7 @@ def context(run: Run) -> dict:
 
 
 def describe(ctx) -> str:
-    return (f"{ctx['model']} on {ctx['dataset']}, max_new_tokens {ctx['max_new_tokens']}, "
-            f"machine {ctx['machine']}")
+    return f"{ctx['model']} on {ctx['dataset']}, max_new_tokens {ctx['max_new_tokens']}, machine {ctx['machine']}"
 
 
 def warn(notes: list[str]) -> None:

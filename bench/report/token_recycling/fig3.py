@@ -28,9 +28,8 @@ FIG3_PANELS = [
       "MAT but the differences are tiny; Cur (our parallel) is clearly the fastest.")),
 ]
 FIG3_COLUMNS = ["panel", "experiment", "x_name", "x", "mat", "mat_lo", "mat_hi", "tokens_per_s", "tokens_per_s_lo",
-                "tokens_per_s_hi", "tokens_per_s_total",
-                "tree", "tree_size", "tree_depth", "update", "n_turns", "lossless", "run_id", "model",
-                "dataset", "machine", "max_new_tokens"]
+                "tokens_per_s_hi", "tokens_per_s_total", "tree", "tree_size", "tree_depth", "update", "n_turns",
+                "lossless", "run_id", "model", "dataset", "machine", "max_new_tokens"]
 
 
 def x_order(x_name: str, x) -> tuple:
@@ -66,10 +65,11 @@ def fig3_points(runs: RunSet, model: str | None = None) -> tuple[pd.DataFrame, l
     return pd.concat(frames, ignore_index=True), notes
 
 
-def twin_panel(ax, xs, labels, sub, xlabel, categorical):
-    """MAT on the left axis, tokens/s on the right, each with its 95% interval as error bars; categorical x
-    (update strategy) at 0..n-1."""
+def twin_panel(ax, sub, xlabel, categorical):
+    """MAT on the left axis, tokens/s on the right, each with its 95% interval as error bars (the lines returned);
+    categorical x (update strategy) at 0..n-1."""
     ax2 = ax.twinx()
+    xs = list(sub["x"])
     pos = list(range(len(xs))) if categorical else xs
     (l1,) = ax.plot(pos, sub["mat"], "o-", color="tab:blue", label="MAT")
     ax.errorbar(pos, sub["mat"], yerr=yerr(sub["mat"], sub["mat_lo"], sub["mat_hi"]), fmt="none",
@@ -78,7 +78,7 @@ def twin_panel(ax, xs, labels, sub, xlabel, categorical):
     ax2.errorbar(pos, sub["tokens_per_s"], yerr=yerr(sub["tokens_per_s"], sub["tokens_per_s_lo"],
                  sub["tokens_per_s_hi"]), fmt="none", ecolor="tab:red", capsize=2)
     if categorical:
-        ax.set_xticks(pos, labels)
+        ax.set_xticks(pos, [UPDATE_LABELS.get(x, str(x)) for x in xs])
         ax.set_xlim(-0.5, len(pos) - 0.5)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("MAT", color="tab:blue")
@@ -97,16 +97,11 @@ def tr_fig3(runs: RunSet, model: str | None = None) -> Report:
         ax.set_title(f"({panel}) {experiment}")
         if sub.empty:
             ax.text(0.5, 0.5, wrap(f"no runs: {MAKE}", 30), ha="center", va="center", transform=ax.transAxes)
-            ax.set_xticks([])
-            ax.set_yticks([])
+            ax.set(xticks=[], yticks=[])
         else:
-            xs = list(sub["x"])
-            labels = [UPDATE_LABELS.get(x, str(x)) for x in xs]
-            handles = twin_panel(ax, xs, labels, sub, xlabel,
-                                 categorical=x_name == "update") or handles
+            handles = twin_panel(ax, sub, xlabel, categorical=x_name == "update")
             first = sub.iloc[0]
-            ax.set_title(f"({panel}) {experiment}: {first['machine']}, {first['max_new_tokens']} tok",
-                         fontsize=9)
+            ax.set_title(f"({panel}) {experiment}: {first['machine']}, {first['max_new_tokens']} tok", fontsize=9)
         ax.text(0.5, -0.27, wrap(paper, 62), transform=ax.transAxes, ha="center", va="top", fontsize=7.5,
                 style="italic")
     if handles:

@@ -72,19 +72,15 @@ def tr_fig4(runs: RunSet, model: str | None = None, fold_prefill: bool = True) -
     ax = fig.subplots()
     pos = np.arange(len(df))
     w = 0.38
-    bars = [ax.bar(pos - w / 2, df["ours_percent"], w, label=f"ours ({df.iloc[0]['model']})",
-                   color="tab:blue", capsize=3,
-                   yerr=yerr(df["ours_percent"], df["ours_percent_lo"], df["ours_percent_hi"])),
-            ax.bar(pos + w / 2, df["paper_percent"].fillna(0), w, label="paper (Vicuna-7B, A100)",
-                   color="tab:gray")]
+    bars = [ax.bar(pos - w / 2, df["ours_percent"], w, label=f"ours ({df.iloc[0]['model']})", color="tab:blue",
+                   capsize=3, yerr=yerr(df["ours_percent"], df["ours_percent_lo"], df["ours_percent_hi"])),
+            ax.bar(pos + w / 2, df["paper_percent"].fillna(0), w, label="paper (Vicuna-7B, A100)", color="tab:gray")]
     for bar_set, values in zip(bars, (df["ours_percent"], df["paper_percent"])):
         for b, v in zip(bar_set, values):
-            ax.annotate("n/a" if math.isnan(v) else f"{v:.1f}%",
-                        (b.get_x() + b.get_width() / 2, b.get_height()), ha="center", va="bottom",
-                        fontsize=8, xytext=(0, 2), textcoords="offset points")
+            ax.annotate("n/a" if math.isnan(v) else f"{v:.1f}%", (b.get_x() + b.get_width() / 2, b.get_height()),
+                        ha="center", va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
     ax.set_xticks(pos, [f"{lab}\n({ph})" for lab, ph in zip(df["label"], df["our_phases"])], fontsize=8)
-    ax.set_ylabel("% of response time")
-    ax.set_ylim(0, 105)
+    ax.set(ylabel="% of response time", ylim=(0, 105))
     ax.legend()
     r = df.iloc[0]
     prefill = (f"Prefill ({df.attrs['prefill_percent']:.1f}% of ours) is folded into Model Forward."

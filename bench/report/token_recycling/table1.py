@@ -10,7 +10,7 @@ import pandas as pd
 from bench.report.output import Report
 from bench.report.registry import Artifact, Cover, Recipe, Shown, option
 from bench.report.select import RunSet, default_model, footer
-from bench.report.tables import MISSING, fmt, interval_columns, lossless_text, ours_cells, pair, render
+from bench.report.tables import MISSING, interval_columns, lossless_text, paired_cells, render
 from bench.run.metrics import group_records, speedup, speedup_interval, summarize
 from bench.run.store import Run
 
@@ -57,10 +57,8 @@ DEFINITIONS = (
 )
 
 
-def dataset_cells(prefix: str, run: Run | None, base: Run | None) -> dict:
+def dataset_cells(prefix: str, run: Run, base: Run | None) -> dict:
     """MAT, tok/s, speedup (and lossless) of one run on one dataset; None where not measurable."""
-    if run is None:
-        return {}
     s = summarize(run.records)
     return {f"{prefix}_mat": s["mat"], f"{prefix}_tok_s": s["tokens_per_s"]["mean_of_questions"],
             f"{prefix}_speedup": speedup(run.records, base.records) if base else None,
@@ -84,8 +82,7 @@ def build_token_recycling_table1(runs: RunSet, model: str | None = None, paper_s
     paper_size = paper_size or (sized.paper_size if sized else DEFAULT_PAPER_SIZE)
     # Token Recycling is greedy: only temperature-0 runs fill its table; a batched run never stands in.
     latest = mine.where(greedy=True, batch_size=1).latest_per(lambda r: r.key)
-    paper = pd.read_csv(PAPER_CSV)
-    paper = paper[paper["size"] == paper_size].set_index("method")
+    paper = pd.read_csv(PAPER_CSV).loc[lambda p: p["size"] == paper_size].set_index("method")
 
     used: dict[str, Run] = {}  # "<row label>/<dataset>" -> its run (the footer's Runs line)
     notes = [] if len(paper) else [f"the paper has no {paper_size} rows"]
@@ -102,12 +99,12 @@ def build_token_recycling_table1(runs: RunSet, model: str | None = None, paper_s
         if paper_row is None and not any(found.values()):
             continue  # our extra rows (ar, hf_pld) appear only when run; the paper's rows always do
         for prefix, dataset in DATASETS.items():
-            run, base = found[dataset], bases[dataset]
-            if run is not None:  # prefer the baseline measured the same way (machine label, threads, jobs)
-                base = mine.baseline(run, "hf_generate") or base
-            row.update(dataset_cells(prefix, run, base))
+            run = found[dataset]
             if run is None:
                 continue
+            # prefer the baseline measured the same way (machine label, threads, jobs)
+            base = mine.baseline(run, "hf_generate") or bases[dataset]
+            row.update(dataset_cells(prefix, run, base))
             used[f"{label}/{dataset}"] = run
             if base is None:
                 notes.append(f"no hf_generate run on {dataset}: {label} has no speedup")
@@ -142,7 +139,7 @@ def display(df: pd.DataFrame) -> pd.DataFrame:
     """String cells "ours (paper)"; "—" for a missing side, just "—" when both are missing."""
     out = pd.DataFrame({"Method": df["label"], "Paper": df["paper_method"].fillna(MISSING)})
     for col in METRICS:
-        out[HEADERS[col]] = [pair(ours, fmt(theirs)) for ours, theirs in zip(ours_cells(df, col), df[f"{col}_paper"])]
+        out[HEADERS[col]] = paired_cells(df, col, f"{col}_paper")
     for col in ("specbench_lossless", "mbpp_lossless"):
         out[HEADERS[col]] = [v if isinstance(v, str) else MISSING for v in df[col]]
     return out
