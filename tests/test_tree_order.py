@@ -209,6 +209,15 @@ def test_cli_writes_the_table_with_the_paper_column_and_the_figure(tmp_path, cap
     assert not list(tmp_path.glob("*/.*"))  # no temp files left behind
 
 
+def test_cli_one_tree_per_size_leaves_the_std_empty(tmp_path):
+    # One tree per size has no spread: its std cells are empty, not a crash (pivot_table drops all-NaN columns).
+    rc = main(["--sizes", "64", "--trees-per-size", "1", "--fig-sizes", "64", "--results", str(tmp_path)])
+    assert rc == 0
+    df = pd.read_csv(tmp_path / "tables" / "dyspec_table5.csv")
+    assert df.trees.tolist() == [1, 1] and df.blocks_original_std.isna().all() and df.blocks_dfs_std.isna().all()
+    assert (df.blocks_original > 0).all()
+
+
 def test_cli_reads_recorded_trees(tmp_path):
     rng = np.random.default_rng(9)
     lines = [json.dumps({"parents": random_recursive_tree(n, rng).tolist(), "prefix_len": pre})

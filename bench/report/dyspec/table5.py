@@ -121,7 +121,9 @@ def table5(long: pd.DataFrame, block: int = BLOCK) -> pd.DataFrame:
     """One row per (generator, tree size): mean tiles per order at prefix 0, reduction, the paper's."""
     key = ["source", "tree_size"]
     at0 = long[long.prefix_len == 0]
-    mean, std = per_order(at0, key, "mean"), per_order(at0, key, "std")
+    mean = per_order(at0, key, "mean")
+    # one tree per size: every std is NaN, which pivot_table drops; keep the cells, empty
+    std = per_order(at0, key, "std").reindex(index=mean.index, columns=mean.columns)
     df = pd.DataFrame({"trees": at0[at0.order == "original"].groupby(key).tree.nunique(),
                        **{f"blocks_{order}": mean[order] for order in ORDERS},
                        "blocks_original_std": std["original"], "blocks_dfs_std": std["dfs"],
