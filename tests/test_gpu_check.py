@@ -15,6 +15,7 @@ import torch
 from bench.cost.profiles import Profile
 from bench.errors import HarnessError
 from bench.models import random_init
+from bench.paths import PROJECT
 from bench.report.evidence import copy_checks
 from bench.run import gpu_check
 from methods import REGISTRY
@@ -46,8 +47,10 @@ def test_random_weights_are_seeded_and_named_apart():
 @pytest.mark.slow  # the tool end to end on a CPU; its shapes, seeds and evidence copy stay in make test
 def test_small_check_writes_its_folder_and_table(tmp_path, capsys):
     out = tmp_path / "check"
-    assert gpu_check.main(["--small", "--device", "cpu", "--out", str(out)]) == 0
+    partial = tmp_path / "partial.json"  # rewritten after each part: what a lease that ends early leaves
+    assert gpu_check.main(["--small", "--device", "cpu", "--out", str(out), "--partial", str(partial)]) == 0
     printed = capsys.readouterr().out
+    assert json.loads(partial.read_text()) == json.loads((out / "results.json").read_text())
     assert {f.name for f in out.iterdir()} == {"results.json", "forward_cost.csv", "methods.csv", "table.md",
                                                 "profiles"}
     assert printed.startswith((out / "table.md").read_text()) and f"results: {out}" in printed
@@ -84,3 +87,14 @@ def test_evidence_copies_every_check_folder(tmp_path):
     assert sorted(p.relative_to(tmp_path / "evidence" / "gpu_check").as_posix() for p in copied) == [
         "node_H100-20261201-120000/methods.csv", "node_H100-20261201-120000/profiles/llama-7b-bfloat16.json",
         "node_H100-20261201-120000/results.json"]
+
+
+def test_gpu_session_script_refuses_bad_input_in_one_line(tmp_path):
+    # scripts/gpu_session.sh, the device calls of issue 42: a wrong stage, or `run` without the carried parts.
+    import subprocess
+
+    script = str(PROJECT / "scripts" / "gpu_session.sh")
+    for args, rc, message in ((["nope"], 2, "usage"), (["run", "5"], 1, ".gpu/gguf.part0 is missing")):
+        done = subprocess.run(["bash", script, *args], check=False, cwd=tmp_path, capture_output=True, text=True)
+        assert done.returncode == rc and done.stderr.startswith("error:") and message in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1

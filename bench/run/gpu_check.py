@@ -1,6 +1,6 @@
 """`make gpu-check`: what a GPU node does with this harness, in minutes, offline, into one folder and one table.
 
-    python -m bench.run.gpu_check [--sizes gpu|cpu] [--small] [--device cuda] [--out DIR]
+    python -m bench.run.gpu_check [--sizes gpu|cpu] [--small] [--device cuda] [--out DIR] [--partial FILE]
 
 Records (docs/gpu.md): the environment; the target forward's cost T(n, context) after 512, 128 and 2048 cached
 tokens in fp16 and bf16 for the embedded model and for the papers' 7B and 13B Llama shapes with random weights
@@ -11,7 +11,9 @@ device) fits in 10 minutes of one H100; `--sizes cpu` (`--small`, the default wi
 a tiny random model in seconds, which is how the suite tests it (tests/test_gpu_check.py).
 
 The folder, results/gpu_check/<machine>-<time>/ by default, holds JSON, CSV and md files only (no token ids), so it
-can be committed as it is: `make evidence` copies every such folder into evidence/gpu_check/.
+can be committed as it is: `make evidence` copies every such folder into evidence/gpu_check/. `--partial FILE`
+rewrites FILE with the parts done so far after each part, for a lease that may end before the last part
+(scripts/gpu_session.sh); the folder is written only when every part is done.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from bench.cachefile import atomic_write
 from bench.cli import OneLineParser
 from bench.core.machine import machine_id
 from bench.cost.profiles import Profile
@@ -116,9 +119,9 @@ def forward_costs(sizes: Sizes, device: str) -> list[dict]:
     return rows
 
 
-def run_checks(sizes: Sizes, device: str, scratch: Path) -> dict:
+def run_checks(sizes: Sizes, device: str, scratch: Path, partial: Path | None = None) -> dict:
     """Every check's results; `scratch` holds what the methods need and the folder does not keep (a REST store,
-    Sequoia's calibration)."""
+    Sequoia's calibration); `partial`, when given, holds the results so far after each part."""
     results = {"sizes": asdict(sizes), "environment": environment(device), "seconds": {}}
     lap = time.perf_counter()
 
@@ -126,6 +129,8 @@ def run_checks(sizes: Sizes, device: str, scratch: Path) -> dict:
         nonlocal lap
         results[key], now = value, time.perf_counter()
         results["seconds"][key], lap = round(now - lap, 1), now
+        if partial is not None:
+            atomic_write(partial, json.dumps(results, indent=2) + "\n")
 
     record("forward_cost", forward_costs(sizes, device))
     bundle = bundle_for(device, sizes.method_dtype, sizes.method_shape)
@@ -223,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small", action="store_true", help="the same as --sizes cpu")
     parser.add_argument("--device", default=None, help="cuda when available, else cpu")
     parser.add_argument("--out", default=None, help="the folder (default results/gpu_check/<machine>-<time>/)")
+    parser.add_argument("--partial", default=None, help="a file rewritten with the parts done so far after each")
     args = parser.parse_args(argv)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     name = "cpu" if args.small else args.sizes or ("gpu" if torch.device(device).type == "cuda" else "cpu")
@@ -232,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
             raise HarnessError("--device cuda, but no CUDA device is available")
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory() as scratch:
-            results = run_checks(SIZES[name], device, Path(scratch))
+            results = run_checks(SIZES[name], device, Path(scratch), Path(args.partial) if args.partial else None)
     except HarnessError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
