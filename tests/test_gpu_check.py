@@ -72,6 +72,8 @@ def test_small_check_writes_its_folder_and_table(tmp_path, capsys):
     # fp32 on a CPU: every greedy output is AR's, token for token (a mismatch here is a bug, not rounding)
     assert {g for r in ran if r["temperature"] == 0 for g in r["grades"]} == {"identical"}
     assert results["ar_vs_hf"]["identical"] == results["ar_vs_hf"]["prompts"]
+    assert results["ar_vs_hf_shapes"]["tiny"]["prompts"] == 2  # the random shapes' AR vs HF (7B on a GPU)
+    assert "AR vs HF generate, random tiny bf16" in printed
     assert [a["method"] for a in results["attention"]] == ["ar", "token_recycling"]
 
 

@@ -26,7 +26,7 @@ from omegaconf import OmegaConf
 
 import bench.core.engine as engine_module
 from bench.core.engine import Engine
-from bench.core.syncs import HostSyncCounter
+from bench.core.syncs import CudaSyncWarnings, HostSyncCounter
 from bench.core.timing import PhaseTimer
 from bench.errors import HarnessError
 from bench.models.drafts import init_draft_from_target
@@ -239,3 +239,22 @@ def test_counter_sees_reads_and_transfers():
         t.cpu()
     assert c.reads == Counter(bool=1, int=1, tolist=1, item=1, nonzero=1, bool_index=1, equal=1)
     assert c.transfers == Counter(from_host=1, to=1, index=2, mixed=2, cpu=1)
+
+
+def test_cuda_sync_warnings_count_torchs_own_reports(monkeypatch):
+    """On CUDA, torch's sync debug mode warns at each synchronizing call; the counter turns it on, counts those
+    warnings by source line and restores the mode (here torch.cuda's two mode functions stand in for a device)."""
+    import warnings
+
+    modes = []
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", modes.append)
+    with CudaSyncWarnings("cuda:0") as cuda:
+        for _ in range(3):
+            warnings.warn("called a synchronizing CUDA operation", UserWarning)  # the same line, each time
+        warnings.warn("something else", UserWarning)
+    assert (cuda.total, modes) == (3, ["warn", 0])
+    assert list(cuda.sites.values()) == [3] and next(iter(cuda.sites)).startswith("test_host_syncs.py:")
+    with CudaSyncWarnings("cpu") as off:  # no CUDA: nothing is turned on, nothing counted
+        warnings.warn("called a synchronizing CUDA operation", UserWarning)
+    assert off.total is None and modes == ["warn", 0]

@@ -133,3 +133,35 @@ def has_list(index) -> bool:
 def is_bool_index(index) -> bool:
     parts = index if isinstance(index, tuple) else (index,)
     return any(isinstance(p, Tensor) and p.dtype == torch.bool for p in parts)
+
+
+class CudaSyncWarnings:
+    """`with CudaSyncWarnings(device) as c: ...`: on CUDA, torch's own count of the synchronizing calls
+    (`torch.cuda.set_sync_debug_mode("warn")` warns at each blocking copy, `.item()`, `nonzero`, ...), which
+    confirms on a real device what HostSyncCounter infers on any. `c.total` (None off CUDA) and `c.sites`, the
+    count per source line (file:line of the Python frame that made the call)."""
+
+    def __init__(self, device):
+        self.on = torch.device(device).type == "cuda"
+        self.sites: Counter = Counter()
+        self.total: int | None = None
+
+    def __enter__(self):
+        if self.on:
+            import warnings
+
+            self.catcher = warnings.catch_warnings(record=True)
+            self.caught = self.catcher.__enter__()
+            warnings.simplefilter("always")  # every call, not once per line
+            self.before = torch.cuda.get_sync_debug_mode()
+            torch.cuda.set_sync_debug_mode("warn")
+        return self
+
+    def __exit__(self, *exc):
+        if self.on:
+            torch.cuda.set_sync_debug_mode(self.before)
+            self.catcher.__exit__(*exc)
+            syncs = [w for w in self.caught if "synchroniz" in str(w.message)]
+            self.sites = Counter(f"{w.filename.rsplit('/', 2)[-1]}:{w.lineno}" for w in syncs)
+            self.total = len(syncs)
+        return False

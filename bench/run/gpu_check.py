@@ -58,13 +58,14 @@ class Sizes:
     max_new: int  # new tokens per method row
     timed_new: int  # new tokens per prompt of AR vs HF and eager vs sdpa
     timed_reps: int
+    hf_shapes: tuple[str, ...]  # random_init shapes of AR vs HF generate beside the methods' model (token ids)
 
 
 SIZES = {
     "gpu": Sizes((("smollm2-135m", None), ("llama-7b", "llama-7b"), ("llama-13b", "llama-13b")),
                  (1, 2, 4, 8, 16, 32, 64, 128), (512, 128, 2048), (64, 256, 1024), 7, None, "bfloat16", 2, 32, 128,
-                 3),
-    "cpu": Sizes((("tiny", "tiny"),), (1, 2, 4), (32, 8), (4, 16), 1, "tiny", "float32", 1, 3, 4, 1),
+                 3, ("llama-7b",)),
+    "cpu": Sizes((("tiny", "tiny"),), (1, 2, 4), (32, 8), (4, 16), 1, "tiny", "float32", 1, 3, 4, 1, ("tiny",)),
 }
 DTYPES = ("float16", "bfloat16")
 
@@ -119,6 +120,19 @@ def forward_costs(sizes: Sizes, device: str) -> list[dict]:
     return rows
 
 
+def ar_vs_hf_shapes(sizes: Sizes, device: str) -> dict:
+    """AR against HF generate on each random-weight shape in bf16 (the papers' target sizes), fed the embedded
+    tokenizer's prompts as ids below the shape's vocabulary (random weights: only the speed means anything)."""
+    out = {}
+    for shape in sizes.hf_shapes:
+        bundle = bundle_for(device, "bfloat16", shape)
+        vocab = bundle.model.config.vocab_size
+        rows = [[i % vocab for i in row] for row in method_check.prompts(bundle, 2)]
+        out[shape] = method_check.ar_vs_hf(bundle, rows, sizes.timed_new, sizes.timed_reps)
+        free(bundle)
+    return out
+
+
 def run_checks(sizes: Sizes, device: str, scratch: Path, partial: Path | None = None) -> dict:
     """Every check's results; `scratch` holds what the methods need and the folder does not keep (a REST store,
     Sequoia's calibration); `partial`, when given, holds the results so far after each part."""
@@ -133,11 +147,14 @@ def run_checks(sizes: Sizes, device: str, scratch: Path, partial: Path | None = 
             atomic_write(partial, json.dumps(results, indent=2) + "\n")
 
     record("forward_cost", forward_costs(sizes, device))
+    record("ar_vs_hf_shapes", ar_vs_hf_shapes(sizes, device))
     bundle = bundle_for(device, sizes.method_dtype, sizes.method_shape)
     rows = method_check.prompts(bundle, 4 * sizes.per_batch)
     shared = method_check.add_untrained_parts(bundle, scratch)
     record("ar_vs_hf", method_check.ar_vs_hf(bundle, rows[:2], sizes.timed_new, sizes.timed_reps))
-    record("methods", method_check.check_methods(bundle, rows, sizes.max_new, shared,
+    so_far = (lambda recs: atomic_write(partial, json.dumps({**results, "methods": recs}, indent=2) + "\n")
+              ) if partial is not None else None  # each method's rows as they come: the longest part
+    record("methods", method_check.check_methods(bundle, rows, sizes.max_new, shared, progress=so_far,
                                                  small=sizes.method_shape is not None, per_batch=sizes.per_batch))
     record("attention", method_check.attention_pair(bundle, rows[:2], sizes.timed_new, sizes.timed_reps))
     free(bundle)
@@ -153,7 +170,8 @@ def cell(rec: dict) -> str:
         return "**crash**"
     grades = rec.get("grades")
     verdict = "ok" if grades is None else ", ".join(f"{grades.count(g)} {g}" for g in dict.fromkeys(grades))
-    return f"{verdict}; {rec['host_waits_per_step']:g} w/s"
+    cuda = f" ({rec['cuda_syncs_per_step']:g} on CUDA)" if "cuda_syncs_per_step" in rec else ""
+    return f"{verdict}; {rec['host_waits_per_step']:g} w/s{cuda}"
 
 
 def table(results: dict) -> str:
@@ -170,7 +188,11 @@ def table(results: dict) -> str:
         lines.append(f"| {key[0]} {key[1]} | " + " | ".join(f"{ms[n]:.2f}" for n in sizes) + " |")
     ar = results["ar_vs_hf"]
     lines += ["", (f"AR {ar['ar_tok_s']} tok/s, HF generate {ar['hf_generate_tok_s']} tok/s (x{ar['ar_over_hf']}); "
-                   f"identical outputs {ar['identical']}/{ar['prompts']}"), ""]
+                   f"identical outputs {ar['identical']}/{ar['prompts']}")]
+    lines += [f"AR vs HF generate, random {shape} bf16: {r['ar_tok_s']} vs {r['hf_generate_tok_s']} tok/s "
+              f"(x{r['ar_over_hf']}); identical outputs {r['identical']}/{r['prompts']}"
+              for shape, r in results.get("ar_vs_hf_shapes", {}).items()]
+    lines += [""]
     combos = list(dict.fromkeys((r["batch"], r["temperature"]) for r in results["methods"]))
     lines += ["| method | " + " | ".join(f"b{b} T{t:g}" for b, t in combos) + " |", "|---|" + "---|" * len(combos)]
     for name in dict.fromkeys(r["method"] for r in results["methods"]):
@@ -183,7 +205,7 @@ def table(results: dict) -> str:
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
-    keys = list(dict.fromkeys(k for r in rows for k in r if k not in ("traceback", "waits")))
+    keys = list(dict.fromkeys(k for r in rows for k in r if k not in ("traceback", "waits", "cuda_sync_sites")))
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, keys, extrasaction="ignore")
         writer.writeheader()

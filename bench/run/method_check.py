@@ -19,7 +19,7 @@ import yaml
 from omegaconf import OmegaConf, open_dict
 
 from bench.core.engine import Engine
-from bench.core.syncs import HostSyncCounter
+from bench.core.syncs import CudaSyncWarnings, HostSyncCounter
 from bench.core.timing import PhaseTimer, device_sync
 from bench.errors import HarnessError
 from bench.models.drafts import init_draft_from_target
@@ -123,10 +123,11 @@ def engine_for(bundle, temperature: float) -> Engine:
 
 
 def check_methods(bundle, rows: list[list[int]], max_new: int, shared: list[str], small: bool, per_batch: int = 1,
-                  batches=(1, 4), temperatures=(0.0, 0.6)) -> list[dict]:
+                  batches=(1, 4), temperatures=(0.0, 0.6), progress=None) -> list[dict]:
     """One record per registered method x batch x temperature: status (ok / skipped: why / crash: what), new
     tokens, steps, MAT, host waits per step and, at T = 0, the grades against batch-1 greedy AR. Each row decodes
-    `per_batch` batches of the first prompts, after one untimed token that warms the method up."""
+    `per_batch` batches of the first prompts, after one untimed token that warms the method up. `progress`, when
+    given, is called with the records so far after each method."""
     ar = build_method(compose_config(["method=ar"]).method, bundle)
     reference = [g.output_ids for g in run_rows(ar, engine_for(bundle, 0.0), rows, 1, max_new, 0.0)]
     records = []
@@ -148,21 +149,24 @@ def check_methods(bundle, rows: list[list[int]], max_new: int, shared: list[str]
                     engine = engine_for(bundle, temperature)
                     # untimed, uncounted: what a method builds once (trees, Sequoia's calibration) is built here
                     run_rows(method, engine, picked[:1], 1, 1, temperature)
-                    with HostSyncCounter() as counter:
+                    with HostSyncCounter() as counter, CudaSyncWarnings(engine.device) as cuda:
                         gens = run_rows(method, engine, picked, batch, max_new, temperature)
                 except Exception as err:  # noqa: BLE001 (the check's point: record any crash, go on)
                     rec.update(status=f"crash: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}",
                                traceback=traceback.format_exc())
                     continue
-                rec.update(summarise(gens, counter, batch), check_s=round(time.perf_counter() - t0, 2))
+                rec.update(summarise(gens, counter, batch, cuda), check_s=round(time.perf_counter() - t0, 2))
                 if temperature == 0:
                     rec["grades"] = [graded(bundle, p, g.output_ids, r)
                                      for p, g, r in zip(picked, gens, reference, strict=False)]
+        if progress is not None:
+            progress(records)
     return records
 
 
-def summarise(gens, counter: HostSyncCounter, batch: int) -> dict:
-    """Tokens, decode steps (a batch's steps are shared by its rows: its longest row's) and waits per step."""
+def summarise(gens, counter: HostSyncCounter, batch: int, cuda: CudaSyncWarnings | None = None) -> dict:
+    """Tokens, decode steps (a batch's steps are shared by its rows: its longest row's) and waits per step; on
+    CUDA also torch's sync-debug count per step and its five most frequent source lines."""
     steps = sum(len(g.accept_lengths) for g in gens) if batch == 1 else max(len(g.accept_lengths) for g in gens)
     tokens = sum(len(g.output_ids) for g in gens)
     accepted = [a for g in gens for a in g.accept_lengths]
@@ -170,7 +174,10 @@ def summarise(gens, counter: HostSyncCounter, batch: int) -> dict:
             "mat": round(sum(accepted) / len(accepted), 3) if accepted else None,
             "host_waits_per_step": round(counter.total / max(steps, 1), 2),
             "waits": {**{f"read_{k}": v for k, v in counter.reads.items()},
-                      **{f"transfer_{k}": v for k, v in counter.transfers.items()}}}
+                      **{f"transfer_{k}": v for k, v in counter.transfers.items()}},
+            **({} if cuda is None or cuda.total is None else {
+                "cuda_syncs_per_step": round(cuda.total / max(steps, 1), 2),
+                "cuda_sync_sites": dict(cuda.sites.most_common(5))})}
 
 
 def timed_generate(method, engine, rows, max_new: int, reps: int) -> tuple[list[list[int]], float, int]:
