@@ -14,7 +14,8 @@
 # 80-node tree and tree=auto (calibrated on AlpacaEval first) against AR on MT-Bench in bf16, the demo in fp32, their tables. All of it lands in
 # $OUT (default results/gpu_session/): the runs, the check's folder, the logs. PYTHON=... picks the interpreter.
 # (`make bench-engine` times the CPU; gpu-check holds its GPU counterparts: T(n), AR against HF generate.)
-# DEVICE=cpu DEMO_LIMIT=2 rehearse `run` on a CPU (what the wheels need: a python 3.12).
+# DEVICE=cpu DEMO_LIMIT=2 rehearse `run` on a CPU (what the wheels need: a python 3.12). STEPS=check runs gpu-check
+# alone, with GPU_CHECK_ARGS (e.g. "--only speedup,methods --methods ar,token_recycling,pld").
 set -uo pipefail
 stage=${1:-}
 PYTHON=${PYTHON:-python3}
@@ -62,8 +63,13 @@ case $stage in
     } | tee "$back/session.log"
     device=${DEVICE:-cuda}
     common=(model.device=$device paths.data_mirror=.gpu/data logger=none)
+    # shellcheck disable=SC2086 (GPU_CHECK_ARGS: several words, e.g. "--only speedup,methods --methods ar,pld")
     step gpu_check 300 $PYTHON -m bench.run.gpu_check --device $device --out "$out/gpu_check" \
-      --partial "$back/gpu_check.partial.json"
+      --partial "$back/gpu_check.partial.json" ${GPU_CHECK_ARGS:-}
+    if [[ ${STEPS:-all} == check ]]; then  # gpu-check alone (a second lease finishing what the first began)
+      [[ $back == "$out" ]] || tar czf "$back/gpu_session.tgz" -C "$out" .
+      exit 0
+    fi
     step demo_bf16 150 $PYTHON -m bench.run -m experiment=demo model.dtype=bfloat16 "${common[@]}" \
       run.limit=${DEMO_LIMIT:-10} paths.results=$out/bf16
     step tr_auto_ar 40 $PYTHON -m bench.run experiment=token_recycling/auto_ar model.dtype=bfloat16 "${common[@]}" \

@@ -254,7 +254,7 @@ def test_cuda_sync_warnings_count_torchs_own_reports(monkeypatch):
             warnings.warn("called a synchronizing CUDA operation", UserWarning)  # the same line, each time
         warnings.warn("something else", UserWarning)
     assert (cuda.total, modes) == (3, ["warn", 0])
-    assert list(cuda.sites.values()) == [3] and next(iter(cuda.sites)).startswith("test_host_syncs.py:")
+    assert list(cuda.sites.values()) == [3] and next(iter(cuda.sites)).startswith("tests/test_host_syncs.py:")
     with CudaSyncWarnings("cpu") as off:  # no CUDA: nothing is turned on, nothing counted
         warnings.warn("called a synchronizing CUDA operation", UserWarning)
     assert off.total is None and modes == ["warn", 0]

@@ -139,20 +139,27 @@ class CudaSyncWarnings:
     """`with CudaSyncWarnings(device) as c: ...`: on CUDA, torch's own count of the synchronizing calls
     (`torch.cuda.set_sync_debug_mode("warn")` warns at each blocking copy, `.item()`, `nonzero`, ...), which
     confirms on a real device what HostSyncCounter infers on any. `c.total` (None off CUDA) and `c.sites`, the
-    count per source line (file:line of the Python frame that made the call)."""
+    count per caller: the innermost frame outside torch and this file (a HostSyncCounter around the same code
+    would otherwise be named), as folder/file.py:line."""
 
     def __init__(self, device):
         self.on = torch.device(device).type == "cuda"
         self.sites: Counter = Counter()
         self.total: int | None = None
 
+    def seen(self, message, *args, **kwargs) -> None:
+        if "synchroniz" in str(message):
+            self.total += 1
+            self.sites[caller()] += 1
+
     def __enter__(self):
         if self.on:
             import warnings
 
-            self.catcher = warnings.catch_warnings(record=True)
-            self.caught = self.catcher.__enter__()
+            self.total, self.catcher = 0, warnings.catch_warnings()
+            self.catcher.__enter__()
             warnings.simplefilter("always")  # every call, not once per line
+            warnings.showwarning = self.seen  # restored by the catcher
             self.before = torch.cuda.get_sync_debug_mode()
             torch.cuda.set_sync_debug_mode("warn")
         return self
@@ -161,7 +168,14 @@ class CudaSyncWarnings:
         if self.on:
             torch.cuda.set_sync_debug_mode(self.before)
             self.catcher.__exit__(*exc)
-            syncs = [w for w in self.caught if "synchroniz" in str(w.message)]
-            self.sites = Counter(f"{w.filename.rsplit('/', 2)[-1]}:{w.lineno}" for w in syncs)
-            self.total = len(syncs)
         return False
+
+
+def caller() -> str:
+    import traceback
+
+    for frame in reversed(traceback.extract_stack()[:-2]):
+        path = frame.filename.replace("\\", "/")
+        if "/torch/" not in path and frame.filename != __file__ and not path.endswith("/warnings.py"):
+            return "/".join(path.split("/")[-2:]) + f":{frame.lineno}"
+    return "unknown"

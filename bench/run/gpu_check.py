@@ -1,12 +1,14 @@
 """`make gpu-check`: what a GPU node does with this harness, in minutes, offline, into one folder and one table.
 
     python -m bench.run.gpu_check [--sizes gpu|cpu] [--small] [--device cuda] [--out DIR] [--partial FILE]
+                                  [--only PART,...] [--methods NAME,...]
 
 Records (docs/gpu.md): the environment; the target forward's cost T(n, context) after 512, 128 and 2048 cached
 tokens in fp16 and bf16 for the embedded model and for the papers' 7B and 13B Llama shapes with random weights
 (bench.models.random_init), also as cost profiles (profiles/*.json: bench/cost/profiles.py, docs/cost_model.md);
-our AR against HF generate; every registered method at batch 1 and 4, T = 0 and 0.6, in bf16 (no crash, host
-waits per step, graded losslessness at T = 0); eager against sdpa attention. `--sizes gpu` (the default on a CUDA
+our AR against HF generate (also on the 7B shape); AR, Token Recycling and PLD taking turns pass by pass in
+bf16 (a speedup a drifting machine cannot fake); every registered method at batch 1 and 4, T = 0 and 0.6, in bf16 (no crash, host
+waits per step, on CUDA also torch's sync-debug count and its callers, graded losslessness at T = 0); eager against sdpa attention. `--sizes gpu` (the default on a CUDA
 device) fits in 10 minutes of one H100; `--sizes cpu` (`--small`, the default without CUDA) runs the same code on
 a tiny random model in seconds, which is how the suite tests it (tests/test_gpu_check.py).
 
@@ -43,6 +45,7 @@ from bench.paths import project_path
 from bench.run import method_check
 from bench.run.compose import compose_config
 from bench.run.provenance import provenance
+from methods import REGISTRY
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,9 @@ class Sizes:
     timed_new: int  # new tokens per prompt of AR vs HF and eager vs sdpa
     timed_reps: int
     hf_shapes: tuple[str, ...]  # random_init shapes of AR vs HF generate beside the methods' model (token ids)
+    speedup: tuple[str, ...] = ("ar", "token_recycling", "pld")  # taking turns on the methods' model, AR first
+    speedup_prompts: int = 3  # prompts of each pass, max_new_tokens timed_new
+    speedup_reps: int = 2  # timed passes per method
 
 
 SIZES = {
@@ -68,6 +74,7 @@ SIZES = {
     "cpu": Sizes((("tiny", "tiny"),), (1, 2, 4), (32, 8), (4, 16), 1, "tiny", "float32", 1, 3, 4, 1, ("tiny",)),
 }
 DTYPES = ("float16", "bfloat16")
+PARTS = ("forward_cost", "ar_vs_hf_shapes", "ar_vs_hf", "speedup", "methods", "attention")
 
 
 def bundle_for(device: str, dtype: str, shape: str | None, model_cache="data/cache/models"):
@@ -133,9 +140,11 @@ def ar_vs_hf_shapes(sizes: Sizes, device: str) -> dict:
     return out
 
 
-def run_checks(sizes: Sizes, device: str, scratch: Path, partial: Path | None = None) -> dict:
-    """Every check's results; `scratch` holds what the methods need and the folder does not keep (a REST store,
-    Sequoia's calibration); `partial`, when given, holds the results so far after each part."""
+def run_checks(sizes: Sizes, device: str, scratch: Path, partial: Path | None = None, parts=PARTS,
+               methods=None) -> dict:
+    """The results of `parts` (all by default; `methods` names the methods part's methods, all by default);
+    `scratch` holds what the methods need and the folder does not keep (a REST store, Sequoia's calibration);
+    `partial`, when given, holds the results so far after each part."""
     results = {"sizes": asdict(sizes), "environment": environment(device), "seconds": {}}
     lap = time.perf_counter()
 
@@ -146,17 +155,26 @@ def run_checks(sizes: Sizes, device: str, scratch: Path, partial: Path | None = 
         if partial is not None:
             atomic_write(partial, json.dumps(results, indent=2) + "\n")
 
-    record("forward_cost", forward_costs(sizes, device))
-    record("ar_vs_hf_shapes", ar_vs_hf_shapes(sizes, device))
+    if "forward_cost" in parts:
+        record("forward_cost", forward_costs(sizes, device))
+    if "ar_vs_hf_shapes" in parts:
+        record("ar_vs_hf_shapes", ar_vs_hf_shapes(sizes, device))
     bundle = bundle_for(device, sizes.method_dtype, sizes.method_shape)
     rows = method_check.prompts(bundle, 4 * sizes.per_batch)
-    shared = method_check.add_untrained_parts(bundle, scratch)
-    record("ar_vs_hf", method_check.ar_vs_hf(bundle, rows[:2], sizes.timed_new, sizes.timed_reps))
-    so_far = (lambda recs: atomic_write(partial, json.dumps({**results, "methods": recs}, indent=2) + "\n")
-              ) if partial is not None else None  # each method's rows as they come: the longest part
-    record("methods", method_check.check_methods(bundle, rows, sizes.max_new, shared, progress=so_far,
-                                                 small=sizes.method_shape is not None, per_batch=sizes.per_batch))
-    record("attention", method_check.attention_pair(bundle, rows[:2], sizes.timed_new, sizes.timed_reps))
+    if "ar_vs_hf" in parts:
+        record("ar_vs_hf", method_check.ar_vs_hf(bundle, rows[:2], sizes.timed_new, sizes.timed_reps))
+    if "speedup" in parts:
+        record("speedup", method_check.interleaved_speedup(bundle, rows[: sizes.speedup_prompts], sizes.speedup,
+                                                           sizes.timed_new, sizes.speedup_reps))
+    if "methods" in parts:
+        shared = method_check.add_untrained_parts(bundle, scratch)
+        so_far = (lambda recs: atomic_write(partial, json.dumps({**results, "methods": recs}, indent=2) + "\n")
+                  ) if partial is not None else None  # each method's rows as they come: the longest part
+        record("methods", method_check.check_methods(bundle, rows, sizes.max_new, shared, progress=so_far,
+                                                     small=sizes.method_shape is not None, per_batch=sizes.per_batch,
+                                                     only=methods))
+    if "attention" in parts:
+        record("attention", method_check.attention_pair(bundle, rows[:2], sizes.timed_new, sizes.timed_reps))
     free(bundle)
     return results
 
@@ -179,28 +197,43 @@ def table(results: dict) -> str:
     gpu = f"{env['gpu']} ({env['gpu_memory_gib']} GiB)" if "gpu" in env else f"CPU {env['cpu']}"
     lines = [(f"gpu-check: {gpu}; torch {env['torch']} (CUDA {env['cuda']}), transformers {env['transformers']}, "
               f"accelerate {env['accelerate']}"), ""]
-    first = results["forward_cost"][0]["context"]
-    costs = [r for r in results["forward_cost"] if r["context"] == first]
-    sizes = sorted({r["n"] for r in costs})
-    lines += [f"| T(n) ms, {first} cached | " + " | ".join(f"n={n}" for n in sizes) + " |", "|---|" + "---|" * len(sizes)]
-    for key in dict.fromkeys((r["model"], r["dtype"]) for r in costs):
-        ms = {r["n"]: r["ms"] for r in costs if (r["model"], r["dtype"]) == key}
-        lines.append(f"| {key[0]} {key[1]} | " + " | ".join(f"{ms[n]:.2f}" for n in sizes) + " |")
-    ar = results["ar_vs_hf"]
-    lines += ["", (f"AR {ar['ar_tok_s']} tok/s, HF generate {ar['hf_generate_tok_s']} tok/s (x{ar['ar_over_hf']}); "
+    if results.get("forward_cost"):
+        first = results["forward_cost"][0]["context"]
+        costs = [r for r in results["forward_cost"] if r["context"] == first]
+        sizes = sorted({r["n"] for r in costs})
+        lines += [f"| T(n) ms, {first} cached | " + " | ".join(f"n={n}" for n in sizes) + " |",
+                  "|---|" + "---|" * len(sizes)]
+        for key in dict.fromkeys((r["model"], r["dtype"]) for r in costs):
+            ms = {r["n"]: r["ms"] for r in costs if (r["model"], r["dtype"]) == key}
+            lines.append(f"| {key[0]} {key[1]} | " + " | ".join(f"{ms[n]:.2f}" for n in sizes) + " |")
+        lines += [""]
+    if "ar_vs_hf" in results:
+        ar = results["ar_vs_hf"]
+        lines += [(f"AR {ar['ar_tok_s']} tok/s, HF generate {ar['hf_generate_tok_s']} tok/s (x{ar['ar_over_hf']}); "
                    f"identical outputs {ar['identical']}/{ar['prompts']}")]
     lines += [f"AR vs HF generate, random {shape} bf16: {r['ar_tok_s']} vs {r['hf_generate_tok_s']} tok/s "
               f"(x{r['ar_over_hf']}); identical outputs {r['identical']}/{r['prompts']}"
               for shape, r in results.get("ar_vs_hf_shapes", {}).items()]
+    if "speedup" in results:
+        sp = results["speedup"]
+        head = f"| taking turns, {sp['prompts']} prompts x {sp['max_new_tokens']} tokens, {sp['reps']} passes "
+        lines += ["", head + "| tok/s | MAT | speedup (per pass) | grades |", "|---|---|---|---|---|"]
+        lines += [f"| {name} | {r['tok_s']} | {r['mat']} | {r['speedup']} ({', '.join(map(str, r['speedups']))}) | "
+                  + ", ".join(f"{r['grades'].count(g)} {g}" for g in dict.fromkeys(r["grades"])) + " |"
+                  for name, r in sp.items() if isinstance(r, dict)]
     lines += [""]
-    combos = list(dict.fromkeys((r["batch"], r["temperature"]) for r in results["methods"]))
-    lines += ["| method | " + " | ".join(f"b{b} T{t:g}" for b, t in combos) + " |", "|---|" + "---|" * len(combos)]
-    for name in dict.fromkeys(r["method"] for r in results["methods"]):
-        by = {(r["batch"], r["temperature"]): r for r in results["methods"] if r["method"] == name}
-        lines.append(f"| {name} | " + " | ".join(cell(by[c]) for c in combos) + " |")
-    lines += ["", "| attention | identical | eager ms/step | sdpa ms/step |", "|---|---|---|---|"]
-    lines += [f"| {a['method']} | {a['identical']}/{a['prompts']} | {a['eager_ms_per_step']} | "
-              f"{a['sdpa_ms_per_step']} |" for a in results["attention"]]
+    if results.get("methods"):
+        combos = list(dict.fromkeys((r["batch"], r["temperature"]) for r in results["methods"]))
+        lines += ["| method | " + " | ".join(f"b{b} T{t:g}" for b, t in combos) + " |",
+                  "|---|" + "---|" * len(combos)]
+        for name in dict.fromkeys(r["method"] for r in results["methods"]):
+            by = {(r["batch"], r["temperature"]): r for r in results["methods"] if r["method"] == name}
+            lines.append(f"| {name} | " + " | ".join(cell(by[c]) for c in combos) + " |")
+        lines += [""]
+    if "attention" in results:
+        lines += ["| attention | identical | eager ms/step | sdpa ms/step |", "|---|---|---|---|"]
+        lines += [f"| {a['method']} | {a['identical']}/{a['prompts']} | {a['eager_ms_per_step']} | "
+                  f"{a['sdpa_ms_per_step']} |" for a in results["attention"]]
     return "\n".join(lines) + "\n"
 
 
@@ -215,8 +248,9 @@ def write_csv(path: Path, rows: list[dict]) -> None:
 def write_folder(results: dict, out: Path) -> None:
     """results.json (everything), forward_cost.csv, methods.csv and table.md (what was printed)."""
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    write_csv(out / "forward_cost.csv", results["forward_cost"])
-    write_csv(out / "methods.csv", results["methods"])
+    for part in ("forward_cost", "methods"):
+        if part in results:
+            write_csv(out / f"{part}.csv", results[part])
     (out / "table.md").write_text(table(results))
     (out / "profiles").mkdir(exist_ok=True)
     for profile in profiles(results):
@@ -226,7 +260,7 @@ def write_folder(results: dict, out: Path) -> None:
 def profiles(results: dict) -> list[Profile]:
     """T(n, context) of each (model, dtype) as a cost profile (bench.cost.profiles), for a replay onto this node:
     `python -m bench.report project --profile <folder>/profiles/<name>.json`."""
-    rows, env = results["forward_cost"], results["environment"]
+    rows, env = results.get("forward_cost", []), results["environment"]
     out = []
     for model, dtype in dict.fromkeys((r["model"], r["dtype"]) for r in rows):
         mine = [r for r in rows if (r["model"], r["dtype"]) == (model, dtype) and r["context"] != "prefill"]
@@ -251,16 +285,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default=None, help="cuda when available, else cpu")
     parser.add_argument("--out", default=None, help="the folder (default results/gpu_check/<machine>-<time>/)")
     parser.add_argument("--partial", default=None, help="a file rewritten with the parts done so far after each")
+    parser.add_argument("--only", default=",".join(PARTS), help=f"the parts to run, of {','.join(PARTS)}")
+    parser.add_argument("--methods", default=None, help="the methods part's methods (default: every one)")
     args = parser.parse_args(argv)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     name = "cpu" if args.small else args.sizes or ("gpu" if torch.device(device).type == "cuda" else "cpu")
     out = project_path(args.out) if args.out else default_out(device)
+    parts = args.only.split(",")
+    methods = args.methods.split(",") if args.methods else None
     try:
+        if set(parts) - set(PARTS):
+            raise HarnessError(f"unknown --only part(s) {sorted(set(parts) - set(PARTS))} (known: {', '.join(PARTS)})")
+        if methods and set(methods) - set(REGISTRY):
+            raise HarnessError(f"unknown --methods {sorted(set(methods) - set(REGISTRY))}")
         if torch.device(device).type == "cuda" and not torch.cuda.is_available():
             raise HarnessError("--device cuda, but no CUDA device is available")
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory() as scratch:
-            results = run_checks(SIZES[name], device, Path(scratch), Path(args.partial) if args.partial else None)
+            results = run_checks(SIZES[name], device, Path(scratch), Path(args.partial) if args.partial else None,
+                                 parts, methods)
     except HarnessError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

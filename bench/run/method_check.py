@@ -123,15 +123,17 @@ def engine_for(bundle, temperature: float) -> Engine:
 
 
 def check_methods(bundle, rows: list[list[int]], max_new: int, shared: list[str], small: bool, per_batch: int = 1,
-                  batches=(1, 4), temperatures=(0.0, 0.6), progress=None) -> list[dict]:
+                  batches=(1, 4), temperatures=(0.0, 0.6), progress=None, only=None) -> list[dict]:
     """One record per registered method x batch x temperature: status (ok / skipped: why / crash: what), new
     tokens, steps, MAT, host waits per step and, at T = 0, the grades against batch-1 greedy AR. Each row decodes
     `per_batch` batches of the first prompts, after one untimed token that warms the method up. `progress`, when
-    given, is called with the records so far after each method."""
+    given, is called with the records so far after each method; `only`, when given, names the methods checked."""
     ar = build_method(compose_config(["method=ar"]).method, bundle)
     reference = [g.output_ids for g in run_rows(ar, engine_for(bundle, 0.0), rows, 1, max_new, 0.0)]
     records = []
     for name, cfg in method_configs(shared, small).items():
+        if only is not None and name not in only:
+            continue
         for batch in batches:
             for temperature in temperatures:
                 rec = {"method": name, "batch": batch, "temperature": temperature}
@@ -180,19 +182,49 @@ def summarise(gens, counter: HostSyncCounter, batch: int, cuda: CudaSyncWarnings
                 "cuda_sync_sites": dict(cuda.sites.most_common(5))})}
 
 
+def one_pass(method, engine, rows, max_new: int) -> tuple[list, float]:
+    """The generations of `rows` one by one and the seconds they took, synced at both ends."""
+    device_sync(engine.device)
+    t0 = time.perf_counter()
+    outputs = [method.generate(engine, p, max_new, PhaseTimer(engine.device, sync=False)) for p in rows]
+    device_sync(engine.device)
+    return outputs, time.perf_counter() - t0
+
+
 def timed_generate(method, engine, rows, max_new: int, reps: int) -> tuple[list[list[int]], float, int]:
     """Outputs, the median tokens/s over `reps` passes of the prompts (synced at both ends; one more pass first,
     untimed, as warm-up) and the decode steps of a pass."""
     rates, outputs = [], []
     for rep in range(reps + 1):
-        device_sync(engine.device)
-        t0 = time.perf_counter()
-        outputs = [method.generate(engine, p, max_new, PhaseTimer(engine.device, sync=False)) for p in rows]
-        device_sync(engine.device)
+        outputs, seconds = one_pass(method, engine, rows, max_new)
         if rep:
-            rates.append(sum(len(g.output_ids) for g in outputs) / (time.perf_counter() - t0))
+            rates.append(sum(len(g.output_ids) for g in outputs) / seconds)
     steps = sum(len(g.accept_lengths) for g in outputs)
     return [g.output_ids for g in outputs], statistics.median(rates), steps
+
+
+def interleaved_speedup(bundle, rows, names: tuple[str, ...], max_new: int, reps: int) -> dict:
+    """Each method's greedy tokens/s on the same prompts, the methods taking turns pass by pass (one untimed pass
+    each first), so that a machine whose speed drifts slows them alike: per method its median tok/s, MAT, its
+    speedups over the first (one per pass: the ratio of the two passes' rates) and its grades against it."""
+    engine = engine_for(bundle, 0.0)
+    methods = {n: build_method(compose_config([f"method={n}"]).method, bundle) for n in names}
+    rates, outputs = {n: [] for n in names}, {}
+    for rep in range(reps + 1):
+        for name, method in methods.items():
+            outputs[name], seconds = one_pass(method, engine, rows, max_new)
+            if rep:
+                rates[name].append(sum(len(g.output_ids) for g in outputs[name]) / seconds)
+    base = names[0]
+    out = {"prompts": len(rows), "max_new_tokens": max_new, "reps": reps, "baseline": base}
+    for name in names:
+        accepted = [a for g in outputs[name] for a in g.accept_lengths]
+        ratios = [r / b for r, b in zip(rates[name], rates[base], strict=True)]
+        out[name] = {"tok_s": round(statistics.median(rates[name]), 1), "mat": round(sum(accepted) / len(accepted), 3),
+                     "speedups": [round(r, 3) for r in ratios], "speedup": round(statistics.median(ratios), 3),
+                     "grades": [graded(bundle, p, g.output_ids, b.output_ids)
+                                for p, g, b in zip(rows, outputs[name], outputs[base], strict=True)]}
+    return out
 
 
 def ar_vs_hf(bundle, rows, max_new: int, reps: int) -> dict:
