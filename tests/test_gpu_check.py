@@ -100,3 +100,16 @@ def test_gpu_session_script_refuses_bad_input_in_one_line(tmp_path):
         done = subprocess.run(["bash", script, *args], check=False, cwd=tmp_path, capture_output=True, text=True)
         assert done.returncode == rc and done.stderr.startswith("error:") and message in done.stderr
         assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_batch_rows_steps_are_counted_once_per_batch():
+    """Host waits per step divide by decode steps: a batch of rows shares its steps (its longest row's), and a
+    record of two batches has both batches' steps (the first lease halved batch 4's count of steps)."""
+    from types import SimpleNamespace
+
+    from bench.core.syncs import HostSyncCounter
+    from bench.run.method_check import summarise
+
+    gens = [SimpleNamespace(accept_lengths=[1] * n, output_ids=[0] * n) for n in (3, 5, 4, 2)]
+    assert summarise(gens, HostSyncCounter(), 2)["steps"] == 5 + 4
+    assert summarise(gens, HostSyncCounter(), 1)["steps"] == 3 + 5 + 4 + 2

@@ -258,3 +258,13 @@ def test_cuda_sync_warnings_count_torchs_own_reports(monkeypatch):
     with CudaSyncWarnings("cpu") as off:  # no CUDA: nothing is turned on, nothing counted
         warnings.warn("called a synchronizing CUDA operation", UserWarning)
     assert off.total is None and modes == ["warn", 0]
+
+
+def test_a_zero_dim_tensor_index_is_a_read():
+    """`t[i]` with a 0-dim integer device tensor i: torch reads i's value (one wait a row a step on CUDA, seen by
+    the first GPU lease in the engine's path lookup and in stochastic verification); index_select does not."""
+    t = torch.arange(5, device="cpu")
+    i = t[3]  # made before counting: a device tensor
+    with HostSyncCounter() as c:
+        t[i], t.index_select(0, t[3:4]), t[t[1:3]]
+    assert c.reads == Counter(scalar_index=1) and not c.transfers

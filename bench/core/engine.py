@@ -78,7 +78,8 @@ class Engine:
         self.forward = forward  # the seam: every target forward of the loop goes through it
         # Where inputs go: the model's device, or for a model split over devices the first one (ModelBundle.device)
         self.device = torch.device(device) if device is not None else model.device
-        self.eos = torch.tensor(sorted(set(eos_token_ids)), dtype=torch.long, device=self.device)
+        self.eos_ids = frozenset(eos_token_ids)  # the host's copy: reading the device's would wait
+        self.eos = torch.tensor(sorted(self.eos_ids), dtype=torch.long, device=self.device)
         self.max_context = max_context
         self.dtype = model.dtype
         if temperature < 0:
@@ -194,7 +195,7 @@ class Engine:
             at = [n - 1 for n in lengths]
         roots = torch.stack([self._pick(logits[b], r.generator) for b, r in enumerate(rows)])
         timer.lap("prefill")
-        eos = set(self.eos.tolist())  # (a tensor made on the host: no wait)
+        eos = self.eos_ids
         for b, (r, root, value) in enumerate(zip(rows, roots, roots.tolist())):  # the prefill's one read
             r.seq[r.length], r.host[r.length] = root, value
             r.length += 1
@@ -214,8 +215,8 @@ class Engine:
             return torch.cat([visible, tree.attention_bias(self.dtype, self.device)], dim=1)[None, None]
         low = torch.finfo(self.dtype).min
         mask = torch.full((len(rows), 1, width, cached + width), low, dtype=self.dtype, device=self.device)
-        pad = torch.arange(width, device=self.device)
-        mask[:, 0, pad, cached + pad] = 0.0
+        # padding slots see themselves (masked_fill_: an index_put_ here waited for the device once a step on CUDA)
+        mask[..., cached:].masked_fill_(torch.eye(width, dtype=torch.bool, device=self.device), 0.0)
         for b, (r, d) in enumerate(zip(rows, drafts)):
             n = d.tree.size + 1
             mask[b, 0, :n, : r.prefix] = 0.0
@@ -292,7 +293,8 @@ class Engine:
         host_targets = any(r.proposer.host_tokens for r in rows)  # their update gets the target's choices too
         width = max(len(s.target) for s in steps)
         for r, d, s in zip(rows, drafts, steps):
-            s.slots = d.tree.on(self.device).path_slots[s.acc.best[0]]  # root..best, padded with the root's slot
+            # root..best, padded with the root's slot (index_select: a 0-dim index would be read on the host)
+            s.slots = d.tree.on(self.device).path_slots.index_select(0, s.acc.best[:1])[0]
             s.new = torch.cat([s.tokens[s.slots[1:]], s.tokens[:1]])  # accepted drafts, then room for the bonus
             accept_len = s.acc.accept_len
             s.new.scatter_(0, accept_len - 1, s.acc.bonus)

@@ -89,9 +89,10 @@ def decide(kids: torch.Tensor, tokens: torch.Tensor, p: torch.Tensor, q: torch.T
     going = torch.ones((), dtype=torch.bool, device=dev)  # no child accepted and no stop yet
     taken = torch.full((), -1, dtype=torch.long, device=dev)
     r = p
+    allowed = None if candidates is None else candidates[kids]  # (kids[j], a 0-dim index, would be read)
     for j in range(len(kids)):
         x = xs[j : j + 1]
-        try_j = going if candidates is None else going & candidates[kids[j]]
+        try_j = going if allowed is None else going & allowed[j]
         rx = r.gather(0, x)[0]
         if q is None:  # point mass on x: accept with probability r[x], else zero r[x] and renormalise
             take = try_j & (u[j] < rx)

@@ -1,7 +1,7 @@
 """Counting the decode loop's host waits on any device, a CPU included.
 
 On a GPU the host waits for the device whenever Python reads a tensor's value (`.item()`, `.tolist()`, `bool(t)`,
-`int(t)`, `torch.equal`, ops whose output shape depends on values such as `nonzero` and `unique`) and whenever a
+`int(t)`, `torch.equal`, `t[i]` with a 0-dim integer tensor `i` (torch indexes with its value), ops whose output shape depends on values such as `nonzero` and `unique`) and whenever a
 tensor crosses between host and device: torch's blocking copies synchronize the stream both ways, so a
 host-to-device copy (`torch.tensor(data, device=...)`, `host.to(device)`, `dev.copy_(host)`, `dev[host_index]`,
 `dev[[1, 2]]`, whose list becomes a host index tensor) stalls as a read does. A CPU runs the same Python, so a
@@ -92,6 +92,8 @@ class HostSyncCounter(TorchFunctionMode):
                     out = out.clone()
             return out
         device = [t for t in tensors if not self.on_host(t)]
+        if func in INDEXING and any(is_scalar_index(p) and not self.on_host(p) for p in parts_of(args[1])):
+            self.reads["scalar_index"] += 1  # t[i] with a 0-dim integer device tensor i: torch reads i's value
         if func in INDEXING and not self.on_host(args[0]) and (has_list(args[1]) or any_host(self, args[1:])):
             self.transfers["index"] += 1  # a host index (or written value) is copied to the device
         elif func in INDEXING and self.on_host(args[0]) and device:
@@ -130,6 +132,14 @@ def has_list(index) -> bool:
     return any(isinstance(p, (list, range)) for p in parts)
 
 
+def parts_of(index) -> tuple:
+    return index if isinstance(index, tuple) else (index,)
+
+
+def is_scalar_index(part) -> bool:
+    return isinstance(part, Tensor) and part.dim() == 0 and not part.dtype.is_floating_point and part.dtype != torch.bool
+
+
 def is_bool_index(index) -> bool:
     parts = index if isinstance(index, tuple) else (index,)
     return any(isinstance(p, Tensor) and p.dtype == torch.bool for p in parts)
@@ -139,7 +149,7 @@ class CudaSyncWarnings:
     """`with CudaSyncWarnings(device) as c: ...`: on CUDA, torch's own count of the synchronizing calls
     (`torch.cuda.set_sync_debug_mode("warn")` warns at each blocking copy, `.item()`, `nonzero`, ...), which
     confirms on a real device what HostSyncCounter infers on any. `c.total` (None off CUDA) and `c.sites`, the
-    count per caller: the innermost frame outside torch and this file (a HostSyncCounter around the same code
+    count per caller: the innermost frame outside torch's package and this file (a HostSyncCounter around the code
     would otherwise be named), as folder/file.py:line."""
 
     def __init__(self, device):
@@ -172,10 +182,12 @@ class CudaSyncWarnings:
 
 
 def caller() -> str:
+    import os
     import traceback
 
+    torch_dir = os.path.dirname(torch.__file__) + os.sep  # (not "/torch/": a venv may live in /opt/torch/)
     for frame in reversed(traceback.extract_stack()[:-2]):
         path = frame.filename.replace("\\", "/")
-        if "/torch/" not in path and frame.filename != __file__ and not path.endswith("/warnings.py"):
+        if not frame.filename.startswith(torch_dir) and frame.filename != __file__ and not path.endswith("/warnings.py"):
             return "/".join(path.split("/")[-2:]) + f":{frame.lineno}"
     return "unknown"

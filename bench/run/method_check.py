@@ -167,9 +167,10 @@ def check_methods(bundle, rows: list[list[int]], max_new: int, shared: list[str]
 
 
 def summarise(gens, counter: HostSyncCounter, batch: int, cuda: CudaSyncWarnings | None = None) -> dict:
-    """Tokens, decode steps (a batch's steps are shared by its rows: its longest row's) and waits per step; on
+    """Tokens, decode steps (a batch's steps are shared by its rows) and waits per step; on
     CUDA also torch's sync-debug count per step and its five most frequent source lines."""
-    steps = sum(len(g.accept_lengths) for g in gens) if batch == 1 else max(len(g.accept_lengths) for g in gens)
+    # a batch's steps are its longest row's; `gens` holds per_batch batches of `batch` rows
+    steps = sum(max(len(g.accept_lengths) for g in gens[i : i + batch]) for i in range(0, len(gens), batch))
     tokens = sum(len(g.output_ids) for g in gens)
     accepted = [a for g in gens for a in g.accept_lengths]
     return {"status": "ok", "new_tokens": tokens, "steps": steps,
