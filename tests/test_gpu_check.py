@@ -113,3 +113,20 @@ def test_a_batch_rows_steps_are_counted_once_per_batch():
     gens = [SimpleNamespace(accept_lengths=[1] * n, output_ids=[0] * n) for n in (3, 5, 4, 2)]
     assert summarise(gens, HostSyncCounter(), 2)["steps"] == 5 + 4
     assert summarise(gens, HostSyncCounter(), 1)["steps"] == 3 + 5 + 4 + 2
+
+
+def test_the_committed_h200_curve_plots_beside_the_cpu_one(tmp_path, capsys):
+    """docs/gpu.md's figure from the committed evidence: every GPU line starts at 1; bad input is one line."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("plot_gpu_curve", PROJECT / "scripts" / "plot_gpu_curve.py")
+    plot = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plot)
+    check = PROJECT / "evidence" / "gpu_check" / "vm_NVIDIA_H200-20261127-112000"
+    cpu = next((PROJECT / "evidence" / "cache" / "forward_cost").glob("smollm2-135m-float32-cpu-*.json"))
+    lines = plot.curves(check, cpu)
+    assert len(lines) == 7 and all(r[0] == 1.0 for _, r in lines.values())
+    assert max(max(r) for label, (_, r) in lines.items() if "H200" in label) < 1.5  # launch-bound: flat
+    assert plot.main([str(check), str(cpu), str(tmp_path / "t.png")]) == 0 and (tmp_path / "t.png").stat().st_size
+    assert plot.main([str(tmp_path / "none"), str(cpu), str(tmp_path / "u.png")]) == 1
+    assert capsys.readouterr().err.startswith("error: cannot read the curves")
