@@ -66,26 +66,24 @@ case $stage in
     # shellcheck disable=SC2086 (GPU_CHECK_ARGS: several words, e.g. "--only speedup,methods --methods ar,pld")
     step gpu_check 300 $PYTHON -m bench.run.gpu_check --device $device --out "$out/gpu_check" \
       --partial "$back/gpu_check.partial.json" ${GPU_CHECK_ARGS:-}
-    if [[ ${STEPS:-all} == check ]]; then  # gpu-check alone (a second lease finishing what the first began)
-      [[ $back == "$out" ]] || tar czf "$back/gpu_session.tgz" -C "$out" .
-      exit 0
-    fi
-    step demo_bf16 150 $PYTHON -m bench.run -m experiment=demo model.dtype=bfloat16 "${common[@]}" \
-      run.limit=${DEMO_LIMIT:-10} paths.results=$out/bf16
-    step tr_auto_ar 40 $PYTHON -m bench.run experiment=token_recycling/auto_ar model.dtype=bfloat16 "${common[@]}" \
-      run.limit=${DEMO_LIMIT:-5} paths.results=$out/bf16
-    step tr_stats 60 $PYTHON scripts/calibrate_tree.py model=smollm2-135m model.dtype=bfloat16 tree=auto \
-      "${common[@]}" paths.results=$out/bf16
-    step tr_auto 80 $PYTHON -m bench.run -m experiment=token_recycling/auto model.dtype=bfloat16 "${common[@]}" \
-      run.limit=${DEMO_LIMIT:-5} paths.results=$out/bf16
-    step demo_fp32 120 $PYTHON -m bench.run -m experiment=demo model.dtype=float32 "${common[@]}" \
-      run.limit=${DEMO_LIMIT:-5} paths.results=$out/fp32
-    for dtype in bf16 fp32; do
-      step report_humaneval_$dtype 30 $PYTHON -m bench.report runs --results "$out/$dtype" --dataset humaneval \
+    if [[ ${STEPS:-all} == all ]]; then  # (STEPS=check: gpu-check alone, a second lease finishing the first's)
+      step demo_bf16 150 $PYTHON -m bench.run -m experiment=demo model.dtype=bfloat16 "${common[@]}" \
+        run.limit=${DEMO_LIMIT:-10} paths.results=$out/bf16
+      step tr_auto_ar 40 $PYTHON -m bench.run experiment=token_recycling/auto_ar model.dtype=bfloat16 "${common[@]}" \
+        run.limit=${DEMO_LIMIT:-5} paths.results=$out/bf16
+      step tr_stats 60 $PYTHON scripts/calibrate_tree.py model=smollm2-135m model.dtype=bfloat16 tree=auto \
+        "${common[@]}" paths.results=$out/bf16
+      step tr_auto 80 $PYTHON -m bench.run -m experiment=token_recycling/auto model.dtype=bfloat16 "${common[@]}" \
+        run.limit=${DEMO_LIMIT:-5} paths.results=$out/bf16
+      step demo_fp32 120 $PYTHON -m bench.run -m experiment=demo model.dtype=float32 "${common[@]}" \
+        run.limit=${DEMO_LIMIT:-5} paths.results=$out/fp32
+      for dtype in bf16 fp32; do
+        step report_humaneval_$dtype 30 $PYTHON -m bench.report runs --results "$out/$dtype" --dataset humaneval \
+          --model smollm2-135m
+      done
+      step report_mt_bench_bf16 30 $PYTHON -m bench.report runs --results "$out/bf16" --dataset mt_bench \
         --model smollm2-135m
-    done
-    step report_mt_bench_bf16 30 $PYTHON -m bench.report runs --results "$out/bf16" --dataset mt_bench \
-      --model smollm2-135m
+    fi
     [[ $back == "$out" ]] || tar czf "$back/gpu_session.tgz" -C "$out" .
     ;;
   *) echo "error: usage: scripts/gpu_session.sh prepare|part|run [SECONDS]" >&2; exit 2 ;;

@@ -195,12 +195,11 @@ class Engine:
             at = [n - 1 for n in lengths]
         roots = torch.stack([self._pick(logits[b], r.generator) for b, r in enumerate(rows)])
         timer.lap("prefill")
-        eos = self.eos_ids
         for b, (r, root, value) in enumerate(zip(rows, roots, roots.tolist())):  # the prefill's one read
             r.seq[r.length], r.host[r.length] = root, value
             r.length += 1
             r.accept_lengths.append(1)
-            r.done = value in eos or max_new_tokens <= 1
+            r.done = value in self.eos_ids or max_new_tokens <= 1
             if not r.done:
                 self._hand_over(r, out, b, at[b], slice(0, r.n_prompt), hidden)
 

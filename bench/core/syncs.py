@@ -1,8 +1,8 @@
 """Counting the decode loop's host waits on any device, a CPU included.
 
 On a GPU the host waits for the device whenever Python reads a tensor's value (`.item()`, `.tolist()`, `bool(t)`,
-`int(t)`, `torch.equal`, `t[i]` with a 0-dim integer tensor `i` (torch indexes with its value), ops whose output shape depends on values such as `nonzero` and `unique`) and whenever a
-tensor crosses between host and device: torch's blocking copies synchronize the stream both ways, so a
+`int(t)`, `torch.equal`, `t[i]` with a 0-dim integer tensor `i` (torch indexes with its value), ops whose output
+shape depends on values such as `nonzero` and `unique`) and whenever a tensor crosses between host and device: torch's blocking copies synchronize the stream both ways, so a
 host-to-device copy (`torch.tensor(data, device=...)`, `host.to(device)`, `dev.copy_(host)`, `dev[host_index]`,
 `dev[[1, 2]]`, whose list becomes a host index tensor) stalls as a read does. A CPU runs the same Python, so a
 torch-function mode sees the same calls there.
@@ -18,6 +18,9 @@ host tensor made before counting started is taken as a device one. Used by tests
 
 from __future__ import annotations
 
+import os
+import traceback
+import warnings
 import weakref
 from collections import Counter
 
@@ -25,6 +28,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 Tensor = torch.Tensor
+TORCH_DIR = os.path.dirname(torch.__file__) + os.sep  # torch's own frames (not "/torch/": a venv may be /opt/torch/)
 SCALAR_READS = {Tensor.item: "item", Tensor.tolist: "tolist", Tensor.__bool__: "bool", Tensor.__int__: "int",
                 Tensor.__float__: "float", Tensor.__index__: "index", Tensor.numpy: "numpy", torch.equal: "equal",
                 Tensor.equal: "equal", torch.nonzero: "nonzero", Tensor.nonzero: "nonzero", torch.unique: "unique",
@@ -128,8 +132,7 @@ def names_device(args, kwargs) -> bool:
 
 def has_list(index) -> bool:
     """A Python list (or range) in an index: torch turns it into a host index tensor."""
-    parts = index if isinstance(index, tuple) else (index,)
-    return any(isinstance(p, (list, range)) for p in parts)
+    return any(isinstance(p, (list, range)) for p in parts_of(index))
 
 
 def parts_of(index) -> tuple:
@@ -141,8 +144,7 @@ def is_scalar_index(part) -> bool:
 
 
 def is_bool_index(index) -> bool:
-    parts = index if isinstance(index, tuple) else (index,)
-    return any(isinstance(p, Tensor) and p.dtype == torch.bool for p in parts)
+    return any(isinstance(p, Tensor) and p.dtype == torch.bool for p in parts_of(index))
 
 
 class CudaSyncWarnings:
@@ -164,8 +166,6 @@ class CudaSyncWarnings:
 
     def __enter__(self):
         if self.on:
-            import warnings
-
             self.total, self.catcher = 0, warnings.catch_warnings()
             self.catcher.__enter__()
             warnings.simplefilter("always")  # every call, not once per line
@@ -182,12 +182,8 @@ class CudaSyncWarnings:
 
 
 def caller() -> str:
-    import os
-    import traceback
-
-    torch_dir = os.path.dirname(torch.__file__) + os.sep  # (not "/torch/": a venv may live in /opt/torch/)
     for frame in reversed(traceback.extract_stack()[:-2]):
         path = frame.filename.replace("\\", "/")
-        if not frame.filename.startswith(torch_dir) and frame.filename != __file__ and not path.endswith("/warnings.py"):
+        if not frame.filename.startswith(TORCH_DIR) and frame.filename != __file__ and not path.endswith("/warnings.py"):
             return "/".join(path.split("/")[-2:]) + f":{frame.lineno}"
     return "unknown"

@@ -6,10 +6,11 @@
 Records (docs/gpu.md): the environment; the target forward's cost T(n, context) after 512, 128 and 2048 cached
 tokens in fp16 and bf16 for the embedded model and for the papers' 7B and 13B Llama shapes with random weights
 (bench.models.random_init), also as cost profiles (profiles/*.json: bench/cost/profiles.py, docs/cost_model.md);
-our AR against HF generate (also on the 7B shape); AR, Token Recycling and PLD taking turns pass by pass in
-bf16 (a speedup a drifting machine cannot fake); every registered method at batch 1 and 4, T = 0 and 0.6, in bf16 (no crash, host
-waits per step, on CUDA also torch's sync-debug count and its callers, graded losslessness at T = 0); eager against sdpa attention. `--sizes gpu` (the default on a CUDA
-device) fits in 10 minutes of one H100; `--sizes cpu` (`--small`, the default without CUDA) runs the same code on
+our AR against HF generate (also on the 7B shape); AR, Token Recycling and PLD taking turns pass by pass in bf16
+(a speedup a drifting machine cannot fake); every registered method at batch 1 and 4, T = 0 and 0.6, in bf16 (no
+crash, host waits per step, on CUDA also torch's sync-debug count and its callers, graded losslessness at T = 0);
+eager against sdpa attention. `--only` and `--methods` pick parts and methods: on the H200 measured (docs/gpu.md)
+the parts before the methods took 6 minutes and the methods part 20-40 s a method. `--sizes cpu` (`--small`, the default without CUDA) runs the same code on
 a tiny random model in seconds, which is how the suite tests it (tests/test_gpu_check.py).
 
 The folder, results/gpu_check/<machine>-<time>/ by default, holds JSON, CSV and md files only (no token ids), so it
@@ -148,12 +149,15 @@ def run_checks(sizes: Sizes, device: str, scratch: Path, partial: Path | None = 
     results = {"sizes": asdict(sizes), "environment": environment(device), "seconds": {}}
     lap = time.perf_counter()
 
-    def record(key: str, value) -> None:  # each part's result and how long it took (the 10-minute budget)
+    def save(so_far: dict) -> None:
+        if partial is not None:
+            atomic_write(partial, json.dumps(so_far, indent=2) + "\n")
+
+    def record(key: str, value) -> None:  # each part's result and how long it took (a lease's budget)
         nonlocal lap
         results[key], now = value, time.perf_counter()
         results["seconds"][key], lap = round(now - lap, 1), now
-        if partial is not None:
-            atomic_write(partial, json.dumps(results, indent=2) + "\n")
+        save(results)
 
     if "forward_cost" in parts:
         record("forward_cost", forward_costs(sizes, device))
@@ -168,9 +172,9 @@ def run_checks(sizes: Sizes, device: str, scratch: Path, partial: Path | None = 
                                                            sizes.timed_new, sizes.speedup_reps))
     if "methods" in parts:
         shared = method_check.add_untrained_parts(bundle, scratch)
-        so_far = (lambda recs: atomic_write(partial, json.dumps({**results, "methods": recs}, indent=2) + "\n")
-                  ) if partial is not None else None  # each method's rows as they come: the longest part
-        record("methods", method_check.check_methods(bundle, rows, sizes.max_new, shared, progress=so_far,
+        # each method's rows saved as they come: the longest part
+        record("methods", method_check.check_methods(bundle, rows, sizes.max_new, shared,
+                                                     progress=lambda recs: save({**results, "methods": recs}),
                                                      small=sizes.method_shape is not None, per_batch=sizes.per_batch,
                                                      only=methods))
     if "attention" in parts:
