@@ -215,7 +215,7 @@ def test_phase_times_tile_wall_time(model, name):
     method = Autoregressive(None, bundle(model)) if name == "ar" else tr(model)
     engine = Engine(model, [NO_EOS], max_context=512)
     ratios = []
-    for _ in range(5):  # best of 5: a busy CI machine may preempt us in the few untimed lines (3 missed once)
+    for _ in range(5):  # best of 5: a busy CI machine may preempt us in the few untimed lines
         t0 = time.perf_counter()
         out = method.generate(engine, PROMPTS[0], 30, PhaseTimer("cpu"))
         wall = time.perf_counter() - t0

@@ -112,6 +112,7 @@ class Engine:
         if longest + 1 > self.max_context:
             raise RuntimeError(f"prompt of {longest} tokens exceeds the model context ({self.max_context} tokens)")
         forward = proposers[0].target_forward or self.forward  # one forward for the whole batch
+        timer.start()  # the buffers and cache are the run's cost too (HF generate's wall time counts its own)
         rows = []
         for proposer, prompt, gen in zip(proposers, prompts, generators, strict=True):
             host = torch.zeros(len(prompt) + max_new_tokens, dtype=torch.long)
@@ -119,8 +120,7 @@ class Engine:
             rows.append(Row(proposer, host.to(self.device), host, len(prompt), len(prompt), gen))
         cache = new_cache(self.model.config, longest + max_new_tokens + 64)  # + room for one draft tree
         occupancy: list[int] = []
-
-        timer.start()
+        timer.lap("preprocess")
         for row, prompt in zip(rows, prompts):
             row.proposer.bind(StepContext(self.temperature, row.generator, timer, row.seq))
             row.proposer.start(prompt)
