@@ -12,6 +12,7 @@ import json
 import pytest
 import torch
 
+from bench.core.timing import PHASES
 from bench.cost.profiles import Profile
 from bench.errors import HarnessError
 from bench.models import random_init
@@ -75,6 +76,10 @@ def test_small_check_writes_its_folder_and_table(tmp_path, capsys):
     assert results["ar_vs_hf_shapes"]["tiny"]["prompts"] == 2  # the random shapes' AR vs HF (7B on a GPU)
     assert "AR vs HF generate, random tiny bf16" in printed
     assert [a["method"] for a in results["attention"]] == ["ar", "token_recycling"]
+    for name in ("ar", "token_recycling", "pld"):  # taking turns, then one synced pass for the phases of a step
+        ms = results["speedup"][name]["ms_per_step"]
+        assert set(PHASES) - {"prefill"} <= set(ms) and "prefill" not in ms and ms["target_forward"] > 0
+    assert "| ms per step, synced | preprocess |" in printed
 
 
 def test_evidence_copies_every_check_folder(tmp_path):

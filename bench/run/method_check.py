@@ -13,12 +13,14 @@ from __future__ import annotations
 import statistics
 import time
 import traceback
+from collections import Counter
 
 import torch
 import yaml
 from omegaconf import OmegaConf, open_dict
 
 from bench.core.engine import Engine
+from bench.core.launches import ops_per_step
 from bench.core.syncs import CudaSyncWarnings, HostSyncCounter
 from bench.core.timing import PhaseTimer, device_sync
 from bench.errors import HarnessError
@@ -207,7 +209,9 @@ def timed_generate(method, engine, rows, max_new: int, reps: int) -> tuple[list[
 def interleaved_speedup(bundle, rows, names: tuple[str, ...], max_new: int, reps: int) -> dict:
     """Each method's greedy tokens/s on the same prompts, the methods taking turns pass by pass (one untimed pass
     each first), so that a machine whose speed drifts slows them alike: per method its median tok/s, MAT, its
-    speedups over the first (one per pass: the ratio of the two passes' rates) and its grades against it."""
+    speedups over the first (one per pass: the ratio of the two passes' rates), its grades against it, ms per
+    decode step by phase from one more pass synced at every phase boundary (apart: syncs cost time of their own),
+    and the ops (kernel launches) per step by phase on the first prompt."""
     engine = engine_for(bundle, 0.0)
     methods = {n: build_method(compose_config([f"method={n}"]).method, bundle) for n in names}
     rates, outputs = {n: [] for n in names}, {}
@@ -224,8 +228,21 @@ def interleaved_speedup(bundle, rows, names: tuple[str, ...], max_new: int, reps
         out[name] = {"tok_s": round(statistics.median(rates[name]), 1), "mat": round(sum(accepted) / len(accepted), 3),
                      "speedups": [round(r, 3) for r in ratios], "speedup": round(statistics.median(ratios), 3),
                      "grades": [graded(bundle, p, g.output_ids, b.output_ids)
-                                for p, g, b in zip(rows, outputs[name], outputs[base], strict=True)]}
+                                for p, g, b in zip(rows, outputs[name], outputs[base], strict=True)],
+                     "ms_per_step": phase_ms_per_step(methods[name], engine, rows, max_new),
+                     "ops_per_step": ops_per_step(methods[name], engine, rows[:1], max_new)}
     return out
+
+
+def phase_ms_per_step(method, engine, rows, max_new: int) -> dict[str, float]:
+    """ms per decode step by phase over `rows`, the device synced at each phase boundary (prefill apart: once a
+    prompt, not a step). Where a method's extra time per step goes on a device: drafting, verifying, updating."""
+    total, steps = Counter(), 0
+    for p in rows:
+        g = method.generate(engine, p, max_new, PhaseTimer(engine.device))
+        total.update(g.phase_times)
+        steps += len(g.accept_lengths) - 1  # the first is the prefill's token
+    return {k: round(1000 * v / max(steps, 1), 3) for k, v in total.items() if k != "prefill"}
 
 
 def ar_vs_hf(bundle, rows, max_new: int, reps: int) -> dict:

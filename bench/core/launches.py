@@ -1,0 +1,60 @@
+"""Kernel launches a decode step costs, counted on any device, CPU included.
+
+Where a GPU's forward is launch-bound (docs/gpu.md: T(n) flat; on the H200 we measured, 20 ms for the embedded model's
+~1100 ops), a method's step costs what its ops cost to launch, not what they compute. Each aten op that is not a view runs at least one
+kernel on a GPU (a view only rewrites strides), so counting them per phase on a CPU predicts where a method's extra
+launches are before a GPU is at hand.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts the aten ops dispatched inside it that are not views, in all and by name (`ops`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.total = 0
+        self.ops: Counter = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not func.is_view:
+            self.total += 1
+            self.ops[func.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+
+class OpTimer:
+    """A Timer (bench.core.timing) that charges ops instead of seconds: lap(phase) adds the ops `counter` saw since
+    the last boundary, so a generation's `phase_times` are its ops per phase."""
+
+    def __init__(self, counter: OpCounter):
+        self.counter = counter
+        self.ops: dict[str, int] = defaultdict(int)
+        self.mark = 0
+
+    def start(self) -> None:
+        self.ops.clear()
+        self.mark = self.counter.total
+
+    def lap(self, phase: str) -> None:
+        self.ops[phase] += self.counter.total - self.mark
+        self.mark = self.counter.total
+
+    def result(self) -> dict[str, int]:
+        return dict(self.ops)
+
+
+def ops_per_step(method, engine, prompts: list[list[int]], max_new: int) -> dict[str, float]:
+    """Non-view aten ops per decode step by phase (prefill apart: once a prompt), over `prompts` one by one."""
+    total, steps = Counter(), 0
+    with OpCounter() as counter:
+        for p in prompts:
+            g = method.generate(engine, p, max_new, OpTimer(counter))
+            total.update(g.phase_times)
+            steps += len(g.accept_lengths) - 1  # the first is the prefill's token
+    return {k: round(v / max(steps, 1), 1) for k, v in total.items() if k != "prefill"}
