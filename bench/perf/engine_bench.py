@@ -65,7 +65,7 @@ def runner_for(model: str, method: str, overrides: list[str], args, prompts: int
                max_new_tokens: int | None = None) -> Runner:
     cfg = compose_config([f"model={model}", f"method={method}", "dataset=humaneval",
                           f"run.limit={prompts or args.prompts}",
-                          f"run.max_new_tokens={max_new_tokens or args.max_new_tokens}", *overrides])
+                          f"run.max_new_tokens={max_new_tokens or args.max_new_tokens}", *args.set, *overrides])
     return Runner(cfg)
 
 
@@ -199,8 +199,12 @@ def main(argv=None) -> int:
     ap.add_argument("--batch-max-new-tokens", type=int, default=128)
     ap.add_argument("--batch-tr-max-new-tokens", type=int, default=32, help="Token Recycling at batch 16")
     ap.add_argument("--out", help="results/bench/engine.json (roofline.json with --roofline-only)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config override for every run, e.g. --set model.device=cuda --set model.dtype=bfloat16")
     roof = ap.add_argument_group("forward cost and roofline (bench.perf.roofline)")
     roof.add_argument("--roofline-only", action="store_true", help="only the roofline section (no generate runs)")
+    roof.add_argument("--no-roofline", action="store_true",
+                      help="leave the section out (a CPU's: on a GPU, gpu-check's forward_cost is the curve)")
     roof.add_argument("--no-compile", action="store_true", help="leave torch.compile out of the per-op comparison")
     roof.add_argument("--roof-mb", type=int, default=512, help="MiB per buffer of the bandwidth copy and sum")
     roof.add_argument("--gemm-size", type=int, default=2048, help="n of the n^3 fp32 matmul that gives the peak")
@@ -253,7 +257,7 @@ def main(argv=None) -> int:
     t_ar, t_tr = in_run_forward(tr_ar["b_steps"]), in_run_forward(tr_ar["a_steps"])
     ideal = tr_mat * t_ar / t_tr
     achieved = tr_ar["ratio"]
-    forward = forward_section(args, ar)
+    forward = {} if args.no_roofline else forward_section(args, ar)
     kv_share = cache_bench.cache_share(ar.bundle.model)
     batch = batch_section(args)
     unmodified = unmodified_pair(args, ar, ar_hf)  # last: it loads a second model
@@ -292,7 +296,7 @@ def main(argv=None) -> int:
             "tr_speedup_efficiency": timing_mode(tr, ar_sync),
             **{f"batch_ar_vs_hf_generate_b{b}": batch[b]["timing_mode"] for b in BATCHES},
             "tr_overhead_share_b16": batch["tr_b16"]["timing_mode"],
-            **dict.fromkeys(roofline.GOALS, FORWARDS_SYNCED),
+            **dict.fromkeys(roofline.GOALS if forward else (), FORWARDS_SYNCED),
             "breakdown_mode_cost": timing_mode(ar_sync, ar),
         },
         "settings": vars(args),
@@ -322,7 +326,8 @@ def main(argv=None) -> int:
     print(f"breakdown mode (run.sync_phases=true) costs {100 * d['breakdown_mode_cost']:+.1f}% of AR's tok/s on "
           f"{ar.bundle.device.type} (a CPU has nothing to sync: expect noise around 0)")
     cache_bench.print_share(kv_share)
-    roofline.print_section({"details": result["roofline"], "table": result["roofline_table"]})
+    if forward:
+        roofline.print_section({"details": result["roofline"], "table": result["roofline_table"]})
     print(f"results: {args.out}")
     return 0
 

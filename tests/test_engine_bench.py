@@ -1,0 +1,26 @@
+"""bench.perf.engine_bench end to end on a tiny random model, as a GPU node runs it: overrides for every run
+(`--set`), no roofline (the CPU's section), every goal measured and written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.perf import engine_bench, roofline
+
+
+@pytest.mark.slow
+def test_overrides_reach_every_run_and_the_roofline_can_be_left_out(tmp_path, capsys):
+    out = tmp_path / "engine.json"
+    assert engine_bench.main(["--set", "model.random_init=tiny", "--set", "model.dtype=bfloat16", "--no-roofline",
+                              "--prompts", "1", "--max-new-tokens", "8", "--repeats", "1", "--batch-prompts", "4",
+                              "--batch-max-new-tokens", "8", "--batch-tr-max-new-tokens", "4",
+                              "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["provenance"]["dtype"] == "bfloat16"  # the override reached the runs
+    assert set(engine_bench.GOALS) - set(result) == set(roofline.GOALS)  # all but the roofline's goals
+    assert "roofline" not in result and not set(roofline.GOALS) & set(result["timing_modes"])
+    assert result["details"]["ar_hf_outputs_identical"] and result["details"]["tr_ar_outputs_identical"]
+    printed = capsys.readouterr().out
+    assert "ar_vs_hf_generate " in printed and f"results: {out}" in printed
