@@ -16,7 +16,7 @@
 # $OUT (default results/gpu_session/): the runs, the check's folder, the logs. PYTHON=... picks the interpreter.
 # DEVICE=cpu DEMO_LIMIT=2 rehearse `run` on a CPU (what the wheels need: a python 3.12). STEPS (default
 # check,engine,runs) picks the parts: STEPS=check runs gpu-check alone, with GPU_CHECK_ARGS (e.g. "--only
-# speedup,methods --methods ar,token_recycling,pld").
+# speedup,methods --methods ar,token_recycling,pld") and CHECK_CAP, its seconds (default 300).
 set -uo pipefail
 stage=${1:-}
 PYTHON=${PYTHON:-python3}
@@ -67,7 +67,7 @@ case $stage in
     device=${DEVICE:-cuda}
     common=(model.device=$device paths.data_mirror=.gpu/data logger=none)
     # shellcheck disable=SC2086 (GPU_CHECK_ARGS: several words, e.g. "--only speedup,methods --methods ar,pld")
-    has check && step gpu_check 300 $PYTHON -m bench.run.gpu_check --device $device --out "$out/gpu_check" \
+    has check && step gpu_check "${CHECK_CAP:-300}" $PYTHON -m bench.run.gpu_check --device $device --out "$out/gpu_check" \
       --partial "$back/gpu_check.partial.json" ${GPU_CHECK_ARGS:-}
     has engine && step bench_engine 150 $PYTHON -m bench.perf.engine_bench --no-roofline --out "$out/engine.json" \
       --set model.device=$device --set model.dtype=bfloat16 --set paths.data_mirror=.gpu/data --prompts 3 \
