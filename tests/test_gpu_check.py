@@ -135,3 +135,18 @@ def test_the_committed_h200_curve_plots_beside_the_cpu_one(tmp_path, capsys):
     assert plot.main([str(check), str(cpu), str(tmp_path / "t.png")]) == 0 and (tmp_path / "t.png").stat().st_size
     assert plot.main([str(tmp_path / "none"), str(cpu), str(tmp_path / "u.png")]) == 1
     assert capsys.readouterr().err.startswith("error: cannot read the curves")
+
+
+@pytest.mark.slow
+def test_every_method_runs_in_half_precision_on_a_cpu(tmp_path):
+    """What a GPU runs in bf16, rehearsed on a CPU: no method crashes, and each greedy output is AR's or departs
+    from it at a near-tie (a bf16 rounding the grader measures), never at a mismatch."""
+    out = tmp_path / "check"
+    assert gpu_check.main(["--small", "--device", "cpu", "--method-dtype", "bfloat16", "--only", "methods",
+                           "--out", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["sizes"]["method_dtype"] == "bfloat16"
+    rows = results["methods"]
+    assert {r["method"] for r in rows} == set(REGISTRY) and not [r for r in rows if r["status"].startswith("crash")]
+    assert {g for r in rows if r["temperature"] == 0 and r["status"] == "ok" for g in r["grades"]} <= {
+        "identical", "near-tie"}

@@ -29,7 +29,7 @@ import re
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -299,6 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partial", default=None, help="a file rewritten with the parts done so far after each")
     parser.add_argument("--only", default=",".join(PARTS), help=f"the parts to run, of {','.join(PARTS)}")
     parser.add_argument("--methods", default=None, help="the methods part's methods (default: every one)")
+    parser.add_argument("--method-dtype", choices=("float32", *DTYPES), default=None,
+                        help="the dtype of the methods' model (default: bfloat16 on a GPU, float32 on a CPU; "
+                             "--small --method-dtype bfloat16 rehearses the half-precision paths on a CPU)")
     args = parser.parse_args(argv)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     name = "cpu" if args.small else args.sizes or ("gpu" if torch.device(device).type == "cuda" else "cpu")
@@ -314,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
             raise HarnessError("--device cuda, but no CUDA device is available")
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory() as scratch:
-            results = run_checks(SIZES[name], device, Path(scratch), Path(args.partial) if args.partial else None,
+            sizes = replace(SIZES[name], method_dtype=args.method_dtype or SIZES[name].method_dtype)
+            results = run_checks(sizes, device, Path(scratch), Path(args.partial) if args.partial else None,
                                  parts, methods)
     except HarnessError as err:
         print(f"error: {err}", file=sys.stderr)
