@@ -138,14 +138,15 @@ def test_the_committed_h200_curve_plots_beside_the_cpu_one(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_every_method_runs_in_half_precision_on_a_cpu(tmp_path):
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_every_method_runs_in_half_precision_on_a_cpu(tmp_path, dtype):
     """What a GPU runs in bf16, rehearsed on a CPU: no method crashes, and each greedy output is AR's or departs
     from it at a near-tie (a bf16 rounding the grader measures), never at a mismatch."""
     out = tmp_path / "check"
-    assert gpu_check.main(["--small", "--device", "cpu", "--method-dtype", "bfloat16", "--only", "methods",
+    assert gpu_check.main(["--small", "--device", "cpu", "--method-dtype", dtype, "--only", "methods",
                            "--out", str(out)]) == 0
     results = json.loads((out / "results.json").read_text())
-    assert results["sizes"]["method_dtype"] == "bfloat16"
+    assert results["sizes"]["method_dtype"] == dtype
     rows = results["methods"]
     assert {r["method"] for r in rows} == set(REGISTRY) and not [r for r in rows if r["status"].startswith("crash")]
     assert {g for r in rows if r["temperature"] == 0 and r["status"] == "ok" for g in r["grades"]} <= {
