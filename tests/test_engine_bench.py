@@ -22,5 +22,9 @@ def test_overrides_reach_every_run_and_the_roofline_can_be_left_out(tmp_path, ca
     assert set(engine_bench.GOALS) - set(result) == set(roofline.GOALS)  # all but the roofline's goals
     assert "roofline" not in result and not set(roofline.GOALS) & set(result["timing_modes"])
     assert result["details"]["ar_hf_outputs_identical"] and result["details"]["tr_ar_outputs_identical"]
+    # bf16 outputs that differ are graded, and here (HF's left-padded batches against ours) differ at near-ties only
+    graded = [result["details"]["divergences"][k] for k in ("ar/hf", "pld/hf_pld", "tr/ar")]
+    graded += [result["batch_details"][str(b)]["divergences"] for b in engine_bench.BATCHES]
+    assert {g for d in graded for g in d} <= {"near-tie"}
     printed = capsys.readouterr().out
     assert "ar_vs_hf_generate " in printed and f"results: {out}" in printed

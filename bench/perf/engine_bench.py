@@ -33,6 +33,7 @@ import json
 import os
 import statistics
 import sys
+from collections import Counter
 
 from tqdm import tqdm
 
@@ -42,6 +43,7 @@ from bench.paths import PROJECT
 from bench.perf import cache_bench, roofline
 from bench.run import metrics
 from bench.run.compose import compose_config
+from bench.run.grading import grade
 from bench.run.provenance import provenance
 from bench.run.runner import Runner
 
@@ -80,13 +82,26 @@ def timed(r: Runner, prompts: list[list[int]]):
     return r.timed(prompts, gens)
 
 
+def divergences(r: Runner, prompts: list[list[int]], outs: list[list[int]], refs: list[list[int]]) -> dict:
+    """How outputs that differ from the reference differ (bench.run.grading: near-tie or mismatch), by count: in
+    fp16/bf16 a rounding can flip a near-tie, so a difference alone does not say which."""
+    return dict(Counter(grade(r.bundle.model, p, o, ref, device=r.bundle.device)["grade"]
+                        for p, o, ref in zip(prompts, outs, refs, strict=True) if o != ref))
+
+
+def graded(divergences: dict[str, dict]) -> str:
+    """"; differing, graded: ar/hf 2 near-tie" for the pairs whose outputs differ, else nothing."""
+    shown = [f"{pair} " + ", ".join(f"{n} {g}" for g, n in d.items()) for pair, d in divergences.items() if d]
+    return f"; differing, graded: {'; '.join(shown)}" if shown else ""
+
+
 def timed_pair(a: Runner, b: Runner, repeats: int, label: str) -> dict:
     """Interleaved runs of two methods over the same prompts; returns tok/s of each and their ratio."""
     prompts = [a.encode([], it["turns"][0]) for it in a.items]
     for r in (a, b):  # warm-up, untimed
         timed(r, prompts[:1])
     stats = {id(a): [0, 0.0, []], id(b): [0, 0.0, []]}
-    mismatches = 0
+    mismatches, last = 0, {}  # the last repeat's outputs, per prompt: (a's, b's)
     jobs = [(rep, i) for rep in range(repeats) for i in range(len(prompts))]
     for rep, i in tqdm(jobs, desc=label, file=sys.stderr):
         outs = []
@@ -98,10 +113,13 @@ def timed_pair(a: Runner, b: Runner, repeats: int, label: str) -> dict:
             s[2].append({"accept_lengths": gen.accept_lengths, "phase_times": gen.phase_times})
             outs.append(gen.output_ids)
         mismatches += outs[0] != outs[1]
+        last[i] = outs if rep % 2 == 0 else outs[::-1]
     tps = {id(r): stats[id(r)][0] / stats[id(r)][1] for r in (a, b)}
     return {
         "a_tok_s": tps[id(a)], "b_tok_s": tps[id(b)], "ratio": tps[id(a)] / tps[id(b)],
         "outputs_identical": mismatches == 0, "mismatched_prompts": mismatches,
+        "divergences": divergences(a, prompts, [last[i][0] for i in range(len(prompts))],
+                                   [last[i][1] for i in range(len(prompts))]),
         "a_steps": stats[id(a)][2], "b_steps": stats[id(b)][2],
     }
 
@@ -113,17 +131,22 @@ def timed_batch_pair(a: Runner, b: Runner, batch: int, repeats: int, label: str)
     for r in (a, b):  # warm-up, untimed
         timed(r, batches[0])
     tokens, wall, mismatches = {id(a): 0, id(b): 0}, {id(a): 0.0, id(b): 0.0}, 0
-    for rep, chunk in tqdm([(rep, c) for rep in range(repeats) for c in batches], desc=label, file=sys.stderr):
-        outs = {}
+    last = {}  # the last repeat's rows, per batch: (a's, b's)
+    for rep, c in tqdm([(rep, c) for rep in range(repeats) for c in range(len(batches))], desc=label,
+                       file=sys.stderr):
+        chunk, outs = batches[c], {}
         for r in ((a, b) if rep % 2 == 0 else (b, a)):
             gens, seconds = timed(r, chunk)
             tokens[id(r)] += sum(len(g.output_ids) for g in gens)
             wall[id(r)] += seconds
             outs[id(r)] = [g.output_ids for g in gens]
         mismatches += sum(x != y for x, y in zip(outs[id(a)], outs[id(b)]))
+        last[c] = outs[id(a)], outs[id(b)]
     tps = {k: tokens[k] / wall[k] for k in tokens}
+    rows = [pair for c in range(len(batches)) for pair in zip(*last[c])]
     return {"a_tok_s": tps[id(a)], "b_tok_s": tps[id(b)], "ratio": tps[id(a)] / tps[id(b)],
-            "outputs_identical": mismatches == 0, "mismatched_rows": mismatches}
+            "outputs_identical": mismatches == 0, "mismatched_rows": mismatches,
+            "divergences": divergences(a, prompts, [x for x, _ in rows], [y for _, y in rows])}
 
 
 def batch_section(args) -> dict:
@@ -158,7 +181,7 @@ def in_run_forward(steps: list[dict]) -> float:
 def unmodified_pair(args, ar: Runner, ar_hf: dict) -> dict:
     """Our AR (chosen backend) against hf_generate on a model loaded with cpu_linear=plain. get_bundle keeps one
     model at a time: loading the plain one drops the chosen bundle from its cache, but `ar` still holds it."""
-    keep = ("a_tok_s", "b_tok_s", "ratio", "outputs_identical", "mismatched_prompts")
+    keep = ("a_tok_s", "b_tok_s", "ratio", "outputs_identical", "mismatched_prompts", "divergences")
     if ar.bundle.linear_backend == "plain":  # the model is unmodified already: the first pair measured this
         return {**{k: ar_hf[k] for k in keep}, "same_model_as_ar": True, "hf_linear_backend": "plain"}
     hf = runner_for(args.model, "hf_generate", ["model.cpu_linear=plain"], args)
@@ -281,6 +304,8 @@ def main(argv=None) -> int:
             "pld_mat": metrics.mat(pld_pair["a_steps"]), "hf_pld_mat": metrics.mat(pld_pair["b_steps"]),
             "tr_tok_s": tr_ar["a_tok_s"], "tr_ar_tok_s": tr_ar["b_tok_s"],
             "tr_ar_outputs_identical": tr_ar["outputs_identical"],
+            "divergences": {"ar/hf": ar_hf["divergences"], "pld/hf_pld": pld_pair["divergences"],
+                            "tr/ar": tr_ar["divergences"]},  # graded, where outputs differ (the last repeat's)
             "breakdown_mode_cost": 1 - sync_pair["ratio"],  # fraction of AR's tok/s lost to phase syncs
             "tr_mat": tr_mat, "tr_speedup_over_ar": achieved, "tr_ideal_speedup": ideal,
             "tree_slots": tree_slots, "forward_cost_s": {str(k): v for k, v in costs.items()},
@@ -311,18 +336,20 @@ def main(argv=None) -> int:
           f"{d['tr_speedup_efficiency_isolated_T']:.2f}); TR MAT {tr_mat:.2f}, ideal speedup {ideal:.2f}, "
           f"achieved {achieved:.2f}")
     print(f"outputs identical: ar/hf {d['ar_hf_outputs_identical']}, pld/hf_pld {d['pld_hf_outputs_identical']}, "
-          f"tr/ar {d['tr_ar_outputs_identical']}; PLD MAT ours {d['pld_mat']:.2f} vs HF {d['hf_pld_mat']:.2f}")
+          f"tr/ar {d['tr_ar_outputs_identical']}; PLD MAT ours {d['pld_mat']:.2f} vs HF {d['hf_pld_mat']:.2f}"
+          + graded(d["divergences"]))
     for b in BATCHES:
         x = batch[b]
         print(f"batch {b}: ar {x['a_tok_s']:.1f} tok/s vs hf_generate {x['b_tok_s']:.1f} tok/s aggregate, "
-              f"rows identical {x['outputs_identical']} ({x['mismatched_rows']} differ) [{x['timing_mode']}]")
+              f"rows identical {x['outputs_identical']} ({x['mismatched_rows']} differ) [{x['timing_mode']}]"
+              + graded({"rows": x["divergences"]}))
     t16 = batch["tr_b16"]
     print(f"batch 16: token_recycling MAT {t16['mat']:.2f}, {t16['aggregate_tok_s']:.1f} tok/s aggregate "
           f"[{t16['timing_mode']}]")
     u, u_mode = unmodified, result["timing_modes"]["ar_vs_hf_generate_unmodified"]
     print(f"ar ({ar.bundle.linear_backend}) {u['a_tok_s']:.1f} tok/s vs hf_generate on the unmodified model "
           f"({u['hf_linear_backend']}) {u['b_tok_s']:.1f} tok/s; outputs identical {u['outputs_identical']} "
-          f"({u['mismatched_prompts']} prompts differ) [{u_mode}]")
+          f"({u['mismatched_prompts']} prompts differ) [{u_mode}]" + graded({"ar/hf": u["divergences"]}))
     print(f"breakdown mode (run.sync_phases=true) costs {100 * d['breakdown_mode_cost']:+.1f}% of AR's tok/s on "
           f"{ar.bundle.device.type} (a CPU has nothing to sync: expect noise around 0)")
     cache_bench.print_share(kv_share)
