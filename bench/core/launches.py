@@ -12,9 +12,14 @@ from collections import Counter, defaultdict
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
+# Ops whose schema does not say "view" that launch no kernel either: allocations and metadata-only changes.
+NO_KERNEL = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "_unsafe_view",
+                       "detach_", "resize_"})
+
 
 class OpCounter(TorchDispatchMode):
-    """Counts the aten ops dispatched inside it that are not views, in all and by name (`ops`)."""
+    """Counts the aten ops dispatched inside it that launch a kernel on a GPU (not views, allocations or
+    composites: a composite's parts are counted), in all and by name (`ops`)."""
 
     def __init__(self):
         super().__init__()
@@ -22,10 +27,17 @@ class OpCounter(TorchDispatchMode):
         self.ops: Counter = Counter()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if not func.is_view:
+        kwargs = kwargs or {}
+        # A composite op (reshape, contiguous) reaches this mode whole under inference mode, as the engine runs:
+        # its parts are counted instead (torch's FlopCounterMode does the same), else reshape's copy goes unseen.
+        with self:
+            out = func.decompose(*args, **kwargs)
+        if out is not NotImplemented:
+            return out
+        if not func.is_view and func.overloadpacket.__name__ not in NO_KERNEL:
             self.total += 1
             self.ops[func.__name__] += 1
-        return func(*args, **(kwargs or {}))
+        return func(*args, **kwargs)
 
 
 class OpTimer:
