@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
 from bench.core.engine import Engine
 from bench.core.launches import OpCounter, OpTimer, ops_per_step
-from bench.core.timing import PHASES
+from bench.core.timing import PHASES, per_decode_step
 from methods.ar import Autoregressive
 from tests.conftest import tiny_llama
 from tests.test_engine_tiny import NO_EOS, PROMPTS, V, bundle, tr
@@ -38,3 +40,10 @@ def test_phases_tile_every_op_of_a_generation():
     # Recycling 75.3 on this tiny model; 43 and 104 on the embedded one): on a launch-bound GPU each is ~19 us.
     for ops, budget in ((ar, 48), (recycling, 82)):
         assert sum(ops.values()) - ops["target_forward"] <= budget, ops
+
+
+def test_per_decode_step_leaves_the_prefill_out():
+    gens = [SimpleNamespace(phase_times={"prefill": 9.0, "draft": 2.0, "verify": 1.0}, accept_lengths=[1, 3, 2]),
+            SimpleNamespace(phase_times={"prefill": 5.0, "draft": 4.0}, accept_lengths=[1, 1])]
+    # 3 decode steps: each generation's first token is its prefill's
+    assert per_decode_step(gens) == {"draft": 2.0, "verify": 1 / 3}

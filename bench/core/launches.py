@@ -13,6 +13,8 @@ from collections import Counter, defaultdict
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from bench.core.timing import per_decode_step
+
 # Ops whose schema does not say "view" that launch no kernel either: allocations and metadata-only changes.
 NO_KERNEL = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "_unsafe_view",
                        "detach_", "resize_"})
@@ -63,11 +65,7 @@ class OpTimer:
 
 
 def ops_per_step(method, engine, prompts: list[list[int]], max_new: int) -> dict[str, float]:
-    """Non-view aten ops per decode step by phase (prefill apart: once a prompt), over `prompts` one by one."""
-    total, steps = Counter(), 0
+    """Kernel launches per decode step by phase (prefill apart: once a prompt), over `prompts` one by one."""
     with OpCounter() as counter:
-        for p in prompts:
-            g = method.generate(engine, p, max_new, OpTimer(counter))
-            total.update(g.phase_times)
-            steps += len(g.accept_lengths) - 1  # the first is the prefill's token
-    return {k: round(v / max(steps, 1), 1) for k, v in total.items() if k != "prefill"}
+        gens = [method.generate(engine, p, max_new, OpTimer(counter)) for p in prompts]
+    return {k: round(v, 1) for k, v in per_decode_step(gens).items()}

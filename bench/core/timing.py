@@ -7,7 +7,7 @@ generation tile its timed region with no gaps: they add up to the wall time by c
 from __future__ import annotations
 
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Protocol
 
 PHASES = ("prefill", "preprocess", "draft", "target_forward", "verify", "update")  # every engine step laps these
@@ -36,6 +36,16 @@ def device_sync(device) -> None:
         torch.cuda.synchronize(device)
     elif device.type == "mps":
         torch.mps.synchronize()
+
+
+def per_decode_step(generations) -> dict[str, float]:
+    """Each phase's total over `generations` (bench.core.engine.Generation) per decode step, the prefill apart:
+    it runs once a prompt, not once a step, and a generation's first token is its."""
+    total, steps = Counter(), 0
+    for g in generations:
+        total.update(g.phase_times)
+        steps += len(g.accept_lengths) - 1
+    return {k: v / max(steps, 1) for k, v in total.items() if k != "prefill"}
 
 
 class Timer(Protocol):

@@ -89,7 +89,7 @@ def divergences(r: Runner, prompts: list[list[int]], outs: list[list[int]], refs
                         for p, o, ref in zip(prompts, outs, refs, strict=True) if o != ref))
 
 
-def graded(divergences: dict[str, dict]) -> str:
+def divergence_text(divergences: dict[str, dict]) -> str:
     """"; differing, graded: ar/hf 2 near-tie" for the pairs whose outputs differ, else nothing."""
     shown = [f"{pair} " + ", ".join(f"{n} {g}" for g, n in d.items()) for pair, d in divergences.items() if d]
     return f"; differing, graded: {'; '.join(shown)}" if shown else ""
@@ -118,8 +118,7 @@ def timed_pair(a: Runner, b: Runner, repeats: int, label: str) -> dict:
     return {
         "a_tok_s": tps[id(a)], "b_tok_s": tps[id(b)], "ratio": tps[id(a)] / tps[id(b)],
         "outputs_identical": mismatches == 0, "mismatched_prompts": mismatches,
-        "divergences": divergences(a, prompts, [last[i][0] for i in range(len(prompts))],
-                                   [last[i][1] for i in range(len(prompts))]),
+        "divergences": divergences(a, prompts, *zip(*(last[i] for i in range(len(prompts))))),
         "a_steps": stats[id(a)][2], "b_steps": stats[id(b)][2],
     }
 
@@ -143,10 +142,10 @@ def timed_batch_pair(a: Runner, b: Runner, batch: int, repeats: int, label: str)
         mismatches += sum(x != y for x, y in zip(outs[id(a)], outs[id(b)]))
         last[c] = outs[id(a)], outs[id(b)]
     tps = {k: tokens[k] / wall[k] for k in tokens}
-    rows = [pair for c in range(len(batches)) for pair in zip(*last[c])]
+    rows = [pair for c in range(len(batches)) for pair in zip(*last[c])]  # (a's row, b's row), in prompt order
     return {"a_tok_s": tps[id(a)], "b_tok_s": tps[id(b)], "ratio": tps[id(a)] / tps[id(b)],
             "outputs_identical": mismatches == 0, "mismatched_rows": mismatches,
-            "divergences": divergences(a, prompts, [x for x, _ in rows], [y for _, y in rows])}
+            "divergences": divergences(a, prompts, *zip(*rows))}
 
 
 def batch_section(args) -> dict:
@@ -337,19 +336,19 @@ def main(argv=None) -> int:
           f"achieved {achieved:.2f}")
     print(f"outputs identical: ar/hf {d['ar_hf_outputs_identical']}, pld/hf_pld {d['pld_hf_outputs_identical']}, "
           f"tr/ar {d['tr_ar_outputs_identical']}; PLD MAT ours {d['pld_mat']:.2f} vs HF {d['hf_pld_mat']:.2f}"
-          + graded(d["divergences"]))
+          + divergence_text(d["divergences"]))
     for b in BATCHES:
         x = batch[b]
         print(f"batch {b}: ar {x['a_tok_s']:.1f} tok/s vs hf_generate {x['b_tok_s']:.1f} tok/s aggregate, "
               f"rows identical {x['outputs_identical']} ({x['mismatched_rows']} differ) [{x['timing_mode']}]"
-              + graded({"rows": x["divergences"]}))
+              + divergence_text({"rows": x["divergences"]}))
     t16 = batch["tr_b16"]
     print(f"batch 16: token_recycling MAT {t16['mat']:.2f}, {t16['aggregate_tok_s']:.1f} tok/s aggregate "
           f"[{t16['timing_mode']}]")
     u, u_mode = unmodified, result["timing_modes"]["ar_vs_hf_generate_unmodified"]
     print(f"ar ({ar.bundle.linear_backend}) {u['a_tok_s']:.1f} tok/s vs hf_generate on the unmodified model "
           f"({u['hf_linear_backend']}) {u['b_tok_s']:.1f} tok/s; outputs identical {u['outputs_identical']} "
-          f"({u['mismatched_prompts']} prompts differ) [{u_mode}]" + graded({"ar/hf": u["divergences"]}))
+          f"({u['mismatched_prompts']} prompts differ) [{u_mode}]" + divergence_text({"ar/hf": u["divergences"]}))
     print(f"breakdown mode (run.sync_phases=true) costs {100 * d['breakdown_mode_cost']:+.1f}% of AR's tok/s on "
           f"{ar.bundle.device.type} (a CPU has nothing to sync: expect noise around 0)")
     cache_bench.print_share(kv_share)

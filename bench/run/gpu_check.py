@@ -225,14 +225,16 @@ def table(results: dict) -> str:
         lines += [f"| {name} | {r['tok_s']} | {r['mat']} | {r['speedup']} ({', '.join(map(str, r['speedups']))}) | "
                   + ", ".join(f"{r['grades'].count(g)} {g}" for g in dict.fromkeys(r["grades"])) + " |"
                   for name, r in sp.items() if isinstance(r, dict)]
-        for key, title, spec in (("ms_per_step", "ms per step, synced", ".2f"), ("ops_per_step", "ops per step", ".0f")):
+        for key, title, spec in (("ms_per_step", "ms per step, synced", ".2f"),
+                                 ("ops_per_step", "ops per step", ".0f")):
             per = {name: r[key] for name, r in sp.items() if isinstance(r, dict) and key in r}
             phases = list(dict.fromkeys(k for by_phase in per.values() for k in by_phase))
-            if per:  # where a step's time goes, and its kernel launches (non-view aten ops), by phase
-                lines += ["", f"| {title} | " + " | ".join([*phases, "all"]) + " |", "|---|" + "---|" * (len(phases) + 1)]
-                lines += [f"| {name} | " + " | ".join(format(v, spec) for v in (*(by.get(k, 0) for k in phases),
-                                                                              sum(by.values()))) + " |"
-                          for name, by in per.items()]
+            if per:  # where a step's time goes, and its kernel launches, by phase
+                lines += ["", f"| {title} | " + " | ".join([*phases, "all"]) + " |",
+                          "|---|" + "---|" * (len(phases) + 1)]
+                for name, by in per.items():
+                    cells = [*(by.get(k, 0) for k in phases), sum(by.values())]
+                    lines.append(f"| {name} | " + " | ".join(format(v, spec) for v in cells) + " |")
     lines += [""]
     if results.get("methods"):
         combos = list(dict.fromkeys((r["batch"], r["temperature"]) for r in results["methods"]))

@@ -13,7 +13,6 @@ from __future__ import annotations
 import statistics
 import time
 import traceback
-from collections import Counter
 
 import torch
 import yaml
@@ -22,7 +21,7 @@ from omegaconf import OmegaConf, open_dict
 from bench.core.engine import Engine
 from bench.core.launches import ops_per_step
 from bench.core.syncs import CudaSyncWarnings, HostSyncCounter
-from bench.core.timing import PhaseTimer, device_sync
+from bench.core.timing import PhaseTimer, device_sync, per_decode_step
 from bench.errors import HarnessError
 from bench.models.drafts import init_draft_from_target
 from bench.models.heads import init_heads
@@ -237,12 +236,8 @@ def interleaved_speedup(bundle, rows, names: tuple[str, ...], max_new: int, reps
 def phase_ms_per_step(method, engine, rows, max_new: int) -> dict[str, float]:
     """ms per decode step by phase over `rows`, the device synced at each phase boundary (prefill apart: once a
     prompt, not a step). Where a method's extra time per step goes on a device: drafting, verifying, updating."""
-    total, steps = Counter(), 0
-    for p in rows:
-        g = method.generate(engine, p, max_new, PhaseTimer(engine.device))
-        total.update(g.phase_times)
-        steps += len(g.accept_lengths) - 1  # the first is the prefill's token
-    return {k: round(1000 * v / max(steps, 1), 3) for k, v in total.items() if k != "prefill"}
+    gens = [method.generate(engine, p, max_new, PhaseTimer(engine.device)) for p in rows]
+    return {k: round(1000 * v, 3) for k, v in per_decode_step(gens).items()}
 
 
 def ar_vs_hf(bundle, rows, max_new: int, reps: int) -> dict:
