@@ -13,18 +13,16 @@ from bench.core.tree import tree_from_paths
 from bench.report.__main__ import main as report_main
 from bench.report.dyspec.tree_order import (
     GENERATORS,
+    ORDERS,
     TreeOrderError,
     bfs_order,
     block_count,
     dfs_order,
     greedy_expansion_tree,
-    heavy_path_order,
-    parents_of,
     permute,
     prefix_block_count,
     random_recursive_tree,
     subtree_sizes,
-    tree_block_count,
     tree_mask,
 )
 
@@ -50,13 +48,18 @@ def random_topological_order(parents, rng) -> np.ndarray:
     return np.asarray(order)
 
 
+def tree_block_count(parents, prefix_len: int = 0, block: int = 32) -> int:
+    """Tiles of the tree's mask behind prefix_len prefix keys, counted on the whole mask."""
+    return block_count(tree_mask(parents, prefix_len), block)
+
+
 def naive_block_count(mask, block):
     rows, cols = mask.shape
     return sum(bool(mask[r:r + block, c:c + block].any())
                for r in range(0, rows, block) for c in range(0, cols, block))
 
 
-@pytest.mark.parametrize("order_of", [dfs_order, heavy_path_order], ids=["dfs", "heavy"])
+@pytest.mark.parametrize("order_of", [dfs_order, ORDERS["heavy"]], ids=["dfs", "heavy"])
 def test_reorder_is_a_permutation_with_parents_first_and_contiguous_subtrees(order_of):
     for parents in random_trees():
         order = order_of(parents)
@@ -72,7 +75,7 @@ def test_reorder_is_a_permutation_with_parents_first_and_contiguous_subtrees(ord
 
 def test_heavy_path_order_visits_the_largest_child_subtree_first():
     for parents in random_trees(1):
-        new = permute(parents, heavy_path_order(parents))
+        new = permute(parents, ORDERS["heavy"](parents))
         size = subtree_sizes(new)
         for v in range(len(new)):
             kids = np.nonzero(new == v)[0]
@@ -90,14 +93,14 @@ def test_permuting_preserves_the_ancestor_relation():
     rng = np.random.default_rng(3)
     for parents in random_trees(3):
         mask = tree_mask(parents)
-        for order in (dfs_order(parents), heavy_path_order(parents), bfs_order(parents),
+        for order in (dfs_order(parents), ORDERS["heavy"](parents), bfs_order(parents),
                       random_topological_order(parents, rng)):
             assert np.array_equal(tree_mask(permute(parents, order)), mask[np.ix_(order, order)])
 
 
 def test_mask_matches_the_engine_tree_and_sees_the_prefix():
     tree = tree_from_paths([[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]])
-    parents = parents_of(tree)
+    parents = tree.parents
     assert np.array_equal(tree_mask(parents), tree.ancestors.numpy())
     wide = tree_mask(parents, prefix_len=5)
     assert wide.shape == (7, 12) and wide[:, :5].all() and np.array_equal(wide[:, 5:], tree_mask(parents))
@@ -130,7 +133,6 @@ def test_prefix_count_equals_counting_the_wide_mask():
             for block in (4, 32):
                 want = block_count(tree_mask(parents, prefix), block)
                 assert prefix_block_count(mask, prefix, block) == want
-                assert tree_block_count(parents, prefix, block) == want
 
 
 @pytest.mark.parametrize("size", [1, 2, 31, 32, 33, 64, 100, 256])

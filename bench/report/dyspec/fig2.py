@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from bench.report.drafter import describe
-from bench.report.dyspec.tables import RUN
+from bench.report.dyspec.tables import METHODS, RUN
 from bench.report.output import Report
 from bench.report.plots import new_figure, yerr
 from bench.report.registry import Artifact, Cover, Recipe, Shown
@@ -18,7 +18,6 @@ from bench.report.tables import fmt, listed, markdown, with_interval
 
 MAKE = "make reproduce-dyspec-fig2"
 EXPERIMENT = "dyspec_fig2"
-METHODS = ("dyspec", "sequoia", "specinfer")
 EDGES = np.round(np.linspace(0, 1, 11), 1).tolist()  # ten columns of draft probability, as the paper's heat map
 PAPER = ("Paper (Figure 2, CNN DailyMail, no point values): tokens of higher draft probability are more likely to "
          "be accepted; the acceptance rate under one draft probability looks binomially distributed; the target "

@@ -38,7 +38,7 @@ def build_fig5(runs: RunSet, model: str | None = None, draft: str | None = None)
     df = pd.DataFrame(rows)
     per_q = df.groupby("question_id")
     size_ci = bootstrap_interval([per_q["tree_size"].sum().tolist(), per_q.size().tolist()], ratio_of_sums)
-    ms, paper = run.settings, paper_row()
+    ms, paper = run.settings, pd.read_csv(PAPER_CSV).iloc[0].to_dict()
     ours = (f"Ours: {run.model}, draft: {describe(pinned.drafter)}, machine {run.machine}, {per_q.ngroups} "
             f"prompt-turns, {len(df)} steps, experiment {run.experiment or '—'}; MAT (prefill counted as a step) "
             f"{fmt(mat(run.records))}. Interval: 95% bootstrap over questions.")
@@ -46,12 +46,8 @@ def build_fig5(runs: RunSet, model: str | None = None, draft: str | None = None)
               f"({paper['mean_tree_size']:g} of {int(paper['budget'])}); the figure has no point values.")
     df.attrs.update(run_id=run.run_id, model=run.model, dataset=run.dataset, temperature=run.temperature,
                     budget=ms.get("budget"), algorithm=ms.get("algorithm"), threshold=ms.get("threshold"),
-                    size_ci=size_ci, footer=footer(ours, [run], [theirs], pinned.notes))
+                    size_ci=size_ci, paper=paper, footer=footer(ours, [run], [theirs], pinned.notes))
     return df
-
-
-def paper_row() -> dict:
-    return pd.read_csv(PAPER_CSV).iloc[0].to_dict()
 
 
 def plot(df: pd.DataFrame):
@@ -74,7 +70,7 @@ def plot(df: pd.DataFrame):
 
 def dyspec_fig5(runs: RunSet, model: str | None = None, draft: str | None = None) -> Report:
     df = build_fig5(runs, model, draft)
-    a, paper = df.attrs, paper_row()
+    a, paper = df.attrs, df.attrs["paper"]
     size = float(df["tree_size"].mean()) if len(df) else None
     fill = [v / a["budget"] for v in a["size_ci"]] if a["size_ci"] and a["budget"] else None
     display = pd.DataFrame([

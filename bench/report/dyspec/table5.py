@@ -82,20 +82,15 @@ def load_tree_file(path: Path) -> list[tuple[np.ndarray, int]]:
     return trees
 
 
-def bucket_of(size: int, width: int = BUCKET) -> tuple[int, str]:
-    hi = max(1, math.ceil(size / width)) * width
-    return hi, f"{hi - width + 1}-{hi}"
-
-
 def file_counts(trees: list[tuple[np.ndarray, int]], prefixes: list[int], block: int = BLOCK) -> list[dict]:
     """Long rows for recorded trees: the prefix sweep, plus each tree at its own recorded prefix."""
     rows = []
     prefixes = sorted({0, *prefixes})  # prefix 0 is the tree-only mask of Table 5
     for t, (parents, own) in enumerate(trees):
-        hi, label = bucket_of(len(parents))
+        hi = max(1, math.ceil(len(parents) / BUCKET)) * BUCKET  # its size bucket: hi - BUCKET + 1 .. hi
         for (order, prefix), blocks in order_counts(parents, sorted(set(prefixes) | {own}), block).items():
-            base = {"source": "file", "tree": t, "tree_size": len(parents), "bucket": label,
-                    "bucket_hi": hi, "order": order, "blocks": blocks}
+            base = {"source": "file", "tree": t, "tree_size": len(parents),
+                    "bucket": f"{hi - BUCKET + 1}-{hi}", "bucket_hi": hi, "order": order, "blocks": blocks}
             if prefix in prefixes:
                 rows.append({**base, "prefix_len": prefix, "recorded": False})
             if prefix == own:

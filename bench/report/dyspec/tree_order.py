@@ -30,11 +30,6 @@ def as_parents(parents) -> np.ndarray:
     return p
 
 
-def parents_of(tree) -> np.ndarray:
-    """The parent array of a bench.core.tree.Tree (its slots are breadth-first)."""
-    return as_parents(tree.parents)
-
-
 def children_lists(parents) -> list[list[int]]:
     """Children of every node in index order (for a DySpec tree: draft-rank order)."""
     p = as_parents(parents)
@@ -67,10 +62,6 @@ def dfs_order(parents, heavy_first: bool = False) -> np.ndarray:
         order.append(v)
         stack.extend(reversed(kids[v]))  # so the first child is popped next
     return np.asarray(order, dtype=np.int64)
-
-
-def heavy_path_order(parents) -> np.ndarray:
-    return dfs_order(parents, heavy_first=True)
 
 
 def bfs_order(parents) -> np.ndarray:
@@ -133,10 +124,6 @@ def prefix_block_count(tree_only_mask, prefix_len: int, block: int = BLOCK) -> i
     return rows * whole + block_count(straddled, block)
 
 
-def tree_block_count(parents, prefix_len: int = 0, block: int = BLOCK) -> int:
-    return prefix_block_count(tree_mask(parents), prefix_len, block)
-
-
 # ---------------------------------------------------------------- random trees (Table 5 gives no recipe)
 
 def random_recursive_tree(size: int, rng: np.random.Generator) -> np.ndarray:
@@ -178,4 +165,5 @@ def greedy_expansion_tree(size: int, rng: np.random.Generator, concentration: fl
 GENERATORS = {"recursive": random_recursive_tree, "greedy": greedy_expansion_tree}
 # The orders DySpec's Table 5 compares: creation order, bench.core.tree's slot layout, DySpec's reorder, and
 # the paper's near-optimal reference.
-ORDERS = {"original": lambda p: np.arange(len(p)), "bfs": bfs_order, "dfs": dfs_order, "heavy": heavy_path_order}
+ORDERS = {"original": lambda p: np.arange(len(p)), "bfs": bfs_order, "dfs": dfs_order,
+          "heavy": lambda p: dfs_order(p, heavy_first=True)}

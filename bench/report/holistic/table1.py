@@ -9,7 +9,6 @@ from bench.report.holistic.common import AR, RUN, draft_length, level, make, our
 from bench.report.output import Report
 from bench.report.select import MissingRunsError, RunSet, footer
 from bench.report.tables import MISSING, lossless_text, paired_cells, render
-from bench.run.store import Run
 
 PAPER = "postuse_precut_table1_2.csv"
 PAPER_PAIR = "Llama2 7&70B"  # beside ours in the markdown: the pair of both tables
@@ -27,11 +26,6 @@ ROWS = {"ar": ("Auto-regressive", "autoregressive", lambda r: r.method == "ar" a
         # the run of Table 1's own sweep (no variant), not Table 3's precut cell at 24 (run.variant=precut)
         "ours": ("Ours (λ≤24)", "postuse_precut",
                  lambda r: level(r) == "precut" and draft_length(r) == OURS_BOUND and not r.variant)}
-
-
-def lossless(run: Run | None) -> str | None:
-    counts = run.summary.get("lossless") if run is not None else None
-    return lossless_text(counts) if counts else None
 
 
 def display(df: pd.DataFrame) -> pd.DataFrame:
@@ -75,7 +69,8 @@ def holistic_table1(runs: RunSet, model: str | None = None, draft: str | None = 
             mine = paper[(paper["dataset"] == ds) & (paper["method"] == paper_name)]
             rows.append({"dataset": ds, "row": row, "method": label,
                          **{k: got[k] for k in ("tok_s", "speedup", "tok_s_lo", "tok_s_hi", "speedup_lo", "speedup_hi",
-                                                "mat")}, "lossless": lossless(run),
+                                                "mat")},
+                         "lossless": lossless_text(run.summary.get("lossless") or {}) if run else None,
                          **{f"paper_{r.pair}_{k}": getattr(r, k) for k in ("tok_s", "speedup")
                             for r in mine.itertuples()},
                          "run_id": run.run_id if run else None, "ar_run_id": base.run_id if base else None})

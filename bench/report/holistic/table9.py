@@ -10,7 +10,7 @@ from bench.report.holistic.common import AR, DATASET, RUN, draft_length, level, 
 from bench.report.output import Report
 from bench.report.phase_timing import require_exact_phases
 from bench.report.select import RunSet
-from bench.report.tables import MISSING, interval_columns, ours_cells, pair
+from bench.report.tables import MISSING, interval_columns, is_missing, ours_cells, pair
 from bench.run.metrics import counter_totals, phase_share_interval, phase_totals
 
 PAPER = "postuse_precut_table9_wallclock.csv"
@@ -35,9 +35,7 @@ def ms_interval(records: list[dict], phase: str, per: str) -> list[float] | None
 
 
 def paper_cell(ms, bound) -> str:
-    if ms is None or pd.isna(ms):
-        return MISSING
-    return f"< {ms:g}" if bound == "upper" else f"{ms:g}"
+    return MISSING if is_missing(ms) else f"{'< ' if bound == 'upper' else ''}{ms:g}"
 
 
 def holistic_table9(runs: RunSet, model: str | None = None, dataset: str = "humaneval",

@@ -15,11 +15,12 @@ from bench.report.claims import per_question, speed_ratios
 from bench.report.output import Report
 from bench.report.registry import Artifact, Cover, Recipe, Shown, option
 from bench.report.select import RunSet, footer
-from bench.report.tables import interval_columns, latex_escape, markdown, measure, render
+from bench.report.tables import interval_columns, markdown, measure, render
 from bench.run.metrics import aggregate_rate_interval, mat, mat_interval, tokens_per_s
 from bench.run.store import Run
 
-METHODS = ("ar", "bpd", "medusa", "propd")
+LABELS = {"ar": "AR", "bpd": "BPD", "medusa": "Medusa", "propd": "ProPD"}  # the paper's names
+METHODS = tuple(LABELS)
 BATCHES = (1, 2, 4, 8, 16)
 DATASETS = {"mt_bench": "MT-Bench", "chatgpt_prompts": "ChatGPT Prompts", "alpaca": "Alpaca"}
 # Why a dataset may have no runs at all, said under the cell instead of a bare "no run".
@@ -28,6 +29,7 @@ DATASET_NOTES = {"chatgpt_prompts": "not loadable offline (no copy in the data m
 # (prune, dynamic) -> the row names of the paper's Table 3 and the variants conf/experiment/propd/ gives them.
 COMBOS = {(False, False): "neither", (True, False): "pruning only", (False, True): "dynamic only",
           (True, True): "both"}
+BOTH = (True, True)  # ProPD as the paper runs it: both techniques on
 VARIANTS = {"ablation-none": (False, False), "ablation-prune": (True, False), "ablation-dynamic": (False, True),
             "ablation-both": (True, True)}
 PRUNE_VARIANT = re.compile(r"prune-L(\d+)-k(\d+)")
@@ -150,11 +152,15 @@ class Cells:
         else:
             self.missing[name] = f"no runs on {dataset} ({make(self.name)})"
 
-    def attrs(self, **extra) -> dict:
-        """What the texts say besides the numbers, as plain values (pandas deep-copies attrs: no runs there)."""
-        return {"model": self.p.model, "label": model_label(self.p.model), "machine": self.p.machine,
-                "max_new_tokens": self.p.max_new_tokens, "settings": setting_text(self.used), "missing": self.missing,
-                **extra}
+    def frame(self, rows: list[dict], keys: tuple[str, ...], **extra) -> pd.DataFrame:
+        """The rows, every column but `keys` and the run ids as floats (None -> NaN: empty CSV cells); its attrs what
+        the texts say besides the numbers, as plain values (pandas deep-copies attrs: no runs there)."""
+        df, p = pd.DataFrame(rows), self.p
+        numeric = [c for c in df.columns if c not in keys and not c.endswith("run_id")]
+        df[numeric] = df[numeric].astype(float)
+        df.attrs.update(model=p.model, label=model_label(p.model), machine=p.machine, max_new_tokens=p.max_new_tokens,
+                        settings=setting_text(self.used), missing=self.missing, **extra)
+        return df
 
     def footer(self, lines: list[str], notes: list[str] = ()) -> list[str]:
         """select.footer with ProPD's "Ours:" line, `lines`, the paper's setup and why cells are empty (one line per
@@ -197,18 +203,6 @@ class Against:
         return numbers, {"propd_run_id": run.run_id if run else None,
                          f"{self.base}_run_id": base.run_id if base else None}
 
-    def frame(self, rows: list[dict], keys: tuple[str, ...]) -> pd.DataFrame:
-        df = floats(pd.DataFrame(rows), keys)
-        df.attrs.update(self.cells.attrs(dataset=self.dataset))
-        return df
-
-
-def floats(df: pd.DataFrame, keys: tuple[str, ...]) -> pd.DataFrame:
-    """Every column but `keys` and the run ids as floats (None -> NaN: empty CSV cells)."""
-    numeric = [c for c in df.columns if c not in keys and not c.endswith("run_id")]
-    df[numeric] = df[numeric].astype(float)
-    return df
-
 
 def setting_text(runs: Iterable[Run | None]) -> str:
     """The propd settings of the runs used (prune layer and top-k when pruning, the tree), once each."""
@@ -236,8 +230,7 @@ def sections_texts(parts: list[tuple[str, pd.DataFrame]], caption: str, foot: li
     """md and tex of a report made of several captioned tables (each display frame of string cells)."""
     md = "\n\n".join([caption, *(markdown(df, title, [], numparse=False).strip() for title, df in parts),
                       "\n".join(foot)]) + "\n"
-    tex = "\n".join(df.style.hide(axis="index").format(escape="latex")
-                    .to_latex(hrules=True, caption=latex_escape(title)) for title, df in parts)
+    tex = "\n".join(render(df, title, [], df, ("tex",))["tex"] for title, df in parts)
     return {"md": md, "tex": tex}
 
 

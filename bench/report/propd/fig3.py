@@ -12,7 +12,7 @@ import pandas as pd
 
 from bench.report.output import Report
 from bench.report.plots import new_figure, wrap, yerr
-from bench.report.propd.common import cell, declare, make, model_label, pin, sections_texts
+from bench.report.propd.common import BOTH, LABELS, cell, declare, make, model_label, pin, sections_texts
 from bench.report.select import MissingRunsError, RunSet
 from bench.report.tables import fmt, interval_columns, ours_cells
 from bench.run.metrics import by_group
@@ -21,8 +21,7 @@ EARLY_HEADS = "early_heads.json"
 ITERATION_TIME = "iteration_time.json"
 MAKE = make("fig3")  # named where a panel has no data
 SHOWN_K = (1, 5, 10, 50, 100, 200)
-LABELS = {"medusa": "Medusa", "propd": "ProPD"}
-METHODS = tuple(LABELS)  # (d)'s series; its frame also holds each one's interval (<method>_lo, <method>_hi)
+METHODS = ("medusa", "propd")  # (d)'s series; its frame also holds their intervals (<method>_lo, <method>_hi)
 PAPER = {
     "a": "Paper: early layers' heads are weak at top-1 (layer 2: about 37%) but much more accurate within the "
          "top 50, so tokens outside an early layer's top-k can be pruned.",
@@ -86,7 +85,7 @@ def timing_frames(timing: dict) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFram
 def mat_by_category(cells) -> pd.DataFrame:
     """(d): medusa's and propd's MAT per category (batch 1, mt_bench) and their intervals."""
     runs = {"medusa": cells.take(cell(cells.p, "medusa", "mt_bench", 1)),
-            "propd": cells.take(cell(cells.p, "propd", "mt_bench", 1, (True, True)))}
+            "propd": cells.take(cell(cells.p, "propd", "mt_bench", 1, BOTH))}
     rows: dict = {}  # category -> its row
     for m, run in runs.items():
         for g, s in by_group(run.records).items() if run else ():

@@ -9,13 +9,12 @@ from bench.report.claims import overall, speed_ratios
 from bench.report.output import Report
 from bench.report.plots import new_figure, wrap, yerr
 from bench.report.propd import common
+from bench.report.propd.common import BOTH, LABELS
 from bench.report.select import RunSet
 from bench.report.tables import MISSING, interval_columns, interval_in, measure, ours_cells
 from bench.run.metrics import aggregate_rate_interval, mat, tokens_per_s, verdict
 
-LABELS = {"ar": "AR", "bpd": "BPD", "medusa": "Medusa", "propd": "ProPD"}
 COLORS = {"ar": "tab:gray", "bpd": "tab:orange", "medusa": "tab:blue", "propd": "tab:red"}
-BOTH = (True, True)
 DEFINITIONS = [
     ("Tokens/s: aggregate, all new tokens / the timed wall time (the batches' at batch > 1); the CSV also has the "
     "mean per-question rate (`tok_s_per_question`) and MAT. ProPD: pruning and dynamic tree on. [low, high] and "
@@ -46,9 +45,7 @@ def fig7_points(runs: RunSet, model: str | None = None) -> tuple[pd.DataFrame, c
             rows += [per_method[m] for m in common.METHODS]  # the table in METHODS order
         if not measured:
             cells.gap(f"{d} (every cell)", d, "run")
-    df = common.floats(pd.DataFrame(rows), keys=("dataset", "batch_size", "method"))
-    df.attrs.update(cells.attrs())
-    return df, cells
+    return cells.frame(rows, ("dataset", "batch_size", "method")), cells
 
 
 def cell_verdict(g: pd.DataFrame) -> str:

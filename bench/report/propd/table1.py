@@ -5,14 +5,13 @@ from __future__ import annotations
 import pandas as pd
 
 from bench.report.output import Report
-from bench.report.propd.common import BATCHES, DATASET, PAPER_DIR, Against, Cells, declare, pin, table
+from bench.report.propd.common import BATCHES, BOTH, DATASET, PAPER_DIR, Against, Cells, declare, pin, table
 from bench.report.select import RunSet
 from bench.report.tables import fmt, ours_cells
 
 PAPER = "propd_table1_speedup_vs_ar.csv"
 PAPER_MODELS = {"7b": "Vicuna-7B (paper, A6000)", "13b": "Vicuna-13B (paper, A100)",
                 "33b": "Vicuna-33B (paper, A100)"}
-BOTH = (True, True)
 DEFINITIONS = [
     ("Speedup: ProPD over our ar at the same batch size on the questions of both runs; batch 1: ratio of mean "
     "per-question tokens/s (Spec-Bench's speedup), batch > 1: ratio of aggregate tokens/s (all new tokens / "
@@ -31,7 +30,7 @@ def table1_frame(runs: RunSet, model: str | None = None, dataset: str = "mt_benc
         numbers, ids = vs.cell(f"BS={b}", b, BOTH, "both switches on", aggregate=b > 1)
         rows.append({"batch_size": b, **numbers, **{f"paper_{m}": paper.at[m, f"bs{b}"] for m in PAPER_MODELS},
                      **ids})
-    return vs.frame(rows, keys=("batch_size",)), cells
+    return cells.frame(rows, ("batch_size",), dataset=dataset), cells
 
 
 def display(df: pd.DataFrame) -> pd.DataFrame:

@@ -12,10 +12,9 @@ import pandas as pd
 
 from bench.report.output import Report
 from bench.report.plots import new_figure, wrap
-from bench.report.registry import Artifact, Recipe, Shown
 from bench.report.select import RunSet, footer, setting
 from bench.report.tables import MISSING, interval_columns, is_missing, markdown, ours_cells
-from bench.report.token_recycling.common import FIGURE, METHOD, RUN, context, describe, numbers, sweep, warn
+from bench.report.token_recycling.common import METHOD, context, declare, describe, numbers, sweep, warn
 from bench.run.metrics import speedup, speedup_interval, verification_mat
 
 MAKE = "make reproduce-tr-auto"
@@ -176,10 +175,6 @@ def tr_auto(runs: RunSet, model: str | None = None) -> Report:
     return Report(files)
 
 
-ARTIFACT = Artifact(
-    "auto", "paper's tree vs tree=auto vs ar -> figures/tr_auto.{png,csv,md}", tr_auto, rank=4,
-    experiments=("tr_auto",), shown=(Shown(MAKE),),
-    recipes=(Recipe("reproduce-tr-auto", "AR, Token Recycling with the paper tree and with tree=auto on this machine, "
-                    "T(n) curve", (RUN.format("auto_ar"), RUN.format("auto"),
-                                   "$(PY) -m bench.report token_recycling/auto --model $(MODEL)"), ("tree-stats",)),),
-    **FIGURE)
+ARTIFACT = declare(
+    "auto", "paper's tree vs tree=auto vs ar -> figures/tr_auto.{png,csv,md}", tr_auto, 4, ("tr_auto",),
+    "AR, Token Recycling with the paper tree and with tree=auto on this machine, T(n) curve", "auto_ar", "auto")

@@ -7,9 +7,8 @@ import pandas as pd
 
 from bench.report.output import Report
 from bench.report.plots import new_figure, wrap, yerr
-from bench.report.registry import Artifact, Cover, Recipe, Shown
 from bench.report.select import RunSet, setting
-from bench.report.token_recycling.common import FIGURE, METHOD, RUN, context, missing, numbers, sweep, warn
+from bench.report.token_recycling.common import METHOD, context, declare, missing, numbers, sweep, warn
 
 MAKE = "make reproduce-tr-fig3"
 UPDATE_ORDER = ["first", "parallel", "last"]  # the paper's First, Cur, Last
@@ -114,10 +113,7 @@ def tr_fig3(runs: RunSet, model: str | None = None) -> Report:
     return Report.figure("tr_fig3", fig, df)
 
 
-ARTIFACT = Artifact(
-    "fig3", "Figure 3 (breadth, depth, update) -> figures/tr_fig3.{png,csv}", tr_fig3, covers=(Cover("Figure 3"),),
-    rank=2, experiments=tuple(p[0] for p in FIG3_PANELS), shown=(Shown(MAKE),),
-    recipes=(Recipe("reproduce-tr-fig3", "Token Recycling Figure 3: breadth, depth and update-strategy sweeps, then the "
-                    "plot", (RUN.format("fig3a"), RUN.format("fig3b"), RUN.format("fig3c"),
-                             "$(PY) -m bench.report token_recycling/fig3 --model $(MODEL)"), ("tree-stats",)),),
-    **FIGURE)
+ARTIFACT = declare(
+    "fig3", "Figure 3 (breadth, depth, update) -> figures/tr_fig3.{png,csv}", tr_fig3, 2,
+    tuple(p[0] for p in FIG3_PANELS), "Token Recycling Figure 3: breadth, depth and update-strategy sweeps, then the "
+    "plot", "fig3a", "fig3b", "fig3c", cover="Figure 3")

@@ -11,9 +11,8 @@ import pandas as pd
 from bench.report.output import Report
 from bench.report.phase_timing import components, require_exact_phases
 from bench.report.plots import new_figure, wrap, yerr
-from bench.report.registry import Artifact, Cover, Recipe, Shown
 from bench.report.select import RunSet
-from bench.report.token_recycling.common import FIGURE, RUN, context, describe, numbers, sweep, warn
+from bench.report.token_recycling.common import context, declare, describe, numbers, sweep, warn
 from bench.run.metrics import phase_share_interval
 
 MAKE = "make reproduce-tr-fig4"
@@ -93,9 +92,7 @@ def tr_fig4(runs: RunSet, model: str | None = None, fold_prefill: bool = True) -
     return Report.figure("tr_fig4", fig, df)
 
 
-ARTIFACT = Artifact(
-    "fig4", "Figure 4 (time per component) -> figures/tr_fig4.{png,csv}", tr_fig4, covers=(Cover("Figure 4"),),
-    rank=3, experiments=("tr_fig4",), paper_csv=(FIG4_PAPER_CSV.name,), shown=(Shown(MAKE),),
-    recipes=(Recipe("reproduce-tr-fig4", "Token Recycling Figure 4: time per component of a step, beside the paper's "
-                    "shares", (RUN.format("fig4"), "$(PY) -m bench.report token_recycling/fig4 --model $(MODEL)")),),
-    **FIGURE)
+ARTIFACT = declare(
+    "fig4", "Figure 4 (time per component) -> figures/tr_fig4.{png,csv}", tr_fig4, 3, ("tr_fig4",),
+    "Token Recycling Figure 4: time per component of a step, beside the paper's shares", "fig4", cover="Figure 4",
+    needs=(), paper_csv=(FIG4_PAPER_CSV.name,))
