@@ -14,10 +14,10 @@ from bench.report.output import Report
 from bench.report.plots import new_figure, wrap
 from bench.report.select import RunSet, footer, setting
 from bench.report.tables import MISSING, interval_columns, is_missing, markdown, ours_cells
-from bench.report.token_recycling.common import METHOD, context, declare, describe, numbers, sweep, warn
+from bench.report.token_recycling.common import METHOD, context, declare, describe, make, numbers, sweep, warn
 from bench.run.metrics import speedup, speedup_interval, verification_mat
 
-MAKE = "make reproduce-tr-auto"
+MAKE = make("auto")
 
 AUTO_COLUMNS = ["method", "tree_source", "tree", "size", "depth", "predicted_mat", "verification_mat", "mat",
                 "mat_lo", "mat_hi", "tokens_per_s", "tokens_per_s_lo", "tokens_per_s_hi", "predicted_speedup_vs_ar",

@@ -17,16 +17,21 @@ METHOD = "token_recycling"
 GROUP = ("model", "dataset", "machine", "max_new_tokens")
 
 RUN = "$(PY) -m bench.run $(SWEEP) experiment=token_recycling/{} $(RUN_ARGS)"
+TARGET = "reproduce-tr-{}"
+
+
+def make(name: str) -> str:
+    """The make command that produces figure `name` (named where it has no runs)."""
+    return f"make {TARGET.format(name)}"
 
 
 def declare(name: str, help: str, build: Callable, rank: int, experiments: tuple[str, ...], recipe: str,
             *sweeps: str, cover: str | None = None, needs: tuple[str, ...] = ("tree-stats",), **more) -> Artifact:
     """Figure `name` of the runs labelled `experiments`: make reproduce-tr-<name> (shown on REPRODUCED.md) runs each
     of `sweeps` (conf/experiment/token_recycling/), then the figure; with no runs, it names its experiments."""
-    target = f"reproduce-tr-{name}"
     steps = (*(RUN.format(s) for s in sweeps), f"$(PY) -m bench.report token_recycling/{name} --model $(MODEL)")
     return Artifact(name, help, build, covers=(Cover(cover),) if cover else (), rank=rank, experiments=experiments,
-                    shown=(Shown(f"make {target}"),), recipes=(Recipe(target, recipe, steps, needs),),
+                    shown=(Shown(make(name)),), recipes=(Recipe(TARGET.format(name), recipe, steps, needs),),
                     common=("model",), needs_runs=False, **more)
 
 

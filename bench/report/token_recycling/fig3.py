@@ -8,9 +8,9 @@ import pandas as pd
 from bench.report.output import Report
 from bench.report.plots import new_figure, wrap, yerr
 from bench.report.select import RunSet, setting
-from bench.report.token_recycling.common import METHOD, context, declare, missing, numbers, sweep, warn
+from bench.report.token_recycling.common import METHOD, context, declare, make, missing, numbers, sweep, warn
 
-MAKE = "make reproduce-tr-fig3"
+MAKE = make("fig3")
 UPDATE_ORDER = ["first", "parallel", "last"]  # the paper's First, Cur, Last
 UPDATE_LABELS = {"parallel": "parallel\n(paper's Cur)"}
 

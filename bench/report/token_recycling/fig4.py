@@ -12,10 +12,10 @@ from bench.report.output import Report
 from bench.report.phase_timing import components, require_exact_phases
 from bench.report.plots import new_figure, wrap, yerr
 from bench.report.select import RunSet
-from bench.report.token_recycling.common import context, declare, describe, numbers, sweep, warn
+from bench.report.token_recycling.common import context, declare, describe, make, numbers, sweep, warn
 from bench.run.metrics import phase_share_interval
 
-MAKE = "make reproduce-tr-fig4"
+MAKE = make("fig4")
 
 # paper component (CSV key), label, our phases. Prefill is folded into Model Forward by default: the paper
 # times a whole response to a query and lists no separate prefill component.
