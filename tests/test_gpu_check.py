@@ -151,3 +151,21 @@ def test_every_method_runs_in_half_precision_on_a_cpu(tmp_path, dtype):
     assert {r["method"] for r in rows} == set(REGISTRY) and not [r for r in rows if r["status"].startswith("crash")]
     assert {g for r in rows if r["temperature"] == 0 and r["status"] == "ok" for g in r["grades"]} <= {
         "identical", "near-tie"}
+
+
+def test_a_failed_profile_costs_only_its_own_tables(monkeypatch):
+    from bench.run import method_check
+
+    def no_cupti(*args):
+        raise RuntimeError("no CUPTI")
+
+    monkeypatch.setattr(method_check, "step_profile", no_cupti)
+    failed = method_check.profiled(None, None, [], 4)
+    assert failed == {"error": "RuntimeError: no CUPTI"}
+    row = {"tok_s": 9.0, "mat": 1.0, "speedups": [1.0], "speedup": 1.0, "grades": ["identical"],
+           "ms_per_step": {"draft": 0.1}, "ops_per_step": {"draft": 2}, "profile": failed}
+    text = gpu_check.table({"environment": {"cpu": "x", "torch": "2", "cuda": None, "transformers": "5",
+                                            "accelerate": "1"},
+                            "speedup": {"prompts": 1, "max_new_tokens": 4, "reps": 1, "baseline": "ar", "ar": row}})
+    assert "| ms per step, synced | draft | all |" in text and "| ar | 0.10 | 0.10 |" in text
+    assert "profile of ar failed: RuntimeError: no CUPTI" in text and "(profiler)" not in text

@@ -75,6 +75,13 @@ SIZES = {
     "cpu": Sizes((("tiny", "tiny"),), (1, 2, 4), (32, 8), (4, 16), 1, "tiny", "float32", 1, 3, 4, 1, ("tiny",)),
 }
 DTYPES = ("float16", "bfloat16")
+# The speedup part's tables by phase: (where a method's row holds it: a key, or "profile" and a quantity of
+# bench.core.step_profile; title; format)
+PER_PHASE = ((("ms_per_step",), "ms per step, synced", ".2f"), (("ops_per_step",), "ops per step", ".0f"),
+             (("profile", "host_ms"), "host ms per step, unsynced (profiler)", ".2f"),
+             (("profile", "device_ms"), "device ms per step (profiler)", ".2f"),
+             (("profile", "launches"), "kernel launches per step (profiler)", ".0f"),
+             (("profile", "wait_ms"), "host ms waiting for the device per step (profiler)", ".2f"))
 PARTS = ("forward_cost", "ar_vs_hf_shapes", "ar_vs_hf", "speedup", "methods", "attention")
 
 
@@ -225,16 +232,19 @@ def table(results: dict) -> str:
         lines += [f"| {name} | {r['tok_s']} | {r['mat']} | {r['speedup']} ({', '.join(map(str, r['speedups']))}) | "
                   + ", ".join(f"{r['grades'].count(g)} {g}" for g in dict.fromkeys(r["grades"])) + " |"
                   for name, r in sp.items() if isinstance(r, dict)]
-        for key, title, spec in (("ms_per_step", "ms per step, synced", ".2f"),
-                                 ("ops_per_step", "ops per step", ".0f")):
-            per = {name: r[key] for name, r in sp.items() if isinstance(r, dict) and key in r}
+        for path, title, spec in PER_PHASE:
+            per = {name: r.get(path[0]) if len(path) == 1 else r.get(path[0], {}).get(path[1])
+                   for name, r in sp.items() if isinstance(r, dict)}
+            per = {name: by for name, by in per.items() if by}
             phases = list(dict.fromkeys(k for by_phase in per.values() for k in by_phase))
-            if per:  # where a step's time goes, and its kernel launches, by phase
+            if any(v for by in per.values() for v in by.values()):  # (a CPU's profile has no device work)
                 lines += ["", f"| {title} | " + " | ".join([*phases, "all"]) + " |",
                           "|---|" + "---|" * (len(phases) + 1)]
                 for name, by in per.items():
                     cells = [*(by.get(k, 0) for k in phases), sum(by.values())]
                     lines.append(f"| {name} | " + " | ".join(format(v, spec) for v in cells) + " |")
+        lines += [f"profile of {name} failed: {r['profile']['error']}" for name, r in sp.items()
+                  if isinstance(r, dict) and "error" in r.get("profile", {})]
     lines += [""]
     if results.get("methods"):
         combos = list(dict.fromkeys((r["batch"], r["temperature"]) for r in results["methods"]))

