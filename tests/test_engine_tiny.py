@@ -258,3 +258,34 @@ def test_target_forward_seam_and_acceptance_reach_the_proposer(model):
     assert [n for n, _ in seen[:-1]] == steps[:-1] and seen[-1][0] >= steps[-1]  # the last step may be cut
     assert all(slots[0] == 0 and len(slots) == n for n, slots in seen)
     assert max(steps) > 1  # PLD drafted and had drafts accepted on this repetitive prompt
+
+
+def test_tree_and_batch_masks_are_aligned_for_cuda_sdpa(monkeypatch):
+    """Every 4D mask that reaches sdpa in a decode step has rows MASK_ALIGN-aligned: CUDA's memory-efficient sdpa
+    copies a mask that is not into a padded one in each layer (two launches a layer on a launch-bound GPU). The
+    values are the plain mask's: tree_mask against the prefix + bias it stands for."""
+    from bench.core.forward import MASK_ALIGN, tree_mask
+
+    sdpa, masks = torch.nn.functional.scaled_dot_product_attention, []
+
+    def spy(*args, attn_mask=None, **kw):
+        masks.append(attn_mask)
+        return sdpa(*args, attn_mask=attn_mask, **kw)
+
+    model = tiny_llama(V, "sdpa", 512)
+    engine = Engine(model, [NO_EOS], max_context=512)
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    tr(model).generate(engine, PROMPTS[0], 6, PhaseTimer("cpu"))
+    masks[:] = [m for m in masks if m is not None]  # the batch-1 prefill has none
+    gens = [torch.Generator().manual_seed(i) for i in range(2)]
+    tr(model).generate_batch(engine, PROMPTS[:2], 6, PhaseTimer("cpu"), gens)
+    masks = [m for m in masks if m is not None and m.shape[-2] != m.shape[-1]]  # not the batched prefill's (HF's)
+    assert {m.shape[0] for m in masks} == {1, 2} and {m.shape[-2] for m in masks} == {tr(model).tree.size + 1}
+    assert all(m.stride(-1) == 1 and all(s % MASK_ALIGN == 0 for s in m.stride()[:-1]) for m in masks)
+    tree = tree_from_paths(SMALL_TREE)
+    n, low = tree.size + 1, torch.finfo(torch.float32).min
+    plain = torch.full((n + 2, 13 + n + 2), low)
+    plain[:, :13] = 0.0
+    plain[:n, 13 : 13 + n] = tree.attention_bias(torch.float32, "cpu")
+    mask = tree_mask([tree], 13, n + 2, torch.float32, "cpu")
+    assert torch.equal(mask[0, 0], plain) and mask.stride(-2) % MASK_ALIGN == 0

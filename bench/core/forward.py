@@ -148,14 +148,26 @@ def kept_order(keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return select, columns
 
 
+# CUDA's memory-efficient sdpa (the kernel a 4D mask gets) copies a mask whose row stride is not a multiple of 8
+# into a padded one, in every layer: two more kernel launches a layer where the forward is launch-bound.
+MASK_ALIGN = 8
+
+
+def aligned_mask(shape: tuple[int, ...], fill: float, dtype, device) -> torch.Tensor:
+    """A new `shape` tensor filled with `fill`, its rows views into rows padded to a multiple of MASK_ALIGN, so that
+    sdpa uses it as it is."""
+    *outer, cols = shape
+    return torch.full((*outer, -(-cols // MASK_ALIGN) * MASK_ALIGN), fill, dtype=dtype, device=device)[..., :cols]
+
+
 def tree_mask(trees: Sequence[Tree], cached: int, width: int, dtype, device) -> torch.Tensor:
     """The batch-1 mask the engine leaves out for chains (the model builds it then): prefix + the tree's bias."""
     tree = trees[0]
-    bias = torch.full((width, width), torch.finfo(dtype).min, dtype=dtype, device=device)
+    mask = aligned_mask((1, 1, width, cached + width), torch.finfo(dtype).min, dtype, device)
     n = tree.size + 1
-    bias[:n, :n] = tree.attention_bias(dtype, device)
-    visible = torch.zeros(width, cached, dtype=dtype, device=device)
-    return torch.cat([visible, bias], dim=1)[None, None]
+    mask[0, 0, :, :cached] = 0.0
+    mask[0, 0, :n, cached : cached + n] = tree.attention_bias(dtype, device)
+    return mask
 
 
 class LayerwiseForward:
