@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from bench.core.forward import aligned_mask
 from bench.errors import HarnessError
 
 
@@ -71,7 +72,7 @@ class EagleHead(nn.Module):
 def causal_mask(n: int, cached: int, dtype, device) -> torch.Tensor:
     """[1, 1, n, cached + n] additive: every new position sees the cache and the new positions up to itself."""
     low = torch.finfo(dtype).min
-    mask = torch.full((n, cached + n), low, dtype=dtype, device=device)
+    mask = aligned_mask((n, cached + n), low, dtype, device)
     mask[:, :cached] = 0.0
     mask[:, cached:] = torch.triu(mask[:, cached:], diagonal=1)
     return mask[None, None]

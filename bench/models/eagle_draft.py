@@ -31,6 +31,7 @@ import torch
 from torch import nn
 from transformers import DynamicCache
 
+from bench.core.forward import aligned_mask
 from bench.models.eagle3 import Eagle3Head
 
 
@@ -124,7 +125,7 @@ class EagleDraft(nn.Module):
             else:
                 sources.append(("row", p - start))
                 depth[i] = depth[p - start] + 1
-        mask = torch.zeros(visible.shape, dtype=dtype, device=dev).masked_fill_(~visible, torch.finfo(dtype).min)
+        mask = aligned_mask(tuple(visible.shape), 0.0, dtype, dev).masked_fill_(~visible, torch.finfo(dtype).min)
         pos = (position_ids.to(dev) - 1).clamp(min=0)  # the head's position is its feature's
         hidden = self.head.config.hidden_size
         out = torch.zeros(n, hidden, dtype=dtype, device=dev)

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from bench.cachefile import CorruptCache, atomic_write, load_or_build
+from bench.core.forward import aligned_mask
 from bench.core.kv import new_cache
 from bench.core.machine import machine_id
 from bench.core.timing import device_sync
@@ -56,7 +57,8 @@ def measure(bundle, sizes=DEFAULT_SIZES, prefix_tokens: int = 256, reps: int = 7
         mask = None
         if n > 1:
             bias = chain(n - 1).attention_bias(dtype, device)
-            mask = torch.cat([torch.zeros(n, prefix_tokens, dtype=dtype, device=device), bias], 1)[None, None]
+            mask = aligned_mask((1, 1, n, prefix_tokens + n), 0.0, dtype, device)  # as the engine's
+            mask[0, 0, :, prefix_tokens:] = bias
         shapes[n] = (inputs, pos, mask)
     times: dict[int, list[float]] = {n: [] for n in sizes}
     for _ in range(reps + 1):

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from bench.core.forward import aligned_mask
 from bench.core.kv import new_cache as preallocated_cache
 from bench.core.proposer import Draft, Proposer
 from bench.core.settings import OPTIONAL_TEXT, choice, declare, number
@@ -143,7 +144,7 @@ class DraftModelProposer(Proposer):
         """The draft forward of tree nodes: their tokens and depths [n] and hidden [n, forwarded + n] (True where
         a node may not attend) on the device; the committed prefix is seen by all."""
         dev, dtype, n = self.draft.device, self.draft.dtype, len(nodes)
-        mask = torch.zeros(n, self.cached + hidden.shape[1], dtype=dtype, device=dev)
+        mask = aligned_mask((n, self.cached + hidden.shape[1]), 0.0, dtype, dev)
         mask[:, self.cached :].masked_fill_(hidden, torch.finfo(dtype).min)
         out = self.draft(input_ids=ids[None], position_ids=(depth + (self.cached - 1))[None],
                          attention_mask=mask[None, None], past_key_values=self.cache, use_cache=True)

@@ -22,6 +22,7 @@ from typing import NamedTuple
 
 import torch
 
+from bench.core.forward import aligned_mask
 from bench.core.proposer import Draft, Proposer
 from bench.core.settings import declare, integer
 from bench.core.tree import Tree
@@ -90,7 +91,7 @@ class FeatureHeadProposer(Proposer):
         dev, dtype, m = features.device, features.dtype, tokens.shape[0]
         rows = torch.cat([self.seen[parents], torch.eye(m, dtype=torch.bool, device=dev)], 1)  # [m, entries + m]
         self.seen = torch.cat([torch.nn.functional.pad(self.seen, (0, m)), rows])
-        mask = torch.full((m, self.stable + rows.shape[1]), torch.finfo(dtype).min, dtype=dtype, device=dev)
+        mask = aligned_mask((m, self.stable + rows.shape[1]), torch.finfo(dtype).min, dtype, dev)
         mask[:, : self.stable] = 0.0
         mask[:, self.stable :].masked_fill_(rows, 0.0)
         pos = torch.full((1, m), self.stable - 1 + depth, device=dev)
