@@ -7,26 +7,31 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from bench.core.kv import PreallocatedLayer, keep_accepted, keep_rows, new_cache
+from bench.core.kv import KVStore, PreallocatedLayer, keep_accepted, keep_rows, new_cache
 from bench.core.tree import tree_from_paths
 from tests.conftest import tiny_llama
 
 PREFIX, SLOTS = 5, 6  # cached prompt positions, then tree slots (root + 5 drafts)
 
 
-@pytest.fixture(params=["dynamic", "preallocated"], autouse=True)
+@pytest.fixture(params=["dynamic", "preallocated", "shared"], autouse=True)
 def storage(request, monkeypatch):
-    """Every test here runs on transformers' DynamicLayers and on PreallocatedLayers (capacity 4: they grow)."""
-    if request.param == "preallocated":
-        monkeypatch.setattr(DynamicCache, "__init__", preallocated_init)
+    """Every test here runs on transformers' DynamicLayers, on PreallocatedLayers with buffers of their own and on
+    PreallocatedLayers in one KVStore (capacity 4: they grow)."""
+    if request.param != "dynamic":
+        shared = request.param == "shared"
+        monkeypatch.setattr(DynamicCache, "__init__", lambda self, *a, **kw: preallocated_init(self, shared, *a, **kw))
     return request.param
 
 
-def preallocated_init(self, *args, **kwargs):
+def preallocated_init(self, shared, *args, **kwargs):
     original_init(self, *args, **kwargs)
+    n = sum(type(layer).__name__ == "DynamicLayer" for layer in self.layers) or 2
+    store = KVStore(n) if shared else None
     if not self.layers:
-        self.layers = [PreallocatedLayer(4) for _ in range(2)]
-    self.layers = [PreallocatedLayer(4) if type(layer).__name__ == "DynamicLayer" else layer for layer in self.layers]
+        self.layers = [PreallocatedLayer(4, store) for _ in range(2)]
+    self.layers = [PreallocatedLayer(4, store) if type(layer).__name__ == "DynamicLayer" else layer
+                   for layer in self.layers]
 
 
 original_init = DynamicCache.__init__
@@ -183,3 +188,20 @@ def test_new_cache_gives_the_model_the_same_outputs():
         outs.append(model(input_ids=ids[:, 4:], past_key_values=cache, use_cache=True).logits)
     assert all(isinstance(layer, PreallocatedLayer) for layer in cache.layers)
     assert torch.equal(outs[0], outs[1])
+
+
+def test_one_store_moves_every_layer_at_once(storage, monkeypatch):
+    """In one KVStore keep_accepted moves all layers with one gather and one scatter (on the store's buffer), and
+    leaves what per-layer moves leave (the other storages run the same tests)."""
+    if storage != "shared":
+        pytest.skip("the store's own path")
+    cache = filled_cache()
+    store = cache.layers[0].store
+    assert store.whole(cache) and store.buf.shape[:2] == (2, 2) and store.buf.shape[4] >= PREFIX + SLOTS  # grown
+    calls = []
+    gather = torch.Tensor.gather
+    monkeypatch.setattr(torch.Tensor, "gather", lambda t, *a, **kw: calls.append(t.dim()) or gather(t, *a, **kw))
+    keep_accepted(cache, [PREFIX], [torch.tensor([0, 2, 5])], PREFIX)
+    assert calls == [6]  # one gather over [layers, 2, B, H, capacity, D]
+    for layer in range(2):
+        assert positions(cache, layer) == [*range(PREFIX), PREFIX, PREFIX + 2, PREFIX + 5]

@@ -169,8 +169,9 @@ def test_config_errors_are_one_line(tiny, overrides, num_heads, match):
 def checked(monkeypatch, tiny):
     """At temperature 0 the hidden state a proposer observed must be the one whose lm_head argmax is the root:
     every propose of HeadsProposer (each forked row included) checks it; returns the count of checks."""
-    import methods.medusa.proposer  # noqa: F401 (a class is a subclass only once its module is imported: the
-    # methods load lazily, so without this the patch depended on which tests this worker ran first)
+    # A class is a subclass only once its module is imported: the methods load lazily, so without this import the
+    # patch depended on which tests this worker had run first.
+    import methods.medusa.proposer  # noqa: F401
     from methods.shared.heads import HeadsProposer
 
     lm_head, counts = tiny.get_output_embeddings(), Counter()

@@ -118,7 +118,9 @@ class Engine:
             host = torch.zeros(len(prompt) + max_new_tokens, dtype=torch.long)
             host[: len(prompt)] = torch.tensor(prompt, dtype=torch.long)
             rows.append(Row(proposer, host.to(self.device), host, len(prompt), len(prompt), gen))
-        cache = new_cache(self.model.config, longest + max_new_tokens + 64)  # + room for one draft tree
+        # + room for one draft tree; one buffer for all layers unless the model is split over devices
+        cache = new_cache(self.model.config, longest + max_new_tokens + 64,
+                          shared=not getattr(self.model, "hf_device_map", None))
         occupancy: list[int] = []
         timer.lap("preprocess")
         for row, prompt in zip(rows, prompts):

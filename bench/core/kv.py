@@ -11,7 +11,8 @@ sliding-window caches would need their own rule.
 Storage: transformers' DynamicLayer appends by concatenation, copying each layer's whole cache every forward (a
 copy that grows with the context). `new_cache` gives layers that write into a buffer preallocated for the run
 (`capacity` positions, doubled if ever exceeded) and expose `keys`/`values` as views of it, so an append costs
-only the new tokens and a crop is a shorter view.
+only the new tokens and a crop is a shorter view. On one device all layers' buffers are one (KVStore): compaction
+then moves every layer in two kernel launches.
 """
 
 from __future__ import annotations
@@ -21,51 +22,106 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 
-class PreallocatedLayer(DynamicLayer):
-    """A DynamicLayer whose keys/values are views [B, H, :length, D] of buffers [B, H, capacity, D]. Everything
-    that reads or crops a DynamicLayer works unchanged; in-place writes to the views (keep_accepted's scatter)
-    land in the buffer. Replacing `keys`/`values` by a new tensor is not allowed: use batch_select_indices."""
+class KVStore:
+    """Every layer's keys and values in one buffer [layers, 2, B, H, capacity, D], so that keep_accepted moves the
+    accepted entries of all layers in one gather and one scatter: four kernel launches a layer otherwise, ~120 a
+    compacting step of a 30-layer model, each of which a launch-bound GPU pays. Allocated by the first layer to
+    initialise; a layer whose device, dtype or shape differs keeps buffers of its own."""
 
-    def __init__(self, capacity: int):
+    def __init__(self, layers: int):
+        self.layers = layers
+        self.buf: torch.Tensor | None = None
+        self.members: list[PreallocatedLayer] = []
+
+    def join(self, layer: PreallocatedLayer, key_states: torch.Tensor, value_states: torch.Tensor) -> bool:
+        """Give `layer` its slot (views of this buffer); False where it does not fit the buffer."""
+        b, h, _, d = key_states.shape
+        if self.buf is None and value_states.shape[-1] == d:
+            self.buf = key_states.new_empty(self.layers, 2, b, h, layer.capacity, d)
+        buf = self.buf
+        if buf is None or (buf.dtype, buf.device, *buf.shape[2:4], buf.shape[-1]) != (
+                key_states.dtype, key_states.device, b, h, d) or value_states.shape[-1] != d:
+            return False
+        if layer not in self.members:  # (a layer that was reset joins again in its own slot)
+            self.members.append(layer)
+        i = self.members.index(layer)
+        layer.bind(buf[i, 0], buf[i, 1])
+        return True
+
+    def grow(self, capacity: int) -> None:
+        """A longer buffer for every member, their entries copied."""
+        old = self.buf
+        self.buf = old.new_empty(*old.shape[:4], capacity, old.shape[-1])
+        self.buf[..., : old.shape[4], :] = old
+        for i, layer in enumerate(self.members):
+            layer.bind(self.buf[i, 0], self.buf[i, 1])
+
+    def whole(self, cache) -> bool:
+        """Whether every layer of `cache` has its slot here: then one op can move them all."""
+        return len(self.members) == len(cache.layers) == self.layers and all(
+            getattr(layer, "store", None) is self for layer in cache.layers)
+
+
+class PreallocatedLayer(DynamicLayer):
+    """A DynamicLayer whose keys/values are views [:rows, H, :length, D] of buffers [B, H, capacity, D] (its own, or
+    its slot of a KVStore). Everything that reads or crops a DynamicLayer works unchanged; in-place writes to the
+    views (keep_accepted's scatter) land in the buffer. Replacing `keys`/`values` by a new tensor is not allowed:
+    use batch_select_indices, which moves the kept rows to the front."""
+
+    def __init__(self, capacity: int, store: KVStore | None = None):
         super().__init__()
         self.capacity = int(capacity)
+        self.store = store
         self._k = self._v = None
+        self.rows = 0
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.dtype, self.device = key_states.dtype, key_states.device
-        b, h, _, d = key_states.shape
-        self._k = key_states.new_empty(b, h, self.capacity, d)
-        self._v = value_states.new_empty(b, h, self.capacity, value_states.shape[-1])
-        self.keys, self.values = self._k[:, :, :0], self._v[:, :, :0]
+        self.rows = key_states.shape[0]
+        self.keys = key_states[:, :, :0]  # the length bind keeps
+        if self.store is None or not self.store.join(self, key_states, value_states):
+            self.store = None
+            b, h, _, d = key_states.shape
+            self.bind(key_states.new_empty(b, h, self.capacity, d),
+                      value_states.new_empty(b, h, self.capacity, value_states.shape[-1]))
         self.is_initialized = True
+
+    def bind(self, k: torch.Tensor, v: torch.Tensor, length: int | None = None) -> None:
+        """Point the views at buffers k, v [B, H, capacity, D] (the current length unless given)."""
+        self._k, self._v = k, v
+        self.capacity = k.shape[2]
+        n = self.keys.shape[-2] if length is None else length
+        self.keys, self.values = k[: self.rows, :, :n], v[: self.rows, :, :n]
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         n, t = self.keys.shape[-2], key_states.shape[-2]
-        if n + t > self._k.shape[2]:
+        if n + t > self.capacity:
             self._grow(2 * (n + t))
-        self._k[:, :, n : n + t] = key_states
-        self._v[:, :, n : n + t] = value_states
-        self.keys, self.values = self._k[:, :, : n + t], self._v[:, :, : n + t]
+        self._k[: self.rows, :, n : n + t] = key_states
+        self._v[: self.rows, :, n : n + t] = value_states
+        self.bind(self._k, self._v, n + t)
         return self.keys, self.values
 
     def _grow(self, capacity: int) -> None:
+        if self.store is not None:
+            self.store.grow(capacity)
+            return
         n = self.keys.shape[-2]
-        for name in ("_k", "_v"):
-            old = getattr(self, name)
-            new = old.new_empty(*old.shape[:2], capacity, old.shape[-1])
-            new[:, :, :n] = old[:, :, :n]
-            setattr(self, name, new)
-        self.keys, self.values = self._k[:, :, :n], self._v[:, :, :n]
+        k, v = (old.new_empty(*old.shape[:2], capacity, old.shape[-1]) for old in (self._k, self._v))
+        k[:, :, :n], v[:, :, :n] = self._k[:, :, :n], self._v[:, :, :n]
+        self.bind(k, v)
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        """Keep the batch rows `indices` (in order), buffers included."""
+        """Keep the batch rows `indices` (in order): moved to the front of the buffer, which keeps its size."""
         if not self.is_initialized:
             return
         n = self.keys.shape[-2]
-        self._k, self._v = self._k.index_select(0, indices), self._v.index_select(0, indices)
-        self.keys, self.values = self._k[:, :, :n], self._v[:, :, :n]
+        for buf in (self._k, self._v):
+            buf[: len(indices), :, :n] = buf[indices, :, :n]  # the index reads a copy first
+        self.rows = len(indices)
+        self.bind(self._k, self._v)
 
     def batch_repeat_interleave(self, repeats: int) -> None:
         raise NotImplementedError("a preallocated cache does not grow its batch")
@@ -75,10 +131,13 @@ class PreallocatedLayer(DynamicLayer):
         self._k = self._v = None
 
 
-def new_cache(config, capacity: int) -> DynamicCache:
-    """A DynamicCache for `config` whose full-attention layers are PreallocatedLayers of `capacity` positions."""
+def new_cache(config, capacity: int, shared: bool = True) -> DynamicCache:
+    """A DynamicCache for `config` whose full-attention layers are PreallocatedLayers of `capacity` positions, in one
+    KVStore when `shared` (a model on one device; a model split over devices keeps a buffer per layer)."""
     cache = DynamicCache(config=config)
-    cache.layers = [PreallocatedLayer(capacity) if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    full = [type(layer) is DynamicLayer for layer in cache.layers]
+    store = KVStore(sum(full)) if shared else None
+    cache.layers = [PreallocatedLayer(capacity, store) if f else layer for f, layer in zip(full, cache.layers)]
     return cache
 
 
@@ -99,6 +158,14 @@ def keep_accepted(cache, prefix: list[int], paths: list[torch.Tensor], start: in
     if leading is None:
         leading = [bool(torch.equal(p.cpu(), torch.arange(len(p)))) for p in paths]
     in_place = all(leading) and all(k == start for k in prefix)
+    store = getattr(cache.layers[0], "store", None) if cache.layers else None
+    if not in_place and columns is None and store is not None and store.whole(cache):  # every layer in one op
+        src, to = move_plan(paths, prefix, width, start, None, store.buf.device)
+        buf = store.buf[:, :, : len(paths)]
+        n_layers, _, b_, h, _, d = buf.shape
+        moved = buf.gather(4, src.view(1, 1, b_, 1, width, 1).expand(n_layers, 2, b_, h, width, d))
+        buf.scatter_(4, to.view(1, 1, b_, 1, width, 1).expand(n_layers, 2, b_, h, width, d), moved)
+        in_place = True  # moved: each layer is only cut below
     plans: dict[tuple, tuple[torch.Tensor, torch.Tensor] | None] = {}  # per index map and device
     for i, layer in enumerate(cache.layers):
         cmap = None if columns is None else columns[i]
