@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.nn.functional import pad
 
-from bench.core.forward import TargetForward, aligned_mask, full_forward
+from bench.core.forward import TargetForward, aligned_mask, full_forward, tree_mask
 from bench.core.kv import keep_accepted, keep_rows, new_cache
 from bench.core.proposer import Acceptance, Draft, Generation, Proposer, StepContext
 from bench.core.sampling import sample, stochastic_verify, target_probs
@@ -212,9 +212,7 @@ class Engine:
             tree = drafts[0].tree
             if tree.is_chain:
                 return None
-            mask = aligned_mask((1, 1, tree.size + 1, rows[0].prefix + tree.size + 1), 0.0, self.dtype, self.device)
-            mask[0, 0, :, rows[0].prefix :] = tree.attention_bias(self.dtype, self.device)
-            return mask
+            return tree_mask([tree], rows[0].prefix, tree.size + 1, self.dtype, self.device)
         low = torch.finfo(self.dtype).min
         mask = aligned_mask((len(rows), 1, width, cached + width), low, self.dtype, self.device)
         # padding slots see themselves (masked_fill_: an index_put_ here waited for the device once a step on CUDA)

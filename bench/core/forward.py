@@ -161,12 +161,15 @@ def aligned_mask(shape: tuple[int, ...], fill: float, dtype, device) -> torch.Te
 
 
 def tree_mask(trees: Sequence[Tree], cached: int, width: int, dtype, device) -> torch.Tensor:
-    """The batch-1 mask the engine leaves out for chains (the model builds it then): prefix + the tree's bias."""
+    """The batch-1 mask [1, 1, width, cached + width]: every slot sees the prefix, the tree's nodes their ancestors
+    (its bias); slots past the tree (width > its size) see nothing else."""
     tree = trees[0]
-    mask = aligned_mask((1, 1, width, cached + width), torch.finfo(dtype).min, dtype, device)
     n = tree.size + 1
-    mask[0, 0, :, :cached] = 0.0
+    mask = aligned_mask((1, 1, width, cached + width), 0.0, dtype, device)
     mask[0, 0, :n, cached : cached + n] = tree.attention_bias(dtype, device)
+    if width > n:
+        mask[0, 0, :, cached + n :] = torch.finfo(dtype).min
+        mask[0, 0, n:, cached : cached + n] = torch.finfo(dtype).min
     return mask
 
 

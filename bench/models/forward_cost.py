@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from bench.cachefile import CorruptCache, atomic_write, load_or_build
-from bench.core.forward import aligned_mask
+from bench.core.forward import tree_mask
 from bench.core.kv import new_cache
 from bench.core.machine import machine_id
 from bench.core.timing import device_sync
@@ -56,9 +56,7 @@ def measure(bundle, sizes=DEFAULT_SIZES, prefix_tokens: int = 256, reps: int = 7
         pos = (prefix_tokens + torch.arange(n, device=device))[None]
         mask = None
         if n > 1:
-            bias = chain(n - 1).attention_bias(dtype, device)
-            mask = aligned_mask((1, 1, n, prefix_tokens + n), 0.0, dtype, device)  # as the engine's
-            mask[0, 0, :, prefix_tokens:] = bias
+            mask = tree_mask([chain(n - 1)], prefix_tokens, n, dtype, device)  # the engine's
         shapes[n] = (inputs, pos, mask)
     times: dict[int, list[float]] = {n: [] for n in sizes}
     for _ in range(reps + 1):
