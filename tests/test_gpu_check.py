@@ -8,6 +8,7 @@ memory): their parameter counts are the papers' Llama-2 7B and 13B targets' and 
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -105,6 +106,14 @@ def test_gpu_session_script_refuses_bad_input_in_one_line(tmp_path):
         done = subprocess.run(["bash", script, *args], check=False, cwd=tmp_path, capture_output=True, text=True)
         assert done.returncode == rc and done.stderr.startswith("error:") and message in done.stderr
         assert len(done.stderr.strip().splitlines()) == 1
+    # a third call on the warm machine: the stamp of an earlier install, no parts carried, installs nothing
+    (tmp_path / ".gpu" / "site").mkdir(parents=True)
+    for name in (".gpu/gguf.sha256", ".gpu/site/.ready"):
+        (tmp_path / name).write_text("abc\n")
+    env = {**os.environ, "STEPS": "none", "PYTHON": "true", "OUT": str(tmp_path / "out")}
+    done = subprocess.run(["bash", script, "run", "5"], check=False, cwd=tmp_path, capture_output=True, text=True,
+                          env=env)
+    assert done.returncode == 0 and "from an earlier call" in done.stdout and not (tmp_path / "results/gpu_session/install.log").exists()
 
 
 def test_a_batch_rows_steps_are_counted_once_per_batch():
