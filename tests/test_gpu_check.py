@@ -81,6 +81,8 @@ def test_small_check_writes_its_folder_and_table(tmp_path, capsys):
         ms = results["speedup"][name]["ms_per_step"]
         assert set(PHASES) - {"prefill"} <= set(ms) and "prefill" not in ms and ms["target_forward"] > 0
     assert "| ms per step, synced | preprocess |" in printed
+    low, high = results["speedup"]["token_recycling"]["speedup_interval"]  # over 3 prompts x 2 passes
+    assert low <= results["speedup"]["token_recycling"]["speedup"] <= high and "| speedup [95%] (per pass) |" in printed
 
 
 def test_evidence_copies_every_check_folder(tmp_path):
@@ -178,3 +180,37 @@ def test_a_failed_profile_costs_only_its_own_tables(monkeypatch):
                             "speedup": {"prompts": 1, "max_new_tokens": 4, "reps": 1, "baseline": "ar", "ar": row}})
     assert "| ms per step, synced | draft | all |" in text and "| ar | 0.10 | 0.10 |" in text
     assert "profile of ar failed: RuntimeError: no CUPTI" in text and "(profiler)" not in text
+
+
+def test_the_speedup_part_takes_turns_prompt_by_prompt_with_an_interval(monkeypatch):
+    """Methods alternate on each prompt (a drifting machine slows them alike); a method's speedup is all its tokens
+    over all its timed seconds against the baseline's, inside its paired bootstrap interval; one ratio per pass."""
+    from types import SimpleNamespace
+
+    from bench.run import method_check
+
+    calls = []
+    seconds = {"ar": 2.0, "token_recycling": 1.0}
+
+    def one_pass(method, engine, rows, max_new):
+        (prompt,) = rows
+        calls.append((method, prompt[0]))
+        drift = 1 + 0.1 * len(calls)  # the machine slows as it goes
+        return [SimpleNamespace(output_ids=[0] * max_new, accept_lengths=[1] * max_new)], seconds[method] * drift
+
+    monkeypatch.setattr(method_check, "one_pass", one_pass)
+    monkeypatch.setattr(method_check, "engine_for", lambda bundle, t: None)
+    monkeypatch.setattr(method_check, "build_method", lambda cfg, bundle: cfg.name)
+    for name in ("graded", "phase_ms_per_step", "ops_per_step", "profiled"):
+        monkeypatch.setattr(method_check, name, lambda *a, **k: {})
+    out = method_check.interleaved_speedup(None, [[1], [2], [3]], ("ar", "token_recycling"), 8, 2)
+    assert calls[:6] == [("ar", 1), ("token_recycling", 1), ("ar", 2), ("token_recycling", 2), ("ar", 3),
+                         ("token_recycling", 3)] and len(calls) == 3 * 2 * 3
+    tr = out["token_recycling"]
+    timed = calls[6:]
+    t_ar = sum(seconds["ar"] * (1 + 0.1 * (7 + i)) for i, (m, _) in enumerate(timed) if m == "ar")
+    t_tr = sum(seconds["token_recycling"] * (1 + 0.1 * (7 + i)) for i, (m, _) in enumerate(timed) if m != "ar")
+    assert tr["speedup"] == pytest.approx(t_ar / t_tr, abs=1e-3) and len(tr["speedups"]) == 2
+    low, high = tr["speedup_interval"]
+    assert low <= tr["speedup"] <= high and high - low < 0.5
+    assert out["ar"]["speedup"] == 1.0

@@ -6,10 +6,10 @@
 Records (docs/gpu.md): the environment; the target forward's cost T(n, context) after 512, 128 and 2048 cached
 tokens in fp16 and bf16 for the embedded model and for the papers' 7B and 13B Llama shapes with random weights
 (bench.models.random_init), also as cost profiles (profiles/*.json: bench/cost/profiles.py, docs/cost_model.md);
-our AR against HF generate (also on the 7B shape); AR, Token Recycling and PLD taking turns pass by pass in bf16
-(a speedup a drifting machine cannot fake); every registered method at batch 1 and 4, T = 0 and 0.6, in bf16 (no
-crash, host waits per step, on CUDA also torch's sync-debug count and its callers, graded losslessness at T = 0);
-eager against sdpa attention. `--only` and `--methods` pick parts and methods: on the H200 measured (docs/gpu.md)
+our AR against HF generate (also on the 7B shape); AR, Token Recycling and PLD taking turns prompt by prompt
+in bf16 (a speedup a drifting machine cannot fake, with its interval); every registered method at batch 1 and
+4, T = 0 and 0.6, in bf16 (no crash, host waits per step, on CUDA also torch's sync-debug count and its callers,
+graded losslessness at T = 0); eager against sdpa attention. `--only` and `--methods` pick parts and methods: on the H200 measured (docs/gpu.md)
 the parts before the methods took 6 minutes and the methods part 20-40 s a method. `--sizes cpu` (`--small`, the default without CUDA) runs the same code on
 a tiny random model in seconds, which is how the suite tests it (tests/test_gpu_check.py).
 
@@ -228,8 +228,10 @@ def table(results: dict) -> str:
     if "speedup" in results:
         sp = results["speedup"]
         head = f"| taking turns, {sp['prompts']} prompts x {sp['max_new_tokens']} tokens, {sp['reps']} passes "
-        lines += ["", head + "| tok/s | MAT | speedup (per pass) | grades |", "|---|---|---|---|---|"]
-        lines += [f"| {name} | {r['tok_s']} | {r['mat']} | {r['speedup']} ({', '.join(map(str, r['speedups']))}) | "
+        lines += ["", head + "| tok/s | MAT | speedup [95%] (per pass) | grades |", "|---|---|---|---|---|"]
+        lines += [f"| {name} | {r['tok_s']} | {r['mat']} | {r['speedup']}"
+                  + (" [{}, {}]".format(*r["speedup_interval"]) if r.get("speedup_interval") else "")
+                  + f" ({', '.join(map(str, r['speedups']))}) | "
                   + ", ".join(f"{r['grades'].count(g)} {g}" for g in dict.fromkeys(r["grades"])) + " |"
                   for name, r in sp.items() if isinstance(r, dict)]
         for path, title, spec in PER_PHASE:

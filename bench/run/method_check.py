@@ -14,6 +14,7 @@ import statistics
 import time
 import traceback
 
+import numpy as np
 import torch
 import yaml
 from omegaconf import OmegaConf, open_dict
@@ -27,6 +28,7 @@ from bench.errors import HarnessError
 from bench.models.drafts import init_draft_from_target
 from bench.models.heads import init_heads
 from bench.run.compose import compose_config
+from bench.run.metrics import bootstrap_interval, ratio_of_rates
 from bench.run.validate import check_method
 from methods import REGISTRY, build_method
 
@@ -208,27 +210,34 @@ def timed_generate(method, engine, rows, max_new: int, reps: int) -> tuple[list[
 
 
 def interleaved_speedup(bundle, rows, names: tuple[str, ...], max_new: int, reps: int) -> dict:
-    """Each method's greedy tokens/s on the same prompts, the methods taking turns pass by pass (one untimed pass
-    each first), so that a machine whose speed drifts slows them alike: per method its median tok/s, MAT, its
-    speedups over the first (one per pass: the ratio of the two passes' rates), its grades against it, ms per
-    decode step by phase from one more pass synced at every phase boundary (apart: syncs cost time of their own),
-    the ops (kernel launches) per step by phase on the first prompt, and its profile (bench.core.step_profile) over
-    the first PROFILED_NEW tokens of the first prompt: the device's own launches, waits and busy time by phase."""
+    """Each method's greedy tokens/s on the same prompts, the methods taking turns prompt by prompt (one untimed
+    pass of every prompt first), so that a machine whose speed drifts slows them alike: per method its tok/s and
+    speedup over the first method over all timed passes (all tokens / all seconds), the speedup's 95% interval (a
+    paired bootstrap over the timed (pass, prompt) pairs, bench.run.metrics), its speedup on each pass, MAT, its
+    grades against the first method, ms per decode step by phase from one more pass synced at every phase boundary
+    (apart: syncs cost time of their own), the ops (kernel launches) per step by phase on the first prompt, and its
+    profile (bench.core.step_profile) over the first PROFILED_NEW tokens of the first prompt: the device's own
+    launches, waits and busy time by phase."""
     engine = engine_for(bundle, 0.0)
     methods = {n: build_method(compose_config([f"method={n}"]).method, bundle) for n in names}
-    rates, outputs = {n: [] for n in names}, {}
+    outputs = {n: [None] * len(rows) for n in names}
+    timed = {n: [] for n in names}  # per timed (pass, prompt): [tokens, seconds]
     for rep in range(reps + 1):
-        for name, method in methods.items():
-            outputs[name], seconds = one_pass(method, engine, rows, max_new)
-            if rep:
-                rates[name].append(sum(len(g.output_ids) for g in outputs[name]) / seconds)
+        for i, prompt in enumerate(rows):
+            for name, method in methods.items():
+                (outputs[name][i],), seconds = one_pass(method, engine, [prompt], max_new)
+                if rep:
+                    timed[name].append([len(outputs[name][i].output_ids), seconds])
     base = names[0]
-    out = {"prompts": len(rows), "max_new_tokens": max_new, "reps": reps, "baseline": base}
+    out = {"prompts": len(rows), "max_new_tokens": max_new, "reps": reps, "baseline": base, "turns": "prompt"}
     for name in names:
         accepted = [a for g in outputs[name] for a in g.accept_lengths]
-        ratios = [r / b for r, b in zip(rates[name], rates[base], strict=True)]
-        out[name] = {"tok_s": round(statistics.median(rates[name]), 1), "mat": round(sum(accepted) / len(accepted), 3),
-                     "speedups": [round(r, 3) for r in ratios], "speedup": round(statistics.median(ratios), 3),
+        pairs = np.concatenate([timed[name], timed[base]], axis=1).T  # tokens, seconds, base tokens, base seconds
+        interval = bootstrap_interval(list(pairs), ratio_of_rates)
+        out[name] = {"tok_s": round(pairs[0].sum() / pairs[1].sum(), 1), "mat": round(sum(accepted) / len(accepted), 3),
+                     "speedup": round(float(ratio_of_rates(*pairs)), 3),
+                     "speedup_interval": [round(x, 3) for x in interval] if interval else None,
+                     "speedups": [round(float(ratio_of_rates(*one)), 3) for one in np.split(pairs, reps, axis=1)],
                      "grades": [graded(bundle, p, g.output_ids, b.output_ids)
                                 for p, g, b in zip(rows, outputs[name], outputs[base], strict=True)],
                      "ms_per_step": phase_ms_per_step(methods[name], engine, rows, max_new),
