@@ -229,7 +229,7 @@ def interleaved_speedup(bundle, rows, names: tuple[str, ...], max_new: int, reps
                 if rep:
                     timed[name].append([len(outputs[name][i].output_ids), seconds])
     base = names[0]
-    out = {"prompts": len(rows), "max_new_tokens": max_new, "reps": reps, "baseline": base, "turns": "prompt"}
+    out = {"prompts": len(rows), "max_new_tokens": max_new, "reps": reps, "baseline": base}
     for name in names:
         accepted = [a for g in outputs[name] for a in g.accept_lengths]
         pairs = np.concatenate([timed[name], timed[base]], axis=1).T  # tokens, seconds, base tokens, base seconds
