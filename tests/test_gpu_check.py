@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -201,11 +202,21 @@ def test_the_speedup_part_takes_turns_prompt_by_prompt_with_an_interval(monkeypa
     monkeypatch.setattr(method_check, "one_pass", one_pass)
     monkeypatch.setattr(method_check, "engine_for", lambda bundle, t: None)
     monkeypatch.setattr(method_check, "build_method", lambda cfg, bundle: cfg.name)
-    for name in ("graded", "phase_ms_per_step", "ops_per_step", "profiled"):
+    def synced_generation(method, engine, prompt, max_new):
+        calls.append(("synced", method, prompt[0]))
+        return SimpleNamespace(phase_times={"target_forward": 0.5}, accept_lengths=[1] * 3)
+
+    monkeypatch.setattr(method_check, "synced_generation", synced_generation)
+    for name in ("graded", "ops_per_step", "profiled"):
         monkeypatch.setattr(method_check, name, lambda *a, **k: {})
     out = method_check.interleaved_speedup(None, [[1], [2], [3]], ("ar", "token_recycling"), 8, 2)
     assert calls[:6] == [("ar", 1), ("token_recycling", 1), ("ar", 2), ("token_recycling", 2), ("ar", 3),
-                         ("token_recycling", 3)] and len(calls) == 3 * 2 * 3
+                         ("token_recycling", 3)] and len(calls) == 3 * 2 * 3 + 2 * 2
+    # the synced pass takes turns too, on the first DIAGNOSED_PROMPTS prompts: 2 steps of 0.5 s -> 250 ms a step
+    assert calls[18:] == [("synced", "ar", 1), ("synced", "token_recycling", 1), ("synced", "ar", 2),
+                          ("synced", "token_recycling", 2)]
+    assert out["ar"]["ms_per_step"] == {"target_forward": 250.0}
+    calls[:] = calls[:18]
     tr = out["token_recycling"]
     timed = calls[6:]
     t_ar = sum(seconds["ar"] * (1 + 0.1 * (7 + i)) for i, (m, _) in enumerate(timed) if m == "ar")
@@ -214,3 +225,16 @@ def test_the_speedup_part_takes_turns_prompt_by_prompt_with_an_interval(monkeypa
     low, high = tr["speedup_interval"]
     assert low <= tr["speedup"] <= high and high - low < 0.5
     assert out["ar"]["speedup"] == 1.0
+    assert [t for t, _ in tr["timed"]] == [8] * 6 and set(out["seconds"]) == {"timed", "synced", "ops", "profile"}
+    # fastest passes: every prompt's first timed pass (the machine only slows), each method's own
+    first = [seconds[m] * (1 + 0.1 * (7 + i)) for i, (m, _) in enumerate(timed[:6])]
+    assert tr["best_speedup"] == pytest.approx(sum(first[0::2]) / sum(first[1::2]), abs=1e-3)
+
+
+def test_fastest_pass_picks_each_methods_own_fastest_pass_per_prompt():
+    from bench.run.method_check import fastest_pass
+
+    # 2 passes x 2 prompts, pass-major: (tokens, seconds, base tokens, base seconds)
+    pairs = np.array([[8, 8, 8, 8], [1.0, 3.0, 2.0, 1.5], [8, 8, 8, 8], [4.0, 5.0, 6.0, 2.0]])
+    best = fastest_pass(pairs, 2)
+    assert best[1].tolist() == [1.0, 1.5] and best[3].tolist() == [4.0, 2.0]

