@@ -207,8 +207,10 @@ def test_the_speedup_part_takes_turns_prompt_by_prompt_with_an_interval(monkeypa
         return SimpleNamespace(phase_times={"target_forward": 0.5}, accept_lengths=[1] * 3)
 
     monkeypatch.setattr(method_check, "synced_generation", synced_generation)
-    for name in ("graded", "ops_per_step", "profiled"):
+    for name in ("graded", "ops_per_step"):
         monkeypatch.setattr(method_check, name, lambda *a, **k: {})
+    profiles = []
+    monkeypatch.setattr(method_check, "profiled", lambda method, engine, rows, n: profiles.append((method, n)) or {})
     out = method_check.interleaved_speedup(None, [[1], [2], [3]], ("ar", "token_recycling"), 8, 2)
     assert calls[:6] == [("ar", 1), ("token_recycling", 1), ("ar", 2), ("token_recycling", 2), ("ar", 3),
                          ("token_recycling", 3)] and len(calls) == 3 * 2 * 3 + 2 * 2
@@ -216,6 +218,8 @@ def test_the_speedup_part_takes_turns_prompt_by_prompt_with_an_interval(monkeypa
     assert calls[18:] == [("synced", "ar", 1), ("synced", "token_recycling", 1), ("synced", "ar", 2),
                           ("synced", "token_recycling", 2)]
     assert out["ar"]["ms_per_step"] == {"target_forward": 250.0}
+    # a short profile thrown away first (CUPTI's start), then each method's own
+    assert profiles == [("ar", 2), ("ar", 8), ("token_recycling", 8)]
     calls[:] = calls[:18]
     tr = out["token_recycling"]
     timed = calls[6:]
