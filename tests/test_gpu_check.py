@@ -201,7 +201,16 @@ def test_the_speedup_part_takes_turns_prompt_by_prompt_with_an_interval(monkeypa
 
     monkeypatch.setattr(method_check, "one_pass", one_pass)
     monkeypatch.setattr(method_check, "engine_for", lambda bundle, t: None)
-    monkeypatch.setattr(method_check, "build_method", lambda cfg, bundle: cfg.name)
+
+    class Stateless(str):  # a method named as its config
+        def state_dict(self):
+            return {}
+
+        def load_state_dict(self, state):
+            pass
+
+    monkeypatch.setattr(method_check, "build_method", lambda cfg, bundle: Stateless(cfg.name))
+
     def synced_generation(method, engine, prompt, max_new):
         calls.append(("synced", method, prompt[0]))
         return SimpleNamespace(phase_times={"target_forward": 0.5}, accept_lengths=[1] * 3)
@@ -211,27 +220,28 @@ def test_the_speedup_part_takes_turns_prompt_by_prompt_with_an_interval(monkeypa
         monkeypatch.setattr(method_check, name, lambda *a, **k: {})
     profiles = []
     monkeypatch.setattr(method_check, "profiled", lambda method, engine, rows, n: profiles.append((method, n)) or {})
-    out = method_check.interleaved_speedup(None, [[1], [2], [3]], ("ar", "token_recycling"), 8, 2)
-    assert calls[:6] == [("ar", 1), ("token_recycling", 1), ("ar", 2), ("token_recycling", 2), ("ar", 3),
-                         ("token_recycling", 3)] and len(calls) == 3 * 2 * 3 + 2 * 2
+    out = method_check.interleaved_speedup(None, [[1], [2], [3]], [[7], [8]], ("ar", "token_recycling"), 8, 2)
+    # the untimed pass over the warm-up prompts, then the timed passes over the others
+    assert calls[:4] == [("ar", 7), ("token_recycling", 7), ("ar", 8), ("token_recycling", 8)]
+    assert calls[4:10] == [("ar", 1), ("token_recycling", 1), ("ar", 2), ("token_recycling", 2), ("ar", 3),
+                           ("token_recycling", 3)] and len(calls) == 2 * 2 + 3 * 2 * 2 + 2 * 2
+    del calls[:4]
     # the synced pass takes turns too, on the first DIAGNOSED_PROMPTS prompts: 2 steps of 0.5 s -> 250 ms a step
-    assert calls[18:] == [("synced", "ar", 1), ("synced", "token_recycling", 1), ("synced", "ar", 2),
+    assert calls[12:] == [("synced", "ar", 1), ("synced", "token_recycling", 1), ("synced", "ar", 2),
                           ("synced", "token_recycling", 2)]
     assert out["ar"]["ms_per_step"] == {"target_forward": 250.0}
     # a short profile thrown away first (CUPTI's start), then each method's own
     assert profiles == [("ar", 2), ("ar", 8), ("token_recycling", 8)]
-    calls[:] = calls[:18]
-    tr = out["token_recycling"]
-    timed = calls[6:]
-    t_ar = sum(seconds["ar"] * (1 + 0.1 * (7 + i)) for i, (m, _) in enumerate(timed) if m == "ar")
-    t_tr = sum(seconds["token_recycling"] * (1 + 0.1 * (7 + i)) for i, (m, _) in enumerate(timed) if m != "ar")
+    tr, timed = out["token_recycling"], calls[:12]  # the i-th timed call came after 4 + i others
+    t_ar = sum(seconds["ar"] * (1 + 0.1 * (5 + i)) for i, (m, _) in enumerate(timed) if m == "ar")
+    t_tr = sum(seconds["token_recycling"] * (1 + 0.1 * (5 + i)) for i, (m, _) in enumerate(timed) if m != "ar")
     assert tr["speedup"] == pytest.approx(t_ar / t_tr, abs=1e-3) and len(tr["speedups"]) == 2
     low, high = tr["speedup_interval"]
     assert low <= tr["speedup"] <= high and high - low < 0.5
     assert out["ar"]["speedup"] == 1.0
     assert [t for t, _ in tr["timed"]] == [8] * 6 and set(out["seconds"]) == {"timed", "synced", "ops", "profile"}
     # fastest passes: every prompt's first timed pass (the machine only slows), each method's own
-    first = [seconds[m] * (1 + 0.1 * (7 + i)) for i, (m, _) in enumerate(timed[:6])]
+    first = [seconds[m] * (1 + 0.1 * (5 + i)) for i, (m, _) in enumerate(timed[:6])]
     assert tr["best_speedup"] == pytest.approx(sum(first[0::2]) / sum(first[1::2]), abs=1e-3)
 
 

@@ -146,3 +146,25 @@ def test_calibration_trains_the_matrix_with_every_node_or_the_accepted_path(trai
     assert int(cal.adj[untouched].abs().sum()) == 0
     with pytest.raises(ValueError):
         Calibrating(cfg, SimpleNamespace(device="cpu", vocab_size=V), stats, "warm")
+
+
+def test_replay_starts_every_repeat_of_a_prompt_from_its_first_state(smollm, prompts):
+    """A hot matrix that has decoded a prompt once drafts its continuation the second time (a timing loop's repeats
+    would overstate MAT); bench.core.proposer.Replay restores the state the prompt's first generation started from."""
+    from bench.core.engine import Engine
+    from bench.core.proposer import Replay
+    from bench.core.timing import PhaseTimer
+    from bench.run.compose import compose_config
+    from methods import build_method
+
+    engine = Engine(smollm.model, smollm.eos_token_ids, smollm.max_context, device=smollm.device)
+    method = build_method(compose_config(["method=token_recycling", "tree=tr_2_2_2"]).method, smollm)  # hot
+
+    def accepted(replay=None):
+        if replay:
+            replay.start(method, 0)
+        return method.generate(engine, prompts[0], 16, PhaseTimer(sync=False)).accept_lengths
+
+    first, again = accepted(replay := Replay()), accepted()
+    assert sum(again) / len(again) > sum(first) / len(first)  # it has seen this prompt's continuation
+    assert accepted(replay) == first

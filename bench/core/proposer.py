@@ -235,3 +235,20 @@ EMPTY = torch.empty(0, dtype=torch.long)
 
 def empty_draft() -> Draft:
     return Draft(chain(0), EMPTY)
+
+
+class Replay:
+    """Timing one prompt more than once (a warm-up, repeated passes) with a method that learns across prompts
+    (`state_dict`: Token Recycling's matrix) lets it see that prompt's continuation before: on 3 HumanEval prompts x
+    128 tokens (fp32, CPU) Token Recycling's MAT was 1.90 the first time and 2.60 the second. `start(method, key)`
+    before each generation: the first of `key` (e.g. a prompt's index) records the method's state, each later one
+    restores it, so every repeat decodes as the first did."""
+
+    def __init__(self):
+        self.states: dict = {}
+
+    def start(self, method: Method, key) -> None:
+        if key in self.states:
+            method.load_state_dict(self.states[key])
+        else:
+            self.states[key] = copy.deepcopy(method.state_dict())

@@ -38,6 +38,7 @@ from collections import Counter
 from tqdm import tqdm
 
 from bench.cachefile import atomic_write
+from bench.core.proposer import Replay
 from bench.models import forward_cost
 from bench.paths import PROJECT
 from bench.perf import cache_bench, roofline
@@ -98,7 +99,9 @@ def divergence_text(divergences: dict[str, dict]) -> str:
 def timed_pair(a: Runner, b: Runner, repeats: int, label: str) -> dict:
     """Interleaved runs of two methods over the same prompts; returns tok/s of each and their ratio."""
     prompts = [a.encode([], it["turns"][0]) for it in a.items]
+    replay = Replay()  # each prompt's repeats (the warm-up's too) start from its first's state
     for r in (a, b):  # warm-up, untimed
+        replay.start(r.method, (id(r), 0))
         timed(r, prompts[:1])
     stats = {id(a): [0, 0.0, []], id(b): [0, 0.0, []]}
     mismatches, last = 0, {}  # the last repeat's outputs, per prompt: (a's, b's)
@@ -106,6 +109,7 @@ def timed_pair(a: Runner, b: Runner, repeats: int, label: str) -> dict:
     for rep, i in tqdm(jobs, desc=label, file=sys.stderr):
         outs = []
         for r in ((a, b) if rep % 2 == 0 else (b, a)):
+            replay.start(r.method, (id(r), i))
             (gen,), wall = timed(r, [prompts[i]])
             s = stats[id(r)]
             s[0] += len(gen.output_ids)
@@ -127,7 +131,9 @@ def timed_batch_pair(a: Runner, b: Runner, batch: int, repeats: int, label: str)
     """Interleaved batched runs of two methods over the same batches of prompts: aggregate tok/s and ratio."""
     prompts = [a.encode([], it["turns"][0]) for it in a.items]
     batches = [prompts[i : i + batch] for i in range(0, len(prompts), batch)]
+    replay = Replay()
     for r in (a, b):  # warm-up, untimed
+        replay.start(r.method, (id(r), 0))
         timed(r, batches[0])
     tokens, wall, mismatches = {id(a): 0, id(b): 0}, {id(a): 0.0, id(b): 0.0}, 0
     last = {}  # the last repeat's rows, per batch: (a's, b's)
@@ -135,6 +141,7 @@ def timed_batch_pair(a: Runner, b: Runner, batch: int, repeats: int, label: str)
                        file=sys.stderr):
         chunk, outs = batches[c], {}
         for r in ((a, b) if rep % 2 == 0 else (b, a)):
+            replay.start(r.method, (id(r), c))
             gens, seconds = timed(r, chunk)
             tokens[id(r)] += sum(len(g.output_ids) for g in gens)
             wall[id(r)] += seconds
@@ -161,7 +168,10 @@ def batch_section(args) -> dict:
     tr = runner_for(args.model, "token_recycling", ["run.batch_size=16", "run.sync_phases=true"], args, 16,
                     args.batch_tr_max_new_tokens)
     prompts = [tr.encode([], it["turns"][0]) for it in tr.items]
-    timed(tr, prompts[:2])  # warm-up
+    replay = Replay()
+    replay.start(tr.method, 0)
+    timed(tr, prompts[:2])  # warm-up, its matrix then thrown away (a hot one would have seen 2 of the prompts)
+    replay.start(tr.method, 0)
     gens, _ = timed(tr, prompts)
     steps = [{"accept_lengths": [], "phase_times": gens[0].phase_times}]
     out["tr_b16"] = {"overhead_share": metrics.overhead_share(steps), "phase_times": gens[0].phase_times,

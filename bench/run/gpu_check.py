@@ -175,8 +175,10 @@ def run_checks(sizes: Sizes, device: str, scratch: Path, partial: Path | None = 
     if "ar_vs_hf" in parts:
         record("ar_vs_hf", method_check.ar_vs_hf(bundle, rows[:2], sizes.timed_new, sizes.timed_reps))
     if "speedup" in parts:
-        record("speedup", method_check.interleaved_speedup(bundle, rows[: sizes.speedup_prompts], sizes.speedup,
-                                                           sizes.timed_new, sizes.speedup_reps))
+        both = method_check.prompts(bundle, 2 * sizes.speedup_prompts)  # the timed ones, then as many to warm up on
+        timed, warm = both[: sizes.speedup_prompts], both[sizes.speedup_prompts :]
+        record("speedup", method_check.interleaved_speedup(bundle, timed, warm, sizes.speedup, sizes.timed_new,
+                                                           sizes.speedup_reps))
     if "methods" in parts:
         shared = method_check.add_untrained_parts(bundle, scratch)
         # each method's rows saved as they come: the longest part

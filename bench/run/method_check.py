@@ -21,6 +21,7 @@ from omegaconf import OmegaConf, open_dict
 
 from bench.core.engine import Engine
 from bench.core.launches import ops_per_step
+from bench.core.proposer import Replay
 from bench.core.step_profile import step_profile
 from bench.core.syncs import CudaSyncWarnings, HostSyncCounter
 from bench.core.timing import PhaseTimer, device_sync, per_decode_step
@@ -210,9 +211,12 @@ def timed_generate(method, engine, rows, max_new: int, reps: int) -> tuple[list[
     return [g.output_ids for g in outputs], statistics.median(rates), steps
 
 
-def interleaved_speedup(bundle, rows, names: tuple[str, ...], max_new: int, reps: int) -> dict:
-    """Each method's greedy tokens/s on the same prompts, the methods taking turns prompt by prompt (one untimed
-    pass of every prompt first), so that a machine whose speed drifts slows them alike: per method its tok/s and
+def interleaved_speedup(bundle, rows, warm, names: tuple[str, ...], max_new: int, reps: int) -> dict:
+    """Each method's greedy tokens/s on the same prompts, the methods taking turns prompt by prompt (after one
+    untimed pass over the `warm` prompts: the device warms up, and a method that learns across prompts, as Token
+    Recycling's hot matrix does, learns as in a run, but not from the timed prompts; every timed pass of a prompt
+    starts from the state its first did: bench.core.proposer.Replay), so that a machine whose speed drifts slows
+    them alike: per method its tok/s and
     speedup over the first method over all timed passes (all tokens / all seconds), the speedup's 95% interval (a
     paired bootstrap over the timed (pass, prompt) pairs, bench.run.metrics), its speedup on each pass, and on the
     fastest pass of each prompt (`best_speedup`: a busy machine only ever adds time), the raw [tokens, seconds] of
@@ -226,24 +230,35 @@ def interleaved_speedup(bundle, rows, names: tuple[str, ...], max_new: int, reps
     outputs = {n: [None] * len(rows) for n in names}
     timed = {n: [] for n in names}  # per timed (pass, prompt): [tokens, seconds]
     took, lap = {}, time.perf_counter()
+    replay = Replay()
     for rep in range(reps + 1):
-        for i, prompt in enumerate(rows):
+        for i, prompt in enumerate(rows if rep else warm):
             for name, method in methods.items():
-                (outputs[name][i],), seconds = one_pass(method, engine, [prompt], max_new)
                 if rep:
-                    timed[name].append([len(outputs[name][i].output_ids), seconds])
+                    replay.start(method, (name, i))
+                (gen,), seconds = one_pass(method, engine, [prompt], max_new)
+                if rep:
+                    outputs[name][i] = gen
+                    timed[name].append([len(gen.output_ids), seconds])
     took["timed"], lap = time.perf_counter() - lap, time.perf_counter()
     synced = {n: [] for n in names}
-    for prompt in rows[:DIAGNOSED_PROMPTS]:
+    for i, prompt in enumerate(rows[:DIAGNOSED_PROMPTS]):
         for name, method in methods.items():
+            replay.start(method, (name, i))
             synced[name].append(synced_generation(method, engine, prompt, max_new))
     took["synced"], lap = time.perf_counter() - lap, time.perf_counter()
-    ops = {name: ops_per_step(method, engine, rows[:1], max_new) for name, method in methods.items()}
+    ops = {}
+    for name, method in methods.items():
+        replay.start(method, (name, 0))
+        ops[name] = ops_per_step(method, engine, rows[:1], max_new)
     took["ops"], lap = time.perf_counter() - lap, time.perf_counter()
     # the profiler's first use starts CUPTI, which slowed the first method's profile (AR's forward 110 ms a step
     # on the H100, 61 ms for Token Recycling's after it): a short profile first, thrown away
     profiled(methods[names[0]], engine, rows[:1], 2)
-    profiles = {name: profiled(method, engine, rows[:1], min(max_new, PROFILED_NEW)) for name, method in methods.items()}
+    profiles = {}
+    for name, method in methods.items():
+        replay.start(method, (name, 0))
+        profiles[name] = profiled(method, engine, rows[:1], min(max_new, PROFILED_NEW))
     took["profile"] = time.perf_counter() - lap
     base = names[0]
     out = {"prompts": len(rows), "max_new_tokens": max_new, "reps": reps, "baseline": base,
