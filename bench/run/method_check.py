@@ -201,9 +201,11 @@ def one_pass(method, engine, rows, max_new: int) -> tuple[list, float]:
 
 def timed_generate(method, engine, rows, max_new: int, reps: int) -> tuple[list[list[int]], float, int]:
     """Outputs, the median tokens/s over `reps` passes of the prompts (synced at both ends; one more pass first,
-    untimed, as warm-up) and the decode steps of a pass."""
-    rates, outputs = [], []
+    untimed, as warm-up) and the decode steps of a pass. Every pass starts from the method's state before the first
+    (bench.core.proposer.Replay), so each decodes as the first did."""
+    rates, outputs, replay = [], [], Replay()
     for rep in range(reps + 1):
+        replay.start(method, "pass")
         outputs, seconds = one_pass(method, engine, rows, max_new)
         if rep:
             rates.append(sum(len(g.output_ids) for g in outputs) / seconds)
