@@ -220,7 +220,12 @@ def test_the_speedup_part_takes_turns_prompt_by_prompt_with_an_interval(monkeypa
         monkeypatch.setattr(method_check, name, lambda *a, **k: {})
     profiles = []
     monkeypatch.setattr(method_check, "profiled", lambda method, engine, rows, n: profiles.append((method, n)) or {})
-    out = method_check.interleaved_speedup(None, [[1], [2], [3]], [[7], [8]], ("ar", "token_recycling"), 8, 2)
+    early = []  # what progress() got: the speedups, before any diagnostic
+    out = method_check.interleaved_speedup(None, [[1], [2], [3]], [[7], [8]], ("ar", "token_recycling"), 8, 2,
+                                           progress=lambda sp: early.append((len(calls), json.loads(json.dumps(sp)))))
+    ((calls_then, sp),) = early  # once, after the warm-up and timed passes, before the synced pass
+    assert calls_then == 2 * 2 + 3 * 2 * 2 and "speedup_interval" in sp["token_recycling"]
+    assert "ms_per_step" not in sp["ar"]
     # the untimed pass over the warm-up prompts, then the timed passes over the others
     assert calls[:4] == [("ar", 7), ("token_recycling", 7), ("ar", 8), ("token_recycling", 8)]
     assert calls[4:10] == [("ar", 1), ("token_recycling", 1), ("ar", 2), ("token_recycling", 2), ("ar", 3),

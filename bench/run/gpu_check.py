@@ -178,7 +178,8 @@ def run_checks(sizes: Sizes, device: str, scratch: Path, partial: Path | None = 
         both = method_check.prompts(bundle, 2 * sizes.speedup_prompts)  # the timed ones, then as many to warm up on
         timed, warm = both[: sizes.speedup_prompts], both[sizes.speedup_prompts :]
         record("speedup", method_check.interleaved_speedup(bundle, timed, warm, sizes.speedup, sizes.timed_new,
-                                                           sizes.speedup_reps))
+                                                           sizes.speedup_reps,
+                                                           progress=lambda sp: save({**results, "speedup": sp})))
     if "methods" in parts:
         shared = method_check.add_untrained_parts(bundle, scratch)
         # each method's rows saved as they come: the longest part

@@ -213,26 +213,27 @@ def timed_generate(method, engine, rows, max_new: int, reps: int) -> tuple[list[
     return [g.output_ids for g in outputs], statistics.median(rates), steps
 
 
-def interleaved_speedup(bundle, rows, warm, names: tuple[str, ...], max_new: int, reps: int) -> dict:
+def interleaved_speedup(bundle, rows, warm, names: tuple[str, ...], max_new: int, reps: int,
+                        progress=lambda out: None) -> dict:
     """Each method's greedy tokens/s on the same prompts, the methods taking turns prompt by prompt (after one
     untimed pass over the `warm` prompts: the device warms up, and a method that learns across prompts, as Token
     Recycling's hot matrix does, learns as in a run, but not from the timed prompts; every timed pass of a prompt
     starts from the state its first did: bench.core.proposer.Replay), so that a machine whose speed drifts slows
-    them alike: per method its tok/s and
-    speedup over the first method over all timed passes (all tokens / all seconds), the speedup's 95% interval (a
-    paired bootstrap over the timed (pass, prompt) pairs, bench.run.metrics), its speedup on each pass, and on the
+    them alike: per method its tok/s and speedup over the first method over all timed passes (all tokens / all
+    seconds), the speedup's 95% interval (a paired bootstrap over the timed (pass, prompt) pairs,
+    bench.run.metrics), its speedup on each pass, and on the
     fastest pass of each prompt (`best_speedup`: a busy machine only ever adds time), the raw [tokens, seconds] of
     each timed pair, MAT, its grades against the first method. Then where a step's time goes, the methods again
     taking turns: ms per decode step by phase from a pass synced at every phase boundary (apart: syncs cost time of
     their own) over the first DIAGNOSED_PROMPTS prompts, the ops (kernel launches) per step by phase on the first
     prompt, and its profile (bench.core.step_profile) over the first PROFILED_NEW tokens of the first prompt: the
-    device's own launches, waits and busy time by phase. `seconds`: what each of these took (a lease's budget)."""
+    device's own launches, waits and busy time by phase. `seconds`: what each of these took (a lease's budget).
+    `progress(out)` gets the speedups before the diagnostics start."""
     engine = engine_for(bundle, 0.0)
     methods = {n: build_method(compose_config([f"method={n}"]).method, bundle) for n in names}
     outputs = {n: [None] * len(rows) for n in names}
     timed = {n: [] for n in names}  # per timed (pass, prompt): [tokens, seconds]
-    took, lap = {}, time.perf_counter()
-    replay = Replay()
+    lap, replay = time.perf_counter(), Replay()
     for rep in range(reps + 1):
         for i, prompt in enumerate(rows if rep else warm):
             for name, method in methods.items():
@@ -242,29 +243,9 @@ def interleaved_speedup(bundle, rows, warm, names: tuple[str, ...], max_new: int
                 if rep:
                     outputs[name][i] = gen
                     timed[name].append([len(gen.output_ids), seconds])
-    took["timed"], lap = time.perf_counter() - lap, time.perf_counter()
-    synced = {n: [] for n in names}
-    for i, prompt in enumerate(rows[:DIAGNOSED_PROMPTS]):
-        for name, method in methods.items():
-            replay.start(method, (name, i))
-            synced[name].append(synced_generation(method, engine, prompt, max_new))
-    took["synced"], lap = time.perf_counter() - lap, time.perf_counter()
-    ops = {}
-    for name, method in methods.items():
-        replay.start(method, (name, 0))
-        ops[name] = ops_per_step(method, engine, rows[:1], max_new)
-    took["ops"], lap = time.perf_counter() - lap, time.perf_counter()
-    # the profiler's first use starts CUPTI, which slowed the first method's profile (AR's forward 110 ms a step
-    # on the H100, 61 ms for Token Recycling's after it): a short profile first, thrown away
-    profiled(methods[names[0]], engine, rows[:1], 2)
-    profiles = {}
-    for name, method in methods.items():
-        replay.start(method, (name, 0))
-        profiles[name] = profiled(method, engine, rows[:1], min(max_new, PROFILED_NEW))
-    took["profile"] = time.perf_counter() - lap
     base = names[0]
     out = {"prompts": len(rows), "max_new_tokens": max_new, "reps": reps, "baseline": base,
-           "seconds": {k: round(v, 1) for k, v in took.items()}}
+           "seconds": {"timed": round(time.perf_counter() - lap, 1)}}
     for name in names:
         accepted = [a for g in outputs[name] for a in g.accept_lengths]
         pairs = np.concatenate([timed[name], timed[base]], axis=1).T  # tokens, seconds, base tokens, base seconds
@@ -276,10 +257,39 @@ def interleaved_speedup(bundle, rows, warm, names: tuple[str, ...], max_new: int
                      "best_speedup": round(float(ratio_of_rates(*fastest_pass(pairs, reps))), 3),
                      "timed": [[t, round(s, 4)] for t, s in timed[name]],
                      "grades": [graded(bundle, p, g.output_ids, b.output_ids)
-                                for p, g, b in zip(rows, outputs[name], outputs[base], strict=True)],
-                     "ms_per_step": {k: round(1000 * v, 3) for k, v in per_decode_step(synced[name]).items()},
-                     "ops_per_step": ops[name], "profile": profiles[name]}
+                                for p, g, b in zip(rows, outputs[name], outputs[base], strict=True)]}
+    progress(out)  # the speedups survive a lease that ends in the diagnostics
+    diagnose(out, methods, engine, replay, rows, max_new)
     return out
+
+
+def diagnose(out: dict, methods: dict, engine, replay: Replay, rows, max_new: int) -> None:
+    """interleaved_speedup's diagnostics into each method's row of `out`, and each stage's seconds."""
+    lap = time.perf_counter()
+
+    def stage(name: str) -> None:
+        nonlocal lap
+        out["seconds"][name], lap = round(time.perf_counter() - lap, 1), time.perf_counter()
+
+    synced = {n: [] for n in methods}
+    for i, prompt in enumerate(rows[:DIAGNOSED_PROMPTS]):
+        for name, method in methods.items():
+            replay.start(method, (name, i))
+            synced[name].append(synced_generation(method, engine, prompt, max_new))
+    for name in methods:
+        out[name]["ms_per_step"] = {k: round(1000 * v, 3) for k, v in per_decode_step(synced[name]).items()}
+    stage("synced")
+    for name, method in methods.items():
+        replay.start(method, (name, 0))
+        out[name]["ops_per_step"] = ops_per_step(method, engine, rows[:1], max_new)
+    stage("ops")
+    # the profiler's first use starts CUPTI, which slowed the first method's profile (AR's forward 110 ms a step
+    # on the H100, 61 ms for Token Recycling's after it): a short profile first, thrown away
+    profiled(next(iter(methods.values())), engine, rows[:1], 2)
+    for name, method in methods.items():
+        replay.start(method, (name, 0))
+        out[name]["profile"] = profiled(method, engine, rows[:1], min(max_new, PROFILED_NEW))
+    stage("profile")
 
 
 def fastest_pass(pairs: np.ndarray, reps: int) -> np.ndarray:
