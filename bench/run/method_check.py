@@ -221,9 +221,9 @@ def interleaved_speedup(bundle, rows, warm, names: tuple[str, ...], max_new: int
     starts from the state its first did: bench.core.proposer.Replay), so that a machine whose speed drifts slows
     them alike: per method its tok/s and speedup over the first method over all timed passes (all tokens / all
     seconds), the speedup's 95% interval (a paired bootstrap over the timed (pass, prompt) pairs,
-    bench.run.metrics), its speedup on each pass, and on the
-    fastest pass of each prompt (`best_speedup`: a busy machine only ever adds time), the raw [tokens, seconds] of
-    each timed pair, MAT, its grades against the first method. Then where a step's time goes, the methods again
+    bench.run.metrics), its speedup on each pass and on the fastest pass of each prompt (`best_speedup`: a busy
+    machine only ever adds time), the raw [tokens, seconds] of each timed pair, MAT, its grades against the first
+    method. Then where a step's time goes, the methods again
     taking turns: ms per decode step by phase from a pass synced at every phase boundary (apart: syncs cost time of
     their own) over the first DIAGNOSED_PROMPTS prompts, the ops (kernel launches) per step by phase on the first
     prompt, and its profile (bench.core.step_profile) over the first PROFILED_NEW tokens of the first prompt: the
