@@ -82,6 +82,8 @@ def test_small_check_writes_its_folder_and_table(tmp_path, capsys):
         ms = results["speedup"][name]["ms_per_step"]
         assert set(PHASES) - {"prefill"} <= set(ms) and "prefill" not in ms and ms["target_forward"] > 0
     assert "| ms per step, synced | preprocess |" in printed
+    assert "| host ms inside aten ops per step (profiler) |" in printed  # on a CPU too: its ops run on the host
+    assert "- token_recycling update: aten::topk" in printed  # the top-k of every slot's logits, its update's most
     low, high = results["speedup"]["token_recycling"]["speedup_interval"]  # over 3 prompts x 2 passes
     assert low <= results["speedup"]["token_recycling"]["speedup"] <= high and "| speedup [95%] (per pass) |" in printed
 

@@ -1,5 +1,6 @@
-"""Where a decode step's time goes on a device, from torch.profiler: per phase, the host's own time (unsynced), the
-kernels and copies it queued, its waits for the device, and the device's time in the phase's kernels.
+"""Where a decode step's time goes on a device, from torch.profiler: per phase, the host's own time (unsynced) and
+the part of it inside aten ops (the rest is Python), the kernels and copies it queued, its waits for the device, and
+the device's time in the phase's kernels; and per phase, the aten ops that took the most host time.
 
 bench.core.launches counts the aten ops a phase dispatches, on any device; a GPU can launch more (an op that runs
 kernels of its own, such as sdpa padding a mask) and only its own profile says how long each launch and each wait
@@ -26,7 +27,9 @@ BEGIN = "^"  # the mark of Timer.start: what precedes it is outside any generati
 # (count, host ms inside the calls, parts of the name)
 KINDS = (("launches", "launch_ms", ("LaunchKernel", "LaunchCooperativeKernel")),
          ("copies", "copy_ms", ("Memcpy", "Memset")), ("waits", "wait_ms", ("Synchronize",)))
-QUANTITIES = ("host_ms", "launches", "launch_ms", "copies", "copy_ms", "waits", "wait_ms", "device_ms")
+# op_ms: host ms inside the aten ops the phase calls itself (host_ms - op_ms: its Python, the profiler's cost)
+QUANTITIES = ("host_ms", "op_ms", "launches", "launch_ms", "copies", "copy_ms", "waits", "wait_ms", "device_ms")
+OP = "op:"  # a phase's quantity `op:<aten op>`: host ms inside that op, called from the phase itself (not nested)
 
 
 class MarkTimer:
@@ -86,6 +89,13 @@ def by_phase(events: list[Event]) -> tuple[list[dict[str, dict[str, float]]], Co
         return where[i] if i < len(marks) and where[i][1] != BEGIN else None
 
     op_start = {e.id: e.start_ns for e in host if e.id and not e.linked}
+    open_until = 0  # the end of the aten op being called: an op that starts before it is that op's own call
+    for e in host:
+        if e.name.startswith("aten::") and e.start_ns >= open_until and (at := phase_at(e.start_ns)):
+            stats = gens[at[0]][at[1]]
+            stats[OP + e.name] += (e.end_ns - e.start_ns) / 1e6
+            stats["op_ms"] += (e.end_ns - e.start_ns) / 1e6
+            open_until = e.end_ns
     kernels: Counter = Counter()
     for e in events:
         if e.on_host and (kind := kind_of(e.name)) is not None and (at := phase_at(e.start_ns)):
@@ -100,9 +110,10 @@ def by_phase(events: list[Event]) -> tuple[list[dict[str, dict[str, float]]], Co
     return [dict(g) for g in gens], kernels
 
 
-def step_profile(method, engine, prompts: list[list[int]], max_new: int, top: int = 12) -> dict:
+def step_profile(method, engine, prompts: list[list[int]], max_new: int, top: int = 12, top_ops: int = 4) -> dict:
     """Per decode step (prefill apart) over `prompts` one by one: {quantity: {phase: value}} for each of
-    QUANTITIES, and `kernels`, the `top` device kernels by runs per step."""
+    QUANTITIES; `kernels`, the `top` device kernels by runs per step; `ops`, per phase but the forward, its `top_ops`
+    aten ops by host ms per step (what a phase that costs more than its launches spends its time in)."""
     activities = [ProfilerActivity.CPU]
     if torch.device(engine.device).type == "cuda":
         activities.append(ProfilerActivity.CUDA)
@@ -114,4 +125,11 @@ def step_profile(method, engine, prompts: list[list[int]], max_new: int, top: in
         for q in QUANTITIES}
     steps = sum(len(g.accept_lengths) - 1 for g in gens)
     out["kernels"] = {name: round(n / max(steps, 1), 2) for name, n in kernels.most_common(top)}
+    ops: dict[str, Counter] = defaultdict(Counter)
+    for generation in stats:
+        for phase, quantities in generation.items():
+            if phase not in ("prefill", "target_forward"):
+                ops[phase].update({k[len(OP):]: v for k, v in quantities.items() if k.startswith(OP)})
+    out["ops"] = {phase: {name: round(ms / max(steps, 1), 3) for name, ms in c.most_common(top_ops)}
+                  for phase, c in ops.items()}
     return out

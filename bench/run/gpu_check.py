@@ -79,6 +79,7 @@ DTYPES = ("float16", "bfloat16")
 # bench.core.step_profile; title; format)
 PER_PHASE = ((("ms_per_step",), "ms per step, synced", ".2f"), (("ops_per_step",), "ops per step", ".0f"),
              (("profile", "host_ms"), "host ms per step, unsynced (profiler)", ".2f"),
+             (("profile", "op_ms"), "host ms inside aten ops per step (profiler)", ".2f"),
              (("profile", "device_ms"), "device ms per step (profiler)", ".2f"),
              (("profile", "launches"), "kernel launches per step (profiler)", ".0f"),
              (("profile", "wait_ms"), "host ms waiting for the device per step (profiler)", ".2f"))
@@ -250,6 +251,10 @@ def table(results: dict) -> str:
                 for name, by in per.items():
                     cells = [*(by.get(k, 0) for k in phases), sum(by.values())]
                     lines.append(f"| {name} | " + " | ".join(format(v, spec) for v in cells) + " |")
+        ops = {name: r["profile"]["ops"] for name, r in rows.items() if r.get("profile", {}).get("ops")}
+        lines += ["", "aten ops with the most host ms per step (profiler):", *(
+            f"- {name} {phase}: " + ", ".join(f"{op} {ms:.2f}" for op, ms in top.items())
+            for name, by_phase in ops.items() for phase, top in by_phase.items() if top)] if ops else []
         lines += [f"profile of {name} failed: {r['profile']['error']}" for name, r in rows.items()
                   if "error" in r.get("profile", {})]
         if "seconds" in sp:
