@@ -120,16 +120,17 @@ def step_profile(method, engine, prompts: list[list[int]], max_new: int, top: in
     with profile(activities=activities) as prof:
         gens = [method.generate(engine, p, max_new, MarkTimer()) for p in prompts]
     stats, kernels = by_phase(events_of(prof))
-    out = {q: {k: round(v, 3) for k, v in per_decode_step(
-        [dataclasses.replace(g, phase_times={p: s[p][q] for p in s}) for g, s in zip(gens, stats, strict=True)]).items()}
-        for q in QUANTITIES}
+
+    def reduced(q: str, present: bool = False) -> dict[str, float]:  # present: only the phases that have q
+        return per_decode_step([dataclasses.replace(g, phase_times={p: s[p][q] for p in s if not present or q in s[p]})
+                                for g, s in zip(gens, stats, strict=True)])
+
+    out = {q: {k: round(v, 3) for k, v in reduced(q).items()} for q in QUANTITIES}
     steps = sum(len(g.accept_lengths) - 1 for g in gens)
     out["kernels"] = {name: round(n / max(steps, 1), 2) for name, n in kernels.most_common(top)}
-    ops: dict[str, Counter] = defaultdict(Counter)
-    for generation in stats:
-        for phase, quantities in generation.items():
-            if phase != "prefill":
-                ops[phase].update({k[len(OP):]: v for k, v in quantities.items() if k.startswith(OP)})
-    out["ops"] = {phase: {name: round(ms / max(steps, 1), 3) for name, ms in c.most_common(top_ops)}
-                  for phase, c in ops.items()}
+    per_op = {k[len(OP):]: reduced(k, present=True)
+              for k in dict.fromkeys(k for s in stats for by in s.values() for k in by if k.startswith(OP))}
+    phases = dict.fromkeys(p for s in stats for p in s if p != "prefill")
+    out["ops"] = {p: {name: round(ms, 3) for name, ms in Counter(
+        {name: by[p] for name, by in per_op.items() if p in by}).most_common(top_ops)} for p in phases}
     return out
