@@ -13,8 +13,10 @@ one forward and removed after (`layer_inputs`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from inspect import signature
 from typing import NamedTuple, Protocol
 
 import torch
@@ -48,6 +50,18 @@ class TargetForward(Protocol):
         `feature_layers`: decoder layers whose input states come back as `layer_states` (the engine passes it
         only when a proposer asks, so a forward that cannot hand them over need not accept it)."""
         ...
+
+
+def cache_kw(module: torch.nn.Module, cache) -> dict:
+    """{name: cache}, the KV-cache argument of `module`'s forward by the name it takes: transformers 5.24 renamed
+    `past_key_values` to `cache` (the old name warns at every call and goes in 5.40), the GPU images' 5.17 knows only
+    the old name, and our own modules (EAGLE heads, drafts) keep it."""
+    return {cache_name(type(module)): cache}
+
+
+@functools.cache
+def cache_name(cls: type) -> str:
+    return "cache" if "cache" in signature(cls.forward).parameters else "past_key_values"
 
 
 @contextmanager
@@ -112,11 +126,12 @@ def model_forward(model, input_ids, *, cache, position_ids, attention_mask, logi
     would return outputs to the inputs' device: `on_inputs` does that here."""
     if not output_hidden and not isinstance(logits_to_keep, torch.Tensor):
         out = model(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask,
-                    past_key_values=cache, use_cache=True, logits_to_keep=logits_to_keep)
+                    **cache_kw(model, cache), use_cache=True, logits_to_keep=logits_to_keep)
         return ForwardOutput(out.logits, None)
     # The decoder's last hidden state is the final norm's output, the input of lm_head (checked in tests).
-    hidden = model.get_decoder()(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask,
-                                 past_key_values=cache, use_cache=True).last_hidden_state
+    decoder = model.get_decoder()
+    hidden = decoder(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask,
+                     **cache_kw(decoder, cache), use_cache=True).last_hidden_state
     if isinstance(logits_to_keep, torch.Tensor):
         kept = hidden[:, logits_to_keep.to(hidden.device)]  # on the last device of a split model
     else:
@@ -216,7 +231,7 @@ class LayerwiseForward:
         def run(layers_, h, mask, cos, sin, pos):
             for layer in layers_:
                 h = layer(h, attention_mask=mask, position_embeddings=(cos, sin), position_ids=pos,
-                          past_key_values=cache, use_cache=True)
+                          **cache_kw(layer, cache), use_cache=True)
             return h
 
         h = run(layers[: self.split], h, attention_mask, cos, sin, position_ids)

@@ -19,6 +19,7 @@ import time
 import torch
 from torch import nn
 
+from bench.core.forward import cache_kw
 from bench.errors import HarnessError
 
 
@@ -134,7 +135,7 @@ def decode_step_seconds(models: dict, steps: int = 32, warmup: int = 4, prefix_l
     state = {}
     for name, m in models.items():
         cache = DynamicCache(config=m.config)
-        out = m(input_ids=prefix.to(m.device), past_key_values=cache, use_cache=True, logits_to_keep=1)
+        out = m(input_ids=prefix.to(m.device), **cache_kw(m, cache), use_cache=True, logits_to_keep=1)
         state[name] = (cache, out.logits[:, -1:].argmax(-1))
     times: dict[str, list[float]] = {name: [] for name in models}
     for step in range(warmup + steps):
@@ -142,7 +143,7 @@ def decode_step_seconds(models: dict, steps: int = 32, warmup: int = 4, prefix_l
             cache, token = state[name]
             _sync(m.device)
             t0 = time.perf_counter()
-            out = m(input_ids=token, past_key_values=cache, use_cache=True)
+            out = m(input_ids=token, **cache_kw(m, cache), use_cache=True)
             token = out.logits[:, -1:].argmax(-1)
             _sync(m.device)
             if step >= warmup:

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from bench.core.forward import aligned_mask
+from bench.core.forward import aligned_mask, cache_kw
 from bench.errors import HarnessError
 
 
@@ -57,7 +57,8 @@ class EagleHead(nn.Module):
             attention_mask = causal_mask(tokens.shape[1], cached, x.dtype, x.device)
         cos, sin = self.rotary(x, position_ids=position_ids)
         return self.layer(x, attention_mask=attention_mask, position_embeddings=(cos, sin),
-                          position_ids=position_ids, past_key_values=cache, use_cache=cache is not None)
+                          position_ids=position_ids, **cache_kw(self.layer, cache),
+                          use_cache=cache is not None)
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:
         # The target's lm_head: on a target split over devices it runs on the last one

@@ -33,6 +33,7 @@ from transformers.models.llama.modeling_llama import (
 )
 
 from bench.cachefile import atomic_dir
+from bench.core.forward import cache_kw
 from bench.errors import HarnessError
 from bench.models.eagle import causal_mask, read_state
 
@@ -85,7 +86,7 @@ class Eagle3Layer(nn.Module):
     def forward(self, emb, state, attention_mask, position_embeddings, cache) -> torch.Tensor:
         x = torch.cat([self.input_layernorm(emb), self.hidden_norm(state)], dim=-1)
         x, _ = self.self_attn(hidden_states=x, position_embeddings=position_embeddings, attention_mask=attention_mask,
-                              past_key_values=cache)
+                              **cache_kw(self.self_attn, cache))
         h = state + x
         return h + self.mlp(self.post_attention_layernorm(h))
 

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from bench.cachefile import CorruptCache, atomic_write, load_or_build
-from bench.core.forward import tree_mask
+from bench.core.forward import cache_kw, tree_mask
 from bench.core.kv import new_cache
 from bench.core.machine import machine_id
 from bench.core.timing import device_sync
@@ -49,7 +49,7 @@ def measure(bundle, sizes=DEFAULT_SIZES, prefix_tokens: int = 256, reps: int = 7
     low, vocab = random_token_floor(bundle.vocab_size), bundle.vocab_size
     prefix = torch.randint(low, vocab - 1, (1, prefix_tokens), generator=gen).to(device)
     cache = new_cache(model.config, prefix_tokens + max(sizes))  # the engine's cache, so T(n) is its forward's
-    model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    model(input_ids=prefix, **cache_kw(model, cache), use_cache=True, logits_to_keep=1)
     shapes = {}
     for n in sizes:
         inputs = torch.randint(low, vocab - 1, (1, n), generator=gen).to(device)
@@ -65,7 +65,8 @@ def measure(bundle, sizes=DEFAULT_SIZES, prefix_tokens: int = 256, reps: int = 7
             for _ in range(ONE_TOKEN_RUN if n == 1 else 1):
                 device_sync(device)
                 t0 = time.perf_counter()
-                model(input_ids=inputs, position_ids=pos, attention_mask=mask, past_key_values=cache, use_cache=True)
+                model(input_ids=inputs, position_ids=pos, attention_mask=mask, **cache_kw(model, cache),
+                      use_cache=True)
                 device_sync(device)
                 burst.append(time.perf_counter() - t0)
                 cache.crop(-n)
@@ -89,7 +90,7 @@ def measure_prefill(bundle, sizes, reps: int = 3) -> dict[int, float]:
             cache = new_cache(model.config, n)
             device_sync(device)
             t0 = time.perf_counter()
-            model(input_ids=inputs, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            model(input_ids=inputs, **cache_kw(model, cache), use_cache=True, logits_to_keep=1)
             device_sync(device)
             times[n].append(time.perf_counter() - t0)
     return {n: statistics.median(t[1:]) for n, t in times.items()}

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from bench.core.forward import cache_kw
 from bench.errors import HarnessError
 
 VOCAB_FILE = "vocab.json"
@@ -108,6 +109,8 @@ class TrimmedDraft(nn.Module):
         """([..., V'] logits in the order of vocab_ids, cache) for a forward with the model's arguments."""
         kwargs.pop("logits_to_keep", None)
         base = getattr(self.model, self.model.base_model_prefix)
+        if "past_key_values" in kwargs:  # called like the model (our proposers' name); passed on by base's own name
+            kwargs.update(cache_kw(base, kwargs.pop("past_key_values")))
         out = base(**kwargs)
         return out.last_hidden_state @ self.head.T, out.past_key_values
 

@@ -14,6 +14,7 @@ import time
 import torch
 from transformers import DynamicCache
 
+from bench.core.forward import cache_kw
 from bench.core.kv import new_cache
 from bench.core.timing import device_sync
 from bench.models.forward_cost import random_token_floor
@@ -33,7 +34,7 @@ def cache_share(model, contexts=(256, 1500), reps: int = 9) -> dict:
         caches = {}
         for kind, make in KINDS.items():
             caches[kind] = make(model.config, ctx + 64)
-            model(input_ids=prefix, past_key_values=caches[kind], use_cache=True, logits_to_keep=1)
+            model(input_ids=prefix, **cache_kw(model, caches[kind]), use_cache=True, logits_to_keep=1)
         layer0 = caches["dynamic"].layers[0]
         k = torch.zeros_like(layer0.keys[:, :, :1])
         times = {kind: {"append": [], "forward": []} for kind in KINDS}
@@ -47,7 +48,7 @@ def cache_share(model, contexts=(256, 1500), reps: int = 9) -> dict:
                 times[kind]["append"].append(time.perf_counter() - t0)
                 cache.crop(-1)
                 t0 = time.perf_counter()
-                model(input_ids=token, past_key_values=cache, use_cache=True)
+                model(input_ids=token, **cache_kw(model, cache), use_cache=True)
                 device_sync(device)
                 times[kind]["forward"].append(time.perf_counter() - t0)
                 cache.crop(-1)

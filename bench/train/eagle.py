@@ -29,6 +29,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from bench.cachefile import READ_ERRORS, atomic_dir, report_corrupt
+from bench.core.forward import cache_kw
 from bench.core.timing import device_sync
 from bench.errors import HarnessError
 from bench.models.eagle import WEIGHTS, EagleHead
@@ -153,7 +154,7 @@ def head_cost(target, head, reps: int = 20, warmup: int = 3, prefix: int = 64, l
     ids = ids.to(target.device)
     cache, head_cache = DynamicCache(config=target.config), head.new_cache()
     with torch.inference_mode():
-        out = target(input_ids=ids, past_key_values=cache, use_cache=True, output_hidden_states=True,
+        out = target(input_ids=ids, **cache_kw(target, cache), use_cache=True, output_hidden_states=True,
                      logits_to_keep=1)
         hs = out.hidden_states
         feats = (hs[-1] if layers is None else torch.cat([hs[i] for i in layers], -1)).to(next(head.parameters()).dtype)
@@ -162,7 +163,7 @@ def head_cost(target, head, reps: int = 20, warmup: int = 3, prefix: int = 64, l
         times: dict[str, list[float]] = {"target": [], "head": []}
         for rep in range(warmup + reps):
             t0 = now(target.device)
-            target(input_ids=token, past_key_values=cache, use_cache=True)
+            target(input_ids=token, **cache_kw(target, cache), use_cache=True)
             t1 = now(target.device)
             f = head(token, feats[:, -1:], pos, None, head_cache)
             if with_logits:

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bench.cachefile import READ_ERRORS, atomic_dir, report_corrupt
+from bench.core.forward import cache_kw
 from bench.core.timing import device_sync
 from bench.errors import HarnessError
 from bench.models.heads import CONFIG, MedusaHeads, from_state_dict, init_heads, read_heads_dir, save_heads
@@ -187,13 +188,13 @@ def heads_cost(target, heads: MedusaHeads, reps: int = 20, warmup: int = 3, pref
 
     ids = torch.randint(0, target.config.vocab_size, (1, prefix), generator=torch.Generator().manual_seed(seed))
     cache = DynamicCache(config=target.config)
-    out = target(input_ids=ids.to(target.device), past_key_values=cache, use_cache=True, output_hidden_states=True,
+    out = target(input_ids=ids.to(target.device), **cache_kw(target, cache), use_cache=True, output_hidden_states=True,
                  logits_to_keep=1)
     hidden, token = out.hidden_states[-1][:, -1], out.logits[:, -1:].argmax(-1)
     times: dict[str, list[float]] = {"target": [], "heads": []}
     for rep in range(warmup + reps):
         t0 = now(target.device)
-        target(input_ids=token, past_key_values=cache, use_cache=True)
+        target(input_ids=token, **cache_kw(target, cache), use_cache=True)
         t1 = now(target.device)
         cache.crop(prefix - cache.get_seq_length())  # transformers 5: a negative count drops that many
         t2 = now(target.device)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from bench.core.forward import aligned_mask
+from bench.core.forward import aligned_mask, cache_kw
 from bench.core.kv import new_cache as preallocated_cache
 from bench.core.proposer import Draft, Proposer
 from bench.core.settings import OPTIONAL_TEXT, choice, declare, number
@@ -97,7 +97,7 @@ class DraftModelProposer(Proposer):
         dev = self.draft.device
         new = seq[self.cached : length].to(dev)
         pos = torch.arange(self.cached, length, device=dev)[None]
-        out = self.draft(input_ids=new[None], position_ids=pos, past_key_values=self.cache, use_cache=True,
+        out = self.draft(input_ids=new[None], position_ids=pos, **cache_kw(self.draft, self.cache), use_cache=True,
                          logits_to_keep=1)
         self.calls = 1  # draft forwards of this step (the catch-up is one)
         self.sizes = [length - self.cached]  # tokens of each of them (a replay's draft cost, bench.cost.replay)
@@ -147,7 +147,7 @@ class DraftModelProposer(Proposer):
         mask = aligned_mask((n, self.cached + hidden.shape[1]), 0.0, dtype, dev)
         mask[:, self.cached :].masked_fill_(hidden, torch.finfo(dtype).min)
         out = self.draft(input_ids=ids[None], position_ids=(depth + (self.cached - 1))[None],
-                         attention_mask=mask[None, None], past_key_values=self.cache, use_cache=True)
+                         attention_mask=mask[None, None], **cache_kw(self.draft, self.cache), use_cache=True)
         self.forwarded += nodes
         self.calls += 1
         self.sizes.append(n)
@@ -161,7 +161,7 @@ class DraftModelProposer(Proposer):
         self._lap("tree")
         dev = self.draft.device
         pos = torch.arange(self.cached - 1 + depth, self.cached + depth, device=dev)[None]
-        out = self.draft(input_ids=token.to(dev).view(1, 1), position_ids=pos, past_key_values=self.cache,
+        out = self.draft(input_ids=token.to(dev).view(1, 1), position_ids=pos, **cache_kw(self.draft, self.cache),
                          use_cache=True)
         self.calls += 1
         self.sizes.append(1)
