@@ -121,14 +121,18 @@ def rest_overrides(store_dir) -> tuple[str, ...]:
     return "method=rest", f"method.store={REST_CORPUS['name']}", f"method.store_dir={store_dir}"
 
 
-def run_method(bundle, prompts, *overrides, max_new: int = MAX_NEW, temperature: float = 0.0, seed: int = 0):
-    """One method (config overrides) on the prompts, in order, through the engine; prompt i is seeded seed + i."""
+def run_method(bundle, prompts, *overrides, max_new: int = MAX_NEW, temperature: float = 0.0, seed: int = 0,
+               graphs: int | None = None):
+    """One method (config overrides) on the prompts, in order, through the engine (graphs: the graph mode's, with a
+    static KV cache of that many positions); prompt i is seeded seed + i."""
     from bench.core.engine import Engine
+    from bench.core.graph_engine import GraphEngine
     from bench.core.timing import PhaseTimer
     from methods import build_method
 
     method = build_method(compose_cfg(*overrides).method, bundle)
-    engine = Engine(bundle.model, bundle.eos_token_ids, bundle.max_context, temperature=temperature)
+    engine = (Engine(bundle.model, bundle.eos_token_ids, bundle.max_context, temperature=temperature) if graphs is None
+              else GraphEngine(bundle.model, bundle.eos_token_ids, bundle.max_context, graphs, temperature=temperature))
     gens = []
     for i, p in enumerate(prompts):
         engine.reseed(seed + i)

@@ -162,6 +162,16 @@ CASES = [
          model=True, slow=True),
     Case("tree-stats-corrupt", ("method=token_recycling", "tree=built"), ("tree statistics", "is corrupt"),
          corrupt_tree_stats, model=True, slow=True),
+    # ---- graph mode (run.graphs=true): what it cannot run, before the model loads; its cache's room, after
+    Case("graphs-temperature", ("run.graphs=true", "run.temperature=0.6"), "run.graphs=true decodes greedily only"),
+    Case("graphs-batch", ("run.graphs=true", "run.batch_size=2"), "run.graphs=true decodes one sequence at a time"),
+    Case("graphs-own-loop", ("run.graphs=true", "method=hf_generate"),
+         "run.graphs=true cannot run method 'hf_generate': it runs its own decode loop"),
+    Case("graphs-own-forward", ("run.graphs=true", "method=propd"), "run.graphs=true cannot run method 'propd'"),
+    Case("graphs-capacity-small", ("run.graphs=true", "run.graph_capacity=8"),
+         "run.graph_capacity must be an integer >= 64"),
+    Case("graphs-capacity-full", ("run.graphs=true", "run.graph_capacity=64"),
+         "exceeds graph mode's static KV cache of 64 positions", model=True),
     Case("prompt-longer-than-context", ("run.max_new_tokens=9000",), "exceeds the context of 8192 tokens",
          humaneval_mirror, model=True),
 ]

@@ -118,9 +118,7 @@ class Engine:
             host = torch.zeros(len(prompt) + max_new_tokens, dtype=torch.long)
             host[: len(prompt)] = torch.tensor(prompt, dtype=torch.long)
             rows.append(Row(proposer, host.to(self.device), host, len(prompt), len(prompt), gen))
-        # + room for one draft tree; one buffer for all layers unless the model is split over devices
-        cache = new_cache(self.model.config, longest + max_new_tokens + 64,
-                          shared=not getattr(self.model, "hf_device_map", None))
+        cache = self.new_cache(longest + max_new_tokens + 64)  # + room for one draft tree
         occupancy: list[int] = []
         timer.lap("preprocess")
         for row, prompt in zip(rows, prompts):
@@ -144,6 +142,10 @@ class Engine:
         phases = timer.result()
         return [Generation(r.host[r.n_prompt : r.length].tolist(), r.accept_lengths, phases, r.elapsed, occupancy,
                            r.draft_nodes, r.verified_nodes, r.proposer.step_counters()) for r in rows]
+
+    def new_cache(self, positions: int):
+        """A cache for one generation; one buffer for all layers unless the model is split over devices."""
+        return new_cache(self.model.config, positions, shared=not getattr(self.model, "hf_device_map", None))
 
     def _finish_rows(self, rows: list[Row], timer: Timer) -> None:
         """Stamp the latency of rows that finished this step (timed time so far)."""
@@ -176,9 +178,21 @@ class Engine:
             row.proposer.observe_features(features[b, positions])
 
     def _prefill(self, rows: list[Row], cache, max_new_tokens: int, timer: Timer, forward: TargetForward) -> None:
-        lengths = [r.n_prompt for r in rows]
         hidden = self._wants_hidden(rows)
-        layers = self._layers(rows)
+        out, logits, at = self._prefill_forward(rows, cache, forward, hidden, self._layers(rows))
+        roots = torch.stack([self._pick(logits[b], r.generator) for b, r in enumerate(rows)])
+        timer.lap("prefill")
+        for b, (r, root, value) in enumerate(zip(rows, roots, roots.tolist())):  # the prefill's one read
+            r.seq[r.length], r.host[r.length] = root, value
+            r.length += 1
+            r.accept_lengths.append(1)
+            r.done = value in self.eos_ids or max_new_tokens <= 1
+            if not r.done:
+                self._hand_over(r, out, b, at[b], slice(0, r.n_prompt), hidden)
+
+    def _prefill_forward(self, rows: list[Row], cache, forward: TargetForward, hidden: bool, layers: dict):
+        """The prompts' forward: (its output, the logits [B, V] at each row's last prompt token, those positions)."""
+        lengths = [r.n_prompt for r in rows]
         if len(rows) == 1:
             out = forward(self.model, rows[0].seq[None, : lengths[0]], cache=cache, logits_to_keep=1,
                                output_hidden=hidden, **layers)
@@ -195,15 +209,7 @@ class Engine:
                                output_hidden=hidden, **layers)
             logits = torch.stack([out.logits[b, last.index(n - 1)] for b, n in enumerate(lengths)])
             at = [n - 1 for n in lengths]
-        roots = torch.stack([self._pick(logits[b], r.generator) for b, r in enumerate(rows)])
-        timer.lap("prefill")
-        for b, (r, root, value) in enumerate(zip(rows, roots, roots.tolist())):  # the prefill's one read
-            r.seq[r.length], r.host[r.length] = root, value
-            r.length += 1
-            r.accept_lengths.append(1)
-            r.done = value in self.eos_ids or max_new_tokens <= 1
-            if not r.done:
-                self._hand_over(r, out, b, at[b], slice(0, r.n_prompt), hidden)
+        return out, logits, at
 
     def _mask(self, rows: list[Row], drafts: list[Draft], width: int, cached: int) -> torch.Tensor | None:
         """[B, 1, width, cached + width] additive mask: each row sees its own prefix and its tree's ancestors;

@@ -13,7 +13,6 @@ one forward and removed after (`layer_inputs`).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from inspect import signature
@@ -56,12 +55,13 @@ def cache_kw(module: torch.nn.Module, cache) -> dict:
     """{name: cache}, the KV-cache argument of `module`'s forward by the name it takes: transformers 5.24 renamed
     `past_key_values` to `cache` (the old name warns at every call and goes in 5.40), the GPU images' 5.17 knows only
     the old name, and our own modules (EAGLE heads, drafts) keep it."""
-    return {cache_name(type(module)): cache}
+    cls = type(module)
+    if cls not in CACHE_NAMES:  # (a dict, not functools.cache: torch.compile traces a lookup without a warning)
+        CACHE_NAMES[cls] = "cache" if "cache" in signature(cls.forward).parameters else "past_key_values"
+    return {CACHE_NAMES[cls]: cache}
 
 
-@functools.cache
-def cache_name(cls: type) -> str:
-    return "cache" if "cache" in signature(cls.forward).parameters else "past_key_values"
+CACHE_NAMES: dict[type, str] = {}
 
 
 @contextmanager

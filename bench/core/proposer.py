@@ -111,6 +111,8 @@ class Method:
     # declares only its own: a subclass's check also applies its bases' declarations.
     settings: Mapping[str, Setting] = declare({})
     requires: tuple[Rule, ...] = ()
+    # Why the engine's graph mode (run.graphs=true, bench.core.graph_engine) cannot run this method; None: it can.
+    graphs_refused: str | None = "it runs its own decode loop, not the engine's"
 
     def __init__(self, cfg, bundle: TargetBundle):
         self.check_settings(cfg)
@@ -128,6 +130,11 @@ class Method:
         if cfg is None:  # built without a config (tests): nothing to check
             return
         check_settings(cfg.get("name") or cls.__name__, cfg, settings, rules)
+
+    @classmethod
+    def graphs_refusal(cls, cfg) -> str | None:
+        """Why graph mode cannot run this method with config `cfg` (checked before the model loads); None: it can."""
+        return cls.graphs_refused
 
     def describe(self) -> dict:
         """Settings worth recording in the run's summary (e.g. the tree name)."""
@@ -164,6 +171,7 @@ class Proposer(Method):
     """Drafts for the shared engine. Override `propose`; `start` and `update` are optional hooks."""
 
     batchable = True  # the engine batches any proposer (one fork per row)
+    graphs_refused = None
     wants_logits = False  # set True to receive the target logits of every tree slot in `update`
     wants_hidden = False  # set True to receive the target's final hidden state in `observe_hidden`
     wants_features = False  # set True to receive the final hidden states of newly committed context (`observe_features`)

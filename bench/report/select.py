@@ -24,9 +24,11 @@ def matches(value, wanted: str | Collection | None) -> bool:
 def where(runs: Iterable[Run], *, experiment: str | Collection | None = None,
           method: str | Collection | None = None, model: str | None = None,
           dataset: str | Collection | None = None, max_new_tokens: int | None = None, greedy: bool = False,
-          batch_size: int | None = None, keep: Callable[[Run], object] | None = None) -> list[Run]:
-    """The runs with these labels (None: any), at temperature 0 if `greedy`, for which keep(run) is true."""
-    return [r for r in runs if matches(r.experiment, experiment) and matches(r.method, method)
+          batch_size: int | None = None, keep: Callable[[Run], object] | None = None,
+          graphs: bool = False) -> list[Run]:
+    """The runs with these labels (None: any), at temperature 0 if `greedy`, for which keep(run) is true; eager
+    runs only (the papers' regime) unless `graphs`, then graph-mode runs only (run.graphs)."""
+    return [r for r in runs if r.graphs == graphs and matches(r.experiment, experiment) and matches(r.method, method)
             and matches(r.model, model) and matches(r.dataset, dataset)
             and (max_new_tokens is None or r.max_new_tokens == max_new_tokens)
             and (not greedy or r.temperature == 0.0) and (batch_size is None or r.batch_size == batch_size)
@@ -55,7 +57,7 @@ def prompt_turns(run: Run) -> set[tuple]:
 def paired_baseline(runs: list[Run], run: Run, method: str) -> Run | None:
     """The latest of the `method` runs (default variant) measured like `run` that cover most of its prompt-turns
     (paired speedups are over the shared ones); None if there is none."""
-    alike = ("temperature", "batch_size", "model", "dataset", "machine", "max_new_tokens")
+    alike = ("temperature", "batch_size", "model", "dataset", "machine", "max_new_tokens", "graphs")
     found = [r for r in runs if r.method == method and r.variant is None
              and all(getattr(r, a) == getattr(run, a) for a in alike)]
     if not found:

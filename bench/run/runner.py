@@ -22,6 +22,7 @@ from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from bench.core.engine import Engine
+from bench.core.graph_engine import GraphEngine, GraphModeRefused
 from bench.core.machine import cpu_name
 from bench.core.timing import PhaseTimer, device_sync, phases_exact
 from bench.errors import HarnessError
@@ -85,6 +86,14 @@ def reference_key(bundle: ModelBundle) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(parts))
 
 
+def where_text(n_ids: int, prompt: int, unanswered: int, max_new: int, where) -> str:
+    """The prompt a context check names: its question and turn, and for a later turn what its length counts."""
+    if unanswered:
+        return (f"turn {where[1] + 1} of question {where[0]}: prompt of up to {prompt} tokens ({n_ids} of questions "
+                f"and template, {unanswered} earlier answer(s) of up to {max_new} tokens)")
+    return f"question {where[0]}: prompt of {n_ids} tokens" if where else f"prompt of {n_ids} tokens"
+
+
 class Runner:
     def __init__(self, cfg):
         check_method(cfg)  # main() checked it already; other callers (engine_bench, scripts) get the same line
@@ -108,13 +117,18 @@ class Runner:
         self.batch_size = int(cfg.run.batch_size)
         self.batches = 0  # generate calls so far: a batch's id in its records
         b = self.bundle
-        self.engine = Engine(b.model, b.eos_token_ids, b.max_context, temperature=self.temperature, device=b.device)
+        # The AR reference is always the eager engine's; graph mode (run.graphs) decodes the method's outputs.
+        self.eager = Engine(b.model, b.eos_token_ids, b.max_context, temperature=self.temperature, device=b.device)
+        self.graphs = bool(cfg.run.get("graphs", False))
+        self.engine = GraphEngine(b.model, b.eos_token_ids, b.max_context, int(cfg.run.graph_capacity),
+                                  device=b.device) if self.graphs else self.eager
         self.timer = PhaseTimer(b.device, sync=cfg.run.sync_phases)
         self.references = ReferenceStore(project_path(cfg.paths.results) / "cache" / "ar_reference",
                                          reference_key(b))
         # The reference is always greedy AR at batch 1 through this engine: such a run may write it; batched AR
         # (right padding, its own mask: in fp16/bf16 its rows can differ) is checked against it like any method.
-        self.is_reference = cfg.method.name == "ar" and self.temperature == 0 and self.batch_size == 1
+        self.is_reference = (cfg.method.name == "ar" and self.temperature == 0 and self.batch_size == 1
+                             and not self.graphs)
         self.check_context()
 
     def check_context(self) -> None:
@@ -145,15 +159,13 @@ class Runner:
         max_new = self.cfg.run.max_new_tokens
         draft_room = max(self.method.max_draft_tokens, 16)
         prompt = len(ids) + unanswered * max_new
+        if self.graphs and prompt + max_new + draft_room > self.engine.kv.capacity:
+            raise HarnessError(f"{where_text(len(ids), prompt, unanswered, max_new, where)} plus {max_new} new tokens "
+                               f"and {draft_room} draft tokens exceeds graph mode's static KV cache of "
+                               f"{self.engine.kv.capacity} positions (run.graph_capacity)")
         if prompt + max_new + draft_room > self.bundle.max_context:
-            what = f"prompt of {len(ids)} tokens"
-            if unanswered:
-                what = (f"turn {where[1] + 1} of question {where[0]}: prompt of up to {prompt} tokens ({len(ids)} "
-                        f"of questions and template, {unanswered} earlier answer(s) of up to {max_new} tokens)")
-            elif where:
-                what = f"question {where[0]}: {what}"
             raise HarnessError(
-                f"{what} plus {max_new} new tokens and {draft_room} draft tokens exceeds the context of "
+                f"{where_text(len(ids), prompt, unanswered, max_new, where)} plus {max_new} new tokens and {draft_room} draft tokens exceeds the context of "
                 f"{self.bundle.max_context} tokens of model '{self.bundle.name}'"
             )
         return ids
@@ -164,7 +176,10 @@ class Runner:
         max_new = self.cfg.run.max_new_tokens
         device_sync(self.bundle.device)
         t0 = time.perf_counter()
-        gens = self.method.generate_batch(self.engine, prompts, max_new, self.timer, generators)
+        try:
+            gens = self.method.generate_batch(self.engine, prompts, max_new, self.timer, generators)
+        except GraphModeRefused as err:  # what the config check cannot know (e.g. a proposer's own forward)
+            raise HarnessError(str(err)) from err
         device_sync(self.bundle.device)
         return gens, time.perf_counter() - t0
 
@@ -181,7 +196,7 @@ class Runner:
             return {"equal": True, "reference": "self", **grade(None, ids, output, output), "dtype": dtype}
         if ref is None:
             quiet = PhaseTimer(self.bundle.device, sync=False)
-            ref = self.engine.generate(Autoregressive(None, self.bundle), ids, max_new, quiet).output_ids
+            ref = self.eager.generate(Autoregressive(None, self.bundle), ids, max_new, quiet).output_ids
             self.references.put(ids, max_new, ref)
         graded = grade(self.bundle.model, ids, output, ref, device=self.bundle.device)  # a forward only if they differ
         return {"equal": graded["grade"] == "identical", "reference": "ar", **graded, "dtype": dtype}
@@ -305,6 +320,7 @@ def run_summary(cfg, runner: Runner, records: list[dict], ckpt: Checkpoint | Non
         "paper_size": cfg.model.get("paper_size"),
         "max_new_tokens": cfg.run.max_new_tokens,
         "batch_size": runner.batch_size,
+        "graphs": runner.graphs,
         # Phase times are exact per phase on a GPU only in the breakdown mode (device sync at each boundary).
         "sync_phases": bool(cfg.run.sync_phases),
         "temperature": runner.temperature,

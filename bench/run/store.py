@@ -124,9 +124,14 @@ class Run:
         return self.meta.get("speedup")
 
     @property
+    def graphs(self) -> bool:
+        """Decoded in the engine's graph mode (run.graphs): reports leave such runs out unless asked."""
+        return bool(self.meta.get("graphs"))
+
+    @property
     def key(self) -> tuple:
         # The temperature is part of the key so runs at 0 and 0.6 (DySpec's tables) never shadow each other.
-        return (self.model, self.method, self.variant, self.dataset, self.temperature)
+        return (self.model, self.method, self.variant, self.dataset, self.temperature, self.graphs)
 
     @property
     def created(self) -> datetime:
@@ -168,8 +173,8 @@ def load_runs(results_dir: str | Path) -> list[Run]:
 
 
 def find_baseline(results_dir: str | Path, summary: dict, method: str) -> Run | None:
-    """Latest complete run of `method` with the same model, dataset, max_new_tokens, machine, temperature and
-    batch size (speedups at batch B are against the baseline at batch B)."""
+    """Latest complete run of `method` with the same model, dataset, max_new_tokens, machine, temperature, batch
+    size (speedups at batch B are against the baseline at batch B) and engine mode (run.graphs)."""
     runs = (Run(s.parent, json.loads(s.read_text())) for s in sorted(Path(results_dir, "runs").glob("*/summary.json")))
     return latest_baseline(runs, summary, method)
 
@@ -182,6 +187,7 @@ def latest_baseline(runs, summary: dict, method: str) -> Run | None:
         same = all(other.get(k) == summary[k] for k in ("model", "dataset", "max_new_tokens", "machine"))
         same = same and other.get("temperature", 0.0) == summary.get("temperature", 0.0)
         same = same and (other.get("batch_size") or 1) == summary.get("batch_size", 1)
+        same = same and bool(other.get("graphs")) == bool(summary.get("graphs"))  # graph mode against its own AR
         if same and other["method"] == method and not other.get("variant"):
             best = run
     return best

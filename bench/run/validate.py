@@ -55,6 +55,28 @@ def check_method(cfg) -> None:
     if getattr(cls, "greedy_only", False) and cfg.run.temperature > 0:
         raise ConfigError(f"method '{cfg.method.name}' decodes greedily only, as its paper; got run.temperature="
                           f"{cfg.run.temperature} (use 0)")
+    if cfg.run.get("graphs"):
+        check_graphs(cfg, cls)
+
+
+def check_graphs(cfg, cls) -> None:
+    """What graph mode (run.graphs=true, bench.core.graph_engine) cannot run, named in one line."""
+    name = cfg.method.name
+    why = cls.graphs_refusal(cfg.method)
+    if why:
+        raise ConfigError(f"run.graphs=true cannot run method '{name}': {why}")
+    if cfg.run.temperature > 0:
+        raise ConfigError(f"run.graphs=true decodes greedily only (the stochastic verifier walks the tree on the "
+                          f"host); got run.temperature={cfg.run.temperature}")
+    if cfg.run.get("batch_size", 1) > 1:
+        raise ConfigError(f"run.graphs=true decodes one sequence at a time; got run.batch_size={cfg.run.batch_size}")
+    if cfg.model.get("device_map"):
+        raise ConfigError("run.graphs=true needs the target on one device (a graph cannot span a device map); "
+                          "set model.device_map=null")
+    capacity = cfg.run.get("graph_capacity")
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 64:
+        raise ConfigError(f"run.graph_capacity must be an integer >= 64 (the static KV cache's positions), got "
+                          f"{capacity!r}")
 
 
 # The engine verifies trees and batches with a 4D additive mask (bench/core/engine.py): eager and sdpa attention

@@ -90,6 +90,13 @@ class ProPD(MedusaTree):
         self.trees: dict[tuple, tuple] = {}  # rank paths -> (tree, gather index): trees repeat, build them once
         self.pending: list[tuple[int, torch.Tensor, int]] = []
 
+    @classmethod
+    def graphs_refusal(cls, cfg) -> str | None:
+        if cfg.prune or cfg.dynamic:
+            return ("its early pruning and its timed tree choice wrap the target forward (pruning changes the width "
+                    "inside it); set method.prune=false method.dynamic=false")
+        return None
+
     def describe(self):
         info = {**super().describe(), "prune": self.prune, "dynamic": self.dynamic, "prune_layer": self.prune_layer,
                 "prune_topk": self.prune_topk}

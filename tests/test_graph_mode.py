@@ -1,0 +1,165 @@
+"""The engine's graph mode (run.graphs=true, bench.core.graph_engine) on a CPU: the static-shape path that CUDA
+captures, run eagerly. Its outputs are greedy AR's in fp32 on the embedded model, its buffers never move, a step
+waits for the device once, the regions a GPU captures trace whole, and what it cannot run is refused (the one-line
+errors of the command line: tests/test_bad_inputs.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from bench.core.graph_engine import GraphEngine, GraphModeRefused, bucket_width
+from bench.core.syncs import HostSyncCounter
+from bench.core.timing import PhaseTimer
+from bench.models.heads import MedusaHeads
+from methods import build_method
+from tests.conftest import assert_lossless, compose_cfg, run_method, tiny_llama, with_draft
+
+CAPACITY = 512  # the prompts (<= ~200 tokens) + 32 new + Token Recycling's 80-node tree
+V, NO_EOS = 64, 10_000
+PROMPTS = [[5, 6, 7, 8, 9] * 3, [3, 1, 4, 1, 5, 9, 2, 6]]
+
+
+def medusa_bundle(smollm):
+    """Zero-block Medusa heads: each is the lm_head (drafts rarely accepted; the static tree is verified)."""
+    lm_head = smollm.model.get_output_embeddings()
+    heads = MedusaHeads(lm_head.in_features, smollm.vocab_size, 5, lm_head=lm_head).to(smollm.device, smollm.dtype)
+    bundle = dataclasses.replace(smollm)
+    bundle.load_heads = lambda: heads.eval()
+    return bundle
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("overrides", [("method=ar",), ("method=token_recycling",), ("method=pld",),
+                                       ("method=medusa",), ("method=sd", "method.draft_length=4")],
+                         ids=lambda o: o[0].split("=")[1])
+def test_identical_to_greedy_ar(smollm, prompts, greedy, drafts, overrides):
+    """fp32, the embedded model: the eager engine's outputs are these (tests/test_real_model.py and the methods'
+    own tests), so graph mode's equal run.graphs=false's."""
+    bundle = {"medusa": medusa_bundle(smollm), "sd": with_draft(smollm, drafts["self"])}.get(
+        overrides[0].split("=")[1], smollm)
+    gens = run_method(bundle, prompts[:2], *overrides, graphs=CAPACITY)
+    mat = assert_lossless(gens, greedy[:2])
+    if overrides[0] in ("method=token_recycling", "method=pld", "method=sd"):
+        assert mat > 1.2  # drafts were accepted: the KV compaction and the buckets ran
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return tiny_llama(V, attn_implementation="sdpa", max_positions=512)
+
+
+def bundle_of(model):
+    """What the lookup methods use of a bundle."""
+    return SimpleNamespace(name="tiny", model=model, device=torch.device("cpu"), dtype=torch.float32, vocab_size=V,
+                           eos_token_ids=[NO_EOS], max_context=512)
+
+
+def make(name: str, model):
+    return build_method(compose_cfg(f"method={name}").method, bundle_of(model))
+
+
+def graph_engine(model, capacity=256):
+    return GraphEngine(model, [NO_EOS], 512, capacity)
+
+
+def decode(method, engine, prompt, new=12):
+    return method.generate(engine, prompt, new, PhaseTimer(sync=False))
+
+
+@pytest.mark.parametrize("name", ["ar", "token_recycling", "pld"])
+def test_tiny_matches_the_eager_engine(tiny, name):
+    from bench.core.engine import Engine
+
+    eager = Engine(tiny, [NO_EOS], 512)
+    graph = graph_engine(tiny)
+    for p in PROMPTS:
+        want = decode(make(name, tiny), eager, p, 20).output_ids
+        assert decode(make(name, tiny), graph, p, 20).output_ids == want
+
+
+def test_static_buffers_keep_their_addresses(tiny, monkeypatch):
+    """The KV buffer, the slots and length and every bucket's inputs stay where they were allocated, across steps
+    and prompts: a captured graph reads and writes those addresses."""
+    engine = graph_engine(tiny)
+    seen: dict[tuple, set] = {}
+    forward = engine._forward
+
+    def recording(bucket, hidden, layers):
+        key = bucket.ids.shape[1]
+        seen.setdefault(key, set()).add((bucket.ids.data_ptr(), bucket.positions.data_ptr(), bucket.mask.data_ptr()))
+        seen.setdefault("kv", set()).add((engine.kv.buf.data_ptr(), engine.kv.slots.data_ptr(),
+                                          engine.kv.length.data_ptr()))
+        return forward(bucket, hidden, layers)
+
+    monkeypatch.setattr(engine, "_forward", recording)
+    method = make("pld", tiny)  # chains of varying width: several buckets
+    steps = sum(len(decode(method, engine, p, 24).accept_lengths) - 1 for p in PROMPTS * 2)
+    assert steps > 20 and len(seen) >= 2
+    assert all(len(pointers) == 1 for pointers in seen.values()), seen
+
+
+@pytest.mark.parametrize("name", ["ar", "token_recycling"])
+def test_one_wait_per_step(tiny, name):
+    """A graph-mode step reads the device once (the outcome); nothing else waits between its start and that read."""
+    engine = graph_engine(tiny)
+    method = make(name, tiny)
+    decode(method, engine, PROMPTS[0], 3)  # warm: the tree's indices are sent once
+    counts = []
+    for new in (1, 12):
+        with HostSyncCounter() as counter:
+            steps = len(decode(method, engine, PROMPTS[0], new).accept_lengths)
+        counts.append((counter.total, steps))
+    (w1, s1), (w12, s12) = counts
+    assert (w12 - w1) / (s12 - s1) == 1.0
+
+
+def test_captured_regions_trace_whole(tiny):
+    """What CUDA captures (a bucket's forward) and what a step does on the device around it (the mask, the KV
+    columns, the path compaction) trace into one graph each with torch.compile(fullgraph=True): the CPU's stand-in
+    for capture, which a graph break or a host read would fail."""
+    from bench.core.forward import full_forward
+
+    engine = graph_engine(tiny)
+    method = make("token_recycling", tiny)
+    decode(method, engine, PROMPTS[0], 6)  # a filled cache, a bucket of the static tree's width
+    (bucket,) = engine.buckets.values()
+    tree = method.tree
+    bias, depth = engine._padded(tree, bucket.ids.shape[1])
+    path = tree.on("cpu").path_slots[-1]
+
+    def step(ids, positions):
+        engine.kv.write_after_prefix(ids.shape[1])
+        mask = engine.kv.mask(bias, engine.low)[None, None]
+        logits = full_forward(tiny, ids, cache=engine.kv.cache, position_ids=positions + depth,
+                              attention_mask=mask).logits
+        engine.kv.keep_path(path, torch.ones(1, dtype=torch.long))
+        return logits
+
+    before = (engine.kv.buf.clone(), engine.kv.length.clone())
+    with torch.inference_mode():
+        want = step(bucket.ids, engine.kv.length - 1 + torch.zeros_like(bucket.positions))
+        engine.kv.buf.copy_(before[0])
+        engine.kv.length.copy_(before[1])
+        compiled = torch.compile(step, backend="aot_eager", fullgraph=True)
+        got = compiled(bucket.ids, engine.kv.length - 1 + torch.zeros_like(bucket.positions))
+    torch.testing.assert_close(got, want)
+
+
+def test_buckets():
+    assert [bucket_width(n) for n in (1, 2, 3, 5, 9, 65)] == [1, 2, 4, 8, 16, 128]
+    assert bucket_width(81, static=81) == 81 and bucket_width(5, static=81) == 8
+
+
+def test_refused_in_the_engine(tiny):
+    with pytest.raises(GraphModeRefused, match="greedily only"):
+        GraphEngine(tiny, [NO_EOS], 512, 256, temperature=0.6)
+    engine = graph_engine(tiny, capacity=64)
+    ar = make("ar", tiny)
+    with pytest.raises(GraphModeRefused, match="one sequence at a time"):
+        ar.generate_batch(engine, PROMPTS, 4, PhaseTimer(sync=False), [torch.Generator()] * 2)
+    with pytest.raises(GraphModeRefused, match="holds 64 positions"):
+        decode(ar, engine, PROMPTS[0], 40)
