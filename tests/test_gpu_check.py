@@ -86,6 +86,14 @@ def test_small_check_writes_its_folder_and_table(tmp_path, capsys):
     assert "- token_recycling update: aten::topk" in printed  # the top-k of every slot's logits, its update's most
     low, high = results["speedup"]["token_recycling"]["speedup_interval"]  # over 3 prompts x 2 passes
     assert low <= results["speedup"]["token_recycling"]["speedup"] <= high and "| speedup [95%] (per pass) |" in printed
+    graphs = results["graphs"]  # the engine's graph mode beside the eager one (on a CPU: no capture, same code)
+    assert {(r["model"], r["n"]) for r in graphs["t_n"]} == {("tiny", n) for n in (1, 2, 4)}
+    assert all(r["static_eager_ms"] > 0 and r["graph_ms"] > 0 for r in graphs["t_n"])
+    for ar in graphs["ar"].values():  # fp32: graph AR and HF's static-cache generate are eager AR's tokens
+        assert ar["graph_identical"] == ar["hf_static_identical"] == ar["prompts"] == 2
+        assert ar["hf_static"] == "not CUDA: timed uncompiled"
+    assert {g for name in ("token_recycling", "pld") for g in graphs["speedup"][name]["grades"]} == {"identical"}
+    assert "| T(n) ms after 512 cached, static eager / graph |" in printed and "graph mode, taking turns" in printed
 
 
 def test_evidence_copies_every_check_folder(tmp_path):

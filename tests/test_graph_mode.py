@@ -86,7 +86,7 @@ def test_static_buffers_keep_their_addresses(tiny, monkeypatch):
     and prompts: a captured graph reads and writes those addresses."""
     engine = graph_engine(tiny)
     seen: dict[tuple, set] = {}
-    forward = engine._forward
+    forward = engine.forward_bucket
 
     def recording(bucket, hidden, layers):
         key = bucket.ids.shape[1]
@@ -95,7 +95,7 @@ def test_static_buffers_keep_their_addresses(tiny, monkeypatch):
                                           engine.kv.length.data_ptr()))
         return forward(bucket, hidden, layers)
 
-    monkeypatch.setattr(engine, "_forward", recording)
+    monkeypatch.setattr(engine, "forward_bucket", recording)
     method = make("pld", tiny)  # chains of varying width: several buckets
     steps = sum(len(decode(method, engine, p, 24).accept_lengths) - 1 for p in PROMPTS * 2)
     assert steps > 20 and len(seen) >= 2
@@ -128,7 +128,7 @@ def test_captured_regions_trace_whole(tiny):
     decode(method, engine, PROMPTS[0], 6)  # a filled cache, a bucket of the static tree's width
     (bucket,) = engine.buckets.values()
     tree = method.tree
-    bias, depth = engine._padded(tree, bucket.ids.shape[1])
+    bias, depth = engine.padded(tree, bucket.ids.shape[1])
     path = tree.on("cpu").path_slots[-1]
 
     def step(ids, positions):
@@ -163,3 +163,26 @@ def test_refused_in_the_engine(tiny):
         ar.generate_batch(engine, PROMPTS, 4, PhaseTimer(sync=False), [torch.Generator()] * 2)
     with pytest.raises(GraphModeRefused, match="holds 64 positions"):
         decode(ar, engine, PROMPTS[0], 40)
+
+
+def test_graph_part_records_a_failed_stage_and_goes_on(monkeypatch):
+    """gpu-check's graph part (bench.run.graph_check) on a lease: a stage that fails (a capture, a compile) is
+    recorded with its error and the later stages still run."""
+    from bench.run import graph_check
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(graph_check, "forward_curve", broken)
+    monkeypatch.setattr(graph_check, "ar_three_ways", lambda *a: {"graph_tok_s": 1.0})
+    monkeypatch.setattr(graph_check, "speedups", lambda *a: {"ar": {"tok_s": 1.0}})
+    monkeypatch.setattr(graph_check.method_check, "prompts", lambda bundle, n: [[1, 2, 3]] * n)
+    sizes = SimpleNamespace(cost_models=(("m", None),), method_shape=None, method_dtype="float32", cost_sizes=(1,),
+                            reps=1, speedup_prompts=1, hf_shapes=(), timed_new=2, timed_reps=1, speedup=("ar",),
+                            speedup_reps=1)
+    bundle = SimpleNamespace(name="m", model=SimpleNamespace(config=SimpleNamespace(vocab_size=8)))
+    saved = []
+    out = graph_check.run_graphs(sizes, None, None, bundle, progress=lambda o: saved.append(dict(o)))
+    assert out["errors"]["t_n m"]["error"].startswith("RuntimeError: CUDA error") and out["t_n"] == []
+    assert out["ar"] == {"m": {"graph_tok_s": 1.0}} and out["speedup"] == {"ar": {"tok_s": 1.0}}
+    assert len(saved) == 3 and set(out["seconds"]) == {"t_n m", "ar m", "speedup"}

@@ -111,10 +111,10 @@ class GraphEngine(Engine):
                                    f"(run.graph_capacity)")
         hidden = self._wants_hidden(rows)
         layers = self._layers(rows)
-        bucket = self._bucket(width, hidden, layers)
-        self._fill(bucket, row, draft, width)
+        bucket = self.bucket(width, hidden, layers)
+        self.fill(bucket, row.seq[row.length - 1 : row.length], draft.tokens, tree)
         timer.lap("preprocess")
-        out = self._forward(bucket, hidden, layers)
+        out = self.forward_bucket(bucket, hidden, layers)
         timer.lap("target_forward")
         steps = self._verify(rows, drafts, bucket.ids, out, timer)
         timer.lap("verify")
@@ -129,7 +129,7 @@ class GraphEngine(Engine):
         self._feed_back(rows, steps, out, hidden)
         return [] if row.done else rows
 
-    def _bucket(self, width: int, hidden: bool, layers: dict) -> Bucket:
+    def bucket(self, width: int, hidden: bool, layers: dict) -> Bucket:
         key = (width, hidden, tuple(layers.get("feature_layers", ())))
         if key not in self.buckets:
             mask = torch.full((1, 1, width, self.kv.capacity), self.low, dtype=self.dtype, device=self.device)
@@ -137,7 +137,7 @@ class GraphEngine(Engine):
                                        torch.zeros(1, width, dtype=torch.long, device=self.device), mask)
         return self.buckets[key]
 
-    def _padded(self, tree: Tree, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def padded(self, tree: Tree, width: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(bias [w, w], depth [w]) of `tree` padded to `width`: padding slots see themselves, at the root's depth.
         The last tree's are kept: a static tree's are built once."""
         last, w, bias, depth = self._bias_of
@@ -151,18 +151,19 @@ class GraphEngine(Engine):
             self._bias_of = (tree, width, bias, depth)
         return bias, depth
 
-    def _fill(self, bucket: Bucket, row: Row, draft: Draft, width: int) -> None:
-        """The bucket's inputs for this step, written on the device from the cached length (no host value)."""
-        n = draft.tree.size + 1
-        bias, depth = self._padded(draft.tree, width)
-        bucket.ids[0, :1] = row.seq[row.length - 1 : row.length]
-        bucket.ids[0, 1:n] = draft.tokens  # a proposer that drafts on the host pays its copy here
+    def fill(self, bucket: Bucket, root: torch.Tensor, tokens: torch.Tensor, tree: Tree) -> None:
+        """The bucket's inputs for a verification of `tree` (root [1], draft tokens [N]) written after the cached
+        prefix, on the device from the cached length (no host value)."""
+        n, width = tree.size + 1, bucket.ids.shape[1]
+        bias, depth = self.padded(tree, width)
+        bucket.ids[0, :1] = root
+        bucket.ids[0, 1:n] = tokens  # a proposer that drafts on the host pays its copy here
         bucket.ids[0, n:] = 0
         torch.add(depth, self.kv.length, out=bucket.positions[0])
         bucket.mask[0, 0] = self.kv.mask(bias, self.low)
         self.kv.write_after_prefix(width)
 
-    def _forward(self, bucket: Bucket, hidden: bool, layers: dict) -> ForwardOutput:
+    def forward_bucket(self, bucket: Bucket, hidden: bool, layers: dict) -> ForwardOutput:
         def run() -> ForwardOutput:
             return full_forward(self.model, bucket.ids, cache=self.kv.cache, position_ids=bucket.positions,
                                 attention_mask=bucket.mask, output_hidden=hidden, **layers)

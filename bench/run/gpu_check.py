@@ -43,7 +43,7 @@ from bench.errors import HarnessError
 from bench.models import forward_cost
 from bench.models.loading import load_model
 from bench.paths import project_path
-from bench.run import method_check
+from bench.run import graph_check, method_check
 from bench.run.compose import compose_config
 from bench.run.provenance import provenance
 from methods import REGISTRY
@@ -83,7 +83,7 @@ PER_PHASE = ((("ms_per_step",), "ms per step, synced", ".2f"), (("ops_per_step",
              (("profile", "device_ms"), "device ms per step (profiler)", ".2f"),
              (("profile", "launches"), "kernel launches per step (profiler)", ".0f"),
              (("profile", "wait_ms"), "host ms waiting for the device per step (profiler)", ".2f"))
-PARTS = ("forward_cost", "ar_vs_hf_shapes", "ar_vs_hf", "speedup", "methods", "attention")
+PARTS = ("forward_cost", "ar_vs_hf_shapes", "ar_vs_hf", "speedup", "methods", "attention", "graphs")
 
 
 def bundle_for(device: str, dtype: str, shape: str | None, model_cache="data/cache/models"):
@@ -190,6 +190,9 @@ def run_checks(sizes: Sizes, device: str, scratch: Path, partial: Path | None = 
                                                      only=methods))
     if "attention" in parts:
         record("attention", method_check.attention_pair(bundle, rows[:2], sizes.timed_new, sizes.timed_reps))
+    if "graphs" in parts:  # the engine's graph mode beside the eager one (bench.run.graph_check)
+        record("graphs", graph_check.run_graphs(sizes, lambda shape, dtype: bundle_for(device, dtype, shape), free,
+                                                bundle, progress=lambda g: save({**results, "graphs": g})))
     free(bundle)
     return results
 
@@ -272,6 +275,8 @@ def table(results: dict) -> str:
         lines += ["| attention | identical | eager ms/step | sdpa ms/step |", "|---|---|---|---|"]
         lines += [f"| {a['method']} | {a['identical']}/{a['prompts']} | {a['eager_ms_per_step']} | "
                   f"{a['sdpa_ms_per_step']} |" for a in results["attention"]]
+    if "graphs" in results:
+        lines += ["", *graph_check.table_lines(results["graphs"])]
     return "\n".join(lines) + "\n"
 
 

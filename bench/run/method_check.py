@@ -214,7 +214,7 @@ def timed_generate(method, engine, rows, max_new: int, reps: int) -> tuple[list[
 
 
 def interleaved_speedup(bundle, rows, warm, names: tuple[str, ...], max_new: int, reps: int,
-                        progress=lambda out: None) -> dict:
+                        progress=lambda out: None, engine=None, diagnostics: bool = True) -> dict:
     """Each method's greedy tokens/s on the same prompts, the methods taking turns prompt by prompt (after one
     untimed pass over the `warm` prompts: the device warms up, and a method that learns across prompts, as Token
     Recycling's hot matrix does, learns as in a run, but not from the timed prompts; every timed pass of a prompt
@@ -228,8 +228,9 @@ def interleaved_speedup(bundle, rows, warm, names: tuple[str, ...], max_new: int
     their own) over the first DIAGNOSED_PROMPTS prompts, the ops (kernel launches) per step by phase on the first
     prompt, and its profile (bench.core.step_profile) over the first PROFILED_NEW tokens of the first prompt: the
     device's own launches, waits and busy time by phase. `seconds`: what each of these took (a lease's budget).
-    `progress(out)` gets the speedups before the diagnostics start."""
-    engine = engine_for(bundle, 0.0)
+    `progress(out)` gets the speedups before the diagnostics start. `engine`: the one they decode on (the eager
+    engine by default; the graph part passes a GraphEngine); `diagnostics`: False stops after the speedups."""
+    engine = engine or engine_for(bundle, 0.0)
     methods = {n: build_method(compose_config([f"method={n}"]).method, bundle) for n in names}
     outputs = {n: [None] * len(rows) for n in names}
     timed = {n: [] for n in names}  # per timed (pass, prompt): [tokens, seconds]
@@ -259,7 +260,8 @@ def interleaved_speedup(bundle, rows, warm, names: tuple[str, ...], max_new: int
                      "grades": [graded(bundle, p, g.output_ids, b.output_ids)
                                 for p, g, b in zip(rows, outputs[name], outputs[base], strict=True)]}
     progress(out)  # the speedups survive a lease that ends in the diagnostics
-    diagnose(out, methods, engine, replay, rows, max_new)
+    if diagnostics:
+        diagnose(out, methods, engine, replay, rows, max_new)
     return out
 
 

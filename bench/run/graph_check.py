@@ -1,0 +1,201 @@
+"""`make gpu-check`'s graph part (bench.run.gpu_check, `--only graphs`): the engine's two regimes side by side, in one
+process, taking turns (issue 67).
+
+- T(n) after CONTEXT cached tokens, n = 1..128, for each cost model (the embedded weights, the random 7B and 13B
+  shapes) in the methods' dtype: the graph mode's bucket forward run eagerly (static shapes, no capture) and
+  replayed as a CUDA graph (bench.core.graph_engine), each timed synced, median of `reps`, the two taking turns.
+- AR three ways on the same prompts, taking turns prompt by prompt: the eager engine, the graph engine, and
+  transformers' generate with a fixed-size static cache, compiled as transformers does on CUDA (`compiled`: where the
+  node has no triton or no C compiler it runs uncompiled, and says so); tokens/s and outputs against eager AR.
+- AR, Token Recycling and PLD in graph mode, taking turns (bench.run.method_check.interleaved_speedup on the graph
+  engine, first-time MAT: each timed pass replays the method's state), without the eager part's diagnostics.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import statistics
+import time
+import traceback
+from contextlib import contextmanager
+
+import torch
+
+from bench.core.graph_engine import GraphEngine
+from bench.core.timing import PhaseTimer, device_sync
+from bench.core.tree import chain
+from bench.run import method_check
+from bench.run.compose import compose_config
+from methods import build_method
+from methods.hf import HFGenerate
+
+CONTEXT = 512
+WIDTHS = (1, 2, 4, 8, 16, 32, 64, 128)
+CAPACITY = 2048  # the graph engine's static cache here: CONTEXT + 128 for T(n), prompts + output for the runs
+
+
+def compiles(device: torch.device) -> tuple[bool, str]:
+    """Whether transformers' generate can compile its static-cache forward here, and why not."""
+    if device.type != "cuda":
+        return False, "not CUDA: timed uncompiled"
+    if importlib.util.find_spec("triton") is None:
+        return False, "no triton: timed uncompiled"
+    if not (shutil.which("cc") or shutil.which("gcc")):
+        return False, "no C compiler: timed uncompiled"
+    return True, "compiled by transformers (static cache)"
+
+
+class StaticCacheGenerate(HFGenerate):
+    """transformers' greedy generate with a fixed-size static cache (`cache_implementation="static"`), compiled on
+    CUDA as transformers does by default, or not (`disable_compile`)."""
+
+    def __init__(self, bundle, compiled: bool):
+        super().__init__(None, bundle)
+        self.compiled = compiled
+
+    def generate_kwargs(self) -> dict:
+        return {"cache_implementation": "static", "disable_compile": not self.compiled}
+
+
+def graph_engine(bundle, capacity: int = CAPACITY) -> GraphEngine:
+    return GraphEngine(bundle.model, bundle.eos_token_ids, bundle.max_context, capacity, device=bundle.device)
+
+
+def forward_curve(bundle, label: str, widths=WIDTHS, context: int = CONTEXT, reps: int = 7) -> list[dict]:
+    """ms of one bucket forward over n tokens after `context` cached ones, static shapes run eagerly and replayed as
+    a CUDA graph (on a CPU both run eagerly), taking turns at each n."""
+    engines = {"static_eager": GraphEngine(bundle.model, [], bundle.max_context, context + max(widths),
+                                           device=bundle.device, capture=False),
+               "graph": graph_engine(bundle, context + max(widths))}
+    vocab = bundle.model.config.vocab_size
+    gen = torch.Generator().manual_seed(0)
+    rows = []
+    with torch.inference_mode():
+        for n in widths:
+            tree, tokens = chain(n - 1), torch.randint(0, vocab, (n,), generator=gen).to(bundle.device)
+            times = {k: [] for k in engines}
+            for rep in range(reps + 1):
+                for name, engine in engines.items():
+                    engine.kv.length.fill_(context)  # a filled cache: its values do not change the cost
+                    bucket = engine.bucket(n, False, {})
+                    engine.fill(bucket, tokens[:1], tokens[1:], tree)
+                    device_sync(engine.device)
+                    t0 = time.perf_counter()
+                    engine.forward_bucket(bucket, False, {})
+                    device_sync(engine.device)
+                    if rep:  # the first: warm-up (and the capture)
+                        times[name].append(time.perf_counter() - t0)
+            rows.append({"model": label, "n": n, "context": context,
+                         **{f"{k}_ms": round(1000 * statistics.median(v), 3) for k, v in times.items()}})
+    return rows
+
+
+def ar_three_ways(bundle, rows: list[list[int]], max_new: int, reps: int) -> dict:
+    """AR on the eager engine, on the graph engine and transformers' static-cache generate, taking turns prompt by
+    prompt after one untimed pass: tokens/s over all timed passes and outputs identical to eager AR's."""
+    compiled, how = compiles(bundle.device)
+    eager = method_check.engine_for(bundle, 0.0)
+    ways = {"eager": (build_method(compose_config(["method=ar"]).method, bundle), eager),
+            "graph": (build_method(compose_config(["method=ar"]).method, bundle),
+                      graph_engine(bundle)),
+            "hf_static": (StaticCacheGenerate(bundle, compiled), eager)}
+    tokens = {k: 0 for k in ways}
+    seconds = {k: 0.0 for k in ways}
+    outputs: dict[str, list] = {k: [None] * len(rows) for k in ways}
+    for rep in range(reps + 1):
+        for i, prompt in enumerate(rows):
+            for name, (method, engine) in ways.items():
+                device_sync(bundle.device)
+                t0 = time.perf_counter()
+                gen = method.generate(engine, prompt, max_new, PhaseTimer(bundle.device, sync=False))
+                device_sync(bundle.device)
+                if rep:
+                    tokens[name] += len(gen.output_ids)
+                    seconds[name] += time.perf_counter() - t0
+                    outputs[name][i] = gen.output_ids
+    rate = {k: tokens[k] / seconds[k] for k in ways}
+    return {"prompts": len(rows), "max_new_tokens": max_new, "reps": reps, "hf_static": how,
+            **{f"{k}_tok_s": round(v, 1) for k, v in rate.items()},
+            "graph_over_eager": round(rate["graph"] / rate["eager"], 3),
+            "graph_over_hf_static": round(rate["graph"] / rate["hf_static"], 3),
+            **{f"{k}_identical": sum(a == b for a, b in zip(outputs[k], outputs["eager"])) for k in ("graph",
+                                                                                                   "hf_static")},
+            "grades": {k: [method_check.graded(bundle, p, a, b) for p, a, b in zip(rows, outputs[k], outputs["eager"])]
+                       for k in ("graph", "hf_static")}}
+
+
+def speedups(bundle, timed, warm, names, max_new: int, reps: int, progress=lambda out: None) -> dict:
+    """interleaved_speedup on the graph engine (no diagnostics: the eager part has them)."""
+    return method_check.interleaved_speedup(bundle, timed, warm, names, max_new, reps, progress=progress,
+                                            engine=graph_engine(bundle), diagnostics=False)
+
+
+def run_graphs(sizes, load, free, bundle, progress=lambda out: None) -> dict:
+    """The graph part: T(n) both ways per cost model (load(shape, dtype) gives its bundle, free(bundle) drops it),
+    AR three ways on the methods' model and each hf_shape, the speedups in graph mode on the methods' model
+    (`bundle`). A stage that fails records {"error": ..., "traceback": ...} and the next one runs: a first lease
+    should bring back all it can. `progress(out)` gets the results so far after each stage."""
+    out: dict = {"context": CONTEXT, "t_n": [], "ar": {}, "errors": {}, "seconds": {}}
+    lap = time.perf_counter()
+
+    @contextmanager
+    def stage(name: str):
+        nonlocal lap
+        try:
+            yield
+        except Exception as err:  # noqa: BLE001 (the check's point: record any failure, go on)
+            out["errors"][name] = {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
+        out["seconds"][name], lap = round(time.perf_counter() - lap, 1), time.perf_counter()
+        progress(out)
+
+    @contextmanager
+    def model_of(shape):  # the methods' own bundle, or another loaded for the stage and freed after it
+        model = bundle if shape == sizes.method_shape else load(shape, sizes.method_dtype)
+        try:
+            yield model
+        finally:
+            if model is not bundle:
+                free(model)
+
+    for label, shape in sizes.cost_models:
+        with stage(f"t_n {label}"), model_of(shape) as model:
+            out["t_n"] += forward_curve(model, label, sizes.cost_sizes, reps=sizes.reps)
+    rows = method_check.prompts(bundle, 2 * sizes.speedup_prompts)
+    timed, warm = rows[: sizes.speedup_prompts], rows[sizes.speedup_prompts :]
+    for label, shape in ((bundle.name, sizes.method_shape), *((s, s) for s in sizes.hf_shapes)):
+        with stage(f"ar {label}"), model_of(shape) as model:
+            vocab = model.model.config.vocab_size  # a random shape's may be smaller than the tokenizer's
+            out["ar"][label] = ar_three_ways(model, [[i % vocab for i in r] for r in timed[:2]], sizes.timed_new,
+                                             sizes.timed_reps)
+    with stage("speedup"):
+        out["speedup"] = speedups(bundle, timed, warm, sizes.speedup, sizes.timed_new, sizes.speedup_reps)
+    return out
+
+
+def table_lines(graphs: dict) -> list[str]:
+    """gpu-check's table for the graph part."""
+    lines = []
+    if graphs.get("t_n"):
+        ns = sorted({r["n"] for r in graphs["t_n"]})
+        lines += [f"| T(n) ms after {graphs['context']} cached, static eager / graph | "
+                  + " | ".join(f"n={n}" for n in ns) + " |", "|---|" + "---|" * len(ns)]
+        for label in dict.fromkeys(r["model"] for r in graphs["t_n"]):
+            by = {r["n"]: r for r in graphs["t_n"] if r["model"] == label}
+            lines.append(f"| {label} | " + " | ".join(f"{by[n]['static_eager_ms']:.2f} / {by[n]['graph_ms']:.2f}"
+                                                       for n in ns) + " |")
+        lines.append("")
+    for label, ar in graphs.get("ar", {}).items():
+        lines.append(f"AR on {label}: eager {ar['eager_tok_s']}, graph {ar['graph_tok_s']}, HF static cache "
+                     f"{ar['hf_static_tok_s']} tok/s ({ar['hf_static']}); graph/eager x{ar['graph_over_eager']}, "
+                     f"graph/HF x{ar['graph_over_hf_static']}; identical to eager: graph {ar['graph_identical']}/"
+                     f"{ar['prompts']}, HF {ar['hf_static_identical']}/{ar['prompts']}")
+    lines += [f"graph part's {name} failed: {e['error']}" for name, e in graphs.get("errors", {}).items()]
+    sp = graphs.get("speedup")
+    if sp:
+        lines += ["", (f"graph mode, taking turns, {sp['prompts']} prompts x {sp['max_new_tokens']} tokens, "
+                      f"{sp['reps']} passes:")]
+        lines += [f"- {name}: {r['tok_s']} tok/s, MAT {r['mat']}, x{r['speedup']}"
+                  + (" [{}, {}]".format(*r["speedup_interval"]) if r.get("speedup_interval") else "")
+                  for name, r in sp.items() if isinstance(r, dict) and "tok_s" in r]
+    return lines
