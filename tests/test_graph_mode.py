@@ -14,6 +14,7 @@ import torch
 from bench.core.graph_engine import GraphEngine, GraphModeRefused, bucket_width
 from bench.core.syncs import HostSyncCounter
 from bench.core.timing import PhaseTimer
+from bench.core.tree import chain
 from bench.models.heads import MedusaHeads
 from methods import build_method
 from tests.conftest import assert_lossless, compose_cfg, run_method, tiny_llama, with_draft
@@ -118,35 +119,58 @@ def test_one_wait_per_step(tiny, name):
 
 
 def test_captured_regions_trace_whole(tiny):
-    """What CUDA captures (a bucket's forward) and what a step does on the device around it (the mask, the KV
-    columns, the path compaction) trace into one graph each with torch.compile(fullgraph=True): the CPU's stand-in
-    for capture, which a graph break or a host read would fail."""
+    """What CUDA captures traces into one graph with torch.compile(fullgraph=True), the CPU's stand-in for capture,
+    which a graph break or a host read would fail, and computes what the eager code does: a bucket's forward with
+    the device work around it (the mask, the KV columns, the path compaction), and Token Recycling's whole step
+    (draft, forward, verification, commit, compaction, its matrix's update)."""
     from bench.core.forward import full_forward
 
     engine = graph_engine(tiny)
-    method = make("token_recycling", tiny)
-    decode(method, engine, PROMPTS[0], 6)  # a filled cache, a bucket of the static tree's width
-    (bucket,) = engine.buckets.values()
-    tree = method.tree
+    decode(make("pld", tiny), engine, PROMPTS[0], 12)  # a filled cache and buckets
+    bucket = max(engine.buckets.values(), key=lambda b: b.ids.shape[1])
+    tree = chain(bucket.ids.shape[1] - 1)
     bias, depth = engine.padded(tree, bucket.ids.shape[1])
-    path = tree.on("cpu").path_slots[-1]
 
-    def step(ids, positions):
+    def region(ids, positions):
         engine.kv.write_after_prefix(ids.shape[1])
         mask = engine.kv.mask(bias, engine.low)[None, None]
         logits = full_forward(tiny, ids, cache=engine.kv.cache, position_ids=positions + depth,
                               attention_mask=mask).logits
-        engine.kv.keep_path(path, torch.ones(1, dtype=torch.long))
+        engine.kv.keep_path(tree.on("cpu").path_slots[-1], torch.ones(1, dtype=torch.long))
         return logits
 
-    before = (engine.kv.buf.clone(), engine.kv.length.clone())
+    tr = make("token_recycling", tiny)
+    decode(tr, engine, PROMPTS[1], 8)  # a filled matrix
+    step = engine.step_graph(tr)
+    with torch.inference_mode():  # (the engine's buffers are inference tensors)
+        step.root.fill_(3)
+        step.remaining.fill_(8)
+        positions = engine.kv.length - 1 + torch.zeros_like(bucket.positions)
+        start = (engine.kv.buf.clone(), engine.kv.length.clone(), tr.state_dict()["adj"].clone())
+
+    def state():
+        return engine.kv.buf.clone(), engine.kv.length.clone(), tr.adj.clone(), step.stats.clone()
+
+    def restore():
+        engine.kv.buf.copy_(start[0])
+        engine.kv.length.copy_(start[1])
+        tr.adj.copy_(start[2])
+        step.stats.zero_()
+
     with torch.inference_mode():
-        want = step(bucket.ids, engine.kv.length - 1 + torch.zeros_like(bucket.positions))
-        engine.kv.buf.copy_(before[0])
-        engine.kv.length.copy_(before[1])
-        compiled = torch.compile(step, backend="aot_eager", fullgraph=True)
-        got = compiled(bucket.ids, engine.kv.length - 1 + torch.zeros_like(bucket.positions))
-    torch.testing.assert_close(got, want)
+        restore()
+        want = region(bucket.ids, positions), state()
+        restore()
+        engine.step_body(tr, step)
+        want_step = state()
+        restore()
+        got = torch.compile(region, backend="aot_eager", fullgraph=True)(bucket.ids, positions), state()
+        restore()
+        torch.compile(engine.step_body, backend="aot_eager", fullgraph=True)(tr, step)
+        got_step = state()
+    torch.testing.assert_close(got[0], want[0])
+    for a, b in zip((*got[1], *got_step), (*want[1], *want_step), strict=True):
+        torch.testing.assert_close(a, b)
 
 
 def test_buckets():

@@ -132,7 +132,7 @@ class Engine:
 
         alive = [r for r in rows if not r.done]
         while alive:
-            drafts = [r.proposer.propose(r.host if r.proposer.host_tokens else r.seq, r.length) for r in alive]
+            drafts = self._propose(alive)
             timer.lap("draft")
             alive = self._step(alive, drafts, cache, max_new_tokens, timer, forward)
             occupancy.append(len(drafts))
@@ -142,6 +142,10 @@ class Engine:
         phases = timer.result()
         return [Generation(r.host[r.n_prompt : r.length].tolist(), r.accept_lengths, phases, r.elapsed, occupancy,
                            r.draft_nodes, r.verified_nodes, r.proposer.step_counters()) for r in rows]
+
+    def _propose(self, rows: list[Row]) -> list[Draft | None]:
+        """Each row's draft for the next step (None: the step drafts itself, graph mode's whole-step graph)."""
+        return [r.proposer.propose(r.host if r.proposer.host_tokens else r.seq, r.length) for r in rows]
 
     def new_cache(self, positions: int):
         """A cache for one generation; one buffer for all layers unless the model is split over devices."""

@@ -28,6 +28,7 @@ from bench.core.proposer import Draft, Proposer
 from bench.core.static_kv import StaticKV
 from bench.core.timing import Timer
 from bench.core.tree import Tree
+from bench.core.verify import greedy_accept
 
 
 class GraphModeRefused(ValueError):
@@ -53,6 +54,20 @@ class Bucket:
     out: ForwardOutput | None = None
 
 
+@dataclass
+class StepGraph:
+    """One proposer's whole step (draft, forward, verification, commit, KV compaction, update) over static buffers:
+    `root` [1] and `remaining` [] in, `stats` [4 + D + 1] out (tokens committed, hit EOS, path length, best slot,
+    the committed tokens padded)."""
+
+    bucket: Bucket
+    root: torch.Tensor
+    remaining: torch.Tensor
+    stats: torch.Tensor
+    padded: tuple[torch.Tensor, torch.Tensor]  # the tree's mask bias and depths: the graph reads them
+    graph: torch.cuda.CUDAGraph | None = None
+
+
 class GraphEngine(Engine):
     def __init__(self, model, eos_token_ids: list[int], max_context: int, capacity: int, temperature: float = 0.0,
                  device: torch.device | None = None, capture: bool | None = None):
@@ -70,6 +85,7 @@ class GraphEngine(Engine):
         self.pool = None  # one CUDA memory pool shared by every bucket's graph
         self.low = torch.finfo(self.dtype).min
         self._bias_of: tuple[Tree | None, int, torch.Tensor | None, torch.Tensor | None] = (None, 0, None, None)
+        self.steps: dict[int, tuple[Proposer, StepGraph]] = {}  # per proposer: its whole-step graph
 
     def generate_batch(self, proposers: list[Proposer], prompts: list[list[int]], max_new_tokens: int, timer: Timer,
                        generators: list[torch.Generator]):
@@ -99,8 +115,17 @@ class GraphEngine(Engine):
         self.kv.length.fill_(n)
         return out, out.logits[:, -1], [n - 1]
 
+    def whole(self, proposer: Proposer) -> bool:
+        """Whether the proposer's whole step is one graph: a static-step proposer that wants no target states."""
+        return proposer.static_step and not (proposer.wants_hidden or proposer.wants_features)
+
+    def _propose(self, rows: list[Row]) -> list[Draft | None]:
+        return [None] if self.whole(rows[0].proposer) else super()._propose(rows)
+
     def _step(self, rows: list[Row], drafts: list[Draft], cache, max_new_tokens: int, timer: Timer,
               forward: TargetForward) -> list[Row]:
+        if drafts[0] is None:
+            return self._whole_step(rows[0], max_new_tokens, timer)
         (row,), (draft,) = rows, drafts
         tree = draft.tree
         n = tree.size + 1
@@ -129,6 +154,74 @@ class GraphEngine(Engine):
         self._feed_back(rows, steps, out, hidden)
         return [] if row.done else rows
 
+    def _whole_step(self, row: Row, max_new_tokens: int, timer: Timer) -> list[Row]:
+        """The proposer's step graph replayed (run eagerly on a CPU), then its one read: what the host's bookkeeping
+        needs (the eager engine's `_commit`, from the stats the graph wrote)."""
+        tree = row.proposer.tree
+        if row.prefix + tree.size + 1 > self.kv.capacity:
+            raise GraphModeRefused(f"graph mode's static KV cache of {self.kv.capacity} positions is full "
+                                   f"(run.graph_capacity)")
+        step = self.step_graph(row.proposer)
+        step.root.copy_(row.seq[row.length - 1 : row.length])
+        step.remaining.fill_(row.n_prompt + max_new_tokens - row.length)
+        timer.lap("preprocess")
+        if step.graph is not None:
+            step.graph.replay()
+        else:
+            self.step_body(row.proposer, step)
+        timer.lap("step_graph")
+        n_new, hit_eos, _, _, *values = step.stats.tolist()  # the step's one read
+        row.seq[row.length : row.length + n_new] = step.stats[4 : 4 + n_new]
+        row.host[row.length : row.length + n_new] = torch.tensor(values[:n_new])
+        row.length += n_new
+        row.accept_lengths.append(n_new)
+        row.draft_nodes.append(tree.size)
+        row.verified_nodes.append(tree.size)
+        row.done = bool(hit_eos) or row.length - row.n_prompt >= max_new_tokens
+        return [] if row.done else [row]
+
+    def step_graph(self, proposer: Proposer) -> StepGraph:
+        if id(proposer) not in self.steps:
+            tree = proposer.tree
+            width = tree.size + 1
+            mask = torch.full((1, 1, width, self.kv.capacity), self.low, dtype=self.dtype, device=self.device)
+            long = {"dtype": torch.long, "device": self.device}
+            bias, depth = self.padded(tree, width)
+            step = StepGraph(Bucket(torch.zeros(1, width, **long), torch.zeros(1, width, **long), mask),
+                             torch.zeros(1, **long), torch.zeros((), **long), torch.zeros(5 + tree.max_depth, **long),
+                             (bias.clone(), depth.clone()))
+            if self.capture:  # its warm-ups run real steps: they leave the state as the replay would find it
+                saved = (self.kv.length.clone(), self.kv.buf.clone(), proposer.state_dict())
+                step.graph = self._captured(lambda: self.step_body(proposer, step), lambda: self._restore(
+                    proposer, *saved))[0]
+            self.steps[id(proposer)] = (proposer, step)  # (the proposer kept: its id stays its own)
+        return self.steps[id(proposer)][1]
+
+    def _restore(self, proposer: Proposer, length, buf, state) -> None:
+        self.kv.length.copy_(length)
+        self.kv.buf.copy_(buf)
+        proposer.load_state_dict(state)
+
+    def step_body(self, proposer: Proposer, step: StepGraph) -> None:
+        """One whole step on the device at fixed shapes: what the eager engine's step does, with the commit's limits
+        from device tensors (`remaining`) and every outcome written to `stats`."""
+        tree, bucket = proposer.tree, step.bucket
+        self.fill(bucket, step.root, proposer.draft_from(step.root), tree, step.padded)
+        logits = full_forward(self.model, bucket.ids, cache=self.kv.cache, position_ids=bucket.positions,
+                              attention_mask=bucket.mask).logits[0]
+        ids = bucket.ids[0]
+        target = logits.argmax(-1)
+        acc = greedy_accept(tree, ids[None], target[None])
+        slots = tree.on(self.device).path_slots.index_select(0, acc.best)[0]
+        new = torch.cat([ids[slots[1:]], ids[:1]])  # accepted drafts, then room for the bonus
+        new.scatter_(0, acc.accept_len - 1, acc.bonus)
+        limit = torch.minimum(acc.accept_len, step.remaining)
+        at = torch.arange(len(new), device=self.device)
+        eos = torch.where(torch.isin(new, self.eos) & (at < limit), at, len(new)).min()[None]
+        step.stats.copy_(torch.cat([torch.minimum(limit, eos + 1), eos < limit, acc.accept_len, acc.best, new]))
+        self.kv.keep_path(slots, acc.accept_len)  # a leading path moves onto itself
+        proposer.update(ids, logits, target, acc)
+
     def bucket(self, width: int, hidden: bool, layers: dict) -> Bucket:
         key = (width, hidden, tuple(layers.get("feature_layers", ())))
         if key not in self.buckets:
@@ -151,11 +244,12 @@ class GraphEngine(Engine):
             self._bias_of = (tree, width, bias, depth)
         return bias, depth
 
-    def fill(self, bucket: Bucket, root: torch.Tensor, tokens: torch.Tensor, tree: Tree) -> None:
+    def fill(self, bucket: Bucket, root: torch.Tensor, tokens: torch.Tensor, tree: Tree, padded=None) -> None:
         """The bucket's inputs for a verification of `tree` (root [1], draft tokens [N]) written after the cached
-        prefix, on the device from the cached length (no host value)."""
+        prefix, on the device from the cached length (no host value). `padded`: the tree's (bias, depth) at the
+        bucket's width, when the caller holds them (a graph that reads them must keep them alive)."""
         n, width = tree.size + 1, bucket.ids.shape[1]
-        bias, depth = self.padded(tree, width)
+        bias, depth = padded or self.padded(tree, width)
         bucket.ids[0, :1] = root
         bucket.ids[0, 1:n] = tokens  # a proposer that drafts on the host pays its copy here
         bucket.ids[0, n:] = 0
@@ -175,17 +269,21 @@ class GraphEngine(Engine):
         bucket.graph.replay()
         return bucket.out
 
-    def _captured(self, run) -> tuple[torch.cuda.CUDAGraph, ForwardOutput]:
-        """`run` recorded as a CUDA graph: a warm-up on a side stream (lazy allocations, cuBLAS handles), then the
-        capture. The warm-ups write this step's keys at this step's columns, as the replay that follows does."""
+    def _captured(self, run, reset=lambda: None) -> tuple[torch.cuda.CUDAGraph, ForwardOutput]:
+        """`run` recorded as a CUDA graph: warm-ups on a side stream (lazy allocations, cuBLAS handles), each after
+        `reset` (a whole step's warm-up changes the state it starts from), then the capture, after which `reset`
+        again. A forward's warm-ups write this step's keys at this step's columns, as the replay that follows does."""
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):
             for _ in range(2):
+                reset()
                 run()
         torch.cuda.current_stream(self.device).wait_stream(side)
+        reset()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool):
             out = run()
         self.pool = graph.pool()
+        reset()  # (capture records without running; harmless for a forward, needed for nothing else)
         return graph, out

@@ -183,6 +183,9 @@ class Proposer(Method):
     # them back with its one read a step), for a proposer that works on the host (PLD, REST, Lookahead); False:
     # device tensors.
     host_tokens = False
+    # True: `draft_from` drafts the static `tree` on the device and `update` is device-only at fixed shapes (no host
+    # read, no shape that depends on values): graph mode captures the whole step (Token Recycling).
+    static_step = False
     rule = "sequoia"  # stochastic verification rule at temperature > 0 (bench.core.sampling.RULES)
     # run.record_steps (set by the runner): proposers that support it keep each step's draft tokens, draft
     # probabilities and accepted flags in step_counters ("step_*" lists); off, no host copy is added for them.
@@ -219,6 +222,12 @@ class Proposer(Method):
         """Named per-verification counters of the generation just finished (e.g. draft-model calls per step),
         kept raw in the run's records and summed by bench.run.metrics. {} = none."""
         return {}
+
+    def draft_from(self, root: torch.Tensor) -> torch.Tensor:
+        """With `static_step`: the draft tokens [N] of `self.tree` (a static Tree) under `root` [1], computed on the
+        device from the proposer's own state alone, with no host value, so graph mode (bench.core.graph_engine) can
+        capture draft, verification and `update` as one CUDA graph a step."""
+        raise NotImplementedError
 
     def propose(self, seq: torch.Tensor, length: int) -> Draft:
         """seq[:length] are the committed tokens (on the host with `host_tokens`, else on the model's device);

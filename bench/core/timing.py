@@ -13,8 +13,11 @@ from typing import Protocol
 PHASES = ("prefill", "preprocess", "draft", "target_forward", "verify", "update")  # every engine step laps these
 # Laps only some runs have: draft-model proposers split `draft` into the draft model's forwards and tree
 # construction (token sampling, heap work); temperature > 0 adds the target softmax (`sampling`).
-OPTIONAL_PHASES = ("draft_forward", "tree", "sampling", "controller")
-MODEL_PHASES = ("prefill", "target_forward")  # everything else is overhead
+# Graph mode's whole step (bench.core.graph_engine) is one replayed graph: draft, target forward, verification and
+# update inside it are not timed apart (`step_graph`); it counts as the model's time, what is left outside it as
+# overhead.
+OPTIONAL_PHASES = ("draft_forward", "tree", "sampling", "controller", "step_graph")
+MODEL_PHASES = ("prefill", "target_forward", "step_graph")  # everything else is overhead
 # Devices whose kernels run asynchronously to the host: without a sync at every boundary a phase times only the
 # launches it queued, and its device time lands in whichever later phase waits (reads a value, syncs).
 ASYNC_DEVICES = ("cuda", "mps", "xpu")

@@ -22,6 +22,7 @@ UPDATE_STRATEGIES = ("parallel", "first", "last")
 
 class TokenRecycling(Proposer):
     wants_logits = True
+    static_step = True  # a static tree filled from the matrix, a device-only update: one graph a step in graph mode
     settings = declare({"topk": integer(1), "update_strategy": choice(*UPDATE_STRATEGIES),
                         "start": choice("hot", "cold"), "tree": SECTION})
 
@@ -65,11 +66,14 @@ class TokenRecycling(Proposer):
             self.adj.zero_()
 
     def propose(self, seq, length):
+        return Draft(self.tree, self.draft_from(seq[length - 1 : length]))
+
+    def draft_from(self, root):
         tokens = self.buf
-        tokens[0] = seq[length - 1]
+        tokens[:1] = root
         for slots, parents, ranks in self.levels:
             tokens[slots] = self.adj[tokens[parents], ranks]
-        return Draft(self.tree, tokens[1:].clone())
+        return tokens[1:].clone()
 
     def update(self, inputs, logits, target, acceptance):
         top = logits.topk(self.k, dim=-1).indices  # [N+1, k]
