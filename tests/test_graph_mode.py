@@ -71,12 +71,15 @@ def decode(method, engine, prompt, new=12):
     return method.generate(engine, prompt, new, PhaseTimer(sync=False))
 
 
+@pytest.mark.parametrize("capture", [False, True], ids=["eager", "replayed"])
 @pytest.mark.parametrize("name", ["ar", "token_recycling", "pld"])
-def test_tiny_matches_the_eager_engine(tiny, name):
+def test_tiny_matches_the_eager_engine(tiny, name, capture):
+    """Replayed: the capture path as on CUDA (warm-ups, state reset around them, static outputs rewritten by each
+    replay) with an EagerReplay standing in for the graph."""
     from bench.core.engine import Engine
 
     eager = Engine(tiny, [NO_EOS], 512)
-    graph = graph_engine(tiny)
+    graph = GraphEngine(tiny, [NO_EOS], 512, 256, capture=capture)
     for p in PROMPTS:
         want = decode(make(name, tiny), eager, p, 20).output_ids
         assert decode(make(name, tiny), graph, p, 20).output_ids == want
@@ -210,3 +213,21 @@ def test_graph_part_records_a_failed_stage_and_goes_on(monkeypatch):
     assert out["errors"]["t_n m"]["error"].startswith("RuntimeError: CUDA error") and out["t_n"] == []
     assert out["ar"] == {"m": {"graph_tok_s": 1.0}} and out["speedup"] == {"ar": {"tok_s": 1.0}}
     assert len(saved) == 3 and set(out["seconds"]) == {"t_n m", "ar m", "speedup"}
+
+
+def test_graph_runs_keep_to_their_own_baseline_and_out_of_reports():
+    """A graph-mode run's speedup is against graph-mode AR, an eager run's against eager AR; reports select eager
+    runs (the papers' regime) unless asked for graph-mode ones."""
+    from bench.report.select import where
+    from bench.run.store import Run, latest_baseline
+
+    def run(method, graphs, rid):
+        return Run.of({"run_id": rid, "method": method, "model": "m", "dataset": "d", "max_new_tokens": 8,
+                       "machine": "x", "temperature": 0.0, "batch_size": 1, **({"graphs": True} if graphs else {})},
+                      [])
+
+    runs = [run("ar", False, "1"), run("ar", True, "2"), run("token_recycling", True, "3"),
+            run("token_recycling", False, "4")]
+    assert latest_baseline(runs, runs[2].meta, "ar").run_id == "2"
+    assert latest_baseline(runs, runs[3].meta, "ar").run_id == "1"
+    assert [r.run_id for r in where(runs)] == ["1", "4"] and [r.run_id for r in where(runs, graphs=True)] == ["2", "3"]

@@ -18,9 +18,12 @@ proposer that brings its own target forward (ProPD's pruning changes the width i
 
 from __future__ import annotations
 
+import copy
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
+from torch.cuda import CUDAGraph
 
 from bench.core.engine import Engine, Row
 from bench.core.forward import ForwardOutput, TargetForward, full_forward
@@ -50,7 +53,7 @@ class Bucket:
     ids: torch.Tensor  # [1, w]
     positions: torch.Tensor  # [1, w]
     mask: torch.Tensor  # [1, 1, w, capacity]
-    graph: torch.cuda.CUDAGraph | None = None
+    graph: CUDAGraph | EagerReplay | None = None
     out: ForwardOutput | None = None
 
 
@@ -65,7 +68,7 @@ class StepGraph:
     remaining: torch.Tensor
     stats: torch.Tensor
     padded: tuple[torch.Tensor, torch.Tensor]  # the tree's mask bias and depths: the graph reads them
-    graph: torch.cuda.CUDAGraph | None = None
+    graph: CUDAGraph | EagerReplay | None = None
 
 
 class GraphEngine(Engine):
@@ -191,7 +194,7 @@ class GraphEngine(Engine):
                              torch.zeros(1, **long), torch.zeros((), **long), torch.zeros(5 + tree.max_depth, **long),
                              (bias.clone(), depth.clone()))
             if self.capture:  # its warm-ups run real steps: they leave the state as the replay would find it
-                saved = (self.kv.length.clone(), self.kv.buf.clone(), proposer.state_dict())
+                saved = (self.kv.length.clone(), self.kv.buf.clone(), copy.deepcopy(proposer.state_dict()))
                 step.graph = self._captured(lambda: self.step_body(proposer, step), lambda: self._restore(
                     proposer, *saved))[0]
             self.steps[id(proposer)] = (proposer, step)  # (the proposer kept: its id stays its own)
@@ -269,21 +272,46 @@ class GraphEngine(Engine):
         bucket.graph.replay()
         return bucket.out
 
-    def _captured(self, run, reset=lambda: None) -> tuple[torch.cuda.CUDAGraph, ForwardOutput]:
+    def _captured(self, run, reset=lambda: None) -> tuple[CUDAGraph | EagerReplay, ForwardOutput]:
         """`run` recorded as a CUDA graph: warm-ups on a side stream (lazy allocations, cuBLAS handles), each after
-        `reset` (a whole step's warm-up changes the state it starts from), then the capture, after which `reset`
-        again. A forward's warm-ups write this step's keys at this step's columns, as the replay that follows does."""
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
+        `reset` (a whole step's warm-up changes the state it starts from), then the capture, and `reset` again. A
+        forward's warm-ups write this step's keys at this step's columns, as the replay that follows does. Off CUDA
+        (tests) an EagerReplay stands in for the graph, through the same warm-ups and resets."""
+        cuda = self.device.type == "cuda"
+        side = torch.cuda.Stream(self.device) if cuda else None
+        if cuda:
+            side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side) if cuda else nullcontext():
             for _ in range(2):
                 reset()
                 run()
-        torch.cuda.current_stream(self.device).wait_stream(side)
+        if cuda:
+            torch.cuda.current_stream(self.device).wait_stream(side)
         reset()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
-            out = run()
-        self.pool = graph.pool()
-        reset()  # (capture records without running; harmless for a forward, needed for nothing else)
+        if not cuda:
+            graph = EagerReplay(run)
+            out = graph.out
+        else:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.pool):
+                out = run()
+            self.pool = graph.pool()
+        reset()  # an EagerReplay ran `run` to get its outputs; a capture only recorded it
         return graph, out
+
+
+class EagerReplay:
+    """What stands in for a CUDA graph off CUDA, in the tests of the capture path: built, it runs `run` once and keeps
+    its outputs; each replay runs it again and copies the new outputs into those first ones, so what a replay changes
+    in place (the static outputs that proposers read) is what a CUDA graph's replay changes."""
+
+    def __init__(self, run):
+        self.run = run
+        self.out = run()
+
+    def replay(self) -> None:
+        new = self.run()
+        if self.out is not None:
+            for old, fresh in zip(self.out, new, strict=True):
+                if isinstance(old, torch.Tensor):
+                    old.copy_(fresh)

@@ -131,7 +131,8 @@ class Run:
     @property
     def key(self) -> tuple:
         # The temperature is part of the key so runs at 0 and 0.6 (DySpec's tables) never shadow each other.
-        return (self.model, self.method, self.variant, self.dataset, self.temperature, self.graphs)
+        # (Graph-mode runs never meet eager ones here: `where` keeps one regime, eager unless asked.)
+        return (self.model, self.method, self.variant, self.dataset, self.temperature)
 
     @property
     def created(self) -> datetime:
