@@ -94,6 +94,8 @@ def test_small_check_writes_its_folder_and_table(tmp_path, capsys):
         assert ar["hf_static"] == "not CUDA: timed uncompiled"
     assert {g for name in ("token_recycling", "pld") for g in graphs["speedup"][name]["grades"]} == {"identical"}
     assert "| T(n) ms after 512 cached, static eager / graph |" in printed and "graph mode, taking turns" in printed
+    graph_profile = Profile.read(out / "profiles" / "tiny-float32-graphs.json")  # the graph regime's cost profile
+    assert (graph_profile.ns, graph_profile.contexts) == ([1, 2, 4], [512])
 
 
 def test_evidence_copies_every_check_folder(tmp_path):

@@ -302,7 +302,8 @@ def write_folder(results: dict, out: Path) -> None:
 
 def profiles(results: dict) -> list[Profile]:
     """T(n, context) of each (model, dtype) as a cost profile (bench.cost.profiles), for a replay onto this node:
-    `python -m bench.report project --profile <folder>/profiles/<name>.json`."""
+    `python -m bench.report project --profile <folder>/profiles/<name>.json`; the graph part's replayed T(n) too
+    (`<model>-<dtype>-graphs`: the graph regime's cost)."""
     rows, env = results.get("forward_cost", []), results["environment"]
     out = []
     for model, dtype in dict.fromkeys((r["model"], r["dtype"]) for r in rows):
@@ -313,6 +314,12 @@ def profiles(results: dict) -> list[Profile]:
         out.append(Profile(f"{model}-{dtype}", "gpu-check", model, env.get("gpu") or env.get("cpu") or "unknown",
                            dtype, ns, contexts, [[ms[c, n] for n in ns] for c in contexts],
                            [r["n"] for r in prefill] or None, [r["ms"] for r in prefill] or None))
+    graph_rows, dtype = results.get("graphs", {}).get("t_n", []), results.get("sizes", {}).get("method_dtype")
+    for model in dict.fromkeys(r["model"] for r in graph_rows):  # the graph regime's T(n), one context
+        mine = sorted((r for r in graph_rows if r["model"] == model), key=lambda r: r["n"])
+        out.append(Profile(f"{model}-{dtype}-graphs", "gpu-check graphs", model,
+                           env.get("gpu") or env.get("cpu") or "unknown", dtype, [r["n"] for r in mine],
+                           [mine[0]["context"]], [[r["graph_ms"] for r in mine]], None, None))
     return out
 
 
