@@ -220,7 +220,8 @@ class GraphEngine(Engine):
         new.scatter_(0, acc.accept_len - 1, acc.bonus)
         limit = torch.minimum(acc.accept_len, step.remaining)
         at = torch.arange(len(new), device=self.device)
-        eos = torch.where(torch.isin(new, self.eos) & (at < limit), at, len(new)).min()[None]
+        # (a comparison, not torch.isin: with many EOS ids isin sorts, which a capture cannot hold)
+        eos = torch.where((new[:, None] == self.eos).any(-1) & (at < limit), at, len(new)).min()[None]
         step.stats.copy_(torch.cat([torch.minimum(limit, eos + 1), eos < limit, acc.accept_len, acc.best, new]))
         self.kv.keep_path(slots, acc.accept_len)  # a leading path moves onto itself
         proposer.update(ids, logits, target, acc)
