@@ -42,8 +42,9 @@ def test_identical_to_greedy_ar(smollm, prompts, greedy, drafts, overrides):
     own tests), so graph mode's equal run.graphs=false's."""
     bundle = {"medusa": medusa_bundle(smollm), "sd": with_draft(smollm, drafts["self"])}.get(
         overrides[0].split("=")[1], smollm)
-    gens = run_method(bundle, prompts[:2], *overrides, graphs=CAPACITY)
-    mat = assert_lossless(gens, greedy[:2])
+    n = 1 if overrides[0] in ("method=ar", "method=medusa") else 2  # (zero-block Medusa: ~26 s for 2; AR: no tree)
+    gens = run_method(bundle, prompts[:n], *overrides, graphs=CAPACITY)
+    mat = assert_lossless(gens, greedy[:n])
     if overrides[0] in ("method=token_recycling", "method=pld", "method=sd"):
         assert mat > 1.2  # drafts were accepted: the KV compaction and the buckets ran
 
