@@ -1,5 +1,6 @@
 """The engine's graph mode (`run.graphs=true`): the same decode loop over static shapes, so that on CUDA each
-verification's target forward is one replayed CUDA graph instead of ~1000 kernel launches from Python.
+verification's target forward is one replayed CUDA graph instead of ~1250 kernel launches from Python (an AR step
+of the embedded model in the H100's profile, evidence/gpu_check/).
 
 What changes against the eager engine (bench.core.engine), batch 1 and temperature 0 only:
 - the KV cache is one StaticKV of fixed capacity per engine (bench.core.static_kv), reused by every prompt; its
@@ -10,7 +11,9 @@ What changes against the eager engine (bench.core.engine), batch 1 and temperatu
   on CUDA the forward over them is captured once in a torch.cuda.CUDAGraph (the eager forward, recorded: no
   compiler needed) and replayed; the prefill stays eager;
 - acceptance and the KV compaction run on the device at a fixed width; the host reads each step's outcome once
-  (the eager engine's `_commit`).
+  (the eager engine's `_commit`);
+- a proposer whose draft and update are device-only at fixed shapes (`Proposer.static_step`: Token Recycling) has its
+  whole step captured as one graph (`StepGraph`): draft, forward, acceptance, commit, compaction and update.
 On a CPU the same static-shape code runs eagerly (nothing to capture), which is how the suite checks it.
 What it cannot run is refused in one line (GraphModeRefused): a batch, T > 0, a target split over devices, a
 proposer that brings its own target forward (ProPD's pruning changes the width inside the forward).
