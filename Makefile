@@ -31,7 +31,7 @@ WHEEL_PYTHON ?=
 WHEEL_TARGET = $(if $(WHEEL_PYTHON),--only-binary=:all: --python-version $(WHEEL_PYTHON) --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any)
 GPU_CHECK_ARGS ?=
 
-.PHONY: help setup demo test test-slow lint data datastore tree-stats draft draft-sweep heads eagle eagle3 reproduce-eagle reproduce reproduce-missing-A evidence reproduced validate-projection bench-engine clean-results wheelhouse gpu-check
+.PHONY: help setup demo test test-slow lint data datastore tree-stats draft draft-sweep heads eagle eagle3 reproduce-eagle reproduce reproduce-missing-A evidence reproduced validate-projection step-costs validate-projection-gpu bench-engine clean-results wheelhouse gpu-check
 
 help:  ## list targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -138,6 +138,13 @@ reproduced: setup  ## REPRODUCED.md from the committed evidence/ only: a summary
 
 validate-projection: setup  ## replay AR, PLD, Token Recycling x2, sd, EAGLE-2 (LIMIT questions, interleaved) on this machine's measured T(n, context) -> results/projection/ (docs/cost_model.md)
 	$(PY) scripts/validate_projection.py model=$(MODEL) --limit $(LIMIT)
+
+step-costs: setup  ## each method's ops and Python per step outside the target forward, on this CPU, greedy and sampling -> evidence/projection/step_costs{,-t0.6}.json (~30 min)
+	$(PY) -m bench.perf.step_costs
+	$(PY) -m bench.perf.step_costs --temperature 0.6 --out evidence/projection/step_costs-t0.6.json
+
+validate-projection-gpu: setup  ## the step model fitted on AR, checked against the H200/H100 leases -> evidence/projection/gpu_validation.json (docs/cost_model.md)
+	$(PY) -m bench.cost.gpu_validation
 
 bench-engine: setup  ## engine micro-benchmarks side by side in one process -> results/bench/engine.json
 	$(PY) -m bench.perf.engine_bench --model $(MODEL)

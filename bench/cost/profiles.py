@@ -83,11 +83,27 @@ class Hardware:
     layer_overhead_ms: float
     link_gbs: float | None = None
     memory_gb: float | None = None
+    device_name: str | None = None  # as torch names the GPU (a gpu-check profile's `hardware`)
+    # The host's price of a step's rest (bench.cost.host): µs per op launched, Python time over this CPU's, whence
+    launch_us: float | None = None
+    host_factor: float | None = None
+    host_source: str | None = None
 
     @classmethod
     def load(cls, name: str) -> Hardware:
         spec = read_yaml(HERE / "hardware", name)
         return cls(**{**spec, "name": spec.get("name", name)})
+
+
+def hardware_of(profile_name: str) -> Hardware | None:
+    """The hardware entry of a profile name (load_profile's): a roofline's `@<hardware>`, or a profile file's GPU
+    by its device name; None when no entry names it."""
+    if Path(profile_name).suffix == ".json":
+        device = Profile.read(profile_name).hardware if Path(profile_name).is_file() else None
+        return next((hw for hw in map(Hardware.load, sorted(p.stem for p in (HERE / "hardware").glob("*.yaml")))
+                     if device and hw.device_name == device), None)
+    hardware = profile_name.partition("@")[2].partition(":")[0].removesuffix("+offloaded")
+    return Hardware.load(hardware) if hardware else None
 
 
 def shape_config(name: str) -> dict:

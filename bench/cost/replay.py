@@ -25,11 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bench.cost.profiles import Profile, load_profile, mean_profile
+from bench.cost.host import DRAFT_PHASE, TARGET_PHASES, HostCost, decode_steps, priced_rest_s, step_costs_at
+from bench.cost.profiles import Profile, hardware_of, load_profile, mean_profile
 from bench.run.metrics import speedup, speedup_interval
-
-TARGET_PHASES = ("prefill", "target_forward")
-DRAFT_PHASE = "draft_forward"
 
 
 def target_steps(record: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -131,17 +129,27 @@ def forwards_priced(records: list[dict], here: Profile) -> list[dict]:
     return out
 
 
-def replay_s(record: dict, profile: Profile, draft: Profile | None = None, rest: bool = True) -> float:
+# The rest of a step on the target: (phases, wall time, decode steps, draft forwards replayed) -> seconds. True keeps
+# it as measured (`kept`), False leaves it out (the bound of no overhead); bench.cost.host prices it for a GPU.
+RestRule = Callable[[dict, float, int, bool], float]
+
+
+def kept(phases: dict, wall: float, steps: int, draft_replayed: bool = False) -> float:
+    """The rest as measured: the time outside target forwards, less the draft forwards when replayed."""
+    return wall - sum(phases.get(p, 0.0) for p in (*TARGET_PHASES, *([DRAFT_PHASE] if draft_replayed else [])))
+
+
+def rule_of(rest: bool | RestRule) -> RestRule:
+    return rest if callable(rest) else kept if rest else (lambda *_: 0.0)
+
+
+def replay_s(record: dict, profile: Profile, draft: Profile | None = None, rest: bool | RestRule = True) -> float:
     """Projected wall time of one record on the profile: its target forwards there, with a draft profile its
-    draft-model forwards on that, the rest as measured (rest=False: left out, the bound of no overhead)."""
+    draft-model forwards on that, and its rest by `rest` (RestRule)."""
     steps = draft_steps(record) if draft is not None else None
     ms = target_ms(record, profile) + (float(draft.cost(*steps).sum()) if steps is not None else 0.0)
-    return ms / 1000 + (kept_s(record, steps is not None) if rest else 0.0)
-
-
-def kept_s(record: dict, draft_replayed: bool = False) -> float:
-    """The part of a record's replayed time kept as measured: its rest, less the draft forwards when replayed."""
-    return rest_s(record) - ((record.get("phase_times") or {}).get(DRAFT_PHASE, 0.0) if draft_replayed else 0.0)
+    return ms / 1000 + rule_of(rest)(record.get("phase_times") or {}, record["wall_time"], decode_steps(record),
+                                     steps is not None)
 
 
 def run_error(records: list[dict], profile: Profile) -> float:
@@ -153,16 +161,19 @@ def run_error(records: list[dict], profile: Profile) -> float:
 GOALS = {"median": 0.05, "p90": 0.15}  # |projected - measured| / measured over prompt-turns, per method
 
 
-def replayed(records: list[dict], profile: Profile, draft: Profile | None = None, rest: bool = True) -> list[dict]:
+def replayed(records: list[dict], profile: Profile, draft: Profile | None = None,
+             rest: bool | RestRule = True) -> list[dict]:
     """The records with their wall time replayed on the profile (and the draft's); at batch > 1 their batch's too
-    (each batch whole, its draft forwards as measured)."""
+    (each batch whole, its draft forwards as measured, its rest over its longest row's steps)."""
     batches: dict[int, list[dict]] = {}
     for r in records:
         if r.get("batch"):
             batches.setdefault(r["batch"]["id"], []).append(r)
-    walls = {}
+    walls, rule = {}, rule_of(rest)
     for key, rows in batches.items():
-        walls[key] = batch_target_ms(rows, profile) / 1000 + (rest_s(rows[0]["batch"]) if rest else 0.0)
+        b = rows[0]["batch"]
+        walls[key] = batch_target_ms(rows, profile) / 1000 + rule(b.get("phase_times") or {}, b["wall_time"],
+                                                                  max(map(decode_steps, rows)), False)
     out = []
     for r in records:
         if r.get("batch"):
@@ -182,8 +193,34 @@ class Setting:
     target: str
     draft: str | None = None
 
-    def replayed(self, records: list[dict], rest: bool = True) -> list[dict]:
-        return replayed(records, load_profile(self.target), load_profile(self.draft) if self.draft else None, rest)
+    @property
+    def host(self) -> HostCost | None:
+        return host_cost(self.target)
+
+    def replayed(self, records: list[dict], rest: bool = True, method: str | None = None,
+                 temperature: float = 0.0) -> list[dict]:
+        """The records replayed on the setting; given their method (and its run's temperature), the rest priced on
+        the target's host where it can be (`priced`), else kept as measured."""
+        rule = (priced(method, self.host, temperature=temperature) if rest and method else None) or rest
+        return replayed(records, load_profile(self.target), load_profile(self.draft) if self.draft else None, rule)
+
+
+def host_cost(profile_name: str) -> HostCost | None:
+    """The launch cost and host factor of a profile's hardware (bench/cost/hardware/*.yaml); None without them."""
+    hw = hardware_of(profile_name)
+    if hw is None or hw.launch_us is None or hw.host_factor is None:
+        return None
+    return HostCost(hw.launch_us, hw.host_factor, hw.host_source or hw.name)
+
+
+def priced(method: str, host: HostCost | None, costs=None, temperature: float = 0.0) -> RestRule | None:
+    """A method's rest priced on `host` from its step costs (bench.cost.host; by default those measured at the
+    run's temperature, `step_costs_at`); None without a host price or step costs for the method (its rest is then
+    kept as measured)."""
+    costs = costs or step_costs_at(temperature, method)
+    if host is None or costs is None or method not in costs.methods:
+        return None
+    return lambda phases, wall, steps, draft: priced_rest_s(phases, wall, steps, method, costs, host, draft)
 
 
 def label(run) -> str:

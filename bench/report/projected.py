@@ -7,9 +7,9 @@ import importlib
 
 import pandas as pd
 
-from bench.cost.replay import Setting, fitted_profile, forwards_priced, replayable
+from bench.cost.replay import Setting, fitted_profile, forwards_priced, priced, replayable
 from bench.report.claims import ratio_of, speed_ratios, with_baselines
-from bench.report.tables import fmt, markdown, with_interval
+from bench.report.tables import markdown, with_interval
 from bench.run.metrics import timed_regions
 from bench.run.store import Run
 
@@ -41,13 +41,14 @@ def projected_table(used: list[Run], setting: Setting, baseline: str = "ar") -> 
     if untimed and timed:  # HF's own loop: its forwards priced on this machine's, fitted to the timed runs beside it
         here = fitted_profile(timed, "fitted", "here")
         used = [Run.of(r.meta, forwards_priced(r.records, here)) if r.run_id in untimed else r for r in used]
-    priced = sorted({r.method for r in alone if r.run_id in untimed}) if timed else []
+    hf_priced = sorted({r.method for r in alone if r.run_id in untimed}) if timed else []
     rows, skipped, label = [], [], varied(used)
     replays: dict[tuple[str, bool], list[dict]] = {}  # (run id, rest kept) -> its records replayed: a baseline once
 
     def on_setting(run: Run, rest: bool = True) -> list[dict]:
         if (run.run_id, rest) not in replays:
-            replays[run.run_id, rest] = setting.replayed(run.records, rest)
+            replays[run.run_id, rest] = setting.replayed(run.records, rest, method=run.method,
+                                                           temperature=run.temperature)
         return replays[run.run_id, rest]
 
     ordered = sorted((r for r in used if r.method != baseline),
@@ -61,25 +62,31 @@ def projected_table(used: list[Run], setting: Setting, baseline: str = "ar") -> 
                      "dataset": run.dataset, "T": f"{run.temperature:g}", "B": run.batch_size,
                      "measured here": with_interval(*speed_ratios(run, base, batched)),
                      "projected": with_interval(ratio(mine, theirs), interval(mine, theirs)),
-                     "rest kept": f"{1 - wall(bare) / wall(mine):.0%}",
-                     "rest left out": fmt(ratio(bare, on_setting(base, rest=False)))})
+                     "outside forwards": f"{1 - wall(bare) / wall(mine):.0%}"})
     left_out = [run.method for run, why in skipped if why == "untimed"]
     if not rows:
         return None
     df = pd.DataFrame(rows)
     df = df.drop(columns=[c for c in ("settings",) if not df[c].any()] + ["B"] * bool((df["B"] == 1).all()))
+    host = setting.host
+    kept = sorted({r.method for r in used if priced(r.method, host, temperature=r.temperature) is None})
     notes = [f"Speedup over {baseline} (ratio of mean per-question tokens/s, paired on the same questions"
              + ("; at batch B > 1 of aggregate tokens/s" if "B" in df else "")
              + ") [95% bootstrap interval]. Projected: each prompt-turn's target forwards replayed on the paper's "
              "target at their recorded verified sizes and contexts"
              + (", its draft model's forwards on the paper's draft" if setting.draft else "")
              + "; the rest of each step (tree, verification, updates" + ("" if setting.draft else ", drafting")
-             + ") as measured here; `rest kept`: its share of the projected time (on a GPU its tensor work, e.g. "
-             "sampling, would be faster: the larger it is, the more the projection understates the speedup); `rest "
-             "left out`: the speedup with no time outside the models' forwards, the bound the other way. A "
-             "projection of the acceptance measured on our model, not a measurement (docs/cost_model.md)."]
-    if priced:
-        notes.append(f"{', '.join(priced)}: HF's own decode loop times no target forward apart; its forwards are "
+             + ") priced for the paper's GPU host: its Python as measured here times the host factor, and "
+             "its ops (per phase and step, measured on a CPU at the run's temperature: step costs) at "
+             + (f"{host.launch_us:g} µs a launch, host factor {host.host_factor:g} ({host.source})"
+                if host else "(no host price for this hardware: kept as measured here)")
+             + "; `outside forwards`: the rest's share of the projected time. A projection of the acceptance "
+             "measured on our model, not a measurement (docs/cost_model.md)."]
+    if host and kept:
+        notes.append(f"{', '.join(kept)}: no step costs (evidence/projection/step_costs.json): the rest is kept "
+                     "as measured here.")
+    if hf_priced:
+        notes.append(f"{', '.join(hf_priced)}: HF's own decode loop times no target forward apart; its forwards are "
                      "priced at this machine's cost, a profile fitted to the timed runs of this table "
                      "(bench.cost.replay.fitted_profile), and the rest of its wall time is its loop's, kept.")
     if left_out:

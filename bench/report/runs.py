@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.cost.profiles import load_profile
-from bench.cost.replay import replayed
+from bench.cost.replay import fitted_profile, forwards_priced, host_cost, priced, replayable, replayed
 from bench.errors import MissingRunsError
 from bench.report import tables
 from bench.report.output import Report
@@ -25,7 +25,9 @@ FOOTER = ("MAT: tokens per target forward incl. the bonus token, pooled over ste
           "docs/metrics.md). [low, high]: 95% bootstrap interval over questions (paired "
           "for speedups).")
 PROJECTED = ("Projected: each prompt-turn's target forwards replayed on the profile at its recorded verified sizes "
-             "and contexts, its other time (drafting, tree, verification, updates) as measured here; a projection of "
+             "and contexts (HF's own loop's forwards first priced at this machine's cost, fitted to the timed runs), "
+             "its other time (drafting, tree, verification, updates, HF's loop) priced for the profile's host where "
+             "its hardware entry has a host price (docs/cost_model.md), else as measured here; a projection of "
              "the acceptance measured on these runs, not a measurement. Speedup: ratio of mean per-question tokens/s "
              "over AR's, paired on the same questions; [low, high]: 95% bootstrap interval over questions.")
 DRAFT_SD = "draft_sd_lambda"  # the experiment of the draft's sd table
@@ -74,12 +76,19 @@ def runs_table(runs: RunSet, model: str | None = None, paper_size: str | None = 
 def project_table(runs: RunSet, profile: str, model: str | None = None, dataset: str | None = None,
                   max_new_tokens: int | None = None) -> Report:
     """The latest run per method, its speed here beside its speed replayed on `profile` (bench.cost.profiles)."""
-    prof = load_profile(profile)
+    prof, host = load_profile(profile), host_cost(profile)
     mine, latest = latest_of(runs, model=model, dataset=dataset, max_new_tokens=max_new_tokens)
+    timed = [x for r in latest.values() if replayable(r.records) for x in r.records if not x.get("batch")]
+    here = fitted_profile(timed, "fitted", "here") if timed else None  # prices HF's own loop's forwards
+
+    def on_profile(run):
+        records = forwards_priced(run.records, here) if here is not None else run.records
+        return replayed(records, prof, rest=priced(run.method, host, temperature=run.temperature) or True)
+
     rows = []
     for run in latest.values():
         ar = paired_baseline(mine, run, "ar")
-        projected, base = replayed(run.records, prof), replayed(ar.records, prof) if ar else None
+        projected, base = on_profile(run), on_profile(ar) if ar else None
         rows.append({"model": run.model, "dataset": run.dataset, "method": method_label(run),
                      "T": f"{run.temperature:g}",
                      "tok/s here": f"{tokens_per_s(run.records)['mean_of_questions']:.1f}",
@@ -87,7 +96,9 @@ def project_table(runs: RunSet, profile: str, model: str | None = None, dataset:
                      "tok/s projected": f"{tokens_per_s(projected)['mean_of_questions']:.1f}",
                      "speedup vs ar projected": with_interval(*speedups(projected, base))})
     caption = (f"Projected on {prof.name} ({prof.source}: {prof.model} on {prof.hardware}, {prof.dtype}), beside "
-               f"the speed measured here.")
+               f"the speed measured here. "
+               + (f"The rest of each step priced for its host: {host.launch_us:g} µs a launch, host factor "
+                  f"{host.host_factor:g} ({host.source})." if host else "The rest of each step as measured here."))
     return Report.tables("projection", {"md": markdown(pd.DataFrame(rows), caption, [PROJECTED], numparse=False)})
 
 

@@ -1,0 +1,251 @@
+"""The step model (bench.cost.host) fitted on AR and checked against what the GPU leases measured
+(`make validate-projection-gpu`, docs/cost_model.md "Validated on GPUs").
+
+Fit, per GPU, on AR alone: where its lease timed AR's step phase by phase (gpu-check's speedup part, synced:
+`ms_per_step`), the launch cost and host factor by least squares over AR's phases outside the forward against the
+ops and Python AR's step costs hold (bench.perf.step_costs); a GPU without such a measurement takes the nearest
+measured GPU's. The forward: the GPU's own T(n, context) profile where its lease measured one; else the nearest
+GPU's, scaled so that AR's step comes out as measured (a second fit on AR).
+
+Held out: the CPU runs of Token Recycling Table 1 (AR, PLD, Token Recycling, HF generate on Spec-Bench and MBPP,
+committed in evidence/runs) replayed on each GPU, their step cost over AR's and their speedup beside the lease's.
+The step-cost ratio is the fair comparison (MAT-free); a speedup also carries each side's own MAT.
+
+    python -m bench.cost.gpu_validation [--out evidence/projection/gpu_validation.json]
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from bench.cost.host import TARGET_PHASES, HostCost, StepCosts, decode_steps, fit_host, step_costs
+from bench.cost.profiles import Profile
+from bench.cost.replay import fitted_profile, forwards_priced, priced, replayed
+from bench.paths import PROJECT
+from bench.run.metrics import mat, speedup, speedup_interval, tokens_per_s
+
+EVIDENCE = PROJECT / "evidence"
+OUT = EVIDENCE / "projection" / "gpu_validation.json"
+# label: (the lease's gpu-check folder, its hardware entry, the GPU whose profile and host price it borrows if any)
+GPUS = {"H200": ("gpu_check/vm_NVIDIA_H200-20261127-112000", "h200", "H100"),
+        "H100": ("gpu_check/vm_NVIDIA_H100_80GB_HBM3-20261127-204500", "h100-sxm", "H200")}
+FORWARD = "smollm2-135m-bfloat16.json"  # the profile of the methods' model, under <folder>/profiles/
+ARTIFACT, METHODS = "token_recycling/table1", ("ar", "pld", "token_recycling", "hf_generate")
+GOALS = {"step_ratio": 0.10, "ar_tok_s": 0.10}
+
+
+def lease(label: str) -> dict:
+    return json.loads((EVIDENCE / GPUS[label][0] / "results.json").read_text())
+
+
+def measured(label: str) -> dict:
+    """Per method, what the lease measured: its step over AR's, speedup and interval (or its passes' range), MAT;
+    AR's tok/s. HF generate from the AR-vs-HF part (both MAT 1)."""
+    res, out = lease(label), {}
+    sp = res.get("speedup") or {}
+    ar = sp["ar"]
+    for m in METHODS:
+        if m in sp:
+            row = sp[m]
+            passes = row.get("speedups") or [row["speedup"]]  # each timed pass's: a step ratio is MAT / speedup
+            out[m] = {"step_ratio": row["mat"] * ar["tok_s"] / row["tok_s"], "speedup": row["speedup"],
+                      "interval": row.get("speedup_interval") or [min(passes), max(passes)],
+                      "step_ratio_passes": [row["mat"] / max(passes), row["mat"] / min(passes)],
+                      "mat": row["mat"], "tok_s": row["tok_s"]}
+    if hf := res.get("ar_vs_hf"):
+        out["hf_generate"] = {"step_ratio": hf["ar_over_hf"], "speedup": 1 / hf["ar_over_hf"], "interval": None,
+                              "mat": 1.0, "tok_s": hf["hf_generate_tok_s"]}
+    return out
+
+
+def phase_ms(records: list[dict]) -> dict[str, float]:
+    """ms per decode step by phase over records (as their machine measured them)."""
+    steps, out = sum(map(decode_steps, records)), {}
+    for r in records:
+        for phase, seconds in (r.get("phase_times") or {}).items():
+            out[phase] = out.get(phase, 0.0) + 1000 * seconds / steps
+    return out
+
+
+def own_host(label: str, costs: StepCosts, ar_records: list[dict]) -> HostCost | None:
+    """The launch cost and host factor fitted on AR's synced phases of the lease, against AR's Python (its runs'
+    phase times, on the machine that recorded them, times the step costs' Python share) and ops per phase; None
+    where the lease timed no phases."""
+    ms = ((lease(label).get("speedup") or {}).get("ar") or {}).get("ms_per_step")
+    if not ms:
+        return None
+    ar, here = costs.methods["ar"]["phases"], phase_ms(ar_records)
+    phases = [p for p in ar if p not in TARGET_PHASES and p in ms and p in here]
+    launch_us, factor = fit_host(np.array([here[p] * ar[p]["python_share"] for p in phases]),
+                                 np.array([ar[p]["ops"] for p in phases]), np.array([ms[p] for p in phases]))
+    return HostCost(round(launch_us, 2), round(factor, 3), f"fitted on AR's synced phases of the {label} lease")
+
+
+def cpu_runs() -> dict[str, dict[str, list[dict]]]:
+    """dataset -> method -> records of the committed Token Recycling Table 1 runs (variants left out)."""
+    out: dict[str, dict[str, list[dict]]] = {}
+    with open(EVIDENCE / "runs.csv") as f:
+        for row in csv.DictReader(f):
+            folder = EVIDENCE / "runs" / row["run_id"]
+            summary = json.loads((folder / "summary.json").read_text())
+            if row["artifact"] == ARTIFACT and row["method"] in METHODS and not summary.get("variant"):
+                records = [json.loads(line) for line in (folder / "turns.jsonl").read_text().splitlines()]
+                out.setdefault(row["dataset"], {})[row["method"]] = records
+    return out
+
+
+def step_ms(records: list[dict]) -> float:
+    return 1000 * sum(r["wall_time"] for r in records) / sum(map(decode_steps, records))
+
+
+def replay_all(runs: dict[str, list[dict]], profile: Profile, host: HostCost | None, costs: StepCosts) -> dict:
+    """Each method's records replayed on the GPU: forwards on the profile, the rest priced on its host (HF's loop
+    after its forwards are priced at this machine's cost, fitted to the timed runs beside it); host None: the
+    rest kept as measured here (the rule before the step model)."""
+    here = fitted_profile([r for m, rs in runs.items() if m != "hf_generate" for r in rs], "fitted", "here")
+    return {m: replayed(forwards_priced(rs, here), profile, rest=priced(m, host, costs) if host else True)
+            for m, rs in runs.items()}
+
+
+def scaled(profile: Profile, factor: float, hardware: str) -> Profile:
+    return Profile(**{**profile.__dict__, "name": f"{profile.name}-x{factor:.3f}", "hardware": hardware,
+                      "ms": (np.asarray(profile.ms) * factor).tolist(),
+                      "prefill_ms": (np.asarray(profile.prefill_ms) * factor).tolist()})
+
+
+def validate(costs: StepCosts | None = None) -> dict:
+    """Per GPU: the host price and forward used (and how each was fitted), then per dataset and method the
+    projected step ratio, speedup [interval] and MAT beside the lease's, the errors and the goals' misses."""
+    costs = costs or step_costs()
+    runs = cpu_runs()
+    hosts = {g: own_host(g, costs, [r for d in runs.values() for r in d["ar"]]) for g in GPUS}
+    out = {"step_costs_machine": costs.machine, "gpus": {}}
+    for gpu, (folder, _, nearest) in GPUS.items():
+        host = hosts[gpu] or HostCost(hosts[nearest].launch_us, hosts[nearest].host_factor,
+                                      f"the {nearest}'s ({hosts[nearest].source}): the {gpu} lease timed no phases")
+        path = EVIDENCE / folder / "profiles" / FORWARD
+        meas = measured(gpu)
+        if path.is_file():
+            profile, forward = Profile.read(path), f"the {gpu} lease's T(n, context)"
+        else:  # the nearest GPU's curve, scaled so that AR's step (all datasets' runs) is the lease's
+            base = Profile.read(EVIDENCE / GPUS[nearest][0] / "profiles" / FORWARD)
+            ar = [r for d in runs.values() for r in d["ar"]]
+            rest = step_ms(replayed(ar, base, rest=priced("ar", host, costs))) - step_ms(replayed(ar, base, rest=False))
+            factor = (1000 / lease(gpu)["speedup"]["ar"]["tok_s"] - rest) / step_ms(replayed(ar, base, rest=False))
+            profile, forward = scaled(base, factor, gpu), f"the {nearest}'s T(n, context) x {factor:.3f}, fitted on AR"
+        rows = {}
+        for dataset, by_method in sorted(runs.items()):
+            proj, kept = replay_all(by_method, profile, host, costs), replay_all(by_method, profile, None, costs)
+            ar_step, ar = step_ms(proj["ar"]), proj["ar"]
+            for m in METHODS:
+                if m not in by_method:
+                    continue
+                ratio = step_ms(proj[m]) / ar_step
+                row = {"step_ratio": round(ratio, 3), "step_ratio_kept": round(step_ms(kept[m]) / step_ms(kept["ar"]), 3),
+                       "mat_here": round(mat(by_method[m]) or 1.0, 3),
+                       "tok_s": round(tokens_per_s(proj[m])["mean_of_questions"], 1)}
+                if m != "ar":
+                    interval = speedup_interval(proj[m], ar)
+                    row |= {"speedup": round(speedup(proj[m], ar), 3),
+                            "interval": [round(x, 3) for x in interval] if interval else None}
+                got = meas.get(m)
+                if got:
+                    row["measured"] = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in got.items()}
+                    key = "ar_tok_s" if m == "ar" else "step_ratio"
+                    row["error"] = round((row["tok_s"] / got["tok_s"] if m == "ar" else ratio / got["step_ratio"]) - 1,
+                                         3)
+                    row["goal"] = GOALS[key]
+                    if m != "ar":
+                        row["in_interval"] = bool(row["interval"] and row["interval"][0] <= got["speedup"]
+                                                  <= row["interval"][1])
+                    if passes := got.get("step_ratio_passes"):
+                        row["in_passes"] = bool(passes[0] <= ratio <= passes[1])
+                rows.setdefault(dataset, {})[m] = row
+        out["gpus"][gpu] = {"host": host.__dict__, "forward": forward, "rows": rows,
+                            "phases": phase_check(gpu, host, costs, runs)}
+    out["misses"] = misses(out)
+    return out
+
+
+def phase_check(gpu: str, host: HostCost, costs: StepCosts, runs: dict) -> dict:
+    """Per method the lease timed phase by phase (synced), each phase outside the forward: [priced from its runs'
+    phase times here and its step costs, measured there] in ms per step; AR's were in the fit, the others are
+    held out."""
+    out = {}
+    for m, row in (lease(gpu).get("speedup") or {}).items():
+        if not isinstance(row, dict) or not row.get("ms_per_step") or m not in costs.methods:
+            continue
+        phases, here = costs.methods[m]["phases"], phase_ms([r for d in runs.values() for r in d.get(m, [])])
+        out[m] = {p: [round(host.host_factor * here[p] * phases[p]["python_share"]
+                            + host.launch_us / 1000 * phases[p]["ops"], 3), ms]
+                  for p, ms in row["ms_per_step"].items() if p in phases and p in here and p not in TARGET_PHASES}
+    return out
+
+
+def misses(result: dict) -> list[str]:
+    """Each row whose error is over its goal."""
+    return [f"{gpu} {dataset} {m}: error {row['error']:+.1%} (goal {row['goal']:.0%})"
+            for gpu, g in result["gpus"].items() for dataset, rows in g["rows"].items() for m, row in rows.items()
+            if "error" in row and abs(row["error"]) > row["goal"]]
+
+
+def span(interval) -> str:
+    return f"[{interval[0]:.2f}, {interval[1]:.2f}]" if interval else "—"
+
+
+def table(result: dict) -> str:
+    """The validation as markdown: one row per GPU, dataset and method."""
+    head = ("| GPU | dataset | method | step / AR's, projected (rest as measured here) | measured (its passes) | error "
+            "| speedup projected [95%] | measured [interval] | inside | MAT here / there |")
+    lines = [head, "|---|---|---|---|---|---|---|---|---|---|"]
+    for gpu, g in result["gpus"].items():
+        for dataset, rows in g["rows"].items():
+            for m, r in rows.items():
+                got = r.get("measured") or {}
+                if m == "ar":
+                    lines.append(f"| {gpu} | {dataset} | ar | {r['tok_s']} tok/s | {got.get('tok_s', '—')} tok/s | "
+                                 f"{r.get('error', 0):+.1%} | — | — | — | 1 / 1 |")
+                    continue
+                ours, step = f"{r['speedup']:.2f} {span(r['interval'])}", f"{r['step_ratio']:.2f} ({r['step_ratio_kept']:.2f})"
+                if not got:
+                    lines.append(f"| {gpu} | {dataset} | {m} | {step} | — | — | {ours} | — | — "
+                                 f"| {r['mat_here']:.2f} / — |")
+                    continue
+                inside = "—" if got.get("interval") is None else "yes" if r.get("in_interval") else "no"
+                lines.append(
+                    f"| {gpu} | {dataset} | {m} | {step} | {got['step_ratio']:.2f} "
+                    f"{span(got.get('step_ratio_passes'))} | {r['error']:+.1%} | {ours} | "
+                    f"{got['speedup']:.2f} {span(got.get('interval'))} | {inside} | "
+                    f"{r['mat_here']:.2f} / {got['mat']:.2f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = argv if argv is not None else sys.argv[1:]
+    out = Path(args[args.index("--out") + 1]) if "--out" in args else OUT
+    if step_costs() is None:
+        print("error: no step costs (evidence/projection/step_costs.json): run `make step-costs`", file=sys.stderr)
+        return 1
+    result = validate()
+    from bench.cachefile import atomic_write
+
+    atomic_write(out, json.dumps(result, indent=1) + "\n")
+    for gpu, g in result["gpus"].items():
+        print(f"{gpu}: host {g['host']['launch_us']} µs a launch, factor {g['host']['host_factor']} "
+              f"({g['host']['source']}); forward: {g['forward']}")
+    print(table(result))
+    for gpu, g in result["gpus"].items():
+        for m, phases in g["phases"].items():
+            print(f"{gpu} {m} (ms a step, priced / synced there{', in the fit' if m == 'ar' else ''}): "
+                  + ", ".join(f"{p} {a:.2f} / {b:.2f}" for p, (a, b) in phases.items()))
+    print("misses: " + ("; ".join(result["misses"]) or "none"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

