@@ -269,3 +269,12 @@ def test_fastest_pass_picks_each_methods_own_fastest_pass_per_prompt():
     pairs = np.array([[8, 8, 8, 8], [1.0, 3.0, 2.0, 1.5], [8, 8, 8, 8], [4.0, 5.0, 6.0, 2.0]])
     best = fastest_pass(pairs, 2)
     assert best[1].tolist() == [1.0, 1.5] and best[3].tolist() == [4.0, 2.0]
+
+
+def test_the_speedup_part_s_methods_are_registered_ones_with_ar_first(tmp_path, capsys):
+    for bad in ("pld,ar", "ar,nope"):
+        assert gpu_check.main(["--small", "--device", "cpu", "--only", "speedup", "--speedup-methods", bad,
+                               "--out", str(tmp_path / "o")]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("error: --speedup-methods") and err.count("\n") == 1
+    assert not (tmp_path / "o").exists()

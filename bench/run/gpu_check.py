@@ -151,7 +151,8 @@ def ar_vs_hf_shapes(sizes: Sizes, device: str) -> dict:
 
 def run_checks(sizes: Sizes, device: str, scratch: Path, partial: Path | None = None, parts=PARTS,
                methods=None) -> dict:
-    """The results of `parts` (all by default; `methods` names the methods part's methods, all by default);
+    """The results of `parts` (all by default; `methods` names the methods part's methods, all by default; the
+    speedup part's are `sizes.speedup`, those past AR, Token Recycling and PLD on the untrained parts);
     `scratch` holds what the methods need and the folder does not keep (a REST store, Sequoia's calibration);
     `partial`, when given, holds the results so far after each part."""
     results = {"sizes": asdict(sizes), "environment": environment(device), "seconds": {}}
@@ -178,8 +179,12 @@ def run_checks(sizes: Sizes, device: str, scratch: Path, partial: Path | None = 
     if "speedup" in parts:
         both = method_check.prompts(bundle, 2 * sizes.speedup_prompts)  # the timed ones, then as many to warm up on
         timed, warm = both[: sizes.speedup_prompts], both[sizes.speedup_prompts :]
+        configs = None
+        if set(sizes.speedup) - set(Sizes.speedup):  # heads, a draft, a REST store: the methods part's untrained ones
+            shared = method_check.add_untrained_parts(bundle, scratch)
+            configs = method_check.method_configs(shared, sizes.method_shape is not None)
         record("speedup", method_check.interleaved_speedup(bundle, timed, warm, sizes.speedup, sizes.timed_new,
-                                                           sizes.speedup_reps,
+                                                           sizes.speedup_reps, configs=configs,
                                                            progress=lambda sp: save({**results, "speedup": sp})))
     if "methods" in parts:
         shared = method_check.add_untrained_parts(bundle, scratch)
@@ -337,6 +342,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partial", default=None, help="a file rewritten with the parts done so far after each")
     parser.add_argument("--only", default=",".join(PARTS), help=f"the parts to run, of {','.join(PARTS)}")
     parser.add_argument("--methods", default=None, help="the methods part's methods (default: every one)")
+    parser.add_argument("--speedup-methods", default=None,
+                        help=f"the speedup part's, AR first (default: {','.join(Sizes.speedup)}; e.g. the step "
+                             "model's held-out check: ar,token_recycling,pld,hf_generate,lookahead,rest,medusa)")
     parser.add_argument("--method-dtype", choices=("float32", *DTYPES), default=None,
                         help="the dtype of the methods' model (default: bfloat16 on a GPU, float32 on a CPU; "
                              "--small --method-dtype bfloat16 rehearses the half-precision paths on a CPU)")
@@ -351,11 +359,15 @@ def main(argv: list[str] | None = None) -> int:
             raise HarnessError(f"unknown --only part(s) {sorted(set(parts) - set(PARTS))} (known: {', '.join(PARTS)})")
         if methods and set(methods) - set(REGISTRY):
             raise HarnessError(f"unknown --methods {sorted(set(methods) - set(REGISTRY))}")
+        speedup = tuple(args.speedup_methods.split(",")) if args.speedup_methods else None
+        if speedup and (set(speedup) - set(REGISTRY) or speedup[0] != "ar"):
+            raise HarnessError(f"--speedup-methods {','.join(speedup)}: registered methods, ar first")
         if torch.device(device).type == "cuda" and not torch.cuda.is_available():
             raise HarnessError("--device cuda, but no CUDA device is available")
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory() as scratch:
-            sizes = replace(SIZES[name], method_dtype=args.method_dtype or SIZES[name].method_dtype)
+            sizes = replace(SIZES[name], method_dtype=args.method_dtype or SIZES[name].method_dtype,
+                            speedup=speedup or SIZES[name].speedup)
             results = run_checks(sizes, device, Path(scratch), Path(args.partial) if args.partial else None,
                                  parts, methods)
     except HarnessError as err:

@@ -214,7 +214,7 @@ def timed_generate(method, engine, rows, max_new: int, reps: int) -> tuple[list[
 
 
 def interleaved_speedup(bundle, rows, warm, names: tuple[str, ...], max_new: int, reps: int,
-                        progress=lambda out: None, engine=None, diagnostics: bool = True) -> dict:
+                        progress=lambda out: None, engine=None, diagnostics: bool = True, configs=None) -> dict:
     """Each method's greedy tokens/s on the same prompts, the methods taking turns prompt by prompt (after one
     untimed pass over the `warm` prompts: the device warms up, and a method that learns across prompts, as Token
     Recycling's hot matrix does, learns as in a run, but not from the timed prompts; every timed pass of a prompt
@@ -229,9 +229,11 @@ def interleaved_speedup(bundle, rows, warm, names: tuple[str, ...], max_new: int
     prompt, and its profile (bench.core.step_profile) over the first PROFILED_NEW tokens of the first prompt: the
     device's own launches, waits and busy time by phase. `seconds`: what each of these took (a lease's budget).
     `progress(out)` gets the speedups before the diagnostics start. `engine`: the one they decode on (the eager
-    engine by default; the graph part passes a GraphEngine); `diagnostics`: False stops after the speedups."""
+    engine by default; the graph part passes a GraphEngine); `diagnostics`: False stops after the speedups;
+    `configs`: run configs by method (`method_configs`, with the untrained parts), else each method's defaults."""
     engine = engine or engine_for(bundle, 0.0)
-    methods = {n: build_method(compose_config([f"method={n}"]).method, bundle) for n in names}
+    methods = {n: build_method((configs[n] if configs and n in configs else compose_config([f"method={n}"])).method,
+                               bundle) for n in names}
     outputs = {n: [None] * len(rows) for n in names}
     timed = {n: [] for n in names}  # per timed (pass, prompt): [tokens, seconds]
     lap, replay = time.perf_counter(), Replay()
