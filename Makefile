@@ -163,7 +163,7 @@ wheelhouse: setup  ## wheels of the dependencies (not torch/CUDA), setuptools an
 	@echo "$$(ls $(WHEELHOUSE) | wc -l) files, $$(du -sh $(WHEELHOUSE) | cut -f1) in $(WHEELHOUSE)/: copy it to the node, then make setup WHEELS=<its path>"
 
 gpu-check: setup  ## check this GPU node in <= 10 min: T(n) fp16/bf16 (embedded, random 7B/13B), AR vs HF generate, every method b1/b4 T0/0.6, eager vs sdpa -> results/gpu_check/; GPU_CHECK_ARGS=--small on a CPU
-	$(PY) -m bench.run.gpu_check $(GPU_CHECK_ARGS)
+	$(PY) -m bench.check.gpu_check $(GPU_CHECK_ARGS)
 
 clean-results:  ## delete results/ (runs, tables, caches of AR references)
 	rm -rf results/* && touch results/.gitkeep

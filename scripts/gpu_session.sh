@@ -76,9 +76,9 @@ case $stage in
     common=(model.device=$device paths.data_mirror=.gpu/data logger=none)
     # shellcheck disable=SC2086 (GPU_CHECK_ARGS: several words, e.g. "--only speedup,methods --methods ar,pld")
     # the engine's graph mode beside the eager one (issue 67): T(n) both ways, AR three ways, speedups in graph mode
-    has graphs && step gpu_graphs "${GRAPHS_CAP:-300}" $PYTHON -m bench.run.gpu_check --device $device \
+    has graphs && step gpu_graphs "${GRAPHS_CAP:-300}" $PYTHON -m bench.check.gpu_check --device $device \
       --out "$out/gpu_graphs" --partial "$back/gpu_graphs.partial.json" --only graphs
-    has check && step gpu_check "${CHECK_CAP:-300}" $PYTHON -m bench.run.gpu_check --device $device --out "$out/gpu_check" \
+    has check && step gpu_check "${CHECK_CAP:-300}" $PYTHON -m bench.check.gpu_check --device $device --out "$out/gpu_check" \
       --partial "$back/gpu_check.partial.json" ${GPU_CHECK_ARGS:-}
     has engine && step bench_engine 150 $PYTHON -m bench.perf.engine_bench --no-roofline --out "$out/engine.json" \
       --set model.device=$device --set model.dtype=bfloat16 --set paths.data_mirror=.gpu/data --prompts 3 \

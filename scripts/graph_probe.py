@@ -3,7 +3,7 @@
     python scripts/graph_probe.py [--out FILE] [--shapes smollm2-135m,llama-7b] [--widths 1,16,64]
 
 Needs only torch and transformers (a lent GPU's first call has neither hydra nor the embedded GGUF): random weights
-of a named Llama shape (bench.models.random_init's shapes, read here from bench/cost/shapes/), bf16, 512 tokens
+of a named Llama shape (bench.models.random_init's shapes, read here from bench/shapes/), bf16, 512 tokens
 prefilled into a static KV buffer of 1024 columns, then one forward over n tokens with a 4D additive mask spanning
 the whole buffer, timed eager and as a replayed torch.cuda.CUDAGraph (warm-up on a side stream, capture once,
 device sync around each timed region, median of REPS). The KV layer writes the new tokens at columns held in a
@@ -24,7 +24,7 @@ from transformers import AutoModelForCausalLM, DynamicCache, LlamaConfig
 from transformers.cache_utils import DynamicLayer
 
 CONTEXT, CAPACITY, REPS = 512, 1024, 20
-SHAPES = Path(__file__).resolve().parents[1] / "bench" / "cost" / "shapes"
+SHAPES = Path(__file__).resolve().parents[1] / "bench" / "shapes"
 
 
 class SlotLayer(DynamicLayer):

@@ -17,9 +17,9 @@ import torch
 from bench.core.engine import Engine
 from bench.core.timing import PhaseTimer
 from bench.errors import HarnessError
+from bench.metrics import first_divergence
 from bench.models.drafts import init_draft_from_target
 from bench.models.heads import MedusaHeads
-from bench.run.metrics import first_divergence
 from methods import build_method
 from tests.conftest import compose_cfg, tiny_llama
 

@@ -1,4 +1,4 @@
-"""`make gpu-check` (bench.run.gpu_check) at its CPU sizes, and the random-init shapes it times (bench.models.random_init).
+"""`make gpu-check` (bench.check.gpu_check) at its CPU sizes, and the random-init shapes it times (bench.models.random_init).
 
 The check itself runs once (~25 s here: a tiny random model with the embedded tokenizer, every registered method at
 batch 1 and 4, T = 0 and 0.6): its folder is written, its table printed, every method has its four rows, nothing
@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 import torch
 
+from bench.check import gpu_check
 from bench.core.timing import PHASES
 from bench.cost.profiles import Profile
 from bench.errors import HarnessError
 from bench.models import random_init
 from bench.paths import PROJECT
 from bench.report.evidence import copy_checks
-from bench.run import gpu_check
 from methods import REGISTRY
 
 
@@ -136,8 +136,8 @@ def test_a_batch_rows_steps_are_counted_once_per_batch():
     record of two batches has both batches' steps (the first lease halved batch 4's count of steps)."""
     from types import SimpleNamespace
 
+    from bench.check.method_check import summarise
     from bench.core.syncs import HostSyncCounter
-    from bench.run.method_check import summarise
 
     gens = [SimpleNamespace(accept_lengths=[1] * n, output_ids=[0] * n) for n in (3, 5, 4, 2)]
     assert summarise(gens, HostSyncCounter(), 2)["steps"] == 5 + 4
@@ -178,7 +178,7 @@ def test_every_method_runs_in_half_precision_on_a_cpu(tmp_path, dtype):
 
 
 def test_a_failed_profile_costs_only_its_own_tables(monkeypatch):
-    from bench.run import method_check
+    from bench.check import method_check
 
     def no_cupti(*args):
         raise RuntimeError("no CUPTI")
@@ -200,7 +200,7 @@ def test_the_speedup_part_takes_turns_prompt_by_prompt_with_an_interval(monkeypa
     over all its timed seconds against the baseline's, inside its paired bootstrap interval; one ratio per pass."""
     from types import SimpleNamespace
 
-    from bench.run import method_check
+    from bench.check import method_check
 
     calls = []
     seconds = {"ar": 2.0, "token_recycling": 1.0}
@@ -263,7 +263,7 @@ def test_the_speedup_part_takes_turns_prompt_by_prompt_with_an_interval(monkeypa
 
 
 def test_fastest_pass_picks_each_methods_own_fastest_pass_per_prompt():
-    from bench.run.method_check import fastest_pass
+    from bench.check.method_check import fastest_pass
 
     # 2 passes x 2 prompts, pass-major: (tokens, seconds, base tokens, base seconds)
     pairs = np.array([[8, 8, 8, 8], [1.0, 3.0, 2.0, 1.5], [8, 8, 8, 8], [4.0, 5.0, 6.0, 2.0]])

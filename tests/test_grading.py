@@ -14,8 +14,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from bench import metrics
 from bench.report.tables import lossless_text
-from bench.run import metrics
 from bench.run.__main__ import print_summary
 from bench.run.grading import grade, next_token_logits, tolerance
 from bench.run.reference import ReferenceStore

@@ -194,9 +194,9 @@ def test_refused_in_the_engine(tiny):
 
 
 def test_graph_part_records_a_failed_stage_and_goes_on(monkeypatch):
-    """gpu-check's graph part (bench.run.graph_check) on a lease: a stage that fails (a capture, a compile) is
+    """gpu-check's graph part (bench.check.graph_check) on a lease: a stage that fails (a capture, a compile) is
     recorded with its error and the later stages still run."""
-    from bench.run import graph_check
+    from bench.check import graph_check
 
     def broken(*args, **kwargs):
         raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
@@ -237,7 +237,7 @@ def test_graph_runs_keep_to_their_own_baseline_and_out_of_reports():
 def test_ar_three_ways_goes_on_without_a_failed_hf_compile(tiny, monkeypatch):
     """On a node whose first torch.compile fails, HF's static-cache generate is recorded as failed and the eager
     and graph AR figures still come back (tiny, fp32: graph AR's tokens are eager AR's)."""
-    from bench.run import graph_check
+    from bench.check import graph_check
 
     def no_compiler(*args, **kwargs):
         raise RuntimeError("InductorError: Python.h: No such file or directory")

@@ -10,7 +10,7 @@ import pytest
 
 from bench.core.engine import Engine
 from bench.core.timing import PhaseTimer
-from bench.run.metrics import counter_totals
+from bench.metrics import counter_totals
 from methods import build_method
 from tests.conftest import MAX_NEW, assert_lossless, compose_cfg, run_method, with_draft
 

@@ -1,4 +1,4 @@
-"""Bootstrap intervals over questions (bench.run.metrics): reproducible, around the point estimate, paired for
+"""Bootstrap intervals over questions (bench.metrics): reproducible, around the point estimate, paired for
 speedups, about 95% coverage, and the verdict of a claim read from the interval."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from bench.run import metrics
+from bench import metrics
 
 
 def records(rates: dict, accepts=(1, 2, 3)) -> list[dict]:

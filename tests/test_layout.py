@@ -3,7 +3,9 @@
 - No import cycles between the project's modules (lazy imports inside functions count too).
 - The engine core (bench/core) imports nothing from methods/, the runner (bench.run), the reports
   (bench.report) or the model loaders (bench.models): everything else builds on it, not the reverse.
-- Reports import neither methods/ nor the runner's model-loading side (only bench.run.store/metrics).
+- Reports import neither methods/ nor the runner's model-loading side (only bench.run.store and bench.metrics).
+- The cost model (bench/cost) imports nothing of the runner's, the model loaders nothing of the cost model's (what
+  both need lies below: bench.metrics, bench.shapes); the machine's checks (bench/check) sit above both.
 - Training code (bench/train) is imported only by scripts/ and tests/, and imports neither methods/ nor the
   reports.
 - No method imports another method's package or module (the methods of methods/__init__.py's REGISTRY, grouped
@@ -49,7 +51,7 @@ def imports(path: Path) -> list[tuple[str, list[str]]]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             if node.module.split(".")[0] not in PACKAGES:
                 continue
-            for alias in node.names:  # `from bench.run import metrics` imports the module bench.run.metrics
+            for alias in node.names:  # `from bench.run import store` imports the module bench.run.store
                 sub = f"{node.module}.{alias.name}"
                 found.append((sub, []) if sub in MODULES else (node.module, [alias.name]))
     return found
@@ -104,12 +106,15 @@ def test_cycle_finder_finds_a_cycle():
 
 
 FORBIDDEN = {
-    "bench.core": ("methods", "bench.run", "bench.report", "bench.models", "bench.perf"),
-    "bench.run": ("bench.report", "bench.perf"),
-    "bench.cost": ("methods", "bench.run.runner", "bench.run.__main__", "bench.report", "bench.models", "bench.perf"),
-    "bench.report": ("methods", "bench.run.runner", "bench.run.__main__", "bench.models", "bench.perf"),
-    "methods": ("bench.run", "bench.report"),
-    "bench.models": ("methods", "bench.run", "bench.report"),
+    "bench.core": ("methods", "bench.run", "bench.report", "bench.models", "bench.perf", "bench.check", "bench.cost"),
+    "bench.run": ("bench.report", "bench.perf", "bench.check", "bench.cost"),
+    "bench.cost": ("methods", "bench.run", "bench.report", "bench.models", "bench.perf", "bench.check"),
+    "bench.report": ("methods", "bench.run.runner", "bench.run.__main__", "bench.models", "bench.perf", "bench.check"),
+    "bench.check": ("bench.report", "bench.perf"),  # the machine's checks: above the runner and the cost model
+    "methods": ("bench.run", "bench.report", "bench.check"),
+    "bench.models": ("methods", "bench.run", "bench.report", "bench.cost", "bench.check"),
+    "bench.metrics": ("bench.run", "bench.cost", "bench.report", "bench.models", "methods"),  # below all of them
+    "bench.shapes": ("bench.cost", "bench.models"),  # what both read
     "data": ("bench", "methods"),
 }
 

@@ -1,10 +1,10 @@
-"""bench.run.metrics: MAT, tokens/s, speedup, overhead share, first divergence and summarize."""
+"""bench.metrics: MAT, tokens/s, speedup, overhead share, first divergence and summarize."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.run import metrics
+from bench import metrics
 
 
 def rec(qid, new_tokens, wall, accept=(1,), phases=None, lossless=None):

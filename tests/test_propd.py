@@ -20,8 +20,8 @@ from bench.core.kv import keep_accepted
 from bench.core.timing import PhaseTimer
 from bench.core.tree import best_first, tree_from_parents, tree_from_paths
 from bench.errors import HarnessError
+from bench.metrics import first_divergence, tree_nodes
 from bench.models.heads import MedusaHeads, init_heads
-from bench.run.metrics import first_divergence, tree_nodes
 from methods import build_method
 from methods.propd.dynamic import DynamicTrees, HitRates, IterationTimes, choose_size
 from methods.propd.prune import TopKPrune

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.run.metrics import counter_totals
+from bench.metrics import counter_totals
 from tests.conftest import compose_cfg, with_draft
 
 pytestmark = pytest.mark.model

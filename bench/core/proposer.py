@@ -86,7 +86,7 @@ class Acceptance:
 
 @dataclass
 class Generation:
-    """One prompt-turn's output and raw counters; reduced later by bench.run.metrics."""
+    """One prompt-turn's output and raw counters; reduced later by bench.metrics."""
 
     output_ids: list[int]
     accept_lengths: list[int]  # tokens committed per target forward (prefill's first token counts as 1)
@@ -220,7 +220,7 @@ class Proposer(Method):
 
     def step_counters(self) -> dict[str, list]:
         """Named per-verification counters of the generation just finished (e.g. draft-model calls per step),
-        kept raw in the run's records and summed by bench.run.metrics. {} = none."""
+        kept raw in the run's records and summed by bench.metrics. {} = none."""
         return {}
 
     def draft_from(self, root: torch.Tensor) -> torch.Tensor:

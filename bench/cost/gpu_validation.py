@@ -27,8 +27,8 @@ import numpy as np
 from bench.cost.host import TARGET_PHASES, HostCost, StepCosts, decode_steps, fit_host, step_costs
 from bench.cost.profiles import Profile
 from bench.cost.replay import fitted_profile, forwards_priced, priced, replayed
+from bench.metrics import mat, speedup, speedup_interval, tokens_per_s
 from bench.paths import PROJECT
-from bench.run.metrics import mat, speedup, speedup_interval, tokens_per_s
 
 EVIDENCE = PROJECT / "evidence"
 OUT = EVIDENCE / "projection" / "gpu_validation.json"

@@ -3,7 +3,7 @@ for one (model shape, hardware, dtype); the data a run's steps are replayed on (
 
 One format (`Profile`: a grid of n and context, milliseconds per cell, interpolated between), three sources:
 - `roofline_profile`: from the hardware's specifications (bench/cost/hardware/*.yaml: memory bandwidth, peak FLOP/s
-  per dtype, host-device link, a per-layer overhead) and the model's shape (bench/cost/shapes/*.yaml, the fields of
+  per dtype, host-device link, a per-layer overhead) and the model's shape (bench/shapes/*.yaml, the fields of
   its config.json), with no weights. A forward reads every weight once and the cache of `context` tokens, and does
   2 FLOPs per weight per token (the output projection's only for the tokens scored: all of a verification's, a
   prefill's last) plus attention over the context; it takes the longer of the two at the hardware's rates, plus the
@@ -24,9 +24,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 from bench.errors import HarnessError
+from bench.shapes import read_yaml, shape_config
 
 HERE = Path(__file__).parent
 BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
@@ -48,7 +48,7 @@ class ModelShape:
 
     @classmethod
     def load(cls, name: str) -> ModelShape:
-        spec = read_yaml(HERE / "shapes", name)  # a config.json's fields; those a forward's cost needs are kept
+        spec = shape_config(name)  # a config.json's fields; those a forward's cost needs are kept
         return cls(name, **{k: v for k, v in spec.items() if k in cls.__dataclass_fields__})
 
     @classmethod
@@ -106,18 +106,6 @@ def hardware_of(profile_name: str) -> Hardware | None:
     return Hardware.load(hardware) if hardware else None
 
 
-def shape_config(name: str) -> dict:
-    """The config.json fields of a model shape (bench/cost/shapes/<name>.yaml), e.g. to build it with random
-    weights (bench.models.random_init)."""
-    return read_yaml(HERE / "shapes", name)
-
-
-def read_yaml(folder: Path, name: str) -> dict:
-    path = folder / f"{name}.yaml"
-    if not path.is_file():
-        have = ", ".join(sorted(p.stem for p in folder.glob("*.yaml")))
-        raise HarnessError(f"no {folder.name} entry {name!r} (have: {have})")
-    return yaml.safe_load(path.read_text())
 
 
 def roofline_ms(shape: ModelShape, hw: Hardware, dtype: str, n: int, context: int,

@@ -27,7 +27,7 @@ import numpy as np
 
 from bench.cost.host import DRAFT_PHASE, TARGET_PHASES, HostCost, decode_steps, priced_rest_s, step_costs_at
 from bench.cost.profiles import Profile, hardware_of, load_profile, mean_profile
-from bench.run.metrics import speedup, speedup_interval
+from bench.metrics import speedup, speedup_interval
 
 
 def target_steps(record: dict) -> tuple[np.ndarray, np.ndarray]:

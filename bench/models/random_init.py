@@ -1,7 +1,7 @@
 """Randomly initialised targets of a named shape (`model.random_init=<shape>`), so timing needs no weights.
 
 A forward's cost depends on the shapes, the dtype and the kernels, not on the weights' values: `make gpu-check`
-(bench.run.gpu_check) times the papers' 7B and 13B Llama targets on a node that has none of their weights.
+(bench.check.gpu_check) times the papers' 7B and 13B Llama targets on a node that has none of their weights.
 The model is built with transformers' LlamaConfig + AutoModelForCausalLM.from_config directly on the device, in
 the run's dtype, from a fixed seed. The tokenizer stays the model config's own (the embedded SmolLM2's by
 default): its ids must stay below the shape's vocabulary, so runs of the 32000-token shapes feed token ids
@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import torch
 
-from bench.cost import profiles
+from bench import shapes
 from bench.errors import HarnessError
 
 # The papers' Llama targets (Llama-2 / Vicuna / Code Llama 7B and 13B: MHA, 32000 tokens, 4096 context) and the
-# embedded model's own config (SmolLM2-135M), from their config.json fields in bench/cost/shapes/ (which the cost
+# embedded model's own config (SmolLM2-135M), from their config.json fields in bench/shapes/ (which the cost
 # model reads too); `tiny` is for CPU smoke runs (the suite), with the embedded tokenizer's 49152 ids.
 SHAPES = {
-    "llama-7b": profiles.shape_config("llama-2-7b"),
-    "llama-13b": profiles.shape_config("llama-2-13b"),
-    "smollm2-135m": profiles.shape_config("smollm2-135m"),
+    "llama-7b": shapes.shape_config("llama-2-7b"),
+    "llama-13b": shapes.shape_config("llama-2-13b"),
+    "smollm2-135m": shapes.shape_config("smollm2-135m"),
     # 6 layers: ProPD prunes after layer 4. initializer_range 0.1: at 0.02 a tiny model repeats one token.
     "tiny": {"hidden_size": 32, "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 2,
              "intermediate_size": 64, "vocab_size": 49152, "max_position_embeddings": 2048,

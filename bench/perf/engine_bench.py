@@ -37,12 +37,12 @@ from collections import Counter
 
 from tqdm import tqdm
 
+from bench import metrics
 from bench.cachefile import atomic_write
 from bench.core.proposer import Replay
 from bench.models import forward_cost
 from bench.paths import PROJECT
 from bench.perf import cache_bench, roofline
-from bench.run import metrics
 from bench.run.compose import compose_config
 from bench.run.grading import grade
 from bench.run.provenance import provenance

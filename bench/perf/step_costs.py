@@ -27,6 +27,8 @@ import torch
 from tqdm import tqdm
 
 from bench.cachefile import atomic_write
+from bench.check import method_check
+from bench.check.gpu_check import bundle_for
 from bench.cli import OneLineParser
 from bench.core.forward import cache_kw, tree_mask
 from bench.core.kv import new_cache
@@ -37,8 +39,6 @@ from bench.core.timing import PhaseTimer, per_decode_step
 from bench.core.tree import chain
 from bench.errors import HarnessError
 from bench.paths import project_path
-from bench.run import method_check
-from bench.run.gpu_check import bundle_for
 from bench.run.provenance import provenance
 from bench.run.validate import check_method
 from methods import REGISTRY, build_method

@@ -1,4 +1,4 @@
-"""Claims decided from intervals (bench.run.metrics.verdict), never from the point alone: a paper's speedup over AR."""
+"""Claims decided from intervals (bench.metrics.verdict), never from the point alone: a paper's speedup over AR."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import importlib
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
 
+from bench import metrics
 from bench.cost.replay import Setting, replayable
+from bench.metrics import aggregate_speedup, aggregate_speedup_interval, speedup, speedup_interval
 from bench.report.select import paired_baseline
 from bench.report.tables import MISSING, with_interval
-from bench.run import metrics
-from bench.run.metrics import aggregate_speedup, aggregate_speedup_interval, speedup, speedup_interval
 from bench.run.store import Run
 
 VERDICTS = ("holds", "undecided", "does not hold")

@@ -31,7 +31,7 @@ def wrap(text: str, width: int = 60) -> str:
 
 
 def yerr(values, lows, highs) -> np.ndarray:
-    """Matplotlib's 2 x N `yerr` of 95% intervals (bench.run.metrics) around `values`; 0 where there is none."""
+    """Matplotlib's 2 x N `yerr` of 95% intervals (bench.metrics) around `values`; 0 where there is none."""
     v, lo, hi = (np.asarray(x, dtype=float) for x in (values, lows, highs))
     err = np.vstack([v - lo, hi - v])
     return np.where(np.isnan(err), 0.0, np.clip(err, 0.0, None))

@@ -8,9 +8,9 @@ import importlib
 import pandas as pd
 
 from bench.cost.replay import Setting, fitted_profile, forwards_priced, priced, replayable
+from bench.metrics import timed_regions
 from bench.report.claims import ratio_of, speed_ratios, with_baselines
 from bench.report.tables import markdown, with_interval
-from bench.run.metrics import timed_regions
 from bench.run.store import Run
 
 NAMED = {"method", "dataset", "model", "experiment", "logger", "run.temperature", "run.batch_size", "run.variant"}

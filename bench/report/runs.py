@@ -9,12 +9,12 @@ import pandas as pd
 from bench.cost.profiles import load_profile
 from bench.cost.replay import fitted_profile, forwards_priced, host_cost, priced, replayable, replayed
 from bench.errors import MissingRunsError
+from bench.metrics import speedup, speedup_interval, summarize, tokens_per_s
 from bench.report import tables
 from bench.report.output import Report
 from bench.report.phase_timing import exact_phases, unsynced_note
 from bench.report.select import RunSet, latest_runs, paired_baseline
 from bench.report.tables import MISSING, fmt, lossless_text, markdown, with_interval
-from bench.run.metrics import speedup, speedup_interval, summarize, tokens_per_s
 from bench.run.store import Run
 
 FOOTER = ("MAT: tokens per target forward incl. the bonus token, pooled over steps; tok/s: mean of "
@@ -119,7 +119,7 @@ def draft_sd_table(runs: RunSet, model: str | None = None) -> Report:
 
     for (dataset, draft, length, temperature), r in sorted(latest.items(), key=order):
         s = r.summary
-        # the intervals bench.run.runner stored with the run (bench.run.metrics); a run older than them has none
+        # the intervals bench.run.runner stored with the run (bench.metrics); a run older than them has none
         ci = s.get("intervals") or {}
         vs_ar = (r.speedup or {}).get("vs_ar") or {}
         rows.append({"dataset": dataset, "draft": draft, "draft_vocab": r.settings.get("draft_vocab"),

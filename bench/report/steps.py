@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from bench.run.metrics import bootstrap_interval, ratio_of_sums
+from bench.metrics import bootstrap_interval, ratio_of_sums
 from bench.run.store import Run
 
 TOKENS = "step_tokens"  # token ids: the committed evidence drops them (bench/report/evidence.py)

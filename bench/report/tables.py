@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from bench.run import metrics
+from bench import metrics
 
 MISSING = "—"
 
@@ -21,7 +21,7 @@ def fmt(x, spec: str = ".2f") -> str:
 
 
 def with_interval(x, interval: list[float] | None, spec: str = ".2f") -> str:
-    """"2.31 [2.10, 2.52]": a number and its 95% interval (bench.run.metrics); the number alone without one."""
+    """"2.31 [2.10, 2.52]": a number and its 95% interval (bench.metrics); the number alone without one."""
     if is_missing(x) or not interval:
         return fmt(x, spec)
     return f"{format(x, spec)} [{format(interval[0], spec)}, {format(interval[1], spec)}]"

@@ -13,7 +13,7 @@ import hydra
 from omegaconf import DictConfig
 
 from bench.errors import HarnessError
-from bench.run.metrics import lossless_text
+from bench.metrics import lossless_text
 from bench.run.precheck import check_names
 from bench.run.store import read_summary
 from bench.run.validate import check_method, check_run
@@ -30,11 +30,11 @@ def print_summary(path: Path) -> None:
     def fmt(x, spec=".2f"):
         return "—" if x is None else format(x, spec)
 
-    def ci(interval, spec=".2f"):  # the 95% bootstrap interval over questions (bench.run.metrics)
+    def ci(interval, spec=".2f"):  # the 95% bootstrap interval over questions (bench.metrics)
         return f" [{fmt(interval[0], spec)}, {fmt(interval[1], spec)}]" if interval else ""
 
     iv = m.get("intervals") or {}
-    # A float32 divergence is a failure even where it is graded a near-tie (bench.run.metrics.lossless_counts).
+    # A float32 divergence is a failure even where it is graded a near-tie (bench.metrics.lossless_counts).
     fp32 = (s.get("provenance") or {}).get("dtype") == "float32"
     fp32_note = " — not lossless in float32" if fp32 and ll.get("passed") is False else ""
     rate = f"{fmt(m['tokens_per_s']['mean_of_questions'], '.1f')}{ci(iv.get('tokens_per_s'), '.1f')} tok/s"

@@ -12,7 +12,7 @@ position's logits:
 - near-tie when |method_gap| <= tolerance(dtype, top logit), else mismatch. The gap is >= 0 when the fresh
   forward agrees with the reference's choice; below 0 it prefers the method's token, which rounding explains only
   as far as the tolerance (a reference several logits worse than the method's token is itself suspect).
-A float32 run is graded the same way, but its divergences are never excused: bench.run.metrics counts any
+A float32 run is graded the same way, but its divergences are never excused: bench.metrics counts any
 non-identical float32 row as a failure (docs/metrics.md).
 """
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from bench.run.metrics import first_divergence
+from bench.metrics import first_divergence
 
 # The tolerance is ROUNDINGS_ALLOWED roundings of the logit scale: u * max(1, |top logit|), u the dtype's unit
 # roundoff (finfo.eps / 2: bf16 2^-8, fp16 2^-11, fp32 2^-24). Why 8: the two forwards' hidden states differ by

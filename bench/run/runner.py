@@ -21,6 +21,7 @@ import torch
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
+from bench import metrics
 from bench.core.engine import Engine
 from bench.core.graph_engine import GraphEngine, GraphModeRefused
 from bench.core.machine import cpu_name
@@ -29,7 +30,7 @@ from bench.errors import HarnessError
 from bench.models.chat import prompt_ids
 from bench.models.loading import ModelBundle, load_model
 from bench.paths import project_path
-from bench.run import metrics, store
+from bench.run import store
 from bench.run.checkpoint import Checkpoint, config_key
 from bench.run.grading import grade
 from bench.run.provenance import provenance
@@ -230,7 +231,7 @@ class Runner:
             gens, wall = self.timed([ids for _, ids in todo], generators)
             self.batches += 1
             batch = None
-            if self.batch_size > 1:  # the batch's timed region, once per batch (bench.run.metrics)
+            if self.batch_size > 1:  # the batch's timed region, once per batch (bench.metrics)
                 batch = {"id": self.batches, "size": len(todo), "wall_time": wall,
                          "new_tokens": sum(len(g.output_ids) for g in gens),
                          "phase_times": gens[0].phase_times, "occupancy": gens[0].occupancy}

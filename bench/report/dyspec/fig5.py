@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.metrics import bootstrap_interval, mat, ratio_of_sums
 from bench.report.drafter import describe
 from bench.report.dyspec.tables import RUN
 from bench.report.output import Report
@@ -14,7 +15,6 @@ from bench.report.plots import new_figure
 from bench.report.registry import Artifact, Cover, Recipe, Shown
 from bench.report.select import RunSet, footer
 from bench.report.tables import fmt, markdown, with_interval
-from bench.run.metrics import bootstrap_interval, mat, ratio_of_sums
 
 MAKE = "make reproduce-dyspec-fig5"
 PAPER_CSV = Path(__file__).with_name("paper_tables") / "dyspec_fig5_tree_size.csv"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.errors import HarnessError
+from bench.metrics import mat, mat_interval, verdict
 from bench.report.claims import overall, paired_ratio_interval, per_question, sums_interval
 from bench.report.drafter import describe
 from bench.report.output import Report
@@ -16,7 +17,6 @@ from bench.report.registry import Artifact, Cover, Recipe, Shown, option
 from bench.report.select import DEFAULT_MODEL, RunSet, footer, latest_runs
 from bench.report.steps import has_steps
 from bench.report.tables import MISSING, listed, measure, paired_cells, render, with_interval
-from bench.run.metrics import mat, mat_interval, verdict
 from bench.run.store import Run
 
 PAPER_CSV = Path(__file__).with_name("paper_tables") / "dyspec_tables_latency_per_token.csv"

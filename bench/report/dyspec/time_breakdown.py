@@ -9,6 +9,7 @@ import math
 
 import pandas as pd
 
+from bench.metrics import phase_share_interval, phase_totals
 from bench.report.drafter import describe
 from bench.report.dyspec.tables import BASELINE, DRAFT_COMMON, LABELS, METHODS, RUN, candidates
 from bench.report.output import Report
@@ -17,7 +18,6 @@ from bench.report.plots import new_figure, wrap, yerr
 from bench.report.registry import Artifact, Cover, Recipe, Shown, option
 from bench.report.select import DEFAULT_MODEL, RunSet, footer, latest_runs
 from bench.report.tables import fmt, interval_columns, markdown, ours_cells
-from bench.run.metrics import phase_share_interval, phase_totals
 
 # DySpec Figure 4 component, label, our phases. The target prefill is a target forward (Sequoia and DySpec
 # run it inside the first verification); `update` (KV compaction, commit) and `draft` (any other proposer

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from bench.metrics import bootstrap_interval, question_rates, verdict
 from bench.report.claims import overall, paired_ratio_interval, per_question
 from bench.report.holistic.common import counted
 from bench.report.tables import fmt_ci
-from bench.run.metrics import bootstrap_interval, question_rates, verdict
 from bench.run.store import Run
 
 MAT_TOLERANCE = 0.99  # "equal MAT": within 1%

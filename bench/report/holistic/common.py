@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench import metrics
 from bench.report.drafter import describe, drafter
 from bench.report.output import Report
 from bench.report.registry import Artifact, Cover, Recipe, Shown, option
 from bench.report.select import MissingRunsError, RunSet, footer
 from bench.report.tables import MISSING, interval_columns, paired_cells, render
-from bench.run import metrics
 from bench.run.store import Run
 
 EXPERIMENT = "holistic"

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from bench.metrics import bootstrap_interval, ratio_of_sums, verdict
 from bench.report.drafter import describe, drafter
 from bench.report.holistic.common import RUN, declare, draft_length, level, make
 from bench.report.output import Report
@@ -16,7 +17,6 @@ from bench.report.plots import new_figure, wrap, yerr
 from bench.report.select import RunSet, footer
 from bench.report.steps import SWITCH, binned_rate, has_steps, nodes, rises, steps
 from bench.report.tables import fmt, markdown, with_interval
-from bench.run.metrics import bootstrap_interval, ratio_of_sums, verdict
 from bench.run.store import Run
 
 EDGES = [0.0, 0.01, 0.03, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0]  # Pre-cut's confidence bins (conf_edges), ascending

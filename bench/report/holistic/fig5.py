@@ -5,13 +5,13 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
+from bench.metrics import speedup_interval, verdict
 from bench.report.holistic import common
 from bench.report.holistic.common import AR, RUN, make
 from bench.report.output import Report
 from bench.report.plots import new_figure, yerr
 from bench.report.select import MissingRunsError, RunSet, footer
 from bench.report.tables import MISSING, fmt_ci, markdown, ours_cells
-from bench.run.metrics import speedup_interval, verdict
 
 DATASETS = ("humaneval", "mt_bench")
 LEVEL = "reuse_target"  # both reuses, no Pre-cut

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pandas as pd
 
+from bench.metrics import group_records, speedup, speedup_interval
 from bench.report.holistic import common
 from bench.report.holistic.common import draft_length, level
 from bench.report.output import Report
 from bench.report.select import RunSet
 from bench.report.tables import interval_columns
-from bench.run.metrics import group_records, speedup, speedup_interval
 
 PAPER = "postuse_precut_table10_specbench.csv"
 DATASET = "spec_bench"

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pandas as pd
 
+from bench.metrics import verdict
 from bench.report.holistic import common
 from bench.report.holistic.claims import MAT_TOLERANCE, flatten_interval, reuse_verdict
 from bench.report.holistic.common import AR, DATASET, RUN, points
 from bench.report.output import Report
 from bench.report.select import RunSet
 from bench.report.tables import fmt_ci, is_missing
-from bench.run.metrics import verdict
 from bench.run.store import Run
 
 PAPER = "postuse_precut_table3_ablation.csv"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from bench.metrics import counter_totals, phase_share_interval, phase_totals
 from bench.report.claims import per_question, sums_interval
 from bench.report.holistic import common
 from bench.report.holistic.common import AR, DATASET, RUN, draft_length, level, make
@@ -11,7 +12,6 @@ from bench.report.output import Report
 from bench.report.phase_timing import require_exact_phases
 from bench.report.select import RunSet
 from bench.report.tables import MISSING, interval_columns, is_missing, ours_cells, pair
-from bench.run.metrics import counter_totals, phase_share_interval, phase_totals
 
 PAPER = "postuse_precut_table9_wallclock.csv"
 # component -> (label, our phase, what one operation is: a counter name, or "steps" for one per verification)

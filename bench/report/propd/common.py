@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.metrics import aggregate_rate_interval, mat, mat_interval, tokens_per_s
 from bench.report.claims import per_question, speed_ratios
 from bench.report.output import Report
 from bench.report.registry import Artifact, Cover, Recipe, Shown, option
 from bench.report.select import RunSet, footer
 from bench.report.tables import interval_columns, markdown, measure, render
-from bench.run.metrics import aggregate_rate_interval, mat, mat_interval, tokens_per_s
 from bench.run.store import Run
 
 LABELS = {"ar": "AR", "bpd": "BPD", "medusa": "Medusa", "propd": "ProPD"}  # the paper's names

@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bench.metrics import by_group
 from bench.report.output import Report
 from bench.report.plots import new_figure, wrap, yerr
 from bench.report.propd.common import BOTH, LABELS, cell, declare, make, model_label, pin, sections_texts
 from bench.report.select import MissingRunsError, RunSet
 from bench.report.tables import fmt, interval_columns, ours_cells
-from bench.run.metrics import by_group
 
 EARLY_HEADS = "early_heads.json"
 ITERATION_TIME = "iteration_time.json"

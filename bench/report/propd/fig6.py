@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from bench.metrics import mat, mat_interval, verdict
 from bench.report.output import Report
 from bench.report.plots import new_figure
 from bench.report.propd.common import declare, make, model_label, switches
 from bench.report.select import RunSet, footer
 from bench.report.tables import fmt, markdown, with_interval
-from bench.run.metrics import mat, mat_interval, verdict
 from bench.run.store import Run
 
 SHOWN_NODES = 16  # nodes of (b) drawn (all are in the csv)

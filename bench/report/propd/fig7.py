@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from bench.metrics import aggregate_rate_interval, mat, tokens_per_s, verdict
 from bench.report.claims import overall, speed_ratios
 from bench.report.output import Report
 from bench.report.plots import new_figure, wrap, yerr
@@ -12,7 +13,6 @@ from bench.report.propd import common
 from bench.report.propd.common import BOTH, LABELS
 from bench.report.select import RunSet
 from bench.report.tables import MISSING, interval_columns, interval_in, measure, ours_cells
-from bench.run.metrics import aggregate_rate_interval, mat, tokens_per_s, verdict
 
 COLORS = {"ar": "tab:gray", "bpd": "tab:orange", "medusa": "tab:blue", "propd": "tab:red"}
 DEFINITIONS = [

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pandas as pd
 
+from bench.metrics import aggregate_rate_interval, mat, mat_interval
 from bench.report.claims import paired_ratio_interval, per_question, sums_interval
 from bench.report.output import Report
 from bench.report.propd import common
 from bench.report.registry import option
 from bench.report.select import RunSet
 from bench.report.tables import MISSING, fmt, fmt_ci, interval_columns, interval_in, is_missing, paired_cells
-from bench.run.metrics import aggregate_rate_interval, mat, mat_interval
 from bench.run.store import Run
 
 PAPER = "propd_table2_early_pruning_bs4.csv"

@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bench.metrics import speedup, speedup_interval, verification_mat
 from bench.report.output import Report
 from bench.report.plots import new_figure, wrap
 from bench.report.select import RunSet, footer, setting
 from bench.report.tables import MISSING, interval_columns, is_missing, markdown, ours_cells
 from bench.report.token_recycling.common import METHOD, context, declare, describe, make, numbers, sweep, warn
-from bench.run.metrics import speedup, speedup_interval, verification_mat
 
 MAKE = make("auto")
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterable
 
+from bench.metrics import summarize
 from bench.report.registry import Artifact, Cover, Recipe, Shown
 from bench.report.select import RunSet
 from bench.report.tables import interval_columns, lossless_text
-from bench.run.metrics import summarize
 from bench.run.store import Run
 
 METHOD = "token_recycling"

@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bench.metrics import phase_share_interval
 from bench.report.output import Report
 from bench.report.phase_timing import components, require_exact_phases
 from bench.report.plots import new_figure, wrap, yerr
 from bench.report.select import RunSet
 from bench.report.token_recycling.common import context, declare, describe, make, numbers, sweep, warn
-from bench.run.metrics import phase_share_interval
 
 MAKE = make("fig4")
 

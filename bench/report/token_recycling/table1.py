@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.metrics import group_records, speedup, speedup_interval, summarize
 from bench.report.output import Report
 from bench.report.registry import Artifact, Cover, Recipe, Shown, option
 from bench.report.select import RunSet, default_model, footer
 from bench.report.tables import MISSING, interval_columns, lossless_text, paired_cells, render
-from bench.run.metrics import group_records, speedup, speedup_interval, summarize
 from bench.run.store import Run
 
 PAPER_CSV = Path(__file__).with_name("paper_tables") / "token_recycling_table1.csv"

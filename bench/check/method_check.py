@@ -1,4 +1,4 @@
-"""The decoding checks of `make gpu-check` (bench.run.gpu_check): every registered method, AR against HF generate,
+"""The decoding checks of `make gpu-check` (bench.check.gpu_check): every registered method, AR against HF generate,
 eager against sdpa attention, each on one model bundle and a few prompts.
 
 Methods that need trained parts run on untrained ones built here, so a node needs no `make draft/heads/eagle`:
@@ -26,10 +26,10 @@ from bench.core.step_profile import step_profile
 from bench.core.syncs import CudaSyncWarnings, HostSyncCounter
 from bench.core.timing import PhaseTimer, device_sync, per_decode_step
 from bench.errors import HarnessError
+from bench.metrics import bootstrap_interval, ratio_of_rates
 from bench.models.drafts import init_draft_from_target
 from bench.models.heads import init_heads
 from bench.run.compose import compose_config
-from bench.run.metrics import bootstrap_interval, ratio_of_rates
 from bench.run.validate import check_method
 from methods import REGISTRY, build_method
 
@@ -221,7 +221,7 @@ def interleaved_speedup(bundle, rows, warm, names: tuple[str, ...], max_new: int
     starts from the state its first did: bench.core.proposer.Replay), so that a machine whose speed drifts slows
     them alike: per method its tok/s and speedup over the first method over all timed passes (all tokens / all
     seconds), the speedup's 95% interval (a paired bootstrap over the timed (pass, prompt) pairs,
-    bench.run.metrics), its speedup on each pass and on the fastest pass of each prompt (`best_speedup`: a busy
+    bench.metrics), its speedup on each pass and on the fastest pass of each prompt (`best_speedup`: a busy
     machine only ever adds time), the raw [tokens, seconds] of each timed pair, MAT, its grades against the first
     method. Then where a step's time goes, the methods again
     taking turns: ms per decode step by phase from a pass synced at every phase boundary (apart: syncs cost time of

@@ -1,6 +1,6 @@
 """`make gpu-check`: what a GPU node does with this harness, in minutes, offline, into one folder and one table.
 
-    python -m bench.run.gpu_check [--sizes gpu|cpu] [--small] [--device cuda] [--out DIR] [--partial FILE]
+    python -m bench.check.gpu_check [--sizes gpu|cpu] [--small] [--device cuda] [--out DIR] [--partial FILE]
                                   [--only PART,...] [--methods NAME,...]
 
 Records (docs/gpu.md): the environment; the target forward's cost T(n, context) after 512, 128 and 2048 cached
@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 
 from bench.cachefile import atomic_write
+from bench.check import graph_check, method_check
 from bench.cli import OneLineParser
 from bench.core.machine import machine_id
 from bench.cost.profiles import Profile
@@ -43,7 +44,6 @@ from bench.errors import HarnessError
 from bench.models import forward_cost
 from bench.models.loading import load_model
 from bench.paths import project_path
-from bench.run import graph_check, method_check
 from bench.run.compose import compose_config
 from bench.run.provenance import provenance
 from methods import REGISTRY
@@ -195,7 +195,7 @@ def run_checks(sizes: Sizes, device: str, scratch: Path, partial: Path | None = 
                                                      only=methods))
     if "attention" in parts:
         record("attention", method_check.attention_pair(bundle, rows[:2], sizes.timed_new, sizes.timed_reps))
-    if "graphs" in parts:  # the engine's graph mode beside the eager one (bench.run.graph_check)
+    if "graphs" in parts:  # the engine's graph mode beside the eager one (bench.check.graph_check)
         record("graphs", graph_check.run_graphs(sizes, lambda shape, dtype: bundle_for(device, dtype, shape), free,
                                                 bundle, progress=lambda g: save({**results, "graphs": g})))
     free(bundle)
@@ -334,7 +334,7 @@ def default_out(device: str) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = OneLineParser(prog="python -m bench.run.gpu_check", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="python -m bench.check.gpu_check", description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", choices=sorted(SIZES), help="gpu (default on CUDA) or cpu (tiny, seconds)")
     parser.add_argument("--small", action="store_true", help="the same as --sizes cpu")
     parser.add_argument("--device", default=None, help="cuda when available, else cpu")

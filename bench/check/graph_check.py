@@ -1,4 +1,4 @@
-"""`make gpu-check`'s graph part (bench.run.gpu_check, `--only graphs`): the engine's two regimes side by side, in one
+"""`make gpu-check`'s graph part (bench.check.gpu_check, `--only graphs`): the engine's two regimes side by side, in one
 process, taking turns (issue 67).
 
 - T(n) after CONTEXT cached tokens, n = 1..128, for each cost model (the embedded weights, the random 7B and 13B
@@ -7,7 +7,7 @@ process, taking turns (issue 67).
 - AR three ways on the same prompts, taking turns prompt by prompt: the eager engine, the graph engine, and
   transformers' generate with a fixed-size static cache, compiled as transformers does on CUDA (`compiled`: where the
   node has no triton or no C compiler it runs uncompiled, and says so); tokens/s and outputs against eager AR.
-- AR, Token Recycling and PLD in graph mode, taking turns (bench.run.method_check.interleaved_speedup on the graph
+- AR, Token Recycling and PLD in graph mode, taking turns (bench.check.method_check.interleaved_speedup on the graph
   engine, first-time MAT: each timed pass replays the method's state), without the eager part's diagnostics.
 """
 
@@ -24,10 +24,10 @@ from contextlib import contextmanager
 
 import torch
 
+from bench.check import method_check
 from bench.core.graph_engine import GraphEngine
 from bench.core.timing import PhaseTimer, device_sync
 from bench.core.tree import chain
-from bench.run import method_check
 from bench.run.compose import compose_config
 from methods import build_method
 from methods.hf import HFGenerate
