@@ -21,8 +21,9 @@ ARTIFACTS = (
                               "$(PY) -m bench.report draft_sd --model $(MODEL)")),)),
     Artifact("project", "the latest run per method, its speed here beside its speed replayed on a cost profile "
              "-> tables/projection.md", project_table, common=("model",),
-             options=(option("--profile", required=True, help="a profile JSON (make validate-projection) or a "
-                             "roofline <shape>@<hardware>[:<dtype>][+offloaded], e.g. llama-2-7b@a100-80gb"),
+             options=(option("--profile", required=True, help="a profile JSON (make validate-projection; a gpu-check "
+                             "folder's profiles/*.json, its rest priced for that GPU's host) or a roofline "
+                             "<shape>@<hardware>[:<dtype>][+offloaded], e.g. llama-2-7b@a100-80gb"),
                       option("--dataset", help="only runs on this dataset"),
                       option("--max-new-tokens", type=int, help="only runs with this limit"))),
     Artifact("reproduced", "REPRODUCED.md from evidence/ only (a summary, then every paper's tables with their runs)",
