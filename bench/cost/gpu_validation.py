@@ -26,7 +26,7 @@ import numpy as np
 
 from bench.cost.host import TARGET_PHASES, HostCost, StepCosts, decode_steps, fit_host, step_costs
 from bench.cost.profiles import Profile
-from bench.cost.replay import fitted_profile, forwards_priced, priced, replayed
+from bench.cost.replay import loops_priced, priced, replayed
 from bench.metrics import mat, speedup, speedup_interval, tokens_per_s
 from bench.paths import PROJECT
 
@@ -109,12 +109,9 @@ def step_ms(records: list[dict]) -> float:
 
 
 def replay_all(runs: dict[str, list[dict]], profile: Profile, host: HostCost | None, costs: StepCosts) -> dict:
-    """Each method's records replayed on the GPU: forwards on the profile, the rest priced on its host (HF's loop
-    after its forwards are priced at this machine's cost, fitted to the timed runs beside it); host None: the
-    rest kept as measured here (the rule before the step model)."""
-    here = fitted_profile([r for m, rs in runs.items() if m != "hf_generate" for r in rs], "fitted", "here")
-    return {m: replayed(forwards_priced(rs, here), profile, rest=priced(m, host, costs) if host else True)
-            for m, rs in runs.items()}
+    """Each method's records (HF's loop with its forwards priced: `loops_priced`) replayed on the GPU: forwards on
+    the profile, the rest priced on its host; host None: the rest kept as measured here (the rule before)."""
+    return {m: replayed(rs, profile, rest=priced(m, host, costs) if host else True) for m, rs in runs.items()}
 
 
 def scaled(profile: Profile, factor: float, hardware: str) -> Profile:
@@ -127,8 +124,10 @@ def validate(costs: StepCosts | None = None) -> dict:
     """Per GPU: the host price and forward used (and how each was fitted), then per dataset and method the
     projected step ratio, speedup [interval] and MAT beside the lease's, the errors and the goals' misses."""
     costs = costs or step_costs()
-    runs = cpu_runs()
-    hosts = {g: own_host(g, costs, [r for d in runs.values() for r in d["ar"]]) for g in GPUS}
+    runs = {dataset: dict(zip(by_method, loops_priced(list(by_method.values()))))
+            for dataset, by_method in cpu_runs().items()}
+    ar = [r for d in runs.values() for r in d["ar"]]
+    hosts = {g: own_host(g, costs, ar) for g in GPUS}
     out = {"step_costs_machine": costs.machine, "gpus": {}}
     for gpu, (folder, _, nearest) in GPUS.items():
         host = hosts[gpu] or HostCost(hosts[nearest].launch_us, hosts[nearest].host_factor,
@@ -139,42 +138,41 @@ def validate(costs: StepCosts | None = None) -> dict:
             profile, forward = Profile.read(path), f"the {gpu} lease's T(n, context)"
         else:  # the nearest GPU's curve, scaled so that AR's step (all datasets' runs) is the lease's
             base = Profile.read(EVIDENCE / GPUS[nearest][0] / "profiles" / FORWARD)
-            ar = [r for d in runs.values() for r in d["ar"]]
-            rest = step_ms(replayed(ar, base, rest=priced("ar", host, costs))) - step_ms(replayed(ar, base, rest=False))
-            factor = (1000 / lease(gpu)["speedup"]["ar"]["tok_s"] - rest) / step_ms(replayed(ar, base, rest=False))
+            forwards = step_ms(replayed(ar, base, rest=False))
+            rest = step_ms(replayed(ar, base, rest=priced("ar", host, costs))) - forwards
+            factor = (1000 / lease(gpu)["speedup"]["ar"]["tok_s"] - rest) / forwards
             profile, forward = scaled(base, factor, gpu), f"the {nearest}'s T(n, context) x {factor:.3f}, fitted on AR"
         rows = {}
         for dataset, by_method in sorted(runs.items()):
             proj, kept = replay_all(by_method, profile, host, costs), replay_all(by_method, profile, None, costs)
-            ar_step, ar = step_ms(proj["ar"]), proj["ar"]
-            for m in METHODS:
-                if m not in by_method:
-                    continue
-                ratio = step_ms(proj[m]) / ar_step
-                row = {"step_ratio": round(ratio, 3), "step_ratio_kept": round(step_ms(kept[m]) / step_ms(kept["ar"]), 3),
-                       "mat_here": round(mat(by_method[m]) or 1.0, 3),
-                       "tok_s": round(tokens_per_s(proj[m])["mean_of_questions"], 1)}
-                if m != "ar":
-                    interval = speedup_interval(proj[m], ar)
-                    row |= {"speedup": round(speedup(proj[m], ar), 3),
-                            "interval": [round(x, 3) for x in interval] if interval else None}
-                got = meas.get(m)
-                if got:
-                    row["measured"] = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in got.items()}
-                    key = "ar_tok_s" if m == "ar" else "step_ratio"
-                    row["error"] = round((row["tok_s"] / got["tok_s"] if m == "ar" else ratio / got["step_ratio"]) - 1,
-                                         3)
-                    row["goal"] = GOALS["ahead" if m in AHEAD else key]
-                    if m != "ar":
-                        row["in_interval"] = bool(row["interval"] and row["interval"][0] <= got["speedup"]
-                                                  <= row["interval"][1])
-                    if passes := got.get("step_ratio_passes"):
-                        row["in_passes"] = bool(passes[0] <= ratio <= passes[1])
-                rows.setdefault(dataset, {})[m] = row
+            rows[dataset] = {m: row_of(m, proj, kept, by_method[m], meas.get(m)) for m in METHODS if m in by_method}
         out["gpus"][gpu] = {"host": host.__dict__, "forward": forward, "rows": rows,
                             "phases": phase_check(gpu, host, costs, runs)}
     out["misses"] = misses(out)
     return out
+
+
+def row_of(m: str, proj: dict, kept: dict, here: list[dict], got: dict | None) -> dict:
+    """One method's row: its projected step over AR's (and with the rest kept as measured), tok/s, speedup with
+    its interval and MAT here; beside the lease's figures (`got`, if it timed the method), the error against its
+    goal and whether the measured speedup and step lie inside the projected interval and the timed passes."""
+    ratio = step_ms(proj[m]) / step_ms(proj["ar"])
+    row = {"step_ratio": round(ratio, 3), "step_ratio_kept": round(step_ms(kept[m]) / step_ms(kept["ar"]), 3),
+           "mat_here": round(mat(here) or 1.0, 3), "tok_s": round(tokens_per_s(proj[m])["mean_of_questions"], 1)}
+    if m != "ar":
+        interval = speedup_interval(proj[m], proj["ar"])
+        row |= {"speedup": round(speedup(proj[m], proj["ar"]), 3),
+                "interval": [round(x, 3) for x in interval] if interval else None}
+    if not got:
+        return row
+    row["measured"] = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in got.items()}
+    row["error"] = round((row["tok_s"] / got["tok_s"] if m == "ar" else ratio / got["step_ratio"]) - 1, 3)
+    row["goal"] = GOALS["ahead" if m in AHEAD else "ar_tok_s" if m == "ar" else "step_ratio"]
+    if m != "ar":
+        row["in_interval"] = bool(row["interval"] and row["interval"][0] <= got["speedup"] <= row["interval"][1])
+    if passes := got.get("step_ratio_passes"):
+        row["in_passes"] = bool(passes[0] <= ratio <= passes[1])
+    return row
 
 
 def phase_check(gpu: str, host: HostCost, costs: StepCosts, runs: dict) -> dict:

@@ -143,6 +143,16 @@ def rule_of(rest: bool | RestRule) -> RestRule:
     return rest if callable(rest) else kept if rest else (lambda *_: 0.0)
 
 
+def loops_priced(runs: list[list[dict]]) -> list[list[dict]]:
+    """Each run's records with HF's own loop's forwards priced at this machine's cost (`forwards_priced`), on a
+    profile fitted to the timed batch-1 records among them (`fitted_profile`); as they are when none is timed."""
+    timed = [r for records in runs if replayable(records) for r in records if not r.get("batch")]
+    if not timed:
+        return runs
+    here = fitted_profile(timed, "fitted", "here")
+    return [forwards_priced(records, here) for records in runs]
+
+
 def replay_s(record: dict, profile: Profile, draft: Profile | None = None, rest: bool | RestRule = True) -> float:
     """Projected wall time of one record on the profile: its target forwards there, with a draft profile its
     draft-model forwards on that, and its rest by `rest` (RestRule)."""

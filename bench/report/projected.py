@@ -7,7 +7,7 @@ import importlib
 
 import pandas as pd
 
-from bench.cost.replay import Setting, fitted_profile, forwards_priced, priced, replayable
+from bench.cost.replay import Setting, loops_priced, priced, replayable
 from bench.metrics import timed_regions
 from bench.report.claims import ratio_of, speed_ratios, with_baselines
 from bench.report.tables import markdown, with_interval
@@ -39,8 +39,8 @@ def projected_table(used: list[Run], setting: Setting, baseline: str = "ar") -> 
     untimed = {r.run_id for r in alone if not replayable(r.records)}
     timed = [x for r in alone if r.run_id not in untimed for x in r.records]
     if untimed and timed:  # HF's own loop: its forwards priced on this machine's, fitted to the timed runs beside it
-        here = fitted_profile(timed, "fitted", "here")
-        used = [Run.of(r.meta, forwards_priced(r.records, here)) if r.run_id in untimed else r for r in used]
+        records = dict(zip([r.run_id for r in alone], loops_priced([r.records for r in alone])))
+        used = [Run.of(r.meta, records[r.run_id]) if r.run_id in untimed else r for r in used]
     hf_priced = sorted({r.method for r in alone if r.run_id in untimed}) if timed else []
     rows, skipped, label = [], [], varied(used)
     replays: dict[tuple[str, bool], list[dict]] = {}  # (run id, rest kept) -> its records replayed: a baseline once

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.cost.profiles import load_profile
-from bench.cost.replay import fitted_profile, forwards_priced, host_cost, priced, replayable, replayed
+from bench.cost.replay import host_cost, loops_priced, priced, replayed
 from bench.errors import MissingRunsError
 from bench.metrics import speedup, speedup_interval, summarize, tokens_per_s
 from bench.report import tables
@@ -78,12 +78,12 @@ def project_table(runs: RunSet, profile: str, model: str | None = None, dataset:
     """The latest run per method, its speed here beside its speed replayed on `profile` (bench.cost.profiles)."""
     prof, host = load_profile(profile), host_cost(profile)
     mine, latest = latest_of(runs, model=model, dataset=dataset, max_new_tokens=max_new_tokens)
-    timed = [x for r in latest.values() if replayable(r.records) for x in r.records if not x.get("batch")]
-    here = fitted_profile(timed, "fitted", "here") if timed else None  # prices HF's own loop's forwards
+    # HF's own loop has its forwards priced at this machine's cost (a baseline, AR, is timed: as it is)
+    records = dict(zip([r.run_id for r in latest.values()], loops_priced([r.records for r in latest.values()])))
 
     def on_profile(run):
-        records = forwards_priced(run.records, here) if here is not None else run.records
-        return replayed(records, prof, rest=priced(run.method, host, temperature=run.temperature) or True)
+        return replayed(records.get(run.run_id, run.records), prof,
+                        rest=priced(run.method, host, temperature=run.temperature) or True)
 
     rows = []
     for run in latest.values():
