@@ -88,7 +88,7 @@ def projected_table(used: list[Run], setting: Setting, baseline: str = "ar") -> 
     if hf_priced:
         notes.append(f"{', '.join(hf_priced)}: HF's own decode loop times no target forward apart; its forwards are "
                      "priced at this machine's cost, a profile fitted to the timed runs of this table "
-                     "(bench.cost.replay.fitted_profile), and the rest of its wall time is its loop's, kept.")
+                     "(bench.cost.replay.fitted_profile), and the rest of its wall time is its loop's, priced as any rest is.")
     if left_out:
         notes.append(f"Not projected: {', '.join(sorted(set(left_out)))} (HF's own decode loop, whose target "
                      "forwards are not timed apart).")
