@@ -17,5 +17,5 @@ def test_batch_claim_uses_aggregate_speedup():
     runs = Memory()
     write(runs, base, {**common, "run_id": "ar", "method": "ar", "created": "2026-01-01T00:00:00"})
     write(runs, mine, {**common, "run_id": "p", "method": "propd", "created": "2026-01-01T00:01:00"})
-    claim = speedup_claim("propd", runs.runset().runs)
+    claim = speedup_claim(("propd",), runs.runset().runs)
     assert claim == "propd faster than AR: holds in 1 of 1 (2.00 [2.00, 2.00])", claim

@@ -19,7 +19,7 @@ from bench.report.select import MissingRunsError
 from bench.run.store import load_runs
 from tests.fixtures.dyspec_results import DATASETS, Writer, write_full
 from tests.fixtures.holistic_results import write_holistic_results, write_run
-from tests.fixtures.runs import Memory, frame, write
+from tests.fixtures.runs import Memory, bound, frame, write
 
 EAGLE = "eagle:fx-eagle"  # bench.models.eagle_draft.EagleDraft's name_or_path for head fx-eagle
 
@@ -80,7 +80,7 @@ def two_drafters_dyspec(root: Path | Memory) -> Path | Memory:
 
 def test_dyspec_table_per_drafter_with_the_shared_ar():
     root = two_drafters_dyspec(Memory())
-    tables = {d: build_dyspec_table(root.runset(), draft=d) for d in (None, "trained", "eagle")}
+    tables = {d: build_dyspec_table(bound("dyspec/table", root), draft=d) for d in (None, "trained", "eagle")}
     assert tables[None].attrs["drafter"] == EAGLE  # the latest draft-model run's
     for d, df in tables.items():
         own = d != "trained"
@@ -88,8 +88,8 @@ def test_dyspec_table_per_drafter_with_the_shared_ar():
             assert all(rid.endswith("-eagle") == own for rid in df[f"{m}_run_id"]), (d, m)
             assert list(df[f"{m}_latency_s"] == 0.0005) == [own] * len(df)
         assert df["ar_run_id"].tolist() == tables["trained"]["ar_run_id"].tolist()  # one AR baseline for both
-    assert "draft: distilled fixture-draft-68m;" in dyspec_table(root.runset(), draft="trained").markdown
-    assert "draft: EAGLE head fx-eagle;" in dyspec_table(root.runset()).markdown
+    assert "draft: distilled fixture-draft-68m;" in dyspec_table(bound("dyspec/table", root), draft="trained").markdown
+    assert "draft: EAGLE head fx-eagle;" in dyspec_table(bound("dyspec/table", root)).markdown
 
 
 def eagle_ladder(root: Path | Memory) -> Path | Memory:
@@ -104,7 +104,7 @@ def eagle_ladder(root: Path | Memory) -> Path | Memory:
 
 def test_holistic_table_per_drafter_with_the_shared_ar():
     store = eagle_ladder(write_holistic_results(Memory())).runset()
-    eagle, trained = (frame(holistic_table3(store, draft=d), "tables/holistic_table3.csv") for d in (None, "trained"))
+    eagle, trained = (frame(holistic_table3(bound("holistic/table3", store), draft=d), "tables/holistic_table3.csv") for d in (None, "trained"))
     runs = {name: df.dropna(subset=["run_id"]) for name, df in (("eagle", eagle), ("trained", trained))}
     assert runs["eagle"]["run_id"].str.startswith("eagle_").all()
     assert not runs["trained"]["run_id"].str.startswith("eagle_").any()
@@ -112,8 +112,8 @@ def test_holistic_table_per_drafter_with_the_shared_ar():
     speed = {name: df.set_index(["level", "lambda"])["speedup"] for name, df in runs.items()}
     assert len(speed["eagle"]) == 8  # the ladder at lambda 3 and 12; Table 1's precut run at 24 is the distilled's
     assert (speed["eagle"] / speed["trained"]).dropna().tolist() == pytest.approx([2.0] * 8)
-    assert "Ours: m, draft: EAGLE head fx-eagle, machine cpu" in holistic_table3(store).markdown
-    assert "Ours: m, draft: distilled (id not recorded), machine cpu" in holistic_table3(store, draft="trained").markdown
+    assert "Ours: m, draft: EAGLE head fx-eagle, machine cpu" in holistic_table3(bound("holistic/table3", store)).markdown
+    assert "Ours: m, draft: distilled (id not recorded), machine cpu" in holistic_table3(bound("holistic/table3", store), draft="trained").markdown
 
 
 def test_cli_draft_option(tmp_path, capsys):

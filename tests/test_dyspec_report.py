@@ -3,6 +3,7 @@ by hand."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from datetime import datetime
 from pathlib import Path
@@ -35,7 +36,7 @@ from tests.fixtures.dyspec_results import (
     expected_latency,
     write_full,
 )
-from tests.fixtures.runs import Memory, build, frame
+from tests.fixtures.runs import Memory, bound, build, frame
 
 
 @pytest.fixture
@@ -55,7 +56,7 @@ def on_disk(tmp_path):
 
 
 def table_frame(results: Memory, **options) -> pd.DataFrame:
-    return build_dyspec_table(results.runset(), **options)
+    return build_dyspec_table(bound("dyspec/table", results), **options)
 
 
 def table_md(results: Memory, **options) -> str:
@@ -123,8 +124,8 @@ def test_paper_numbers_come_from_the_csv(full, tmp_path, monkeypatch):
     fake = tmp_path / "fake.csv"
     fake.write_text("table,draft,target,tree_budget,dataset,temperature,method,latency_s_per_token,"
                     "accepted_per_step\n1,d,t,64,C4,0,dyspec,0.5,9.99\n1,d,t,64,C4,0,baseline,1.0,\n")
-    monkeypatch.setattr(dyspec_tables, "PAPER_CSV", fake)
-    df = table_frame(full)
+    runs = bound("dyspec/table", full)
+    df = build_dyspec_table(dataclasses.replace(runs, published={dyspec_tables.PAPER_CSV: pd.read_csv(fake)}))
     assert cell(df, "c4", 0.0, "dyspec_accepted_paper") == 9.99
     assert cell(df, "c4", 0.0, "dyspec_speedup_paper") == 2.0
     assert math.isnan(cell(df, "c4", 0.6, "dyspec_accepted_paper"))

@@ -21,7 +21,7 @@ from bench.report.token_recycling.fig3 import fig3_points
 from bench.report.token_recycling.fig4 import FIG4_COMPONENTS, component_shares, fig4_points, paper_fig4
 from bench.report.token_recycling.table1 import build_token_recycling_table1
 from bench.run.store import Run
-from tests.fixtures.runs import Memory, build, drawn
+from tests.fixtures.runs import Memory, bound, build, drawn
 from tests.fixtures.tr_results import (
     AR_TOK_S,
     AUTO,
@@ -126,7 +126,7 @@ def test_component_mapping_folds_prefill_into_model_forward():
     share = {"prefill": 0.1, "preprocess": 0.01, "draft": 0.02, "target_forward": 0.8, "verify": 0.04,
              "update": 0.03}
     c = component_shares(share)
-    assert list(c) == [k for k, _, _ in FIG4_COMPONENTS] and set(c) == set(paper_fig4())
+    assert list(c) == [k for k, _, _ in FIG4_COMPONENTS] and set(c) == set(paper_fig4(bound("token_recycling/fig4", RunSet([], Path(".")))))
     assert c["model_forward"]["share"] == pytest.approx(0.9)
     assert c["model_forward"]["phases"] == "target_forward+prefill"
     assert c["retrieval"]["share"] == 0.02 and c["retrieval"]["label"] == "Retrieval"
@@ -138,13 +138,13 @@ def test_component_mapping_folds_prefill_into_model_forward():
 
 
 def test_paper_fig4_numbers():
-    paper = paper_fig4()
+    paper = paper_fig4(bound("token_recycling/fig4", RunSet([], Path("."))))
     assert paper["model_forward"] == 90.1 and paper["verify"] == 5.2 and paper["retrieval"] == 1.6
     assert sum(paper.values()) == pytest.approx(100.0)
 
 
 def test_fig4_points(results):
-    df, _ = fig4_points(results.runset())
+    df, _ = fig4_points(bound("token_recycling/fig4", results))
     row = df.set_index("component")
     assert row.loc["model_forward", "ours_percent"] == pytest.approx(
         100 * (TR_SHARES["target_forward"] + TR_SHARES["prefill"]))
@@ -154,7 +154,7 @@ def test_fig4_points(results):
     assert row.loc["retrieval", ["ours_percent_lo", "ours_percent_hi"]].tolist() == pytest.approx(
         [100 * TR_SHARES["draft"]] * 2)
     assert df.attrs["prefill_percent"] == pytest.approx(100 * TR_SHARES["prefill"])
-    sep, _ = fig4_points(results.runset(), fold_prefill=False)
+    sep, _ = fig4_points(bound("token_recycling/fig4", results), fold_prefill=False)
     assert math.isnan(sep.set_index("component").loc["prefill", "paper_percent"])
 
 
@@ -281,7 +281,7 @@ def test_cli_module_exit_code(tmp_path):
 
 
 def test_fixture_fills_table1(results):
-    df = build_token_recycling_table1(results.runset()).set_index("label")
+    df = build_token_recycling_table1(bound("token_recycling/table1", results)).set_index("label")
     assert not df.attrs["notes"]
     for label in ("hf_generate", "ar", "pld", "lookahead", "rest", "token_recycling", "token_recycling[shuffle]"):
         assert not math.isnan(df.loc[label, "specbench_speedup"]) and not math.isnan(df.loc[label, "mbpp_mat"])
@@ -307,7 +307,7 @@ def test_table1_reads_its_own_label_and_the_legacy_one():
 
     runs = RunSet([run("hf_generate", "table1", 1.0, 10.0), run("token_recycling", "tr_table1", 2.5, 20.0),
                    run("ar", "holistic", 1.0, 5.0)], REPO / "nowhere")
-    df = build_token_recycling_table1(runs).set_index("label")
+    df = build_token_recycling_table1(bound("token_recycling/table1", runs)).set_index("label")
     assert df.loc["token_recycling", "specbench_speedup"] == pytest.approx(2.0)
     assert df.loc["token_recycling", "specbench_run_id"] == "token_recycling-tr_table1"
     assert "ar" not in df.index  # our extra row shows only when Table 1 ran it

@@ -18,7 +18,7 @@ from bench.report.runs import runs_table
 from bench.report.token_recycling.fig4 import fig4_points
 from bench.run.store import Run
 from tests.fixtures import dyspec_results, holistic_results
-from tests.fixtures.runs import Memory, build, frame
+from tests.fixtures.runs import Memory, bound, build, frame
 from tests.fixtures.tr_results import MT_BENCH, TR_SHARES, ResultsWriter, make_records, tr_settings
 
 
@@ -47,12 +47,12 @@ def test_tr_fig4_refuses_an_unsynced_cuda_run():
     run = timed_on(tr_fig4_run(w), "cuda:0", False)
     with pytest.raises(HarnessError, match=f"refuses run\\(s\\) {run.run_id}: timed on cuda:0 without "
                                            "run.sync_phases=true.*make reproduce-tr-fig4"):
-        fig4_points(w.root.runset())
+        fig4_points(bound("token_recycling/fig4", w.root))
     timed_on(run, "cuda:0", True)
-    df, _ = fig4_points(w.root.runset())
+    df, _ = fig4_points(bound("token_recycling/fig4", w.root))
     assert df.set_index("component").at["model_forward", "ours_percent"] == pytest.approx(100 * (0.858 + 0.03))
     timed_on(run, "cpu", False)  # a CPU's phases are exact without syncs
-    assert len(fig4_points(w.root.runset())[0]) == len(df)
+    assert len(fig4_points(bound("token_recycling/fig4", w.root))[0]) == len(df)
 
 
 def test_dyspec_breakdown_prefers_its_own_synced_runs_and_refuses_unsynced_cuda_ones():

@@ -39,7 +39,7 @@ from tests.fixtures.propd_results import (
     rate,
     write_propd_results,
 )
-from tests.fixtures.runs import Memory, build, drawn, frame
+from tests.fixtures.runs import Memory, bound, build, drawn, frame
 
 
 def point(x: str) -> str:
@@ -66,7 +66,7 @@ def report(name: str, results: Memory, **options) -> Report:
 
 def numbers(builder, results: Memory, **options) -> pd.DataFrame:
     """The numbers behind a table (its frame builder's DataFrame) on the runs."""
-    return builder(results.runset(), **options)[0]
+    return builder(bound(f"propd/{builder.__module__.rsplit('.', 1)[1]}", results), **options)[0]
 
 
 def at(df, **where):
@@ -369,13 +369,13 @@ def test_iteration_time_forward_is_a_real_forward_of_the_prefix_and_chain():
 
 def test_every_make_target_the_reports_name_exists():
     from bench.report.makefile import makefile
-    from bench.report.propd.common import make
+    from bench.report.propd import PAPER
 
     generated = makefile()  # what the Makefile includes
     phony = next(line for line in generated.splitlines() if line.startswith(".PHONY:")).split()
     for name, artifact in paper_artifacts("propd").items():
         target = artifact.recipes[0].target
-        assert make(name) == f"make {target}" and f"\n{target}: setup heads  ## " in generated, target
+        assert PAPER.make(name) == f"make {target}" and f"\n{target}: setup heads  ## " in generated, target
         assert target in phony and f"reproduce-propd/{name}" in phony
 
 

@@ -15,26 +15,28 @@ from bench.report.__main__ import main
 from bench.report.makefile import makefile, targets
 
 TOY = textwrap.dedent('''
-    """A toy table: how many runs the results folder holds."""
+    """A toy table: how many runs the results folder holds, beside the paper's number."""
     from bench.report.output import Report
-    from bench.report.registry import Artifact, Cover, Recipe, Shown
+    from bench.report.propd import PAPER
     from bench.report.select import footer
 
     def toy_table(runs, model=None):
-        return Report.tables("toy", {"md": "\\n".join([f"{len(runs.runs)} runs", *footer("Ours: toy.", runs.runs)])})
+        paper = runs.paper()["runs"].iloc[0]
+        return Report.tables("toy", {"md": "\\n".join([f"{len(runs.own().runs)} runs ({paper})",
+                                                        *footer("Ours: toy.", runs.runs)])})
 
-    ARTIFACT = Artifact("toy", "a toy table -> tables/toy.md", toy_table, covers=(Cover("Figure 8"),), rank=99,
-                        recipes=(Recipe("reproduce-toy-table", "the toy's runs, then the table",
-                                        ("$(PY) -m bench.run experiment=toy/table1 $(RUN_ARGS)",
-                                         "$(PY) -m bench.report propd/toy --model $(MODEL)"), ("heads",)),),
-                        shown=(Shown("make reproduce-toy-table"),), experiments=("toy_table1",), common=("model",))
+    ARTIFACT = PAPER.declare("toy", "a toy table -> tables/toy.md", toy_table, 99, "the toy's runs, then the table",
+                             "toy", cover="Figure 8", paper_csv=("toy_paper.csv",))
 ''')
 
 
 @pytest.fixture
 def toy(tmp_path, monkeypatch):
-    """bench/report/propd/toy.py, as if added to the package (its folder joins the package's path)."""
+    """bench/report/propd/toy.py and its paper CSV, as if added to the package (its folder joins the package's
+    path); nothing else is edited or patched."""
     (tmp_path / "toy.py").write_text(TOY)
+    (tmp_path / "paper_tables").mkdir()
+    (tmp_path / "paper_tables" / "toy_paper.csv").write_text("runs\n7\n")
     package = importlib.import_module("bench.report.propd")
     monkeypatch.setattr(package, "__path__", [*package.__path__, str(tmp_path)])
     yield registry.paper_artifacts("propd")["toy"]
@@ -42,27 +44,26 @@ def toy(tmp_path, monkeypatch):
 
 
 def test_the_cli_finds_it(toy, tmp_path, capsys):
-    assert "propd/toy" in registry.names() and toy.full_name == "propd/toy"
+    assert "propd/toy" in registry.names() and toy.full_name == "propd/toy" and toy.experiments == ("propd_toy",)
     (tmp_path / "results" / "runs").mkdir(parents=True)
     assert main(["propd/toy", "--results", str(tmp_path / "results")]) == 0
-    assert capsys.readouterr().out.startswith("0 runs")
+    assert capsys.readouterr().out.startswith("0 runs (7)")  # its paper CSV, read for it
     assert (tmp_path / "results" / "tables" / "toy.md").is_file()
 
 
 def test_make_gets_its_targets(toy):
     text = makefile()
-    assert "reproduce-toy-table: setup heads  ## the toy's runs, then the table\n" in text
-    assert "\t$(PY) -m bench.run experiment=toy/table1 $(RUN_ARGS)\n" in text
+    assert "reproduce-propd-toy: setup heads  ## the toy's runs, then the table\n" in text
+    assert "\t$(PY) -m bench.run $(SWEEP) experiment=propd/toy $(PROPD_ARGS)\n" in text
     assert targets()["reproduce-propd/toy"] == "propd/toy"  # make reproduce A=propd/toy
 
 
 def test_the_page_and_the_notebook_get_its_sections(toy, monkeypatch):
     from bench.report import notebook, reproduced
 
-    package = importlib.import_module("bench.report.propd")
-    monkeypatch.setattr(package, "CONTENTS", (*package.CONTENTS, "Figure 8"))  # a paper item with no target yet
-    assert reproduced.coverage()[len(package.CONTENTS) - 1 + rows_before("propd")] == ("propd", toy.covers[0], "toy")
-    assert [s.command for s in toy.shown] == ["make reproduce-toy-table"]
+    rows = [(paper, c.label, name) for paper, c, name in reproduced.coverage() if paper == "propd"]
+    assert rows[-1] == ("propd", "Figure 8", "toy")  # a label the paper's contents do not name: after them
+    assert [s.command for s in toy.shown] == ["make reproduce-propd-toy LIMIT=16"]
     assert list(registry.paper_artifacts("propd"))[-1] == "toy"  # rank 99: the page's last ProPD section
     shown = []
     monkeypatch.setattr(notebook, "section", lambda artifact, options: shown.append(artifact.name))
@@ -70,9 +71,10 @@ def test_the_page_and_the_notebook_get_its_sections(toy, monkeypatch):
     assert shown[-1] == "toy"
 
 
-def rows_before(paper: str) -> int:
-    """Summary rows of the papers before `paper` (alphabetical)."""
-    return sum(len(importlib.import_module(f"bench.report.{p}").CONTENTS) for p in registry.papers() if p < paper)
+def test_the_docs_check_names_it(toy):
+    from tests.test_declarations import listed_everywhere
+
+    assert "propd/toy" in {name for name, _ in listed_everywhere()}  # so a doc without it fails the check
 
 
 def test_every_declared_recipe_has_a_unique_target():

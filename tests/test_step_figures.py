@@ -16,7 +16,7 @@ from bench.report.propd.fig6 import build_fig6, fig6_run, propd_fig6
 from bench.report.registry import produce, resolve
 from bench.report.select import MissingRunsError, RunSet
 from tests.fixtures.dyspec_results import Writer, write_full
-from tests.fixtures.runs import Memory, build, frame
+from tests.fixtures.runs import Memory, bound, build, frame
 from tests.fixtures.step_results import holistic_run, write_step_results
 
 REPORTS = {"propd/fig6": propd_fig6, "dyspec/fig2": dyspec_fig2, "dyspec/fig5": dyspec_fig5,
@@ -68,10 +68,10 @@ def test_dyspec_fig2_bins_tested_nodes_only(results):
 
 
 def test_dyspec_fig5_prefers_table4_run(results):
-    df = build_fig5(results.runset())
+    df = build_fig5(bound("dyspec/fig5", results))
     assert df.attrs["run_id"] == "dyspec-b768" and df["tree_size"].tolist() == [500, 600, 555] * 2
     assert df["accepted"].tolist() == [4, 5, 3] * 2
-    md = dyspec_fig5(results.runset()).markdown
+    md = dyspec_fig5(bound("dyspec/fig5", results)).markdown
     assert "551.67" in md and "551.79" in md and "71.8%" in md
 
 
@@ -119,10 +119,10 @@ def test_dyspec_table4_selects_its_variant():
     root = write_full(Memory())
     w = Writer(root, start=pd.Timestamp("2026-01-02").to_pydatetime())
     b768 = w.run("dyspec", "c4", 0.0, variant="b768")
-    t4 = build_dyspec_table(root.runset(), paper_table=4)
+    t4 = build_dyspec_table(bound("dyspec/table", root), paper_table=4)
     row = t4[(t4["dataset"] == "c4") & (t4["temperature"] == 0.0)]
     assert row["dyspec_run_id"].item() == b768 and row["ar_run_id"].notna().item()
     assert row["dyspec_speedup"].notna().item() and row["dyspec_accepted_paper"].item() == 16.04
     assert t4[t4["dataset"] == "openwebtext"]["dyspec_run_id"].isna().all()  # no b768 run there
-    t1 = build_dyspec_table(root.runset(), paper_table=1)  # Table 1 keeps the budget-64 runs
+    t1 = build_dyspec_table(bound("dyspec/table", root), paper_table=1)  # Table 1 keeps the budget-64 runs
     assert t1[(t1["dataset"] == "c4") & (t1["temperature"] == 0.0)]["dyspec_run_id"].item() != b768

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
 
@@ -46,10 +45,6 @@ def paired_ratio_interval(a: dict, b: dict) -> list[float] | None:
     return metrics.bootstrap_interval(lists, metrics.ratio_of_rates) if qs else None
 
 
-def claimed(paper: str) -> tuple[str, ...]:
-    return importlib.import_module(f"bench.report.{paper}").CLAIMED
-
-
 def with_baselines(used: list[Run], runs: Iterable[Run], baseline: str = "ar", setting: Setting | None = None,
                    skipped: list[tuple[Run, str]] | None = None) -> Iterator[tuple[Run, Run]]:
     """Each of `runs` with its paired `baseline` run among `used`, those without one left out; with a setting, only
@@ -66,12 +61,12 @@ def with_baselines(used: list[Run], runs: Iterable[Run], baseline: str = "ar", s
         yield run, base
 
 
-def paired_speedups(paper: str, used: list[Run], setting: Setting | None = None
+def paired_speedups(claimed: tuple[str, ...], used: list[Run], setting: Setting | None = None
                     ) -> list[tuple[float | None, list[float] | None]]:
-    """(speedup, interval) of each run of the paper's method over its AR baseline among `used`; with a setting,
+    """(speedup, interval) of each run of the `claimed` methods over its AR baseline among `used`; with a setting,
     both replayed on it. At batch > 1 the tables' aggregate tokens/s (per-row rates share a batch's time)."""
     out = []
-    for run, base in with_baselines(used, [r for r in used if r.method in claimed(paper)], "ar", setting):
+    for run, base in with_baselines(used, [r for r in used if r.method in claimed], "ar", setting):
         mine, theirs = ((setting.replayed(run.records, method=run.method, temperature=run.temperature),
                          setting.replayed(base.records, method=base.method, temperature=base.temperature))
                         if setting is not None
@@ -97,10 +92,10 @@ def speed_ratios(run: Run | None, base: Run | None, aggregate: bool = True
     return ratio(run.records, base.records), interval(run.records, base.records)
 
 
-def speedup_claim(paper: str, used: list[Run], setting: Setting | None = None) -> str:
+def speedup_claim(claimed: tuple[str, ...], used: list[Run], setting: Setting | None = None) -> str:
     """"faster than AR: holds in 2, undecided in 1 of 3 (lowest 0.91 [0.85, 0.97]; highest ...)"; MISSING when no
-    run of the paper's method has its AR baseline; with a setting, projected on it."""
-    found = [(p, ci) for p, ci in paired_speedups(paper, used, setting) if p is not None]
+    run of the `claimed` methods has its AR baseline; with a setting, projected on it."""
+    found = [(p, ci) for p, ci in paired_speedups(claimed, used, setting) if p is not None]
     if not found:
         return MISSING
     counts = Counter(metrics.verdict(ci, 1.0) for _, ci in found)
@@ -108,5 +103,5 @@ def speedup_claim(paper: str, used: list[Run], setting: Setting | None = None) -
     lo, hi = min(found, key=lambda x: x[0]), max(found, key=lambda x: x[0])
     span = (f"{with_interval(*lo)}" if len(found) == 1
             else f"lowest {with_interval(*lo)}; highest {with_interval(*hi)}")
-    methods = "/".join(claimed(paper))
+    methods = "/".join(claimed)
     return f"{methods} faster than AR: {tally} of {len(found)} ({span})"

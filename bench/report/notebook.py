@@ -27,7 +27,7 @@ def report(name: str, **options) -> dict[str, Path]:
     name, artifact = resolve(name)
     results = results_dir()
     try:
-        built = artifact.build(RunSet.read(results), **{k: v for k, v in options.items() if v is not None})
+        built = artifact.report(RunSet.read(results), **{k: v for k, v in options.items() if v is not None})
     except HarnessError as err:
         print(f"{name}: error: {err}", file=sys.stderr)
         return {}

@@ -1,9 +1,7 @@
-"""Speeds projected on the paper's own setting (docs/cost_model.md), as its package's `SETTING` (or
-`SETTINGS[label]`) declares it; at batch > 1 each batch replayed whole (bench.cost.replay)."""
+"""Speeds projected on the paper's own setting (docs/cost_model.md), as its declaration (Paper.setting_of) names it;
+at batch > 1 each batch replayed whole (bench.cost.replay)."""
 
 from __future__ import annotations
-
-import importlib
 
 import pandas as pd
 
@@ -14,12 +12,6 @@ from bench.report.tables import markdown, with_interval
 from bench.run.store import Run
 
 NAMED = {"method", "dataset", "model", "experiment", "logger", "run.temperature", "run.batch_size", "run.variant"}
-
-
-def setting_of(paper: str, label: str | None = None) -> Setting | None:
-    """The paper's setting for one of its contents (SETTINGS[label], else SETTING); None without one."""
-    package = importlib.import_module(f"bench.report.{paper}")
-    return getattr(package, "SETTINGS", {}).get(label) or getattr(package, "SETTING", None)
 
 
 def varied(runs: list[Run]) -> dict[str, str]:

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import pandas as pd
+
+from bench.cost.replay import Setting
 from bench.errors import HarnessError
 from bench.report.output import write
-from bench.report.select import RunSet
+from bench.report.select import DEFAULT_MODEL, RunSet
 
 PACKAGE = "bench.report"
 
@@ -80,7 +84,7 @@ class Artifact:
     per_drafter: bool = False  # REPRODUCED.md shows it once per drafter of the evidence
     baseline: str = "ar"  # the method its speeds are relative to (its projection on the paper's setting pairs with it)
     folder: bool = False  # a store-level tool (evidence, reproduced): build takes the results folder itself
-    paper: str = ""  # filled in by the registry
+    paper: str = ""  # its paper's package, filled in by Paper.declare or the registry
 
     @property
     def full_name(self) -> str:
@@ -91,13 +95,76 @@ class Artifact:
         """Its options, the common ones first (the CLI's flags, the notebooks' SPECREPRO_<OPTION>)."""
         return (*(COMMON[c] for c in self.common), *self.options)
 
+    def bind(self, runs: RunSet) -> RunSet:
+        """The runs as its build reads them: with its experiments (RunSet.own) and its published numbers
+        (RunSet.paper), each paper CSV read here and nowhere else."""
+        folder = Path(sys.modules[self.build.__module__].__file__).with_name("paper_tables")  # beside its module
+        published = {name: pd.read_csv(folder / name) for name in self.paper_csv}
+        return runs.bound(self.experiments, published)
+
+    def report(self, runs: RunSet, **options):
+        """Its build on `runs` (bound to it): a Report."""
+        return self.build(self.bind(runs), **options)
+
 
 def produce(artifact: Artifact, results_dir: str | Path, **options) -> str | list[Path]:
     """Build the artifact on the runs under results_dir and write it there; returns the markdown it shows, else the
     paths it wrote (what the CLI prints)."""
     if artifact.folder:
         return artifact.build(str(results_dir), **options)
-    return write(artifact.build(RunSet.read(results_dir), **options), results_dir)
+    return write(artifact.report(RunSet.read(results_dir), **options), results_dir)
+
+
+@dataclass(frozen=True)
+class Paper:
+    """One paper, declared once in its package (`PAPER = Paper(...)`): what the page, the claims, the projection,
+    the make targets and the notebooks read of it; `declare` makes its artifacts (docs/adding_a_paper.md)."""
+
+    name: str  # its package under bench/report/
+    title: str  # REPRODUCED.md's heading of its section
+    contents: tuple[str, ...]  # its artifacts in order of appearance: the page's summary rows (then any other Cover)
+    claimed: tuple[str, ...]  # its own method(s): their speedup over AR is its claim (bench.report.claims)
+    setting: Setting | None = None  # its hardware, where the page projects (bench.report.projected)
+    settings: dict = field(default_factory=dict)  # a content label -> its own Setting, where it differs
+    model: str = DEFAULT_MODEL  # the model its reports show without --model or runs
+    # What its make targets share: the target's name, a sweep's command (experiment=<paper>/<sweep>), the targets
+    # built first, what the page adds to the command it shows ("LIMIT=16"), the experiment label of an artifact's
+    # runs (from its name), and its artifacts' common options and drafters.
+    target: str = "reproduce-{paper}-{name}"
+    sweep: str = "$(PY) -m bench.run $(SWEEP) experiment={paper}/{sweep} $(RUN_ARGS)"
+    needs: tuple[str, ...] = ()
+    shown: str = ""
+    experiment: str = ""
+    common: tuple[str, ...] = ("model",)
+    per_drafter: bool = False
+    needs_runs: bool = True
+
+    def setting_of(self, label: str | None = None) -> Setting | None:
+        return self.settings.get(label) or self.setting
+
+    def step(self, sweep: str) -> str:
+        """A recipe's line running one of its sweeps (conf/experiment/<paper>/<sweep>, overrides after it)."""
+        return self.sweep.format(paper=self.name, sweep=sweep)
+
+    def make(self, name: str) -> str:
+        """The make command that produces its artifact `name` (what an empty cell names)."""
+        return "make " + self.target.format(paper=self.name, name=name)
+
+    def declare(self, name: str, help: str, build: Callable, rank: int, recipe: str, *sweeps: str,
+                cover: str | None = None, steps: tuple[str, ...] = (), needs: tuple[str, ...] | None = None,
+                shown: str | None = None, experiments: tuple[str, ...] | None = None, **more) -> Artifact:
+        """Its artifact `name`: one make target runs `steps`, a sweep of each of `sweeps`, then the report; the page
+        shows that target with `shown` (default the paper's)."""
+        steps = (*steps, *map(self.step, sweeps),
+                 f"$(PY) -m bench.report {self.name}/{name} --model $(MODEL)")
+        if experiments is None:
+            experiments = (self.experiment.format(name=name),) if self.experiment else ()
+        more = {"common": self.common, "per_drafter": self.per_drafter, "needs_runs": self.needs_runs, **more}
+        return Artifact(name, help, build, covers=(Cover(cover),) if cover else (), rank=rank, experiments=experiments,
+                        recipes=(Recipe(self.target.format(paper=self.name, name=name), recipe, steps,
+                                        self.needs if needs is None else needs),),
+                        shown=(Shown(self.make(name) + (self.shown if shown is None else shown)),),
+                        paper=self.name, **more)
 
 
 class UnknownArtifact(HarnessError, KeyError):
@@ -121,12 +188,17 @@ def declared(module) -> tuple[Artifact, ...]:
     return (one,) if one is not None else tuple(getattr(module, "ARTIFACTS", ()))
 
 
-def paper_artifacts(paper: str) -> dict[str, Artifact]:
+def paper(name: str) -> Paper:
+    """The declaration of one paper (its package's PAPER)."""
+    if not name.isidentifier() or name not in papers():
+        raise UnknownArtifact(f"no paper {name!r} (papers: {', '.join(papers())})")
+    return importlib.import_module(f"{PACKAGE}.{name}").PAPER
+
+
+def paper_artifacts(name: str) -> dict[str, Artifact]:
     """name -> artifact of one paper, in rank order (then module order): imports the paper's modules."""
-    if not paper.isidentifier() or paper not in papers():
-        raise UnknownArtifact(f"no paper {paper!r} (papers: {', '.join(papers())})")
-    package = importlib.import_module(f"{PACKAGE}.{paper}")
-    found = [replace(a, paper=paper) for m in pkgutil.iter_modules(package.__path__)
+    package = importlib.import_module(f"{PACKAGE}.{paper(name).name}")
+    found = [replace(a, paper=name) for m in pkgutil.iter_modules(package.__path__)
              for a in declared(importlib.import_module(f"{package.__name__}.{m.name}"))]
     return {a.name: a for a in sorted(found, key=lambda a: a.rank)}
 

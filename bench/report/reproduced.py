@@ -4,7 +4,6 @@ rebuilds it byte for byte: no machine paths (an absolute path becomes repository
 from __future__ import annotations
 
 import csv
-import importlib
 import io
 import re
 import textwrap
@@ -17,8 +16,8 @@ from bench.errors import HarnessError
 from bench.paths import project_path
 from bench.report.claims import speedup_claim
 from bench.report.drafter import describe, drafter, present
-from bench.report.projected import projected_table, setting_of
-from bench.report.registry import Artifact, Cover, Shown, paper_artifacts, papers, produce
+from bench.report.projected import projected_table
+from bench.report.registry import Artifact, Cover, Shown, paper, paper_artifacts, papers, produce
 from bench.report.tables import MISSING, listed
 from bench.run.store import Run, load_runs
 
@@ -122,7 +121,7 @@ class Section:
     def setting(self) -> Setting | None:
         """The paper's hardware for what the section shows (bench.report.projected)."""
         label = next((c.label for c in self.art.covers if c.options.items() <= self.shown.options.items()), None)
-        return setting_of(self.art.paper, label)
+        return paper(self.art.paper).setting_of(label)
 
     @property
     def title(self) -> str:
@@ -131,12 +130,13 @@ class Section:
 
 
 def coverage() -> list[tuple[str, Cover, str | None]]:
-    """(paper, cover, artifact name) per entry of every paper's CONTENTS (artifact None: no target yet)."""
+    """(paper, cover, artifact name) per entry of every paper's contents (artifact None: no target yet), then each
+    label an artifact covers that the contents do not name (in rank order)."""
     out = []
-    for paper in papers():
-        covers = {c.label: (c, a.name) for a in paper_artifacts(paper).values() for c in a.covers}
-        for label in importlib.import_module(f"bench.report.{paper}").CONTENTS:
-            out.append((paper, *covers.get(label, (Cover(label), None))))
+    for name in papers():
+        covers = {c.label: (c, a.name) for a in paper_artifacts(name).values() for c in a.covers}
+        labels = dict.fromkeys((*paper(name).contents, *covers))
+        out += [(name, *covers.get(label, (Cover(label), None))) for label in labels]
     return out
 
 
@@ -263,23 +263,23 @@ def summary_table(sections: list[Section]) -> str:
     return "## Summary\n\n" + "\n".join(rows)
 
 
-def summary_row(paper: str, c: Cover, artifact: str | None, s: Section | None) -> str:
+def summary_row(name: str, c: Cover, artifact: str | None, s: Section | None) -> str:
     """The summary's row of one coverage row, from its section (None: no section shows it)."""
-    used = s.used if s is not None else []
+    used, declared = (s.used if s is not None else []), paper(name)
     label = f"{c.label} (draft: {describe(s.draft)})" if s is not None and s.split else c.label
     status, claim, projected = "not measured", MISSING, MISSING
     if used:
-        claims = [speedup_claim(paper, used), *report_claims(s.md)]
+        claims = [speedup_claim(declared.claimed, used), *report_claims(s.md)]
         status, claim = "measured", "; ".join(x for x in claims if x != MISSING) or MISSING
-        if (setting := s.setting) is not None and (found := speedup_claim(paper, used, setting)) != MISSING:
+        if (setting := s.setting) is not None and (found := speedup_claim(declared.claimed, used, setting)) != MISSING:
             projected = f"{found} ({setting.label})"
     elif s is not None and not s.art.needs_runs and s.md:
-        return f"| {paper} | {label} | measured | no model | {MISSING} | {MISSING} |"
+        return f"| {name} | {label} | measured | no model | {MISSING} | {MISSING} |"
     elif artifact is None:
         status = "no target"
     elif c.offline:
         status = f"not measurable offline ({c.offline})"
-    return f"| {paper} | {label} | {status} | {prompts_text(used)} | {claim} | {projected} |"
+    return f"| {name} | {label} | {status} | {prompts_text(used)} | {claim} | {projected} |"
 
 
 VERDICT = re.compile(r"\b(holds|does not hold|undecided|not measured)\b")
@@ -316,10 +316,9 @@ def reproduced_page(results_dir: str | None = None, out: str | None = None, evid
     sections = build_sections(folder, runs)
     measured = span([r for s in sections for r in s.used]) or "no runs yet"
     parts = [wrap_long(HEADER.format(evidence=EVIDENCE, span=measured)), summary_table(sections)]
-    for paper in papers():
-        doc = (importlib.import_module(f"bench.report.{paper}").__doc__ or paper).strip().splitlines()[0]
-        parts.append(f"## {doc}")
-        for s in (s for s in sections if s.art.paper == paper):
+    for name in papers():
+        parts.append(f"## {paper(name).title}")
+        for s in (s for s in sections if s.art.paper == name):
             parts += section_text(s, folder)
     text = "\n\n".join(parts) + "\n"
     atomic_write(project_path(out or "REPRODUCED.md"), text)

@@ -7,7 +7,9 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.errors import MissingRunsError
+import pandas as pd
+
+from bench.errors import HarnessError, MissingRunsError
 from bench.report.drafter import choose
 from bench.run.store import Run, load_runs
 
@@ -39,9 +41,9 @@ def setting(name: str, default=None) -> Callable[[Run], object]:
     return lambda r: r.settings.get(name, default)
 
 
-def default_model(runs: list[Run], model: str | None = None) -> str:
-    """`model`, else the model of the most recent run, else DEFAULT_MODEL."""
-    return model or (runs[-1].model if runs else None) or DEFAULT_MODEL
+def default_model(runs: list[Run], model: str | None = None, default: str = DEFAULT_MODEL) -> str:
+    """`model`, else the model of the most recent run, else `default` (the paper's, Paper.model)."""
+    return model or (runs[-1].model if runs else None) or default
 
 
 def latest_runs(runs: list[Run], batch_size: int = 1) -> dict[tuple, Run]:
@@ -82,10 +84,29 @@ class RunSet:
     max_new_tokens: int | None = None
     dataset: str | None = None
     notes: list[str] = field(default_factory=list)
+    experiments: tuple[str, ...] = ()  # the experiment labels of the artifact's own runs (Artifact.bind)
+    published: dict = field(default_factory=dict)  # its paper CSVs: file name -> DataFrame (Artifact.bind)
 
     @classmethod
     def read(cls, folder: str | Path) -> RunSet:
         return cls(load_runs(folder) if Path(folder, "runs").is_dir() else [], Path(folder))
+
+    def bound(self, experiments: tuple[str, ...], published: dict) -> RunSet:
+        """A copy that knows an artifact's experiments and published numbers (Artifact.bind)."""
+        return dataclasses.replace(self, experiments=tuple(experiments), published=dict(published),
+                                   notes=list(self.notes))
+
+    def own(self, **labels) -> RunSet:
+        """The runs of the artifact's own experiments with these labels (`where`'s keywords)."""
+        return self.where(experiment=self.experiments, **labels)
+
+    def paper(self, name: str | None = None) -> pd.DataFrame:
+        """One of the artifact's paper CSVs (default its first), as Artifact.bind read it."""
+        name = name or next(iter(self.published), None)
+        if name not in self.published:
+            raise HarnessError(f"{name or 'a paper table'} is not among the artifact's paper_csv "
+                               f"({', '.join(self.published) or 'none'}): declare it there")
+        return self.published[name]
 
     def where(self, **labels) -> RunSet:
         """A copy holding the runs with these labels (`where`'s keywords)."""

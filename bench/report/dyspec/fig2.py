@@ -19,7 +19,7 @@ from bench.report.tables import fmt, listed, markdown, with_interval
 MAKE = "make reproduce-dyspec-fig2"
 EXPERIMENT = "dyspec_fig2"
 EDGES = np.round(np.linspace(0, 1, 11), 1).tolist()  # ten columns of draft probability, as the paper's heat map
-PAPER = ("Paper (Figure 2, CNN DailyMail, no point values): tokens of higher draft probability are more likely to "
+PAPER_SAYS = ("Paper (Figure 2, CNN DailyMail, no point values): tokens of higher draft probability are more likely to "
          "be accepted; the acceptance rate under one draft probability looks binomially distributed; the target "
          "probability correlates strongly with the draft probability (right panel: not measured here, the target's "
          "probabilities are not recorded).")
@@ -53,7 +53,7 @@ def build_fig2(runs: RunSet, model: str | None = None, draft: str | None = None)
             f"(bins without nodes left out); interval: 95% bootstrap over questions. Total tested nodes: "
             f"{fmt(df['nodes'].sum(), 'd')}.")
     df.attrs.update(model=pinned.model, drafter=pinned.drafter, verdicts=verdicts,
-                    footer=footer(ours, chosen.values(), [*claims, PAPER], pinned.notes))
+                    footer=footer(ours, chosen.values(), [*claims, PAPER_SAYS], pinned.notes))
     return df
 
 

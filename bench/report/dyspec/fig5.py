@@ -3,8 +3,6 @@ run (preferring Table 4's setting: budget 768, openwebtext, T=0.6), and its mean
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 
 from bench.metrics import bootstrap_interval, mat, ratio_of_sums
@@ -17,7 +15,6 @@ from bench.report.select import RunSet, footer
 from bench.report.tables import fmt, markdown, with_interval
 
 MAKE = "make reproduce-dyspec-fig5"
-PAPER_CSV = Path(__file__).with_name("paper_tables") / "dyspec_fig5_tree_size.csv"
 EXPERIMENT = "dyspec_table4"
 PREFER = (("experiment", EXPERIMENT), ("dataset", "openwebtext"), ("temperature", 0.6))
 
@@ -38,7 +35,7 @@ def build_fig5(runs: RunSet, model: str | None = None, draft: str | None = None)
     df = pd.DataFrame(rows)
     per_q = df.groupby("question_id")
     size_ci = bootstrap_interval([per_q["tree_size"].sum().tolist(), per_q.size().tolist()], ratio_of_sums)
-    ms, paper = run.settings, pd.read_csv(PAPER_CSV).iloc[0].to_dict()
+    ms, paper = run.settings, runs.paper().iloc[0].to_dict()
     ours = (f"Ours: {run.model}, draft: {describe(pinned.drafter)}, machine {run.machine}, {per_q.ngroups} "
             f"prompt-turns, {len(df)} steps, experiment {run.experiment or '—'}; MAT (prefill counted as a step) "
             f"{fmt(mat(run.records))}. Interval: 95% bootstrap over questions.")
@@ -90,7 +87,7 @@ def dyspec_fig5(runs: RunSet, model: str | None = None, draft: str | None = None
 
 ARTIFACT = Artifact(
     "fig5", "Figure 5 (tree size and accepted tokens per step; Table 4's budget) -> figures/dyspec_fig5.{png,csv,md}",
-    dyspec_fig5, rank=3, per_drafter=True, experiments=(EXPERIMENT,), paper_csv=(PAPER_CSV.name,),
+    dyspec_fig5, rank=3, per_drafter=True, experiments=(EXPERIMENT,), paper_csv=("dyspec_fig5_tree_size.csv",),
     covers=(Cover("Figure 5"),),
     recipes=(Recipe("reproduce-dyspec-fig5", "DySpec Figure 5: tree size and accepted tokens per step, dyspec at "
                     "budget 768 (threshold) on OpenWebText, T 0.6",

@@ -22,8 +22,8 @@ from bench.report.registry import Artifact, Cover, Recipe, Shown, option
 from bench.report.select import RunSet
 from bench.report.tables import fmt
 
-PAPER_CSV = Path(__file__).with_name("paper_tables") / "dyspec_table5_tree_attention.csv"
-FIG9_CSV = PAPER_CSV.with_name("dyspec_fig9_block_counts.csv")
+PAPER_CSV = "dyspec_table5_tree_attention.csv"
+FIG9_CSV = "dyspec_fig9_block_counts.csv"
 GENERATOR_NOTES = {
     "recursive": "uniform random recursive tree: node i's parent is uniform over nodes 0..i-1; original "
                  "order = creation order",
@@ -100,9 +100,8 @@ def file_counts(trees: list[tuple[np.ndarray, int]], prefixes: list[int], block:
 
 # ---------------------------------------------------------------- tables
 
-def paper_table5() -> pd.DataFrame:
-    """tree_size -> paper's block counts without / with reorder."""
-    paper = pd.read_csv(PAPER_CSV)
+def paper_table5(paper: pd.DataFrame) -> pd.DataFrame:
+    """tree_size -> paper's block counts without / with reorder (of the paper's Table 5 CSV)."""
     wide = paper.pivot(index="tree_size", columns="reorder", values="block_count")
     return pd.DataFrame({"paper_blocks_original": wide[False], "paper_blocks_dfs": wide[True]})
 
@@ -112,7 +111,7 @@ def per_order(long: pd.DataFrame, key: list[str], aggfunc: str = "mean") -> pd.D
     return long.pivot_table(index=key, columns="order", values="blocks", aggfunc=aggfunc)
 
 
-def table5(long: pd.DataFrame, block: int = BLOCK) -> pd.DataFrame:
+def table5(long: pd.DataFrame, block: int, paper: pd.DataFrame) -> pd.DataFrame:
     """One row per (generator, tree size): mean tiles per order at prefix 0, reduction, the paper's."""
     key = ["source", "tree_size"]
     at0 = long[long.prefix_len == 0]
@@ -127,7 +126,7 @@ def table5(long: pd.DataFrame, block: int = BLOCK) -> pd.DataFrame:
     nb = -(-df.tree_size // block)
     df["lower_triangle"] = nb * (nb + 1) // 2  # every tile on or below the diagonal: the most possible
     df["block"] = block
-    df = df.join(paper_table5(), on="tree_size")
+    df = df.join(paper_table5(paper), on="tree_size")
     rank = {g: i for i, g in enumerate(dict.fromkeys(long.source))}  # keep the command line's order
     df = df.sort_values(["source", "tree_size"], key=lambda c: c.map(rank) if c.name == "source" else c)
     df["paper_reduction"] = df.paper_blocks_original / df.paper_blocks_dfs
@@ -212,7 +211,7 @@ def fig9_points(long: pd.DataFrame, sizes_col: str) -> pd.DataFrame:
     return pts.rename(columns={sizes_col: "tree_size"})
 
 
-def fig9(points: pd.DataFrame, title_of: dict[str, str], block: int):
+def fig9(points: pd.DataFrame, title_of: dict[str, str], block: int, paper: pd.DataFrame):
     """One panel per source (the command line's order): mean tiles per prefix length, per size and order."""
     sources = [s for s in title_of if s in set(points.source)]
     fig = new_figure(figsize=(5.2 * len(sources), 4.2))
@@ -232,7 +231,6 @@ def fig9(points: pd.DataFrame, title_of: dict[str, str], block: int):
         ax.set_ylabel(f"non-zero {block}x{block} tiles (mean)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    paper = pd.read_csv(FIG9_CSV)
     quote = "; ".join(f"{s}: {g[~g.reorder].block_count.iloc[0]:.2f} -> {g[g.reorder].block_count.iloc[0]:.2f}"
                       for s, g in paper.groupby("tree_size"))
     fig.text(0.01, -0.04, f"Paper, Fig. 9 text (real DySpec trees, prefix length not given), tree size: "
@@ -290,7 +288,7 @@ def dyspec_table5(runs: RunSet, sizes: str | Iterable[int] = "256,512,1024,2048"
             sweep = prefixes if (size in fig_sizes and not recorded) else [0]
             rows += synthetic_counts(gen, size, trees_per_size, seed, sorted({0, *sweep}), block)
     long = pd.DataFrame(rows)
-    df = table5(long[long.tree_size.isin(sizes)], block)
+    df = table5(long[long.tree_size.isin(sizes)], block, runs.paper(PAPER_CSV))
 
     if recorded:
         flong = pd.DataFrame(file_counts(recorded, prefixes, block))
@@ -307,7 +305,7 @@ def dyspec_table5(runs: RunSet, sizes: str | Iterable[int] = "256,512,1024,2048"
     return Report({"tables/dyspec_table5.md": table5_markdown(df, trees_df, trees_per_size, seed, block, trees),
                    "tables/dyspec_table5.csv": df,
                    **({"tables/dyspec_table5_trees.csv": trees_df} if trees_df is not None else {}),
-                   "figures/dyspec_fig9_block_counts.png": fig9(points, titles, block),
+                   "figures/dyspec_fig9_block_counts.png": fig9(points, titles, block, runs.paper(FIG9_CSV)),
                    "figures/dyspec_fig9_block_counts.csv": points,
                    "figures/dyspec_fig7_masks.png": fig7(example, f"Tree attention mask (black: visible), {what}",
                                                          block)})
@@ -317,7 +315,7 @@ def dyspec_table5(runs: RunSet, sizes: str | Iterable[int] = "256,512,1024,2048"
 # `python -m bench.run model=smollm2-135m dataset=c4 method=dyspec run.limit=3 method.record_trees=$PWD/results/dyspec_trees.jsonl`
 ARTIFACT = Artifact(
     "table5", "Table 5, Figures 7 and 9 (mask tiles per tree order; no runs needed)", dyspec_table5, rank=5,
-    paper_csv=(PAPER_CSV.name, FIG9_CSV.name), covers=(Cover("Table 5"), Cover("Figure 7"), Cover("Figure 9")),
+    paper_csv=(PAPER_CSV, FIG9_CSV), covers=(Cover("Table 5"), Cover("Figure 7"), Cover("Figure 9")),
     recipes=(Recipe("reproduce-dyspec-table5", "DySpec Table 5 / Figs 7, 9: non-zero 32x32 tiles of tree "
                     "attention masks, with and without DFS reorder",
                     (("$(PY) -m bench.report dyspec/table5 --sizes 256,512,1024,2048 --trees-per-size 20 --seed 0 "

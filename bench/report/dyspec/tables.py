@@ -4,7 +4,6 @@ SpecInfer, ours beside the paper's, from one drafter's runs (AR's are every draf
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pandas as pd
 
@@ -12,14 +11,15 @@ from bench.errors import HarnessError
 from bench.metrics import mat, mat_interval, verdict
 from bench.report.claims import overall, paired_ratio_interval, per_question, sums_interval
 from bench.report.drafter import describe
+from bench.report.dyspec import PAPER
 from bench.report.output import Report
 from bench.report.registry import Artifact, Cover, Recipe, Shown, option
-from bench.report.select import DEFAULT_MODEL, RunSet, footer, latest_runs
+from bench.report.select import RunSet, footer, latest_runs
 from bench.report.steps import has_steps
 from bench.report.tables import MISSING, listed, measure, paired_cells, render, with_interval
 from bench.run.store import Run
 
-PAPER_CSV = Path(__file__).with_name("paper_tables") / "dyspec_tables_latency_per_token.csv"
+PAPER_CSV = "dyspec_tables_latency_per_token.csv"
 DATASETS = {"c4": "C4", "openwebtext": "OWT", "cnn_dailymail": "CNN"}  # ours -> the paper's name
 TEMPERATURES = (0.0, 0.6)
 METHODS = ("dyspec", "sequoia", "specinfer")  # paper column order: Ours, Sequoia, Specinfer
@@ -87,12 +87,11 @@ def latency_speedup_interval(records: list[dict], baseline: list[dict]) -> list[
     return paired_ratio_interval(tokens_and_time(records), tokens_and_time(baseline))
 
 
-def dyspec_paper(table: int) -> pd.DataFrame:
-    """The paper's rows of one table: index (paper dataset, temperature, method)."""
-    every = pd.read_csv(PAPER_CSV)
+def dyspec_paper(every: pd.DataFrame, table: int) -> pd.DataFrame:
+    """The paper's rows of one table (of its CSV `every`): index (paper dataset, temperature, method)."""
     df = every[every["table"] == table]
     if df.empty:
-        raise HarnessError(f"DySpec has no Table {table} in {PAPER_CSV.name} (tables: "
+        raise HarnessError(f"DySpec has no Table {table} in {PAPER_CSV} (tables: "
                            f"{', '.join(map(str, sorted(every['table'].unique())))})")
     return df.assign(temperature=df["temperature"].astype(float)).set_index(["dataset", "temperature", "method"])
 
@@ -138,10 +137,10 @@ def build_dyspec_table(runs: RunSet, model: str | None = None, paper_table: int 
     the latest per cell with no variant (Table 4: TABLE_VARIANTS[4]); default table: by the model's paper_size."""
     mine = candidates(runs)
     table = table_number(mine.pin(model=model, draft=draft).runs, paper_table)  # the model's paper size
-    paper = dyspec_paper(table)
+    paper = dyspec_paper(runs.paper(), table)
     variant = TABLE_VARIANTS.get(table)
     runs = mine.pin(model=model, draft=draft, own=lambda r: r.variant == variant)
-    model = runs.model or DEFAULT_MODEL
+    model = runs.model or PAPER.model
     latest = latest_runs(runs.runs)
     used: list[Run] = []
     notes: list[str] = list(runs.notes)
@@ -273,7 +272,7 @@ TABLE = "$(PY) -m bench.report dyspec/table --model {} --paper-table {}"
 
 ARTIFACT = Artifact(
     "table", "Tables 1-3 (latency, accepted tokens) -> tables/dyspec_table{N}.{md,csv,tex}", dyspec_table,
-    rank=1, per_drafter=True, experiments=("dyspec_table1", "dyspec_table4"), paper_csv=(PAPER_CSV.name,),
+    rank=1, per_drafter=True, experiments=("dyspec_table1", "dyspec_table4"), paper_csv=(PAPER_CSV,),
     covers=(Cover("Table 1", {"paper_table": 1}),
             Cover("Table 2", {"paper_table": 2}, offline="llama-68m -> Llama-2-13B: the hub and a GPU"),
             Cover("Table 3", {"paper_table": 3}, offline="Llama-2-7B -> Llama-2-70B: the hub and GPUs"),

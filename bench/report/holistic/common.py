@@ -4,14 +4,13 @@ every dataset), a run's ladder level, the numbers a run is reduced to and the de
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import pandas as pd
 
 from bench import metrics
 from bench.report.drafter import describe, drafter
 from bench.report.output import Report
-from bench.report.registry import Artifact, Cover, Recipe, Shown, option
+from bench.report.registry import Artifact, option
 from bench.report.select import MissingRunsError, RunSet, footer
 from bench.report.tables import MISSING, interval_columns, paired_cells, render
 from bench.run.store import Run
@@ -20,20 +19,7 @@ EXPERIMENT = "holistic"
 # (reuse_draft, reuse_target, precut) -> the Table 3 level, in ladder order
 LEVELS = {(False, False, False): "sd", (True, False, False): "reuse_draft", (True, True, False): "reuse_target",
           (True, True, True): "precut"}
-MODEL = {"common": ("model", "draft")}  # --draft: one drafter's runs (bench/report/drafter.py)
 DATASET = option("--dataset", help="the runs' dataset (default humaneval, as the paper's ablation)")
-RUN = "$(PY) -m bench.run $(SWEEP) experiment=holistic/{} $(HOLISTIC_ARGS)"
-AR = "$(PY) -m bench.run $(SWEEP) experiment=holistic/ar dataset={} $(HOLISTIC_ARGS)"
-REPORT = "$(PY) -m bench.report holistic/{} --model $(MODEL)"
-
-
-def declare(name: str, help: str, build, cover: str, rank: int, recipe: str, *steps: str, paper: str | None = None,
-            limit: str = " LIMIT=5", experiments: tuple[str, ...] = (EXPERIMENT,), **more) -> Artifact:
-    """An artifact of the paper: one drafter's runs, its make target (`steps`, then its report) shown at `limit`."""
-    target = f"reproduce-holistic-{name}"
-    return Artifact(name, help, build, covers=(Cover(cover),), rank=rank, per_drafter=True, experiments=experiments,
-                    paper_csv=(paper,) if paper else (), shown=(Shown(f"make {target}{limit}"),),
-                    recipes=(Recipe(target, recipe, (*steps, REPORT.format(name))),), **MODEL, **more)
 
 
 def make(artifact: Artifact) -> str:
@@ -59,10 +45,6 @@ def speedup_grid(df: pd.DataFrame, head: str, rows: tuple[str, dict], columns: t
 def points(claim: str) -> str:
     """A point-based claim text's numbers, without its reading (verdicts come from intervals only)."""
     return claim.split(" (", 1)[1].rstrip(")") if " (" in claim else claim
-
-
-def paper_table(name: str) -> pd.DataFrame:
-    return pd.read_csv(Path(__file__).with_name("paper_tables") / name)
 
 
 def level(run: Run) -> str | None:

@@ -11,7 +11,8 @@ from matplotlib.figure import Figure
 
 from bench.metrics import bootstrap_interval, ratio_of_sums, verdict
 from bench.report.drafter import describe, drafter
-from bench.report.holistic.common import RUN, declare, draft_length, level, make
+from bench.report.holistic import PAPER
+from bench.report.holistic.common import draft_length, level, make
 from bench.report.output import Report
 from bench.report.plots import new_figure, wrap, yerr
 from bench.report.select import RunSet, footer
@@ -21,7 +22,7 @@ from bench.run.store import Run
 
 EDGES = [0.0, 0.01, 0.03, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0]  # Pre-cut's confidence bins (conf_edges), ascending
 SHOWN_STEPS = 200  # iterations drawn in (a)
-PAPER = {"a": "Paper (a): the local optimal draft length varies strongly across SD iterations.",
+PAPER_SAYS = {"a": "Paper (a): the local optimal draft length varies strongly across SD iterations.",
          "b": "Paper (b): a substantial portion of draft tokens from prior iterations (phrases of 2+ tokens) "
               "reappear and can be reused.",
          "c": "Paper (c, Alpaca): the acceptance of a draft sequence correlates strongly and positively with the "
@@ -196,7 +197,7 @@ def holistic_fig2(runs: RunSet, model: str | None = None, draft: str | None = No
     ours = (f"Ours: {at['model']}, draft: {describe(at['drafter'])}, machine {at['machine']}, {at['dataset']}, "
             f"vanilla SD at lambda {lam}; intervals: 95% bootstrap over questions. (b): a discarded token counts when "
             "a 2-token phrase of the discarded part holding it reappears later in the same prompt-turn.")
-    foot = footer(ours, [run_a, run_bc], [*claims, *PAPER.values(), "The paper's figure gives no point values."],
+    foot = footer(ours, [run_a, run_bc], [*claims, *PAPER_SAYS.values(), "The paper's figure gives no point values."],
                   p.notes)
     png = Path(runs.folder, "figures", "holistic_fig2.png")  # the markdown names the figure where it is written
     table = pd.DataFrame(rows, columns=["Part", "Measure", "Ours"])
@@ -204,8 +205,8 @@ def holistic_fig2(runs: RunSet, model: str | None = None, draft: str | None = No
     return Report.figure("holistic_fig2", plot(df), df, md)
 
 
-ARTIFACT = declare(
+ARTIFACT = PAPER.declare(
     "fig2", "Figure 2 (local optimal lambda per iteration, reuse potential, acceptance vs confidence product; (b), "
-    "(c) need run.record_steps=true) -> figures/holistic_fig2.{png,csv,md}", holistic_fig2, "Figure 2", 6,
+    "(c) need run.record_steps=true) -> figures/holistic_fig2.{png,csv,md}", holistic_fig2, 6,
     "Post-use & Pre-cut Figure 2: vanilla SD (lambda 12) on Alpaca with per-step records: lambda*, reuse potential, "
-    "acceptance vs confidence", RUN.format("fig2"), experiments=("holistic_fig2", "holistic"))
+    "acceptance vs confidence", "fig2", cover="Figure 2", experiments=("holistic_fig2", "holistic"))

@@ -9,8 +9,9 @@ from matplotlib.figure import Figure
 
 from bench.report.claims import sums_interval
 from bench.report.drafter import describe
+from bench.report.holistic import PAPER
 from bench.report.holistic.claims import ordering_verdict
-from bench.report.holistic.common import AR, EXPERIMENT, RUN, declare, draft_length, frozen, make, points
+from bench.report.holistic.common import EXPERIMENT, draft_length, frozen, make, points
 from bench.report.output import Report
 from bench.report.plots import new_figure, yerr
 from bench.report.registry import option
@@ -127,8 +128,8 @@ def holistic_fig4(runs: RunSet, model: str | None = None, dataset: str = "alpaca
     return Report.figure("holistic_fig4", plot(df), df, markdown(summary, caption, foot))
 
 
-ARTIFACT = declare(
+ARTIFACT = PAPER.declare(
     "fig4", "Figure 4 (utilisation over time: vanilla SD, Pre-cut Q_init, Q updated) -> "
-    "figures/holistic_fig4.{png,csv,md}", holistic_fig4, "Figure 4", 7, "Post-use & Pre-cut Figure 4: utilisation "
-    "over time, vanilla SD vs Pre-cut Q_init vs Q updated, on Alpaca", AR.format("alpaca"), RUN.format("fig4"),
+    "figures/holistic_fig4.{png,csv,md}", holistic_fig4, 7, "Post-use & Pre-cut Figure 4: utilisation over time, "
+    "vanilla SD vs Pre-cut Q_init vs Q updated, on Alpaca", "ar dataset=alpaca", "fig4", cover="Figure 4",
     options=(DATASET,))

@@ -6,8 +6,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from bench.metrics import speedup_interval, verdict
-from bench.report.holistic import common
-from bench.report.holistic.common import AR, RUN, make
+from bench.report.holistic import PAPER, common
+from bench.report.holistic.common import make
 from bench.report.output import Report
 from bench.report.plots import new_figure, yerr
 from bench.report.select import MissingRunsError, RunSet, footer
@@ -91,7 +91,7 @@ def holistic_fig5(runs: RunSet, model: str | None = None, draft: str | None = No
     return Report.figure("holistic_fig5", plot(df), df, markdown(table, caption, foot))
 
 
-ARTIFACT = common.declare(
+ARTIFACT = PAPER.declare(
     "fig5", "Figure 5 (speedup vs draft length with reuse only, HumanEval and MT-Bench) -> "
-    "figures/holistic_fig5.{png,csv,md}", holistic_fig5, "Figure 5", 8, "Post-use & Pre-cut Figure 5: speedup vs "
-    "lambda 3-24 with reuse only, HumanEval and MT-Bench", AR.format("humaneval,mt_bench"), RUN.format("fig5"))
+    "figures/holistic_fig5.{png,csv,md}", holistic_fig5, 8, "Post-use & Pre-cut Figure 5: speedup vs lambda 3-24 "
+    "with reuse only, HumanEval and MT-Bench", "ar dataset=humaneval,mt_bench", "fig5", cover="Figure 5")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pandas as pd
 
 from bench.report.drafter import describe
-from bench.report.holistic.common import AR, MODEL, REPORT, RUN, make, numbers
+from bench.report.holistic import PAPER
+from bench.report.holistic.common import make, numbers
 from bench.report.output import Report
 from bench.report.registry import Artifact, Recipe
 from bench.report.select import MissingRunsError, RunSet, footer
@@ -51,8 +52,8 @@ def holistic_settings(runs: RunSet, model: str | None = None, draft: str | None 
 
 ARTIFACT = Artifact(
     "settings", "the open settings swept (W, beta, target_cost, warm-up) -> tables/holistic_settings.{md,csv}",
-    holistic_settings, rank=9, experiments=(EXPERIMENT, "holistic"),
+    holistic_settings, rank=9, experiments=(EXPERIMENT, "holistic"), common=PAPER.common,
     recipes=(Recipe("sweep-holistic-settings", "Post-use & Pre-cut's open settings: W x beta, target_cost x warm-up "
-                    "(18 runs on HumanEval)", (AR.format("humaneval"), RUN.format("sweep_cache"),
-                                              RUN.format("sweep_controller"), REPORT.format("settings"))),),
-    **MODEL)
+                    "(18 runs on HumanEval)", (*map(PAPER.step, ("ar dataset=humaneval", "sweep_cache",
+                                                                "sweep_controller")),
+                                              "$(PY) -m bench.report holistic/settings --model $(MODEL)")),))

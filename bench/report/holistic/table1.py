@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench.report.holistic import common
-from bench.report.holistic.common import AR, RUN, draft_length, level, make, ours
+from bench.report.holistic import PAPER, common
+from bench.report.holistic.common import draft_length, level, make, ours
 from bench.report.output import Report
 from bench.report.select import MissingRunsError, RunSet, footer
 from bench.report.tables import MISSING, lossless_text, paired_cells, render
 
-PAPER = "postuse_precut_table1_2.csv"
 PAPER_PAIR = "Llama2 7&70B"  # beside ours in the markdown: the pair of both tables
 DATASETS = ("humaneval", "mt_bench", "gsm8k")
 LAMBDA = 12  # Speculative's and Ouroboros's draft length (Appendix D.4.2)
@@ -49,7 +48,7 @@ def contradicted_speedups(paper: pd.DataFrame) -> list[str]:
 
 
 def holistic_table1(runs: RunSet, model: str | None = None, draft: str | None = None) -> Report:
-    paper = common.paper_table(PAPER)
+    paper = runs.paper()
     pools, errors = common.ladders(runs, DATASETS, ARTIFACT, model, draft)
     if not pools:
         raise MissingRunsError(f"no holistic runs on {', '.join(DATASETS)} in {runs.folder} ({make(ARTIFACT)})")
@@ -91,9 +90,9 @@ def holistic_table1(runs: RunSet, model: str | None = None, draft: str | None = 
     return Report.tables("holistic_table1", render(display(df), caption, foot, df))
 
 
-ARTIFACT = common.declare(
+ARTIFACT = PAPER.declare(
     "table1", "Tables 1-2 (tok/s and speedup vs AR of AR, Lookahead, Assisted, Speculative, Ouroboros, ours on "
-    "HumanEval, MT-Bench, GSM8K) -> tables/holistic_table1.{md,csv,tex}", holistic_table1, "Tables 1-2", 1,
+    "HumanEval, MT-Bench, GSM8K) -> tables/holistic_table1.{md,csv,tex}", holistic_table1, 1,
     "Post-use & Pre-cut Tables 1-2: AR, Lookahead, Assisted, Speculative, Ouroboros, ours on HumanEval, MT-Bench, "
-    "GSM8K", AR.format("humaneval,mt_bench,gsm8k"), *(RUN.format(e) for e in ("table1", "table1_sd", "table1_assisted")),
-    paper=PAPER)
+    "GSM8K", "ar dataset=humaneval,mt_bench,gsm8k", "table1", "table1_sd", "table1_assisted", cover="Tables 1-2",
+    paper_csv=("postuse_precut_table1_2.csv",))

@@ -5,13 +5,12 @@ from __future__ import annotations
 import pandas as pd
 
 from bench.metrics import group_records, speedup, speedup_interval
-from bench.report.holistic import common
+from bench.report.holistic import PAPER, common
 from bench.report.holistic.common import draft_length, level
 from bench.report.output import Report
 from bench.report.select import RunSet
 from bench.report.tables import interval_columns
 
-PAPER = "postuse_precut_table10_specbench.csv"
 DATASET = "spec_bench"
 # our group -> the paper's column
 GROUPS = {"mt_bench": "dialog", "translation": "trans", "summarization": "sum", "qa": "qa",
@@ -28,7 +27,7 @@ TABLE10 = ("$(PY) -m bench.run $(SWEEP) experiment=holistic/{} model=$(MODEL) ru
 
 def holistic_table10(runs: RunSet, model: str | None = None, draft: str | None = None) -> Report:
     p = common.ladder(runs, DATASET, ARTIFACT, model, draft)
-    paper = common.paper_table(PAPER).set_index("method")
+    paper = runs.paper().set_index("method")
     rows, used = [], []
     for row, (label, paper_name, keep) in ROWS.items():
         run = p.latest(keep)
@@ -56,8 +55,9 @@ def holistic_table10(runs: RunSet, model: str | None = None, draft: str | None =
     return common.table(ARTIFACT, p, used, caption, lines, display, df)
 
 
-ARTIFACT = common.declare(
+ARTIFACT = PAPER.declare(
     "table10", "Table 10 (speedup vs AR per Spec-Bench category: Speculative (8), Assisted, ours) -> "
-    "tables/holistic_table10.{md,csv,tex}", holistic_table10, "Table 10", 5,
-    "Post-use & Pre-cut Table 10: AR, Speculative (8), Assisted, ours per Spec-Bench category",
-    *(TABLE10.format(e) for e in ("table10", "table10_sd", "table10_assisted")), paper=PAPER, limit="")
+    "tables/holistic_table10.{md,csv,tex}", holistic_table10, 5,
+    "Post-use & Pre-cut Table 10: AR, Speculative (8), Assisted, ours per Spec-Bench category", cover="Table 10",
+    steps=tuple(TABLE10.format(e) for e in ("table10", "table10_sd", "table10_assisted")), shown="",
+    paper_csv=("postuse_precut_table10_specbench.csv",))

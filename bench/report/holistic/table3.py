@@ -5,15 +5,14 @@ from __future__ import annotations
 import pandas as pd
 
 from bench.metrics import verdict
-from bench.report.holistic import common
+from bench.report.holistic import PAPER, common
 from bench.report.holistic.claims import MAT_TOLERANCE, flatten_interval, reuse_verdict
-from bench.report.holistic.common import AR, DATASET, RUN, points
+from bench.report.holistic.common import DATASET, points
 from bench.report.output import Report
 from bench.report.select import RunSet
 from bench.report.tables import fmt_ci, is_missing
 from bench.run.store import Run
 
-PAPER = "postuse_precut_table3_ablation.csv"
 # Ladder level -> its row label; the paper's name for it in its CSV
 LEVEL_NAMES = {"sd": "+ Speculative (sd)", "reuse_draft": "+ Ex-post reuse at M_d",
                "reuse_target": "+ Ex-post reuse at M_t", "precut": "+ Ex-ante reduction (Pre-cut)"}
@@ -76,7 +75,7 @@ def flatten_claim(df: pd.DataFrame, col: str = "speedup") -> str:
 def holistic_table3(runs: RunSet, model: str | None = None, dataset: str = "humaneval",
                     draft: str | None = None) -> Report:
     p = common.ladder(runs, dataset, ARTIFACT, model, draft)
-    paper = common.paper_table(PAPER).set_index("level")
+    paper = runs.paper().set_index("level")
     lengths = sorted(set(LAMBDAS) | {n for lvl in LEVEL_NAMES for n in common.draft_lengths(p, lvl)})
     got = {(lvl, n): common.cell(p, lvl, n) for lvl in LEVEL_NAMES for n in lengths}
     df = pd.DataFrame([{"level": lvl, "lambda": n, **common.numbers(run, base),
@@ -96,8 +95,8 @@ def holistic_table3(runs: RunSet, model: str | None = None, dataset: str = "huma
     return common.table(ARTIFACT, p, [r for cell in got.values() for r in cell], caption, lines, display, df)
 
 
-ARTIFACT = common.declare(
+ARTIFACT = PAPER.declare(
     "table3", "Table 3 (ablation ladder x draft length: speedup vs AR, MAT, utilisation) -> "
-    "tables/holistic_table3.{md,csv,tex}", holistic_table3, "Table 3", 2, "Post-use & Pre-cut Table 3: sd, + reuse "
-    "at draft, + reuse at target, + Pre-cut x lambda 3-24 on HumanEval", AR.format("humaneval"), RUN.format("table3"),
-    paper=PAPER, options=(DATASET,))
+    "tables/holistic_table3.{md,csv,tex}", holistic_table3, 2, "Post-use & Pre-cut Table 3: sd, + reuse at draft, "
+    "+ reuse at target, + Pre-cut x lambda 3-24 on HumanEval", "ar dataset=humaneval", "table3", cover="Table 3",
+    paper_csv=("postuse_precut_table3_ablation.csv",), options=(DATASET,))

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench.report.holistic import common
-from bench.report.holistic.common import AR, DATASET, RUN
+from bench.report.holistic import PAPER, common
+from bench.report.holistic.common import DATASET
 from bench.report.output import Report
 from bench.report.select import RunSet
 from bench.report.tables import MISSING, fmt, interval_in, is_missing, with_interval
 
-PAPER = "postuse_precut_table4_mat_util.csv"
 CELLS = {"speculative": ("sd", 12), "ours": ("precut", 24)}  # (ladder level, lambda) of each column
 BONUS = 1  # the bonus token the paper's Table 4 MAT leaves out
 
@@ -25,7 +24,7 @@ def holistic_table4(runs: RunSet, model: str | None = None, dataset: str = "huma
     rows = [{"pair": f"{r.pair} (paper)", "source": "paper", "speculative_mat": r.speculative_mat,
              "speculative_util": r.speculative_util, "ours_mat": r.ours_mat, "ours_util": r.ours_util,
              "speculative_mat_bonus": round(r.speculative_mat + BONUS, 4), "ours_mat_bonus": round(r.ours_mat + BONUS, 4)}
-            for r in common.paper_table(PAPER).itertuples()]
+            for r in runs.paper().itertuples()]
     me, used = {"pair": f"{p.model} + its draft (ours)", "source": "measured"}, []
     for col, (lvl, n) in CELLS.items():
         run, base = common.cell(p, lvl, n)
@@ -52,8 +51,9 @@ def holistic_table4(runs: RunSet, model: str | None = None, dataset: str = "huma
     return common.table(ARTIFACT, p, used, caption, lines, display, df)
 
 
-ARTIFACT = common.declare(
+ARTIFACT = PAPER.declare(
     "table4", "Table 4 (MAT and utilisation, vanilla SD vs ours) -> tables/holistic_table4.{md,csv,tex}",
-    holistic_table4, "Table 4", 3, "Post-use & Pre-cut Table 4: MAT and utilisation, sd (lambda 12) vs ours (lambda "
-    "<= 24); two cells of Table 3", AR.format("humaneval"), RUN.format("table3 run.variant=sd method.draft_length=12"),
-    RUN.format("table3 run.variant=precut method.draft_length=24"), paper=PAPER, options=(DATASET,))
+    holistic_table4, 3, "Post-use & Pre-cut Table 4: MAT and utilisation, sd (lambda 12) vs ours (lambda <= 24); two "
+    "cells of Table 3", "ar dataset=humaneval", "table3 run.variant=sd method.draft_length=12",
+    "table3 run.variant=precut method.draft_length=24", cover="Table 4",
+    paper_csv=("postuse_precut_table4_mat_util.csv",), options=(DATASET,))

@@ -6,14 +6,13 @@ import pandas as pd
 
 from bench.metrics import counter_totals, phase_share_interval, phase_totals
 from bench.report.claims import per_question, sums_interval
-from bench.report.holistic import common
-from bench.report.holistic.common import AR, DATASET, RUN, draft_length, level, make
+from bench.report.holistic import PAPER, common
+from bench.report.holistic.common import DATASET, draft_length, level, make
 from bench.report.output import Report
 from bench.report.phase_timing import require_exact_phases
 from bench.report.select import RunSet
 from bench.report.tables import MISSING, interval_columns, is_missing, ours_cells, pair
 
-PAPER = "postuse_precut_table9_wallclock.csv"
 # component -> (label, our phase, what one operation is: a counter name, or "steps" for one per verification)
 COMPONENTS = {"draft_forward": ("M_d forward", "draft_forward", "draft_calls"),
               "target_forward": ("M_t forward", "target_forward", "steps"),
@@ -44,7 +43,7 @@ def holistic_table9(runs: RunSet, model: str | None = None, dataset: str = "huma
     run = (p.latest(lambda r: level(r) == "precut" and draft_length(r) == LAMBDA and r.sync_phases)
            or common.cell(p, "precut", LAMBDA)[0])
     require_exact_phases([run], "holistic/table9", make(ARTIFACT))
-    paper = common.paper_table(PAPER).set_index("component").reindex(list(COMPONENTS))  # NaN where it has none
+    paper = runs.paper().set_index("component").reindex(list(COMPONENTS))  # NaN where it has none
     phases = phase_totals(run.records) if run else {}
     counts = counter_totals(run.records) if run else {}
     steps = common.verifications(run.records) if run else 0
@@ -79,8 +78,8 @@ def holistic_table9(runs: RunSet, model: str | None = None, dataset: str = "huma
                         "no run or no such phase")
 
 
-ARTIFACT = common.declare(
+ARTIFACT = PAPER.declare(
     "table9", "Table 9 (wall-clock of one operation per component of the full method) -> "
-    "tables/holistic_table9.{md,csv,tex}", holistic_table9, "Table 9", 4, "Post-use & Pre-cut Table 9: wall-clock of "
-    "one operation per component of ours (lambda <= 24) on HumanEval", AR.format("humaneval"), RUN.format("table9"),
-    paper=PAPER, options=(DATASET,))
+    "tables/holistic_table9.{md,csv,tex}", holistic_table9, 4, "Post-use & Pre-cut Table 9: wall-clock of one "
+    "operation per component of ours (lambda <= 24) on HumanEval", "ar dataset=humaneval", "table9", cover="Table 9",
+    paper_csv=("postuse_precut_table9_wallclock.csv",), options=(DATASET,))

@@ -7,14 +7,14 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pandas as pd
 
 from bench.metrics import aggregate_rate_interval, mat, mat_interval, tokens_per_s
 from bench.report.claims import per_question, speed_ratios
 from bench.report.output import Report
-from bench.report.registry import Artifact, Cover, Recipe, Shown, option
+from bench.report.propd import PAPER
+from bench.report.registry import option
 from bench.report.select import RunSet, footer
 from bench.report.tables import interval_columns, markdown, measure, render
 from bench.run.store import Run
@@ -34,31 +34,9 @@ VARIANTS = {"ablation-none": (False, False), "ablation-prune": (True, False), "a
             "ablation-both": (True, True)}
 PRUNE_VARIANT = re.compile(r"prune-L(\d+)-k(\d+)")
 MODEL_LABELS = {"smollm2-135m": "SmolLM2-135M (embedded)"}
-PAPER_DIR = Path(__file__).with_name("paper_tables")
-# What the artifacts' declarations share: the tables' --dataset, a recipe's sweep step (an experiment of
-# conf/experiment/propd/) and report step, an artifact's make target.
 DATASET = option("--dataset", help="the runs' dataset (default mt_bench, as the paper's main set)")
-RUN = "$(PY) -m bench.run $(SWEEP) experiment=propd/{} $(PROPD_ARGS)"
-REPORT = "$(PY) -m bench.report propd/{} --model $(MODEL)"
-TARGET = "reproduce-propd-{}"
 PAPER_SETUP = ("Paper: Vicuna v1.3 7B (one A6000), 13B and 33B (one A100; 33B at batch 4 and 8 in 4 bit) with "
                "Medusa heads, greedy, built on the Medusa code.")
-
-
-def make(name: str) -> str:
-    """The make command that produces artifact `name` (named where its cells are empty)."""
-    return f"make {TARGET.format(name)}"
-
-
-def declare(name: str, help: str, build: Callable, cover: str, rank: int, recipe: str, *experiments: str,
-            steps: tuple[str, ...] = (), paper: str | None = None, **more) -> Artifact:
-    """Artifact `name` of experiment propd_<name>: its make target (`steps`, a sweep of each of its experiments,
-    then its report; the Medusa heads first), shown on REPRODUCED.md at LIMIT=16."""
-    steps = (*steps, *(RUN.format(e) for e in experiments), REPORT.format(name))
-    return Artifact(name, help, build, covers=(Cover(cover),), rank=rank, experiments=(f"propd_{name}",),
-                    paper_csv=(paper,) if paper else (), common=("model",),
-                    recipes=(Recipe(TARGET.format(name), recipe, steps, ("heads",)),),
-                    shown=(Shown(f"{make(name)} LIMIT=16"),), **more)
 
 
 def model_label(model: str | None) -> str:
@@ -146,11 +124,11 @@ class Cells:
     def gap(self, name: str, dataset: str, what: str) -> None:
         """Cell `name` is empty: no runs on the dataset at all, or no `what` there."""
         if any(r.dataset == dataset for r in self.p.runs):
-            self.missing[name] = f"no {what} on {dataset} ({make(self.name)})"
+            self.missing[name] = f"no {what} on {dataset} ({PAPER.make(self.name)})"
         elif note := DATASET_NOTES.get(dataset):
             self.missing[name] = f"no runs on {dataset}: {note}"
         else:
-            self.missing[name] = f"no runs on {dataset} ({make(self.name)})"
+            self.missing[name] = f"no runs on {dataset} ({PAPER.make(self.name)})"
 
     def frame(self, rows: list[dict], keys: tuple[str, ...], **extra) -> pd.DataFrame:
         """The rows, every column but `keys` and the run ids as floats (None -> NaN: empty CSV cells); its attrs what

@@ -13,16 +13,17 @@ import pandas as pd
 from bench.metrics import by_group
 from bench.report.output import Report
 from bench.report.plots import new_figure, wrap, yerr
-from bench.report.propd.common import BOTH, LABELS, cell, declare, make, model_label, pin, sections_texts
+from bench.report.propd import PAPER
+from bench.report.propd.common import BOTH, LABELS, cell, model_label, pin, sections_texts
 from bench.report.select import MissingRunsError, RunSet
 from bench.report.tables import fmt, interval_columns, ours_cells
 
 EARLY_HEADS = "early_heads.json"
 ITERATION_TIME = "iteration_time.json"
-MAKE = make("fig3")  # named where a panel has no data
+MAKE = PAPER.make("fig3")  # named where a panel has no data
 SHOWN_K = (1, 5, 10, 50, 100, 200)
 METHODS = ("medusa", "propd")  # (d)'s series; its frame also holds their intervals (<method>_lo, <method>_hi)
-PAPER = {
+PAPER_SAYS = {
     "a": "Paper: early layers' heads are weak at top-1 (layer 2: about 37%) but much more accurate within the "
          "top 50, so tokens outside an early layer's top-k can be pruned.",
     "b": "Paper: verification iteration time grows highly linearly with the tree size at every batch size, "
@@ -192,7 +193,7 @@ def propd_fig3(runs: RunSet, model: str | None = None) -> Report:
     sources = [f"(a) from {runs.file('propd', EARLY_HEADS)}: {json.dumps(described) if heads else '—'}.",
                (f"(b, c) from {runs.file('propd', ITERATION_TIME)}: model {timing.get('model')}, "
                 f"{where}, dtype {timing.get('dtype')}, median of {timing.get('reps')} repeats; one target forward "
-                f"over tree-size tokens per row after seq_len cached tokens."), *PAPER.values()]
+                f"over tree-size tokens per row after seq_len cached tokens."), *PAPER_SAYS.values()]
     caption = f"ProPD Figure 3, ours (figure: {runs.file('figures', 'propd_fig3.png')})."
     texts = sections_texts(tables(acc, b, c, fits, d), caption, cells.footer(sources, notes))
     return Report({"figures/propd_fig3.png": plot(acc, b, c, fits, d, title),
@@ -200,9 +201,9 @@ def propd_fig3(runs: RunSet, model: str | None = None) -> Report:
                    **Report.tables("propd_fig3", texts, "figures").files}, show="figures/propd_fig3.md")
 
 
-ARTIFACT = declare(
+ARTIFACT = PAPER.declare(
     "fig3", "Figure 3 (early heads' top-k accuracy, iteration time, MAT per category) -> "
-    "figures/propd_fig3.{png,csv,md,tex}", propd_fig3, "Figure 3", 5, "ProPD Figure 3: early heads' top-k accuracy, "
-    "iteration time vs tree size / length, MAT per category", "fig3", steps=(
+    "figures/propd_fig3.{png,csv,md,tex}", propd_fig3, 5, "ProPD Figure 3: early heads' top-k accuracy, "
+    "iteration time vs tree size / length, MAT per category", "fig3", cover="Figure 3", steps=(
         "$(PY) scripts/propd_iteration_time.py model=$(MODEL)", "$(PY) scripts/early_heads_report.py model=$(MODEL)"),
     needs_runs=False)  # panels (a)-(c) come from files, not runs

@@ -8,13 +8,14 @@ import pandas as pd
 from bench.metrics import mat, mat_interval, verdict
 from bench.report.output import Report
 from bench.report.plots import new_figure
-from bench.report.propd.common import declare, make, model_label, switches
+from bench.report.propd import PAPER
+from bench.report.propd.common import model_label, switches
 from bench.report.select import RunSet, footer
 from bench.report.tables import fmt, markdown, with_interval
 from bench.run.store import Run
 
 SHOWN_NODES = 16  # nodes of (b) drawn (all are in the csv)
-PAPER = ("Paper (Figure 6, a worked example, not a measurement): from the heads' top-2 probabilities, token 'b' of "
+PAPER_SAYS = ("Paper (Figure 6, a worked example, not a measurement): from the heads' top-2 probabilities, token 'b' of "
          "'ab' has expected acceptance 0.6 and 'e' of 'abe' 0.06; the tree 'abd' + 'ac' has estimated acceptance "
          "length 1.88.")
 
@@ -25,7 +26,7 @@ def fig6_run(runs: RunSet, model: str | None = None) -> Run:
     run = (p.latest(lambda r: r.experiment == "propd_fig6" and r.batch_size == 1)
            or p.latest(lambda r: r.batch_size == 1) or p.latest())
     if run is None:
-        raise runs.missing("propd run (dynamic tree on) that records its heads' hit rates", make("fig6"))
+        raise runs.missing("propd run (dynamic tree on) that records its heads' hit rates", PAPER.make("fig6"))
     return run
 
 
@@ -91,13 +92,13 @@ def propd_fig6(runs: RunSet, model: str | None = None) -> Report:
               f"(1 + the nodes' expected acceptances); measured MAT {with_interval(a['mat'], ci)} (95% bootstrap "
               "over questions; our MAT counts the prefill as a step of one token, so it is slightly lower)."),
              (f"The estimate lies inside the measured MAT's interval: {calibrated}. The measured MAT is below the "
-              f"estimate (the estimate is optimistic): {above}."), PAPER]
+              f"estimate (the estimate is optimistic): {above}."), PAPER_SAYS]
     md = markdown(display, "ProPD Figure 6 (a), ours: top-k probability per head (figure: "
                   f"{runs.file('figures', 'propd_fig6.png')}).", footer(ours, [run], lines), numparse=False)
     return Report.figure("propd_fig6", plot(df), df, md)
 
 
-ARTIFACT = declare(
+ARTIFACT = PAPER.declare(
     "fig6", "Figure 6 (heads' top-k probability, expected acceptance per node of the chosen tree) -> "
-    "figures/propd_fig6.{png,csv,md}", propd_fig6, "Figure 6", 6, "ProPD Figure 6: heads' top-k probability and the "
-    "chosen tree's expected acceptance per node (propd, batch 1, MT-Bench)", "fig6")
+    "figures/propd_fig6.{png,csv,md}", propd_fig6, 6, "ProPD Figure 6: heads' top-k probability and the chosen "
+    "tree's expected acceptance per node (propd, batch 1, MT-Bench)", "fig6", cover="Figure 6")

@@ -9,7 +9,7 @@ from bench.metrics import aggregate_rate_interval, mat, tokens_per_s, verdict
 from bench.report.claims import overall, speed_ratios
 from bench.report.output import Report
 from bench.report.plots import new_figure, wrap, yerr
-from bench.report.propd import common
+from bench.report.propd import PAPER, common
 from bench.report.propd.common import BOTH, LABELS
 from bench.report.select import RunSet
 from bench.report.tables import MISSING, interval_columns, interval_in, measure, ours_cells
@@ -104,7 +104,7 @@ def plot(df: pd.DataFrame):
 def propd_fig7(runs: RunSet, model: str | None = None) -> Report:
     df, cells = fig7_points(runs, model)
     if df["tok_s"].isna().all():
-        raise runs.missing(f"ar/bpd/medusa/propd runs on {', '.join(common.DATASETS)}", common.make("fig7"))
+        raise runs.missing(f"ar/bpd/medusa/propd runs on {', '.join(common.DATASETS)}", PAPER.make("fig7"))
     caption = ("ProPD Figure 7, ours: tokens/s of AR, BPD, Medusa and ProPD per dataset and batch size "
                f"(figure: {runs.file('figures', 'propd_fig7.png')}).")
     defs = [*DEFINITIONS, fastest_claim(df), f"ProPD settings: {df.attrs['settings']}."]
@@ -113,9 +113,9 @@ def propd_fig7(runs: RunSet, model: str | None = None) -> Report:
 
 # One sweep per dataset: chatgpt_prompts has no offline copy and a failing job stops a sweep, so its failure (`-`)
 # does not stop the others; the figure marks its panel.
-ARTIFACT = common.declare(
+ARTIFACT = PAPER.declare(
     "fig7", "Figure 7 (tok/s of ar, bpd, medusa, propd per dataset and batch) -> figures/propd_fig7.{png,csv,md,tex}",
-    propd_fig7, "Figure 7", 4, "ProPD Figure 7: tok/s of ar, bpd, medusa, propd x MT-Bench, ChatGPT Prompts, Alpaca x "
-    "batch 1-16", steps=("$(PY) -m bench.run $(SWEEP) experiment=propd/fig7 dataset=mt_bench $(PROPD_ARGS)",
+    propd_fig7, 4, "ProPD Figure 7: tok/s of ar, bpd, medusa, propd x MT-Bench, ChatGPT Prompts, Alpaca x "
+    "batch 1-16", cover="Figure 7", steps=("$(PY) -m bench.run $(SWEEP) experiment=propd/fig7 dataset=mt_bench $(PROPD_ARGS)",
                          "-$(PY) -m bench.run $(SWEEP) experiment=propd/fig7 dataset=chatgpt_prompts $(PROPD_SET_ARGS)",
                          "$(PY) -m bench.run $(SWEEP) experiment=propd/fig7 dataset=alpaca $(PROPD_SET_ARGS)"))

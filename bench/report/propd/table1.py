@@ -5,11 +5,11 @@ from __future__ import annotations
 import pandas as pd
 
 from bench.report.output import Report
-from bench.report.propd.common import BATCHES, BOTH, DATASET, PAPER_DIR, Against, Cells, declare, pin, table
+from bench.report.propd import PAPER
+from bench.report.propd.common import BATCHES, BOTH, DATASET, Against, Cells, pin, table
 from bench.report.select import RunSet
 from bench.report.tables import fmt, ours_cells
 
-PAPER = "propd_table1_speedup_vs_ar.csv"
 PAPER_MODELS = {"7b": "Vicuna-7B (paper, A6000)", "13b": "Vicuna-13B (paper, A100)",
                 "33b": "Vicuna-33B (paper, A100)"}
 DEFINITIONS = [
@@ -24,7 +24,7 @@ DEFINITIONS = [
 def table1_frame(runs: RunSet, model: str | None = None, dataset: str = "mt_bench") -> tuple[pd.DataFrame, Cells]:
     """One row per batch size, ours and the paper's; the cells for the footer."""
     cells = pin(runs, "table1", lambda r: r.dataset == dataset and r.method in ("ar", "propd"), model)
-    paper = pd.read_csv(PAPER_DIR / PAPER).set_index("model")
+    paper = runs.paper().set_index("model")
     vs, rows = Against(cells, dataset, "ar", ratio="speedup"), []
     for b in BATCHES:
         numbers, ids = vs.cell(f"BS={b}", b, BOTH, "both switches on", aggregate=b > 1)
@@ -51,7 +51,7 @@ def propd_table1(runs: RunSet, model: str | None = None, dataset: str = "mt_benc
     return table("table1", display(df), caption, foot, df)
 
 
-ARTIFACT = declare(
-    "table1", "Table 1 (speedup vs AR per batch size) -> tables/propd_table1.{md,csv,tex}", propd_table1, "Table 1", 1,
+ARTIFACT = PAPER.declare(
+    "table1", "Table 1 (speedup vs AR per batch size) -> tables/propd_table1.{md,csv,tex}", propd_table1, 1,
     "ProPD Table 1: ar, propd x batch 1-16 on MT-Bench, speedup vs AR beside the paper's (LIMIT per category)",
-    "table1", paper=PAPER, options=(DATASET,))
+    "table1", cover="Table 1", paper_csv=("propd_table1_speedup_vs_ar.csv",), options=(DATASET,))

@@ -7,13 +7,12 @@ import pandas as pd
 from bench.metrics import aggregate_rate_interval, mat, mat_interval
 from bench.report.claims import paired_ratio_interval, per_question, sums_interval
 from bench.report.output import Report
-from bench.report.propd import common
+from bench.report.propd import PAPER, common
 from bench.report.registry import option
 from bench.report.select import RunSet
 from bench.report.tables import MISSING, fmt, fmt_ci, interval_columns, interval_in, is_missing, paired_cells
 from bench.run.store import Run
 
-PAPER = "propd_table2_early_pruning_bs4.csv"
 LAYERS = (1, 2, 3, 4)
 TOPKS = (50, 100, 150, 200)
 CHOSEN = (4, 50)  # the paper's final setting (Section 5.3)
@@ -81,7 +80,7 @@ def table2_frame(runs: RunSet, model: str | None = None, batch_size: int = 4,
     batch_size = int(batch_size)
     cells = common.pin(runs, "table2", lambda r: r.dataset == dataset and r.batch_size == batch_size
                        and r.method in ("medusa", "propd"), model)
-    paper = pd.read_csv(common.PAPER_DIR / PAPER)
+    paper = runs.paper()
     paper_by = {(row.layer, None if pd.isna(row.top_k) else int(row.top_k)): row for row in paper.itertuples()}
     ref = cells.take(common.cell(cells.p, "medusa", dataset, batch_size)
                      or common.cell(cells.p, "propd", dataset, batch_size, (False, False)))
@@ -155,8 +154,8 @@ def propd_table2(runs: RunSet, model: str | None = None, batch_size: int = 4, da
     return common.table("table2", display(df), caption, cells.footer(defs), df)
 
 
-ARTIFACT = common.declare(
+ARTIFACT = PAPER.declare(
     "table2", "Table 2 (early pruning: layer x top-k at batch 4) -> tables/propd_table2.{md,csv,tex}", propd_table2,
-    "Table 2", 2, "ProPD Table 2: ar, medusa, propd pruning layer 1-4 x top-k 50-200 at batch 4 (dynamic tree off)",
-    "table2_baselines", "table2", paper=PAPER, baseline="medusa",
+    2, "ProPD Table 2: ar, medusa, propd pruning layer 1-4 x top-k 50-200 at batch 4 (dynamic tree off)",
+    "table2_baselines", "table2", cover="Table 2", paper_csv=("propd_table2_early_pruning_bs4.csv",), baseline="medusa",
     options=(common.DATASET, option("--batch-size", type=int, help="default 4, as the paper")))

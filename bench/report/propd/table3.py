@@ -7,11 +7,10 @@ import itertools
 import pandas as pd
 
 from bench.report.output import Report
-from bench.report.propd import common
+from bench.report.propd import PAPER, common
 from bench.report.select import RunSet
 from bench.report.tables import MISSING, fmt, interval_in, is_missing, paired_cells, with_interval
 
-PAPER = "propd_table3_ablation.csv"
 YES_NO = {True: "yes", False: "no"}
 DEFINITIONS = [
     ("Cells: aggregate tokens/s (all new tokens / the batches' wall time) of propd with these switches over that "
@@ -40,7 +39,7 @@ def growth_claim(ratios: dict[int, float | tuple | None]) -> tuple[str, str]:
 def table3_frame(runs: RunSet, model: str | None = None, dataset: str = "mt_bench") -> tuple[pd.DataFrame, common.Cells]:
     """One row per (combo, batch size), ours and the paper's; the cells for the footer."""
     cells = common.pin(runs, "table3", lambda r: r.dataset == dataset and r.method in ("medusa", "propd"), model)
-    paper = pd.read_csv(common.PAPER_DIR / PAPER)
+    paper = runs.paper()
     vs, rows = common.Against(cells, dataset, "medusa"), []
     for (prune, dynamic), name in common.COMBOS.items():
         pr = paper[(paper["early_pruning"] == YES_NO[prune]) & (paper["dynamic_generation"] == YES_NO[dynamic])]
@@ -82,7 +81,7 @@ def propd_table3(runs: RunSet, model: str | None = None, dataset: str = "mt_benc
     return common.table("table3", display(df), caption, cells.footer(defs), df)
 
 
-ARTIFACT = common.declare(
-    "table3", "Table 3 (ablation vs Medusa per batch size) -> tables/propd_table3.{md,csv,tex}", propd_table3,
-    "Table 3", 3, "ProPD Table 3: medusa and propd's 4 switch combinations x batch 1-16, relative to medusa",
-    "table3_medusa", "table3", paper=PAPER, baseline="medusa", options=(common.DATASET,))
+ARTIFACT = PAPER.declare(
+    "table3", "Table 3 (ablation vs Medusa per batch size) -> tables/propd_table3.{md,csv,tex}", propd_table3, 3,
+    "ProPD Table 3: medusa and propd's 4 switch combinations x batch 1-16, relative to medusa", "table3_medusa",
+    "table3", cover="Table 3", paper_csv=("propd_table3_ablation.csv",), baseline="medusa", options=(common.DATASET,))

@@ -15,9 +15,10 @@ from bench.report.output import Report
 from bench.report.plots import new_figure, wrap
 from bench.report.select import RunSet, footer, setting
 from bench.report.tables import MISSING, interval_columns, is_missing, markdown, ours_cells
-from bench.report.token_recycling.common import METHOD, context, declare, describe, make, numbers, sweep, warn
+from bench.report.token_recycling import PAPER
+from bench.report.token_recycling.common import METHOD, context, describe, numbers, sweep, warn
 
-MAKE = make("auto")
+MAKE = PAPER.make("auto")
 
 AUTO_COLUMNS = ["method", "tree_source", "tree", "size", "depth", "predicted_mat", "verification_mat", "mat",
                 "mat_lo", "mat_hi", "tokens_per_s", "tokens_per_s_lo", "tokens_per_s_hi", "predicted_speedup_vs_ar",
@@ -175,6 +176,6 @@ def tr_auto(runs: RunSet, model: str | None = None) -> Report:
     return Report(files)
 
 
-ARTIFACT = declare(
-    "auto", "paper's tree vs tree=auto vs ar -> figures/tr_auto.{png,csv,md}", tr_auto, 4, ("tr_auto",),
-    "AR, Token Recycling with the paper tree and with tree=auto on this machine, T(n) curve", "auto_ar", "auto")
+ARTIFACT = PAPER.declare(
+    "auto", "paper's tree vs tree=auto vs ar -> figures/tr_auto.{png,csv,md}", tr_auto, 4, "AR, Token Recycling with "
+    "the paper tree and with tree=auto on this machine, T(n) curve", "auto_ar", "auto", experiments=("tr_auto",))

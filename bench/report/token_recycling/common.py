@@ -4,10 +4,9 @@ machine and max_new_tokens), one run's numbers, the make recipes' lines."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from bench.metrics import summarize
-from bench.report.registry import Artifact, Cover, Recipe, Shown
 from bench.report.select import RunSet
 from bench.report.tables import interval_columns, lossless_text
 from bench.run.store import Run
@@ -15,24 +14,6 @@ from bench.run.store import Run
 METHOD = "token_recycling"
 # A sweep's runs are compared only within one of these (a figure's points share its model, dataset and measuring).
 GROUP = ("model", "dataset", "machine", "max_new_tokens")
-
-RUN = "$(PY) -m bench.run $(SWEEP) experiment=token_recycling/{} $(RUN_ARGS)"
-TARGET = "reproduce-tr-{}"
-
-
-def make(name: str) -> str:
-    """The make command that produces figure `name` (named where it has no runs)."""
-    return f"make {TARGET.format(name)}"
-
-
-def declare(name: str, help: str, build: Callable, rank: int, experiments: tuple[str, ...], recipe: str,
-            *sweeps: str, cover: str | None = None, needs: tuple[str, ...] = ("tree-stats",), **more) -> Artifact:
-    """Figure `name` of the runs labelled `experiments`: make reproduce-tr-<name> (shown on REPRODUCED.md) runs each
-    of `sweeps` (conf/experiment/token_recycling/), then the figure; with no runs, it names its experiments."""
-    steps = (*(RUN.format(s) for s in sweeps), f"$(PY) -m bench.report token_recycling/{name} --model $(MODEL)")
-    return Artifact(name, help, build, covers=(Cover(cover),) if cover else (), rank=rank, experiments=experiments,
-                    shown=(Shown(make(name)),), recipes=(Recipe(TARGET.format(name), recipe, steps, needs),),
-                    common=("model",), needs_runs=False, **more)
 
 
 def sweep(runs: RunSet, experiment: str, model: str | None = None,

@@ -8,9 +8,10 @@ import pandas as pd
 from bench.report.output import Report
 from bench.report.plots import new_figure, wrap, yerr
 from bench.report.select import RunSet, setting
-from bench.report.token_recycling.common import METHOD, context, declare, make, missing, numbers, sweep, warn
+from bench.report.token_recycling import PAPER
+from bench.report.token_recycling.common import METHOD, context, missing, numbers, sweep, warn
 
-MAKE = make("fig3")
+MAKE = PAPER.make("fig3")
 UPDATE_ORDER = ["first", "parallel", "last"]  # the paper's First, Cur, Last
 UPDATE_LABELS = {"parallel": "parallel\n(paper's Cur)"}
 
@@ -113,7 +114,7 @@ def tr_fig3(runs: RunSet, model: str | None = None) -> Report:
     return Report.figure("tr_fig3", fig, df)
 
 
-ARTIFACT = declare(
-    "fig3", "Figure 3 (breadth, depth, update) -> figures/tr_fig3.{png,csv}", tr_fig3, 2,
-    tuple(p[0] for p in FIG3_PANELS), "Token Recycling Figure 3: breadth, depth and update-strategy sweeps, then the "
-    "plot", "fig3a", "fig3b", "fig3c", cover="Figure 3")
+ARTIFACT = PAPER.declare(
+    "fig3", "Figure 3 (breadth, depth, update) -> figures/tr_fig3.{png,csv}", tr_fig3, 2, "Token Recycling Figure 3: "
+    "breadth, depth and update-strategy sweeps, then the plot", "fig3a", "fig3b", "fig3c", cover="Figure 3",
+    experiments=tuple(p[0] for p in FIG3_PANELS))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -13,9 +12,10 @@ from bench.report.output import Report
 from bench.report.phase_timing import components, require_exact_phases
 from bench.report.plots import new_figure, wrap, yerr
 from bench.report.select import RunSet
-from bench.report.token_recycling.common import context, declare, describe, make, numbers, sweep, warn
+from bench.report.token_recycling import PAPER
+from bench.report.token_recycling.common import context, describe, numbers, sweep, warn
 
-MAKE = make("fig4")
+MAKE = PAPER.make("fig4")
 
 # paper component (CSV key), label, our phases. Prefill is folded into Model Forward by default: the paper
 # times a whole response to a query and lists no separate prefill component.
@@ -26,7 +26,6 @@ FIG4_COMPONENTS = [
     ("verify", "Verify", ("verify",)),
     ("update", "Update", ("update",)),
 ]
-FIG4_PAPER_CSV = Path(__file__).with_name("paper_tables") / "token_recycling_fig4_time_allocation.csv"
 
 
 def component_shares(phase_share: dict[str, float], fold_prefill: bool = True) -> dict[str, dict]:
@@ -40,8 +39,8 @@ def component_shares(phase_share: dict[str, float], fold_prefill: bool = True) -
             for key, label, phases in components(comps, phase_share)}
 
 
-def paper_fig4() -> dict[str, float]:
-    df = pd.read_csv(FIG4_PAPER_CSV)
+def paper_fig4(runs: RunSet) -> dict[str, float]:
+    df = runs.paper()
     return dict(zip(df["component"], df["percent"].astype(float)))
 
 
@@ -51,7 +50,7 @@ def fig4_points(runs: RunSet, model: str | None = None,
     run = mine.latest()
     require_exact_phases([run], "token_recycling/fig4", MAKE)
     m = numbers(run)
-    paper = paper_fig4()
+    paper = paper_fig4(runs)
     rows = []
     for k, c in component_shares(m["phase_share"], fold_prefill).items():
         # the share's 95% interval over questions (None at batch > 1, where phase times are per batch)
@@ -92,7 +91,7 @@ def tr_fig4(runs: RunSet, model: str | None = None, fold_prefill: bool = True) -
     return Report.figure("tr_fig4", fig, df)
 
 
-ARTIFACT = declare(
-    "fig4", "Figure 4 (time per component) -> figures/tr_fig4.{png,csv}", tr_fig4, 3, ("tr_fig4",),
-    "Token Recycling Figure 4: time per component of a step, beside the paper's shares", "fig4", cover="Figure 4",
-    needs=(), paper_csv=(FIG4_PAPER_CSV.name,))
+ARTIFACT = PAPER.declare(
+    "fig4", "Figure 4 (time per component) -> figures/tr_fig4.{png,csv}", tr_fig4, 3, "Token Recycling Figure 4: "
+    "time per component of a step, beside the paper's shares", "fig4", cover="Figure 4", experiments=("tr_fig4",),
+    needs=(), paper_csv=("token_recycling_fig4_time_allocation.csv",))

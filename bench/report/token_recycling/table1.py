@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 
 from bench.metrics import group_records, speedup, speedup_interval, summarize
@@ -12,9 +10,9 @@ from bench.report.output import Report
 from bench.report.registry import Artifact, Cover, Recipe, Shown, option
 from bench.report.select import RunSet, default_model, footer
 from bench.report.tables import MISSING, interval_columns, lossless_text, paired_cells, render
+from bench.report.token_recycling import PAPER
 from bench.run.store import Run
 
-PAPER_CSV = Path(__file__).with_name("paper_tables") / "token_recycling_table1.csv"
 DEFAULT_PAPER_SIZE = "7B"
 # run.experiment of conf/experiment/token_recycling/table1_*.yaml; "table1" is what runs made before the label was
 # scoped to the paper carry (evidence/, the fixtures): both are Table 1's sweeps.
@@ -73,8 +71,8 @@ def build_token_recycling_table1(runs: RunSet, model: str | None = None, paper_s
     """One row per paper row (paper order); `<col>` is ours (NaN: no run), `<col>_paper` the paper's; `mbpp_model`
     (default: `model`) fills the MBPP columns. Runs: the table's own sweeps and hand-made ones, each paired with the
     baseline measured like it (no machine or length pinned; a row measured otherwise says so in a note)."""
-    table = runs.where(experiment=(*EXPERIMENTS, None))
-    model = default_model(table.runs, model)
+    table = runs.where(experiment=(*runs.experiments, None))
+    model = default_model(table.runs, model, PAPER.model)
     mbpp_model = mbpp_model or model
     models = {"spec_bench": model, "mbpp_tr": mbpp_model}
     mine = table.where(keep=lambda r: r.model == models.get(r.dataset))
@@ -82,7 +80,7 @@ def build_token_recycling_table1(runs: RunSet, model: str | None = None, paper_s
     paper_size = paper_size or (sized.paper_size if sized else DEFAULT_PAPER_SIZE)
     # Token Recycling is greedy: only temperature-0 runs fill its table; a batched run never stands in.
     latest = mine.where(greedy=True, batch_size=1).latest_per(lambda r: r.key)
-    paper = pd.read_csv(PAPER_CSV).loc[lambda p: p["size"] == paper_size].set_index("method")
+    paper = runs.paper().loc[lambda p: p["size"] == paper_size].set_index("method")
 
     used: dict[str, Run] = {}  # "<row label>/<dataset>" -> its run (the footer's Runs line)
     notes = [] if len(paper) else [f"the paper has no {paper_size} rows"]
@@ -159,7 +157,7 @@ def token_recycling_table1(runs: RunSet, model: str | None = None, paper_size: s
 TABLE1 = "$(PY) -m bench.run $(SWEEP) experiment=token_recycling/{} $(TABLE1_ARGS) model=$(MODEL)"
 ARTIFACT = Artifact(
     "table1", "Table 1 (SpecBench, MBPP) -> tables/token_recycling_table1.{md,csv,tex}", token_recycling_table1,
-    covers=(Cover("Table 1"),), rank=1, experiments=EXPERIMENTS, paper_csv=(PAPER_CSV.name,),
+    covers=(Cover("Table 1"),), rank=1, experiments=EXPERIMENTS, paper_csv=("token_recycling_table1.csv",),
     recipes=(Recipe("reproduce-tr-table1", "Token Recycling Table 1: 8 rows x {spec_bench, mbpp_tr}, LIMIT per group, "
                     "then the report",
                     (TABLE1.format("table1_spec_bench"), TABLE1.format("table1_shuffle"),
