@@ -128,8 +128,9 @@ def group_keys(group: str) -> set[str]:
 @functools.cache
 def report_artifacts() -> set[str]:
     from bench.report import registry
+    from bench.report.__main__ import COMMANDS
 
-    return set(registry.names()) | set(registry.aliases()) | {"makefile"}  # `makefile`: the generated make targets
+    return set(registry.names()) | set(registry.aliases()) | set(COMMANDS)  # the CLI's store-level commands
 
 
 @functools.cache

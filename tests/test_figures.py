@@ -14,7 +14,8 @@ import yaml
 
 from bench.errors import HarnessError
 from bench.report.__main__ import main
-from bench.report.registry import paper_artifacts, produce, resolve
+from bench.report.output import write
+from bench.report.registry import paper_artifacts, resolve
 from bench.report.select import MissingRunsError, RunSet, setting
 from bench.report.token_recycling.auto import auto_table, forward_cost_curve, load_forward_cost
 from bench.report.token_recycling.fig3 import fig3_points
@@ -60,8 +61,10 @@ def on_disk(tmp_path_factory):
 
 
 def made(name: str, results: Path) -> list[Path]:
-    """token_recycling/<name> built on the runs under results and written there, as the CLI does."""
-    return produce(resolve(f"token_recycling/{name}")[1], results)
+    """token_recycling/<name> built on the runs under results and written there, as the CLI does: its files."""
+    report = resolve(f"token_recycling/{name}")[1].report(RunSet.read(results))
+    write(report, results)
+    return [results / f for f in report.files]
 
 
 def fake(run_id, **meta) -> Run:
@@ -217,8 +220,8 @@ def test_figures_write_png_and_csv_atomically(on_disk):
     results = on_disk
     written = made("fig3", results) + made("fig4", results) + made("auto", results)
     names = {p.name for p in written}
-    assert names == {"tr_fig3.png", "tr_fig3.csv", "tr_fig4.png", "tr_fig4.csv", "tr_auto.png", "tr_auto.csv",
-                     "tr_auto_forward_cost.csv", "tr_auto.md"}
+    assert names == {"tr_fig3.png", "tr_fig3.csv", "tr_fig3.md", "tr_fig4.png", "tr_fig4.csv", "tr_fig4.md",
+                     "tr_auto.png", "tr_auto.csv", "tr_auto_forward_cost.csv", "tr_auto.md"}
     for p in written:
         assert p.parent == results / "figures" and p.stat().st_size > 0
         if p.suffix == ".png":
@@ -258,8 +261,9 @@ def test_missing_runs_name_the_experiment_and_make_target(tmp_path, name, experi
 def test_cli_prints_paths_and_one_line_errors(on_disk, tmp_path, capsys):
     results = on_disk
     assert main(["tr_fig4", "--results", str(results)]) == 0
-    out = capsys.readouterr().out.split()
-    assert out == [str(results / "figures" / "tr_fig4.png"), str(results / "figures" / "tr_fig4.csv")]
+    out = capsys.readouterr().out  # the figure's markdown: its notes and the run it shows
+    assert out.startswith("Token Recycling Figure 4, ours:") and "\nRuns: " in out
+    assert (results / "figures" / "tr_fig4.png").is_file() and (results / "figures" / "tr_fig4.csv").is_file()
     assert main(["tr_fig4", "--results", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("bench.report: error: ") and len(err.strip().splitlines()) == 1

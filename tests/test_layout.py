@@ -1,6 +1,7 @@
 """The layout's rules, checked on the source (ast; nothing is imported or run).
 
-- No import cycles between the project's modules (lazy imports inside functions count too).
+- No import cycles between the project's modules (lazy imports inside functions and importlib.import_module of a
+  literal module name count too).
 - The engine core (bench/core) imports nothing from methods/, the runner (bench.run), the reports
   (bench.report) or the model loaders (bench.models): everything else builds on it, not the reverse.
 - Reports import neither methods/ nor the runner's model-loading side (only bench.run.store and bench.metrics).
@@ -43,10 +44,15 @@ MODULES = {module_name(p): p for p in source_files()}
 
 
 def imports(path: Path) -> list[tuple[str, list[str]]]:
-    """(imported project module, names taken from it) for every import statement, lazy ones included."""
+    """(imported project module, names taken from it) for every import statement, lazy ones included, and every
+    importlib.import_module of a literal name (a registry's: a loop through it is a loop too)."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module":
+            arg = node.args[0] if node.args else None
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.split(".")[0] in PACKAGES:
+                found.append((arg.value, []))
+        elif isinstance(node, ast.Import):
             found += [(a.name, []) for a in node.names if a.name.split(".")[0] in PACKAGES]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             if node.module.split(".")[0] not in PACKAGES:

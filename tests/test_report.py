@@ -175,7 +175,7 @@ def test_mbpp_columns_can_come_from_another_model(runs):
 def test_list_names_every_artifact(capsys):
     assert main(["--list"]) == 0
     listed = capsys.readouterr().out.split()
-    assert sorted(listed[:5]) == ["draft_sd", "evidence", "project", "reproduced", "runs"] and {"token_recycling/table1", "token_recycling/fig3", "token_recycling/fig4",
+    assert sorted(listed[:3]) == ["draft_sd", "project", "runs"] and {"token_recycling/table1", "token_recycling/fig3", "token_recycling/fig4",
                                     "token_recycling/auto", "dyspec/table", "dyspec/time_breakdown",
                                     "dyspec/table5"} <= set(listed)
     assert main(["list"]) == 0 and capsys.readouterr().out.split() == listed

@@ -49,10 +49,9 @@ def produced(tmp_path_factory) -> dict[str, bytes]:
     return out
 
 
-# Added after the move, so they have no golden file: tests/test_reproduced.py covers `reproduced`,
-# tests/test_propd_report.py ProPD's artifacts (every cell checked by hand on tests/fixtures/propd_results.py),
+# Added after the move, so they have no golden file: tests/test_propd_report.py ProPD's artifacts (every cell checked by hand on tests/fixtures/propd_results.py),
 # tests/test_draft_sd_report.py `draft_sd`, tests/test_projection.py `project`, tests/test_holistic_report.py the Post-use & Pre-cut tables.
-NEW = {"reproduced", "evidence", "draft_sd", "project", *(f"propd/{a}" for a in ("table1", "table2", "table3", "fig3", "fig7")),
+NEW = {"draft_sd", "project", *(f"propd/{a}" for a in ("table1", "table2", "table3", "fig3", "fig7")),
        *(f"holistic/{a}" for a in ("table1", "table3", "table4", "table9", "table10", "fig4", "fig5", "settings")),
        "dyspec/fig2", "dyspec/fig5", "propd/fig6", "holistic/fig2"}  # tests/test_step_figures.py
 

@@ -1,8 +1,7 @@
-"""The artifacts of no paper, and the old names that keep working."""
+"""The artifacts of no paper, and the old names that keep working (the store-level tools, `reproduced`, `evidence`
+and `makefile`, are commands of the CLI: bench/report/__main__.py)."""
 
-from bench.report.evidence import build_evidence
-from bench.report.registry import Artifact, Recipe, option
-from bench.report.reproduced import reproduced_page
+from bench.report.declare import Artifact, Recipe, option
 from bench.report.runs import draft_sd_table, project_table, runs_table
 
 SD = "$(PY) -m bench.run $(SWEEP) experiment=draft/{} model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW) \
@@ -26,13 +25,6 @@ ARTIFACTS = (
                              "<shape>@<hardware>[:<dtype>][+offloaded], e.g. llama-2-7b@a100-80gb"),
                       option("--dataset", help="only runs on this dataset"),
                       option("--max-new-tokens", type=int, help="only runs with this limit"))),
-    Artifact("reproduced", "REPRODUCED.md from evidence/ only (a summary, then every paper's tables with their runs)",
-             reproduced_page, options=(option("--out", help="default: REPRODUCED.md at the project root"),
-                                       option("--evidence", help="the evidence folder (default evidence/)")),
-             common=(), needs_runs=False, folder=True),
-    Artifact("evidence", "copy the runs REPRODUCED.md uses from --results into evidence/ (summaries, configs, "
-             "records without token ids)", build_evidence,
-             options=(option("--out", help="default: evidence/ at the project root"),), common=(), folder=True),
 )
 
 # Names from before the paper packages; they keep working.

@@ -11,8 +11,9 @@ import pandas as pd
 
 from bench.errors import HarnessError
 from bench.paths import project_path
+from bench.report.declare import Artifact
 from bench.report.output import write
-from bench.report.registry import Artifact, paper_artifacts, resolve
+from bench.report.registry import paper_artifacts, resolve
 from bench.report.select import RunSet
 
 

@@ -15,9 +15,10 @@ from bench.cost.replay import Setting
 from bench.errors import HarnessError
 from bench.paths import project_path
 from bench.report.claims import speedup_claim
+from bench.report.declare import Artifact, Cover, Shown
 from bench.report.drafter import describe, drafter, present
 from bench.report.projected import projected_table
-from bench.report.registry import Artifact, Cover, Shown, paper, paper_artifacts, papers, produce
+from bench.report.registry import paper, paper_artifacts, papers, produce
 from bench.report.tables import MISSING, listed
 from bench.run.store import Run, load_runs
 
@@ -141,8 +142,9 @@ def coverage() -> list[tuple[str, Cover, str | None]]:
 
 
 def runs_in(markdown: str, runs: list[Run]) -> list[Run]:
-    """The runs a table names: the whole words of its footer's "Runs:" lines (of the whole text without one)."""
-    lines = [line for line in markdown.split("\n") if line.startswith("Runs:")] or [markdown]
+    """The runs a report names: the whole words of its footer's "Runs:" lines (bench.report.select.footer), the
+    one way every artifact names them."""
+    lines = [line for line in markdown.split("\n") if line.startswith("Runs:")]
     words = {w.strip(".()[]`") for line in lines for w in re.split(r"[\s,;=|]+", line)}
     return [r for r in runs if r.run_id in words]
 
@@ -152,7 +154,7 @@ def build_sections(folder: Path, runs: list[Run]) -> list[Section]:
     drafter whose runs it uses, when there are several."""
     drafters = present(runs)
     out = []
-    for art, shown in ((a, s) for paper in papers() for a in paper_artifacts(paper).values() for s in a.shown):
+    for art, shown in ((a, s) for name in papers() for a in paper_artifacts(name).values() for s in a.shown):
         if not art.per_drafter or len(drafters) < 2:
             out.append(section(folder, runs, Section(art, shown)))
             continue
@@ -171,16 +173,15 @@ def section(folder: Path, runs: list[Run], s: Section) -> Section:
     except HarnessError as err:
         s.error = str(err)
     else:
-        s.md, named = (got, got) if isinstance(got, str) else figure_texts(s, got)
-        s.used = runs_in(named, runs)
+        s.md = got if isinstance(got, str) else figure_markdown(s, got)
+        s.used = runs_in(s.md, runs)
     return s
 
 
-def figure_texts(s: Section, paths: list) -> tuple[str, str]:
-    """(the markdown a figure artifact wrote, if any; every text it wrote, where its run ids are named)."""
+def figure_markdown(s: Section, paths: list) -> str:
+    """The markdown a figure artifact wrote ("" without one); it returns the paths it wrote, kept in s.files."""
     s.files = [Path(p) for p in paths]
-    texts = {p.suffix: p.read_text() for p in s.files if p.suffix in (".md", ".csv") and p.is_file()}
-    return texts.get(".md", ""), "\n".join(texts.values())
+    return next((p.read_text() for p in s.files if p.suffix == ".md" and p.is_file()), "")
 
 
 def run_settings(used: list[Run]) -> str:
@@ -256,10 +257,10 @@ def section_text(s: Section, folder: Path) -> list[str]:
 
 def summary_table(sections: list[Section]) -> str:
     rows = ["| " + " | ".join(SUMMARY_COLUMNS) + " |", "|" + "---|" * len(SUMMARY_COLUMNS)]
-    for paper, c, artifact in coverage():
-        found = [s for s in sections if (s.art.paper, s.art.name) == (paper, artifact)
+    for name, c, artifact in coverage():
+        found = [s for s in sections if (s.art.paper, s.art.name) == (name, artifact)
                  and c.options.items() <= s.shown.options.items()]
-        rows += [summary_row(paper, c, artifact, s) for s in ([s for s in found if s.split] or found[:1] or [None])]
+        rows += [summary_row(name, c, artifact, s) for s in ([s for s in found if s.split] or found[:1] or [None])]
     return "## Summary\n\n" + "\n".join(rows)
 
 

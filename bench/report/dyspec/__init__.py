@@ -5,7 +5,7 @@ Make targets: Sequoia's protocol (raw-text c4/openwebtext/cnn_dailymail, 128-tok
 0.6); Table 1 = MODEL with its own draft (`make draft` first); Tables 2-3 = the paper's Llama-2 pairs (hub, GPU)."""
 
 from bench.cost.replay import Setting
-from bench.report.registry import Paper
+from bench.report.declare import Paper
 
 PAPER = Paper(
     "dyspec", "DySpec (Xiong et al., 2024): Tables 1-4, Figures 2 and 5, the Figure 4 time breakdown, Table 5 and "

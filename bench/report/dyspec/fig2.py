@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from bench.report.declare import Artifact, Cover, Recipe, Shown
 from bench.report.drafter import describe
 from bench.report.dyspec.tables import METHODS, RUN
 from bench.report.output import Report
 from bench.report.plots import new_figure, yerr
-from bench.report.registry import Artifact, Cover, Recipe, Shown
 from bench.report.select import RunSet, footer
 from bench.report.steps import SWITCH, binned_rate, has_steps, nodes, rises
 from bench.report.tables import fmt, listed, markdown, with_interval

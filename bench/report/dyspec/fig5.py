@@ -6,11 +6,11 @@ from __future__ import annotations
 import pandas as pd
 
 from bench.metrics import bootstrap_interval, mat, ratio_of_sums
+from bench.report.declare import Artifact, Cover, Recipe, Shown
 from bench.report.drafter import describe
 from bench.report.dyspec.tables import RUN
 from bench.report.output import Report
 from bench.report.plots import new_figure
-from bench.report.registry import Artifact, Cover, Recipe, Shown
 from bench.report.select import RunSet, footer
 from bench.report.tables import fmt, markdown, with_interval
 

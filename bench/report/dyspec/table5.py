@@ -14,11 +14,11 @@ import numpy as np
 import pandas as pd
 
 from bench.errors import HarnessError
+from bench.report.declare import Artifact, Cover, Recipe, Shown, option
 from bench.report.dyspec import tree_order
 from bench.report.dyspec.tree_order import BLOCK, GENERATORS, ORDERS, block_count, permute, tree_mask
 from bench.report.output import Report
 from bench.report.plots import new_figure
-from bench.report.registry import Artifact, Cover, Recipe, Shown, option
 from bench.report.select import RunSet
 from bench.report.tables import fmt
 

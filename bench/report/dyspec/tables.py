@@ -10,10 +10,10 @@ import pandas as pd
 from bench.errors import HarnessError
 from bench.metrics import mat, mat_interval, verdict
 from bench.report.claims import overall, paired_ratio_interval, per_question, sums_interval
+from bench.report.declare import Artifact, Cover, Recipe, Shown, option
 from bench.report.drafter import describe
 from bench.report.dyspec import PAPER
 from bench.report.output import Report
-from bench.report.registry import Artifact, Cover, Recipe, Shown, option
 from bench.report.select import RunSet, footer, latest_runs
 from bench.report.steps import has_steps
 from bench.report.tables import MISSING, listed, measure, paired_cells, render, with_interval

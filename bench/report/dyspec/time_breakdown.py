@@ -10,13 +10,13 @@ import math
 import pandas as pd
 
 from bench.metrics import phase_share_interval, phase_totals
+from bench.report.declare import Artifact, Cover, Recipe, Shown, option
 from bench.report.drafter import describe
 from bench.report.dyspec import PAPER
 from bench.report.dyspec.tables import BASELINE, DRAFT_COMMON, LABELS, METHODS, RUN, candidates
 from bench.report.output import Report
 from bench.report.phase_timing import components, require_exact_phases
 from bench.report.plots import new_figure, wrap, yerr
-from bench.report.registry import Artifact, Cover, Recipe, Shown, option
 from bench.report.select import RunSet, footer, latest_runs
 from bench.report.tables import fmt, interval_columns, markdown, ours_cells
 

@@ -3,7 +3,7 @@
 Make targets need MODEL's draft (make draft); new tokens per dataset as the paper's Table 7 unless MAX_NEW is given."""
 
 from bench.cost.replay import Setting
-from bench.report.registry import Paper
+from bench.report.declare import Paper
 
 PAPER = Paper(
     "holistic", "Post-use & Pre-cut (holistic token efficiency): Tables 1-2 (one table), 3, 4, 9 and 10, Figures 2, "

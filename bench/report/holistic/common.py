@@ -8,9 +8,9 @@ from collections.abc import Callable
 import pandas as pd
 
 from bench import metrics
+from bench.report.declare import Artifact, option
 from bench.report.drafter import describe, drafter
 from bench.report.output import Report
-from bench.report.registry import Artifact, option
 from bench.report.select import MissingRunsError, RunSet, footer
 from bench.report.tables import MISSING, interval_columns, paired_cells, render
 from bench.run.store import Run

@@ -8,14 +8,14 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from bench.report.claims import sums_interval
+from bench.report.declare import option
 from bench.report.drafter import describe
 from bench.report.holistic import PAPER
 from bench.report.holistic.claims import ordering_verdict
 from bench.report.holistic.common import EXPERIMENT, draft_length, frozen, make, points
 from bench.report.output import Report
 from bench.report.plots import new_figure, yerr
-from bench.report.registry import option
-from bench.report.select import MissingRunsError, RunSet
+from bench.report.select import MissingRunsError, RunSet, footer
 from bench.report.tables import MISSING, interval_columns, markdown, ours_cells
 from bench.run.store import Run
 
@@ -121,10 +121,11 @@ def holistic_fig4(runs: RunSet, model: str | None = None, dataset: str = "alpaca
                             "run": ends["run_id"]})
     caption = (f"Post-use & Pre-cut Figure 4, ours: final cumulative token utilisation on {dataset} "
                f"({p.model}, draft: {describe(p.drafter)}); the paper shows curves only, no values.")
-    foot = [(f"Claim, Q_updated > Q_init > vanilla SD, from paired 95% intervals over questions: {ordering}; final "
-             f"utilisation: {points(ordering_claim(df))}."),  # the numbers; the verdict is the intervals'
-            "[low, high]: 95% bootstrap interval over questions (the figure's error bars, at each curve's end).",
-            f"{MISSING}: no run ({make(ARTIFACT)}).", *(f"Note: {n}." for n in p.notes)]
+    foot = footer((f"Claim, Q_updated > Q_init > vanilla SD, from paired 95% intervals over questions: {ordering}; "
+                   f"final utilisation: {points(ordering_claim(df))}."),  # the numbers; the verdict is the intervals'
+                  [latest[n] for n in CURVES if n in latest],
+                  ["[low, high]: 95% bootstrap interval over questions (the figure's error bars, at each curve's end).",
+                   f"{MISSING}: no run ({make(ARTIFACT)})."], notes=p.notes)
     return Report.figure("holistic_fig4", plot(df), df, markdown(summary, caption, foot))
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pandas as pd
 
+from bench.report.declare import Artifact, Recipe
 from bench.report.drafter import describe
 from bench.report.holistic import PAPER
 from bench.report.holistic.common import make, numbers
 from bench.report.output import Report
-from bench.report.registry import Artifact, Recipe
 from bench.report.select import MissingRunsError, RunSet, footer
 from bench.report.tables import fmt, ours_cells, render
 from bench.run.store import Run

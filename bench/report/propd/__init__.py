@@ -4,7 +4,7 @@ Make targets: LIMIT questions per dataset, on MT-Bench spread over its 8 categor
 the reports say when a run decoded fewer rows together than its batch size."""
 
 from bench.cost.replay import Setting
-from bench.report.registry import Paper
+from bench.report.declare import Paper
 
 PAPER = Paper(
     "propd", "ProPD (Zhong et al., 2024): Tables 1-3, Figures 3, 6 and 7.",

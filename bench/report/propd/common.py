@@ -12,9 +12,9 @@ import pandas as pd
 
 from bench.metrics import aggregate_rate_interval, mat, mat_interval, tokens_per_s
 from bench.report.claims import per_question, speed_ratios
+from bench.report.declare import option
 from bench.report.output import Report
 from bench.report.propd import PAPER
-from bench.report.registry import option
 from bench.report.select import RunSet, footer
 from bench.report.tables import interval_columns, markdown, measure, render
 from bench.run.store import Run

@@ -6,9 +6,9 @@ import pandas as pd
 
 from bench.metrics import aggregate_rate_interval, mat, mat_interval
 from bench.report.claims import paired_ratio_interval, per_question, sums_interval
+from bench.report.declare import option
 from bench.report.output import Report
 from bench.report.propd import PAPER, common
-from bench.report.registry import option
 from bench.report.select import RunSet
 from bench.report.tables import MISSING, fmt, fmt_ci, interval_columns, interval_in, is_missing, paired_cells
 from bench.run.store import Run

@@ -4,7 +4,7 @@ Make targets: one Table 1 sweep per dataset (Vicuna on SpecBench, MBPP_MODEL on 
 on MT-Bench (LIMIT questions, both turns)."""
 
 from bench.cost.replay import Setting
-from bench.report.registry import Paper
+from bench.report.declare import Paper
 
 PAPER = Paper(
     "token_recycling", "Token Recycling (Luo et al., 2024): Table 1, Figures 3 and 4, and the paper's tree vs "

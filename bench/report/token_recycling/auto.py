@@ -16,7 +16,7 @@ from bench.report.plots import new_figure, wrap
 from bench.report.select import RunSet, footer, setting
 from bench.report.tables import MISSING, interval_columns, is_missing, markdown, ours_cells
 from bench.report.token_recycling import PAPER
-from bench.report.token_recycling.common import METHOD, context, describe, numbers, sweep, warn
+from bench.report.token_recycling.common import METHOD, context, describe, numbers, sweep
 
 MAKE = PAPER.make("auto")
 
@@ -172,7 +172,6 @@ def tr_auto(runs: RunSet, model: str | None = None) -> Report:
     files["figures/tr_auto.md"] = markdown(disp, f"Token Recycling: the paper's tree vs tree=auto vs ar, "
                                            f"{describe(ctx)}.", footer(AUTO_DEFINITIONS, df.itertuples(), notes=notes),
                                            numparse=False)
-    warn(notes)
     return Report(files)
 
 

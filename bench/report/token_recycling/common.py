@@ -3,11 +3,10 @@ machine and max_new_tokens), one run's numbers, the make recipes' lines."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable
 
 from bench.metrics import summarize
-from bench.report.select import RunSet
+from bench.report.select import RunSet, footer
 from bench.report.tables import interval_columns, lossless_text
 from bench.run.store import Run
 
@@ -53,7 +52,6 @@ def describe(ctx) -> str:
     return f"{ctx['model']} on {ctx['dataset']}, max_new_tokens {ctx['max_new_tokens']}, machine {ctx['machine']}"
 
 
-def warn(notes: list[str]) -> None:
-    """A figure has no footer: its notes (runs left out or superseded) go to stderr."""
-    for n in notes:
-        print(f"figures: {n}", file=sys.stderr)
+def figure_text(title: str, ctx, points, notes: list[str]) -> str:
+    """A figure's markdown: its title, then the footer naming the runs of its points (their run_id) and its notes."""
+    return "\n".join([title, "", *footer(f"Ours: {describe(ctx)}.", points.itertuples(), notes=notes)]) + "\n"

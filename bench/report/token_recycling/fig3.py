@@ -9,7 +9,7 @@ from bench.report.output import Report
 from bench.report.plots import new_figure, wrap, yerr
 from bench.report.select import RunSet, setting
 from bench.report.token_recycling import PAPER
-from bench.report.token_recycling.common import METHOD, context, missing, numbers, sweep, warn
+from bench.report.token_recycling.common import METHOD, context, figure_text, missing, numbers, sweep
 
 MAKE = PAPER.make("fig3")
 UPDATE_ORDER = ["first", "parallel", "last"]  # the paper's First, Cur, Last
@@ -110,8 +110,9 @@ def tr_fig3(runs: RunSet, model: str | None = None) -> Report:
     fig.suptitle(f"Token Recycling Figure 3, ours: {ctx['model']} on {ctx['dataset']} "
                  f"(MAT incl. bonus token; tokens/s = mean over questions; bars: 95% bootstrap interval over questions)")
     fig.subplots_adjust(bottom=0.32, wspace=0.45)
-    warn(notes)
-    return Report.figure("tr_fig3", fig, df)
+    text = figure_text("Token Recycling Figure 3, ours: MAT and tokens/s against tree breadth, depth and update "
+                       "strategy (figures/tr_fig3.png, its points in tr_fig3.csv).", ctx, df, notes)
+    return Report.figure("tr_fig3", fig, df, text)
 
 
 ARTIFACT = PAPER.declare(

@@ -13,7 +13,7 @@ from bench.report.phase_timing import components, require_exact_phases
 from bench.report.plots import new_figure, wrap, yerr
 from bench.report.select import RunSet
 from bench.report.token_recycling import PAPER
-from bench.report.token_recycling.common import context, describe, numbers, sweep, warn
+from bench.report.token_recycling.common import context, describe, figure_text, numbers, sweep
 
 MAKE = PAPER.make("fig4")
 
@@ -87,8 +87,9 @@ def tr_fig4(runs: RunSet, model: str | None = None, fold_prefill: bool = True) -
     ax.text(0.5, -0.2, wrap(f"{prefill} Ours: share of wall time per phase (our phase names in brackets), "
                             f"run {r['run_id']}; error bars: 95% bootstrap interval over questions.", 110),
             transform=ax.transAxes, ha="center", va="top", fontsize=8, style="italic")
-    warn(notes)
-    return Report.figure("tr_fig4", fig, df)
+    text = figure_text(f"Token Recycling Figure 4, ours: time per component of a step beside the paper's shares. "
+                       f"{prefill}", r, df, notes)
+    return Report.figure("tr_fig4", fig, df, text)
 
 
 ARTIFACT = PAPER.declare(

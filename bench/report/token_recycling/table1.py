@@ -6,8 +6,8 @@ from __future__ import annotations
 import pandas as pd
 
 from bench.metrics import group_records, speedup, speedup_interval, summarize
+from bench.report.declare import Artifact, Cover, Recipe, Shown, option
 from bench.report.output import Report
-from bench.report.registry import Artifact, Cover, Recipe, Shown, option
 from bench.report.select import RunSet, default_model, footer
 from bench.report.tables import MISSING, interval_columns, lossless_text, paired_cells, render
 from bench.report.token_recycling import PAPER
