@@ -23,7 +23,6 @@ from bench.report.dyspec.time_breakdown import (
     dyspec_time_breakdown,
 )
 from bench.report.registry import resolve
-from bench.report.select import latest_runs
 from bench.run.store import Run
 from tests.fixtures.dyspec_results import (
     DATASETS,
@@ -142,7 +141,7 @@ def test_temperature_06_does_not_replace_temperature_0(results):
     assert cell(df, "c4", 0.6, "dyspec_latency_s") == pytest.approx(0.009)
     assert cell(df, "c4", 0.0, "sequoia_latency_s") == pytest.approx(0.007)
     assert math.isnan(cell(df, "c4", 0.6, "sequoia_latency_s"))
-    keys = set(latest_runs(results.runset().runs))
+    keys = set(results.runset().latest_per(lambda r: r.key, batch_size=1))
     assert ("smollm2-135m", "dyspec", None, "c4", 0.0) in keys and ("smollm2-135m", "dyspec", None, "c4", 0.6) in keys
     # The newest run at one temperature does replace an older one at the same temperature.
     w.run("dyspec", "c4", 0.0, latency=0.003)

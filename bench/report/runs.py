@@ -13,7 +13,7 @@ from bench.metrics import speedup, speedup_interval, summarize, tokens_per_s
 from bench.report import tables
 from bench.report.output import Report
 from bench.report.phase_timing import exact_phases, unsynced_note
-from bench.report.select import RunSet, latest_runs, paired_baseline
+from bench.report.select import RunSet, paired_baseline
 from bench.report.tables import MISSING, fmt, lossless_text, markdown, with_interval
 from bench.run.store import Run
 
@@ -33,12 +33,12 @@ PROJECTED = ("Projected: each prompt-turn's target forwards replayed on the prof
 DRAFT_SD = "draft_sd_lambda"  # the experiment of the draft's sd table
 
 
-def latest_of(runs: RunSet, **labels) -> tuple[list[Run], dict[tuple, Run]]:
+def per_key(runs: RunSet, **labels) -> tuple[list[Run], dict[tuple, Run]]:
     """(the runs with these labels, the latest batch-1 run per Run.key); none: MissingRunsError."""
-    mine = runs.where(**labels).runs
-    if not (latest := latest_runs(mine)):
+    mine = runs.where(**labels)
+    if not (latest := mine.latest_per(lambda r: r.key, batch_size=1)):
         raise MissingRunsError(f"no complete runs match under {Path(runs.folder, 'runs')}")
-    return mine, latest
+    return mine.runs, latest
 
 
 def speedups(records: list[dict], base: list[dict] | None) -> tuple:
@@ -52,7 +52,7 @@ def method_label(run: Run) -> str:
 def runs_table(runs: RunSet, model: str | None = None, paper_size: str | None = None,
                dataset: str | None = None, max_new_tokens: int | None = None) -> Report:
     """Latest run per method for one model and dataset: MAT, tok/s, speedups, overhead, losslessness."""
-    mine, latest = latest_of(runs, model=model, dataset=dataset, max_new_tokens=max_new_tokens)
+    mine, latest = per_key(runs, model=model, dataset=dataset, max_new_tokens=max_new_tokens)
     rows = []
     for key, run in latest.items():
         s = summarize(run.records)
@@ -77,7 +77,7 @@ def project_table(runs: RunSet, profile: str, model: str | None = None, dataset:
                   max_new_tokens: int | None = None) -> Report:
     """The latest run per method, its speed here beside its speed replayed on `profile` (bench.cost.profiles)."""
     prof, host = load_profile(profile), host_cost(profile)
-    mine, latest = latest_of(runs, model=model, dataset=dataset, max_new_tokens=max_new_tokens)
+    mine, latest = per_key(runs, model=model, dataset=dataset, max_new_tokens=max_new_tokens)
     # HF's own loop has its forwards priced at this machine's cost (a baseline, AR, is timed: as it is)
     records = dict(zip([r.run_id for r in latest.values()], loops_priced([r.records for r in latest.values()])))
 
@@ -105,13 +105,11 @@ def project_table(runs: RunSet, profile: str, model: str | None = None, dataset:
 def draft_sd_table(runs: RunSet, model: str | None = None) -> Report:
     """sd at draft length 4, 8, 12 beside AR, one row per (dataset, draft, draft length): the latest such run; the
     draft is named by its label (id, depth, V', report digest), so an older draft's runs stay as their own rows."""
-    folder, runs = runs.folder, runs.where(experiment=DRAFT_SD, method="sd", model=model).runs
-    if not runs:
-        raise MissingRunsError(f"no sd runs of experiment {DRAFT_SD} in {folder} (make reproduce-draft-sd)")
-    latest = {}
-    for r in runs:  # oldest first: the last one per key wins
-        s = r.settings
-        latest[r.dataset, s.get("draft_label") or s.get("draft"), s.get("draft_length"), r.temperature] = r
+    mine = runs.where(experiment=DRAFT_SD, method="sd", model=model)
+    if not mine.runs:
+        raise MissingRunsError(f"no sd runs of experiment {DRAFT_SD} in {runs.folder} (make reproduce-draft-sd)")
+    latest = mine.latest_per(lambda r: (r.dataset, r.settings.get("draft_label") or r.settings.get("draft"),
+                                        r.settings.get("draft_length"), r.temperature))
     rows = []
     def order(item):  # dataset, draft, then lambda as a number
         dataset, draft, length, temperature = item[0]

@@ -46,12 +46,6 @@ def default_model(runs: list[Run], model: str | None = None, default: str = DEFA
     return model or (runs[-1].model if runs else None) or default
 
 
-def latest_runs(runs: list[Run], batch_size: int = 1) -> dict[tuple, Run]:
-    """Run.key (model, method, variant, dataset, temperature) -> the most recent run at `batch_size` (a batched
-    run never stands in for a batch-1 one)."""
-    return {r.key: r for r in runs if r.batch_size == batch_size}
-
-
 def prompt_turns(run: Run) -> set[tuple]:
     return {(r.get("question_id"), r.get("turn", 0)) for r in run.records}
 
@@ -115,17 +109,26 @@ class RunSet:
     def pin(self, relevant: Callable[[Run], object] | None = None, *, model: str | None = None,
             draft: str | None = None, own: Callable[[Run], object] | None = None,
             same: tuple[str, ...] = ("machine", "max_new_tokens"), dataset: str | None = None,
-            drafters: bool = True) -> RunSet:
+            drafters: bool = True, family: str | None = None) -> RunSet:
         """The runs one artifact compares (`same`: the labels taken from the anchor, the latest run of `own`
-        else of `relevant`; `drafters=False`: no draft-model runs). Empty without a relevant run."""
+        else of `relevant`; `drafters=False`: no draft-model runs). Empty without a relevant run. With `family`
+        (an experiment prefix), `own` is the artifact's own experiments where a relevant run carries one, else
+        any experiment of the family (never another paper's), and the model is that anchor's."""
+        relevant = relevant or (lambda r: True)
+        if family is not None:
+            mine = set(self.experiments)
+            own = ((lambda r: r.experiment in mine) if any(relevant(r) and r.experiment in mine for r in self.runs)
+                   else (lambda r: str(r.experiment or "").startswith(family)))
+            anchor = self.latest(lambda r: relevant(r) and own(r) and model in (None, r.model))
+            model = model or (anchor.model if anchor else None)
         runs = [r for r in self.runs if model is None or r.model == model]
-        mine = [r for r in runs if relevant is None or relevant(r)]
+        mine = [r for r in runs if relevant(r)]
         if not mine:
             return dataclasses.replace(self, runs=[], model=model, dataset=dataset, notes=list(self.notes))
         model = mine[-1].model if model is None else model
         runs = [r for r in runs if r.model == model]
         runs, chosen = choose(runs, draft) if drafters else (runs, None)
-        mine = [r for r in runs if relevant is None or relevant(r)]
+        mine = [r for r in runs if relevant(r)]
         anchor = ([r for r in mine if own is not None and own(r)] or mine or [None])[-1]
         if anchor is None:
             return dataclasses.replace(self, runs=[], model=model, drafter=chosen, dataset=dataset,
@@ -139,18 +142,42 @@ class RunSet:
                                    machine=anchor.machine, max_new_tokens=anchor.max_new_tokens,
                                    notes=[*self.notes, *notes])
 
-    def latest(self, keep: Callable[[Run], object] | None = None) -> Run | None:
-        """The most recent run for which keep(run) is true; None if there is none."""
-        found = [r for r in self.runs if keep is None or keep(r)]
+    def latest(self, keep: Callable[[Run], object] | None = None, **labels) -> Run | None:
+        """The most recent run with these labels (`where`'s keywords) for which keep(run) is true; None if there is
+        none. The one "latest" rule: a cell of a table is the latest run that fits it."""
+        found = [r for r in (self.where(**labels).runs if labels else self.runs) if keep is None or keep(r)]
         return found[-1] if found else None
 
-    def latest_per(self, x_of: Callable[[Run], object]) -> dict:
-        """x -> the latest run with that x; runs whose x is None are skipped."""
-        return {x: r for r in self.runs if (x := x_of(r)) is not None}
+    def latest_per(self, x_of: Callable[[Run], object], **labels) -> dict:
+        """x -> the latest run with that x (and these labels); runs whose x is None are skipped. `Run.key` with
+        batch_size=1: the latest batch-1 run per (model, method, variant, dataset, temperature)."""
+        return {x: r for r in (self.where(**labels).runs if labels else self.runs) if (x := x_of(r)) is not None}
 
     def baseline(self, run: Run | None, method: str) -> Run | None:
         """paired_baseline; None without a run."""
         return paired_baseline(self.runs, run, method) if run is not None else None
+
+    def paired(self, keep: Callable[[Run], object] | None = None, baseline: str = "ar",
+               **labels) -> tuple[Run | None, Run | None]:
+        """(the latest run that fits, its `baseline` run measured like it), None where there is none."""
+        run = self.latest(keep, **labels)
+        return run, self.baseline(run, baseline)
+
+    def drafter_of(self, model: str | None = None, draft: str | None = None) -> str | None:
+        """The drafter an artifact shows: `draft`, else that of the latest draft-model run (of `model`)."""
+        return self.pin(model=model, draft=draft, same=()).drafter
+
+    def sweep(self, experiment: str, method: str, same: tuple[str, ...], model: str | None = None,
+              make: str | None = None) -> tuple[RunSet, RunSet, list[str]]:
+        """One sweep of a grid: (its `method` runs of the latest one's `same` labels, every run of those labels (its
+        baselines), notes on the runs left out); with `make`, none is a MissingRunsError naming it."""
+        group = self.pin(lambda r: r.experiment == experiment and r.method == method, model=model, same=same,
+                         drafters=False)
+        mine = group.where(experiment=experiment, method=method)
+        if make and not mine.runs:
+            of_model = f" of model '{model}'" if model else ""
+            raise self.missing(f"{method} runs{of_model} with experiment {experiment!r}", make)
+        return mine, group, [f"{experiment}: {n}" for n in group.notes]
 
     def missing(self, what: str, make: str) -> MissingRunsError:
         return MissingRunsError(f"no complete {what} under {Path(self.folder, 'runs')} (produced by `{make}`)")
@@ -158,6 +185,38 @@ class RunSet:
     def file(self, *parts: str) -> Path:
         """A measurement file beside the runs (e.g. propd/early_heads.json)."""
         return Path(self.folder, *parts)
+
+
+@dataclass
+class Cells:
+    """An artifact's cells: the runs they used (its footer's Runs line) and why a cell is empty, one line per
+    reason (`empty`); `make` fills them, `why` says why a dataset may have no runs at all."""
+
+    p: RunSet
+    make: str
+    why: dict = field(default_factory=dict)  # dataset -> why it may have no runs (said instead of a bare "no run")
+    used: list = field(default_factory=list)
+    missing: dict = field(default_factory=dict)  # cell -> reason
+
+    def take(self, run: Run | None) -> Run | None:
+        self.used.append(run)
+        return run
+
+    def gap(self, name: str, dataset: str, what: str) -> None:
+        """Cell `name` is empty: no `what` on the dataset, or no runs there at all."""
+        if any(r.dataset == dataset for r in self.p.runs):
+            self.missing[name] = f"no {what} on {dataset} ({self.make})"
+        elif note := self.why.get(dataset):
+            self.missing[name] = f"no runs on {dataset}: {note}"
+        else:
+            self.missing[name] = f"no runs on {dataset} ({self.make})"
+
+    def empty(self) -> list[str]:
+        """"— a, b: reason." per reason, its cells in table order."""
+        reasons: dict[str, list[str]] = {}
+        for name, reason in self.missing.items():
+            reasons.setdefault(reason, []).append(name)
+        return [f"— {', '.join(names)}: {reason}." for reason, names in reasons.items()]
 
 
 LEFT_OUT = {"machine": "machines", "max_new_tokens": "max_new_tokens", "dataset": "datasets", "model": "models"}

@@ -14,7 +14,7 @@ from bench.report.declare import Artifact, Cover, Recipe, Shown, option
 from bench.report.drafter import describe
 from bench.report.dyspec import PAPER
 from bench.report.output import Report
-from bench.report.select import RunSet, footer, latest_runs
+from bench.report.select import RunSet, footer
 from bench.report.steps import has_steps
 from bench.report.tables import MISSING, listed, measure, paired_cells, render, with_interval
 from bench.run.store import Run
@@ -102,10 +102,9 @@ def paper_value(paper: pd.DataFrame, dataset: str, temperature: float, method: s
     return None if pd.isna(v) else float(v)
 
 
-def candidates(runs: RunSet) -> RunSet:
-    """DySpec's methods on its datasets. Runs that recorded per-step draft lists (Figure 2's) paid for it in time:
-    the tables and breakdowns leave them out."""
-    return runs.where(dataset=tuple(DATASETS), method=(*METHODS, BASELINE), keep=lambda r: not has_steps(r))
+# DySpec's methods on its datasets. Runs that recorded per-step draft lists (Figure 2's) paid for it in time: the
+# tables and breakdowns leave them out (RunSet.where's keywords).
+COMPARED = {"dataset": tuple(DATASETS), "method": (*METHODS, BASELINE), "keep": lambda r: not has_steps(r)}
 
 
 def table_number(runs: list[Run], paper_table: int | str | None) -> int:
@@ -135,13 +134,13 @@ def build_dyspec_table(runs: RunSet, model: str | None = None, paper_table: int 
     """One row per (dataset, temperature) in the paper's order; per method `<m>_latency_s`, `<m>_accepted`,
     `<m>_speedup` (ours; NaN: no run) and the same with `_paper`; `ar_latency_s(_paper)`; the footer in attrs. Runs:
     the latest per cell with no variant (Table 4: TABLE_VARIANTS[4]); default table: by the model's paper_size."""
-    mine = candidates(runs)
+    mine = runs.where(**COMPARED)
     table = table_number(mine.pin(model=model, draft=draft).runs, paper_table)  # the model's paper size
     paper = dyspec_paper(runs.paper(), table)
     variant = TABLE_VARIANTS.get(table)
     runs = mine.pin(model=model, draft=draft, own=lambda r: r.variant == variant)
     model = runs.model or PAPER.model
-    latest = latest_runs(runs.runs)
+    latest = runs.latest_per(lambda r: r.key, batch_size=1)
     used: list[Run] = []
     notes: list[str] = list(runs.notes)
     rows, missing = [], []

@@ -13,11 +13,11 @@ from bench.metrics import phase_share_interval, phase_totals
 from bench.report.declare import Artifact, Cover, Recipe, Shown, option
 from bench.report.drafter import describe
 from bench.report.dyspec import PAPER
-from bench.report.dyspec.tables import BASELINE, DRAFT_COMMON, LABELS, METHODS, RUN, candidates
+from bench.report.dyspec.tables import BASELINE, COMPARED, DRAFT_COMMON, LABELS, METHODS, RUN
 from bench.report.output import Report
 from bench.report.phase_timing import components, require_exact_phases
 from bench.report.plots import new_figure, wrap, yerr
-from bench.report.select import RunSet, footer, latest_runs
+from bench.report.select import RunSet, footer
 from bench.report.tables import fmt, interval_columns, markdown, ours_cells
 
 # DySpec Figure 4 component, label, our phases. The target prefill is a target forward (Sequoia and DySpec
@@ -67,12 +67,12 @@ def build_dyspec_time_breakdown(runs: RunSet, model: str | None = None, dataset:
                                 temperature: float | None = None, draft: str | None = None) -> pd.DataFrame:
     """One row per method (DySpec's order, AR last): share of each Figure 4 component, pooled over the latest
     run per (dataset, temperature) of that method (optionally only one dataset / temperature)."""
-    runs = candidates(runs).pin(model=model, draft=draft, own=lambda r: r.variant == BREAKDOWN)
+    runs = runs.where(**COMPARED).pin(model=model, draft=draft, own=lambda r: r.variant == BREAKDOWN)
     model = runs.model or PAPER.model
     wanted = runs.where(dataset=dataset, keep=lambda r: r.variant in (None, BREAKDOWN) and (
         temperature is None or math.isclose(r.temperature, float(temperature))))
     chosen: dict = {}  # (method, dataset, temperature) -> Figure 4's own run, else Table 1's
-    for r in latest_runs(wanted.runs).values():
+    for r in wanted.latest_per(lambda r: r.key, batch_size=1).values():
         k = (r.method, r.dataset, r.temperature)
         if k not in chosen or r.variant == BREAKDOWN:
             chosen[k] = r

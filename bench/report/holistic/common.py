@@ -65,22 +65,17 @@ def draft_length(run: Run) -> int | None:
     return None if value is None else int(value)
 
 
-def measured(runs: RunSet, synced: bool = False) -> RunSet:
-    """The greedy batch-1 runs of experiment `holistic`; runs timed per phase (Table 9's) only with `synced`: on a
-    GPU their syncs cost time the paper's and AR's runs do not pay."""
-    return runs.where(experiment=EXPERIMENT, greedy=True, batch_size=1, keep=lambda r: synced or not r.sync_phases)
-
-
-def shown_drafter(runs: RunSet, model: str | None, draft: str | None) -> str | None:
-    """The drafter an artifact shows on every dataset: `draft`, else that of the latest draft-model run."""
-    return measured(runs, synced=True).pin(model=model, draft=draft, same=()).drafter
+# The runs a ladder compares (RunSet.where's keywords): greedy, batch 1, of experiment `holistic`.
+MEASURED = {"experiment": EXPERIMENT, "greedy": True, "batch_size": 1}
 
 
 def ladder(runs: RunSet, dataset: str, artifact: Artifact, model: str | None = None, draft: str | None = None,
            synced: bool = False) -> RunSet:
-    """The runs one artifact compares on `dataset`, of shown_drafter's drafter; none: MissingRunsError."""
-    draft = shown_drafter(runs, model, draft)
-    mine = measured(runs, synced).where(dataset=dataset)
+    """The runs one artifact compares on `dataset`, of the drafter it shows (RunSet.drafter_of); none:
+    MissingRunsError. Runs timed per phase (Table 9's) only with `synced`: on a GPU their syncs cost time the
+    paper's and AR's runs do not pay."""
+    draft = runs.where(**MEASURED).drafter_of(model, draft)
+    mine = runs.where(**MEASURED, dataset=dataset, keep=lambda r: synced or not r.sync_phases)
     if draft is not None:  # a dataset without the drafter's runs is missing, not another drafter's
         mine = mine.where(keep=lambda r: drafter(r) in (None, draft))
     p = mine.pin(lambda r: r.method == "holistic", model=model, draft=draft, dataset=dataset)
@@ -93,7 +88,7 @@ def ladder(runs: RunSet, dataset: str, artifact: Artifact, model: str | None = N
 def ladders(runs: RunSet, datasets: tuple[str, ...], artifact: Artifact, model: str | None,
             draft: str | None) -> tuple[dict[str, RunSet], list[str]]:
     """ladder on each dataset, of one drafter: the runs of each that has them, a "Missing: ..." line per other."""
-    draft = shown_drafter(runs, model, draft)
+    draft = runs.where(**MEASURED).drafter_of(model, draft)
     found, errors = {}, []
     for ds in datasets:
         try:
@@ -108,10 +103,9 @@ def ours(p: RunSet) -> str:
             f"{p.max_new_tokens or '—'}, {p.dataset}.")
 
 
-def cell(p: RunSet, lvl: str, length: int) -> tuple[Run | None, Run | None]:
-    """(the ladder run of a level at a draft length, its AR baseline), None where not run."""
-    run = p.latest(lambda r: level(r) == lvl and draft_length(r) == length)
-    return run, p.baseline(run, "ar")
+def rung(lvl: str, length: int) -> Callable[[Run], bool]:
+    """The ladder run of a level at a draft length (RunSet.paired's keep: with its AR baseline)."""
+    return lambda r: level(r) == lvl and draft_length(r) == length
 
 
 def draft_lengths(p: RunSet, lvl: str) -> list[int]:

@@ -12,7 +12,7 @@ from bench.report.declare import option
 from bench.report.drafter import describe
 from bench.report.holistic import PAPER
 from bench.report.holistic.claims import ordering_verdict
-from bench.report.holistic.common import EXPERIMENT, draft_length, frozen, make, points
+from bench.report.holistic.common import draft_length, frozen, make, points
 from bench.report.output import Report
 from bench.report.plots import new_figure, yerr
 from bench.report.select import MissingRunsError, RunSet, footer
@@ -105,7 +105,7 @@ def plot(df: pd.DataFrame) -> Figure:
 
 def holistic_fig4(runs: RunSet, model: str | None = None, dataset: str = "alpaca",
                   draft: str | None = None) -> Report:
-    mine = runs.where(experiment=EXPERIMENT, dataset=dataset, greedy=True, keep=curve)
+    mine = runs.own(dataset=dataset, greedy=True, keep=curve)
     p = mine.pin(model=model, draft=draft, dataset=dataset)
     if not p.runs:
         raise MissingRunsError(f"no Figure 4 runs (holistic, reuse off) on {dataset} in {runs.folder} "

@@ -70,7 +70,7 @@ def holistic_fig5(runs: RunSet, model: str | None = None, draft: str | None = No
     pools, errors = common.ladders(runs, DATASETS, ARTIFACT, model, draft)
     for ds, p in pools.items():
         model = model or p.model
-        cells[ds] = {n: common.cell(p, LEVEL, n) for n in common.draft_lengths(p, LEVEL)}
+        cells[ds] = {n: p.paired(common.rung(LEVEL, n)) for n in common.draft_lengths(p, LEVEL)}
         rows += [{"dataset": ds, "lambda": n, **common.numbers(run, base), "run_id": run.run_id,
                   "ar_run_id": base.run_id if base else None} for n, (run, base) in cells[ds].items()]
         foot += footer(common.ours(p), [r for pair in cells[ds].values() for r in pair], notes=p.notes)

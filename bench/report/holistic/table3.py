@@ -77,7 +77,7 @@ def holistic_table3(runs: RunSet, model: str | None = None, dataset: str = "huma
     p = common.ladder(runs, dataset, ARTIFACT, model, draft)
     paper = runs.paper().set_index("level")
     lengths = sorted(set(LAMBDAS) | {n for lvl in LEVEL_NAMES for n in common.draft_lengths(p, lvl)})
-    got = {(lvl, n): common.cell(p, lvl, n) for lvl in LEVEL_NAMES for n in lengths}
+    got = {(lvl, n): p.paired(common.rung(lvl, n)) for lvl in LEVEL_NAMES for n in lengths}
     df = pd.DataFrame([{"level": lvl, "lambda": n, **common.numbers(run, base),
                         "paper_speedup": paper.at[PAPER_LEVELS[lvl], f"lambda{n}"] if f"lambda{n}" in paper else None,
                         "run_id": run.run_id if run else None, "ar_run_id": base.run_id if base else None}

@@ -14,7 +14,7 @@ CELLS = {"speculative": ("sd", 12), "ours": ("precut", 24)}  # (ladder level, la
 BONUS = 1  # the bonus token the paper's Table 4 MAT leaves out
 
 
-def cell(mat, util, interval=None) -> str:
+def mat_util(mat, util, interval=None) -> str:
     return MISSING if is_missing(mat) or is_missing(util) else f"{with_interval(mat, interval)}/{fmt(100 * util, '.1f')}%"
 
 
@@ -27,7 +27,7 @@ def holistic_table4(runs: RunSet, model: str | None = None, dataset: str = "huma
             for r in runs.paper().itertuples()]
     me, used = {"pair": f"{p.model} + its draft (ours)", "source": "measured"}, []
     for col, (lvl, n) in CELLS.items():
-        run, base = common.cell(p, lvl, n)
+        run, base = p.paired(common.rung(lvl, n))
         used += [run, base]
         got = common.numbers(run, base)
         me.update({f"{col}_mat": got["mat"], f"{col}_mat_bonus": got["mat"], f"{col}_mat_lo": got["mat_lo"],
@@ -36,7 +36,7 @@ def holistic_table4(runs: RunSet, model: str | None = None, dataset: str = "huma
                    f"{col}_run_id": run.run_id if run else None})
     df = pd.DataFrame([*rows, me])
     display = pd.DataFrame({"Model pair": df["pair"], **{
-        head: [cell(r[f"{col}_mat_bonus"], r[f"{col}_util"], interval_in(r, f"{col}_mat")) for _, r in df.iterrows()]
+        head: [mat_util(r[f"{col}_mat_bonus"], r[f"{col}_util"], interval_in(r, f"{col}_mat")) for _, r in df.iterrows()]
         for col, head in (("speculative", "Speculative (λ=12)"), ("ours", "Ours (λ≤24)"))}})
     caption = (f"Post-use & Pre-cut Table 4: MAT incl. the bonus token / utilisation (accepted / drafted tokens), "
                f"vanilla SD against the full method, on {dataset}.")

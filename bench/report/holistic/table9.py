@@ -41,7 +41,7 @@ def holistic_table9(runs: RunSet, model: str | None = None, dataset: str = "huma
                     draft: str | None = None) -> Report:
     p = common.ladder(runs, dataset, ARTIFACT, model, draft, synced=True)
     run = (p.latest(lambda r: level(r) == "precut" and draft_length(r) == LAMBDA and r.sync_phases)
-           or common.cell(p, "precut", LAMBDA)[0])
+           or p.latest(common.rung("precut", LAMBDA)))
     require_exact_phases([run], "holistic/table9", make(ARTIFACT))
     paper = runs.paper().set_index("component").reindex(list(COMPONENTS))  # NaN where it has none
     phases = phase_totals(run.records) if run else {}

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 import pandas as pd
 
@@ -15,7 +14,7 @@ from bench.report.claims import per_question, speed_ratios
 from bench.report.declare import option
 from bench.report.output import Report
 from bench.report.propd import PAPER
-from bench.report.select import RunSet, footer
+from bench.report.select import Cells, RunSet, footer
 from bench.report.tables import interval_columns, markdown, measure, render
 from bench.run.store import Run
 
@@ -87,99 +86,57 @@ def draft_nodes_mean(run: Run) -> float | None:
     return sum(steps) / len(steps) if steps else run.summary.get("draft_nodes_mean")
 
 
-def pin(runs: RunSet, name: str, relevant: Callable[[Run], bool], model: str | None = None) -> Cells:
-    """Artifact `name`'s ProPD-family runs (METHODS, greedy), anchored on the latest relevant run of its own sweep
-    (experiment propd_<name>), else of any ProPD experiment, never another paper's; the model is the anchor's."""
-    runs, experiment = runs.where(method=METHODS, greedy=True), f"propd_{name}"
-    if any(relevant(r) and r.experiment == experiment for r in runs.runs):
-        own = lambda r: r.experiment == experiment
-    else:
-        own = lambda r: str(r.experiment or "").startswith("propd")
-    anchor = runs.latest(lambda r: relevant(r) and own(r) and model in (None, r.model))
-    return Cells(runs.pin(relevant, model=model or (anchor.model if anchor else None), own=own), name)
+def cells(runs: RunSet, name: str, relevant: Callable[[Run], bool], model: str | None = None) -> Cells:
+    """Artifact `name`'s cells over the ProPD-family runs (METHODS, greedy), pinned on its own sweep's latest
+    relevant run, else any ProPD experiment's (RunSet.pin's family)."""
+    pinned = runs.where(method=METHODS, greedy=True).pin(relevant, model=model, family="propd")
+    return Cells(pinned, PAPER.make(name), DATASET_NOTES)
 
 
-def cell(p: RunSet, method: str, dataset: str, batch: int, combo: tuple[bool, bool] | None = None,
-         where: Callable[[Run], bool] | None = None) -> Run | None:
-    """The latest run of `method` (propd: with these switches; others: default variant) on `dataset` at `batch`,
-    else None. Without `where`, Table 2's sweep (variants prune-L<n>-k<k>) is left out."""
-    return p.latest(lambda r: r.method == method and r.dataset == dataset and r.batch_size == batch
-                    and (where(r) if where else not PRUNE_VARIANT.fullmatch(r.variant or ""))
-                    and (switches(r) == combo if method == "propd" else not r.variant))
+def fits(combo: tuple[bool, bool] | None = None, where: Callable[[Run], bool] | None = None) -> Callable[[Run], bool]:
+    """A cell's run (RunSet.latest's keep): propd with these switches (combo), another method's default variant;
+    Table 2's sweep (variants prune-L<n>-k<k>) only where `where` asks for it."""
+    return lambda r: ((where(r) if where else not PRUNE_VARIANT.fullmatch(r.variant or ""))
+                      and (switches(r) == combo if r.method == "propd" else not r.variant))
 
 
-@dataclass
-class Cells:
-    """One artifact's pinned runs and what its footer says of its cells: the runs used and why a cell is empty."""
-
-    p: RunSet
-    name: str  # the artifact: its make target is named with an empty cell's reason
-    used: list = field(default_factory=list)
-    missing: dict = field(default_factory=dict)  # cell -> reason
-
-    def take(self, run: Run | None) -> Run | None:
-        self.used.append(run)
-        return run
-
-    def gap(self, name: str, dataset: str, what: str) -> None:
-        """Cell `name` is empty: no runs on the dataset at all, or no `what` there."""
-        if any(r.dataset == dataset for r in self.p.runs):
-            self.missing[name] = f"no {what} on {dataset} ({PAPER.make(self.name)})"
-        elif note := DATASET_NOTES.get(dataset):
-            self.missing[name] = f"no runs on {dataset}: {note}"
-        else:
-            self.missing[name] = f"no runs on {dataset} ({PAPER.make(self.name)})"
-
-    def frame(self, rows: list[dict], keys: tuple[str, ...], **extra) -> pd.DataFrame:
-        """The rows, every column but `keys` and the run ids as floats (None -> NaN: empty CSV cells); its attrs what
-        the texts say besides the numbers, as plain values (pandas deep-copies attrs: no runs there)."""
-        df, p = pd.DataFrame(rows), self.p
-        numeric = [c for c in df.columns if c not in keys and not c.endswith("run_id")]
-        df[numeric] = df[numeric].astype(float)
-        df.attrs.update(model=p.model, label=model_label(p.model), machine=p.machine, max_new_tokens=p.max_new_tokens,
-                        settings=setting_text(self.used), missing=self.missing, **extra)
-        return df
-
-    def footer(self, lines: list[str], notes: list[str] = ()) -> list[str]:
-        """select.footer with ProPD's "Ours:" line, `lines`, the paper's setup and why cells are empty (one line per
-        reason); notes: runs left out, batches that never filled, then `notes`."""
-        p, reasons = self.p, {}
-        for name, reason in self.missing.items():  # cells with the same reason share one line, in table order
-            reasons.setdefault(reason, []).append(name)
-        ours = (f"Ours: {model_label(p.model)} ({p.model}), machine {p.machine or '—'}, max_new_tokens "
-                f"{p.max_new_tokens or '—'}.")
-        empty = [f"— {', '.join(names)}: {reason}." for reason, names in reasons.items()]
-        return footer(ours, self.used, [*lines, PAPER_SETUP, *empty], [*p.notes, *short_batches(self.used), *notes])
+def frame(c: Cells, rows: list[dict], keys: tuple[str, ...], **extra) -> pd.DataFrame:
+    """The rows, every column but `keys` and the run ids as floats (None -> NaN: empty CSV cells); its attrs what
+    the texts say besides the numbers, as plain values (pandas deep-copies attrs: no runs there)."""
+    df, p = pd.DataFrame(rows), c.p
+    numeric = [col for col in df.columns if col not in keys and not col.endswith("run_id")]
+    df[numeric] = df[numeric].astype(float)
+    df.attrs.update(model=p.model, label=model_label(p.model), machine=p.machine, max_new_tokens=p.max_new_tokens,
+                    settings=setting_text(c.used), missing=c.missing, **extra)
+    return df
 
 
-@dataclass
-class Against:
-    """ProPD's runs over a baseline method's (ar: Table 1, medusa: Table 3), one cell at a time."""
+def propd_footer(c: Cells, lines: list[str], notes: list[str] = ()) -> list[str]:
+    """select.footer with ProPD's "Ours:" line, `lines`, the paper's setup and why cells are empty (one line per
+    reason); notes: runs left out, batches that never filled, then `notes`."""
+    p = c.p
+    ours = (f"Ours: {model_label(p.model)} ({p.model}), machine {p.machine or '—'}, max_new_tokens "
+            f"{p.max_new_tokens or '—'}.")
+    return footer(ours, c.used, [*lines, PAPER_SETUP, *c.empty()], [*p.notes, *short_batches(c.used), *notes])
 
-    cells: Cells
-    dataset: str
-    base: str  # the baseline method
-    ratio: str = "ratio"  # the column of propd's rate over the baseline's
 
-    def cell(self, name: str, batch: int, combo: tuple[bool, bool], what: str,
-             aggregate: bool = True) -> tuple[dict, dict]:
-        """(numbers, run ids) of the latest propd run with `combo` at `batch` over the baseline measured like it
-        (else the latest baseline run at `batch`)."""
-        c = self.cells
-        run = c.take(cell(c.p, "propd", self.dataset, batch, combo))
-        base = c.take(c.p.baseline(run, self.base) or cell(c.p, self.base, self.dataset, batch))
-        if run is None or base is None:
-            gap = f"propd run with {what}" if run is None else f"{self.base} run"
-            c.gap(name, self.dataset, f"{gap} at that batch size")
-        ratio, interval = speed_ratios(run, base, aggregate)
-        numbers = {self.ratio: ratio, **interval_columns(self.ratio, interval),
-                   **measure("propd_tok_s", run, aggregate_rate, aggregate_rate_interval),
-                   **measure(f"{self.base}_tok_s", base, aggregate_rate, aggregate_rate_interval),
-                   **measure("propd_mat", run, mat, mat_interval),
-                   "prune_rate": prune_rate(run) if run else None,
-                   "draft_nodes_mean": draft_nodes_mean(run) if run else None}
-        return numbers, {"propd_run_id": run.run_id if run else None,
-                         f"{self.base}_run_id": base.run_id if base else None}
+def over(c: Cells, dataset: str, base: str, name: str, batch: int, combo: tuple[bool, bool], what: str,
+         aggregate: bool = True, ratio: str = "ratio") -> tuple[dict, dict]:
+    """(numbers, run ids) of cell `name`: the latest propd run with `combo` at `batch` over the `base` run measured
+    like it (else the latest `base` run at `batch`): ar in Table 1, medusa in Table 3."""
+    run = c.take(c.p.latest(fits(combo), method="propd", dataset=dataset, batch_size=batch))
+    theirs = c.take(c.p.baseline(run, base) or c.p.latest(fits(), method=base, dataset=dataset, batch_size=batch))
+    if run is None or theirs is None:
+        gap = f"propd run with {what}" if run is None else f"{base} run"
+        c.gap(name, dataset, f"{gap} at that batch size")
+    value, interval = speed_ratios(run, theirs, aggregate)
+    numbers = {ratio: value, **interval_columns(ratio, interval),
+               **measure("propd_tok_s", run, aggregate_rate, aggregate_rate_interval),
+               **measure(f"{base}_tok_s", theirs, aggregate_rate, aggregate_rate_interval),
+               **measure("propd_mat", run, mat, mat_interval),
+               "prune_rate": prune_rate(run) if run else None,
+               "draft_nodes_mean": draft_nodes_mean(run) if run else None}
+    return numbers, {"propd_run_id": run.run_id if run else None, f"{base}_run_id": theirs.run_id if theirs else None}
 
 
 def setting_text(runs: Iterable[Run | None]) -> str:

@@ -13,8 +13,8 @@ import pandas as pd
 from bench.metrics import by_group
 from bench.report.output import Report
 from bench.report.plots import new_figure, wrap, yerr
-from bench.report.propd import PAPER
-from bench.report.propd.common import BOTH, LABELS, cell, model_label, pin, sections_texts
+from bench.report.propd import PAPER, common
+from bench.report.propd.common import BOTH, LABELS, model_label, sections_texts
 from bench.report.select import MissingRunsError, RunSet
 from bench.report.tables import fmt, interval_columns, ours_cells
 
@@ -85,8 +85,8 @@ def timing_frames(timing: dict) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFram
 
 def mat_by_category(cells) -> pd.DataFrame:
     """(d): medusa's and propd's MAT per category (batch 1, mt_bench) and their intervals."""
-    runs = {"medusa": cells.take(cell(cells.p, "medusa", "mt_bench", 1)),
-            "propd": cells.take(cell(cells.p, "propd", "mt_bench", 1, BOTH))}
+    runs = {m: cells.take(cells.p.latest(common.fits(combo), method=m, dataset="mt_bench", batch_size=1))
+            for m, combo in (("medusa", None), ("propd", BOTH))}
     rows: dict = {}  # category -> its row
     for m, run in runs.items():
         for g, s in by_group(run.records).items() if run else ():
@@ -175,7 +175,7 @@ def propd_fig3(runs: RunSet, model: str | None = None) -> Report:
     timing = read_json(runs.file("propd", ITERATION_TIME), notes)
     acc = accuracy_frame(heads)
     b, c, fits = timing_frames(timing)
-    cells = pin(runs, "fig3", lambda r: r.dataset == "mt_bench" and r.batch_size == 1
+    cells = common.cells(runs, "fig3", lambda r: r.dataset == "mt_bench" and r.batch_size == 1
                 and r.method in ("medusa", "propd"), model)
     d = mat_by_category(cells)
     if not (len(acc) or len(b) or len(d)):
@@ -195,7 +195,7 @@ def propd_fig3(runs: RunSet, model: str | None = None) -> Report:
                 f"{where}, dtype {timing.get('dtype')}, median of {timing.get('reps')} repeats; one target forward "
                 f"over tree-size tokens per row after seq_len cached tokens."), *PAPER_SAYS.values()]
     caption = f"ProPD Figure 3, ours (figure: {runs.file('figures', 'propd_fig3.png')})."
-    texts = sections_texts(tables(acc, b, c, fits, d), caption, cells.footer(sources, notes))
+    texts = sections_texts(tables(acc, b, c, fits, d), caption, common.propd_footer(cells, sources, notes))
     return Report({"figures/propd_fig3.png": plot(acc, b, c, fits, d, title),
                    "figures/propd_fig3.csv": long_points(acc, b, c, d), "figures/propd_fig3_fit.csv": fits,
                    **Report.tables("propd_fig3", texts, "figures").files}, show="figures/propd_fig3.md")

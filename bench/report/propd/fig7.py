@@ -11,7 +11,7 @@ from bench.report.output import Report
 from bench.report.plots import new_figure, wrap, yerr
 from bench.report.propd import PAPER, common
 from bench.report.propd.common import BOTH, LABELS
-from bench.report.select import RunSet
+from bench.report.select import Cells, RunSet
 from bench.report.tables import MISSING, interval_columns, interval_in, measure, ours_cells
 
 COLORS = {"ar": "tab:gray", "bpd": "tab:orange", "medusa": "tab:blue", "propd": "tab:red"}
@@ -24,16 +24,18 @@ DEFINITIONS = [
     "BPD and Medusa across model sizes, tasks and batch sizes.")]
 
 
-def fig7_points(runs: RunSet, model: str | None = None) -> tuple[pd.DataFrame, common.Cells]:
+def fig7_points(runs: RunSet, model: str | None = None) -> tuple[pd.DataFrame, Cells]:
     """One row per (dataset, batch, method), and the cells for the footer."""
-    cells, rows = common.pin(runs, "fig7", lambda r: r.dataset in common.DATASETS, model), []
+    cells, rows = common.cells(runs, "fig7", lambda r: r.dataset in common.DATASETS, model), []
     for d in common.DATASETS:
         measured = any(r.dataset == d for r in cells.p.runs)  # else one reason for the dataset's every cell
         for b in common.BATCHES:
-            ours = common.cell(cells.p, "propd", d, b, BOTH)  # the others' rows carry its paired interval over them
+            # the others' rows carry its paired interval over them
+            ours = cells.p.latest(common.fits(BOTH), method="propd", dataset=d, batch_size=b)
             per_method = {}
             for m in reversed(common.METHODS):  # propd first: the footer names the runs in this order
-                run = cells.take(ours if m == "propd" else common.cell(cells.p, m, d, b))
+                run = cells.take(ours if m == "propd"
+                                 else cells.p.latest(common.fits(), method=m, dataset=d, batch_size=b))
                 if run is None and measured:
                     cells.gap(f"{d} BS={b} {LABELS[m]}", d,
                               f"{m} run{' with both switches on' if m == 'propd' else ''} at that batch size")
@@ -45,7 +47,7 @@ def fig7_points(runs: RunSet, model: str | None = None) -> tuple[pd.DataFrame, c
             rows += [per_method[m] for m in common.METHODS]  # the table in METHODS order
         if not measured:
             cells.gap(f"{d} (every cell)", d, "run")
-    return cells.frame(rows, ("dataset", "batch_size", "method")), cells
+    return common.frame(cells, rows, ("dataset", "batch_size", "method")), cells
 
 
 def cell_verdict(g: pd.DataFrame) -> str:
@@ -108,7 +110,7 @@ def propd_fig7(runs: RunSet, model: str | None = None) -> Report:
     caption = ("ProPD Figure 7, ours: tokens/s of AR, BPD, Medusa and ProPD per dataset and batch size "
                f"(figure: {runs.file('figures', 'propd_fig7.png')}).")
     defs = [*DEFINITIONS, fastest_claim(df), f"ProPD settings: {df.attrs['settings']}."]
-    return common.table("fig7", display(df), caption, cells.footer(defs), df, figure=plot(df))
+    return common.table("fig7", display(df), caption, common.propd_footer(cells, defs), df, figure=plot(df))
 
 
 # One sweep per dataset: chatgpt_prompts has no offline copy and a failing job stops a sweep, so its failure (`-`)

@@ -6,8 +6,8 @@ import pandas as pd
 
 from bench.report.output import Report
 from bench.report.propd import PAPER
-from bench.report.propd.common import BATCHES, BOTH, DATASET, Against, Cells, pin, table
-from bench.report.select import RunSet
+from bench.report.propd.common import BATCHES, BOTH, DATASET, cells, frame, over, propd_footer, table
+from bench.report.select import Cells, RunSet
 from bench.report.tables import fmt, ours_cells
 
 PAPER_MODELS = {"7b": "Vicuna-7B (paper, A6000)", "13b": "Vicuna-13B (paper, A100)",
@@ -23,14 +23,14 @@ DEFINITIONS = [
 
 def table1_frame(runs: RunSet, model: str | None = None, dataset: str = "mt_bench") -> tuple[pd.DataFrame, Cells]:
     """One row per batch size, ours and the paper's; the cells for the footer."""
-    cells = pin(runs, "table1", lambda r: r.dataset == dataset and r.method in ("ar", "propd"), model)
+    c = cells(runs, "table1", lambda r: r.dataset == dataset and r.method in ("ar", "propd"), model)
     paper = runs.paper().set_index("model")
-    vs, rows = Against(cells, dataset, "ar", ratio="speedup"), []
+    rows = []
     for b in BATCHES:
-        numbers, ids = vs.cell(f"BS={b}", b, BOTH, "both switches on", aggregate=b > 1)
+        numbers, ids = over(c, dataset, "ar", f"BS={b}", b, BOTH, "both switches on", b > 1, "speedup")
         rows.append({"batch_size": b, **numbers, **{f"paper_{m}": paper.at[m, f"bs{b}"] for m in PAPER_MODELS},
                      **ids})
-    return cells.frame(rows, ("batch_size",), dataset=dataset), cells
+    return frame(c, rows, ("batch_size",), dataset=dataset), c
 
 
 def display(df: pd.DataFrame) -> pd.DataFrame:
@@ -44,10 +44,10 @@ def display(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def propd_table1(runs: RunSet, model: str | None = None, dataset: str = "mt_bench") -> Report:
-    df, cells = table1_frame(runs, model, dataset)
+    df, c = table1_frame(runs, model, dataset)
     caption = (f"ProPD Table 1, ours beside the paper's: average speedup of ProPD against autoregressive decoding "
                f"per batch size, on {dataset} (the paper: MT-Bench, ChatGPT Prompts and Alpaca).")
-    foot = cells.footer([*DEFINITIONS, f"ProPD settings: {df.attrs['settings']}."])
+    foot = propd_footer(c, [*DEFINITIONS, f"ProPD settings: {df.attrs['settings']}."])
     return table("table1", display(df), caption, foot, df)
 
 

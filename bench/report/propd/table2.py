@@ -9,7 +9,7 @@ from bench.report.claims import paired_ratio_interval, per_question, sums_interv
 from bench.report.declare import option
 from bench.report.output import Report
 from bench.report.propd import PAPER, common
-from bench.report.select import RunSet
+from bench.report.select import Cells, RunSet
 from bench.report.tables import MISSING, fmt, fmt_ci, interval_columns, interval_in, is_missing, paired_cells
 from bench.run.store import Run
 
@@ -75,23 +75,24 @@ def mat_ratio_interval(run: Run, ref: Run) -> list[float] | None:
 
 
 def table2_frame(runs: RunSet, model: str | None = None, batch_size: int = 4,
-                 dataset: str = "mt_bench") -> tuple[pd.DataFrame, common.Cells]:
+                 dataset: str = "mt_bench") -> tuple[pd.DataFrame, Cells]:
     """Rows `none` then (layer, top_k), ours and the paper's (`_paper`); the cells for the footer."""
     batch_size = int(batch_size)
-    cells = common.pin(runs, "table2", lambda r: r.dataset == dataset and r.batch_size == batch_size
+    cells = common.cells(runs, "table2", lambda r: r.dataset == dataset and r.batch_size == batch_size
                        and r.method in ("medusa", "propd"), model)
     paper = runs.paper()
     paper_by = {(row.layer, None if pd.isna(row.top_k) else int(row.top_k)): row for row in paper.itertuples()}
-    ref = cells.take(common.cell(cells.p, "medusa", dataset, batch_size)
-                     or common.cell(cells.p, "propd", dataset, batch_size, (False, False)))
+    ref = cells.take(cells.p.latest(common.fits(), method="medusa", dataset=dataset, batch_size=batch_size)
+                     or cells.p.latest(common.fits((False, False)), method="propd", dataset=dataset,
+                                       batch_size=batch_size))
     if ref is None:
         cells.gap("w/o pruning", dataset, f"medusa run (nor propd with both switches off) at batch {batch_size}")
     rows = []
     for layer, k in [("none", None)] + [(str(layer), k) for layer in LAYERS for k in TOPKS]:
         pruning = layer != "none"
-        run = ref if not pruning else cells.take(common.cell(
-            cells.p, "propd", dataset, batch_size, (True, False),
-            where=lambda r, pk=(int(layer), k): common.prune_point(r) == pk))
+        at = lambda r, pk=(int(layer) if pruning else None, k): common.prune_point(r) == pk
+        run = ref if not pruning else cells.take(cells.p.latest(common.fits((True, False), at), method="propd",
+                                                                dataset=dataset, batch_size=batch_size))
         if pruning and run is None:
             cells.gap(f"layer {layer} top-{k}", dataset,
                       f"propd run with that layer and top-k (dynamic tree off) at batch {batch_size}")
@@ -108,7 +109,7 @@ def table2_frame(runs: RunSet, model: str | None = None, batch_size: int = 4,
                      "draft_nodes_mean": common.draft_nodes_mean(run) if run else None,
                      "prune_rate_paper": pr.prune_rate, "mat_paper": pr.acc_length, "tok_s_paper": pr.speed_tok_s,
                      "run_id": run.run_id if run else None, "method": run.method if run else None})
-    df = cells.frame(rows, ("layer", "top_k", "method"), dataset=dataset, batch_size=batch_size,
+    df = common.frame(cells, rows, ("layer", "top_k", "method"), dataset=dataset, batch_size=batch_size,
                      reference=ref.method if ref else MISSING)
     df["top_k"] = df["top_k"].astype("Int64")
     return df, cells
@@ -151,7 +152,7 @@ def propd_table2(runs: RunSet, model: str | None = None, batch_size: int = 4, da
             (f"W/o pruning: {a['reference']} (the paper: Medusa). Nodes drafted per step (mean): w/o pruning "
              f"{fmt(df['draft_nodes_mean'].iloc[0], '.1f')}, pruning rows {fmt(pruned.min(), '.1f')}-"
              f"{fmt(pruned.max(), '.1f')}.")]
-    return common.table("table2", display(df), caption, cells.footer(defs), df)
+    return common.table("table2", display(df), caption, common.propd_footer(cells, defs), df)
 
 
 ARTIFACT = PAPER.declare(

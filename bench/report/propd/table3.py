@@ -8,7 +8,7 @@ import pandas as pd
 
 from bench.report.output import Report
 from bench.report.propd import PAPER, common
-from bench.report.select import RunSet
+from bench.report.select import Cells, RunSet
 from bench.report.tables import MISSING, fmt, interval_in, is_missing, paired_cells, with_interval
 
 YES_NO = {True: "yes", False: "no"}
@@ -36,19 +36,19 @@ def growth_claim(ratios: dict[int, float | tuple | None]) -> tuple[str, str]:
     return ("holds" if spans[-1][0] > spans[0][1] else "undecided"), numbers
 
 
-def table3_frame(runs: RunSet, model: str | None = None, dataset: str = "mt_bench") -> tuple[pd.DataFrame, common.Cells]:
+def table3_frame(runs: RunSet, model: str | None = None, dataset: str = "mt_bench") -> tuple[pd.DataFrame, Cells]:
     """One row per (combo, batch size), ours and the paper's; the cells for the footer."""
-    cells = common.pin(runs, "table3", lambda r: r.dataset == dataset and r.method in ("medusa", "propd"), model)
+    c = common.cells(runs, "table3", lambda r: r.dataset == dataset and r.method in ("medusa", "propd"), model)
     paper = runs.paper()
-    vs, rows = common.Against(cells, dataset, "medusa"), []
+    rows = []
     for (prune, dynamic), name in common.COMBOS.items():
         pr = paper[(paper["early_pruning"] == YES_NO[prune]) & (paper["dynamic_generation"] == YES_NO[dynamic])]
         for b in common.BATCHES:
-            numbers, ids = vs.cell(f"{name} BS={b}", b, (prune, dynamic), "those switches")
+            numbers, ids = common.over(c, dataset, "medusa", f"{name} BS={b}", b, (prune, dynamic), "those switches")
             rows.append({"combo": name, "prune": prune, "dynamic": dynamic, "batch_size": b, **numbers,
                          "paper_7b": pr[f"7b_bs{b}"].item(), "paper_13b": pr["13b_bs2"].item() if b == 2 else None,
                          "paper_33b": pr["33b_bs2"].item() if b == 2 else None, **ids})
-    return cells.frame(rows, ("combo", "prune", "dynamic", "batch_size"), dataset=dataset), cells
+    return common.frame(c, rows, ("combo", "prune", "dynamic", "batch_size"), dataset=dataset), c
 
 
 def claim_texts(df: pd.DataFrame) -> list[str]:
@@ -78,7 +78,7 @@ def propd_table3(runs: RunSet, model: str | None = None, dataset: str = "mt_benc
                f"speed relative to Medusa at the same batch size, on {dataset}.")
     defs = [*DEFINITIONS, *claim_texts(df), "The paper's 33B has no value for the row with neither technique.",
             f"ProPD settings: {df.attrs['settings']}."]
-    return common.table("table3", display(df), caption, cells.footer(defs), df)
+    return common.table("table3", display(df), caption, common.propd_footer(cells, defs), df)
 
 
 ARTIFACT = PAPER.declare(

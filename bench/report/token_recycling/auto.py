@@ -16,7 +16,7 @@ from bench.report.plots import new_figure, wrap
 from bench.report.select import RunSet, footer, setting
 from bench.report.tables import MISSING, interval_columns, is_missing, markdown, ours_cells
 from bench.report.token_recycling import PAPER
-from bench.report.token_recycling.common import METHOD, context, describe, numbers, sweep
+from bench.report.token_recycling.common import GROUP, METHOD, context, describe, numbers
 
 MAKE = PAPER.make("auto")
 
@@ -72,7 +72,7 @@ def interp_ratio(curve: pd.DataFrame | None, n: int | None) -> float:
 
 def auto_table(runs: RunSet, model: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame | None, list[str]]:
     """Rows: ar, then token_recycling per tree_source (latest each); the forward-cost curve; notes."""
-    mine, group, notes = sweep(runs, "tr_auto", model, MAKE)
+    mine, group, notes = runs.sweep("tr_auto", METHOD, GROUP, model, MAKE)
     ctx = context(mine.runs[-1])
     # The ar baseline: same group, preferably from this experiment, else the latest such ar run.
     ars = group.where(method="ar", keep=lambda r: not r.variant)

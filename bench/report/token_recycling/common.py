@@ -15,18 +15,6 @@ METHOD = "token_recycling"
 GROUP = ("model", "dataset", "machine", "max_new_tokens")
 
 
-def sweep(runs: RunSet, experiment: str, model: str | None = None,
-          make: str | None = None) -> tuple[RunSet, RunSet, list[str]]:
-    """(the experiment's token_recycling runs of the latest one's GROUP, every run of that group (its baselines),
-    notes on the runs left out); with `make`, none is a MissingRunsError naming it."""
-    group = runs.pin(lambda r: r.experiment == experiment and r.method == METHOD, model=model, same=GROUP,
-                     drafters=False)
-    mine = group.where(experiment=experiment, method=METHOD)
-    if make and not mine.runs:
-        raise missing(runs, [experiment], model, make)
-    return mine, group, [f"{experiment}: {n}" for n in group.notes]
-
-
 def missing(runs: RunSet, experiments: Iterable[str], model: str | None, make: str):
     of_model = f" of model '{model}'" if model else ""
     named = " / ".join(repr(e) for e in experiments)

@@ -9,7 +9,7 @@ from bench.report.output import Report
 from bench.report.plots import new_figure, wrap, yerr
 from bench.report.select import RunSet, setting
 from bench.report.token_recycling import PAPER
-from bench.report.token_recycling.common import METHOD, context, figure_text, missing, numbers, sweep
+from bench.report.token_recycling.common import GROUP, METHOD, context, figure_text, missing, numbers
 
 MAKE = PAPER.make("fig3")
 UPDATE_ORDER = ["first", "parallel", "last"]  # the paper's First, Cur, Last
@@ -47,7 +47,7 @@ def fig3_points(runs: RunSet, model: str | None = None) -> tuple[pd.DataFrame, l
     model = model or (newest.model if newest else None)  # one model for all panels
     frames, notes = [], []
     for experiment, panel, x_name, _, _ in FIG3_PANELS:
-        mine, _, found = sweep(runs, experiment, model)
+        mine, _, found = runs.sweep(experiment, METHOD, GROUP, model)
         per_x = mine.latest_per(setting(x_name))
         notes += found
         if len(per_x) < len(mine.runs):

@@ -13,7 +13,7 @@ from bench.report.phase_timing import components, require_exact_phases
 from bench.report.plots import new_figure, wrap, yerr
 from bench.report.select import RunSet
 from bench.report.token_recycling import PAPER
-from bench.report.token_recycling.common import context, describe, figure_text, numbers, sweep
+from bench.report.token_recycling.common import GROUP, METHOD, context, describe, figure_text, numbers
 
 MAKE = PAPER.make("fig4")
 
@@ -46,7 +46,7 @@ def paper_fig4(runs: RunSet) -> dict[str, float]:
 
 def fig4_points(runs: RunSet, model: str | None = None,
                 fold_prefill: bool = True) -> tuple[pd.DataFrame, list[str]]:
-    mine, _, notes = sweep(runs, "tr_fig4", model, MAKE)
+    mine, _, notes = runs.sweep("tr_fig4", METHOD, GROUP, model, MAKE)
     run = mine.latest()
     require_exact_phases([run], "token_recycling/fig4", MAKE)
     m = numbers(run)

@@ -86,14 +86,14 @@ def build_token_recycling_table1(runs: RunSet, model: str | None = None, paper_s
     notes = [] if len(paper) else [f"the paper has no {paper_size} rows"]
     rows = []
 
-    def latest_of(method, variant, dataset):
+    def run_of(method, variant, dataset):
         return latest.get((models[dataset], method, variant, dataset, 0.0))
 
     # The paper's speedups are against HF's AR, so the baseline is always hf_generate.
-    bases = {dataset: latest_of("hf_generate", None, dataset) for dataset in DATASETS.values()}
+    bases = {dataset: run_of("hf_generate", None, dataset) for dataset in DATASETS.values()}
     for method, variant, paper_row, label, paper_name in ROWS:
         row = {"method": method, "variant": variant, "label": label, "paper_method": paper_name}
-        found = {dataset: latest_of(method, variant, dataset) for dataset in DATASETS.values()}
+        found = {dataset: run_of(method, variant, dataset) for dataset in DATASETS.values()}
         if paper_row is None and not any(found.values()):
             continue  # our extra rows (ar, hf_pld) appear only when run; the paper's rows always do
         for prefix, dataset in DATASETS.items():
