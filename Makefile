@@ -131,10 +131,10 @@ HOLISTIC_ARGS = model=$(MODEL) run.limit=$(LIMIT) logger=$(LOGGER) $(if $(filter
 PER_GROUP ?= 2  # Post-use & Pre-cut Table 10: questions per Spec-Bench category
 
 evidence: setup  ## copy the runs REPRODUCED.md uses from results/ into the committed evidence/ (then make reproduced)
-	$(PY) -m bench.report evidence
+	$(PY) -m bench.page evidence
 
 reproduced: setup  ## REPRODUCED.md from the committed evidence/ only: a summary, then per paper ours beside the paper's
-	$(PY) -m bench.report reproduced
+	$(PY) -m bench.page reproduced
 
 validate-projection: setup  ## replay AR, PLD, Token Recycling x2, sd, EAGLE-2 (LIMIT questions, interleaved) on this machine's measured T(n, context) -> results/projection/ (docs/cost_model.md)
 	$(PY) scripts/validate_projection.py model=$(MODEL) --limit $(LIMIT)

@@ -96,7 +96,7 @@ def copy_evidence(runs: list, folder: Path, to: Path) -> None:
     """The runs (summaries, configs, records without token ids), the profile and the table, replacing `to`."""
     import shutil
 
-    from bench.report.evidence import write_run
+    from bench.page.evidence import write_run
 
     shutil.rmtree(to, ignore_errors=True)
     (to / "runs").mkdir(parents=True)

@@ -198,12 +198,11 @@ def test_a_draft_profile_replaces_the_measured_draft_forwards():
 
 
 def test_every_paper_declares_a_setting_whose_profiles_load():
-    from bench.report.projected import setting_of
-    from bench.report.registry import papers
+    from bench.report.registry import paper, papers
 
-    for paper in papers():
-        setting = setting_of(paper)
-        assert setting is not None and setting.label, paper
-        for name in filter(None, (setting.target, setting.draft)):
-            assert load_profile(name).ms, name
-    assert "offloaded" in setting_of("dyspec", "Table 4").target
+    for name in papers():
+        setting = paper(name).setting_of()
+        assert setting is not None and setting.label, name
+        for profile in filter(None, (setting.target, setting.draft)):
+            assert load_profile(profile).ms, profile
+    assert "offloaded" in paper("dyspec").setting_of("Table 4").target

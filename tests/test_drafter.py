@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from bench.page.evidence import build_evidence
+from bench.page.reproduced import reproduced_page
 from bench.report.__main__ import main
 from bench.report.drafter import choose, describe, drafter, present
 from bench.report.dyspec.tables import build_dyspec_table, dyspec_table
-from bench.report.evidence import build_evidence
 from bench.report.holistic.table3 import holistic_table3
-from bench.report.reproduced import reproduced_page
 from bench.report.select import MissingRunsError
 from bench.run.store import load_runs
 from tests.fixtures.dyspec_results import DATASETS, Writer, write_full

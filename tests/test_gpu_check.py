@@ -19,8 +19,8 @@ from bench.core.timing import PHASES
 from bench.cost.profiles import Profile
 from bench.errors import HarnessError
 from bench.models import random_init
+from bench.page.evidence import copy_checks
 from bench.paths import PROJECT
-from bench.report.evidence import copy_checks
 from methods import REGISTRY
 
 

@@ -4,7 +4,8 @@
   literal module name count too).
 - The engine core (bench/core) imports nothing from methods/, the runner (bench.run), the reports
   (bench.report) or the model loaders (bench.models): everything else builds on it, not the reverse.
-- Reports import neither methods/ nor the runner's model-loading side (only bench.run.store and bench.metrics).
+- Reports import neither methods/ nor the runner's model-loading side (only bench.run.store and bench.metrics);
+  the page and its evidence (bench/page) sit above them, and no report imports it.
 - The cost model (bench/cost) imports nothing of the runner's, the model loaders nothing of the cost model's (what
   both need lies below: bench.metrics, bench.shapes); the machine's checks (bench/check) sit above both.
 - Training code (bench/train) is imported only by scripts/ and tests/, and imports neither methods/ nor the
@@ -115,7 +116,9 @@ FORBIDDEN = {
     "bench.core": ("methods", "bench.run", "bench.report", "bench.models", "bench.perf", "bench.check", "bench.cost"),
     "bench.run": ("bench.report", "bench.perf", "bench.check", "bench.cost"),
     "bench.cost": ("methods", "bench.run", "bench.report", "bench.models", "bench.perf", "bench.check"),
-    "bench.report": ("methods", "bench.run.runner", "bench.run.__main__", "bench.models", "bench.perf", "bench.check"),
+    "bench.report": ("methods", "bench.run.runner", "bench.run.__main__", "bench.models", "bench.perf", "bench.check",
+                     "bench.page"),
+    "bench.page": ("methods", "bench.run.runner", "bench.run.__main__", "bench.models", "bench.perf", "bench.check"),
     "bench.check": ("bench.report", "bench.perf"),  # the machine's checks: above the runner and the cost model
     "methods": ("bench.run", "bench.report", "bench.check"),
     "bench.models": ("methods", "bench.run", "bench.report", "bench.cost", "bench.check"),

@@ -116,7 +116,7 @@ def test_leaving_out_the_drafts_cost_doubles_the_draft_methods_errors(monkeypatc
 
 def test_batched_runs_are_projected_batch_by_batch_with_their_aggregate_rate():
     from bench.cost.replay import Setting, batched_ms
-    from bench.report.projected import projected_table
+    from bench.page.projected import projected_table
 
     def batched(run_id: str, method: str, record: dict, wall: float) -> Run:
         phases = {k: 2 * v for k, v in record["phase_times"].items()}  # the two rows' prefill and forwards together
@@ -138,7 +138,7 @@ def test_batched_runs_are_projected_batch_by_batch_with_their_aggregate_rate():
 
 def test_a_sections_projected_table_pairs_each_run_with_its_baseline_on_the_papers_setting():
     from bench.cost.replay import Setting
-    from bench.report.projected import projected_table
+    from bench.page.projected import projected_table
 
     hf = {**AR, "phase_times": {"generate": 1.0}}  # HF's own loop: its target forwards are not timed apart
     batched = run("b4", "token_recycling", TR)

@@ -14,9 +14,10 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
+from bench.page.evidence import build_evidence
+from bench.page.reproduced import reproduced_page
 from bench.paths import PROJECT
 from bench.report.__main__ import main
-from bench.report.evidence import build_evidence
 from bench.report.output import Report
 from bench.report.propd.common import switches
 from bench.report.propd.fig3 import fit_line
@@ -25,7 +26,6 @@ from bench.report.propd.table1 import table1_frame
 from bench.report.propd.table2 import pruning_claim, table2_frame
 from bench.report.propd.table3 import growth_claim, table3_frame
 from bench.report.registry import paper_artifacts
-from bench.report.reproduced import reproduced_page
 from bench.report.select import MissingRunsError
 from bench.run.store import Run
 from tests.conftest import compose_cfg

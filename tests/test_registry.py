@@ -59,7 +59,8 @@ def test_make_gets_its_targets(toy):
 
 
 def test_the_page_and_the_notebook_get_its_sections(toy, monkeypatch):
-    from bench.report import notebook, reproduced
+    from bench.page import reproduced
+    from bench.report import notebook
 
     rows = [(paper, c.label, name) for paper, c, name in reproduced.coverage() if paper == "propd"]
     assert rows[-1] == ("propd", "Figure 8", "toy")  # a label the paper's contents do not name: after them

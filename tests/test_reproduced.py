@@ -12,9 +12,9 @@ import sys
 
 import pytest
 
+from bench.page.evidence import build_evidence
+from bench.page.reproduced import LINE_MAX, absolute_paths, coverage, reproduced_page
 from bench.paths import project_path
-from bench.report.evidence import build_evidence
-from bench.report.reproduced import LINE_MAX, absolute_paths, coverage, reproduced_page
 from tests.fixtures.dyspec_results import write_full
 from tests.fixtures.holistic_results import write_holistic_results
 from tests.fixtures.propd_results import write_propd_results

@@ -97,9 +97,9 @@ def test_holistic_fig2_without_step_records():
 
 
 def test_step_figures_from_evidence_without_token_ids(results, tmp_path):
-    """The committed evidence keeps no token ids (bench/report/evidence.py): DySpec Figure 2 and part (c) of
+    """The committed evidence keeps no token ids (bench/page/evidence.py): DySpec Figure 2 and part (c) of
     Post-use & Pre-cut Figure 2 read the same numbers from it; part (b), which compares tokens, has none."""
-    from bench.report.evidence import write_run
+    from bench.page.evidence import write_run
 
     evidence = tmp_path / "evidence"
     for run in results.runs:

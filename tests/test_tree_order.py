@@ -1,4 +1,4 @@
-"""bench/report/dyspec/tree_order.py (DFS / heavy-path reorder, ancestor masks, tile counts) and DySpec's Table 5
+"""bench/core/tree_order.py (DFS / heavy-path reorder, ancestor masks, tile counts) and DySpec's Table 5
 (`python -m bench.report dyspec/table5`)."""
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ import pandas as pd
 import pytest
 
 from bench.core.tree import tree_from_paths
-from bench.report.__main__ import main as report_main
-from bench.report.dyspec.tree_order import (
+from bench.core.tree_order import (
     GENERATORS,
     ORDERS,
     TreeOrderError,
@@ -25,6 +24,7 @@ from bench.report.dyspec.tree_order import (
     subtree_sizes,
     tree_mask,
 )
+from bench.report.__main__ import main as report_main
 
 
 def random_trees(seed: int = 0, count: int = 30):

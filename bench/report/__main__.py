@@ -3,8 +3,6 @@
     python -m bench.report dyspec/table --paper-table 1 [--results results] [--model M] [--draft eagle]
     python -m bench.report <name> --help                # that artifact's own options
     python -m bench.report makefile                     # the reproduce-* make targets the Makefile includes
-    python -m bench.report reproduced [--out F] [--evidence D]   # REPRODUCED.md from evidence/ (a command)
-    python -m bench.report evidence [--results R] [--out D]      # the runs the page uses, copied into evidence/
 
 Bad input is one `error:` line on stderr: exit 2 for an unknown name or option, 1 for no runs/ or a report's error."""
 
@@ -17,6 +15,7 @@ from pathlib import Path
 from bench.cli import OneLineParser
 from bench.errors import HarnessError
 from bench.report.declare import COMMON, Artifact, option
+from bench.report.makefile import makefile
 from bench.report.registry import UnknownArtifact, aliases, names, produce, resolve
 
 PROG = "bench.report"
@@ -35,7 +34,7 @@ def parser(description: str, report: dict, options, **kwargs) -> OneLineParser:
 def catalogue() -> str:
     """Every artifact with its one-line help, then the old names."""
     rows = [f"  {name:<24}{resolve(name)[1].help}" for name in names()]
-    return "\n".join(["artifacts:", *rows, "commands:", *(f"  {n:<24}{h}" for n, (h, _) in COMMANDS.items()),
+    return "\n".join(["artifacts:", *rows, "commands:", *(f"  {n:<24}{h}" for n, h in COMMANDS.items()),
                       "aliases (old names):",
                       *(f"  {alias:<24}{name}" for alias, name in aliases().items())])
 
@@ -56,35 +55,8 @@ def fail(message: str) -> int:
     return 1
 
 
-# name -> (help, its options); each is a function of bench/report/<module>.py run on the parsed options.
-COMMANDS = {
-    "makefile": ("the reproduce-* make targets from the declarations (the Makefile includes them)", ()),
-    "reproduced": ("REPRODUCED.md from evidence/ only (a summary, then every paper's tables with their runs)",
-                   (option("--out", help="default: REPRODUCED.md at the project root"),
-                    option("--evidence", help="the evidence folder (default evidence/)"))),
-    "evidence": (("copy the runs REPRODUCED.md uses from --results into evidence/ (summaries, configs, records "
-                 "without token ids)"), (RESULTS, option("--out", help="default: evidence/ at the project root"))),
-}
-
-
-def command(name: str, argv: list[str]) -> int:
-    """Run one of COMMANDS: the text it returns goes to stdout; its error is one `error:` line."""
-    args = vars(parser(f"{name}: {COMMANDS[name][0]}", {"help": name}, COMMANDS[name][1]).parse_args(argv))
-    args = {k: v for k, v in args.items() if k != "report" and v is not None}
-    try:
-        if name == "makefile":  # imported here: each module loads the whole registry
-            from bench.report.makefile import makefile
-            out = makefile()
-        elif name == "reproduced":
-            from bench.report.reproduced import reproduced_page
-            out = reproduced_page(**args)
-        else:
-            from bench.report.evidence import build_evidence
-            out = build_evidence(args.get("results", "results"), args.get("out"))
-    except HarnessError as err:
-        return fail(str(err))
-    print(out, end="")
-    return 0
+# The CLI's commands beside the artifacts (REPRODUCED.md and evidence/ are bench.page's: python -m bench.page).
+COMMANDS = {"makefile": "the reproduce-* make targets from the declarations (the Makefile includes them)"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,8 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     if known.list or known.report == "list":
         print("\n".join(names()))
         return 0
-    if known.report in COMMANDS:  # the store-level tools: they read the results or evidence folder, not a RunSet
-        return command(known.report, argv)
+    if known.report == "makefile":  # the reproduce-* targets, from the declarations (the Makefile includes them)
+        print(makefile(), end="")
+        return 0
     if known.report is None:
         if known.help:
             first.epilog = catalogue()

@@ -110,7 +110,7 @@ class Paper:
     title: str  # REPRODUCED.md's heading of its section
     contents: tuple[str, ...]  # its artifacts in order of appearance: the page's summary rows (then any other Cover)
     claimed: tuple[str, ...]  # its own method(s): their speedup over AR is its claim (bench.report.claims)
-    setting: Setting | None = None  # its hardware, where the page projects (bench.report.projected)
+    setting: Setting | None = None  # its hardware, where the page projects (bench.page.projected)
     settings: dict = field(default_factory=dict)  # a content label -> its own Setting, where it differs
     model: str = DEFAULT_MODEL  # the model its reports show without --model or runs
     # What its make targets share: the target's name, a sweep's command (experiment=<paper>/<sweep>), the targets

@@ -13,7 +13,7 @@ from bench.metrics import speedup, speedup_interval, summarize, tokens_per_s
 from bench.report import tables
 from bench.report.output import Report
 from bench.report.phase_timing import exact_phases, unsynced_note
-from bench.report.select import RunSet, paired_baseline
+from bench.report.select import RunSet, footer, paired_baseline
 from bench.report.tables import MISSING, fmt, lossless_text, markdown, with_interval
 from bench.run.store import Run
 
@@ -70,7 +70,8 @@ def runs_table(runs: RunSet, model: str | None = None, paper_size: str | None = 
             "lossless": lossless_text(s["lossless"]) or MISSING,
         })
     note = unsynced_note(latest.values())
-    return Report.tables("runs", {"md": markdown(pd.DataFrame(rows), None, [FOOTER, *([note] if note else [])])})
+    foot = footer(FOOTER, latest.values(), [note] if note else [])
+    return Report.tables("runs", {"md": markdown(pd.DataFrame(rows), None, foot)})
 
 
 def project_table(runs: RunSet, profile: str, model: str | None = None, dataset: str | None = None,
@@ -99,7 +100,9 @@ def project_table(runs: RunSet, profile: str, model: str | None = None, dataset:
                f"the speed measured here. "
                + (f"The rest of each step priced for its host: {host.launch_us:g} µs a launch, host factor "
                   f"{host.host_factor:g} ({host.source})." if host else "The rest of each step as measured here."))
-    return Report.tables("projection", {"md": markdown(pd.DataFrame(rows), caption, [PROJECTED], numparse=False)})
+    used = [r for run in latest.values() for r in (run, paired_baseline(mine, run, "ar"))]
+    return Report.tables("projection", {"md": markdown(pd.DataFrame(rows), caption, footer(PROJECTED, used),
+                                                       numparse=False)})
 
 
 def draft_sd_table(runs: RunSet, model: str | None = None) -> Report:
@@ -134,7 +137,7 @@ def draft_sd_table(runs: RunSet, model: str | None = None) -> Report:
     display = display.drop(columns=["run", *(c for c in data.columns if c.endswith(("_lo", "_hi")))])
     caption = (f"sd with a trained draft at draft length lambda 4, 8, 12 ({model or 'all models'}); speedup: mean "
                "per-question tok/s over AR's on the same questions, machine and length.")
-    footer = [("MAT: tokens per target forward incl. the bonus token. draft: id-depth-V'-report digest "
-               "(bench.models.loading.ModelBundle.draft_label). [low, high]: 95% bootstrap interval over questions "
-               "(paired with AR for the speedup), as stored with the run.")]
-    return Report.tables("draft_sd", tables.render(display, caption, footer, data))
+    foot = footer(("MAT: tokens per target forward incl. the bonus token. draft: id-depth-V'-report digest "
+                   "(bench.models.loading.ModelBundle.draft_label). [low, high]: 95% bootstrap interval over "
+                   "questions (paired with AR for the speedup), as stored with the run."), latest.values())
+    return Report.tables("draft_sd", tables.render(display, caption, foot, data))

@@ -11,7 +11,7 @@ import pandas as pd
 from bench.metrics import bootstrap_interval, ratio_of_sums
 from bench.run.store import Run
 
-TOKENS = "step_tokens"  # token ids: the committed evidence drops them (bench/report/evidence.py)
+TOKENS = "step_tokens"  # token ids: the committed evidence drops them (bench/page/evidence.py)
 LISTS = ("step_parents", "step_conf", "step_accepted")
 SWITCH = "run.record_steps=true"
 

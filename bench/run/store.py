@@ -1,7 +1,7 @@
 """The results store: the one module that reads and writes results/runs/<run_id>/.
 
 A run directory holds records.jsonl (one line per prompt-turn), summary.json and config.yaml; a run in the
-committed evidence folder (bench/report/evidence.py) holds turns.jsonl instead of records.jsonl: the same records
+committed evidence folder (bench/page/evidence.py) holds turns.jsonl instead of records.jsonl: the same records
 without their token ids, which every report reads the same way. A run is written
 into a hidden temp directory and renamed when complete, so a directory without summary.json is still being
 written, or died, and readers skip it (a run in progress is checkpointed under runs/.partial/ by

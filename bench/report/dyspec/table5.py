@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bench.core import tree_order
+from bench.core.tree_order import BLOCK, GENERATORS, ORDERS, block_count, permute, tree_mask
 from bench.errors import HarnessError
 from bench.report.declare import Artifact, Cover, Recipe, Shown, option
-from bench.report.dyspec import tree_order
-from bench.report.dyspec.tree_order import BLOCK, GENERATORS, ORDERS, block_count, permute, tree_mask
 from bench.report.output import Report
 from bench.report.plots import new_figure
 from bench.report.select import RunSet

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from bench.cachefile import atomic_dir, atomic_write
 from bench.errors import HarnessError
+from bench.page.reproduced import EVIDENCE, build_sections, scrub, scrub_paths
 from bench.paths import project_path
-from bench.report.reproduced import EVIDENCE, build_sections, scrub, scrub_paths
 from bench.run.store import Run, load_runs
 
 # results/ subfolders of measurement files (*.json) an artifact on the page reads: ProPD Figure 3's, tree=auto's.
