@@ -53,3 +53,18 @@ def test_every_content_label_is_covered_or_said_to_have_no_target():
     for name in papers():
         labels = {c.label for a in paper_artifacts(name).values() for c in a.covers}
         assert labels <= set(paper(name).contents), f"{name}: covers outside its contents {labels - set(paper(name).contents)}"
+
+
+def test_the_notebook_test_expects_every_artifacts_files():
+    """tests/test_notebooks.py lists the files each notebook must write: every artifact's (its help's `-> <file>`)
+    is there, or is named with the reason the fixture cannot make it."""
+    from tests.test_notebooks import EXPECTED, NOT_ON_THE_FIXTURE
+
+    missing = []
+    for name in papers():
+        for a in paper_artifacts(name).values():
+            written = re.search(r"->\s*(\S+)", a.help)
+            stem = written.group(1).split(".")[0].replace("{N}", "") if written else None
+            if not any(f.startswith(stem or "?") for f in EXPECTED[f"{name}.py"]) and a.full_name not in NOT_ON_THE_FIXTURE:
+                missing.append(a.full_name)
+    assert not missing, f"tests/test_notebooks.py's EXPECTED lacks {missing}"

@@ -27,7 +27,7 @@ NOTEBOOKS = sorted((REPO / "notebooks").glob("*.py"))
 # notebook (relative to notebooks/) -> files it must leave under the results dir
 EXPECTED = {
     "token_recycling.py": [*(f"tables/token_recycling_table1.{ext}" for ext in ("md", "csv", "tex")),
-                           "figures/tr_fig3.png", "figures/tr_fig3.csv", "figures/tr_fig4.png", "figures/tr_fig4.csv",
+                           *(f"figures/tr_fig{n}.{ext}" for n in (3, 4) for ext in ("png", "csv", "md")),
                            "figures/tr_auto.png", "figures/tr_auto.csv", "figures/tr_auto.md",
                            "figures/tr_auto_forward_cost.csv"],
     "dyspec.py": ["tables/dyspec_table1.md", "tables/dyspec_table1.csv", "tables/dyspec_table1.tex",
@@ -43,6 +43,8 @@ EXPECTED = {
     "holistic.py": [*(f"tables/holistic_table{n}.{ext}" for n in (1, 3, 4, 9, 10) for ext in ("md", "csv", "tex")),
                     *(f"figures/holistic_fig{n}.{ext}" for n in (2, 4, 5) for ext in ("png", "csv", "md"))],
 }
+# Artifacts the fixture has no runs for (their notebook section prints one `error:` line), and why.
+NOT_ON_THE_FIXTURE = {"holistic/settings": "the settings sweep (experiment holistic_sweep) is not in the fixture"}
 # Table 5's sweep, small (the notebook's defaults are the paper's sizes, 20 trees each).
 TABLE5 = {"SPECREPRO_SIZES": "64,256", "SPECREPRO_TREES_PER_SIZE": "3", "SPECREPRO_FIG_SIZES": "64"}
 

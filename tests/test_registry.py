@@ -5,11 +5,13 @@ section, with no other file edited (docs/adding_a_paper.md)."""
 from __future__ import annotations
 
 import importlib
+import shutil
 import sys
 import textwrap
 
 import pytest
 
+from bench.paths import PROJECT
 from bench.report import registry
 from bench.report.__main__ import main
 from bench.report.makefile import makefile, targets
@@ -70,6 +72,19 @@ def test_the_page_and_the_notebook_get_its_sections(toy, monkeypatch):
     monkeypatch.setattr(notebook, "section", lambda artifact, options: shown.append(artifact.name))
     notebook.sections("propd")
     assert shown[-1] == "toy"
+
+
+def test_its_experiment_yaml_composes_with_its_label(toy, tmp_path):
+    """Its YAML, dropped into a copy of conf/, composes and labels its runs with the artifact's experiment."""
+    from hydra import compose, initialize_config_dir
+
+    conf = tmp_path / "conf"
+    shutil.copytree(PROJECT / "conf", conf)
+    (conf / "experiment" / "propd" / "toy.yaml").write_text(
+        "# @package _global_\ndefaults:\n  - override /method: propd\n\nrun:\n  experiment: propd_toy\n")
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        config = compose("config", overrides=["experiment=propd/toy"])
+    assert config.run.experiment in toy.experiments and config.method.name == "propd"
 
 
 def test_the_docs_check_names_it(toy):

@@ -314,7 +314,8 @@ def dyspec_table5(runs: RunSet, sizes: str | Iterable[int] = "256,512,1024,2048"
 # Block counts need no model: random trees by default; TREES=file.jsonl adds real DySpec trees, e.g. written by
 # `python -m bench.run model=smollm2-135m dataset=c4 method=dyspec run.limit=3 method.record_trees=$PWD/results/dyspec_trees.jsonl`
 ARTIFACT = Artifact(
-    "table5", "Table 5, Figures 7 and 9 (mask tiles per tree order; no runs needed)", dyspec_table5, rank=5,
+    "table5", "Table 5, Figures 7 and 9 (mask tiles per tree order; no runs needed) -> "
+    "tables/dyspec_table5.{md,csv}, figures/", dyspec_table5, rank=5,
     paper_csv=(PAPER_CSV, FIG9_CSV), covers=(Cover("Table 5"), Cover("Figure 7"), Cover("Figure 9")),
     recipes=(Recipe("reproduce-dyspec-table5", "DySpec Table 5 / Figs 7, 9: non-zero 32x32 tiles of tree "
                     "attention masks, with and without DFS reorder",

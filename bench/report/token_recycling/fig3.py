@@ -116,6 +116,6 @@ def tr_fig3(runs: RunSet, model: str | None = None) -> Report:
 
 
 ARTIFACT = PAPER.declare(
-    "fig3", "Figure 3 (breadth, depth, update) -> figures/tr_fig3.{png,csv}", tr_fig3, 2, "Token Recycling Figure 3: "
+    "fig3", "Figure 3 (breadth, depth, update) -> figures/tr_fig3.{png,csv,md}", tr_fig3, 2, "Token Recycling Figure 3: "
     "breadth, depth and update-strategy sweeps, then the plot", "fig3a", "fig3b", "fig3c", cover="Figure 3",
     experiments=tuple(p[0] for p in FIG3_PANELS))

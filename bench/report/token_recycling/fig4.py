@@ -93,6 +93,6 @@ def tr_fig4(runs: RunSet, model: str | None = None, fold_prefill: bool = True) -
 
 
 ARTIFACT = PAPER.declare(
-    "fig4", "Figure 4 (time per component) -> figures/tr_fig4.{png,csv}", tr_fig4, 3, "Token Recycling Figure 4: "
+    "fig4", "Figure 4 (time per component) -> figures/tr_fig4.{png,csv,md}", tr_fig4, 3, "Token Recycling Figure 4: "
     "time per component of a step, beside the paper's shares", "fig4", cover="Figure 4", experiments=("tr_fig4",),
     needs=(), paper_csv=("token_recycling_fig4_time_allocation.csv",))
