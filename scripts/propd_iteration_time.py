@@ -33,6 +33,7 @@ from transformers import DynamicCache
 
 from bench.cachefile import atomic_write
 from bench.cli import OneLineParser
+from bench.core.forward import cache_kw
 from bench.core.machine import machine_id
 from bench.core.timing import device_sync
 from bench.core.tree import chain
@@ -98,14 +99,15 @@ def measure_group(model, vocab: int, dtype, device, batch: int, seq_len: int, si
     """Median seconds of one forward per tree size, after a random prefix of seq_len tokens in each of batch rows."""
     prefix = torch.randint(random_token_floor(vocab), vocab - 1, (batch, seq_len), generator=gen).to(device)
     cache = DynamicCache(config=model.config)
-    model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    kv = cache_kw(model, cache)  # the name the installed transformers takes (5.24: `cache`; 5.17: the old one)
+    model(input_ids=prefix, **kv, use_cache=True, logits_to_keep=1)
     shapes = {s: tree_inputs(vocab, batch, s, seq_len, dtype, device, gen) for s in sizes}
     times: dict[int, list[float]] = {s: [] for s in sizes}
     for _ in range(reps + 1):  # the first repeat warms up
         for s, (ids, pos, mask) in shapes.items():
             device_sync(device)
             t0 = time.perf_counter()
-            model(input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=cache, use_cache=True)
+            model(input_ids=ids, position_ids=pos, attention_mask=mask, **kv, use_cache=True)
             device_sync(device)
             times[s].append(time.perf_counter() - t0)
             cache.crop(-s)  # back to the prefix: every size sees the same seq_len

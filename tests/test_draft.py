@@ -13,6 +13,7 @@ import torch
 from omegaconf import OmegaConf
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from bench.core.forward import cache_kw
 from bench.errors import HarnessError
 from bench.models.drafts import agreement, cost_ratio, init_draft_from_target, pick_layers
 from bench.models.loading import ModelBundle, drafts_dir, load_model
@@ -86,8 +87,8 @@ def test_draft_decodes_with_a_kv_cache_like_a_full_forward():
     with torch.inference_mode():
         full = draft(x).logits[0, -1]
         cache = DynamicCache(config=draft.config)
-        draft(x[:, :-1], past_key_values=cache, use_cache=True)
-        step = draft(x[:, -1:], past_key_values=cache, use_cache=True).logits[0, -1]
+        draft(x[:, :-1], **cache_kw(draft, cache), use_cache=True)
+        step = draft(x[:, -1:], **cache_kw(draft, cache), use_cache=True).logits[0, -1]
     assert torch.allclose(full, step, atol=1e-5)
 
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
+from bench.core.forward import cache_kw
 from bench.core.kv import KVStore, PreallocatedLayer, keep_accepted, keep_rows, new_cache
 from bench.core.tree import tree_from_paths
 from tests.conftest import tiny_llama
@@ -92,7 +93,7 @@ def test_tree_forward_then_compaction_matches_linear_sequence():
     path = torch.tensor([0, 2, 5])
 
     cache = DynamicCache(config=model.config)
-    model(input_ids=prompt[:, :-1], past_key_values=cache, use_cache=True)
+    model(input_ids=prompt[:, :-1], **cache_kw(model, cache), use_cache=True)
     prefix = prompt.shape[1] - 1
     tree_tokens[0, 0] = prompt[0, -1]
     mask = torch.cat([torch.zeros(tree.size + 1, prefix), tree.attention_bias(torch.float32, "cpu")], 1)
@@ -100,7 +101,7 @@ def test_tree_forward_then_compaction_matches_linear_sequence():
         input_ids=tree_tokens,
         position_ids=(prefix + tree.depth)[None],
         attention_mask=mask[None, None],
-        past_key_values=cache,
+        **cache_kw(model, cache),
         use_cache=True,
     )
     assert cache.get_seq_length() == prefix + tree.size + 1
@@ -108,7 +109,7 @@ def test_tree_forward_then_compaction_matches_linear_sequence():
 
     linear = torch.cat([prompt[:, :-1], tree_tokens[:, path]], 1)
     ref = DynamicCache(config=model.config)
-    model(input_ids=linear, past_key_values=ref, use_cache=True)
+    model(input_ids=linear, **cache_kw(model, ref), use_cache=True)
     assert cache.get_seq_length() == ref.get_seq_length() == prefix + 3
     for mine, theirs in zip(cache.layers, ref.layers):
         torch.testing.assert_close(mine.keys, theirs.keys, rtol=1e-5, atol=1e-5)
@@ -116,7 +117,7 @@ def test_tree_forward_then_compaction_matches_linear_sequence():
 
     # A further forward on the compacted cache gives the no-cache logits of the full sequence.
     nxt = torch.tensor([[42]])
-    out = model(input_ids=nxt, past_key_values=cache, use_cache=True).logits[0, -1]
+    out = model(input_ids=nxt, **cache_kw(model, cache), use_cache=True).logits[0, -1]
     full = model(input_ids=torch.cat([linear, nxt], 1), use_cache=False).logits[0, -1]
     torch.testing.assert_close(out, full, rtol=1e-5, atol=1e-5)
     assert cache.get_seq_length() == prefix + 4
@@ -184,8 +185,8 @@ def test_new_cache_gives_the_model_the_same_outputs():
     ids = torch.tensor([[3, 14, 15, 9, 26, 5, 35]])
     outs = []
     for cache in (DynamicCache(config=model.config), new_cache(model.config, 4)):
-        model(input_ids=ids[:, :4], past_key_values=cache, use_cache=True)
-        outs.append(model(input_ids=ids[:, 4:], past_key_values=cache, use_cache=True).logits)
+        model(input_ids=ids[:, :4], **cache_kw(model, cache), use_cache=True)
+        outs.append(model(input_ids=ids[:, 4:], **cache_kw(model, cache), use_cache=True).logits)
     assert all(isinstance(layer, PreallocatedLayer) for layer in cache.layers)
     assert torch.equal(outs[0], outs[1])
 

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from transformers import DynamicCache
 
 from bench.core.engine import Engine
-from bench.core.forward import LayerwiseForward, full_forward, kept_order
+from bench.core.forward import LayerwiseForward, cache_kw, full_forward, kept_order
 from bench.core.kv import keep_accepted
 from bench.core.timing import PhaseTimer
 from bench.core.tree import best_first, tree_from_parents, tree_from_paths
@@ -60,7 +60,7 @@ class DropSlots:
 
 def prefill(model, prefix):
     cache = DynamicCache(config=model.config)
-    model(input_ids=torch.tensor([prefix]), past_key_values=cache, use_cache=True)
+    model(input_ids=torch.tensor([prefix]), **cache_kw(model, cache), use_cache=True)
     return cache
 
 

@@ -353,6 +353,7 @@ def test_iteration_time_forward_is_a_real_forward_of_the_prefix_and_chain():
     import torch
     from transformers import DynamicCache
 
+    from bench.core.forward import cache_kw
     from tests.conftest import tiny_llama
 
     script = load_script()
@@ -360,9 +361,10 @@ def test_iteration_time_forward_is_a_real_forward_of_the_prefix_and_chain():
     prefix = torch.randint(32, 63, (2, 6), generator=gen)
     ids, pos, mask = script.tree_inputs(64, 2, 4, 6, torch.float32, "cpu", gen)
     cache = DynamicCache(config=model.config)
+    kv = cache_kw(model, cache)
     with torch.inference_mode():
-        model(input_ids=prefix, past_key_values=cache, use_cache=True)
-        timed = model(input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=cache, use_cache=True)
+        model(input_ids=prefix, **kv, use_cache=True)
+        timed = model(input_ids=ids, position_ids=pos, attention_mask=mask, **kv, use_cache=True)
         plain = model(input_ids=torch.cat([prefix, ids], 1)).logits[:, 6:]
     assert torch.allclose(timed.logits, plain, atol=1e-5)
 
