@@ -53,6 +53,14 @@ def test_the_cli_finds_it(toy, tmp_path, capsys):
     assert (tmp_path / "results" / "tables" / "toy.md").is_file()
 
 
+def test_a_declared_paper_csv_that_is_not_there_is_one_error_line(toy, tmp_path, capsys):
+    (tmp_path / "paper_tables" / "toy_paper.csv").unlink()
+    (tmp_path / "results" / "runs").mkdir(parents=True)
+    assert main(["propd/toy", "--results", str(tmp_path / "results")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("bench.report: error: propd/toy: paper_csv toy_paper.csv not in") and "\n" not in err
+
+
 def test_make_gets_its_targets(toy):
     text = makefile()
     assert "reproduce-propd-toy: setup heads  ## the toy's runs, then the table\n" in text

@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.cost.replay import Setting
+from bench.errors import HarnessError
 from bench.report.select import DEFAULT_MODEL, RunSet
 
 
@@ -93,8 +94,9 @@ class Artifact:
         """The runs as its build reads them: with its experiments (RunSet.own) and its published numbers
         (RunSet.paper), each paper CSV read here and nowhere else."""
         folder = Path(sys.modules[self.build.__module__].__file__).with_name("paper_tables")  # beside its module
-        published = {name: pd.read_csv(folder / name) for name in self.paper_csv}
-        return runs.bound(self.experiments, published)
+        if missing := [name for name in self.paper_csv if not (folder / name).is_file()]:
+            raise HarnessError(f"{self.full_name}: paper_csv {', '.join(missing)} not in {folder}")
+        return runs.bound(self.experiments, {name: pd.read_csv(folder / name) for name in self.paper_csv})
 
     def report(self, runs: RunSet, **options):
         """Its build on `runs` (bound to it): a Report."""
