@@ -86,9 +86,10 @@ def project_table(runs: RunSet, profile: str, model: str | None = None, dataset:
         return replayed(records.get(run.run_id, run.records), prof,
                         rest=priced(run.method, host, temperature=run.temperature) or True)
 
-    rows = []
+    rows, used = [], []
     for run in latest.values():
         ar = paired_baseline(mine, run, "ar")
+        used += [run, ar]
         projected, base = on_profile(run), on_profile(ar) if ar else None
         rows.append({"model": run.model, "dataset": run.dataset, "method": method_label(run),
                      "T": f"{run.temperature:g}",
@@ -100,7 +101,6 @@ def project_table(runs: RunSet, profile: str, model: str | None = None, dataset:
                f"the speed measured here. "
                + (f"The rest of each step priced for its host: {host.launch_us:g} µs a launch, host factor "
                   f"{host.host_factor:g} ({host.source})." if host else "The rest of each step as measured here."))
-    used = [r for run in latest.values() for r in (run, paired_baseline(mine, run, "ar"))]
     return Report.tables("projection", {"md": markdown(pd.DataFrame(rows), caption, footer(PROJECTED, used),
                                                        numparse=False)})
 

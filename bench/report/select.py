@@ -175,12 +175,18 @@ class RunSet:
                          drafters=False)
         mine = group.where(experiment=experiment, method=method)
         if make and not mine.runs:
-            of_model = f" of model '{model}'" if model else ""
-            raise self.missing(f"{method} runs{of_model} with experiment {experiment!r}", make)
+            raise self.missing_sweep(method, [experiment], model, make)
         return mine, group, [f"{experiment}: {n}" for n in group.notes]
 
     def missing(self, what: str, make: str) -> MissingRunsError:
         return MissingRunsError(f"no complete {what} under {Path(self.folder, 'runs')} (produced by `{make}`)")
+
+    def missing_sweep(self, method: str, experiments: Iterable[str], model: str | None, make: str
+                      ) -> MissingRunsError:
+        """No `method` runs (of `model`) with any of these experiments."""
+        of_model = f" of model '{model}'" if model else ""
+        named = " / ".join(repr(e) for e in experiments)
+        return self.missing(f"{method} runs{of_model} with experiment {named}", make)
 
     def file(self, *parts: str) -> Path:
         """A measurement file beside the runs (e.g. propd/early_heads.json)."""

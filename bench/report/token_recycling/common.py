@@ -3,22 +3,14 @@ machine and max_new_tokens), one run's numbers, the make recipes' lines."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from bench.metrics import summarize
-from bench.report.select import RunSet, footer
+from bench.report.select import footer
 from bench.report.tables import interval_columns, lossless_text
 from bench.run.store import Run
 
 METHOD = "token_recycling"
 # A sweep's runs are compared only within one of these (a figure's points share its model, dataset and measuring).
 GROUP = ("model", "dataset", "machine", "max_new_tokens")
-
-
-def missing(runs: RunSet, experiments: Iterable[str], model: str | None, make: str):
-    of_model = f" of model '{model}'" if model else ""
-    named = " / ".join(repr(e) for e in experiments)
-    return runs.missing(f"{METHOD} runs{of_model} with experiment {named}", make)
 
 
 def numbers(run: Run) -> dict:

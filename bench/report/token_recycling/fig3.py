@@ -9,7 +9,7 @@ from bench.report.output import Report
 from bench.report.plots import new_figure, wrap, yerr
 from bench.report.select import RunSet, setting
 from bench.report.token_recycling import PAPER
-from bench.report.token_recycling.common import GROUP, METHOD, context, figure_text, missing, numbers
+from bench.report.token_recycling.common import GROUP, METHOD, context, figure_text, numbers
 
 MAKE = PAPER.make("fig3")
 UPDATE_ORDER = ["first", "parallel", "last"]  # the paper's First, Cur, Last
@@ -61,7 +61,7 @@ def fig3_points(runs: RunSet, model: str | None = None) -> tuple[pd.DataFrame, l
                 for x, run in sorted(per_x.items(), key=lambda item: x_order(x_name, item[0]))]
         frames.append(pd.DataFrame(rows, columns=FIG3_COLUMNS))  # per panel: each keeps its own dtypes
     if not frames:
-        raise missing(runs, exps, model, MAKE)
+        raise runs.missing_sweep(METHOD, exps, model, MAKE)
     return pd.concat(frames, ignore_index=True), notes
 
 
