@@ -34,7 +34,9 @@ EVIDENCE = PROJECT / "evidence"
 OUT = EVIDENCE / "projection" / "gpu_validation.json"
 # label: (the lease's gpu-check folder, its hardware entry, the GPU whose profile and host price it borrows if any)
 GPUS = {"H200": ("gpu_check/vm_NVIDIA_H200-20261127-112000", "h200", "H100"),
-        "H100": ("gpu_check/vm_NVIDIA_H100_80GB_HBM3-20261127-204500", "h100-sxm", "H200")}
+        "H100": ("gpu_check/vm_NVIDIA_H100_80GB_HBM3-20261127-204500", "h100-sxm", "H200"),
+        # the lease that timed Lookahead, REST and Medusa (AR beside them); no T(n) of its own: the H200's, scaled
+        "H200 11-28": ("gpu_check/vm_NVIDIA_H200-20261128-142200", "h200", "H200")}
 FORWARD = "smollm2-135m-bfloat16.json"  # the profile of the methods' model, under <folder>/profiles/
 # Table 1's methods; those no lease timed yet are projected ahead of one (`--speedup-methods` of gpu-check: docs/gpu.md)
 ARTIFACT = "token_recycling/table1"
@@ -62,6 +64,8 @@ def measured(label: str) -> dict:
                       "interval": row.get("speedup_interval") or [min(passes), max(passes)],
                       "step_ratio_passes": [row["mat"] / max(passes), row["mat"] / min(passes)],
                       "mat": row["mat"], "tok_s": row["tok_s"]}
+            if row.get("ms_per_step") and ar.get("ms_per_step"):  # the synced pass's (its phases' sum over AR's)
+                out[m]["step_ratio_synced"] = sum(row["ms_per_step"].values()) / sum(ar["ms_per_step"].values())
     if "hf_generate" not in out and (hf := res.get("ar_vs_hf")):
         out["hf_generate"] = {"step_ratio": hf["ar_over_hf"], "speedup": 1 / hf["ar_over_hf"], "interval": None,
                               "mat": 1.0, "tok_s": hf["hf_generate_tok_s"]}
@@ -201,9 +205,14 @@ def span(interval) -> str:
     return f"[{interval[0]:.2f}, {interval[1]:.2f}]" if interval else "—"
 
 
+def synced(got: dict) -> str:
+    return f"; synced {got['step_ratio_synced']:.2f}" if "step_ratio_synced" in got else ""
+
+
 def table(result: dict) -> str:
     """The validation as markdown: one row per GPU, dataset and method."""
-    head = ("| GPU | dataset | method | step / AR's, projected (rest as measured here) | measured (its passes) | error "
+    head = ("| GPU | dataset | method | step / AR's, projected (rest as measured here) | measured [its passes; synced] "
+            "| error "
             "| speedup projected [95%] | measured [interval] | inside | MAT here / there |")
     lines = [head, "|---|---|---|---|---|---|---|---|---|---|"]
     for gpu, g in result["gpus"].items():
@@ -222,7 +231,7 @@ def table(result: dict) -> str:
                 inside = "—" if got.get("interval") is None else "yes" if r.get("in_interval") else "no"
                 lines.append(
                     f"| {gpu} | {dataset} | {m} | {step} | {got['step_ratio']:.2f} "
-                    f"{span(got.get('step_ratio_passes'))} | {r['error']:+.1%} | {ours} | "
+                    f"{span(got.get('step_ratio_passes'))}{synced(got)} | {r['error']:+.1%} | {ours} | "
                     f"{got['speedup']:.2f} {span(got.get('interval'))} | {inside} | "
                     f"{r['mat_here']:.2f} / {got['mat']:.2f} |")
     return "\n".join(lines)
