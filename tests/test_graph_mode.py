@@ -203,7 +203,8 @@ def test_graph_part_records_a_failed_stage_and_goes_on(monkeypatch):
 
     monkeypatch.setattr(graph_check, "forward_curve", broken)
     monkeypatch.setattr(graph_check, "ar_three_ways", lambda *a: {"graph_tok_s": 1.0})
-    monkeypatch.setattr(graph_check, "speedups", lambda *a: {"ar": {"tok_s": 1.0}})
+    monkeypatch.setattr(graph_check, "speedups", lambda *a, **k: {"ar": {"tok_s": 1.0}})
+    monkeypatch.setattr(graph_check, "graph_waits", lambda *a: {"ar": {"host_waits_per_step": 1.0}})
     monkeypatch.setattr(graph_check.method_check, "prompts", lambda bundle, n: [[1, 2, 3]] * n)
     sizes = SimpleNamespace(cost_models=(("m", None),), method_shape=None, method_dtype="float32", cost_sizes=(1,),
                             reps=1, speedup_prompts=1, hf_shapes=(), timed_new=2, timed_reps=1, speedup=("ar",),
@@ -213,7 +214,7 @@ def test_graph_part_records_a_failed_stage_and_goes_on(monkeypatch):
     out = graph_check.run_graphs(sizes, None, None, bundle, progress=lambda o: saved.append(dict(o)))
     assert out["errors"]["t_n m"]["error"].startswith("RuntimeError: CUDA error") and out["t_n"] == []
     assert out["ar"] == {"m": {"graph_tok_s": 1.0}} and out["speedup"] == {"ar": {"tok_s": 1.0}}
-    assert len(saved) == 3 and set(out["seconds"]) == {"t_n m", "ar m", "speedup"}
+    assert len(saved) == 4 and set(out["seconds"]) == {"t_n m", "ar m", "speedup", "waits"}  # no scratch: no auto tree
 
 
 def test_graph_runs_keep_to_their_own_baseline_and_out_of_reports():

@@ -197,7 +197,8 @@ def run_checks(sizes: Sizes, device: str, scratch: Path, partial: Path | None = 
         record("attention", method_check.attention_pair(bundle, rows[:2], sizes.timed_new, sizes.timed_reps))
     if "graphs" in parts:  # the engine's graph mode beside the eager one (bench.check.graph_check)
         record("graphs", graph_check.run_graphs(sizes, lambda shape, dtype: bundle_for(device, dtype, shape), free,
-                                                bundle, progress=lambda g: save({**results, "graphs": g})))
+                                                bundle, progress=lambda g: save({**results, "graphs": g}),
+                                                scratch=scratch))
     free(bundle)
     return results
 

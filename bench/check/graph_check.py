@@ -7,8 +7,13 @@ process, taking turns (issue 67).
 - AR three ways on the same prompts, taking turns prompt by prompt: the eager engine, the graph engine, and
   transformers' generate with a fixed-size static cache, compiled as transformers does on CUDA (`compiled`: where the
   node has no triton or no C compiler it runs uncompiled, and says so); tokens/s and outputs against eager AR.
-- AR, Token Recycling and PLD in graph mode, taking turns (bench.check.method_check.interleaved_speedup on the graph
-  engine, first-time MAT: each timed pass replays the method's state), without the eager part's diagnostics.
+- Token Recycling's `tree=auto` chosen on the graph regime's own T(n) (the stage above, the methods' model), from
+  tree statistics calibrated on this node (HumanEval past the prompts timed here).
+- AR, Token Recycling (the 80-node tree and that auto tree) and PLD in graph mode, taking turns
+  (bench.check.method_check.interleaved_speedup on the graph engine, first-time MAT: each timed pass replays the
+  method's state), without the eager part's diagnostics.
+- Host waits per step in graph mode for AR and Token Recycling: counted (bench.core.syncs) and, on CUDA, under
+  torch's sync debug mode. The goal is one: the read of each step's outcome.
 """
 
 from __future__ import annotations
@@ -26,15 +31,23 @@ import torch
 
 from bench.check import method_check
 from bench.core.graph_engine import GraphEngine
+from bench.core.syncs import CudaSyncWarnings, HostSyncCounter
 from bench.core.timing import PhaseTimer, device_sync
 from bench.core.tree import chain
 from bench.run.compose import compose_config
 from methods import build_method
 from methods.hf import HFGenerate
+from methods.shared.trees.static import auto_tree, load_stats
+from methods.token_recycling.calibration import write_tree_stats
 
 CONTEXT = 512
 WIDTHS = (1, 2, 4, 8, 16, 32, 64, 128)
 CAPACITY = 2048  # the graph engine's static cache here: CONTEXT + 128 for T(n), prompts + output for the runs
+AUTO = "token_recycling_auto"  # Token Recycling with the tree chosen on the graph curve, beside the 80-node one
+# the demo's calibration (conf/experiment/demo_tree.yaml): HumanEval past the 2 x speedup_prompts tasks timed here
+CALIBRATION = ("tree.calibration.dataset=humaneval", "tree.calibration.skip=20", "tree.calibration.limit=8")
+SMALL_CALIBRATION = ("tree.calibration.limit=2", "tree.calibration.max_new_tokens=8")  # a CPU's tiny model
+WAITED = ("ar", "token_recycling")  # the graph-mode steps whose host waits are counted
 
 
 def compiles(device: torch.device) -> tuple[bool, str]:
@@ -142,13 +155,47 @@ def ar_three_ways(bundle, rows: list[list[int]], max_new: int, reps: int) -> dic
     return out
 
 
-def speedups(bundle, timed, warm, names, max_new: int, reps: int, progress=lambda out: None) -> dict:
+def graph_tree(bundle, t_n: list[dict], cache_dir, small: bool = False) -> tuple:
+    """(Token Recycling's run config, what to record) with `tree=auto` chosen on the graph regime's T(n) of
+    `bundle` (`t_n`: the T(n) stage's rows of its model) instead of the eager curve the runs measure: the tree
+    statistics calibrated here first (cached under cache_dir, as `make tree-stats` caches them)."""
+    cfg = compose_config(["method=token_recycling", "tree=auto", f"paths.results={cache_dir}", *CALIBRATION,
+                          *(SMALL_CALIBRATION if small else ())])
+    write_tree_stats(cfg.tree.calibration, bundle)
+    mine = sorted(t_n, key=lambda r: r["n"])
+    if len(mine) < 2:
+        raise ValueError("no graph T(n) of the methods' model to choose a tree on (its T(n) stage failed)")
+    curve = {"sizes": [r["n"] for r in mine], "ms": [r["graph_ms"] for r in mine], "machine": "the graph part's T(n)"}
+    paths, info = auto_tree(load_stats(cfg.tree.calibration, bundle), curve, cfg.tree.sizes, cfg.tree.max_depth)
+    cfg.method.tree = {"name": "auto-graphs", "kind": "template", "paths": paths}
+    return cfg, {"size": len(paths), "depth": max(map(len, paths)),
+                 "predicted_mat": round(float(info["predicted_mat"]), 3),
+                 "predicted_speedup": round(float(info["predicted_speedup_vs_ar"]), 3)}
+
+
+def speedups(bundle, timed, warm, names, max_new: int, reps: int, progress=lambda out: None, configs=None) -> dict:
     """interleaved_speedup on the graph engine (no diagnostics: the eager part has them)."""
     return method_check.interleaved_speedup(bundle, timed, warm, names, max_new, reps, progress=progress,
-                                            engine=graph_engine(bundle), diagnostics=False)
+                                            engine=graph_engine(bundle), diagnostics=False, configs=configs)
 
 
-def run_graphs(sizes, load, free, bundle, progress=lambda out: None) -> dict:
+def graph_waits(bundle, rows: list[list[int]], max_new: int, names=WAITED) -> dict:
+    """Host waits per decode step of each method in graph mode: counted by bench.core.syncs on any device and,
+    on CUDA, by torch's sync debug mode with its source lines (method_check.summarise), after one untimed
+    generation that captures the graphs."""
+    engine, out = graph_engine(bundle), {}
+    for name in names:
+        method = build_method(compose_config([f"method={name}"]).method, bundle)
+        method_check.run_rows(method, engine, rows[:1], 1, 4, 0.0)
+        with HostSyncCounter() as counter, CudaSyncWarnings(engine.device) as cuda:
+            gens = method_check.run_rows(method, engine, rows, 1, max_new, 0.0)
+        out[name] = method_check.summarise(gens, counter, 1, cuda)
+        # the reads of results, apart from each prompt's two transfers in: the goal is 1 a step, the outcome
+        out[name]["reads_per_step"] = round(sum(counter.reads.values()) / max(out[name]["steps"], 1), 2)
+    return out
+
+
+def run_graphs(sizes, load, free, bundle, progress=lambda out: None, scratch=None) -> dict:
     """The graph part: T(n) both ways per cost model (load(shape, dtype) gives its bundle, free(bundle) drops it),
     AR three ways on the methods' model and each hf_shape, the speedups in graph mode on the methods' model
     (`bundle`). A stage that fails records {"error": ..., "traceback": ...} and the next one runs: a first lease
@@ -185,8 +232,17 @@ def run_graphs(sizes, load, free, bundle, progress=lambda out: None) -> dict:
             vocab = model.model.config.vocab_size  # a random shape's may be smaller than the tokenizer's
             out["ar"][label] = ar_three_ways(model, [[i % vocab for i in r] for r in timed[:2]], sizes.timed_new,
                                              sizes.timed_reps)
+    configs = {}
+    if scratch is not None and "token_recycling" in sizes.speedup:
+        with stage("tree auto"):
+            label = next(label for label, shape in sizes.cost_models if shape == sizes.method_shape)
+            configs[AUTO], out["tree_auto"] = graph_tree(bundle, [r for r in out["t_n"] if r["model"] == label],
+                                                         scratch, sizes.method_shape is not None)
     with stage("speedup"):
-        out["speedup"] = speedups(bundle, timed, warm, sizes.speedup, sizes.timed_new, sizes.speedup_reps)
+        out["speedup"] = speedups(bundle, timed, warm, (*sizes.speedup, *configs), sizes.timed_new,
+                                  sizes.speedup_reps, configs=configs)
+    with stage("waits"):
+        out["waits"] = graph_waits(bundle, timed[:2], sizes.timed_new)
     return out
 
 
@@ -208,6 +264,9 @@ def table_lines(graphs: dict) -> list[str]:
                      f", graph/HF x{ar.get('graph_over_hf_static', '-')}; identical to eager: graph "
                      f"{ar['graph_identical']}/{ar['prompts']}, HF {ar.get('hf_static_identical', '-')}/{ar['prompts']}")
     lines += [f"graph part's {name} failed: {e['error']}" for name, e in graphs.get("errors", {}).items()]
+    if tree := graphs.get("tree_auto"):
+        lines.append(f"{AUTO}: tree=auto on the graph T(n): {tree['size']} nodes, depth {tree['depth']}, predicted "
+                     f"MAT {tree['predicted_mat']} and x{tree['predicted_speedup']} over graph AR")
     sp = graphs.get("speedup")
     if sp:
         lines += ["", (f"graph mode, taking turns, {sp['prompts']} prompts x {sp['max_new_tokens']} tokens, "
@@ -215,4 +274,8 @@ def table_lines(graphs: dict) -> list[str]:
         lines += [f"- {name}: {r['tok_s']} tok/s, MAT {r['mat']}, x{r['speedup']}"
                   + (" [{}, {}]".format(*r["speedup_interval"]) if r.get("speedup_interval") else "")
                   for name, r in sp.items() if isinstance(r, dict) and "tok_s" in r]
+    if waits := graphs.get("waits"):
+        lines += ["", "host waits per step in graph mode (counted, of them reads; under CUDA's sync debug mode): "
+                  + ", ".join(f"{name} {w['host_waits_per_step']}, reads {w['reads_per_step']}; "
+                              f"{w.get('cuda_syncs_per_step', '-')}" for name, w in waits.items())]
     return lines
