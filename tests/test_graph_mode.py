@@ -248,3 +248,18 @@ def test_ar_three_ways_goes_on_without_a_failed_hf_compile(tiny, monkeypatch):
     assert ar["hf_static"].startswith("failed: RuntimeError: InductorError") and "hf_static_tok_s" not in ar
     assert ar["graph_identical"] == 2 and ar["eager_tok_s"] > 0 and ar["graph_tok_s"] > 0
     assert "HF static cache - tok/s" in graph_check.table_lines({"ar": {"tiny": ar}})[0]
+
+
+def test_a_replay_profile_counts_kernels_their_time_and_the_gaps():
+    """gpu-check's graph part profiles a replay: kernels per replay, their summed device time and their span (the
+    rest of the span is gaps between kernels: what fewer, fused kernels would save). Host events are not kernels."""
+    from bench.check.graph_check import kernel_summary
+    from bench.core.step_profile import Event
+
+    ms = 1_000_000
+    events = [Event("cudaGraphLaunch", 0, ms, True, 1, 0),  # two replays of two kernels, 1 ms gaps
+              Event("gemv", 2 * ms, 4 * ms, False, 2, 1), Event("norm", 5 * ms, 6 * ms, False, 3, 1),
+              Event("gemv", 7 * ms, 9 * ms, False, 4, 1), Event("norm", 10 * ms, 11 * ms, False, 5, 1)]
+    assert kernel_summary(events, reps=2) == {"kernels": 2.0, "busy_ms": 3.0, "span_ms": 4.5,
+                                              "top": {"gemv": 2.0, "norm": 1.0}}
+    assert kernel_summary(events[:1], reps=2)["kernels"] == 0  # a CPU: no device events

@@ -28,9 +28,11 @@ import traceback
 from contextlib import contextmanager
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 from bench.check import method_check
 from bench.core.graph_engine import GraphEngine
+from bench.core.step_profile import events_of
 from bench.core.syncs import CudaSyncWarnings, HostSyncCounter
 from bench.core.timing import PhaseTimer, device_sync
 from bench.core.tree import chain
@@ -106,7 +108,38 @@ def forward_curve(bundle, label: str, widths=WIDTHS, context: int = CONTEXT, rep
                         times[name].append(time.perf_counter() - t0)
             rows.append({"model": label, "n": n, "context": context, "capacity": engines["graph"].kv.capacity,
                          **{f"{k}_ms": round(1000 * statistics.median(v), 3) for k, v in times.items()}})
+            if n in (widths[0], widths[-1]) and engines["graph"].capture:  # what one replay's kernels cost
+                try:  # a profiler that fails on a node costs this figure only, not the curve
+                    rows[-1]["replay"] = profile_replays(engines["graph"], engines["graph"].bucket(n, False, {}))
+                except Exception as err:  # noqa: BLE001
+                    rows[-1]["replay"] = {"error": f"{type(err).__name__}: {err}"}
     return rows
+
+
+def profile_replays(engine, bucket, reps: int = 5) -> dict:
+    """The kernels of `reps` replays of a captured bucket under torch.profiler, per replay (kernel_summary)."""
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            engine.forward_bucket(bucket, False, {})
+        device_sync(engine.device)
+    return kernel_summary(events_of(prof), reps)
+
+
+def kernel_summary(events, reps: int, top: int = 5) -> dict:
+    """Per replay: the kernels the device ran, their summed time (`busy_ms`) and the time from the first one's
+    start to the last one's end (`span_ms`); the rest of the span is the gaps between kernels. A replay's cost is
+    its kernels' when busy is near span, and their number's when it is not. `top`: the kernels with the most time."""
+    kernels = [e for e in events if not e.on_host]
+    if not kernels:
+        return {"kernels": 0, "busy_ms": 0.0, "span_ms": 0.0, "top": {}}
+    per: dict = {}
+    for e in kernels:
+        per[e.name[:90]] = per.get(e.name[:90], 0.0) + (e.end_ns - e.start_ns) / 1e6 / reps
+    span = (max(e.end_ns for e in kernels) - min(e.start_ns for e in kernels)) / 1e6
+    return {"kernels": round(len(kernels) / reps, 1), "busy_ms": round(sum(per.values()), 3),
+            # the replays run back to back: the span of all of them, less nothing, over reps
+            "span_ms": round(span / reps, 3),
+            "top": {k: round(v, 3) for k, v in sorted(per.items(), key=lambda kv: -kv[1])[:top]}}
 
 
 def ar_three_ways(bundle, rows: list[list[int]], max_new: int, reps: int) -> dict:
@@ -257,6 +290,9 @@ def table_lines(graphs: dict) -> list[str]:
             by = {r["n"]: r for r in graphs["t_n"] if r["model"] == label}
             lines.append(f"| {label} | " + " | ".join(f"{by[n]['static_eager_ms']:.2f} / {by[n]['graph_ms']:.2f}"
                                                        for n in ns) + " |")
+        lines += [f"- {r['model']}, n={r['n']}: a replay runs {r['replay']['kernels']:.0f} kernels, busy "
+                  f"{r['replay']['busy_ms']} of its {r['replay']['span_ms']} ms (the rest: gaps between kernels)"
+                  for r in graphs["t_n"] if "kernels" in r.get("replay", {})]
         lines.append("")
     for label, ar in graphs.get("ar", {}).items():
         lines.append(f"AR on {label}: eager {ar['eager_tok_s']}, graph {ar['graph_tok_s']}, HF static cache "
