@@ -98,6 +98,10 @@ def test_small_check_writes_its_folder_and_table(tmp_path, capsys):
     # one read of the outcome a step in graph mode (the rest: each prompt's transfers in)
     assert {name: w["reads_per_step"] for name, w in graphs["waits"].items()} == {"ar": 1.0, "token_recycling": 1.0}
     assert "| T(n) ms after 512 cached, static eager / graph |" in printed and "graph mode, taking turns" in printed
+    compiled = results["compiled"]  # graph mode's forward through torch.compile (aot_eager off CUDA) beside it
+    assert compiled["compile"] == {"backend": "aot_eager"} and not compiled["errors"]
+    assert all(r["graph_compiled_ms"] > 0 for r in compiled["t_n"]) and compiled["ar"]["graph_compiled_identical"] == 2
+    assert "| T(n) ms after 512 cached, graph / graph compiled (backend=aot_eager) |" in printed
     graph_profile = Profile.read(out / "profiles" / "tiny-float32-graphs.json")  # the graph regime's cost profile
     assert (graph_profile.ns, graph_profile.contexts) == ([1, 2, 4], [512])
 

@@ -86,6 +86,24 @@ def test_tiny_matches_the_eager_engine(tiny, name, capture):
         assert decode(make(name, tiny), graph, p, 20).output_ids == want
 
 
+@pytest.mark.parametrize("name", ["ar", "token_recycling", "pld"])
+def test_a_compiled_forward_decodes_as_the_eager_engine(tiny, name):
+    """run.graph_compile: the bucket forward goes through torch.compile(fullgraph=True) before the capture path
+    (here the aot_eager backend, which traces as inductor does and computes as the eager ops: a CPU needs no
+    compiler); every width after the first is served by one dynamic recompile, never a fallback to eager."""
+    from bench.core.engine import Engine
+
+    torch._dynamo.reset()  # (what earlier tests compiled)
+    torch._dynamo.utils.counters.clear()
+    eager = Engine(tiny, [NO_EOS], 512)
+    graph = GraphEngine(tiny, [NO_EOS], 512, 256, capture=True, compile_with={"backend": "aot_eager"})
+    for p in PROMPTS:
+        want = decode(make(name, tiny), eager, p, 20).output_ids
+        assert decode(make(name, tiny), graph, p, 20).output_ids == want
+    frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    assert 1 <= frames <= 2, frames  # the first width static, then one graph with the width dynamic
+
+
 def test_static_buffers_keep_their_addresses(tiny, monkeypatch):
     """The KV buffer, the slots and length and every bucket's inputs stay where they were allocated, across steps
     and prompts: a captured graph reads and writes those addresses."""

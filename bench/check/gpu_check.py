@@ -83,7 +83,7 @@ PER_PHASE = ((("ms_per_step",), "ms per step, synced", ".2f"), (("ops_per_step",
              (("profile", "device_ms"), "device ms per step (profiler)", ".2f"),
              (("profile", "launches"), "kernel launches per step (profiler)", ".0f"),
              (("profile", "wait_ms"), "host ms waiting for the device per step (profiler)", ".2f"))
-PARTS = ("forward_cost", "ar_vs_hf_shapes", "ar_vs_hf", "speedup", "methods", "attention", "graphs")
+PARTS = ("forward_cost", "ar_vs_hf_shapes", "ar_vs_hf", "speedup", "methods", "attention", "graphs", "compiled")
 
 
 def bundle_for(device: str, dtype: str, shape: str | None, model_cache="data/cache/models"):
@@ -199,6 +199,8 @@ def run_checks(sizes: Sizes, device: str, scratch: Path, partial: Path | None = 
         record("graphs", graph_check.run_graphs(sizes, lambda shape, dtype: bundle_for(device, dtype, shape), free,
                                                 bundle, progress=lambda g: save({**results, "graphs": g}),
                                                 scratch=scratch))
+    if "compiled" in parts:  # graph mode with its forward compiled (run.graph_compile) beside plain graph mode
+        record("compiled", graph_check.run_compiled(sizes, bundle, progress=lambda c: save({**results, "compiled": c})))
     free(bundle)
     return results
 
@@ -283,6 +285,8 @@ def table(results: dict) -> str:
                   f"{a['sdpa_ms_per_step']} |" for a in results["attention"]]
     if "graphs" in results:
         lines += ["", *graph_check.table_lines(results["graphs"])]
+    if "compiled" in results:
+        lines += ["", *graph_check.compiled_lines(results["compiled"])]
     return "\n".join(lines) + "\n"
 
 

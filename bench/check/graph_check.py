@@ -81,13 +81,15 @@ def graph_engine(bundle, capacity: int = CAPACITY) -> GraphEngine:
     return GraphEngine(bundle.model, bundle.eos_token_ids, bundle.max_context, capacity, device=bundle.device)
 
 
-def forward_curve(bundle, label: str, widths=WIDTHS, context: int = CONTEXT, reps: int = 7) -> list[dict]:
-    """ms of one bucket forward over n tokens after `context` cached ones, static shapes run eagerly and replayed as
-    a CUDA graph (on a CPU both run eagerly), taking turns at each n."""
+def forward_curve(bundle, label: str, widths=WIDTHS, context: int = CONTEXT, reps: int = 7,
+                  engines: dict | None = None) -> list[dict]:
+    """ms of one bucket forward over n tokens after `context` cached ones on each of `engines`, taking turns at each
+    n: by default static shapes run eagerly and replayed as a CUDA graph (on a CPU both run eagerly)."""
     # at the capacity the runs use: every forward attends over all of it
-    engines = {"static_eager": GraphEngine(bundle.model, [], bundle.max_context, CAPACITY, device=bundle.device,
-                                           capture=False),
-               "graph": graph_engine(bundle)}
+    engines = engines or {"static_eager": GraphEngine(bundle.model, [], bundle.max_context, CAPACITY,
+                                                      device=bundle.device, capture=False),
+                          "graph": graph_engine(bundle)}
+    capturing = {name: e for name, e in engines.items() if e.capture}
     vocab = bundle.model.config.vocab_size
     gen = torch.Generator().manual_seed(0)
     rows = []
@@ -106,13 +108,15 @@ def forward_curve(bundle, label: str, widths=WIDTHS, context: int = CONTEXT, rep
                     device_sync(engine.device)
                     if rep:  # the first: warm-up (and the capture)
                         times[name].append(time.perf_counter() - t0)
-            rows.append({"model": label, "n": n, "context": context, "capacity": engines["graph"].kv.capacity,
+            rows.append({"model": label, "n": n, "context": context, "capacity": engine.kv.capacity,
                          **{f"{k}_ms": round(1000 * statistics.median(v), 3) for k, v in times.items()}})
-            if n in (widths[0], widths[-1]) and engines["graph"].capture:  # what one replay's kernels cost
-                try:  # a profiler that fails on a node costs this figure only, not the curve
-                    rows[-1]["replay"] = profile_replays(engines["graph"], engines["graph"].bucket(n, False, {}))
-                except Exception as err:  # noqa: BLE001
-                    rows[-1]["replay"] = {"error": f"{type(err).__name__}: {err}"}
+            if n in (widths[0], widths[-1]) and capturing:  # what one replay's kernels cost
+                rows[-1]["replay"] = {}
+                for name, engine in capturing.items():
+                    try:  # a profiler that fails on a node costs this figure only, not the curve
+                        rows[-1]["replay"][name] = profile_replays(engine, engine.bucket(n, False, {}))
+                    except Exception as err:  # noqa: BLE001
+                        rows[-1]["replay"][name] = {"error": f"{type(err).__name__}: {err}"}
     return rows
 
 
@@ -142,15 +146,17 @@ def kernel_summary(events, reps: int, top: int = 5) -> dict:
             "top": {k: round(v, 3) for k, v in sorted(per.items(), key=lambda kv: -kv[1])[:top]}}
 
 
-def ar_three_ways(bundle, rows: list[list[int]], max_new: int, reps: int) -> dict:
-    """AR on the eager engine, on the graph engine and transformers' static-cache generate, taking turns prompt by
-    prompt after one untimed pass: tokens/s over all timed passes and outputs identical to eager AR's."""
+def ar_three_ways(bundle, rows: list[list[int]], max_new: int, reps: int, engines: dict | None = None) -> dict:
+    """AR on each of `engines` (default: the eager engine, then the graph engine) and transformers' static-cache
+    generate, taking turns prompt by prompt after one untimed pass: tokens/s over all timed passes, each engine's
+    rate over the first's and over HF's, and outputs against the first engine's (identical, graded)."""
     compiled, how = compiles(bundle.device)
     eager = method_check.engine_for(bundle, 0.0)
-    ways = {"eager": (build_method(compose_config(["method=ar"]).method, bundle), eager),
-            "graph": (build_method(compose_config(["method=ar"]).method, bundle),
-                      graph_engine(bundle)),
+    engines = engines or {"eager": eager, "graph": graph_engine(bundle)}
+    ways = {**{name: (build_method(compose_config(["method=ar"]).method, bundle), engine)
+               for name, engine in engines.items()},
             "hf_static": (StaticCacheGenerate(bundle, compiled), eager)}
+    ref = next(iter(engines))
     tokens = {k: 0 for k in ways}
     seconds = {k: 0.0 for k in ways}
     outputs: dict[str, list] = {k: [None] * len(rows) for k in ways}
@@ -176,15 +182,16 @@ def ar_three_ways(bundle, rows: list[list[int]], max_new: int, reps: int) -> dic
                     outputs[name][i] = gen.output_ids
     ran = [k for k in ways if k not in failed]
     rate = {k: tokens[k] / seconds[k] for k in ran}
+    others = [k for k in ran if k != ref]
     out = {"prompts": len(rows), "max_new_tokens": max_new, "reps": reps,
            "hf_static": f"failed: {failed['hf_static']}" if failed else how,
            **{f"{k}_tok_s": round(v, 1) for k, v in rate.items()},
-           "graph_over_eager": round(rate["graph"] / rate["eager"], 3),
-           **{f"{k}_identical": sum(a == b for a, b in zip(outputs[k], outputs["eager"])) for k in ran if k != "eager"},
-           "grades": {k: [method_check.graded(bundle, p, a, b) for p, a, b in zip(rows, outputs[k], outputs["eager"])]
-                      for k in ran if k != "eager"}}
+           **{f"{k}_over_{ref}": round(rate[k] / rate[ref], 3) for k in others if k != "hf_static"},
+           **{f"{k}_identical": sum(a == b for a, b in zip(outputs[k], outputs[ref])) for k in others},
+           "grades": {k: [method_check.graded(bundle, p, a, b) for p, a, b in zip(rows, outputs[k], outputs[ref])]
+                      for k in others}}
     if "hf_static" in rate:
-        out["graph_over_hf_static"] = round(rate["graph"] / rate["hf_static"], 3)
+        out |= {f"{k}_over_hf_static": round(rate[k] / rate["hf_static"], 3) for k in others if k != "hf_static"}
     return out
 
 
@@ -228,23 +235,31 @@ def graph_waits(bundle, rows: list[list[int]], max_new: int, names=WAITED) -> di
     return out
 
 
+def stager(out: dict, progress):
+    """`with stage(name):` runs a stage of a part: a failure is recorded in out["errors"][name] ({"error",
+    "traceback"}) and the next stage runs (a first lease should bring back all it can); its seconds go to
+    out["seconds"][name], and progress(out) gets the results so far."""
+    lap = [time.perf_counter()]
+
+    @contextmanager
+    def stage(name: str):
+        try:
+            yield
+        except Exception as err:  # noqa: BLE001 (the check's point: record any failure, go on)
+            out["errors"][name] = {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
+        out["seconds"][name], lap[0] = round(time.perf_counter() - lap[0], 1), time.perf_counter()
+        progress(out)
+
+    return stage
+
+
 def run_graphs(sizes, load, free, bundle, progress=lambda out: None, scratch=None) -> dict:
     """The graph part: T(n) both ways per cost model (load(shape, dtype) gives its bundle, free(bundle) drops it),
     AR three ways on the methods' model and each hf_shape, the speedups in graph mode on the methods' model
     (`bundle`). A stage that fails records {"error": ..., "traceback": ...} and the next one runs: a first lease
     should bring back all it can. `progress(out)` gets the results so far after each stage."""
     out: dict = {"context": CONTEXT, "t_n": [], "ar": {}, "errors": {}, "seconds": {}}
-    lap = time.perf_counter()
-
-    @contextmanager
-    def stage(name: str):
-        nonlocal lap
-        try:
-            yield
-        except Exception as err:  # noqa: BLE001 (the check's point: record any failure, go on)
-            out["errors"][name] = {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
-        out["seconds"][name], lap = round(time.perf_counter() - lap, 1), time.perf_counter()
-        progress(out)
+    stage = stager(out, progress)
 
     @contextmanager
     def model_of(shape):  # the methods' own bundle, or another loaded for the stage and freed after it
@@ -279,6 +294,54 @@ def run_graphs(sizes, load, free, bundle, progress=lambda out: None, scratch=Non
     return out
 
 
+def run_compiled(sizes, bundle, progress=lambda out: None, mode: str = "default") -> dict:
+    """`--only compiled`: graph mode with its forward compiled by torch.compile (run.graph_compile=<mode>) beside
+    plain graph mode on the methods' model: T(n) taking turns (and a profile of one replay of each), then AR on both
+    beside transformers' compiled static-cache generate. A part of its own: the compiled engine compiles twice (the
+    first width, then one graph for every other width), which a lease times apart. Off CUDA the aot_eager backend
+    stands in for inductor (the same trace, eager ops: no C compiler, seconds)."""
+    kw = {"mode": mode} if bundle.device.type == "cuda" else {"backend": "aot_eager"}
+    out: dict = {"context": CONTEXT, "compile": kw, "t_n": [], "ar": {}, "errors": {}, "seconds": {}}
+    stage = stager(out, progress)
+    engines = {"graph": graph_engine(bundle),
+               "graph_compiled": GraphEngine(bundle.model, bundle.eos_token_ids, bundle.max_context, CAPACITY,
+                                             device=bundle.device, compile_with=kw)}
+    label = next(label for label, shape in sizes.cost_models if shape == sizes.method_shape)
+    with stage("t_n"):
+        out["t_n"] = forward_curve(bundle, label, sizes.cost_sizes, reps=sizes.reps, engines=engines)
+    with stage("ar"):  # the same engines: what T(n) compiled and captured is reused
+        out["ar"] = ar_three_ways(bundle, method_check.prompts(bundle, 2), sizes.timed_new, sizes.timed_reps,
+                                  engines=engines)
+    return out
+
+
+def replay_lines(t_n: list[dict]) -> list[str]:
+    return [f"- {r['model']}, n={r['n']}, {name}: a replay runs {p['kernels']:.0f} kernels, busy {p['busy_ms']} of "
+            f"its {p['span_ms']} ms (the rest: gaps between kernels)"
+            for r in t_n for name, p in r.get("replay", {}).items() if "kernels" in p]
+
+
+def compiled_lines(part: dict) -> list[str]:
+    """gpu-check's table for the compiled part."""
+    how = ", ".join(f"{k}={v}" for k, v in part["compile"].items())
+    lines = []
+    if part.get("t_n"):
+        ns = [r["n"] for r in part["t_n"]]
+        lines += [f"| T(n) ms after {part['context']} cached, graph / graph compiled ({how}) | "
+                  + " | ".join(f"n={n}" for n in ns) + " |", "|---|" + "---|" * len(ns),
+                  f"| {part['t_n'][0]['model']} | " + " | ".join(f"{r['graph_ms']:.2f} / {r['graph_compiled_ms']:.2f}"
+                                                             for r in part["t_n"]) + " |", ""]
+        lines += replay_lines(part["t_n"])
+    if ar := part.get("ar"):
+        lines.append(f"AR: graph {ar['graph_tok_s']}, graph compiled {ar['graph_compiled_tok_s']}, HF static cache "
+                     f"{ar.get('hf_static_tok_s', '-')} tok/s ({ar['hf_static']}); compiled/graph "
+                     f"x{ar['graph_compiled_over_graph']}, compiled/HF x{ar.get('graph_compiled_over_hf_static', '-')}; "
+                     f"identical to graph AR: compiled {ar['graph_compiled_identical']}/{ar['prompts']}, HF "
+                     f"{ar.get('hf_static_identical', '-')}/{ar['prompts']}")
+    lines += [f"compiled part's {name} failed: {e['error']}" for name, e in part.get("errors", {}).items()]
+    return lines
+
+
 def table_lines(graphs: dict) -> list[str]:
     """gpu-check's table for the graph part."""
     lines = []
@@ -290,9 +353,7 @@ def table_lines(graphs: dict) -> list[str]:
             by = {r["n"]: r for r in graphs["t_n"] if r["model"] == label}
             lines.append(f"| {label} | " + " | ".join(f"{by[n]['static_eager_ms']:.2f} / {by[n]['graph_ms']:.2f}"
                                                        for n in ns) + " |")
-        lines += [f"- {r['model']}, n={r['n']}: a replay runs {r['replay']['kernels']:.0f} kernels, busy "
-                  f"{r['replay']['busy_ms']} of its {r['replay']['span_ms']} ms (the rest: gaps between kernels)"
-                  for r in graphs["t_n"] if "kernels" in r.get("replay", {})]
+        lines += replay_lines(graphs["t_n"])
         lines.append("")
     for label, ar in graphs.get("ar", {}).items():
         lines.append(f"AR on {label}: eager {ar['eager_tok_s']}, graph {ar['graph_tok_s']}, HF static cache "

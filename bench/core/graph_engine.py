@@ -8,8 +8,10 @@ What changes against the eager engine (bench.core.engine), batch 1 and temperatu
 - a verification's width n (root + draft) is padded to a bucket: a static tree's own width, else the next power of
   two; padding slots see only themselves and are never accepted; the mask spans the whole static cache;
 - per bucket, the inputs (ids, positions, mask, the KV columns to write) are static buffers filled on the device, and
-  on CUDA the forward over them is captured once in a torch.cuda.CUDAGraph (the eager forward, recorded: no
-  compiler needed) and replayed; the prefill stays eager;
+  on CUDA the forward over them is captured once in a torch.cuda.CUDAGraph and replayed; the prefill stays eager.
+  What is captured is the eager forward (no compiler needed: ~1250 kernels a step for the embedded model), or with
+  `run.graph_compile=<torch.compile mode>` the forward compiled by inductor first (fused kernels, fewer of them;
+  compiled once per model for the first width, then once with the width dynamic for all others);
 - acceptance and the KV compaction run on the device at a fixed width; the host reads each step's outcome once
   (the eager engine's `_commit`);
 - a proposer whose draft and update are device-only at fixed shapes (`Proposer.static_step`: Token Recycling) has its
@@ -76,7 +78,7 @@ class StepGraph:
 
 class GraphEngine(Engine):
     def __init__(self, model, eos_token_ids: list[int], max_context: int, capacity: int, temperature: float = 0.0,
-                 device: torch.device | None = None, capture: bool | None = None):
+                 device: torch.device | None = None, capture: bool | None = None, compile_with: dict | None = None):
         if temperature != 0:
             raise GraphModeRefused(f"run.graphs=true decodes greedily only (the stochastic verifier walks the tree "
                                    f"on the host); got run.temperature={temperature}")
@@ -92,6 +94,16 @@ class GraphEngine(Engine):
         self.low = torch.finfo(self.dtype).min
         self._bias_of: tuple[Tree | None, int, torch.Tensor | None, torch.Tensor | None] = (None, 0, None, None)
         self.steps: dict[int, tuple[Proposer, StepGraph]] = {}  # per proposer: its whole-step graph
+        # the bucket forward that is captured: eager, or compiled (torch.compile's kwargs: mode, or a backend)
+        self.compiled = dict(compile_with) if compile_with else None
+        self.target = (torch.compile(self.forward_eager, fullgraph=True, **compile_with) if compile_with
+                       else self.forward_eager)
+
+    def forward_eager(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, hidden: bool = False,
+                      layers: dict | None = None) -> ForwardOutput:
+        """The target's forward over a bucket's inputs, writing their keys and values into the static cache."""
+        return full_forward(self.model, ids, cache=self.kv.cache, position_ids=positions, attention_mask=mask,
+                            output_hidden=hidden, **(layers or {}))
 
     def generate_batch(self, proposers: list[Proposer], prompts: list[list[int]], max_new_tokens: int, timer: Timer,
                        generators: list[torch.Generator]):
@@ -213,8 +225,7 @@ class GraphEngine(Engine):
         from device tensors (`remaining`) and every outcome written to `stats`."""
         tree, bucket = proposer.tree, step.bucket
         self.fill(bucket, step.root, proposer.draft_from(step.root), tree, step.padded)
-        logits = full_forward(self.model, bucket.ids, cache=self.kv.cache, position_ids=bucket.positions,
-                              attention_mask=bucket.mask).logits[0]
+        logits = self.target(bucket.ids, bucket.positions, bucket.mask).logits[0]
         ids = bucket.ids[0]
         target = logits.argmax(-1)
         acc = greedy_accept(tree, ids[None], target[None])
@@ -266,8 +277,7 @@ class GraphEngine(Engine):
 
     def forward_bucket(self, bucket: Bucket, hidden: bool, layers: dict) -> ForwardOutput:
         def run() -> ForwardOutput:
-            return full_forward(self.model, bucket.ids, cache=self.kv.cache, position_ids=bucket.positions,
-                                attention_mask=bucket.mask, output_hidden=hidden, **layers)
+            return self.target(bucket.ids, bucket.positions, bucket.mask, hidden, layers)
 
         if not self.capture:
             return run()

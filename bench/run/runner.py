@@ -121,8 +121,10 @@ class Runner:
         # The AR reference is always the eager engine's; graph mode (run.graphs) decodes the method's outputs.
         self.eager = Engine(b.model, b.eos_token_ids, b.max_context, temperature=self.temperature, device=b.device)
         self.graphs = bool(cfg.run.get("graphs", False))
+        mode = cfg.run.get("graph_compile")
         self.engine = GraphEngine(b.model, b.eos_token_ids, b.max_context, int(cfg.run.graph_capacity),
-                                  device=b.device) if self.graphs else self.eager
+                                  device=b.device, compile_with={"mode": mode} if mode else None
+                                  ) if self.graphs else self.eager
         self.timer = PhaseTimer(b.device, sync=cfg.run.sync_phases)
         self.references = ReferenceStore(project_path(cfg.paths.results) / "cache" / "ar_reference",
                                          reference_key(b))
@@ -322,6 +324,7 @@ def run_summary(cfg, runner: Runner, records: list[dict], ckpt: Checkpoint | Non
         "max_new_tokens": cfg.run.max_new_tokens,
         "batch_size": runner.batch_size,
         "graphs": runner.graphs,
+        **({"graph_compile": cfg.run.graph_compile} if runner.graphs and cfg.run.get("graph_compile") else {}),
         # Phase times are exact per phase on a GPU only in the breakdown mode (device sync at each boundary).
         "sync_phases": bool(cfg.run.sync_phases),
         "temperature": runner.temperature,

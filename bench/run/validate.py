@@ -57,6 +57,12 @@ def check_method(cfg) -> None:
                           f"{cfg.run.temperature} (use 0)")
     if cfg.run.get("graphs"):
         check_graphs(cfg, cls)
+    elif cfg.run.get("graph_compile"):
+        raise ConfigError(f"run.graph_compile={cfg.run.graph_compile} compiles graph mode's forward: it needs "
+                          "run.graphs=true")
+
+
+GRAPH_COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")  # torch.compile's modes that leave capture to us
 
 
 def check_graphs(cfg, cls) -> None:
@@ -73,6 +79,10 @@ def check_graphs(cfg, cls) -> None:
     if cfg.model.get("device_map"):
         raise ConfigError("run.graphs=true needs the target on one device (a graph cannot span a device map); "
                           "set model.device_map=null")
+    mode = cfg.run.get("graph_compile")
+    if mode is not None and mode not in GRAPH_COMPILE_MODES:
+        raise ConfigError(f"run.graph_compile must be null or one of {', '.join(GRAPH_COMPILE_MODES)} (graph mode "
+                          f"captures the CUDA graph itself: no torch.compile mode that captures its own), got {mode!r}")
     capacity = cfg.run.get("graph_capacity")
     if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 64:
         raise ConfigError(f"run.graph_capacity must be an integer >= 64 (the static KV cache's positions), got "
