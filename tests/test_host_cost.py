@@ -139,3 +139,19 @@ def test_project_on_a_gpu_check_profile_prices_hf_generate_s_loop_for_its_host(t
     assert "µs a launch" in md and "H100" in md  # the H200's host price, borrowed from the H100's fit
     row = [c.strip() for c in next(x for x in md.splitlines() if "| hf_generate" in x).split("|")[1:-1]]
     assert 0.9 < float(row[-1].split(" [")[0]) < 1.15  # the rule before: ~0.3 on a GPU profile
+
+
+def test_the_graph_regime_check_verifies_the_tree_token_recycling_ran():
+    """The graph regime's step model prices Token Recycling's whole step at T(TREE_WIDTH): the default tree's
+    nodes and its root (the lease ran `method=token_recycling` with the default tree group)."""
+    import yaml
+
+    from bench.cost.gpu_validation import TREE_WIDTH, graph_regime
+    from bench.paths import PROJECT
+
+    default_tree = next(d["tree"] for d in yaml.safe_load((PROJECT / "conf" / "config.yaml").read_text())["defaults"]
+                        if isinstance(d, dict) and "tree" in d)
+    paths = yaml.safe_load((PROJECT / "conf" / "tree" / f"{default_tree}.yaml").read_text())["paths"]
+    assert TREE_WIDTH == len(paths) + 1
+    g = graph_regime()
+    assert g["t1_ms"] < g[f"t{TREE_WIDTH}_ms"] and g["rest_ms"] > 0 and g["measured_step_ratio"] > 1

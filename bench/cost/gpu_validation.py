@@ -46,6 +46,34 @@ GOALS = {"step_ratio": 0.10, "ar_tok_s": 0.10, "ahead": 0.15}
 AHEAD = ("lookahead", "rest", "medusa")
 
 
+# The graph regime (run.graphs=true): the lease that timed it, its T(n) of the methods' model, Token Recycling's width
+GRAPH_LEASE = "gpu_check/vm_NVIDIA_H200-20261128-142200"
+GRAPH_FORWARD = "smollm2-135m-bfloat16-graphs.json"
+TREE_WIDTH = 81  # the 80-node tree (conf/tree/tr_2_2_2.yaml) and its root: the static tree's own bucket
+
+
+def graph_regime() -> dict:
+    """The step model in the graph regime, checked on the lease that timed it. A replayed step launches once, so
+    the launch cost is ~0 and what a step costs beyond its forward is graph AR's measured step (1000 / its tok/s)
+    less T(1): the host's bookkeeping and one read. Token Recycling's whole step is one graph over TREE_WIDTH slots:
+    T(TREE_WIDTH) plus the same rest. Its step over AR's, projected, beside the measured one (MAT x AR's tok/s / its
+    tok/s, and each timed pass's)."""
+    graphs = json.loads((EVIDENCE / GRAPH_LEASE / "results.json").read_text())["graphs"]
+    profile = Profile.read(EVIDENCE / GRAPH_LEASE / "profiles" / GRAPH_FORWARD)
+    context = profile.contexts[0]
+    ar, tr = graphs["speedup"]["ar"], graphs["speedup"]["token_recycling"]
+    t1, tw = float(profile.cost(1, context)), float(profile.cost(TREE_WIDTH, context))
+    rest = 1000 / ar["tok_s"] - t1
+    projected = (tw + rest) / (t1 + rest)
+    measured = tr["mat"] * ar["tok_s"] / tr["tok_s"]
+    return {"lease": GRAPH_LEASE, "t1_ms": round(t1, 3), f"t{TREE_WIDTH}_ms": round(tw, 3),
+            "rest_ms": round(rest, 3), "projected_step_ratio": round(projected, 3),
+            "measured_step_ratio": round(measured, 3),
+            "measured_passes": [round(tr["mat"] / max(tr["speedups"]), 3), round(tr["mat"] / min(tr["speedups"]), 3)],
+            "error": round(projected / measured - 1, 3),
+            "projected_speedup": round(tr["mat"] / projected, 3), "measured_speedup": tr["speedup"]}
+
+
 def lease(label: str) -> dict:
     return json.loads((EVIDENCE / GPUS[label][0] / "results.json").read_text())
 
@@ -153,6 +181,7 @@ def validate(costs: StepCosts | None = None) -> dict:
         out["gpus"][gpu] = {"host": host.__dict__, "forward": forward, "rows": rows,
                             "phases": phase_check(gpu, host, costs, runs)}
     out["misses"] = misses(out)
+    out["graph_regime"] = graph_regime()
     return out
 
 
@@ -256,6 +285,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{gpu} {m} (ms a step, priced / synced there{', in the fit' if m == 'ar' else ''}): "
                   + ", ".join(f"{p} {a:.2f} / {b:.2f}" for p, (a, b) in phases.items()))
     print("misses: " + ("; ".join(result["misses"]) or "none"))
+    g = result["graph_regime"]
+    print(f"graph regime ({g['lease']}): Token Recycling's step / AR's projected {g['projected_step_ratio']} "
+          f"(T(1) {g['t1_ms']} ms, T({TREE_WIDTH}) {g[f't{TREE_WIDTH}_ms']} ms, rest {g['rest_ms']} ms, launches ~0), "
+          f"measured {g['measured_step_ratio']} (passes {g['measured_passes'][0]}-{g['measured_passes'][1]}), "
+          f"error {g['error']:+.1%}; speedup {g['projected_speedup']} projected at its MAT, {g['measured_speedup']} "
+          "measured")
     return 0
 
 
