@@ -92,11 +92,12 @@ def test_small_check_writes_its_folder_and_table(tmp_path, capsys):
     for ar in graphs["ar"].values():  # fp32: graph AR and HF's static-cache generate are eager AR's tokens
         assert ar["graph_identical"] == ar["hf_static_identical"] == ar["prompts"] == 2
         assert ar["hf_static"] == "not CUDA: timed uncompiled"
-    assert {g for name in ("token_recycling", "pld", "token_recycling_auto")
+    assert {g for name in ("token_recycling", "pld", "medusa", "token_recycling_auto")
             for g in graphs["speedup"][name]["grades"]} == {"identical"}
     assert graphs["tree_auto"]["size"] >= 1 and "token_recycling_auto: tree=auto on the graph T(n)" in printed
     # one read of the outcome a step in graph mode (the rest: each prompt's transfers in)
-    assert {name: w["reads_per_step"] for name, w in graphs["waits"].items()} == {"ar": 1.0, "token_recycling": 1.0}
+    assert {name: w["reads_per_step"] for name, w in graphs["waits"].items()} == {
+        "ar": 1.0, "token_recycling": 1.0, "medusa": 1.0}
     assert "| T(n) ms after 512 cached, static eager / graph |" in printed and "graph mode, taking turns" in printed
     compiled = results["compiled"]  # graph mode's forward through torch.compile (aot_eager off CUDA) beside it
     assert compiled["compile"] == {"backend": "aot_eager"} and not compiled["errors"]

@@ -104,6 +104,54 @@ def test_a_compiled_forward_decodes_as_the_eager_engine(tiny, name):
     assert 1 <= frames <= 2, frames  # the first width static, then one graph with the width dynamic
 
 
+def heads_bundle(model):
+    """bundle_of(model) with zero-block Medusa heads (each is the lm_head: it drafts the root again, which a tiny
+    model that repeats itself accepts)."""
+    heads = MedusaHeads(model.config.hidden_size, V, 5, lm_head=model.get_output_embeddings()).eval()
+    bundle = bundle_of(model)
+    bundle.load_heads = lambda: heads
+    return bundle
+
+
+@pytest.mark.parametrize("capture", [False, True], ids=["eager", "replayed"])
+@pytest.mark.parametrize("overrides", [("method=medusa", "tree=tr_2_2_2"), ("method=bpd",)], ids=["medusa", "bpd"])
+def test_heads_steps_are_one_graph_fed_the_engines_hidden_states(tiny, overrides, capture, monkeypatch):
+    """Medusa and BPD in graph mode: the whole step is one graph (draft from the heads, forward, acceptance,
+    compaction, the deepest accepted slot's hidden state into a static buffer). Each draft reads the hidden state
+    the eager engine hands over at that step, and the outputs are the eager engine's."""
+    from bench.core.engine import Engine
+    from methods.shared.heads import HeadsProposer
+
+    seen = []
+    cls = type(build_method(compose_cfg(*overrides).method, heads_bundle(tiny)))
+    original = cls.draft_from
+
+    def logged(self: HeadsProposer, root):
+        seen.append(self.hidden.clone())
+        return original(self, root)
+
+    monkeypatch.setattr(cls, "draft_from", logged)
+    eager = Engine(tiny, [NO_EOS], 512)
+    graph = GraphEngine(tiny, [NO_EOS], 512, 256, capture=capture)
+    accepted = 0  # drafts accepted over both prompts: the hidden states decided something
+    for p in PROMPTS:
+        method = build_method(compose_cfg(*overrides).method, heads_bundle(tiny))
+        want = decode(method, eager, p, 20)
+        hiddens, seen[:] = list(seen), []
+        method = build_method(compose_cfg(*overrides).method, heads_bundle(tiny))
+        assert graph.whole(method)
+        got = decode(method, graph, p, 20)
+        assert got.output_ids == want.output_ids and got.accept_lengths == want.accept_lengths
+        accepted += sum(want.accept_lengths[1:]) - len(want.accept_lengths[1:])
+        if capture:  # the capture's warm-ups draft too (their state is reset after): the steps' are the last
+            seen[:] = seen[len(seen) - len(hiddens):]
+        assert len(seen) == len(hiddens) == len(want.accept_lengths) - 1
+        for a, b in zip(seen, hiddens, strict=True):
+            torch.testing.assert_close(a, b)
+        seen[:] = []
+    assert accepted > 0
+
+
 def test_static_buffers_keep_their_addresses(tiny, monkeypatch):
     """The KV buffer, the slots and length and every bucket's inputs stay where they were allocated, across steps
     and prompts: a captured graph reads and writes those addresses."""
@@ -125,11 +173,12 @@ def test_static_buffers_keep_their_addresses(tiny, monkeypatch):
     assert all(len(pointers) == 1 for pointers in seen.values()), seen
 
 
-@pytest.mark.parametrize("name", ["ar", "token_recycling"])
+@pytest.mark.parametrize("name", ["ar", "token_recycling", "medusa", "bpd"])
 def test_one_wait_per_step(tiny, name):
     """A graph-mode step reads the device once (the outcome); nothing else waits between its start and that read."""
     engine = graph_engine(tiny)
-    method = make(name, tiny)
+    bundle = heads_bundle(tiny) if name in ("medusa", "bpd") else bundle_of(tiny)
+    method = build_method(compose_cfg(f"method={name}").method, bundle)
     decode(method, engine, PROMPTS[0], 3)  # warm: the tree's indices are sent once
     counts = []
     for new in (1, 12):
@@ -227,7 +276,7 @@ def test_graph_part_records_a_failed_stage_and_goes_on(monkeypatch):
     sizes = SimpleNamespace(cost_models=(("m", None),), method_shape=None, method_dtype="float32", cost_sizes=(1,),
                             reps=1, speedup_prompts=1, hf_shapes=(), timed_new=2, timed_reps=1, speedup=("ar",),
                             speedup_reps=1)
-    bundle = SimpleNamespace(name="m", model=SimpleNamespace(config=SimpleNamespace(vocab_size=8)))
+    bundle = SimpleNamespace(name="m", model=SimpleNamespace(config=SimpleNamespace(vocab_size=8)), heads=object())
     saved = []
     out = graph_check.run_graphs(sizes, None, None, bundle, progress=lambda o: saved.append(dict(o)))
     assert out["errors"]["t_n m"]["error"].startswith("RuntimeError: CUDA error") and out["t_n"] == []

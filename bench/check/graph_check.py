@@ -9,10 +9,10 @@ process, taking turns (issue 67).
   node has no triton or no C compiler it runs uncompiled, and says so); tokens/s and outputs against eager AR.
 - Token Recycling's `tree=auto` chosen on the graph regime's own T(n) (the stage above, the methods' model), from
   tree statistics calibrated on this node (HumanEval past the prompts timed here).
-- AR, Token Recycling (the 80-node tree and that auto tree) and PLD in graph mode, taking turns
+- AR, Token Recycling (the 80-node tree and that auto tree), PLD and Medusa (zero-block heads) in graph mode, taking turns
   (bench.check.method_check.interleaved_speedup on the graph engine, first-time MAT: each timed pass replays the
   method's state), without the eager part's diagnostics.
-- Host waits per step in graph mode for AR and Token Recycling: counted (bench.core.syncs) and, on CUDA, under
+- Host waits per step in graph mode for AR, Token Recycling and Medusa: counted (bench.core.syncs) and, on CUDA, under
   torch's sync debug mode. The goal is one: the read of each step's outcome.
 """
 
@@ -36,6 +36,7 @@ from bench.core.step_profile import events_of
 from bench.core.syncs import CudaSyncWarnings, HostSyncCounter
 from bench.core.timing import PhaseTimer, device_sync
 from bench.core.tree import chain
+from bench.models.heads import init_heads
 from bench.run.compose import compose_config
 from methods import build_method
 from methods.hf import HFGenerate
@@ -49,7 +50,8 @@ AUTO = "token_recycling_auto"  # Token Recycling with the tree chosen on the gra
 # the demo's calibration (conf/experiment/demo_tree.yaml): HumanEval past the 2 x speedup_prompts tasks timed here
 CALIBRATION = ("tree.calibration.dataset=humaneval", "tree.calibration.skip=20", "tree.calibration.limit=8")
 SMALL_CALIBRATION = ("tree.calibration.limit=2", "tree.calibration.max_new_tokens=8")  # a CPU's tiny model
-WAITED = ("ar", "token_recycling")  # the graph-mode steps whose host waits are counted
+WAITED = ("ar", "token_recycling", "medusa")  # the graph-mode steps whose host waits are counted
+HEADS = "medusa"  # timed in graph mode too, on zero-block heads (its whole step one graph, fed the hidden state)
 
 
 def compiles(device: torch.device) -> tuple[bool, str]:
@@ -287,8 +289,10 @@ def run_graphs(sizes, load, free, bundle, progress=lambda out: None, scratch=Non
             configs[AUTO], out["tree_auto"] = graph_tree(bundle, [r for r in out["t_n"] if r["model"] == label],
                                                          scratch, sizes.method_shape is not None)
     with stage("speedup"):
-        out["speedup"] = speedups(bundle, timed, warm, (*sizes.speedup, *configs), sizes.timed_new,
-                                  sizes.speedup_reps, configs=configs)
+        if getattr(bundle, "heads", None) is None:  # the methods part's untrained heads, if it has not run
+            bundle.heads = init_heads(bundle.model.get_output_embeddings(), 5)
+        names = tuple(dict.fromkeys((*sizes.speedup, HEADS, *configs)))
+        out["speedup"] = speedups(bundle, timed, warm, names, sizes.timed_new, sizes.speedup_reps, configs=configs)
     with stage("waits"):
         out["waits"] = graph_waits(bundle, timed[:2], sizes.timed_new)
     return out

@@ -14,8 +14,10 @@ What changes against the eager engine (bench.core.engine), batch 1 and temperatu
   compiled once per model for the first width, then once with the width dynamic for all others);
 - acceptance and the KV compaction run on the device at a fixed width; the host reads each step's outcome once
   (the eager engine's `_commit`);
-- a proposer whose draft and update are device-only at fixed shapes (`Proposer.static_step`: Token Recycling) has its
-  whole step captured as one graph (`StepGraph`): draft, forward, acceptance, commit, compaction and update.
+- a proposer whose draft and update are device-only at fixed shapes (`Proposer.static_step`: Token Recycling, and
+  Medusa and BPD, whose heads draft from the target's hidden state) has its whole step captured as one graph
+  (`StepGraph`): draft, forward, acceptance, commit, compaction and update, and for the heads the hidden state of the
+  deepest accepted slot written into a static buffer that the next step's draft reads.
 On a CPU the same static-shape code runs eagerly (nothing to capture), which is how the suite checks it.
 What it cannot run is refused in one line (GraphModeRefused): a batch, T > 0, a target split over devices, a
 proposer that brings its own target forward (ProPD's pruning changes the width inside the forward).
@@ -74,6 +76,7 @@ class StepGraph:
     stats: torch.Tensor
     padded: tuple[torch.Tensor, torch.Tensor]  # the tree's mask bias and depths: the graph reads them
     graph: CUDAGraph | EagerReplay | None = None
+    hidden: torch.Tensor | None = None  # [H] for a proposer that wants_hidden: what its draft reads, rewritten by the step
 
 
 class GraphEngine(Engine):
@@ -134,8 +137,19 @@ class GraphEngine(Engine):
         return out, out.logits[:, -1], [n - 1]
 
     def whole(self, proposer: Proposer) -> bool:
-        """Whether the proposer's whole step is one graph: a static-step proposer that wants no target states."""
-        return proposer.static_step and not (proposer.wants_hidden or proposer.wants_features)
+        """Whether the proposer's whole step is one graph: a static-step proposer that wants at most the final
+        hidden state (the step writes it into its static buffer)."""
+        return proposer.static_step and not proposer.wants_features
+
+    def _hand_over(self, row: Row, out, b: int, last, positions, hidden: bool) -> None:
+        """A whole-step proposer's hidden state after the prefill goes into its step graph's static buffer, the
+        address the graph reads (after each step the graph itself writes it); others as the eager engine."""
+        if hidden and self.whole(row.proposer):
+            step = self.step_graph(row.proposer)
+            step.hidden.copy_(out.hidden[b, last])
+            row.proposer.observe_hidden(step.hidden)
+            return
+        super()._hand_over(row, out, b, last, positions, hidden)
 
     def _propose(self, rows: list[Row]) -> list[Draft | None]:
         return [None] if self.whole(rows[0].proposer) else super()._propose(rows)
@@ -208,24 +222,31 @@ class GraphEngine(Engine):
             step = StepGraph(Bucket(torch.zeros(1, width, **long), torch.zeros(1, width, **long), mask),
                              torch.zeros(1, **long), torch.zeros((), **long), torch.zeros(5 + tree.max_depth, **long),
                              (bias.clone(), depth.clone()))
+            if proposer.wants_hidden:  # the draft reads this buffer from now on: the capture records its address
+                step.hidden = torch.zeros(self.model.config.hidden_size, dtype=self.dtype, device=self.device)
+                proposer.observe_hidden(step.hidden)
             if self.capture:  # its warm-ups run real steps: they leave the state as the replay would find it
-                saved = (self.kv.length.clone(), self.kv.buf.clone(), copy.deepcopy(proposer.state_dict()))
+                saved = (self.kv.length.clone(), self.kv.buf.clone(), copy.deepcopy(proposer.state_dict()),
+                         None if step.hidden is None else step.hidden.clone())
                 step.graph = self._captured(lambda: self.step_body(proposer, step), lambda: self._restore(
-                    proposer, *saved))[0]
+                    proposer, step, *saved))[0]
             self.steps[id(proposer)] = (proposer, step)  # (the proposer kept: its id stays its own)
         return self.steps[id(proposer)][1]
 
-    def _restore(self, proposer: Proposer, length, buf, state) -> None:
+    def _restore(self, proposer: Proposer, step: StepGraph, length, buf, state, hidden) -> None:
         self.kv.length.copy_(length)
         self.kv.buf.copy_(buf)
         proposer.load_state_dict(state)
+        if hidden is not None:
+            step.hidden.copy_(hidden)
 
     def step_body(self, proposer: Proposer, step: StepGraph) -> None:
         """One whole step on the device at fixed shapes: what the eager engine's step does, with the commit's limits
         from device tensors (`remaining`) and every outcome written to `stats`."""
         tree, bucket = proposer.tree, step.bucket
         self.fill(bucket, step.root, proposer.draft_from(step.root), tree, step.padded)
-        logits = self.target(bucket.ids, bucket.positions, bucket.mask).logits[0]
+        out = self.target(bucket.ids, bucket.positions, bucket.mask, step.hidden is not None)
+        logits = out.logits[0]
         ids = bucket.ids[0]
         target = logits.argmax(-1)
         acc = greedy_accept(tree, ids[None], target[None])
@@ -239,6 +260,8 @@ class GraphEngine(Engine):
         step.stats.copy_(torch.cat([torch.minimum(limit, eos + 1), eos < limit, acc.accept_len, acc.best, new]))
         self.kv.keep_path(slots, acc.accept_len)  # a leading path moves onto itself
         proposer.update(ids, logits, target, acc)
+        if step.hidden is not None:  # the deepest accepted slot's: the next step drafts from it
+            step.hidden.copy_(out.hidden[0].index_select(0, acc.best[:1])[0])
 
     def bucket(self, width: int, hidden: bool, layers: dict) -> Bucket:
         key = (width, hidden, tuple(layers.get("feature_layers", ())))

@@ -37,5 +37,10 @@ class BPD(HeadsProposer):
     def describe(self):
         return {"draft_length": self.length, **self.heads_info()}
 
+    static_step = True  # the heads' top-1 chain at the hidden state, on the device: one graph a step in graph mode
+
     def propose(self, seq, length):
-        return Draft(self.tree, self.head_topk(1, self.length)[:, 0])
+        return Draft(self.tree, self.draft_from(seq[length - 1 : length]))
+
+    def draft_from(self, root):
+        return self.head_topk(1, self.length)[:, 0]

@@ -57,6 +57,7 @@ MAX_TREES = 1024  # distinct dynamic trees kept built (oldest dropped first)
 
 
 class ProPD(MedusaTree):
+    static_step = False  # its tree is chosen step by step on the host (and pruning changes the forward's width)
     settings = declare({"prune": FLAG, "dynamic": FLAG, "prune_layer": integer(1), "prune_topk": integer(1),
                         "max_topk": integer(1), "tree_size_choices": integers(1), "warmup_sizes": integers(1),
                         "time_alpha": number(0, 1, above=True), "time_decay": number(0),

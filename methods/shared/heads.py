@@ -85,6 +85,10 @@ class MedusaTree(HeadsProposer):
             **self.tree_info,
         }
 
+    static_step = True  # the heads' top-k at the hidden state, on the device: one graph a step in graph mode
+
     def propose(self, seq, length):
-        top = self.head_topk(self.k, self.depth)  # [D, K]
-        return Draft(self.tree, top.flatten()[self.index])
+        return Draft(self.tree, self.draft_from(seq[length - 1 : length]))
+
+    def draft_from(self, root):
+        return self.head_topk(self.k, self.depth).flatten()[self.index]  # [D, K] -> the tree's nodes
