@@ -98,7 +98,6 @@ class GraphEngine(Engine):
         self._bias_of: tuple[Tree | None, int, torch.Tensor | None, torch.Tensor | None] = (None, 0, None, None)
         self.steps: dict[int, tuple[Proposer, StepGraph]] = {}  # per proposer: its whole-step graph
         # the bucket forward that is captured: eager, or compiled (torch.compile's kwargs: mode, or a backend)
-        self.compiled = dict(compile_with) if compile_with else None
         self.target = (torch.compile(self.forward_eager, fullgraph=True, **compile_with) if compile_with
                        else self.forward_eager)
 
