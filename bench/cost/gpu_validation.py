@@ -94,6 +94,9 @@ def measured(label: str) -> dict:
                       "mat": row["mat"], "tok_s": row["tok_s"]}
             if row.get("ms_per_step") and ar.get("ms_per_step"):  # the synced pass's (its phases' sum over AR's)
                 out[m]["step_ratio_synced"] = sum(row["ms_per_step"].values()) / sum(ar["ms_per_step"].values())
+    if "ar" in out and ar.get("timed"):  # how steady the lease was: AR's ms a token over its timed prompt runs
+        per_token = [1000 * seconds / tokens for tokens, seconds in ar["timed"]]
+        out["ar"]["ms_per_token_range"] = [round(min(per_token), 1), round(max(per_token), 1)]
     if "hf_generate" not in out and (hf := res.get("ar_vs_hf")):
         out["hf_generate"] = {"step_ratio": hf["ar_over_hf"], "speedup": 1 / hf["ar_over_hf"], "interval": None,
                               "mat": 1.0, "tok_s": hf["hf_generate_tok_s"]}
@@ -249,7 +252,9 @@ def table(result: dict) -> str:
             for m, r in rows.items():
                 got = r.get("measured") or {}
                 if m == "ar":
-                    lines.append(f"| {gpu} | {dataset} | ar | {r['tok_s']} tok/s | {got.get('tok_s', '—')} tok/s | "
+                    spread = got.get("ms_per_token_range")
+                    spread = f" ({spread[0]}-{spread[1]} ms a token over its prompts)" if spread else ""
+                    lines.append(f"| {gpu} | {dataset} | ar | {r['tok_s']} tok/s | {got.get('tok_s', '—')} tok/s{spread} | "
                                  f"{r.get('error', 0):+.1%} | — | — | — | 1 / 1 |")
                     continue
                 ours, step = f"{r['speedup']:.2f} {span(r['interval'])}", f"{r['step_ratio']:.2f} ({r['step_ratio_kept']:.2f})"
