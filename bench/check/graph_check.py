@@ -92,6 +92,7 @@ def forward_curve(bundle, label: str, widths=WIDTHS, context: int = CONTEXT, rep
                                                       device=bundle.device, capture=False),
                           "graph": graph_engine(bundle)}
     capturing = {name: e for name, e in engines.items() if e.capture}
+    capacity = next(iter(engines.values())).kv.capacity  # every engine here holds CAPACITY
     vocab = bundle.model.config.vocab_size
     gen = torch.Generator().manual_seed(0)
     rows = []
@@ -110,7 +111,7 @@ def forward_curve(bundle, label: str, widths=WIDTHS, context: int = CONTEXT, rep
                     device_sync(engine.device)
                     if rep:  # the first: warm-up (and the capture)
                         times[name].append(time.perf_counter() - t0)
-            rows.append({"model": label, "n": n, "context": context, "capacity": engine.kv.capacity,
+            rows.append({"model": label, "n": n, "context": context, "capacity": capacity,
                          **{f"{k}_ms": round(1000 * statistics.median(v), 3) for k, v in times.items()}})
             if n in (widths[0], widths[-1]) and capturing:  # what one replay's kernels cost
                 rows[-1]["replay"] = {}
@@ -143,8 +144,7 @@ def kernel_summary(events, reps: int, top: int = 5) -> dict:
         per[e.name[:90]] = per.get(e.name[:90], 0.0) + (e.end_ns - e.start_ns) / 1e6 / reps
     span = (max(e.end_ns for e in kernels) - min(e.start_ns for e in kernels)) / 1e6
     return {"kernels": round(len(kernels) / reps, 1), "busy_ms": round(sum(per.values()), 3),
-            # the replays run back to back: the span of all of them, less nothing, over reps
-            "span_ms": round(span / reps, 3),
+            "span_ms": round(span / reps, 3),  # the replays run back to back: their whole span over reps
             "top": {k: round(v, 3) for k, v in sorted(per.items(), key=lambda kv: -kv[1])[:top]}}
 
 
@@ -255,6 +255,11 @@ def stager(out: dict, progress):
     return stage
 
 
+def methods_label(sizes) -> str:
+    """The label of the cost model that is the methods' model (its T(n) rows carry it)."""
+    return next(label for label, shape in sizes.cost_models if shape == sizes.method_shape)
+
+
 def run_graphs(sizes, load, free, bundle, progress=lambda out: None, scratch=None) -> dict:
     """The graph part: T(n) both ways per cost model (load(shape, dtype) gives its bundle, free(bundle) drops it),
     AR three ways on the methods' model and each hf_shape, the speedups in graph mode on the methods' model
@@ -285,9 +290,8 @@ def run_graphs(sizes, load, free, bundle, progress=lambda out: None, scratch=Non
     configs = {}
     if scratch is not None and "token_recycling" in sizes.speedup:
         with stage("tree auto"):
-            label = next(label for label, shape in sizes.cost_models if shape == sizes.method_shape)
-            configs[AUTO], out["tree_auto"] = graph_tree(bundle, [r for r in out["t_n"] if r["model"] == label],
-                                                         scratch, sizes.method_shape is not None)
+            mine = [r for r in out["t_n"] if r["model"] == methods_label(sizes)]
+            configs[AUTO], out["tree_auto"] = graph_tree(bundle, mine, scratch, sizes.method_shape is not None)
     with stage("speedup"):
         if getattr(bundle, "heads", None) is None:  # the methods part's untrained heads, if it has not run
             bundle.heads = init_heads(bundle.model.get_output_embeddings(), 5)
@@ -310,9 +314,8 @@ def run_compiled(sizes, bundle, progress=lambda out: None, mode: str = "default"
     engines = {"graph": graph_engine(bundle),
                "graph_compiled": GraphEngine(bundle.model, bundle.eos_token_ids, bundle.max_context, CAPACITY,
                                              device=bundle.device, compile_with=kw)}
-    label = next(label for label, shape in sizes.cost_models if shape == sizes.method_shape)
     with stage("t_n"):
-        out["t_n"] = forward_curve(bundle, label, sizes.cost_sizes, reps=sizes.reps, engines=engines)
+        out["t_n"] = forward_curve(bundle, methods_label(sizes), sizes.cost_sizes, reps=sizes.reps, engines=engines)
     with stage("ar"):  # the same engines: what T(n) compiled and captured is reused
         out["ar"] = ar_three_ways(bundle, method_check.prompts(bundle, 2), sizes.timed_new, sizes.timed_reps,
                                   engines=engines)

@@ -47,7 +47,7 @@ AHEAD = ("lookahead", "rest", "medusa")
 
 
 # The graph regime (run.graphs=true): the lease that timed it, its T(n) of the methods' model, Token Recycling's width
-GRAPH_LEASE = "gpu_check/vm_NVIDIA_H200-20261128-142200"
+GRAPH_LEASE = "H200 11-28"
 GRAPH_FORWARD = "smollm2-135m-bfloat16-graphs.json"
 TREE_WIDTH = 81  # the 80-node tree (conf/tree/tr_2_2_2.yaml) and its root: the static tree's own bucket
 
@@ -58,15 +58,15 @@ def graph_regime() -> dict:
     less T(1): the host's bookkeeping and one read. Token Recycling's whole step is one graph over TREE_WIDTH slots:
     T(TREE_WIDTH) plus the same rest. Its step over AR's, projected, beside the measured one (MAT x AR's tok/s / its
     tok/s, and each timed pass's)."""
-    graphs = json.loads((EVIDENCE / GRAPH_LEASE / "results.json").read_text())["graphs"]
-    profile = Profile.read(EVIDENCE / GRAPH_LEASE / "profiles" / GRAPH_FORWARD)
+    graphs = lease(GRAPH_LEASE)["graphs"]
+    profile = Profile.read(EVIDENCE / GPUS[GRAPH_LEASE][0] / "profiles" / GRAPH_FORWARD)
     context = profile.contexts[0]
     ar, tr = graphs["speedup"]["ar"], graphs["speedup"]["token_recycling"]
     t1, tw = float(profile.cost(1, context)), float(profile.cost(TREE_WIDTH, context))
     rest = 1000 / ar["tok_s"] - t1
     projected = (tw + rest) / (t1 + rest)
     measured = tr["mat"] * ar["tok_s"] / tr["tok_s"]
-    return {"lease": GRAPH_LEASE, "t1_ms": round(t1, 3), f"t{TREE_WIDTH}_ms": round(tw, 3),
+    return {"lease": GPUS[GRAPH_LEASE][0], "t1_ms": round(t1, 3), f"t{TREE_WIDTH}_ms": round(tw, 3),
             "rest_ms": round(rest, 3), "projected_step_ratio": round(projected, 3),
             "measured_step_ratio": round(measured, 3),
             "measured_passes": [round(tr["mat"] / max(tr["speedups"]), 3), round(tr["mat"] / min(tr["speedups"]), 3)],
