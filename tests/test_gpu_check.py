@@ -82,6 +82,11 @@ def test_small_check_writes_its_folder_and_table(tmp_path, capsys):
         ms = results["speedup"][name]["ms_per_step"]
         assert set(PHASES) - {"prefill"} <= set(ms) and "prefill" not in ms and ms["target_forward"] > 0
     assert "| ms per step, synced | preprocess |" in printed
+    # the timed passes' own (unsynced) phases, and the bare forward probed beside them at their mean context
+    assert results["speedup"]["token_recycling"]["ms_per_step_timed"]["target_forward"] > 0
+    assert results["speedup"]["ar"]["mean_width"] == 1.0 < results["speedup"]["token_recycling"]["mean_width"]
+    probe = results["speedup"]["forward_probe"]
+    assert probe["context"] > 0 and {"1", "81"} <= set(map(str, probe["ms"])) and "T(n) ms beside the timed" in printed
     assert "| host ms inside aten ops per step (profiler) |" in printed  # on a CPU too: its ops run on the host
     assert "- token_recycling update: aten::topk" in printed  # the top-k of every slot's logits, its update's most
     low, high = results["speedup"]["token_recycling"]["speedup_interval"]  # over 3 prompts x 2 passes
@@ -218,7 +223,8 @@ def test_the_speedup_part_takes_turns_prompt_by_prompt_with_an_interval(monkeypa
         (prompt,) = rows
         calls.append((method, prompt[0]))
         drift = 1 + 0.1 * len(calls)  # the machine slows as it goes
-        return [SimpleNamespace(output_ids=[0] * max_new, accept_lengths=[1] * max_new)], seconds[method] * drift
+        return [SimpleNamespace(output_ids=[0] * max_new, accept_lengths=[1] * max_new, verified_nodes=[80] * 7,
+                                phase_times={"target_forward": 0.7, "update": 0.07})], seconds[method] * drift
 
     monkeypatch.setattr(method_check, "one_pass", one_pass)
     monkeypatch.setattr(method_check, "engine_for", lambda bundle, t: None)
@@ -239,8 +245,9 @@ def test_the_speedup_part_takes_turns_prompt_by_prompt_with_an_interval(monkeypa
     monkeypatch.setattr(method_check, "synced_generation", synced_generation)
     for name in ("graded", "ops_per_step"):
         monkeypatch.setattr(method_check, name, lambda *a, **k: {})
-    profiles = []
+    profiles, probes = [], []
     monkeypatch.setattr(method_check, "profiled", lambda method, engine, rows, n: profiles.append((method, n)) or {})
+    monkeypatch.setattr(method_check, "forward_probe", lambda bundle, context: probes.append(context) or {"ms": {}})
     early = []  # what progress() got: the speedups, before any diagnostic
     out = method_check.interleaved_speedup(None, [[1], [2], [3]], [[7], [8]], ("ar", "token_recycling"), 8, 2,
                                            progress=lambda sp: early.append((len(calls), json.loads(json.dumps(sp)))))
@@ -265,7 +272,12 @@ def test_the_speedup_part_takes_turns_prompt_by_prompt_with_an_interval(monkeypa
     low, high = tr["speedup_interval"]
     assert low <= tr["speedup"] <= high and high - low < 0.5
     assert out["ar"]["speedup"] == 1.0
-    assert [t for t, _ in tr["timed"]] == [8] * 6 and set(out["seconds"]) == {"timed", "synced", "ops", "profile"}
+    assert [t for t, _ in tr["timed"]] == [8] * 6 and set(out["seconds"]) == {"timed", "synced", "ops", "profile",
+                                                                             "probe"}
+    # the timed passes' own phases: 6 generations of 7 decode steps, 0.7 s of forward each; 80 nodes + the root
+    assert tr["ms_per_step_timed"] == {"target_forward": 100.0, "update": 10.0} and tr["mean_width"] == 81.0
+    # the bare forward probed once, after the diagnostics, at the timed prompts' mean context (1 + 8 / 2)
+    assert probes == [5] and out["forward_probe"] == {"ms": {}}
     # fastest passes: every prompt's first timed pass (the machine only slows), each method's own
     first = [seconds[m] * (1 + 0.1 * (5 + i)) for i, (m, _) in enumerate(timed[:6])]
     assert tr["best_speedup"] == pytest.approx(sum(first[0::2]) / sum(first[1::2]), abs=1e-3)

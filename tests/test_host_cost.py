@@ -155,3 +155,32 @@ def test_the_graph_regime_check_verifies_the_tree_token_recycling_ran():
     assert TREE_WIDTH == len(paths) + 1
     g = graph_regime()
     assert g["t1_ms"] < g[f"t{TREE_WIDTH}_ms"] and g["rest_ms"] > 0 and g["measured_step_ratio"] > 1
+
+
+def test_a_lease_with_timed_phases_fits_on_them_and_sets_the_forward_in_the_run_beside_the_probe(monkeypatch):
+    """A lease that kept its timed passes' own phases fits AR's host price on them (not the synced pass's), and
+    each method's forward as the timed passes ran it is set beside the bare forward probed at its mean width."""
+    from bench.cost import gpu_validation as gv
+    from bench.cost.host import step_costs
+
+    synced = {"preprocess": 0.2, "draft": 0.03, "update": 0.9, "verify": 0.5, "target_forward": 24.0}
+    timed = {k: v / 2 for k, v in synced.items()}
+    lease = {"speedup": {"ar": {"ms_per_step": synced, "ms_per_step_timed": timed, "mean_width": 1.0},
+                         "token_recycling": {"ms_per_step": synced, "mean_width": 61.0,
+                                             "ms_per_step_timed": {**timed, "target_forward": 26.4}},
+                         "forward_probe": {"context": 300, "ms": {"1": 20.0, "32": 21.0, "64": 22.0}}}}
+    monkeypatch.setattr(gv, "lease", lambda label: lease)
+    costs = step_costs()
+    ar = [r for d in gv.cpu_runs().values() for r in d["ar"]]
+    host = gv.own_host("H100", costs, ar)
+    assert "timed phases" in host.source
+    without = {"speedup": {"ar": {"ms_per_step": synced}}}
+    monkeypatch.setattr(gv, "lease", lambda label: without)
+    slower = gv.own_host("H100", costs, ar)  # the synced phases took twice as long: a host twice as slow
+    assert "synced phases" in slower.source
+    assert (slower.launch_us, slower.host_factor) == pytest.approx((2 * host.launch_us, 2 * host.host_factor), rel=0.01)
+    assert gv.forward_in_run("H100") == {}  # no probe, no comparison
+    monkeypatch.setattr(gv, "lease", lambda label: lease)
+    got = gv.forward_in_run("H100")  # T(61) on the probe: 21.9 ms; AR's forward at T(1) but timed 12 ms
+    assert got["token_recycling"] == {"width": 61.0, "in_run_ms": 26.4, "alone_ms": 21.906, "ratio": 1.205}
+    assert got["ar"]["ratio"] == pytest.approx(12.0 / 20.0, abs=1e-3)

@@ -77,7 +77,8 @@ SIZES = {
 DTYPES = ("float16", "bfloat16")
 # The speedup part's tables by phase: (where a method's row holds it: a key, or "profile" and a quantity of
 # bench.core.step_profile; title; format)
-PER_PHASE = ((("ms_per_step",), "ms per step, synced", ".2f"), (("ops_per_step",), "ops per step", ".0f"),
+PER_PHASE = ((("ms_per_step_timed",), "ms per step, the timed passes (unsynced)", ".2f"),
+             (("ms_per_step",), "ms per step, synced", ".2f"), (("ops_per_step",), "ops per step", ".0f"),
              (("profile", "host_ms"), "host ms per step, unsynced (profiler)", ".2f"),
              (("profile", "op_ms"), "host ms inside aten ops per step (profiler)", ".2f"),
              (("profile", "device_ms"), "device ms per step (profiler)", ".2f"),
@@ -262,6 +263,10 @@ def table(results: dict) -> str:
                 for name, by in per.items():
                     cells = [*(by.get(k, 0) for k in phases), sum(by.values())]
                     lines.append(f"| {name} | " + " | ".join(format(v, spec) for v in cells) + " |")
+        if probe := sp.get("forward_probe"):  # the bare forward beside the timed passes, against each one's width
+            lines += ["", f"T(n) ms beside the timed passes, {probe['context']} cached: "
+                      + ", ".join(f"n={n} {ms:.2f}" for n, ms in probe["ms"].items()) + "; mean verified width: "
+                      + ", ".join(f"{name} {r['mean_width']}" for name, r in rows.items() if "mean_width" in r)]
         ops = {name: r["profile"]["ops"] for name, r in rows.items() if r.get("profile", {}).get("ops")}
         lines += ["", "aten ops with the most host ms per step (profiler):", *(
             f"- {name} {phase}: " + ", ".join(f"{op} {ms:.2f}" for op, ms in top.items())

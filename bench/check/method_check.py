@@ -235,6 +235,7 @@ def interleaved_speedup(bundle, rows, warm, names: tuple[str, ...], max_new: int
     methods = {n: build_method((configs[n] if configs and n in configs else compose_config([f"method={n}"])).method,
                                bundle) for n in names}
     outputs = {n: [None] * len(rows) for n in names}
+    gens = {n: [] for n in names}  # every timed generation: its unsynced phase times (where the timed step goes)
     timed = {n: [] for n in names}  # per timed (pass, prompt): [tokens, seconds]
     lap, replay = time.perf_counter(), Replay()
     for rep in range(reps + 1):
@@ -245,6 +246,7 @@ def interleaved_speedup(bundle, rows, warm, names: tuple[str, ...], max_new: int
                 (gen,), seconds = one_pass(method, engine, [prompt], max_new)
                 if rep:
                     outputs[name][i] = gen
+                    gens[name].append(gen)
                     timed[name].append([len(gen.output_ids), seconds])
     base = names[0]
     out = {"prompts": len(rows), "max_new_tokens": max_new, "reps": reps, "baseline": base,
@@ -259,12 +261,37 @@ def interleaved_speedup(bundle, rows, warm, names: tuple[str, ...], max_new: int
                      "speedups": [round(float(ratio_of_rates(*one)), 3) for one in np.split(pairs, reps, axis=1)],
                      "best_speedup": round(float(ratio_of_rates(*fastest_pass(pairs, reps))), 3),
                      "timed": [[t, round(s, 4)] for t, s in timed[name]],
+                     **timed_phases(gens[name]),
                      "grades": [graded(bundle, p, g.output_ids, b.output_ids)
                                 for p, g, b in zip(rows, outputs[name], outputs[base], strict=True)]}
     progress(out)  # the speedups survive a lease that ends in the diagnostics
     if diagnostics:
         diagnose(out, methods, engine, replay, rows, max_new)
+        lap = time.perf_counter()  # T(n) beside the timed passes, at their mean context: the forward in isolation
+        out["forward_probe"] = forward_probe(bundle, round(np.mean([len(p) + len(g.output_ids) / 2
+                                                                     for p, g in zip(rows, outputs[base])])))
+        out["seconds"]["probe"] = round(time.perf_counter() - lap, 1)
     return out
+
+
+def timed_phases(gens) -> dict:
+    """Where the timed passes' steps went, from their own phase times (unsynced: on an asynchronous device a
+    phase's host time, a wait charged to the phase that waits): ms per decode step by phase, and the mean width
+    of a verification forward (verified nodes and the root; 1 for a method that records none)."""
+    if not any(g.phase_times for g in gens):
+        return {}
+    nodes = [n for g in gens for n in (getattr(g, "verified_nodes", None) or [])]
+    return {"ms_per_step_timed": {k: round(1000 * v, 3) for k, v in per_decode_step(gens).items()},
+            "mean_width": round(1 + float(np.mean(nodes)), 2) if nodes else 1.0}
+
+
+def forward_probe(bundle, context: int) -> dict:
+    """The bare forward's T(n) at `context` cached tokens (bench.models.forward_cost.measure, its sizes, 3
+    repeats), to set beside each method's forward as its timed passes ran it (`ms_per_step_timed`)."""
+    from bench.models.forward_cost import measure
+
+    return {"context": context, "ms": {n: round(1000 * s, 3) for n, s in measure(bundle, prefix_tokens=context,
+                                                                                   reps=3).items()}}
 
 
 def diagnose(out: dict, methods: dict, engine, replay: Replay, rows, max_new: int) -> None:

@@ -113,17 +113,19 @@ def phase_ms(records: list[dict]) -> dict[str, float]:
 
 
 def own_host(label: str, costs: StepCosts, ar_records: list[dict]) -> HostCost | None:
-    """The launch cost and host factor fitted on AR's synced phases of the lease, against AR's Python (its runs'
+    """The launch cost and host factor fitted on AR's phases of the lease, against AR's Python (its runs'
     phase times, on the machine that recorded them, times the step costs' Python share) and ops per phase; None
-    where the lease timed no phases."""
-    ms = ((lease(label).get("speedup") or {}).get("ar") or {}).get("ms_per_step")
+    where the lease timed no phases. The timed passes' own phases where the lease kept them (the step as timed);
+    else the synced pass's, whose syncs at each phase boundary the fit cannot tell from the host's speed."""
+    row = (lease(label).get("speedup") or {}).get("ar") or {}
+    kind, ms = ("timed", row["ms_per_step_timed"]) if row.get("ms_per_step_timed") else ("synced", row.get("ms_per_step"))
     if not ms:
         return None
     ar, here = costs.methods["ar"]["phases"], phase_ms(ar_records)
     phases = [p for p in ar if p not in TARGET_PHASES and p in ms and p in here]
     launch_us, factor = fit_host(np.array([here[p] * ar[p]["python_share"] for p in phases]),
                                  np.array([ar[p]["ops"] for p in phases]), np.array([ms[p] for p in phases]))
-    return HostCost(round(launch_us, 2), round(factor, 3), f"fitted on AR's synced phases of the {label} lease")
+    return HostCost(round(launch_us, 2), round(factor, 3), f"fitted on AR's {kind} phases of the {label} lease")
 
 
 def cpu_runs() -> dict[str, dict[str, list[dict]]]:
@@ -183,6 +185,8 @@ def validate(costs: StepCosts | None = None) -> dict:
             rows[dataset] = {m: row_of(m, proj, kept, by_method[m], meas.get(m)) for m in METHODS if m in by_method}
         out["gpus"][gpu] = {"host": host.__dict__, "forward": forward, "rows": rows,
                             "phases": phase_check(gpu, host, costs, runs)}
+        if in_run := forward_in_run(gpu):
+            out["gpus"][gpu]["forward_in_run"] = in_run
     out["misses"] = misses(out)
     out["graph_regime"] = graph_regime()
     return out
@@ -220,9 +224,31 @@ def phase_check(gpu: str, host: HostCost, costs: StepCosts, runs: dict) -> dict:
         if not isinstance(row, dict) or not row.get("ms_per_step") or m not in costs.methods:
             continue
         phases, here = costs.methods[m]["phases"], phase_ms([r for d in runs.values() for r in d.get(m, [])])
+        timed = row.get("ms_per_step_timed") or {}  # the timed passes' own phases (unsynced), where kept
         out[m] = {p: [round(host.host_factor * here[p] * phases[p]["python_share"]
-                            + host.launch_us / 1000 * phases[p]["ops"], 3), ms]
+                            + host.launch_us / 1000 * phases[p]["ops"], 3), ms, *([timed[p]] if p in timed else [])]
                   for p, ms in row["ms_per_step"].items() if p in phases and p in here and p not in TARGET_PHASES}
+    return out
+
+
+def forward_in_run(label: str) -> dict:
+    """Per method, where the lease kept its timed passes' own phases and probed the bare forward beside them
+    (gpu-check since 2026-11-28, evening): ms of its forward a decode step as the timed passes ran it (unsynced),
+    against the probe's T(its mean verification width) at their mean context, and their ratio. The projection
+    prices a forward at the probe's kind of T(n); a ratio above 1 is forward cost the loop adds (the eager
+    Token Recycling rows' misses: issue 68)."""
+    sp = lease(label).get("speedup") or {}
+    probe = sp.get("forward_probe")
+    if not probe:
+        return {}
+    ns = sorted(probe["ms"], key=int)
+    out = {}
+    for m, row in sp.items():
+        if isinstance(row, dict) and "target_forward" in (row.get("ms_per_step_timed") or {}):
+            alone = float(np.interp(row["mean_width"], [int(n) for n in ns], [probe["ms"][n] for n in ns]))
+            in_run = row["ms_per_step_timed"]["target_forward"]
+            out[m] = {"width": row["mean_width"], "in_run_ms": in_run, "alone_ms": round(alone, 3),
+                      "ratio": round(in_run / alone, 3)}
     return out
 
 
@@ -287,8 +313,12 @@ def main(argv: list[str] | None = None) -> int:
     print(table(result))
     for gpu, g in result["gpus"].items():
         for m, phases in g["phases"].items():
-            print(f"{gpu} {m} (ms a step, priced / synced there{', in the fit' if m == 'ar' else ''}): "
-                  + ", ".join(f"{p} {a:.2f} / {b:.2f}" for p, (a, b) in phases.items()))
+            print(f"{gpu} {m} (ms a step, priced / synced there[ / timed]{', in the fit' if m == 'ar' else ''}): "
+                  + ", ".join(f"{p} " + " / ".join(f"{x:.2f}" for x in v) for p, v in phases.items()))
+    for gpu, g in result["gpus"].items():
+        for m, f in g.get("forward_in_run", {}).items():
+            print(f"{gpu} {m}: its forward in the timed passes {f['in_run_ms']:.2f} ms a step, alone T({f['width']}) "
+                  f"{f['alone_ms']:.2f} ms (x{f['ratio']:.2f})")
     print("misses: " + ("; ".join(result["misses"]) or "none"))
     g = result["graph_regime"]
     print(f"graph regime ({g['lease']}): Token Recycling's step / AR's projected {g['projected_step_ratio']} "
