@@ -251,8 +251,8 @@ def test_the_speedup_part_takes_turns_prompt_by_prompt_with_an_interval(monkeypa
     early = []  # what progress() got: the speedups, before any diagnostic
     out = method_check.interleaved_speedup(None, [[1], [2], [3]], [[7], [8]], ("ar", "token_recycling"), 8, 2,
                                            progress=lambda sp: early.append((len(calls), json.loads(json.dumps(sp)))))
-    ((calls_then, sp),) = early  # once, after the warm-up and timed passes, before the synced pass
-    assert calls_then == 2 * 2 + 3 * 2 * 2 and "speedup_interval" in sp["token_recycling"]
+    ((calls_then, sp),) = early  # once, after the warm-up and timed passes and the probe, before the synced pass
+    assert calls_then == 2 * 2 + 3 * 2 * 2 and "speedup_interval" in sp["token_recycling"] and "forward_probe" in sp
     assert "ms_per_step" not in sp["ar"]
     # the untimed pass over the warm-up prompts, then the timed passes over the others
     assert calls[:4] == [("ar", 7), ("token_recycling", 7), ("ar", 8), ("token_recycling", 8)]
@@ -276,7 +276,7 @@ def test_the_speedup_part_takes_turns_prompt_by_prompt_with_an_interval(monkeypa
                                                                              "probe"}
     # the timed passes' own phases: 6 generations of 7 decode steps, 0.7 s of forward each; 80 nodes + the root
     assert tr["ms_per_step_timed"] == {"target_forward": 100.0, "update": 10.0} and tr["mean_width"] == 81.0
-    # the bare forward probed once, after the diagnostics, at the timed prompts' mean context (1 + 8 / 2)
+    # the bare forward probed once, after the timed passes, at the timed prompts' mean context (1 + 8 / 2)
     assert probes == [5] and out["forward_probe"] == {"ms": {}}
     # fastest passes: every prompt's first timed pass (the machine only slows), each method's own
     first = [seconds[m] * (1 + 0.1 * (5 + i)) for i, (m, _) in enumerate(timed[:6])]

@@ -264,13 +264,14 @@ def interleaved_speedup(bundle, rows, warm, names: tuple[str, ...], max_new: int
                      **timed_phases(gens[name]),
                      "grades": [graded(bundle, p, g.output_ids, b.output_ids)
                                 for p, g, b in zip(rows, outputs[name], outputs[base], strict=True)]}
-    progress(out)  # the speedups survive a lease that ends in the diagnostics
-    if diagnostics:
-        diagnose(out, methods, engine, replay, rows, max_new)
-        lap = time.perf_counter()  # T(n) beside the timed passes, at their mean context: the forward in isolation
+    if diagnostics:  # T(n) right after the timed passes, at their mean context: the forward alone (a few seconds)
+        lap = time.perf_counter()
         out["forward_probe"] = forward_probe(bundle, round(np.mean([len(p) + len(g.output_ids) / 2
                                                                      for p, g in zip(rows, outputs[base])])))
         out["seconds"]["probe"] = round(time.perf_counter() - lap, 1)
+    progress(out)  # the speedups survive a lease that ends in the diagnostics
+    if diagnostics:
+        diagnose(out, methods, engine, replay, rows, max_new)
     return out
 
 
