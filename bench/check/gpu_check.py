@@ -201,7 +201,9 @@ def run_checks(sizes: Sizes, device: str, scratch: Path, partial: Path | None = 
                                                 bundle, progress=lambda g: save({**results, "graphs": g}),
                                                 scratch=scratch))
     if "compiled" in parts:  # graph mode with its forward compiled (run.graph_compile) beside plain graph mode
-        record("compiled", graph_check.run_compiled(sizes, bundle, progress=lambda c: save({**results, "compiled": c})))
+        record("compiled", graph_check.run_compiled(sizes, bundle, progress=lambda c: save({**results, "compiled": c}),
+                                                    load=lambda shape, dtype: bundle_for(device, dtype, shape),
+                                                    free=free))
     free(bundle)
     return results
 

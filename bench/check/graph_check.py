@@ -148,16 +148,19 @@ def kernel_summary(events, reps: int, top: int = 5) -> dict:
             "top": {k: round(v, 3) for k, v in sorted(per.items(), key=lambda kv: -kv[1])[:top]}}
 
 
-def ar_three_ways(bundle, rows: list[list[int]], max_new: int, reps: int, engines: dict | None = None) -> dict:
+def ar_three_ways(bundle, rows: list[list[int]], max_new: int, reps: int, engines: dict | None = None,
+                  hf: bool = True) -> dict:
     """AR on each of `engines` (default: the eager engine, then the graph engine) and transformers' static-cache
-    generate, taking turns prompt by prompt after one untimed pass: tokens/s over all timed passes, each engine's
-    rate over the first's and over HF's, and outputs against the first engine's (identical, graded)."""
+    generate (unless `hf` is False), taking turns prompt by prompt after one untimed pass: tokens/s over all timed
+    passes, each engine's rate over the first's and over HF's, and outputs against the first engine's (identical,
+    graded)."""
     compiled, how = compiles(bundle.device)
     eager = method_check.engine_for(bundle, 0.0)
     engines = engines or {"eager": eager, "graph": graph_engine(bundle)}
-    ways = {**{name: (build_method(compose_config(["method=ar"]).method, bundle), engine)
-               for name, engine in engines.items()},
-            "hf_static": (StaticCacheGenerate(bundle, compiled), eager)}
+    ways = {name: (build_method(compose_config(["method=ar"]).method, bundle), engine)
+            for name, engine in engines.items()}
+    if hf:
+        ways["hf_static"] = (StaticCacheGenerate(bundle, compiled), eager)
     ref = next(iter(engines))
     tokens = {k: 0 for k in ways}
     seconds = {k: 0.0 for k in ways}
@@ -186,7 +189,7 @@ def ar_three_ways(bundle, rows: list[list[int]], max_new: int, reps: int, engine
     rate = {k: tokens[k] / seconds[k] for k in ran}
     others = [k for k in ran if k != ref]
     out = {"prompts": len(rows), "max_new_tokens": max_new, "reps": reps,
-           "hf_static": f"failed: {failed['hf_static']}" if failed else how,
+           "hf_static": f"failed: {failed['hf_static']}" if failed else how if hf else "not timed",
            **{f"{k}_tok_s": round(v, 1) for k, v in rate.items()},
            **{f"{k}_over_{ref}": round(rate[k] / rate[ref], 3) for k in others if k != "hf_static"},
            **{f"{k}_identical": sum(a == b for a, b in zip(outputs[k], outputs[ref])) for k in others},
@@ -302,23 +305,39 @@ def run_graphs(sizes, load, free, bundle, progress=lambda out: None, scratch=Non
     return out
 
 
-def run_compiled(sizes, bundle, progress=lambda out: None, mode: str = "default") -> dict:
+def run_compiled(sizes, bundle, progress=lambda out: None, mode: str = "default", load=None, free=None) -> dict:
     """`--only compiled`: graph mode with its forward compiled by torch.compile (run.graph_compile=<mode>) beside
     plain graph mode on the methods' model: T(n) taking turns (and a profile of one replay of each), then AR on both
-    beside transformers' compiled static-cache generate. A part of its own: the compiled engine compiles twice (the
-    first width, then one graph for every other width), which a lease times apart. Off CUDA the aot_eager backend
-    stands in for inductor (the same trace, eager ops: no C compiler, seconds)."""
+    beside transformers' compiled static-cache generate. Last, where `load(shape, dtype)` is given, AR on both for
+    each hf_shape (the 7B: the memory-floor goal), one width, so one compile, HF left out (the graph part times it).
+    A part of its own: the compiled engine compiles twice (the first width, then one graph for every other width),
+    which a lease times apart. Off CUDA the aot_eager backend stands in for inductor (the same trace, eager ops: no
+    C compiler, seconds)."""
     kw = {"mode": mode} if bundle.device.type == "cuda" else {"backend": "aot_eager"}
-    out: dict = {"context": CONTEXT, "compile": kw, "t_n": [], "ar": {}, "errors": {}, "seconds": {}}
+    out: dict = {"context": CONTEXT, "compile": kw, "t_n": [], "ar": {}, "ar_shapes": {}, "errors": {}, "seconds": {}}
     stage = stager(out, progress)
-    engines = {"graph": graph_engine(bundle),
-               "graph_compiled": GraphEngine(bundle.model, bundle.eos_token_ids, bundle.max_context, CAPACITY,
-                                             device=bundle.device, compile_with=kw)}
+
+    def both(model) -> dict:
+        return {"graph": graph_engine(model),
+                "graph_compiled": GraphEngine(model.model, model.eos_token_ids, model.max_context, CAPACITY,
+                                              device=model.device, compile_with=kw)}
+
+    engines = both(bundle)
+    rows = method_check.prompts(bundle, 2)
     with stage("t_n"):
         out["t_n"] = forward_curve(bundle, methods_label(sizes), sizes.cost_sizes, reps=sizes.reps, engines=engines)
     with stage("ar"):  # the same engines: what T(n) compiled and captured is reused
-        out["ar"] = ar_three_ways(bundle, method_check.prompts(bundle, 2), sizes.timed_new, sizes.timed_reps,
-                                  engines=engines)
+        out["ar"] = ar_three_ways(bundle, rows, sizes.timed_new, sizes.timed_reps, engines=engines)
+    for shape in sizes.hf_shapes if load is not None else ():
+        with stage(f"ar {shape}"):
+            model = load(shape, sizes.method_dtype)
+            try:
+                vocab = model.model.config.vocab_size  # a random shape's may be smaller than the tokenizer's
+                out["ar_shapes"][shape] = ar_three_ways(model, [[i % vocab for i in r] for r in rows],
+                                                        sizes.timed_new, sizes.timed_reps, engines=both(model),
+                                                        hf=False)
+            finally:
+                free(model)
     return out
 
 
@@ -345,6 +364,9 @@ def compiled_lines(part: dict) -> list[str]:
                      f"x{ar['graph_compiled_over_graph']}, compiled/HF x{ar.get('graph_compiled_over_hf_static', '-')}; "
                      f"identical to graph AR: compiled {ar['graph_compiled_identical']}/{ar['prompts']}, HF "
                      f"{ar.get('hf_static_identical', '-')}/{ar['prompts']}")
+    lines += [f"AR on {shape}: graph {ar['graph_tok_s']}, graph compiled {ar['graph_compiled_tok_s']} tok/s "
+              f"(x{ar['graph_compiled_over_graph']}); identical to graph AR: {ar['graph_compiled_identical']}/"
+              f"{ar['prompts']}" for shape, ar in part.get("ar_shapes", {}).items()]
     lines += [f"compiled part's {name} failed: {e['error']}" for name, e in part.get("errors", {}).items()]
     return lines
 
