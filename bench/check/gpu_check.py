@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 from bench.cachefile import atomic_write
-from bench.check import graph_check, method_check
+from bench.check import compiled_check, graph_check, method_check
 from bench.cli import OneLineParser
 from bench.core.machine import machine_id
 from bench.cost.profiles import Profile
@@ -201,7 +201,7 @@ def run_checks(sizes: Sizes, device: str, scratch: Path, partial: Path | None = 
                                                 bundle, progress=lambda g: save({**results, "graphs": g}),
                                                 scratch=scratch))
     if "compiled" in parts:  # graph mode with its forward compiled (run.graph_compile) beside plain graph mode
-        record("compiled", graph_check.run_compiled(sizes, bundle, progress=lambda c: save({**results, "compiled": c}),
+        record("compiled", compiled_check.run_compiled(sizes, bundle, progress=lambda c: save({**results, "compiled": c}),
                                                     load=lambda shape, dtype: bundle_for(device, dtype, shape),
                                                     free=free))
     free(bundle)
@@ -293,7 +293,7 @@ def table(results: dict) -> str:
     if "graphs" in results:
         lines += ["", *graph_check.table_lines(results["graphs"])]
     if "compiled" in results:
-        lines += ["", *graph_check.compiled_lines(results["compiled"])]
+        lines += ["", *compiled_check.compiled_lines(results["compiled"])]
     return "\n".join(lines) + "\n"
 
 

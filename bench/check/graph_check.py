@@ -305,70 +305,10 @@ def run_graphs(sizes, load, free, bundle, progress=lambda out: None, scratch=Non
     return out
 
 
-def run_compiled(sizes, bundle, progress=lambda out: None, mode: str = "default", load=None, free=None) -> dict:
-    """`--only compiled`: graph mode with its forward compiled by torch.compile (run.graph_compile=<mode>) beside
-    plain graph mode on the methods' model: T(n) taking turns (and a profile of one replay of each), then AR on both
-    beside transformers' compiled static-cache generate. Last, where `load(shape, dtype)` is given, AR on both for
-    each hf_shape (the 7B: the memory-floor goal), one width, so one compile, HF left out (the graph part times it).
-    A part of its own: the compiled engine compiles twice (the first width, then one graph for every other width),
-    which a lease times apart. Off CUDA the aot_eager backend stands in for inductor (the same trace, eager ops: no
-    C compiler, seconds)."""
-    kw = {"mode": mode} if bundle.device.type == "cuda" else {"backend": "aot_eager"}
-    out: dict = {"context": CONTEXT, "compile": kw, "t_n": [], "ar": {}, "ar_shapes": {}, "errors": {}, "seconds": {}}
-    stage = stager(out, progress)
-
-    def both(model) -> dict:
-        return {"graph": graph_engine(model),
-                "graph_compiled": GraphEngine(model.model, model.eos_token_ids, model.max_context, CAPACITY,
-                                              device=model.device, compile_with=kw)}
-
-    engines = both(bundle)
-    rows = method_check.prompts(bundle, 2)
-    with stage("t_n"):
-        out["t_n"] = forward_curve(bundle, methods_label(sizes), sizes.cost_sizes, reps=sizes.reps, engines=engines)
-    with stage("ar"):  # the same engines: what T(n) compiled and captured is reused
-        out["ar"] = ar_three_ways(bundle, rows, sizes.timed_new, sizes.timed_reps, engines=engines)
-    for shape in sizes.hf_shapes if load is not None else ():
-        with stage(f"ar {shape}"):
-            model = load(shape, sizes.method_dtype)
-            try:
-                vocab = model.model.config.vocab_size  # a random shape's may be smaller than the tokenizer's
-                out["ar_shapes"][shape] = ar_three_ways(model, [[i % vocab for i in r] for r in rows],
-                                                        sizes.timed_new, sizes.timed_reps, engines=both(model),
-                                                        hf=False)
-            finally:
-                free(model)
-    return out
-
-
 def replay_lines(t_n: list[dict]) -> list[str]:
     return [f"- {r['model']}, n={r['n']}, {name}: a replay runs {p['kernels']:.0f} kernels, busy {p['busy_ms']} of "
             f"its {p['span_ms']} ms (the rest: gaps between kernels)"
             for r in t_n for name, p in r.get("replay", {}).items() if "kernels" in p]
-
-
-def compiled_lines(part: dict) -> list[str]:
-    """gpu-check's table for the compiled part."""
-    how = ", ".join(f"{k}={v}" for k, v in part["compile"].items())
-    lines = []
-    if part.get("t_n"):
-        ns = [r["n"] for r in part["t_n"]]
-        lines += [f"| T(n) ms after {part['context']} cached, graph / graph compiled ({how}) | "
-                  + " | ".join(f"n={n}" for n in ns) + " |", "|---|" + "---|" * len(ns),
-                  f"| {part['t_n'][0]['model']} | " + " | ".join(f"{r['graph_ms']:.2f} / {r['graph_compiled_ms']:.2f}"
-                                                             for r in part["t_n"]) + " |", ""]
-        lines += replay_lines(part["t_n"])
-    if ar := part.get("ar"):
-        lines.append(f"AR: graph {ar['graph_tok_s']}, graph compiled {ar['graph_compiled_tok_s']}, HF static cache "
-                     f"{ar.get('hf_static_tok_s', '-')} tok/s ({ar['hf_static']}); compiled/graph "
-                     f"x{ar['graph_compiled_over_graph']}, compiled/HF x{ar.get('graph_compiled_over_hf_static', '-')}; "
-                     f"identical to graph AR: compiled {ar['graph_compiled_identical']}/{ar['prompts']}, HF "
-                     f"{ar.get('hf_static_identical', '-')}/{ar['prompts']}")
-    lines += [f"AR on {shape}: graph {ar['graph_tok_s']}, graph compiled {ar['graph_compiled_tok_s']} tok/s "
-              f"(x{ar['graph_compiled_over_graph']}); identical to graph AR: {ar['graph_compiled_identical']}/"
-              f"{ar['prompts']}" for shape, ar in part.get("ar_shapes", {}).items()]
-    lines += [f"compiled part's {name} failed: {e['error']}" for name, e in part.get("errors", {}).items()]
-    return lines
 
 
 def table_lines(graphs: dict) -> list[str]:
