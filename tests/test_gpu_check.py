@@ -279,6 +279,7 @@ def test_the_speedup_part_takes_turns_prompt_by_prompt_with_an_interval(monkeypa
                                                                              "probe"}
     # the timed passes' own phases: 6 generations of 7 decode steps, 0.7 s of forward each; 80 nodes + the root
     assert tr["ms_per_step_timed"] == {"target_forward": 100.0, "update": 10.0} and tr["mean_width"] == 81.0
+    assert tr["widths"] == {81: 6 * 7}
     # the bare forward probed once, after the timed passes, at the timed prompts' mean context (1 + 8 / 2)
     assert probes == [5] and out["forward_probe"] == {"ms": {}}
     # fastest passes: every prompt's first timed pass (the machine only slows), each method's own

@@ -168,6 +168,8 @@ def test_a_lease_with_timed_phases_fits_on_them_and_sets_the_forward_in_the_run_
     lease = {"speedup": {"ar": {"ms_per_step": synced, "ms_per_step_timed": timed, "mean_width": 1.0},
                          "token_recycling": {"ms_per_step": synced, "mean_width": 61.0,
                                              "ms_per_step_timed": {**timed, "target_forward": 26.4}},
+                         "pld": {"ms_per_step": synced, "mean_width": 22.0, "widths": {"1": 2, "64": 1},
+                                 "ms_per_step_timed": {**timed, "target_forward": 21.0}},
                          "forward_probe": {"context": 300, "ms": {"1": 20.0, "32": 21.0, "64": 22.0}}}}
     monkeypatch.setattr(gv, "lease", lambda label: lease)
     costs = step_costs()
@@ -184,3 +186,5 @@ def test_a_lease_with_timed_phases_fits_on_them_and_sets_the_forward_in_the_run_
     got = gv.forward_in_run("H100")  # T(61) on the probe: 21.9 ms; AR's forward at T(1) but timed 12 ms
     assert got["token_recycling"] == {"width": 61.0, "in_run_ms": 26.4, "alone_ms": 21.906, "ratio": 1.205}
     assert got["ar"]["ratio"] == pytest.approx(12.0 / 20.0, abs=1e-3)
+    # mixed widths: T averaged over the steps (2 x T(1) + T(64)) / 3 = 20.667 ms, not T(22) = 20.677
+    assert got["pld"]["alone_ms"] == pytest.approx(62 / 3, abs=1e-3)

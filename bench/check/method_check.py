@@ -13,6 +13,7 @@ from __future__ import annotations
 import statistics
 import time
 import traceback
+from collections import Counter
 
 import numpy as np
 import torch
@@ -277,13 +278,15 @@ def interleaved_speedup(bundle, rows, warm, names: tuple[str, ...], max_new: int
 
 def timed_phases(gens) -> dict:
     """Where the timed passes' steps went, from their own phase times (unsynced: on an asynchronous device a
-    phase's host time, a wait charged to the phase that waits): ms per decode step by phase, and the mean width
-    of a verification forward (verified nodes and the root; 1 for a method that records none)."""
+    phase's host time, a wait charged to the phase that waits): ms per decode step by phase, and the widths of
+    the verification forwards (verified nodes and the root: how many steps had each, and their mean; 1 for a
+    method that records none)."""
     if not any(g.phase_times for g in gens):
         return {}
-    nodes = [n for g in gens for n in (getattr(g, "verified_nodes", None) or [])]
+    widths = Counter(1 + n for g in gens for n in (getattr(g, "verified_nodes", None) or []))
     return {"ms_per_step_timed": {k: round(1000 * v, 3) for k, v in per_decode_step(gens).items()},
-            "mean_width": round(1 + float(np.mean(nodes)), 2) if nodes else 1.0}
+            "widths": {w: widths[w] for w in sorted(widths)},
+            "mean_width": round(sum(w * c for w, c in widths.items()) / widths.total(), 2) if widths else 1.0}
 
 
 def forward_probe(bundle, context: int) -> dict:

@@ -236,18 +236,23 @@ def phase_check(gpu: str, host: HostCost, costs: StepCosts, runs: dict) -> dict:
 def forward_in_run(label: str) -> dict:
     """Per method, where the lease kept its timed passes' own phases and probed the bare forward beside them
     (gpu-check since 2026-11-28, evening): ms of its forward a decode step as the timed passes ran it (unsynced),
-    against the probe's T(its mean verification width) at their mean context, and their ratio. The projection
-    prices a forward at the probe's kind of T(n); a ratio above 1 is forward cost the loop adds (the eager
-    Token Recycling rows' misses: issue 68)."""
+    against the probe's T(n) at their mean context averaged over its steps' widths, and their ratio. The
+    projection prices a forward at the probe's kind of T(n); a ratio above 1 is forward cost the loop adds (the
+    eager Token Recycling rows' misses: issue 68)."""
     sp = lease(label).get("speedup") or {}
     probe = sp.get("forward_probe")
     if not probe:
         return {}
     ns = sorted(probe["ms"], key=int)
+
+    def t(n):  # the probe's T(n), interpolated
+        return np.interp(n, [int(x) for x in ns], [probe["ms"][x] for x in ns])
+
     out = {}
     for m, row in sp.items():
         if isinstance(row, dict) and "target_forward" in (row.get("ms_per_step_timed") or {}):
-            alone = float(np.interp(row["mean_width"], [int(n) for n in ns], [probe["ms"][n] for n in ns]))
+            widths = {int(w): c for w, c in (row.get("widths") or {row["mean_width"]: 1}).items()}
+            alone = float(sum(c * t(w) for w, c in widths.items()) / sum(widths.values()))
             in_run = row["ms_per_step_timed"]["target_forward"]
             out[m] = {"width": row["mean_width"], "in_run_ms": in_run, "alone_ms": round(alone, 3),
                       "ratio": round(in_run / alone, 3)}
