@@ -303,3 +303,7 @@ def test_the_speedup_part_s_methods_are_registered_ones_with_ar_first(tmp_path, 
         err = capsys.readouterr().err
         assert err.startswith("error: --speedup-methods") and err.count("\n") == 1
     assert not (tmp_path / "o").exists()
+    assert gpu_check.main(["--small", "--device", "cpu", "--only", "speedup", "--speedup-reps", "0",
+                           "--out", str(tmp_path / "o")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: --speedup-reps 0") and err.count("\n") == 1 and not (tmp_path / "o").exists()

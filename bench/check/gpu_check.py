@@ -357,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--speedup-methods", default=None,
                         help=f"the speedup part's, AR first (default: {','.join(Sizes.speedup)}; e.g. the step "
                              "model's held-out check: ar,token_recycling,pld,hf_generate,lookahead,rest,medusa)")
+    parser.add_argument("--speedup-reps", type=int, default=None,
+                        help="the speedup part's timed passes (default: 3 on a GPU; fewer fit a short lease)")
     parser.add_argument("--method-dtype", choices=("float32", *DTYPES), default=None,
                         help="the dtype of the methods' model (default: bfloat16 on a GPU, float32 on a CPU; "
                              "--small --method-dtype bfloat16 rehearses the half-precision paths on a CPU)")
@@ -374,12 +376,15 @@ def main(argv: list[str] | None = None) -> int:
         speedup = tuple(args.speedup_methods.split(",")) if args.speedup_methods else None
         if speedup and (set(speedup) - set(REGISTRY) or speedup[0] != "ar"):
             raise HarnessError(f"--speedup-methods {','.join(speedup)}: registered methods, ar first")
+        if args.speedup_reps is not None and args.speedup_reps < 1:
+            raise HarnessError(f"--speedup-reps {args.speedup_reps}: at least one timed pass")
         if torch.device(device).type == "cuda" and not torch.cuda.is_available():
             raise HarnessError("--device cuda, but no CUDA device is available")
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory() as scratch:
             sizes = replace(SIZES[name], method_dtype=args.method_dtype or SIZES[name].method_dtype,
-                            speedup=speedup or SIZES[name].speedup)
+                            speedup=speedup or SIZES[name].speedup,
+                            speedup_reps=args.speedup_reps or SIZES[name].speedup_reps)
             results = run_checks(sizes, device, Path(scratch), Path(args.partial) if args.partial else None,
                                  parts, methods)
     except HarnessError as err:
