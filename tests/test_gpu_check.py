@@ -87,6 +87,7 @@ def test_small_check_writes_its_folder_and_table(tmp_path, capsys):
     assert results["speedup"]["ar"]["mean_width"] == 1.0 < results["speedup"]["token_recycling"]["mean_width"]
     probe = results["speedup"]["forward_probe"]
     assert probe["context"] > 0 and {"1", "81"} <= set(map(str, probe["ms"])) and "T(n) ms beside the timed" in printed
+    assert "its forward in its loop, ms a step" in printed and "token_recycling " in printed
     assert "| host ms inside aten ops per step (profiler) |" in printed  # on a CPU too: its ops run on the host
     assert "- token_recycling update: aten::topk" in printed  # the top-k of every slot's logits, its update's most
     low, high = results["speedup"]["token_recycling"]["speedup_interval"]  # over 3 prompts x 2 passes
@@ -205,7 +206,9 @@ def test_a_failed_profile_costs_only_its_own_tables(monkeypatch):
     assert failed == {"error": "RuntimeError: no CUPTI"}
     row = {"tok_s": 9.0, "mat": 1.0, "speedups": [1.0], "speedup": 1.0, "grades": ["identical"],
            "ms_per_step": {"draft": 0.1}, "ops_per_step": {"draft": 2}, "profile": failed}
-    text = gpu_check.table({"environment": {"cpu": "x", "torch": "2", "cuda": None, "transformers": "5",
+    from bench.check.check_table import table
+
+    text = table({"environment": {"cpu": "x", "torch": "2", "cuda": None, "transformers": "5",
                                             "accelerate": "1"},
                             "speedup": {"prompts": 1, "max_new_tokens": 4, "reps": 1, "baseline": "ar", "ar": row}})
     assert "| ms per step, synced | draft | all |" in text and "| ar | 0.10 | 0.10 |" in text
@@ -306,4 +309,5 @@ def test_the_speedup_part_s_methods_are_registered_ones_with_ar_first(tmp_path, 
     assert gpu_check.main(["--small", "--device", "cpu", "--only", "speedup", "--speedup-reps", "0",
                            "--out", str(tmp_path / "o")]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("error: --speedup-reps 0") and err.count("\n") == 1 and not (tmp_path / "o").exists()
+    assert err.startswith("error: --speedup-reps 0: at least 1") and err.count("\n") == 1
+    assert not (tmp_path / "o").exists()

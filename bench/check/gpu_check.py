@@ -37,6 +37,7 @@ import torch
 
 from bench.cachefile import atomic_write
 from bench.check import compiled_check, graph_check, method_check
+from bench.check.check_table import table
 from bench.cli import OneLineParser
 from bench.core.machine import machine_id
 from bench.cost.profiles import Profile
@@ -75,15 +76,6 @@ SIZES = {
     "cpu": Sizes((("tiny", "tiny"),), (1, 2, 4), (32, 8), (4, 16), 1, "tiny", "float32", 1, 3, 4, 1, ("tiny",)),
 }
 DTYPES = ("float16", "bfloat16")
-# The speedup part's tables by phase: (where a method's row holds it: a key, or "profile" and a quantity of
-# bench.core.step_profile; title; format)
-PER_PHASE = ((("ms_per_step_timed",), "ms per step, the timed passes (unsynced)", ".2f"),
-             (("ms_per_step",), "ms per step, synced", ".2f"), (("ops_per_step",), "ops per step", ".0f"),
-             (("profile", "host_ms"), "host ms per step, unsynced (profiler)", ".2f"),
-             (("profile", "op_ms"), "host ms inside aten ops per step (profiler)", ".2f"),
-             (("profile", "device_ms"), "device ms per step (profiler)", ".2f"),
-             (("profile", "launches"), "kernel launches per step (profiler)", ".0f"),
-             (("profile", "wait_ms"), "host ms waiting for the device per step (profiler)", ".2f"))
 PARTS = ("forward_cost", "ar_vs_hf_shapes", "ar_vs_hf", "speedup", "methods", "attention", "graphs", "compiled")
 
 
@@ -208,95 +200,6 @@ def run_checks(sizes: Sizes, device: str, scratch: Path, partial: Path | None = 
     return results
 
 
-def cell(rec: dict) -> str:
-    """One method row's table cell: grades (T = 0) or ok, and host waits per step; or why it did not run."""
-    status = rec["status"]
-    if status.startswith("skipped"):
-        return "-"
-    if status != "ok":
-        return "**crash**"
-    grades = rec.get("grades")
-    verdict = "ok" if grades is None else ", ".join(f"{grades.count(g)} {g}" for g in dict.fromkeys(grades))
-    cuda = f" ({rec['cuda_syncs_per_step']:g} on CUDA)" if "cuda_syncs_per_step" in rec else ""
-    return f"{verdict}; {rec['host_waits_per_step']:g} w/s{cuda}"
-
-
-def table(results: dict) -> str:
-    env = results["environment"]
-    gpu = f"{env['gpu']} ({env['gpu_memory_gib']} GiB)" if "gpu" in env else f"CPU {env['cpu']}"
-    lines = [(f"gpu-check: {gpu}; torch {env['torch']} (CUDA {env['cuda']}), transformers {env['transformers']}, "
-              f"accelerate {env['accelerate']}"), ""]
-    if results.get("forward_cost"):
-        first = results["forward_cost"][0]["context"]
-        costs = [r for r in results["forward_cost"] if r["context"] == first]
-        sizes = sorted({r["n"] for r in costs})
-        lines += [f"| T(n) ms, {first} cached | " + " | ".join(f"n={n}" for n in sizes) + " |",
-                  "|---|" + "---|" * len(sizes)]
-        for key in dict.fromkeys((r["model"], r["dtype"]) for r in costs):
-            ms = {r["n"]: r["ms"] for r in costs if (r["model"], r["dtype"]) == key}
-            lines.append(f"| {key[0]} {key[1]} | " + " | ".join(f"{ms[n]:.2f}" for n in sizes) + " |")
-        lines += [""]
-    if "ar_vs_hf" in results:
-        ar = results["ar_vs_hf"]
-        lines += [(f"AR {ar['ar_tok_s']} tok/s, HF generate {ar['hf_generate_tok_s']} tok/s (x{ar['ar_over_hf']}); "
-                   f"identical outputs {ar['identical']}/{ar['prompts']}")]
-    lines += [f"AR vs HF generate, random {shape} bf16: {r['ar_tok_s']} vs {r['hf_generate_tok_s']} tok/s "
-              f"(x{r['ar_over_hf']}); identical outputs {r['identical']}/{r['prompts']}"
-              for shape, r in results.get("ar_vs_hf_shapes", {}).items()]
-    if "speedup" in results:
-        sp = results["speedup"]
-        rows = {name: r for name, r in sp.items() if isinstance(r, dict) and "tok_s" in r}  # (not `seconds`)
-        head = f"| taking turns, {sp['prompts']} prompts x {sp['max_new_tokens']} tokens, {sp['reps']} passes "
-        lines += ["", head + "| tok/s | MAT | speedup [95%] (per pass) | fastest passes | grades |",
-                  "|---|---|---|---|---|---|"]
-        lines += [f"| {name} | {r['tok_s']} | {r['mat']} | {r['speedup']}"
-                  + (" [{}, {}]".format(*r["speedup_interval"]) if r.get("speedup_interval") else "")
-                  + f" ({', '.join(map(str, r['speedups']))}) | {r.get('best_speedup', '-')} | "
-                  + ", ".join(f"{r['grades'].count(g)} {g}" for g in dict.fromkeys(r["grades"])) + " |"
-                  for name, r in rows.items()]
-        for path, title, spec in PER_PHASE:
-            per = {name: r.get(path[0]) if len(path) == 1 else r.get(path[0], {}).get(path[1])
-                   for name, r in rows.items()}
-            per = {name: by for name, by in per.items() if by}
-            phases = list(dict.fromkeys(k for by_phase in per.values() for k in by_phase))
-            if any(v for by in per.values() for v in by.values()):  # (a CPU's profile has no device work)
-                lines += ["", f"| {title} | " + " | ".join([*phases, "all"]) + " |",
-                          "|---|" + "---|" * (len(phases) + 1)]
-                for name, by in per.items():
-                    cells = [*(by.get(k, 0) for k in phases), sum(by.values())]
-                    lines.append(f"| {name} | " + " | ".join(format(v, spec) for v in cells) + " |")
-        if probe := sp.get("forward_probe"):  # the bare forward beside the timed passes, against each one's width
-            lines += ["", f"T(n) ms beside the timed passes, {probe['context']} cached: "
-                      + ", ".join(f"n={n} {ms:.2f}" for n, ms in probe["ms"].items()) + "; mean verified width: "
-                      + ", ".join(f"{name} {r['mean_width']}" for name, r in rows.items() if "mean_width" in r)]
-        ops = {name: r["profile"]["ops"] for name, r in rows.items() if r.get("profile", {}).get("ops")}
-        lines += ["", "aten ops with the most host ms per step (profiler):", *(
-            f"- {name} {phase}: " + ", ".join(f"{op} {ms:.2f}" for op, ms in top.items())
-            for name, by_phase in ops.items() for phase, top in by_phase.items() if top)] if ops else []
-        lines += [f"profile of {name} failed: {r['profile']['error']}" for name, r in rows.items()
-                  if "error" in r.get("profile", {})]
-        if "seconds" in sp:
-            lines += ["", "seconds: " + ", ".join(f"{k} {v}" for k, v in sp["seconds"].items())]
-    lines += [""]
-    if results.get("methods"):
-        combos = list(dict.fromkeys((r["batch"], r["temperature"]) for r in results["methods"]))
-        lines += ["| method | " + " | ".join(f"b{b} T{t:g}" for b, t in combos) + " |",
-                  "|---|" + "---|" * len(combos)]
-        for name in dict.fromkeys(r["method"] for r in results["methods"]):
-            by = {(r["batch"], r["temperature"]): r for r in results["methods"] if r["method"] == name}
-            lines.append(f"| {name} | " + " | ".join(cell(by[c]) for c in combos) + " |")
-        lines += [""]
-    if "attention" in results:
-        lines += ["| attention | identical | eager ms/step | sdpa ms/step |", "|---|---|---|---|"]
-        lines += [f"| {a['method']} | {a['identical']}/{a['prompts']} | {a['eager_ms_per_step']} | "
-                  f"{a['sdpa_ms_per_step']} |" for a in results["attention"]]
-    if "graphs" in results:
-        lines += ["", *graph_check.table_lines(results["graphs"])]
-    if "compiled" in results:
-        lines += ["", *compiled_check.compiled_lines(results["compiled"])]
-    return "\n".join(lines) + "\n"
-
-
 def write_csv(path: Path, rows: list[dict]) -> None:
     keys = list(dict.fromkeys(k for r in rows for k in r if k not in ("traceback", "waits", "cuda_sync_sites")))
     with path.open("w", newline="") as f:
@@ -357,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--speedup-methods", default=None,
                         help=f"the speedup part's, AR first (default: {','.join(Sizes.speedup)}; e.g. the step "
                              "model's held-out check: ar,token_recycling,pld,hf_generate,lookahead,rest,medusa)")
+    parser.add_argument("--timed-new", type=int, default=None,
+                        help="new tokens per prompt of the timed parts (default: 128 on a GPU, 4 on a CPU)")
     parser.add_argument("--speedup-reps", type=int, default=None,
                         help="the speedup part's timed passes (default: 3 on a GPU; fewer fit a short lease)")
     parser.add_argument("--method-dtype", choices=("float32", *DTYPES), default=None,
@@ -376,15 +281,17 @@ def main(argv: list[str] | None = None) -> int:
         speedup = tuple(args.speedup_methods.split(",")) if args.speedup_methods else None
         if speedup and (set(speedup) - set(REGISTRY) or speedup[0] != "ar"):
             raise HarnessError(f"--speedup-methods {','.join(speedup)}: registered methods, ar first")
-        if args.speedup_reps is not None and args.speedup_reps < 1:
-            raise HarnessError(f"--speedup-reps {args.speedup_reps}: at least one timed pass")
+        for flag, value in (("--speedup-reps", args.speedup_reps), ("--timed-new", args.timed_new)):
+            if value is not None and value < 1:
+                raise HarnessError(f"{flag} {value}: at least 1")
         if torch.device(device).type == "cuda" and not torch.cuda.is_available():
             raise HarnessError("--device cuda, but no CUDA device is available")
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory() as scratch:
             sizes = replace(SIZES[name], method_dtype=args.method_dtype or SIZES[name].method_dtype,
                             speedup=speedup or SIZES[name].speedup,
-                            speedup_reps=args.speedup_reps or SIZES[name].speedup_reps)
+                            speedup_reps=args.speedup_reps or SIZES[name].speedup_reps,
+                            timed_new=args.timed_new or SIZES[name].timed_new)
             results = run_checks(sizes, device, Path(scratch), Path(args.partial) if args.partial else None,
                                  parts, methods)
     except HarnessError as err:

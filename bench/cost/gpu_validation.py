@@ -234,14 +234,18 @@ def phase_check(gpu: str, host: HostCost, costs: StepCosts, runs: dict) -> dict:
 
 
 def forward_in_run(label: str) -> dict:
-    """Per method, where the lease kept its timed passes' own phases and probed the bare forward beside them
-    (gpu-check since 2026-11-28, evening): ms of its forward a decode step as the timed passes ran it (unsynced),
-    against the probe's T(n) at their mean context averaged over its steps' widths, and their ratio. The
-    projection prices a forward at the probe's kind of T(n); a ratio above 1 is forward cost the loop adds (the
+    """`forward_alone_and_in_run` of the lease's speedup part."""
+    return forward_alone_and_in_run(lease(label).get("speedup") or {})
+
+
+def forward_alone_and_in_run(sp: dict) -> dict:
+    """Per method of a speedup part (gpu-check) that kept its timed passes' own phases and probed the bare forward
+    beside them (since 2026-11-28, evening): ms of its forward a decode step as the timed passes ran it
+    (unsynced), against the probe's T(n) at their mean context averaged over its steps' widths, and their ratio.
+    The projection prices a forward at the probe's kind of T(n); a ratio above 1 is forward cost the loop adds (the
     eager Token Recycling rows' misses: issue 68)."""
-    sp = lease(label).get("speedup") or {}
     probe = sp.get("forward_probe")
-    if not probe:
+    if not probe or not probe.get("ms"):
         return {}
     ns = sorted(probe["ms"], key=int)
 
