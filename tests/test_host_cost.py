@@ -184,7 +184,8 @@ def test_a_lease_with_timed_phases_fits_on_them_and_sets_the_forward_in_the_run_
     assert gv.forward_in_run("H100") == {}  # no probe, no comparison
     monkeypatch.setattr(gv, "lease", lambda label: lease)
     got = gv.forward_in_run("H100")  # T(61) on the probe: 21.9 ms; AR's forward at T(1) but timed 12 ms
-    assert got["token_recycling"] == {"width": 61.0, "in_run_ms": 26.4, "alone_ms": 21.906, "ratio": 1.205}
+    assert got["token_recycling"] == {"width": 61.0, "in_run_ms": 26.4, "alone_ms": 21.906, "ratio": 1.205,
+                                      "over_ar": round(1.205 / 0.6, 3)}
     assert got["ar"]["ratio"] == pytest.approx(12.0 / 20.0, abs=1e-3)
     # mixed widths: T averaged over the steps (2 x T(1) + T(64)) / 3 = 20.667 ms, not T(22) = 20.677
     assert got["pld"]["alone_ms"] == pytest.approx(62 / 3, abs=1e-3)

@@ -77,8 +77,9 @@ def table(results: dict) -> str:
             lines += ["", f"T(n) ms beside the timed passes, {probe['context']} cached: "
                       + ", ".join(f"n={n} {ms:.2f}" for n, ms in probe["ms"].items()), "", "its forward in its loop, "
                       "ms a step, against the probe's T(n) over the same widths: " + ", ".join(
-                          f"{name} {f['in_run_ms']:.2f} / {f['alone_ms']:.2f} (x{f['ratio']:.2f}, mean width "
-                          f"{f['width']})" for name, f in forward_alone_and_in_run(sp).items())]
+                          f"{name} {f['in_run_ms']:.2f} / {f['alone_ms']:.2f} (x{f['ratio']:.2f}, over AR's "
+                          f"x{f.get('over_ar', float('nan')):.2f}, mean width {f['width']})"
+                          for name, f in forward_alone_and_in_run(sp).items())]
         ops = {name: r["profile"]["ops"] for name, r in rows.items() if r.get("profile", {}).get("ops")}
         lines += ["", "aten ops with the most host ms per step (profiler):", *(
             f"- {name} {phase}: " + ", ".join(f"{op} {ms:.2f}" for op, ms in top.items())

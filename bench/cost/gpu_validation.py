@@ -260,6 +260,9 @@ def forward_alone_and_in_run(sp: dict) -> dict:
             in_run = row["ms_per_step_timed"]["target_forward"]
             out[m] = {"width": row["mean_width"], "in_run_ms": in_run, "alone_ms": round(alone, 3),
                       "ratio": round(in_run / alone, 3)}
+    if "ar" in out:  # over AR's own ratio: what the step ratio sees (a probe timed in a faster or slower
+        for f in out.values():  # moment than the passes moves every ratio alike; AR's is in the fit)
+            f["over_ar"] = round(f["ratio"] / out["ar"]["ratio"], 3)
     return out
 
 
@@ -329,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     for gpu, g in result["gpus"].items():
         for m, f in g.get("forward_in_run", {}).items():
             print(f"{gpu} {m}: its forward in the timed passes {f['in_run_ms']:.2f} ms a step, alone T({f['width']}) "
-                  f"{f['alone_ms']:.2f} ms (x{f['ratio']:.2f})")
+                  f"{f['alone_ms']:.2f} ms (x{f['ratio']:.2f}; over AR's x{f.get('over_ar', float('nan')):.2f})")
     print("misses: " + ("; ".join(result["misses"]) or "none"))
     g = result["graph_regime"]
     print(f"graph regime ({g['lease']}): Token Recycling's step / AR's projected {g['projected_step_ratio']} "
