@@ -290,12 +290,13 @@ def timed_phases(gens) -> dict:
 
 
 def forward_probe(bundle, context: int) -> dict:
-    """The bare forward's T(n) at `context` cached tokens (bench.models.forward_cost.measure, its sizes, 3
-    repeats), to set beside each method's forward as its timed passes ran it (`ms_per_step_timed`)."""
+    """The bare forward's T(n) at `context` cached tokens (bench.models.forward_cost.measure, its sizes, 5
+    repeats taking turns: ~3 s on a GPU), to set beside each method's forward as its timed passes ran it
+    (`ms_per_step_timed`)."""
     from bench.models.forward_cost import measure
 
     return {"context": context, "ms": {n: round(1000 * s, 3) for n, s in measure(bundle, prefix_tokens=context,
-                                                                                   reps=3).items()}}
+                                                                                   reps=5).items()}}
 
 
 def diagnose(out: dict, methods: dict, engine, replay: Replay, rows, max_new: int) -> None:
