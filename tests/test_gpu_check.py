@@ -311,3 +311,35 @@ def test_the_speedup_part_s_methods_are_registered_ones_with_ar_first(tmp_path, 
     err = capsys.readouterr().err
     assert err.startswith("error: --speedup-reps 0: at least 1") and err.count("\n") == 1
     assert not (tmp_path / "o").exists()
+
+
+def test_a_lease_s_calls_merge_into_one_folder_and_a_part_in_two_is_an_error(tmp_path, capsys):
+    """`--merge`: each call's results (partial or final) as one folder, which call ran what in
+    environment.calls; a part run twice, or files from two machines, is a one-line error and writes nothing."""
+    env = {"gpu": "H200", "gpu_memory_gib": 139, "torch": "2.11", "cuda": "13.0", "transformers": "5.17",
+           "accelerate": "1.15", "machine": "vm/NVIDIA H200", "git_sha": "abc", "git_dirty": False}
+    row = {"tok_s": 9.0, "mat": 1.0, "speedups": [1.0], "speedup": 1.0, "grades": ["identical"]}
+    speedup = {"prompts": 1, "max_new_tokens": 4, "reps": 1, "baseline": "ar", "ar": row}
+    first = {"sizes": {"method_dtype": "bfloat16"}, "environment": env, "seconds": {"speedup": 3.0},
+             "speedup": speedup}
+    second = {"sizes": {"method_dtype": "bfloat16"}, "environment": {**env, "git_sha": "def"},
+              "seconds": {"attention": 2.0}, "attention": [{"method": "ar", "identical": 1, "prompts": 1,
+                                                            "eager_ms_per_step": 20.0, "sdpa_ms_per_step": 19.0}]}
+    files = []
+    for i, data in enumerate((first, second, {**second, "environment": {**env, "machine": "vm/other"}})):
+        files.append(tmp_path / f"call{i}.json")
+        files[-1].write_text(json.dumps(data))
+    out = tmp_path / "lease"
+    assert gpu_check.main(["--merge", str(files[0]), str(files[1]), "--out", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["speedup"] == speedup and results["attention"] == second["attention"]
+    assert results["seconds"] == {"speedup": 3.0, "attention": 2.0}
+    assert [(c["file"], c["parts"], c["git_sha"]) for c in results["environment"]["calls"]] == [
+        ("call0.json", ["speedup"], "abc"), ("call1.json", ["attention"], "def")]
+    assert "| ar | 9.0 |" in (out / "table.md").read_text() and f"results: {out}" in capsys.readouterr().out
+    for bad, why in (([files[0], files[0]], "already in an earlier file"), ([files[1], files[2]], "machine"),
+                     ([tmp_path / "none.json"], "not a results file")):
+        assert gpu_check.main(["--merge", *map(str, bad), "--out", str(tmp_path / "no")]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("error: --merge") and why in err and err.count("\n") == 1
+    assert not (tmp_path / "no").exists()

@@ -243,6 +243,35 @@ def profiles(results: dict) -> list[Profile]:
     return out
 
 
+def merged(paths: list[Path]) -> dict:
+    """One lease's results files (each call's `--partial` or results.json) as one: each part from the file that
+    ran it, `seconds` joined, the first file's `sizes` and environment, and `environment.calls`: per file its
+    name, parts, tree and sizes. A part in two files, or files from two machines, is an error (HarnessError)."""
+    out: dict = {"seconds": {}}
+    calls = []
+    for path in paths:
+        try:
+            one = json.loads(path.read_text())
+        except (OSError, ValueError) as err:
+            raise HarnessError(f"--merge {path}: not a results file ({type(err).__name__})") from None
+        if "environment" not in one:
+            raise HarnessError(f"--merge {path}: no environment (not gpu-check's results)")
+        env = one["environment"]
+        if calls and env.get("machine") != out["environment"].get("machine"):
+            raise HarnessError(f"--merge {path}: machine {env.get('machine')!r}, not {out['environment'].get('machine')!r}")
+        parts = [k for k in one if k not in ("sizes", "environment", "seconds")]
+        if twice := [k for k in parts if k in out]:
+            raise HarnessError(f"--merge {path}: part(s) {', '.join(twice)} already in an earlier file")
+        out.setdefault("sizes", one.get("sizes", {}))
+        out.setdefault("environment", dict(env))
+        out["seconds"] |= one.get("seconds", {})
+        out |= {k: one[k] for k in parts}
+        calls.append({"file": path.name, "parts": parts, "git_sha": env.get("git_sha"),
+                      "git_dirty": env.get("git_dirty"), "sizes": one.get("sizes")})
+    out["environment"]["calls"] = calls
+    return out
+
+
 def default_out(device: str) -> Path:
     stamp = re.sub(r"[^A-Za-z0-9._-]+", "_", machine_id(device))
     return project_path("results/gpu_check") / f"{stamp}-{datetime.now():%Y%m%d-%H%M%S}"
@@ -260,6 +289,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--speedup-methods", default=None,
                         help=f"the speedup part's, AR first (default: {','.join(Sizes.speedup)}; e.g. the step "
                              "model's held-out check: ar,token_recycling,pld,hf_generate,lookahead,rest,medusa)")
+    parser.add_argument("--merge", nargs="+", default=None, metavar="FILE",
+                        help="run nothing: merge a lease's results files (each call's partial or results.json) "
+                             "into --out, with its table")
     parser.add_argument("--timed-new", type=int, default=None,
                         help="new tokens per prompt of the timed parts (default: 128 on a GPU, 4 on a CPU)")
     parser.add_argument("--speedup-reps", type=int, default=None,
@@ -274,6 +306,14 @@ def main(argv: list[str] | None = None) -> int:
     parts = args.only.split(",")
     methods = args.methods.split(",") if args.methods else None
     try:
+        if args.merge:
+            if not args.out:
+                raise HarnessError("--merge needs --out (the evidence folder to write)")
+            results = merged([Path(f) for f in args.merge])
+            out.mkdir(parents=True, exist_ok=True)
+            write_folder(results, out)
+            print(table(results) + f"\nresults: {out}")
+            return 0
         if set(parts) - set(PARTS):
             raise HarnessError(f"unknown --only part(s) {sorted(set(parts) - set(PARTS))} (known: {', '.join(PARTS)})")
         if methods and set(methods) - set(REGISTRY):
