@@ -1,7 +1,9 @@
 """`make gpu-check`: what a GPU node does with this harness, in minutes, offline, into one folder and one table.
 
     python -m bench.check.gpu_check [--sizes gpu|cpu] [--small] [--device cuda] [--out DIR] [--partial FILE]
-                                  [--only PART,...] [--methods NAME,...]
+                                  [--only PART,...] [--methods NAME,...] [--speedup-methods NAME,...]
+                                  [--speedup-reps N] [--timed-new N]
+    python -m bench.check.gpu_check --merge FILE... --out DIR    (a lease's calls' results as one folder)
 
 Records (docs/gpu.md): the environment; the target forward's cost T(n, context) after 512, 128 and 2048 cached
 tokens in fp16 and bf16 for the embedded model and for the papers' 7B and 13B Llama shapes with random weights
@@ -16,7 +18,8 @@ a tiny random model in seconds, which is how the suite tests it (tests/test_gpu_
 The folder, results/gpu_check/<machine>-<time>/ by default, holds JSON, CSV and md files only (no token ids), so it
 can be committed as it is: `make evidence` copies every such folder into evidence/gpu_check/. `--partial FILE`
 rewrites FILE with the parts done so far after each part, for a lease that may end before the last part
-(scripts/gpu_session.sh); the folder is written only when every part is done.
+(scripts/gpu_session.sh); the folder is written only when every part is done. `--merge` runs nothing: it writes
+one folder from several calls' results files (`merged`: which call ran what in environment.calls).
 """
 
 from __future__ import annotations
