@@ -244,6 +244,29 @@ def test_captured_regions_trace_whole(tiny):
         torch.testing.assert_close(a, b)
 
 
+def test_ar_runs_its_whole_step_as_one_graph(tiny):
+    """AR's step in graph mode is one graph as Token Recycling's is (forward, argmax, commit; one read): no bucket
+    graph serves it, its step body traces whole (the CPU's stand-in for capture) and decodes as the eager engine."""
+    from bench.core.engine import Engine
+
+    engine, ar = graph_engine(tiny), make("ar", tiny)
+    assert engine.whole(ar)
+    want = decode(make("ar", tiny), Engine(tiny, [NO_EOS], 512), PROMPTS[0], 10).output_ids
+    assert decode(ar, engine, PROMPTS[0], 10).output_ids == want and not engine.buckets
+    step = engine.step_graph(ar)
+    with torch.inference_mode():
+        start = engine.kv.buf.clone(), engine.kv.length.clone()
+        step.root.fill_(3)
+        step.remaining.fill_(8)
+        engine.step_body(ar, step)
+        eager = step.stats.clone(), engine.kv.length.clone()
+        engine.kv.buf.copy_(start[0])
+        engine.kv.length.copy_(start[1])
+        torch.compile(engine.step_body, backend="aot_eager", fullgraph=True)(ar, step)
+    assert torch.equal(step.stats, eager[0]) and torch.equal(engine.kv.length, eager[1])
+    assert int(step.stats[0]) == 1  # one token a step: the bonus
+
+
 def test_buckets():
     assert [bucket_width(n) for n in (1, 2, 3, 5, 9, 65)] == [1, 2, 4, 8, 16, 128]
     assert bucket_width(81, static=81) == 81 and bucket_width(5, static=81) == 8
