@@ -235,8 +235,7 @@ def interleaved_speedup(bundle, rows, warm, names: tuple[str, ...], max_new: int
     engine = engine or engine_for(bundle, 0.0)
     methods = {n: build_method((configs[n] if configs and n in configs else compose_config([f"method={n}"])).method,
                                bundle) for n in names}
-    outputs = {n: [None] * len(rows) for n in names}
-    gens = {n: [] for n in names}  # every timed generation: its unsynced phase times (where the timed step goes)
+    gens = {n: [] for n in names}  # every timed generation, pass-major: outputs, and the timed steps' own phases
     timed = {n: [] for n in names}  # per timed (pass, prompt): [tokens, seconds]
     lap, replay = time.perf_counter(), Replay()
     for rep in range(reps + 1):
@@ -246,9 +245,9 @@ def interleaved_speedup(bundle, rows, warm, names: tuple[str, ...], max_new: int
                     replay.start(method, (name, i))
                 (gen,), seconds = one_pass(method, engine, [prompt], max_new)
                 if rep:
-                    outputs[name][i] = gen
                     gens[name].append(gen)
                     timed[name].append([len(gen.output_ids), seconds])
+    outputs = {n: g[-len(rows):] for n, g in gens.items()}  # the last timed pass (every pass decodes alike)
     base = names[0]
     out = {"prompts": len(rows), "max_new_tokens": max_new, "reps": reps, "baseline": base,
            "seconds": {"timed": round(time.perf_counter() - lap, 1)}}
@@ -283,7 +282,7 @@ def timed_phases(gens) -> dict:
     method that records none)."""
     if not any(g.phase_times for g in gens):
         return {}
-    widths = Counter(1 + n for g in gens for n in (getattr(g, "verified_nodes", None) or []))
+    widths = Counter(1 + n for g in gens for n in g.verified_nodes)
     return {"ms_per_step_timed": {k: round(1000 * v, 3) for k, v in per_decode_step(gens).items()},
             "widths": {w: widths[w] for w in sorted(widths)},
             "mean_width": round(sum(w * c for w, c in widths.items()) / widths.total(), 2) if widths else 1.0}
