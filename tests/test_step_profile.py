@@ -26,6 +26,7 @@ def test_events_are_charged_to_the_phase_whose_mark_follows_them():
               host(MARK + "^", 10), host("aten::embedding", 11, 14), host(MARK + "prefill", 20),
               host("aten::mm", 21, 29, id=7), host("cudaLaunchKernel", 22, 26, linked=7),
               host("aten::copy_", 23, 25),  # called by aten::mm: its time is mm's, not counted again
+              host("cudaMemsetAsync", 24),  # queued by the copy_ that mm called
               kernel("gemm", 35, 85, linked=7),  # runs later on the device: still the forward's
               host("cudaStreamSynchronize", 27, 28), host(MARK + "target_forward", 30),
               host("cudaMemcpyAsync", 31, 33), host(MARK + "verify", 40),
@@ -37,8 +38,9 @@ def test_events_are_charged_to_the_phase_whose_mark_follows_them():
     assert gens[0] == {
         "prefill": {"host_ms": 0.01, "op:aten::embedding": 0.003, "op_ms": 0.003},
         "target_forward": {"host_ms": 0.01, "launches": 1, "launch_ms": 0.004, "device_ms": 0.05, "waits": 1,
-                           "wait_ms": 0.001, "op:aten::mm": 0.008, "op_ms": 0.008},
-        "verify": {"host_ms": 0.01, "copies": 1, "copy_ms": 0.002}}
+                           "wait_ms": 0.001, "op:aten::mm": 0.008, "op_ms": 0.008, "copies": 1, "copy_ms": 0.0,
+                           "copy:mm > copy_": 1, "wait:mm": 1},
+        "verify": {"host_ms": 0.01, "copies": 1, "copy_ms": 0.002, "copy:(no aten op)": 1}}
     assert gens[1] == {"draft": {"host_ms": 0.02, "launches": 1, "launch_ms": 0.001, "device_ms": 0.002,
                                  "op:aten::softmax": 0.004, "op_ms": 0.004}}
     assert kernels == {"gemm": 1, "softmax": 1}
@@ -50,7 +52,8 @@ def test_a_cpu_profile_has_every_phase_and_no_device_work(make):
     engine = Engine(model, [NO_EOS], max_context=512)
     method = make(model)
     out = step_profile(method, engine, PROMPTS[:2], 8)
-    assert set(out) == {*QUANTITIES, "kernels", "ops"} and out["kernels"] == {}
+    assert set(out) == {*QUANTITIES, "kernels", "ops", "copy_ops", "wait_ops"} and out["kernels"] == {}
+    assert not any(out["copy_ops"].values()) and not any(out["wait_ops"].values())
     assert set(PHASES) - {"prefill"} <= set(out["host_ms"]) and out["host_ms"]["target_forward"] > 0
     assert all(not any(out[q].values()) for q in QUANTITIES if q not in ("host_ms", "op_ms"))
     assert 0 < out["op_ms"]["target_forward"] < out["host_ms"]["target_forward"]

@@ -84,6 +84,12 @@ def table(results: dict) -> str:
         lines += ["", "aten ops with the most host ms per step (profiler):", *(
             f"- {name} {phase}: " + ", ".join(f"{op} {ms:.2f}" for op, ms in top.items())
             for name, by_phase in ops.items() for phase, top in by_phase.items() if top)] if ops else []
+        for key, what in (("copy_ops", "copies"), ("wait_ops", "waits")):
+            queued = {name: r["profile"][key] for name, r in rows.items() if r.get("profile", {}).get(key)}
+            lines += ["", f"{what} per step by the aten op that queued them (profiler):", *(
+                f"- {name} {phase}: " + ", ".join(f"{op} {n:g}" for op, n in by.items())
+                for name, by_phase in queued.items() for phase, by in by_phase.items() if by)] if any(
+                by for q in queued.values() for by in q.values()) else []
         lines += [f"profile of {name} failed: {r['profile']['error']}" for name, r in rows.items()
                   if "error" in r.get("profile", {})]
         if "seconds" in sp:

@@ -152,7 +152,8 @@ def kernel_summary(events, reps: int, top: int = 5) -> dict:
 def ar_three_ways(bundle, rows: list[list[int]], max_new: int, reps: int, engines: dict | None = None,
                   hf: bool = True) -> dict:
     """AR on each of `engines` (default: the eager engine, then the graph engine) and transformers' static-cache
-    generate (unless `hf` is False), taking turns prompt by prompt after one untimed pass: tokens/s over all timed
+    generate (unless `hf` is False), taking turns prompt by prompt (the first rotating: method_check.turn_order)
+    after one untimed pass: tokens/s over all timed
     passes, each engine's rate over the first's and over HF's, and outputs against the first engine's (identical,
     graded)."""
     compiled, how = compiles(bundle.device)
@@ -169,7 +170,7 @@ def ar_three_ways(bundle, rows: list[list[int]], max_new: int, reps: int, engine
     failed = {}
     for rep in range(reps + 1):
         for i, prompt in enumerate(rows):
-            for name, (method, engine) in ways.items():
+            for name, (method, engine) in method_check.turn_order(ways, (rep - 1) * len(rows) + i if rep else 0):
                 if name in failed:
                     continue
                 device_sync(bundle.device)

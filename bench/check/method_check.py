@@ -216,7 +216,8 @@ def timed_generate(method, engine, rows, max_new: int, reps: int) -> tuple[list[
 
 def interleaved_speedup(bundle, rows, warm, names: tuple[str, ...], max_new: int, reps: int,
                         progress=lambda out: None, engine=None, diagnostics: bool = True, configs=None) -> dict:
-    """Each method's greedy tokens/s on the same prompts, the methods taking turns prompt by prompt (after one
+    """Each method's greedy tokens/s on the same prompts, the methods taking turns prompt by prompt, the first of
+    each turn rotating (`turn_order`; `order: rotated` in the output since 2026-11-28 night) (after one
     untimed pass over the `warm` prompts: the device warms up, and a method that learns across prompts, as Token
     Recycling's hot matrix does, learns as in a run, but not from the timed prompts; every timed pass of a prompt
     starts from the state its first did: bench.core.proposer.Replay), so that a machine whose speed drifts slows
@@ -240,7 +241,7 @@ def interleaved_speedup(bundle, rows, warm, names: tuple[str, ...], max_new: int
     lap, replay = time.perf_counter(), Replay()
     for rep in range(reps + 1):
         for i, prompt in enumerate(rows if rep else warm):
-            for name, method in methods.items():
+            for name, method in turn_order(methods, (rep - 1) * len(rows) + i if rep else 0):
                 if rep:
                     replay.start(method, (name, i))
                 (gen,), seconds = one_pass(method, engine, [prompt], max_new)
@@ -249,7 +250,7 @@ def interleaved_speedup(bundle, rows, warm, names: tuple[str, ...], max_new: int
                     timed[name].append([len(gen.output_ids), seconds])
     outputs = {n: g[-len(rows):] for n, g in gens.items()}  # the last timed pass (every pass decodes alike)
     base = names[0]
-    out = {"prompts": len(rows), "max_new_tokens": max_new, "reps": reps, "baseline": base,
+    out = {"prompts": len(rows), "max_new_tokens": max_new, "reps": reps, "baseline": base, "order": "rotated",
            "seconds": {"timed": round(time.perf_counter() - lap, 1)}}
     for name in names:
         accepted = [a for g in outputs[name] for a in g.accept_lengths]
@@ -273,6 +274,16 @@ def interleaved_speedup(bundle, rows, warm, names: tuple[str, ...], max_new: int
     if diagnostics:
         diagnose(out, methods, engine, replay, rows, max_new)
     return out
+
+
+def turn_order(methods: dict, turn: int) -> list:
+    """The methods' (name, method) pairs in the order they run at timed turn `turn` (a pass and prompt): rotated by
+    one each turn, so that each runs first as often as the others (the 11-28 H200 lease ran AR first on every
+    prompt and measured three methods' steps cheaper than AR's, which their synced passes did not: whatever
+    going first costs, it now falls on every method alike)."""
+    items = list(methods.items())
+    k = turn % len(items)
+    return items[k:] + items[:k]
 
 
 def timed_phases(gens) -> dict:

@@ -1,6 +1,8 @@
 """Where a decode step's time goes on a device, from torch.profiler: per phase, the host's own time (unsynced) and
 the part of it inside aten ops (the rest is Python), the kernels and copies it queued, its waits for the device, and
-the device's time in the phase's kernels; and per phase, the aten ops that took the most host time.
+the device's time in the phase's kernels; and per phase, the aten ops that took the most host time, and the ops
+that queued its copies and waits (the H100's profile had Token Recycling's forward queue 30 copies a step that AR's
+did not, and nothing said which op).
 
 bench.core.launches counts the aten ops a phase dispatches, on any device; a GPU can launch more (an op that runs
 kernels of its own, such as sdpa padding a mask) and only its own profile says how long each launch and each wait
@@ -30,6 +32,10 @@ KINDS = (("launches", "launch_ms", ("LaunchKernel", "LaunchCooperativeKernel")),
 # op_ms: host ms inside the aten ops the phase calls itself (host_ms - op_ms: its Python, the profiler's cost)
 QUANTITIES = ("host_ms", "op_ms", "launches", "launch_ms", "copies", "copy_ms", "waits", "wait_ms", "device_ms")
 OP = "op:"  # a phase's quantity `op:<aten op>`: host ms inside that op, called from the phase itself (not nested)
+# a phase's quantity `copy:<op>` / `wait:<op>`: the copies (memcpy, memset) and waits queued inside that aten op, named
+# "<the op the phase called> > <the innermost op>" (which of a forward's ops copies: sdpa's own mask, a cache write)
+# (its key in step_profile's output: copy_ops, wait_ops)
+BY_OP = {"copies": ("copy:", "copy_ops"), "waits": ("wait:", "wait_ops")}
 
 
 class MarkTimer:
@@ -97,11 +103,14 @@ def by_phase(events: list[Event]) -> tuple[list[dict[str, dict[str, float]]], Co
             stats["op_ms"] += (e.end_ns - e.start_ns) / 1e6
             open_until = e.end_ns
     kernels: Counter = Counter()
+    issued_in = enclosing_ops(host)
     for e in events:
         if e.on_host and (kind := kind_of(e.name)) is not None and (at := phase_at(e.start_ns)):
             stats = gens[at[0]][at[1]]
             stats[kind[0]] += 1
             stats[kind[1]] += (e.end_ns - e.start_ns) / 1e6
+            if kind[0] in BY_OP:
+                stats[BY_OP[kind[0]][0] + issued_in.get(e, "(no aten op)")] += 1
         elif (not e.on_host and e.linked in op_start and not e.name.startswith(MARK)
               and (at := phase_at(op_start[e.linked]))):
             gens[at[0]][at[1]]["device_ms"] += (e.end_ns - e.start_ns) / 1e6
@@ -110,10 +119,26 @@ def by_phase(events: list[Event]) -> tuple[list[dict[str, dict[str, float]]], Co
     return [dict(g) for g in gens], kernels
 
 
+def enclosing_ops(host: list[Event]) -> dict[Event, str]:
+    """Per runtime call that copies or waits (host events sorted by start): the aten ops it ran inside, as
+    "<outermost> > <innermost>" (the one name where they are one op)."""
+    named, stack = {}, []  # the aten ops open at the current event, outermost first
+    for e in sorted(host, key=lambda e: (e.start_ns, -e.end_ns)):  # an op before the ops it calls
+        while stack and stack[-1].end_ns < e.start_ns:
+            stack.pop()
+        if e.name.startswith("aten::"):
+            stack.append(e)
+        elif stack and (kind := kind_of(e.name)) is not None and kind[0] in BY_OP:
+            outer, inner = stack[0].name[len("aten::"):], stack[-1].name[len("aten::"):]
+            named[e] = outer if outer == inner else f"{outer} > {inner}"
+    return named
+
+
 def step_profile(method, engine, prompts: list[list[int]], max_new: int, top: int = 12, top_ops: int = 5) -> dict:
     """Per decode step (prefill apart) over `prompts` one by one: {quantity: {phase: value}} for each of
     QUANTITIES; `kernels`, the `top` device kernels by runs per step; `ops`, per phase, its `top_ops` aten ops by host
-    ms per step (what a phase that costs more than its launches spends its time in: sdpa's own host work, a top-k)."""
+    ms per step (what a phase that costs more than its launches spends its time in: sdpa's own host work, a top-k);
+    `copy_ops` and `wait_ops`, per phase, the copies and waits per step by the aten ops that queued them."""
     activities = [ProfilerActivity.CPU]
     if torch.device(engine.device).type == "cuda":
         activities.append(ProfilerActivity.CUDA)
@@ -128,9 +153,15 @@ def step_profile(method, engine, prompts: list[list[int]], max_new: int, top: in
     out = {q: {k: round(v, 3) for k, v in reduced(q).items()} for q in QUANTITIES}
     steps = sum(len(g.accept_lengths) - 1 for g in gens)
     out["kernels"] = {name: round(n / max(steps, 1), 2) for name, n in kernels.most_common(top)}
-    per_op = {k[len(OP):]: reduced(k, present=True)
-              for k in dict.fromkeys(k for s in stats for by in s.values() for k in by if k.startswith(OP))}
     phases = dict.fromkeys(p for s in stats for p in s if p != "prefill")
-    out["ops"] = {p: {name: round(ms, 3) for name, ms in Counter(
-        {name: by[p] for name, by in per_op.items() if p in by}).most_common(top_ops)} for p in phases}
+
+    def by_op(prefix: str, top: int | None) -> dict[str, dict[str, float]]:  # phase -> {op: per step}, the top
+        per_op = {k[len(prefix):]: reduced(k, present=True)
+                  for k in dict.fromkeys(k for s in stats for by in s.values() for k in by if k.startswith(prefix))}
+        return {p: {name: round(v, 3) for name, v in Counter(
+            {name: by[p] for name, by in per_op.items() if p in by}).most_common(top)} for p in phases}
+
+    out["ops"] = by_op(OP, top_ops)
+    for prefix, key in BY_OP.values():  # copy_ops: per phase, the ops that queued its copies, per step
+        out[key] = by_op(prefix, None)
     return out
