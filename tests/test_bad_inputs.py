@@ -169,7 +169,7 @@ CASES = [
          "run.graphs=true cannot run method 'hf_generate': it runs its own decode loop"),
     Case("graphs-own-forward", ("run.graphs=true", "method=propd"), "run.graphs=true cannot run method 'propd'"),
     Case("graphs-capacity-small", ("run.graphs=true", "run.graph_capacity=8"),
-         "run.graph_capacity must be an integer >= 64"),
+         "run.graph_capacity must be auto or an integer >= 64"),
     Case("graph-compile-without-graphs", ("run.graph_compile=default",),
          "run.graph_compile=default compiles graph mode's forward: it needs run.graphs=true"),
     Case("graph-compile-own-capture", ("run.graphs=true", "run.graph_compile=reduce-overhead"),

@@ -104,7 +104,11 @@ def test_small_check_writes_its_folder_and_table(tmp_path, capsys):
     # one read of the outcome a step in graph mode (the rest: each prompt's transfers in)
     assert {name: w["reads_per_step"] for name, w in graphs["waits"].items()} == {
         "ar": 1.0, "token_recycling": 1.0, "medusa": 1.0}
-    assert "| T(n) ms after 512 cached, static eager / graph |" in printed and "graph mode, taking turns" in printed
+    assert "| T(n) ms after 512 cached, static eager / graph / graph over 2048 columns |" in printed
+    assert "graph mode, taking turns" in printed and all(r["graph_wide_ms"] > 0 for r in graphs["t_n"])
+    # each static cache sized to what it serves (512 + 4 + 128 -> 704 for T(n)), the wide one 2048
+    assert graphs["t_n"][0]["capacities"] == {"static_eager": 704, "graph": 704, "graph_wide": 2048}
+    assert graphs["speedup"]["capacity"] < 704 and all(ar["capacities"]["graph"] < 704 for ar in graphs["ar"].values())
     compiled = results["compiled"]  # graph mode's forward through torch.compile (aot_eager off CUDA) beside it
     assert compiled["compile"] == {"backend": "aot_eager"} and not compiled["errors"]
     assert all(r["graph_compiled_ms"] > 0 for r in compiled["t_n"]) and compiled["ar"]["graph_compiled_identical"] == 2

@@ -323,6 +323,11 @@ def test_graph_runs_keep_to_their_own_baseline_and_out_of_reports():
     assert latest_baseline(runs, runs[2].meta, "ar").run_id == "2"
     assert latest_baseline(runs, runs[3].meta, "ar").run_id == "1"
     assert [r.run_id for r in where(runs)] == ["1", "4"] and [r.run_id for r in where(runs, graphs=True)] == ["2", "3"]
+    # graph runs attending over static caches of other sizes are not measured alike
+    runs[1].meta["graph_capacity"], runs[2].meta["graph_capacity"] = 448, 512
+    assert latest_baseline(runs, runs[2].meta, "ar") is None
+    runs[1].meta["graph_capacity"] = 512
+    assert latest_baseline(runs, runs[2].meta, "ar").run_id == "2"
 
 
 def test_ar_three_ways_goes_on_without_a_failed_hf_compile(tiny, monkeypatch):
@@ -338,6 +343,21 @@ def test_ar_three_ways_goes_on_without_a_failed_hf_compile(tiny, monkeypatch):
     assert ar["hf_static"].startswith("failed: RuntimeError: InductorError") and "hf_static_tok_s" not in ar
     assert ar["graph_identical"] == 2 and ar["eager_tok_s"] > 0 and ar["graph_tok_s"] > 0
     assert "HF static cache - tok/s" in graph_check.table_lines({"ar": {"tiny": ar}})[0]
+    # graph AR's static cache is sized to these prompts and tokens, as HF sizes its own: 15 + 6 + 128 -> 192
+    assert ar["capacities"] == {"graph": 192} == {"graph": graph_check.run_capacity(PROMPTS, 6)}
+
+
+def test_the_curve_is_timed_at_the_capacity_it_needs_and_over_the_wide_one(tiny):
+    """T(n) after `context` cached tokens on a static cache sized to it (run eagerly and as a graph; off CUDA both
+    eagerly), and over WIDE_CAPACITY columns beside it: what attending over unused columns costs."""
+    from bench.check import graph_check
+
+    rows = graph_check.forward_curve(bundle_of(tiny), "tiny", widths=(1, 4), context=100, reps=1)
+    assert [r["n"] for r in rows] == [1, 4] and all(r["graph_wide_ms"] > 0 for r in rows)
+    # 100 + 4 + 128 -> 256 (a multiple of 64); the wide one clamped to the model's 512 positions here
+    assert rows[0]["capacities"] == {"static_eager": 256, "graph": 256, "graph_wide": 512}
+    lines = graph_check.table_lines({"context": 100, "t_n": rows})
+    assert "static eager / graph / graph over 512 columns" in lines[0] and lines[-2].startswith("static caches:")
 
 
 def test_a_replay_profile_counts_kernels_their_time_and_the_gaps():

@@ -31,7 +31,7 @@ def test_eagle_goals_use_the_models_own_head():
         assert compose_cfg("experiment=eagle/goals", f"model={model}").model.eagle.source == source
 
 
-def tiny_runner(monkeypatch, tmp_path, max_new: int, context: int, words=("<unk>",)):
+def tiny_runner(monkeypatch, tmp_path, max_new: int, context: int, words=("<unk>",), extra=()):
     """A Runner over MT-Bench's first question on a tiny model whose tokenizer makes one token of each word."""
     bundle = ModelBundle(name="tiny", model=tiny_llama(), tokenizer=word_tokenizer(list(words)),  # default: every word <unk>
                          device=torch.device("cpu"), dtype=torch.float32, vocab_size=64, eos_token_ids=[0],
@@ -44,7 +44,7 @@ def tiny_runner(monkeypatch, tmp_path, max_new: int, context: int, words=("<unk>
         "Rewrite your previous response. Start every sentence with the letter A."]}
     monkeypatch.setattr(runner, "load_selection", lambda *a, **k: ([item], "question 81"))
     cfg = compose_cfg("dataset=mt_bench", "method=ar", "run.limit=1", f"run.max_new_tokens={max_new}",
-                      "model.chat_template=none", f"paths.results={tmp_path}")
+                      "model.chat_template=none", f"paths.results={tmp_path}", *extra)
     return runner.Runner(cfg)
 
 
@@ -57,6 +57,24 @@ def test_a_later_turn_that_may_not_fit_is_refused_before_the_run_starts(monkeypa
     with pytest.raises(HarnessError, match="turn 2 of question 81: prompt of up to"):
         tiny_runner(monkeypatch, tmp_path, max_new=100, context=context)
     tiny_runner(monkeypatch, tmp_path, max_new=100, context=context + 100)  # room for both turns
+
+
+def test_graph_mode_sizes_its_cache_to_the_dataset(monkeypatch, tmp_path):
+    """run.graph_capacity=auto: the longest prompt (turn 2, counting turn 1's answer at max_new_tokens) and its output
+    plus the widest bucket, rounded up to 64, as transformers sizes its static cache to the run; a number is kept."""
+    from bench.core.graph_engine import DRAFT_ROOM, sized_capacity
+
+    assert [sized_capacity(n) for n in (0, 300, 320, 384)] == [128, 448, 448, 512]
+    tok = word_tokenizer(["<unk>"])
+    first = ("Compose an engaging travel blog post about a recent trip to Hawaii, highlighting cultural experiences "
+             "and must-see attractions.")
+    second = len(tok(f"{first} Rewrite your previous response. Start every sentence with the letter A.").input_ids)
+    auto = tiny_runner(monkeypatch, tmp_path, max_new=40, context=1024, extra=("run.graphs=true",))
+    assert auto.capacity == auto.engine.kv.capacity == sized_capacity(second + 40 + 40)
+    assert auto.capacity % 64 == 0 and auto.capacity >= second + 2 * 40 + DRAFT_ROOM
+    fixed = tiny_runner(monkeypatch, tmp_path, max_new=40, context=1024,
+                        extra=("run.graphs=true", "run.graph_capacity=960"))
+    assert fixed.engine.kv.capacity == 960
 
 
 def fake_cuda(monkeypatch, gpus: int):

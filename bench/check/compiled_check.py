@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from bench.check import method_check
 from bench.check.graph_check import (
-    CAPACITY,
     CONTEXT,
     ar_three_ways,
+    curve_capacity,
     forward_curve,
     graph_engine,
     methods_label,
     replay_lines,
+    run_capacity,
     stager,
 )
 from bench.core.graph_engine import GraphEngine
@@ -31,13 +32,16 @@ def run_compiled(sizes, bundle, progress=lambda out: None, mode: str = "default"
     out: dict = {"context": CONTEXT, "compile": kw, "t_n": [], "ar": {}, "ar_shapes": {}, "errors": {}, "seconds": {}}
     stage = stager(out, progress)
 
+    rows = method_check.prompts(bundle, 2)
+    # one cache for T(n) and AR alike (AR reuses what T(n) compiled and captured), sized to the larger of the two
+    capacity = max(curve_capacity(sizes.cost_sizes), run_capacity(rows, sizes.timed_new))
+
     def both(model) -> dict:
-        return {"graph": graph_engine(model),
-                "graph_compiled": GraphEngine(model.model, model.eos_token_ids, model.max_context, CAPACITY,
+        return {"graph": graph_engine(model, capacity),
+                "graph_compiled": GraphEngine(model.model, model.eos_token_ids, model.max_context, capacity,
                                               device=model.device, compile_with=kw)}
 
     engines = both(bundle)
-    rows = method_check.prompts(bundle, 2)
     with stage("t_n"):
         out["t_n"] = forward_curve(bundle, methods_label(sizes), sizes.cost_sizes, reps=sizes.reps, engines=engines)
     with stage("ar"):  # the same engines: what T(n) compiled and captured is reused

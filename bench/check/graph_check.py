@@ -32,7 +32,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from bench.check import method_check
-from bench.core.graph_engine import GraphEngine
+from bench.core.graph_engine import GraphEngine, sized_capacity
 from bench.core.step_profile import events_of
 from bench.core.syncs import CudaSyncWarnings, HostSyncCounter
 from bench.core.timing import PhaseTimer, device_sync
@@ -46,7 +46,11 @@ from methods.token_recycling.calibration import write_tree_stats
 
 CONTEXT = 512
 WIDTHS = (1, 2, 4, 8, 16, 32, 64, 128)
-CAPACITY = 2048  # the graph engine's static cache here: CONTEXT + 128 for T(n), prompts + output for the runs
+# The graph engine's static cache is sized to what it serves (bench.core.graph_engine.sized_capacity: T(n)'s
+# CONTEXT + 128, the runs' prompts and output, as transformers sizes the static cache it is timed against); T(n) is
+# also timed at the fixed 2048 positions the runs used until 2026-11-28 night (`graph_wide`): what attending over
+# unused columns costs
+WIDE_CAPACITY = 2048
 AUTO = "token_recycling_auto"  # Token Recycling with the tree chosen on the graph curve, beside the 80-node one
 # the demo's calibration (conf/experiment/demo_tree.yaml): HumanEval past the 2 x speedup_prompts tasks timed here
 CALIBRATION = ("tree.calibration.dataset=humaneval", "tree.calibration.skip=20", "tree.calibration.limit=8")
@@ -80,20 +84,32 @@ class StaticCacheGenerate(HFGenerate):
         return {"cache_implementation": "static", "disable_compile": not self.compiled}
 
 
-def graph_engine(bundle, capacity: int = CAPACITY) -> GraphEngine:
+def graph_engine(bundle, capacity: int) -> GraphEngine:
     return GraphEngine(bundle.model, bundle.eos_token_ids, bundle.max_context, capacity, device=bundle.device)
+
+
+def run_capacity(rows: list[list[int]], max_new: int) -> int:
+    """The static cache for decoding `rows` with `max_new` new tokens each (and any method's draft)."""
+    return sized_capacity(max(map(len, rows)) + max_new)
+
+
+def curve_capacity(widths=WIDTHS, context: int = CONTEXT) -> int:
+    """The static cache for T(n) after `context` cached tokens, n up to the widest of `widths`."""
+    return sized_capacity(context + max(widths))
 
 
 def forward_curve(bundle, label: str, widths=WIDTHS, context: int = CONTEXT, reps: int = 7,
                   engines: dict | None = None) -> list[dict]:
     """ms of one bucket forward over n tokens after `context` cached ones on each of `engines`, taking turns at each
-    n: by default static shapes run eagerly and replayed as a CUDA graph (on a CPU both run eagerly)."""
-    # at the capacity the runs use: every forward attends over all of it
-    engines = engines or {"static_eager": GraphEngine(bundle.model, [], bundle.max_context, CAPACITY,
+    n: by default static shapes run eagerly and replayed as a CUDA graph (on a CPU both run eagerly) at the capacity
+    T(n) needs, and replayed over WIDE_CAPACITY columns (`graph_wide`); every forward attends over its whole cache.
+    Each row records the engines' capacities (`capacity`: the first's)."""
+    sized = curve_capacity(widths, context)
+    engines = engines or {"static_eager": GraphEngine(bundle.model, [], bundle.max_context, sized,
                                                       device=bundle.device, capture=False),
-                          "graph": graph_engine(bundle)}
+                          "graph": graph_engine(bundle, sized), "graph_wide": graph_engine(bundle, WIDE_CAPACITY)}
     capturing = {name: e for name, e in engines.items() if e.capture}
-    capacity = next(iter(engines.values())).kv.capacity  # every engine here holds CAPACITY
+    capacities = {name: e.kv.capacity for name, e in engines.items()}
     vocab = bundle.model.config.vocab_size
     gen = torch.Generator().manual_seed(0)
     rows = []
@@ -112,7 +128,8 @@ def forward_curve(bundle, label: str, widths=WIDTHS, context: int = CONTEXT, rep
                     device_sync(engine.device)
                     if rep:  # the first: warm-up (and the capture)
                         times[name].append(time.perf_counter() - t0)
-            rows.append({"model": label, "n": n, "context": context, "capacity": capacity,
+            rows.append({"model": label, "n": n, "context": context, "capacity": next(iter(capacities.values())),
+                         "capacities": capacities,
                          **{f"{k}_ms": round(1000 * statistics.median(v), 3) for k, v in times.items()}})
             if n in (widths[0], widths[-1]) and capturing:  # what one replay's kernels cost
                 rows[-1]["replay"] = {}
@@ -158,7 +175,7 @@ def ar_three_ways(bundle, rows: list[list[int]], max_new: int, reps: int, engine
     graded)."""
     compiled, how = compiles(bundle.device)
     eager = method_check.engine_for(bundle, 0.0)
-    engines = engines or {"eager": eager, "graph": graph_engine(bundle)}
+    engines = engines or {"eager": eager, "graph": graph_engine(bundle, run_capacity(rows, max_new))}
     ways = {name: (build_method(compose_config(["method=ar"]).method, bundle), engine)
             for name, engine in engines.items()}
     if hf:
@@ -191,6 +208,7 @@ def ar_three_ways(bundle, rows: list[list[int]], max_new: int, reps: int, engine
     rate = {k: tokens[k] / seconds[k] for k in ran}
     others = [k for k in ran if k != ref]
     out = {"prompts": len(rows), "max_new_tokens": max_new, "reps": reps,
+           "capacities": {k: e.kv.capacity for k, e in engines.items() if isinstance(e, GraphEngine)},
            "hf_static": f"failed: {failed['hf_static']}" if failed else how if hf else "not timed",
            **{f"{k}_tok_s": round(v, 1) for k, v in rate.items()},
            **{f"{k}_over_{ref}": round(rate[k] / rate[ref], 3) for k in others if k != "hf_static"},
@@ -222,15 +240,17 @@ def graph_tree(bundle, t_n: list[dict], cache_dir, small: bool = False) -> tuple
 
 def speedups(bundle, timed, warm, names, max_new: int, reps: int, progress=lambda out: None, configs=None) -> dict:
     """interleaved_speedup on the graph engine (no diagnostics: the eager part has them)."""
-    return method_check.interleaved_speedup(bundle, timed, warm, names, max_new, reps, progress=progress,
-                                            engine=graph_engine(bundle), diagnostics=False, configs=configs)
+    engine = graph_engine(bundle, run_capacity(timed + warm, max_new))
+    out = method_check.interleaved_speedup(bundle, timed, warm, names, max_new, reps, progress=progress,
+                                           engine=engine, diagnostics=False, configs=configs)
+    return out | {"capacity": engine.kv.capacity}
 
 
 def graph_waits(bundle, rows: list[list[int]], max_new: int, names=WAITED) -> dict:
     """Host waits per decode step of each method in graph mode: counted by bench.core.syncs on any device and,
     on CUDA, by torch's sync debug mode with its source lines (method_check.summarise), after one untimed
     generation that captures the graphs."""
-    engine, out = graph_engine(bundle), {}
+    engine, out = graph_engine(bundle, run_capacity(rows, max_new)), {}
     for name in names:
         method = build_method(compose_config([f"method={name}"]).method, bundle)
         method_check.run_rows(method, engine, rows[:1], 1, 4, 0.0)
@@ -323,16 +343,22 @@ def table_lines(graphs: dict) -> list[str]:
     lines = []
     if graphs.get("t_n"):
         ns = sorted({r["n"] for r in graphs["t_n"]})
-        lines += [f"| T(n) ms after {graphs['context']} cached, static eager / graph | "
+        wide = next((r["capacities"]["graph_wide"] for r in graphs["t_n"] if "graph_wide_ms" in r), None)
+        lines += [f"| T(n) ms after {graphs['context']} cached, static eager / graph"
+                  + (f" / graph over {wide} columns" if wide else "") + " | "
                   + " | ".join(f"n={n}" for n in ns) + " |", "|---|" + "---|" * len(ns)]
         for label in dict.fromkeys(r["model"] for r in graphs["t_n"]):
             by = {r["n"]: r for r in graphs["t_n"] if r["model"] == label}
-            lines.append(f"| {label} | " + " | ".join(f"{by[n]['static_eager_ms']:.2f} / {by[n]['graph_ms']:.2f}"
-                                                       for n in ns) + " |")
+            lines.append(f"| {label} | " + " | ".join(
+                " / ".join(f"{by[n][k]:.2f}" for k in ("static_eager_ms", "graph_ms", "graph_wide_ms") if k in by[n])
+                for n in ns) + " |")
+        if caps := graphs["t_n"][0].get("capacities"):
+            lines.append("static caches: " + ", ".join(f"{k} {v}" for k, v in caps.items()))
         lines += replay_lines(graphs["t_n"])
         lines.append("")
     for label, ar in graphs.get("ar", {}).items():
-        lines.append(f"AR on {label}: eager {ar['eager_tok_s']}, graph {ar['graph_tok_s']}, HF static cache "
+        caps = f" (static cache {ar['capacities']['graph']})" if "capacities" in ar else ""
+        lines.append(f"AR on {label}: eager {ar['eager_tok_s']}, graph{caps} {ar['graph_tok_s']}, HF static cache "
                      f"{ar.get('hf_static_tok_s', '-')} tok/s ({ar['hf_static']}); graph/eager x{ar['graph_over_eager']}"
                      f", graph/HF x{ar.get('graph_over_hf_static', '-')}; identical to eager: graph "
                      f"{ar['graph_identical']}/{ar['prompts']}, HF {ar.get('hf_static_identical', '-')}/{ar['prompts']}")

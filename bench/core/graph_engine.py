@@ -40,6 +40,17 @@ from bench.core.timing import Timer
 from bench.core.tree import Tree
 from bench.core.verify import greedy_accept
 
+# A static cache sized to a run (run.graph_capacity=auto) leaves room past its longest prompt and output for the widest
+# bucket, whatever the method's draft: AR and the methods over it on one dataset get the same cache.
+DRAFT_ROOM = 128
+
+
+def sized_capacity(tokens: int) -> int:
+    """The static cache's positions for a run whose longest prompt and output take `tokens`: plus DRAFT_ROOM, rounded
+    up to 64. Every forward attends over the whole cache, so it is sized to the run as transformers' static cache
+    (its prompt + max_new_tokens) and gpt-fast's (max_seq_length) are, not to a fixed maximum."""
+    return -(-(tokens + DRAFT_ROOM) // 64) * 64
+
 
 class GraphModeRefused(ValueError):
     """A setting graph mode cannot run; its message is the one line the user sees."""

@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from bench import metrics
 from bench.core.engine import Engine
-from bench.core.graph_engine import GraphEngine, GraphModeRefused
+from bench.core.graph_engine import GraphEngine, GraphModeRefused, sized_capacity
 from bench.core.machine import cpu_name
 from bench.core.timing import PhaseTimer, device_sync, phases_exact
 from bench.errors import HarnessError
@@ -110,6 +110,7 @@ class Runner:
             if len(kept) < len(items):
                 self.selection += f"; {len(items) - len(kept)} rows shorter than {self.raw_tokens} tokens skipped"
             items = kept
+        self.dataset_items = items  # the whole set (a graph-mode cache sized to it serves any selection alike)
         self.items = select_items(items, cfg.run)
         if not self.items:
             raise HarnessError(f"dataset '{cfg.dataset.name}' selection is empty")
@@ -121,8 +122,9 @@ class Runner:
         # The AR reference is always the eager engine's; graph mode (run.graphs) decodes the method's outputs.
         self.eager = Engine(b.model, b.eos_token_ids, b.max_context, temperature=self.temperature, device=b.device)
         self.graphs = bool(cfg.run.get("graphs", False))
+        self.capacity = self.graph_capacity() if self.graphs else None
         mode = cfg.run.get("graph_compile")
-        self.engine = GraphEngine(b.model, b.eos_token_ids, b.max_context, int(cfg.run.graph_capacity),
+        self.engine = GraphEngine(b.model, b.eos_token_ids, b.max_context, self.capacity,
                                   device=b.device, compile_with={"mode": mode} if mode else None
                                   ) if self.graphs else self.eager
         self.timer = PhaseTimer(b.device, sync=cfg.run.sync_phases)
@@ -133,6 +135,21 @@ class Runner:
         self.is_reference = (cfg.method.name == "ar" and self.temperature == 0 and self.batch_size == 1
                              and not self.graphs)
         self.check_context()
+
+    def graph_capacity(self) -> int:
+        """Graph mode's static cache: run.graph_capacity, or for `auto` sized to the dataset's longest prompt (a later
+        turn's counting max_new_tokens for each earlier answer) and its output (bench.core.graph_engine.sized_capacity).
+        The whole dataset, not the selection: AR and the methods over it get one cache whatever each selected."""
+        capacity, max_new = self.cfg.run.get("graph_capacity", "auto"), self.cfg.run.max_new_tokens
+        if capacity != "auto":
+            return int(capacity)
+        if self.raw_tokens:
+            longest = self.raw_tokens
+        else:
+            template = self.cfg.model.chat_template
+            longest = max(len(prompt_ids(self.bundle.tokenizer, template, [(q, "") for q in it["turns"][:t]], question))
+                          + t * max_new for it in self.dataset_items for t, question in enumerate(it["turns"]))
+        return sized_capacity(longest + max_new)
 
     def check_context(self) -> None:
         """Fail before anything is measured or written if any turn's prompt may not fit. A later turn's prompt
@@ -162,10 +179,10 @@ class Runner:
         max_new = self.cfg.run.max_new_tokens
         draft_room = max(self.method.max_draft_tokens, 16)
         prompt = len(ids) + unanswered * max_new
-        if self.graphs and prompt + max_new + draft_room > self.engine.kv.capacity:
+        if self.graphs and prompt + max_new + draft_room > self.capacity:
             raise HarnessError(f"{where_text(len(ids), prompt, unanswered, max_new, where)} plus {max_new} new tokens "
                                f"and {draft_room} draft tokens exceeds graph mode's static KV cache of "
-                               f"{self.engine.kv.capacity} positions (run.graph_capacity)")
+                               f"{self.capacity} positions (run.graph_capacity)")
         if prompt + max_new + draft_room > self.bundle.max_context:
             raise HarnessError(
                 f"{where_text(len(ids), prompt, unanswered, max_new, where)} plus {max_new} new tokens and {draft_room} draft tokens exceeds the context of "
@@ -325,6 +342,7 @@ def run_summary(cfg, runner: Runner, records: list[dict], ckpt: Checkpoint | Non
         "batch_size": runner.batch_size,
         "graphs": runner.graphs,
         **({"graph_compile": cfg.run.graph_compile} if runner.graphs and cfg.run.get("graph_compile") else {}),
+        **({"graph_capacity": runner.engine.kv.capacity} if runner.graphs else {}),  # its forwards attend over all
         # Phase times are exact per phase on a GPU only in the breakdown mode (device sync at each boundary).
         "sync_phases": bool(cfg.run.sync_phases),
         "temperature": runner.temperature,

@@ -175,7 +175,8 @@ def load_runs(results_dir: str | Path) -> list[Run]:
 
 def find_baseline(results_dir: str | Path, summary: dict, method: str) -> Run | None:
     """Latest complete run of `method` with the same model, dataset, max_new_tokens, machine, temperature, batch
-    size (speedups at batch B are against the baseline at batch B) and engine mode (run.graphs, run.graph_compile)."""
+    size (speedups at batch B are against the baseline at batch B) and engine mode (run.graphs, run.graph_compile,
+    the static cache's size)."""
     runs = (Run(s.parent, json.loads(s.read_text())) for s in sorted(Path(results_dir, "runs").glob("*/summary.json")))
     return latest_baseline(runs, summary, method)
 
@@ -190,6 +191,7 @@ def latest_baseline(runs, summary: dict, method: str) -> Run | None:
         same = same and (other.get("batch_size") or 1) == summary.get("batch_size", 1)
         same = same and bool(other.get("graphs")) == bool(summary.get("graphs"))  # graph mode against its own AR
         same = same and other.get("graph_compile") == summary.get("graph_compile")  # compiled against compiled
+        same = same and other.get("graph_capacity") == summary.get("graph_capacity")  # attending over as many
         if same and other["method"] == method and not other.get("variant"):
             best = run
     return best

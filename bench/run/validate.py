@@ -83,10 +83,10 @@ def check_graphs(cfg, cls) -> None:
     if mode is not None and mode not in GRAPH_COMPILE_MODES:
         raise ConfigError(f"run.graph_compile must be null or one of {', '.join(GRAPH_COMPILE_MODES)} (graph mode "
                           f"captures the CUDA graph itself: no torch.compile mode that captures its own), got {mode!r}")
-    capacity = cfg.run.get("graph_capacity")
-    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 64:
-        raise ConfigError(f"run.graph_capacity must be an integer >= 64 (the static KV cache's positions), got "
-                          f"{capacity!r}")
+    capacity = cfg.run.get("graph_capacity", "auto")
+    if capacity != "auto" and (isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 64):
+        raise ConfigError(f"run.graph_capacity must be auto or an integer >= 64 (the static KV cache's positions), "
+                          f"got {capacity!r}")
 
 
 # The engine verifies trees and batches with a 4D additive mask (bench/core/engine.py): eager and sdpa attention
