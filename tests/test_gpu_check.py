@@ -290,6 +290,11 @@ def test_the_speedup_part_takes_turns_prompt_by_prompt_with_an_interval(monkeypa
     # the timed passes' own phases: 6 generations of 7 decode steps, 0.7 s of forward each; 80 nodes + the root
     assert tr["ms_per_step_timed"] == {"target_forward": 100.0, "update": 10.0} and tr["mean_width"] == 81.0
     assert tr["widths"] == {81: 6 * 7}
+    # per generation: its decode steps and ms in all, in the prefill (none here) and outside every phase
+    per = tr["per_generation"]
+    assert per["decode_steps"] == 7 and per["prefill_ms"] == 0 and per["untimed_ms"] == pytest.approx(
+        per["wall_ms"] - 770, abs=0.01) and per["wall_ms"] == pytest.approx(1000 * t_tr / 6, abs=0.01)
+    assert sp["prompt_tokens"] == [1, 1, 1]
     # the bare forward probed once, after the timed passes, at the timed prompts' mean context (1 + 8 / 2)
     assert probes == [5] and out["forward_probe"] == {"ms": {}}
     # fastest passes: every prompt's first timed pass (the machine only slows), each method's own

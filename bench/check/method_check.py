@@ -250,7 +250,8 @@ def interleaved_speedup(bundle, rows, warm, names: tuple[str, ...], max_new: int
                     timed[name].append([len(gen.output_ids), seconds])
     outputs = {n: g[-len(rows):] for n, g in gens.items()}  # the last timed pass (every pass decodes alike)
     base = names[0]
-    out = {"prompts": len(rows), "max_new_tokens": max_new, "reps": reps, "baseline": base, "order": "rotated",
+    out = {"prompts": len(rows), "prompt_tokens": [len(p) for p in rows], "max_new_tokens": max_new, "reps": reps,
+           "baseline": base, "order": "rotated",
            "seconds": {"timed": round(time.perf_counter() - lap, 1)}}
     for name in names:
         accepted = [a for g in outputs[name] for a in g.accept_lengths]
@@ -262,7 +263,7 @@ def interleaved_speedup(bundle, rows, warm, names: tuple[str, ...], max_new: int
                      "speedups": [round(float(ratio_of_rates(*one)), 3) for one in np.split(pairs, reps, axis=1)],
                      "best_speedup": round(float(ratio_of_rates(*fastest_pass(pairs, reps))), 3),
                      "timed": [[t, round(s, 4)] for t, s in timed[name]],
-                     **timed_phases(gens[name]),
+                     **timed_phases(gens[name], [s for _, s in timed[name]]),
                      "grades": [graded(bundle, p, g.output_ids, b.output_ids)
                                 for p, g, b in zip(rows, outputs[name], outputs[base], strict=True)]}
     if diagnostics:  # T(n) right after the timed passes, at their mean context: the forward alone (a few seconds)
@@ -286,15 +287,22 @@ def turn_order(methods: dict, turn: int) -> list:
     return items[k:] + items[:k]
 
 
-def timed_phases(gens) -> dict:
+def timed_phases(gens, seconds: list[float]) -> dict:
     """Where the timed passes' steps went, from their own phase times (unsynced: on an asynchronous device a
-    phase's host time, a wait charged to the phase that waits): ms per decode step by phase, and the widths of
-    the verification forwards (verified nodes and the root: how many steps had each, and their mean; 1 for a
-    method that records none)."""
+    phase's host time, a wait charged to the phase that waits): ms per decode step by phase; per generation (each
+    timed one took `seconds`) its decode steps, and its ms in all, in the prefill and outside every phase (what
+    projecting a pass onto another machine adds to its steps); the widths of the verification forwards (verified
+    nodes and the root: how many steps had each, and their mean; 1 for a method that records none)."""
     if not any(g.phase_times for g in gens):
         return {}
     widths = Counter(1 + n for g in gens for n in g.verified_nodes)
+    untimed = [s - sum(g.phase_times.values()) for g, s in zip(gens, seconds, strict=True)]
+    per_generation = {"decode_steps": float(np.mean([len(g.accept_lengths) - 1 for g in gens])),
+                      "wall_ms": 1000 * float(np.mean(seconds)),
+                      "prefill_ms": 1000 * float(np.mean([g.phase_times.get("prefill", 0.0) for g in gens])),
+                      "untimed_ms": 1000 * float(np.mean(untimed))}
     return {"ms_per_step_timed": {k: round(1000 * v, 3) for k, v in per_decode_step(gens).items()},
+            "per_generation": {k: round(v, 3) for k, v in per_generation.items()},
             "widths": {w: widths[w] for w in sorted(widths)},
             "mean_width": round(sum(w * c for w, c in widths.items()) / widths.total(), 2) if widths else 1.0}
 
