@@ -143,8 +143,9 @@ step-costs: setup  ## each method's ops and Python per step outside the target f
 	$(PY) -m bench.perf.step_costs
 	$(PY) -m bench.perf.step_costs --temperature 0.6 --out evidence/projection/step_costs-t0.6.json
 
-validate-projection-gpu: setup  ## the step model fitted on AR, checked against the H200/H100 leases -> evidence/projection/gpu_validation.json (docs/cost_model.md)
+validate-projection-gpu: setup  ## the step model fitted on AR, checked against the H200/H100 leases -> evidence/projection/gpu_validation.json and lease_pass_validation.json (docs/cost_model.md)
 	$(PY) -m bench.cost.gpu_validation
+	$(PY) -m bench.cost.pass_projection
 
 bench-engine: setup  ## engine micro-benchmarks side by side in one process -> results/bench/engine.json
 	$(PY) -m bench.perf.engine_bench --model $(MODEL)

@@ -174,11 +174,11 @@ def test_a_lease_with_timed_phases_fits_on_them_and_sets_the_forward_in_the_run_
     monkeypatch.setattr(gv, "lease", lambda label: lease)
     costs = step_costs()
     ar = [r for d in gv.cpu_runs().values() for r in d["ar"]]
-    host = gv.own_host("H100", costs, ar)
+    host = gv.own_host("H100", costs, gv.phase_ms(ar))
     assert "timed phases" in host.source
     without = {"speedup": {"ar": {"ms_per_step": synced}}}
     monkeypatch.setattr(gv, "lease", lambda label: without)
-    slower = gv.own_host("H100", costs, ar)  # the synced phases took twice as long: a host twice as slow
+    slower = gv.own_host("H100", costs, gv.phase_ms(ar))  # the synced phases took twice as long: a host twice as slow
     assert "synced phases" in slower.source
     assert (slower.launch_us, slower.host_factor) == pytest.approx((2 * host.launch_us, 2 * host.host_factor), rel=0.01)
     assert gv.forward_in_run("H100") == {}  # no probe, no comparison

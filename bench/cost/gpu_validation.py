@@ -112,16 +112,17 @@ def phase_ms(records: list[dict]) -> dict[str, float]:
     return out
 
 
-def own_host(label: str, costs: StepCosts, ar_records: list[dict]) -> HostCost | None:
-    """The launch cost and host factor fitted on AR's phases of the lease, against AR's Python (its runs'
-    phase times, on the machine that recorded them, times the step costs' Python share) and ops per phase; None
-    where the lease timed no phases. The timed passes' own phases where the lease kept them (the step as timed);
-    else the synced pass's, whose syncs at each phase boundary the fit cannot tell from the host's speed."""
+def own_host(label: str, costs: StepCosts, here: dict[str, float]) -> HostCost | None:
+    """The launch cost and host factor fitted on AR's phases of the lease, against AR's Python (`here`: its ms per
+    decode step by phase on the machine whose runs are projected, times the step costs' Python share) and ops per
+    phase; None where the lease timed no phases. The timed passes' own phases where the lease kept them (the step
+    as timed); else the synced pass's, whose syncs at each phase boundary the fit cannot tell from the host's
+    speed."""
     row = (lease(label).get("speedup") or {}).get("ar") or {}
     kind, ms = ("timed", row["ms_per_step_timed"]) if row.get("ms_per_step_timed") else ("synced", row.get("ms_per_step"))
     if not ms:
         return None
-    ar, here = costs.methods["ar"]["phases"], phase_ms(ar_records)
+    ar = costs.methods["ar"]["phases"]
     phases = [p for p in ar if p not in TARGET_PHASES and p in ms and p in here]
     launch_us, factor = fit_host(np.array([here[p] * ar[p]["python_share"] for p in phases]),
                                  np.array([ar[p]["ops"] for p in phases]), np.array([ms[p] for p in phases]))
@@ -166,7 +167,7 @@ def validate(costs: StepCosts | None = None) -> dict:
     runs = {dataset: dict(zip(by_method, loops_priced(list(by_method.values()))))
             for dataset, by_method in cpu_runs().items()}
     ar = [r for d in runs.values() for r in d["ar"]]
-    hosts = {g: own_host(g, costs, ar) for g in GPUS}
+    hosts = {g: own_host(g, costs, phase_ms(ar)) for g in GPUS}
     out = {"step_costs_machine": costs.machine, "gpus": {}}
     for gpu, (folder, _, nearest) in GPUS.items():
         host = hosts[gpu] or HostCost(hosts[nearest].launch_us, hosts[nearest].host_factor,

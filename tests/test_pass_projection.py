@@ -1,0 +1,55 @@
+"""A lease's own speedup part recorded on a CPU, projected onto a GPU (bench/cost/pass_projection.py): the step
+arithmetic on a made-up part, and the committed check recomputed from evidence/."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.cost import pass_projection as pp
+from bench.cost.host import HostCost, StepCosts
+from bench.cost.profiles import Profile
+
+COSTS = StepCosts("here", {"1": 100, "n": 110}, {
+    "ar": {"phases": {"update": {"python_share": 0.5, "ops": 20}, "target_forward": {"python_share": 0.1, "ops": 100}}},
+    "tr": {"multi_token_share": 1.0, "phases": {
+        "update": {"python_share": 0.25, "ops": 40}, "target_forward": {"python_share": 0.1, "ops": 130}}}})
+HOST = HostCost(launch_us=10.0, host_factor=2.0, source="test")
+# T(n) = 20 ms + 0.1 ms a token past the first, at any context; a prefill 30 ms
+PROFILE = Profile(name="p", model="m", hardware="h", dtype="bfloat16", source="test", ns=[1, 101], contexts=[0],
+                  ms=[[20.0, 30.0]], prefill_ns=[1, 1000], prefill_ms=[30.0, 30.0])
+
+
+def part(tr_widths: dict) -> dict:
+    def row(mat, steps, untimed, phases, widths):
+        return {"mat": mat, "widths": widths, "ms_per_step_timed": phases,
+                "per_generation": {"decode_steps": steps, "wall_ms": 0.0, "prefill_ms": 5.0, "untimed_ms": untimed}}
+
+    return {"prompt_tokens": [100, 200], "forward_probe": {"context": 300},
+            "ar": row(1.0, 9, 9.0, {"target_forward": 30.0, "update": 2.0}, {"1": 9}),
+            "tr": row(2.5, 3, 3.0, {"target_forward": 60.0, "update": 8.0}, tr_widths)}
+
+
+def test_a_step_is_its_forward_at_its_widths_and_its_rest_priced_with_the_prefill_shared():
+    sp = part({"81": 3})
+    # AR: rest = 2 x (1 untimed + 2 x 0.5) + 0.01 x 20 = 4.2 ms; 9 steps of 20 + 4.2, one 30 ms prefill, 10 forwards
+    assert pp.rest_ms("ar", sp["ar"], HOST, COSTS) == pytest.approx(4.2)
+    assert pp.step_ms("ar", sp, PROFILE, HOST, COSTS) == pytest.approx((30 + 9 * 24.2) / 10)
+    # Token Recycling: rest = 2 x (1 + 8 x 0.25) + 0.01 x (40 + 20 forward ops past the 4D mask's 110) = 6.6 ms
+    assert pp.rest_ms("tr", sp["tr"], HOST, COSTS) == pytest.approx(6.6)
+    assert pp.step_ms("tr", sp, PROFILE, HOST, COSTS) == pytest.approx((30 + 3 * (28.0 + 6.6)) / 4)
+    # mixed widths: the forward averaged over the steps
+    assert pp.forward_ms(part({"1": 2, "81": 1})["tr"], PROFILE, 300) == pytest.approx((2 * 20 + 28) / 3)
+
+
+def test_the_forward_factor_makes_ar_s_projected_step_the_lease_s():
+    sp = part({"81": 3})
+    factor = pp.forward_factor(sp, PROFILE, HOST, COSTS, ar_tok_s=40.0)
+    assert pp.step_ms("ar", sp, PROFILE, HOST, COSTS, factor) == pytest.approx(25.0)
+
+
+def test_the_committed_lease_pass_validation_is_what_the_step_model_gives():
+    stored = json.loads(pp.OUT.read_text())
+    assert pp.project() == stored
+    assert stored["sitting"] == pp.sitting()[0] and set(stored["gpus"]) == {"H200", "H100", "H200 11-28"}
