@@ -216,23 +216,22 @@ def timed_generate(method, engine, rows, max_new: int, reps: int) -> tuple[list[
 
 def interleaved_speedup(bundle, rows, warm, names: tuple[str, ...], max_new: int, reps: int,
                         progress=lambda out: None, engine=None, diagnostics: bool = True, configs=None) -> dict:
-    """Each method's greedy tokens/s on the same prompts, the methods taking turns prompt by prompt, the first of
-    each turn rotating (`turn_order`; `order: rotated` in the output since 2026-11-28 night) (after one
-    untimed pass over the `warm` prompts: the device warms up, and a method that learns across prompts, as Token
-    Recycling's hot matrix does, learns as in a run, but not from the timed prompts; every timed pass of a prompt
-    starts from the state its first did: bench.core.proposer.Replay), so that a machine whose speed drifts slows
-    them alike: per method its tok/s and speedup over the first method over all timed passes (all tokens / all
-    seconds), the speedup's 95% interval (a paired bootstrap over the timed (pass, prompt) pairs,
-    bench.metrics), its speedup on each pass and on the fastest pass of each prompt (`best_speedup`: a busy
+    """Each method's greedy tokens/s on the same prompts, the methods taking turns prompt by prompt, the first
+    rotating (`turn_order`), after one untimed pass over the `warm` prompts (the device warms up, and a method that
+    learns across prompts, as Token Recycling's hot matrix does, learns as in a run, but not from the timed prompts;
+    every timed pass of a prompt starts from the state its first did: bench.core.proposer.Replay), so that a machine
+    whose speed drifts slows them alike: per method its tok/s and speedup over the first method over all timed
+    passes (all tokens / all seconds), the speedup's 95% interval (a paired bootstrap over the timed (pass, prompt)
+    pairs, bench.metrics), its speedup on each pass and on the fastest pass of each prompt (`best_speedup`: a busy
     machine only ever adds time), the raw [tokens, seconds] of each timed pair, MAT, its grades against the first
-    method. Then where a step's time goes, the methods again
-    taking turns: ms per decode step by phase from a pass synced at every phase boundary (apart: syncs cost time of
-    their own) over the first DIAGNOSED_PROMPTS prompts, the ops (kernel launches) per step by phase on the first
-    prompt, and its profile (bench.core.step_profile) over the first PROFILED_NEW tokens of the first prompt: the
-    device's own launches, waits and busy time by phase. `seconds`: what each of these took (a lease's budget).
-    `progress(out)` gets the speedups before the diagnostics start. `engine`: the one they decode on (the eager
-    engine by default; the graph part passes a GraphEngine); `diagnostics`: False stops after the speedups;
-    `configs`: run configs by method (`method_configs`, with the untrained parts), else each method's defaults."""
+    method. Then where a step's time goes, the methods again taking turns: ms per decode step by phase from a pass
+    synced at every phase boundary (apart: syncs cost time of their own) over the first DIAGNOSED_PROMPTS prompts,
+    the ops (kernel launches) per step by phase on the first prompt, and its profile (bench.core.step_profile) over
+    the first PROFILED_NEW tokens of the first prompt: the device's own launches, waits and busy time by phase.
+    `seconds`: what each of these took (a lease's budget). `progress(out)` gets the speedups before the diagnostics
+    start. `engine`: the one they decode on (the eager engine by default; the graph part passes a GraphEngine);
+    `diagnostics`: False stops after the speedups; `configs`: run configs by method (`method_configs`, with the
+    untrained parts), else each method's defaults."""
     engine = engine or engine_for(bundle, 0.0)
     methods = {n: build_method((configs[n] if configs and n in configs else compose_config([f"method={n}"])).method,
                                bundle) for n in names}
@@ -278,10 +277,8 @@ def interleaved_speedup(bundle, rows, warm, names: tuple[str, ...], max_new: int
 
 
 def turn_order(methods: dict, turn: int) -> list:
-    """The methods' (name, method) pairs in the order they run at timed turn `turn` (a pass and prompt): rotated by
-    one each turn, so that each runs first as often as the others (the 11-28 H200 lease ran AR first on every
-    prompt and measured three methods' steps cheaper than AR's, which their synced passes did not: whatever
-    going first costs, it now falls on every method alike)."""
+    """The methods' (name, method) pairs at timed turn `turn` (a pass and prompt), rotated by one each turn: whatever
+    going first costs falls on every method alike (the 11-28 H200 lease ran AR first at every prompt)."""
     items = list(methods.items())
     k = turn % len(items)
     return items[k:] + items[:k]
@@ -290,19 +287,17 @@ def turn_order(methods: dict, turn: int) -> list:
 def timed_phases(gens, seconds: list[float]) -> dict:
     """Where the timed passes' steps went, from their own phase times (unsynced: on an asynchronous device a
     phase's host time, a wait charged to the phase that waits): ms per decode step by phase; per generation (each
-    timed one took `seconds`) its decode steps, and its ms in all, in the prefill and outside every phase (what
-    projecting a pass onto another machine adds to its steps); the widths of the verification forwards (verified
-    nodes and the root: how many steps had each, and their mean; 1 for a method that records none)."""
+    took `seconds`) its decode steps and its ms in all, in the prefill and outside every phase; the widths of the
+    verification forwards (verified nodes and the root: steps at each, their mean; 1 where none are recorded)."""
     if not any(g.phase_times for g in gens):
         return {}
     widths = Counter(1 + n for g in gens for n in g.verified_nodes)
-    untimed = [s - sum(g.phase_times.values()) for g, s in zip(gens, seconds, strict=True)]
-    per_generation = {"decode_steps": float(np.mean([len(g.accept_lengths) - 1 for g in gens])),
-                      "wall_ms": 1000 * float(np.mean(seconds)),
-                      "prefill_ms": 1000 * float(np.mean([g.phase_times.get("prefill", 0.0) for g in gens])),
-                      "untimed_ms": 1000 * float(np.mean(untimed))}
+    per_generation = {"decode_steps": np.mean([len(g.accept_lengths) - 1 for g in gens]),
+                      "wall_ms": 1000 * np.mean(seconds),
+                      "prefill_ms": 1000 * np.mean([g.phase_times.get("prefill", 0.0) for g in gens]),
+                      "untimed_ms": 1000 * np.mean([s - sum(g.phase_times.values()) for g, s in zip(gens, seconds)])}
     return {"ms_per_step_timed": {k: round(1000 * v, 3) for k, v in per_decode_step(gens).items()},
-            "per_generation": {k: round(v, 3) for k, v in per_generation.items()},
+            "per_generation": {k: round(float(v), 3) for k, v in per_generation.items()},
             "widths": {w: widths[w] for w in sorted(widths)},
             "mean_width": round(sum(w * c for w, c in widths.items()) / widths.total(), 2) if widths else 1.0}
 

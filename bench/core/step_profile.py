@@ -78,7 +78,7 @@ def by_phase(events: list[Event]) -> tuple[list[dict[str, dict[str, float]]], Co
     """Per generation (one per BEGIN mark), phase -> quantity -> total; and how often each device kernel ran
     outside the prefills (by name, cut to 90 characters). A host event belongs to the phase whose mark follows
     its start, a device event to its launching op's phase."""
-    host = sorted((e for e in events if e.on_host), key=lambda e: e.start_ns)
+    host = sorted((e for e in events if e.on_host), key=lambda e: (e.start_ns, -e.end_ns))  # an op before its calls
     marks = [(e.start_ns, e.name[len(MARK):]) for e in host if e.name.startswith(MARK)]
     starts = [t for t, _ in marks]
     gens: list[dict] = []
@@ -120,10 +120,10 @@ def by_phase(events: list[Event]) -> tuple[list[dict[str, dict[str, float]]], Co
 
 
 def enclosing_ops(host: list[Event]) -> dict[Event, str]:
-    """Per runtime call that copies or waits (host events sorted by start): the aten ops it ran inside, as
-    "<outermost> > <innermost>" (the one name where they are one op)."""
+    """Per runtime call that copies or waits (`host`: host events sorted by start, an op before the ops it calls):
+    the aten ops it ran inside, as "<outermost> > <innermost>" (the one name where they are one op)."""
     named, stack = {}, []  # the aten ops open at the current event, outermost first
-    for e in sorted(host, key=lambda e: (e.start_ns, -e.end_ns)):  # an op before the ops it calls
+    for e in host:
         while stack and stack[-1].end_ns < e.start_ns:
             stack.pop()
         if e.name.startswith("aten::"):

@@ -85,8 +85,7 @@ def project(costs: StepCosts | None = None) -> dict:
     sitting's MAT) beside the lease's, where it timed the method."""
     costs = costs or step_costs()
     name, sp = sitting()
-    here = {p: ms for p, ms in sp["ar"]["ms_per_step_timed"].items()}
-    hosts = {g: gv.own_host(g, costs, here) for g in gv.GPUS}
+    hosts = {g: gv.own_host(g, costs, sp["ar"]["ms_per_step_timed"]) for g in gv.GPUS}
     out = {"sitting": name, "step_costs_machine": costs.machine, "gpus": {}}
     for gpu, (folder, _, nearest) in gv.GPUS.items():
         host = hosts[gpu] or HostCost(hosts[nearest].launch_us, hosts[nearest].host_factor,

@@ -122,9 +122,8 @@ class Runner:
         # The AR reference is always the eager engine's; graph mode (run.graphs) decodes the method's outputs.
         self.eager = Engine(b.model, b.eos_token_ids, b.max_context, temperature=self.temperature, device=b.device)
         self.graphs = bool(cfg.run.get("graphs", False))
-        self.capacity = self.graph_capacity() if self.graphs else None
         mode = cfg.run.get("graph_compile")
-        self.engine = GraphEngine(b.model, b.eos_token_ids, b.max_context, self.capacity,
+        self.engine = GraphEngine(b.model, b.eos_token_ids, b.max_context, self.graph_capacity(),
                                   device=b.device, compile_with={"mode": mode} if mode else None
                                   ) if self.graphs else self.eager
         self.timer = PhaseTimer(b.device, sync=cfg.run.sync_phases)
@@ -136,6 +135,11 @@ class Runner:
                              and not self.graphs)
         self.check_context()
 
+    @property
+    def capacity(self) -> int | None:
+        """Graph mode's static KV cache, in positions (None in eager mode)."""
+        return self.engine.kv.capacity if self.graphs else None
+
     def graph_capacity(self) -> int:
         """Graph mode's static cache: run.graph_capacity, or for `auto` sized to the dataset's longest prompt (a later
         turn's counting max_new_tokens for each earlier answer) and its output (bench.core.graph_engine.sized_capacity).
@@ -143,22 +147,30 @@ class Runner:
         capacity, max_new = self.cfg.run.get("graph_capacity", "auto"), self.cfg.run.max_new_tokens
         if capacity != "auto":
             return int(capacity)
-        if self.raw_tokens:
-            longest = self.raw_tokens
-        else:
-            template = self.cfg.model.chat_template
-            longest = max(len(prompt_ids(self.bundle.tokenizer, template, [(q, "") for q in it["turns"][:t]], question))
-                          + t * max_new for it in self.dataset_items for t, question in enumerate(it["turns"]))
+        longest = self.raw_tokens or max(len(self.prompt_of(history, question)) + t * max_new
+                                         for it in self.dataset_items for t, history, question in self.turns_of(it))
         return sized_capacity(longest + max_new)
+
+    def turns_of(self, item) -> list[tuple[int, list, str]]:
+        """(t, the earlier questions with their answers left empty, the question) for each turn of `item` whose
+        prompt is checked before the run (raw-text sets: the first only)."""
+        turns = item["turns"] if not self.raw_tokens else item["turns"][:1]
+        return [(t, [(q, "") for q in turns[:t]], question) for t, question in enumerate(turns)]
+
+    def prompt_of(self, history, question) -> list[int]:
+        """A prompt's ids: the raw text's first raw_prompt_tokens, or the question after `history` in the chat
+        template."""
+        if self.raw_tokens:
+            return self.raw_ids(question)
+        return prompt_ids(self.bundle.tokenizer, self.cfg.model.chat_template, history, question)
 
     def check_context(self) -> None:
         """Fail before anything is measured or written if any turn's prompt may not fit. A later turn's prompt
         holds the model's earlier answers, unknown yet: each is bounded by run.max_new_tokens, so turn t is checked
         at its questions in the chat template (answers left empty) plus t answers of max_new_tokens."""
         for item in self.items:
-            turns = item["turns"] if not self.raw_tokens else item["turns"][:1]
-            for t, question in enumerate(turns):
-                self.encode([(q, "") for q in turns[:t]], question, unanswered=t, where=(item["question_id"], t))
+            for t, history, question in self.turns_of(item):
+                self.encode(history, question, unanswered=t, where=(item["question_id"], t))
 
     def raw_ids(self, text: str, full: bool = False) -> list[int]:
         ids = self.bundle.tokenizer(text).input_ids
@@ -167,10 +179,7 @@ class Runner:
     def encode(self, history, question, unanswered: int = 0, where=None) -> list[int]:
         """The prompt's ids; HarnessError if it cannot fit with its output. `unanswered` earlier answers missing from
         `history` count max_new_tokens each (check_context); `where` = (question id, turn) names the prompt."""
-        if self.raw_tokens:
-            ids = self.raw_ids(question)
-        else:
-            ids = prompt_ids(self.bundle.tokenizer, self.cfg.model.chat_template, history, question)
+        ids = self.prompt_of(history, question)
         if ids and max(ids) >= self.bundle.vocab_size:  # e.g. a random-init shape with fewer tokens than the tokenizer
             raise HarnessError(f"prompt token id {max(ids)} is outside the {self.bundle.vocab_size}-token vocabulary "
                                f"of model '{self.bundle.name}': its tokenizer does not match it")
@@ -342,7 +351,7 @@ def run_summary(cfg, runner: Runner, records: list[dict], ckpt: Checkpoint | Non
         "batch_size": runner.batch_size,
         "graphs": runner.graphs,
         **({"graph_compile": cfg.run.graph_compile} if runner.graphs and cfg.run.get("graph_compile") else {}),
-        **({"graph_capacity": runner.engine.kv.capacity} if runner.graphs else {}),  # its forwards attend over all
+        **({"graph_capacity": runner.capacity} if runner.graphs else {}),  # its forwards attend over all of it
         # Phase times are exact per phase on a GPU only in the breakdown mode (device sync at each boundary).
         "sync_phases": bool(cfg.run.sync_phases),
         "temperature": runner.temperature,
