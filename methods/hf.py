@@ -4,13 +4,16 @@
 are measured against; `hf_pld` is `generate(prompt_lookup_num_tokens=N)`, the peer of our `pld` in its
 HF setting; `hf_assisted` is `generate(assistant_model=draft)`, transformers' speculative decoding with the
 model's draft (`model.draft`), the peer baseline of the draft-model methods. Steps are counted through a
-StoppingCriteria (a public hook, called once per target forward), so MAT is measured for these too.
+StoppingCriteria (a public hook, called after every target forward), so MAT is measured for these too.
 
 In assisted generation (transformers 5.x `_assisted_decoding`) the stopping criteria run once per loop
-iteration, i.e. once per target forward, after the accepted tokens and the bonus token are appended; the
-assistant's own `generate` calls get their own criteria, not ours. So one recorded length = one target
-forward. The first forward also prefills the prompt, so its step may commit several tokens (the engine's
-methods count the prefill as a one-token step instead): either way MAT = tokens per target forward.
+iteration after the target's forward, once the accepted tokens and the bonus token are appended; the
+assistant's own `generate` calls get their own criteria, not ours. Up to 5.17 (the GPU images' version) they
+also run on each iteration's candidates, before the target's forward: so the assisted baselines count the
+target's forwards (a forward pre-hook) and record only a call that follows one, and one recorded length is one
+target forward on every version. The first forward also prefills the prompt, so its step may commit several
+tokens (the engine's methods count the prefill as a one-token step instead): either way MAT = tokens per target
+forward.
 
 At temperature > 0 (`engine.temperature`) the HF baselines sample with do_sample=True, that temperature,
 top_k=0 and top_p=1.0 (HF's default top_k=50 would truncate the distribution). HF's sampling draws from the
@@ -19,6 +22,8 @@ global torch RNG, which is seeded per prompt-turn from the engine's generator (r
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import contextmanager, nullcontext
 from itertools import pairwise
 
 import torch
@@ -31,14 +36,36 @@ from bench.models.vocab import TrimmedDraft
 
 
 class StepRecorder(StoppingCriteria):
-    """Records the sequence length after every generation step; never stops anything."""
+    """Records the sequence length after every generation step; never stops anything. With `forwards` (the
+    target's forwards so far), a call with no target forward since the previous call is not a step: transformers
+    <= 5.17 checks an assisted step's candidates before verifying them (counted as steps, they halved the MAT)."""
 
-    def __init__(self):
+    def __init__(self, forwards: Callable[[], int] | None = None):
         self.lengths: list[int] = []
+        self.forwards = forwards
+        self.seen = forwards() if forwards else 0  # the forwards at the previous call
 
     def __call__(self, input_ids, scores, **kwargs):
-        self.lengths.append(input_ids.shape[1])
+        now = self.forwards() if self.forwards else self.seen + 1
+        if now > self.seen:
+            self.lengths.append(input_ids.shape[1])
+        self.seen = now
         return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+
+@contextmanager
+def counted_forwards(model):
+    """Yields a function returning how many times `model`'s forward has been called inside the block."""
+    count = [0]
+
+    def tick(*_):
+        count[0] += 1
+
+    handle = model.register_forward_pre_hook(tick)
+    try:
+        yield lambda: count[0]
+    finally:
+        handle.remove()
 
 
 def sampling_kwargs(engine) -> dict:
@@ -54,6 +81,7 @@ def sampling_kwargs(engine) -> dict:
 
 class HFGenerate(Method):
     batchable = True
+    checks_candidates = False  # transformers may call the stopping criteria on draft candidates (assisted)
 
     def generate_kwargs(self) -> dict:
         return {}
@@ -65,20 +93,22 @@ class HFGenerate(Method):
     def generate(self, engine, prompt_ids, max_new_tokens, timer):
         model = self.bundle.model
         ids = torch.tensor([prompt_ids], dtype=torch.long, device=model.device)
-        recorder = StepRecorder()
         sampling = sampling_kwargs(engine)
-        timer.start()
-        out = model.generate(
-            input_ids=ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=max_new_tokens,
-            eos_token_id=self.bundle.eos_token_ids,
-            pad_token_id=self.bundle.pad_token_id,
-            stopping_criteria=StoppingCriteriaList([recorder]),
-            **sampling,
-            **self.generate_kwargs(),
-        )
-        timer.lap("generate")
+        # (no hook on plain generate: its forward may be compiled, and it checks no candidates)
+        with counted_forwards(model) if self.checks_candidates else nullcontext() as forwards:
+            recorder = StepRecorder(forwards)
+            timer.start()
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=max_new_tokens,
+                eos_token_id=self.bundle.eos_token_ids,
+                pad_token_id=self.bundle.pad_token_id,
+                stopping_criteria=StoppingCriteriaList([recorder]),
+                **sampling,
+                **self.generate_kwargs(),
+            )
+            timer.lap("generate")
         output = out[0, len(prompt_ids) :].tolist()
         lengths = [len(prompt_ids)] + recorder.lengths
         accept = [b - a for a, b in pairwise(lengths)]
@@ -113,6 +143,7 @@ class HFGenerate(Method):
 
 class HFPromptLookup(HFGenerate):
     batchable = False  # transformers raises for prompt lookup at batch > 1
+    checks_candidates = True
     settings = declare({"num_draft_tokens": integer(1), "max_ngram": integer(1, optional=True)})
 
     def generate_kwargs(self):
@@ -143,6 +174,7 @@ class HFAssisted(HFGenerate):
     the adapted draft length back there, so it carries over to the next prompt (upstream behaviour)."""
 
     batchable = False  # transformers raises for assisted generation at batch > 1
+    checks_candidates = True
     settings = declare({
         "num_assistant_tokens": integer(1, optional=True),
         "num_assistant_tokens_schedule": choice("constant", "heuristic", "heuristic_transient", optional=True),

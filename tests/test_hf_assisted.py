@@ -14,7 +14,7 @@ from bench.core.timing import PhaseTimer
 from bench.models.drafts import init_draft_from_target
 from bench.paths import PROJECT
 from methods.ar import Autoregressive
-from methods.hf import ASSISTANT_KEYS, HFAssisted, assistant_defaults
+from methods.hf import ASSISTANT_KEYS, HFAssisted, StepRecorder, assistant_defaults
 from tests.conftest import MAX_NEW, assert_lossless, compose_cfg, tiny_llama
 
 V = 100
@@ -86,6 +86,26 @@ def test_lossless_and_one_step_per_target_forward(target, layers):
         # so transformers' default confidence threshold (0.4) stops each draft after its first token.
         assert mat >= 2
     assert set(out.phase_times) == {"generate"}
+
+
+def test_candidate_checks_are_not_steps():
+    """transformers <= 5.17 (the GPU images') calls the stopping criteria on an assisted step's candidates before
+    the target's forward, then on the committed tokens after it (5.24 only after): either way, one step a forward."""
+    forwards = [0]
+    ids = [torch.zeros(1, n, dtype=torch.long) for n in range(40)]
+    # per step: the tokens with its candidates, then the tokens committed (prompt of 10; the last step drafts none)
+    steps = [(15, 12), (22, 13), (13, 14)]
+    for checks_candidates in (True, False):
+        recorder = StepRecorder(lambda: forwards[0])
+        for candidates, committed in steps:
+            if checks_candidates:
+                recorder(ids[candidates], None)
+            forwards[0] += 1
+            recorder(ids[committed], None)
+        assert recorder.lengths == [12, 13, 14]
+    plain = StepRecorder()  # no forward count (plain generate): every call is a step
+    plain(ids[11], None), plain(ids[12], None)
+    assert plain.lengths == [11, 12]
 
 
 def test_settings_reach_the_assistant(target):

@@ -55,8 +55,9 @@ METHODS = {  # every registered method, small settings where the default tree is
     "holistic": ("method.draft_length=4",), "ouroboros": ("method.gamma=4",), "ouroboros_g12": ("method.gamma=4",),
     "hf_generate": (), "hf_pld": (), "hf_assisted": (),
 }
-# Greedy methods that need only the engine's read: pinned at 1, so one more read a step fails.
-ONE_WAIT = ("ar", "token_recycling", "medusa", "bpd", "hf_generate")
+# Greedy methods that need only the engine's read: pinned at 1, so one more read a step fails. (hf_generate's loop is
+# transformers': one read a step in 5.24, two in 5.17, the GPU images' version; it keeps the default budget.)
+ONE_WAIT = ("ar", "token_recycling", "medusa", "bpd")
 # Over budget today, each for a reason still to fix (strict: the case fails once the method is within budget, so
 # the entry is then removed). The waits measured on the code of 2026-11 per row and step are in brackets.
 OVER = {
@@ -92,7 +93,9 @@ def random_heads(model, n: int, seed: int) -> MedusaHeads:
 
 @pytest.fixture(scope="module")
 def bundle():
-    model = tiny_llama(V, max_positions=512)
+    # sdpa, as on a GPU by default: transformers 5.17 (the GPU images') builds eager attention's mask with a host
+    # scalar copied to the device at every forward, a wait that is transformers' and not the loop's
+    model = tiny_llama(V, "sdpa", max_positions=512)
     draft = init_draft_from_target(model, 1)
     heads, early = random_heads(model, 5, 1), random_heads(model, 1, 2)
     early.layers = [1]
