@@ -120,6 +120,20 @@ def test_small_check_writes_its_folder_and_table(tmp_path, capsys):
     assert (graph_profile.ns, graph_profile.contexts) == ([1, 2, 4], [512])
 
 
+@pytest.mark.model
+@pytest.mark.slow
+def test_graph_part_gets_the_untrained_parts_of_the_speedup_methods(tmp_path):
+    """Speedup methods past the defaults reach the graph part with the untrained parts the speedup part gives them
+    (REST's HumanEval store: its default store is not built on a lease), and only those methods run."""
+    out = tmp_path / "check"
+    assert gpu_check.main(["--small", "--device", "cpu", "--out", str(out), "--only", "graphs",
+                           "--speedup-methods", "ar,rest,lookahead"]) == 0
+    graphs = json.loads((out / "results.json").read_text())["graphs"]
+    assert not graphs["errors"]
+    assert {g for name in ("rest", "lookahead") for g in graphs["speedup"][name]["grades"]} == {"identical"}
+    assert not {"pld", "token_recycling", "token_recycling_auto"} & set(graphs["speedup"])
+
+
 def test_evidence_copies_every_check_folder(tmp_path):
     stamp = tmp_path / "results" / "gpu_check" / "node_H100-20261201-120000"
     stamp.mkdir(parents=True)

@@ -145,6 +145,15 @@ def ar_vs_hf_shapes(sizes: Sizes, device: str) -> dict:
     return out
 
 
+def untrained(bundle, sizes: Sizes, scratch: Path) -> dict | None:
+    """The run configs with the methods part's untrained parts (heads, a draft, a REST store on HumanEval) when the
+    speedup methods go past the default ones, which need none; else None (each method's own config)."""
+    if not set(sizes.speedup) - set(Sizes.speedup):
+        return None
+    shared = method_check.add_untrained_parts(bundle, scratch)
+    return method_check.method_configs(shared, sizes.method_shape is not None)
+
+
 def run_checks(sizes: Sizes, device: str, scratch: Path, partial: Path | None = None, parts=PARTS,
                methods=None) -> dict:
     """The results of `parts` (all by default; `methods` names the methods part's methods, all by default; the
@@ -175,12 +184,8 @@ def run_checks(sizes: Sizes, device: str, scratch: Path, partial: Path | None = 
     if "speedup" in parts:
         both = method_check.prompts(bundle, 2 * sizes.speedup_prompts)  # the timed ones, then as many to warm up on
         timed, warm = both[: sizes.speedup_prompts], both[sizes.speedup_prompts :]
-        configs = None
-        if set(sizes.speedup) - set(Sizes.speedup):  # heads, a draft, a REST store: the methods part's untrained ones
-            shared = method_check.add_untrained_parts(bundle, scratch)
-            configs = method_check.method_configs(shared, sizes.method_shape is not None)
         record("speedup", method_check.interleaved_speedup(bundle, timed, warm, sizes.speedup, sizes.timed_new,
-                                                           sizes.speedup_reps, configs=configs,
+                                                           sizes.speedup_reps, configs=untrained(bundle, sizes, scratch),
                                                            progress=lambda sp: save({**results, "speedup": sp})))
     if "methods" in parts:
         shared = method_check.add_untrained_parts(bundle, scratch)
@@ -194,7 +199,7 @@ def run_checks(sizes: Sizes, device: str, scratch: Path, partial: Path | None = 
     if "graphs" in parts:  # the engine's graph mode beside the eager one (bench.check.graph_check)
         record("graphs", graph_check.run_graphs(sizes, lambda shape, dtype: bundle_for(device, dtype, shape), free,
                                                 bundle, progress=lambda g: save({**results, "graphs": g}),
-                                                scratch=scratch))
+                                                scratch=scratch, configs=untrained(bundle, sizes, scratch)))
     if "compiled" in parts:  # graph mode with its forward compiled (run.graph_compile) beside plain graph mode
         record("compiled", compiled_check.run_compiled(sizes, bundle, progress=lambda c: save({**results, "compiled": c}),
                                                     load=lambda shape, dtype: bundle_for(device, dtype, shape),

@@ -285,11 +285,12 @@ def methods_label(sizes) -> str:
     return next(label for label, shape in sizes.cost_models if shape == sizes.method_shape)
 
 
-def run_graphs(sizes, load, free, bundle, progress=lambda out: None, scratch=None) -> dict:
+def run_graphs(sizes, load, free, bundle, progress=lambda out: None, scratch=None, configs=None) -> dict:
     """The graph part: T(n) both ways per cost model (load(shape, dtype) gives its bundle, free(bundle) drops it),
     AR three ways on the methods' model and each hf_shape, the speedups in graph mode on the methods' model
-    (`bundle`). A stage that fails records {"error": ..., "traceback": ...} and the next one runs: a first lease
-    should bring back all it can. `progress(out)` gets the results so far after each stage."""
+    (`bundle`; `configs`, {name: run config}, as the speedup part's). A stage that fails records {"error": ...,
+    "traceback": ...} and the next one runs: a first lease should bring back all it can. `progress(out)` gets the
+    results so far after each stage."""
     out: dict = {"context": CONTEXT, "t_n": [], "ar": {}, "errors": {}, "seconds": {}}
     stage = stager(out, progress)
 
@@ -315,7 +316,7 @@ def run_graphs(sizes, load, free, bundle, progress=lambda out: None, scratch=Non
                                              sizes.timed_reps)
 
     ar_on(bundle.name, sizes.method_shape)
-    configs = {}
+    configs = dict(configs or {})
     if scratch is not None and "token_recycling" in sizes.speedup:
         with stage("tree auto"):
             mine = [r for r in out["t_n"] if r["model"] == methods_label(sizes)]
@@ -323,7 +324,8 @@ def run_graphs(sizes, load, free, bundle, progress=lambda out: None, scratch=Non
     with stage("speedup"):
         if getattr(bundle, "heads", None) is None:  # the methods part's untrained heads, if it has not run
             bundle.heads = init_heads(bundle.model.get_output_embeddings(), 5)
-        names = tuple(dict.fromkeys((*sizes.speedup, HEADS, *configs)))
+        auto = (AUTO,) if AUTO in configs else ()  # configs also holds every other method's: not all are run
+        names = tuple(dict.fromkeys((*sizes.speedup, HEADS, *auto)))
         out["speedup"] = speedups(bundle, timed, warm, names, sizes.timed_new, sizes.speedup_reps, configs=configs)
     with stage("waits"):
         out["waits"] = graph_waits(bundle, timed[:2], sizes.timed_new)
