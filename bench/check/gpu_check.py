@@ -25,6 +25,7 @@ one folder from several calls' results files (`merged`: which call ran what in e
 from __future__ import annotations
 
 import csv
+import functools
 import gc
 import json
 import platform
@@ -145,15 +146,6 @@ def ar_vs_hf_shapes(sizes: Sizes, device: str) -> dict:
     return out
 
 
-def untrained(bundle, sizes: Sizes, scratch: Path) -> dict | None:
-    """The run configs with the methods part's untrained parts (heads, a draft, a REST store on HumanEval) when the
-    speedup methods go past the default ones, which need none; else None (each method's own config)."""
-    if not set(sizes.speedup) - set(Sizes.speedup):
-        return None
-    shared = method_check.add_untrained_parts(bundle, scratch)
-    return method_check.method_configs(shared, sizes.method_shape is not None)
-
-
 def run_checks(sizes: Sizes, device: str, scratch: Path, partial: Path | None = None, parts=PARTS,
                methods=None) -> dict:
     """The results of `parts` (all by default; `methods` names the methods part's methods, all by default; the
@@ -179,18 +171,28 @@ def run_checks(sizes: Sizes, device: str, scratch: Path, partial: Path | None = 
         record("ar_vs_hf_shapes", ar_vs_hf_shapes(sizes, device))
     bundle = bundle_for(device, sizes.method_dtype, sizes.method_shape)
     rows = method_check.prompts(bundle, 4 * sizes.per_batch)
+
+    @functools.cache
+    def shared() -> list[str]:  # the untrained parts (heads, a draft, a REST store on HumanEval): built once
+        return method_check.add_untrained_parts(bundle, scratch)
+
+    @functools.cache
+    def configs() -> dict | None:  # the speedup and graph parts' run configs: the defaults' own need no parts
+        if not set(sizes.speedup) - set(Sizes.speedup):
+            return None
+        return method_check.method_configs(shared(), sizes.method_shape is not None)
+
     if "ar_vs_hf" in parts:
         record("ar_vs_hf", method_check.ar_vs_hf(bundle, rows[:2], sizes.timed_new, sizes.timed_reps))
     if "speedup" in parts:
         both = method_check.prompts(bundle, 2 * sizes.speedup_prompts)  # the timed ones, then as many to warm up on
         timed, warm = both[: sizes.speedup_prompts], both[sizes.speedup_prompts :]
         record("speedup", method_check.interleaved_speedup(bundle, timed, warm, sizes.speedup, sizes.timed_new,
-                                                           sizes.speedup_reps, configs=untrained(bundle, sizes, scratch),
+                                                           sizes.speedup_reps, configs=configs(),
                                                            progress=lambda sp: save({**results, "speedup": sp})))
     if "methods" in parts:
-        shared = method_check.add_untrained_parts(bundle, scratch)
         # each method's rows saved as they come: the longest part
-        record("methods", method_check.check_methods(bundle, rows, sizes.max_new, shared,
+        record("methods", method_check.check_methods(bundle, rows, sizes.max_new, shared(),
                                                      progress=lambda recs: save({**results, "methods": recs}),
                                                      small=sizes.method_shape is not None, per_batch=sizes.per_batch,
                                                      only=methods))
@@ -199,7 +201,7 @@ def run_checks(sizes: Sizes, device: str, scratch: Path, partial: Path | None = 
     if "graphs" in parts:  # the engine's graph mode beside the eager one (bench.check.graph_check)
         record("graphs", graph_check.run_graphs(sizes, lambda shape, dtype: bundle_for(device, dtype, shape), free,
                                                 bundle, progress=lambda g: save({**results, "graphs": g}),
-                                                scratch=scratch, configs=untrained(bundle, sizes, scratch)))
+                                                scratch=scratch, configs=configs()))
     if "compiled" in parts:  # graph mode with its forward compiled (run.graph_compile) beside plain graph mode
         record("compiled", compiled_check.run_compiled(sizes, bundle, progress=lambda c: save({**results, "compiled": c}),
                                                     load=lambda shape, dtype: bundle_for(device, dtype, shape),
