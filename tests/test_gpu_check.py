@@ -113,6 +113,7 @@ def test_small_check_writes_its_folder_and_table(tmp_path, capsys):
     assert compiled["compile"] == {"backend": "aot_eager"} and not compiled["errors"]
     assert all(r["graph_compiled_ms"] > 0 for r in compiled["t_n"]) and compiled["ar"]["graph_compiled_identical"] == 2
     assert "| T(n) ms after 512 cached, graph / graph compiled (backend=aot_eager) |" in printed
+    assert compiled["dynamo"]["ar"]["graphs"] == 2 and not compiled["dynamo"]["ar"]["graph_breaks"]  # whole, 2 widths
     # then AR on the hf_shapes (the 7B on a GPU), graph against graph compiled, HF left out
     assert compiled["ar_shapes"]["tiny"]["graph_compiled_identical"] == 2 and "hf_static_tok_s" not in compiled[
         "ar_shapes"]["tiny"] and "AR on tiny: graph " in printed

@@ -27,9 +27,15 @@ def run_compiled(sizes, bundle, progress=lambda out: None, mode: str = "default"
     each hf_shape (the 7B: the memory-floor goal), one width, so one compile, HF left out (the graph part times it).
     A part of its own: the compiled engine compiles twice (the first width, then one graph for every other width),
     which a lease times apart. Off CUDA the aot_eager backend stands in for inductor (the same trace, eager ops: no
-    C compiler, seconds)."""
-    kw = {"mode": mode} if bundle.device.type == "cuda" else {"backend": "aot_eager"}
-    out: dict = {"context": CONTEXT, "compile": kw, "t_n": [], "ar": {}, "ar_shapes": {}, "errors": {}, "seconds": {}}
+    C compiler, seconds) unless `sizes.compile_backend` says otherwise (inductor on a CPU rehearses a lease's
+    compile). `dynamo`: at the end of each stage, torch.compile's tallies since this part began (graphs, graph
+    breaks, recompiles; the ar stage's include HF's compiled generate where it compiles): did the forward compile
+    whole, once for the first width and once for the others."""
+    backend = sizes.compile_backend or ("inductor" if bundle.device.type == "cuda" else "aot_eager")
+    kw = {"mode": mode} if backend == "inductor" else {"backend": backend}
+    out: dict = {"context": CONTEXT, "compile": kw, "t_n": [], "ar": {}, "ar_shapes": {}, "errors": {}, "seconds": {},
+                 "dynamo": {}}
+    dynamo_counts(clear=True)  # tallies from here (compiled code kept): what earlier parts compiled is not ours
     stage = stager(out, progress)
 
     rows = method_check.prompts(bundle, 2)
@@ -44,8 +50,10 @@ def run_compiled(sizes, bundle, progress=lambda out: None, mode: str = "default"
     engines = both(bundle)
     with stage("t_n"):
         out["t_n"] = forward_curve(bundle, methods_label(sizes), sizes.cost_sizes, reps=sizes.reps, engines=engines)
+        out["dynamo"]["t_n"] = dynamo_counts()
     with stage("ar"):  # the same engines: what T(n) compiled and captured is reused
         out["ar"] = ar_three_ways(bundle, rows, sizes.timed_new, sizes.timed_reps, engines=engines)
+        out["dynamo"]["ar"] = dynamo_counts()
     for shape in sizes.hf_shapes if load is not None else ():
         with stage(f"ar {shape}"):
             model = load(shape, sizes.method_dtype)
@@ -54,9 +62,27 @@ def run_compiled(sizes, bundle, progress=lambda out: None, mode: str = "default"
                 out["ar_shapes"][shape] = ar_three_ways(model, [[i % vocab for i in r] for r in rows],
                                                         sizes.timed_new, sizes.timed_reps, engines=both(model),
                                                         hf=False)
+                out["dynamo"][shape] = dynamo_counts()
             finally:
                 free(model)
     return out
+
+
+def dynamo_counts(clear: bool = False) -> dict:
+    """torch.compile's own tallies since they were last cleared: graphs compiled, calls captured into them, graph
+    breaks by reason, and why each recompile happened (its first failed guard: a width's shape is expected once,
+    from the first width to a dynamic one; any other is a compile a lease pays for nothing). torch exposes them
+    only in torch._dynamo.utils, as its own tests read them. `clear`: start them again."""
+    from torch._dynamo.utils import clear_compilation_metrics, counters, get_compilation_metrics
+
+    if clear:
+        counters.clear()
+        clear_compilation_metrics()
+    stats = counters["stats"]
+    return {"graphs": stats.get("unique_graphs", 0), "calls_captured": stats.get("calls_captured", 0),
+            "graph_breaks": dict(counters["graph_break"]),
+            "recompiles": [m.recompile_reason.strip().splitlines()[0] for m in get_compilation_metrics()
+                           if m.recompile_reason]}
 
 
 def compiled_lines(part: dict) -> list[str]:
@@ -79,5 +105,10 @@ def compiled_lines(part: dict) -> list[str]:
     lines += [f"AR on {shape}: graph {ar['graph_tok_s']}, graph compiled {ar['graph_compiled_tok_s']} tok/s "
               f"(x{ar['graph_compiled_over_graph']}); identical to graph AR: {ar['graph_compiled_identical']}/"
               f"{ar['prompts']}" for shape, ar in part.get("ar_shapes", {}).items()]
+    if counts := part.get("dynamo"):  # cumulative: the last stage's breaks and recompiles are all of them
+        last = counts[list(counts)[-1]]
+        lines.append("torch.compile, graphs after each stage: " + ", ".join(f"{k} {c['graphs']}" for k, c in counts.items())
+                     + f"; graph breaks: {last['graph_breaks'] or 'none'}; recompiles: "
+                     + ("; ".join(last["recompiles"]) or "none"))
     lines += [f"compiled part's {name} failed: {e['error']}" for name, e in part.get("errors", {}).items()]
     return lines

@@ -48,6 +48,7 @@ from bench.cost.profiles import Profile
 from bench.errors import HarnessError
 from bench.models import forward_cost
 from bench.models.loading import load_model
+from bench.models.random_init import SHAPES as RANDOM_SHAPES
 from bench.paths import project_path
 from bench.run.compose import compose_config
 from bench.run.provenance import provenance
@@ -71,6 +72,9 @@ class Sizes:
     speedup: tuple[str, ...] = ("ar", "token_recycling", "pld")  # taking turns on the methods' model, AR first
     speedup_prompts: int = 3  # prompts of each pass, max_new_tokens timed_new
     speedup_reps: int = 2  # timed passes per method
+    # the compiled part's torch.compile backend: None, inductor on CUDA and aot_eager elsewhere (no C compiler
+    # needed); "inductor" on a CPU rehearses a lease's compile (the same trace and lowering, C++ for triton)
+    compile_backend: str | None = None
 
 
 SIZES = {
@@ -80,6 +84,7 @@ SIZES = {
     "cpu": Sizes((("tiny", "tiny"),), (1, 2, 4), (32, 8), (4, 16), 1, "tiny", "float32", 1, 3, 4, 1, ("tiny",)),
 }
 DTYPES = ("float16", "bfloat16")
+COMPILE_BACKENDS = ("inductor", "aot_eager")
 PARTS = ("forward_cost", "ar_vs_hf_shapes", "ar_vs_hf", "speedup", "methods", "attention", "graphs", "compiled")
 
 
@@ -306,6 +311,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="new tokens per prompt of the timed parts (default: 128 on a GPU, 4 on a CPU)")
     parser.add_argument("--speedup-reps", type=int, default=None,
                         help="the speedup part's timed passes (default: 3 on a GPU; fewer fit a short lease)")
+    parser.add_argument("--compile-backend", choices=COMPILE_BACKENDS, default=None,
+                        help="the compiled part's torch.compile backend (default: inductor on CUDA, aot_eager "
+                             "elsewhere; inductor on a CPU, with a C compiler, rehearses a lease's compile)")
+    parser.add_argument("--hf-shapes", default=None,
+                        help="the random shapes timed beside the methods' model, comma-separated, or none "
+                             "(default: llama-7b on a GPU)")
     parser.add_argument("--method-dtype", choices=("float32", *DTYPES), default=None,
                         help="the dtype of the methods' model (default: bfloat16 on a GPU, float32 on a CPU; "
                              "--small --method-dtype bfloat16 rehearses the half-precision paths on a CPU)")
@@ -329,6 +340,9 @@ def main(argv: list[str] | None = None) -> int:
         if methods and set(methods) - set(REGISTRY):
             raise HarnessError(f"unknown --methods {sorted(set(methods) - set(REGISTRY))}")
         speedup = tuple(args.speedup_methods.split(",")) if args.speedup_methods else None
+        shapes = () if args.hf_shapes == "none" else tuple(args.hf_shapes.split(",")) if args.hf_shapes else None
+        if shapes and set(shapes) - set(RANDOM_SHAPES):
+            raise HarnessError(f"--hf-shapes {args.hf_shapes}: none, or of {', '.join(RANDOM_SHAPES)}")
         if speedup and (set(speedup) - set(REGISTRY) or speedup[0] != "ar"):
             raise HarnessError(f"--speedup-methods {','.join(speedup)}: registered methods, ar first")
         for flag, value in (("--speedup-reps", args.speedup_reps), ("--timed-new", args.timed_new)):
@@ -341,7 +355,8 @@ def main(argv: list[str] | None = None) -> int:
             sizes = replace(SIZES[name], method_dtype=args.method_dtype or SIZES[name].method_dtype,
                             speedup=speedup or SIZES[name].speedup,
                             speedup_reps=args.speedup_reps or SIZES[name].speedup_reps,
-                            timed_new=args.timed_new or SIZES[name].timed_new)
+                            timed_new=args.timed_new or SIZES[name].timed_new,
+                            compile_backend=args.compile_backend, hf_shapes=SIZES[name].hf_shapes if shapes is None else shapes)
             results = run_checks(sizes, device, Path(scratch), Path(args.partial) if args.partial else None,
                                  parts, methods)
     except HarnessError as err:

@@ -255,7 +255,8 @@ class GraphEngine(Engine):
         from device tensors (`remaining`) and every outcome written to `stats`."""
         tree, bucket = proposer.tree, step.bucket
         self.fill(bucket, step.root, proposer.draft_from(step.root), tree, step.padded)
-        out = self.target(bucket.ids, bucket.positions, bucket.mask, step.hidden is not None)
+        # `layers` as forward_bucket passes it: a compiled target guards on its type, and None here recompiled it
+        out = self.target(bucket.ids, bucket.positions, bucket.mask, step.hidden is not None, {})
         logits = out.logits[0]
         ids = bucket.ids[0]
         target = logits.argmax(-1)

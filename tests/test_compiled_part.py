@@ -1,0 +1,43 @@
+"""gpu-check's compiled part (bench.check.compiled_check): its backend and shapes chosen from the command line, and
+inductor rehearsed on a CPU, as a lease's first compile on CUDA will run it (the same trace and lowering)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from bench.check import gpu_check
+
+
+def test_bad_compiled_part_flags_are_one_line_errors(tmp_path, capsys):
+    argv = ["--small", "--device", "cpu", "--only", "compiled", "--out", str(tmp_path / "o")]
+    assert gpu_check.main([*argv, "--hf-shapes", "llama-70b"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: --hf-shapes llama-70b: none, or of llama-7b") and err.count("\n") == 1
+    with pytest.raises(SystemExit) as exit_:
+        gpu_check.main([*argv, "--compile-backend", "triton"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "error: argument --compile-backend: invalid choice" in err and err.count("\n") == 1
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc")), reason="inductor on a CPU needs a C compiler")
+def test_inductor_compiles_the_graph_forward_once_per_width_class_on_a_cpu(tmp_path, capsys):
+    """`--compile-backend inductor` on a CPU: the bucket forward compiles whole (no graph break) into two graphs,
+    the first width and then the width dynamic, which T(n), AR's whole step and a second model of the same shape
+    all reuse; compiled AR decodes plain graph AR's tokens; `--hf-shapes none` times no random shape."""
+    out = tmp_path / "c"
+    assert gpu_check.main(["--small", "--device", "cpu", "--only", "compiled", "--compile-backend", "inductor",
+                           "--out", str(out)]) == 0
+    part = json.loads((out / "results.json").read_text())["compiled"]
+    assert part["compile"] == {"mode": "default"} and not part["errors"]
+    assert {stage: c["graphs"] for stage, c in part["dynamo"].items()} == {"t_n": 2, "ar": 2, "tiny": 2}
+    assert not part["dynamo"]["tiny"]["graph_breaks"] and len(part["dynamo"]["tiny"]["recompiles"]) == 1
+    assert part["ar"]["graph_compiled_identical"] == part["ar"]["prompts"] == 2
+    assert "torch.compile, graphs after each stage: t_n 2, ar 2, tiny 2; graph breaks: none" in capsys.readouterr().out
+    assert gpu_check.main(["--small", "--device", "cpu", "--only", "compiled", "--hf-shapes", "none",
+                           "--out", str(tmp_path / "n")]) == 0
+    assert json.loads((tmp_path / "n" / "results.json").read_text())["compiled"]["ar_shapes"] == {}
