@@ -11,7 +11,13 @@ prompts of MAX_NEW tokens at T = 0, per phase and decode step (prefill apart):
 And the ops of the bare forward a cost profile times (bench.models.forward_cost: one token without a mask, n > 1
 with a 4D mask), so that what a method's forward phase dispatches beyond it can be priced apart.
 
+`--graphs`: the same in the engine's graph mode (run.graphs=true; on a CPU its static-shape code runs eagerly), where
+on CUDA the forward phases (`target_forward`, a whole step's `step_graph`) are replays and launch nothing from the
+host, and every other phase launches and runs Python as here (bench.cost.graph_projection prices them). Each
+method also records its verification widths (`widths`: steps at each), which set its bucket.
+
     python -m bench.perf.step_costs [--out evidence/projection/step_costs.json] [--methods a,b] [--prompts 2]
+    python -m bench.perf.step_costs --graphs --methods ar,token_recycling,pld,medusa --prompts 4 --max-new 128
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import json
 import sys
 import tempfile
 import time
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -31,6 +38,7 @@ from bench.check import method_check
 from bench.check.gpu_check import bundle_for
 from bench.cli import OneLineParser
 from bench.core.forward import cache_kw, tree_mask
+from bench.core.graph_engine import GraphEngine, GraphModeRefused, sized_capacity
 from bench.core.kv import new_cache
 from bench.core.launches import OpCounter, ops_per_step
 from bench.core.machine import machine_id
@@ -44,6 +52,7 @@ from bench.run.validate import check_method
 from methods import REGISTRY, build_method
 
 OUT = "evidence/projection/step_costs.json"
+GRAPHS_OUT = "evidence/projection/step_costs-graphs.json"
 PROMPTS, MAX_NEW = 1, 32  # per-step means: a few dozen steps suffice (DySpec alone takes minutes under the profiler)
 
 
@@ -74,6 +83,7 @@ def measure(method, engine, rows: list[list[int]], max_new: int) -> dict:
     profile = step_profile(method, engine, rows, max_new)
     steps = sum(len(g.accept_lengths) - 1 for g in gens)
     widths = [v + 1 for g in gens for v in (g.verified_nodes or [])]  # each verification's forward width
+    counts = Counter(widths)
     phases = {}
     for phase in ms:
         host, inside = profile["host_ms"].get(phase, 0.0), profile["op_ms"].get(phase, 0.0)
@@ -81,12 +91,13 @@ def measure(method, engine, rows: list[list[int]], max_new: int) -> dict:
                          "op_ms": inside, "python_share": round(max(0.0, 1 - inside / host), 4) if host else 0.0}
     return {"steps": steps, "mat": round(sum(a for g in gens for a in g.accept_lengths[1:]) / max(steps, 1), 3),
             "multi_token_share": round(sum(w > 1 for w in widths) / len(widths), 4) if widths else None,
-            "phases": phases}
+            "widths": {w: counts[w] for w in sorted(counts)}, "phases": phases}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default=OUT)
+    parser.add_argument("--out", default=None, help=f"default: {OUT}, or with --graphs {GRAPHS_OUT}")
+    parser.add_argument("--graphs", action="store_true", help="in the engine's graph mode (run.graphs=true)")
     parser.add_argument("--methods", default=None, help="comma-separated (default: every registered method)")
     parser.add_argument("--prompts", type=int, default=PROMPTS)
     parser.add_argument("--max-new", type=int, default=MAX_NEW)
@@ -100,8 +111,13 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     bundle = bundle_for("cpu", "float32", None)
     rows = method_check.prompts(bundle, args.prompts)
-    engine = method_check.engine_for(bundle, args.temperature)
-    out = {"machine": machine_id("cpu"), "created": datetime.now(UTC).isoformat(timespec="seconds"),
+    if args.graphs and args.temperature != 0:
+        print(f"error: --graphs decodes greedily only; got --temperature {args.temperature}", file=sys.stderr)
+        return 1
+    engine = (GraphEngine(bundle.model, bundle.eos_token_ids, bundle.max_context,
+                          sized_capacity(max(map(len, rows)) + args.max_new), device=bundle.device) if args.graphs
+              else method_check.engine_for(bundle, args.temperature))
+    out = {"machine": machine_id("cpu"), "graphs": args.graphs, "created": datetime.now(UTC).isoformat(timespec="seconds"),
            "git_sha": provenance("cpu", torch.float32).get("git_sha"), "model": bundle.name, "dtype": "float32",
            "temperature": args.temperature, "prompts": len(rows), "max_new_tokens": args.max_new,
            "bare_forward_ops": bare_forward_ops(bundle), "methods": {}, "refused": {}}
@@ -116,10 +132,15 @@ def main(argv: list[str] | None = None) -> int:
                 out["refused"][name] = str(err)
                 continue
             method = build_method(configs[name].method, bundle)
-            out["methods"][name] = {**measure(method, engine, rows, args.max_new),
-                                    "seconds": round(time.perf_counter() - t0, 1)}
-    atomic_write(project_path(args.out), json.dumps(out, indent=1) + "\n")
-    print(f"{len(names)} methods -> {args.out}")
+            try:
+                measured = measure(method, engine, rows, args.max_new)
+            except GraphModeRefused as err:  # a method graph mode cannot run (its own target forward, ...)
+                out["refused"][name] = str(err)
+                continue
+            out["methods"][name] = {**measured, "seconds": round(time.perf_counter() - t0, 1)}
+    path = args.out or (GRAPHS_OUT if args.graphs else OUT)
+    atomic_write(project_path(path), json.dumps(out, indent=1) + "\n")
+    print(f"{len(names)} methods -> {path}")
     return 0
 
 
