@@ -119,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
               else method_check.engine_for(bundle, args.temperature))
     out = {"machine": machine_id("cpu"), "graphs": args.graphs, "created": datetime.now(UTC).isoformat(timespec="seconds"),
            "git_sha": provenance("cpu", torch.float32).get("git_sha"), "model": bundle.name, "dtype": "float32",
-           "temperature": args.temperature, "prompts": len(rows), "max_new_tokens": args.max_new,
+           "temperature": args.temperature, "prompts": len(rows), "prompt_tokens": [len(r) for r in rows],
+           "max_new_tokens": args.max_new,
            "bare_forward_ops": bare_forward_ops(bundle), "methods": {}, "refused": {}}
     with tempfile.TemporaryDirectory() as scratch:
         configs = method_check.method_configs(method_check.add_untrained_parts(bundle, Path(scratch)), False)
