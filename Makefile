@@ -31,7 +31,7 @@ WHEEL_PYTHON ?=
 WHEEL_TARGET = $(if $(WHEEL_PYTHON),--only-binary=:all: --python-version $(WHEEL_PYTHON) --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any)
 GPU_CHECK_ARGS ?=
 
-.PHONY: help setup demo test test-slow lint data datastore tree-stats draft draft-sweep heads eagle eagle3 reproduce-eagle reproduce reproduce-missing-A evidence reproduced validate-projection step-costs validate-projection-gpu bench-engine clean-results wheelhouse gpu-check
+.PHONY: help setup demo test test-slow lint data datastore tree-stats draft draft-sweep heads eagle eagle3 reproduce-eagle reproduce reproduce-missing-A evidence reproduced validate-projection step-costs step-costs-graphs validate-projection-gpu bench-engine clean-results wheelhouse gpu-check
 
 help:  ## list targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -142,6 +142,9 @@ validate-projection: setup  ## replay AR, PLD, Token Recycling x2, sd, EAGLE-2 (
 step-costs: setup  ## each method's ops and Python per step outside the target forward, on this CPU, greedy and sampling -> evidence/projection/step_costs{,-t0.6}.json (~30 min)
 	$(PY) -m bench.perf.step_costs
 	$(PY) -m bench.perf.step_costs --temperature 0.6 --out evidence/projection/step_costs-t0.6.json
+
+step-costs-graphs: setup  ## the same in the engine's graph mode for gpu-check's graph part (its methods, 4 prompts x 128 tokens) -> evidence/projection/step_costs-graphs.json (~15 min)
+	$(PY) -m bench.perf.step_costs --graphs --methods ar,token_recycling,pld,medusa --prompts 4 --max-new 128
 
 validate-projection-gpu: setup  ## the step model fitted on AR, checked against the H200/H100 leases -> evidence/projection/gpu_validation.json and lease_pass_validation.json (docs/cost_model.md)
 	$(PY) -m bench.cost.gpu_validation

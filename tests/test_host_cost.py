@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from bench.cost.host import HostCost, StepCosts, fit_host, priced_rest_s
-from bench.cost.profiles import Hardware, hardware_of
+from bench.cost.profiles import Hardware, Profile, hardware_of
 from bench.cost.replay import Setting, priced, replay_s
 
 COSTS = StepCosts("here", {"1": 100, "n": 110}, {
@@ -142,19 +142,58 @@ def test_project_on_a_gpu_check_profile_prices_hf_generate_s_loop_for_its_host(t
 
 
 def test_the_graph_regime_check_verifies_the_tree_token_recycling_ran():
-    """The graph regime's step model prices Token Recycling's whole step at T(TREE_WIDTH): the default tree's
-    nodes and its root (the lease ran `method=token_recycling` with the default tree group)."""
+    """The graph regime's check prices Token Recycling's whole step at its tree's width: the default tree's nodes and
+    its root (the lease ran `method=token_recycling` with the default tree group), as its graph-mode step costs
+    recorded it; every method the lease timed in graph mode is priced, AR held out too."""
     import yaml
 
-    from bench.cost.gpu_validation import TREE_WIDTH, graph_regime
+    from bench.cost.gpu_validation import EVIDENCE, GRAPH_COSTS, graph_regime
     from bench.paths import PROJECT
 
     default_tree = next(d["tree"] for d in yaml.safe_load((PROJECT / "conf" / "config.yaml").read_text())["defaults"]
                         if isinstance(d, dict) and "tree" in d)
     paths = yaml.safe_load((PROJECT / "conf" / "tree" / f"{default_tree}.yaml").read_text())["paths"]
-    assert TREE_WIDTH == len(paths) + 1
-    g = graph_regime()
-    assert g["t1_ms"] < g[f"t{TREE_WIDTH}_ms"] and g["rest_ms"] > 0 and g["measured_step_ratio"] > 1
+    sitting = json.loads((EVIDENCE / "projection" / GRAPH_COSTS["H200 11-28"]).read_text())
+    assert sitting["graphs"] and set(sitting["methods"]["token_recycling"]["widths"]) == {str(len(paths) + 1)}
+    g = graph_regime("H200 11-28", HostCost(3.76, 1.516, "test"))
+    assert set(g["methods"]) == {"ar", "token_recycling", "pld"} and g["prefill_ms"] > 0
+    assert g["methods"]["token_recycling"]["measured_step_ratio"] > 1 and g["methods"]["ar"]["rest_ms"] > 0
+
+
+def test_a_graph_step_is_its_replayed_forward_at_its_bucket_plus_its_priced_host_phases():
+    """bench.cost.graph_projection: a whole step at its width, a bucket forward at the next power of two; the
+    host phases priced as the eager rule prices them, the forward phases (replays) left out; the prefill shared
+    over a generation's forwards; the lease's own widths where it recorded them."""
+    from bench.cost.graph_projection import project
+
+    flat = Profile("t", "test", "tiny", "h", "bfloat16", [1, 16, 64], [512], [[1.0, 2.0, 3.0]], [50, 150], [6.0, 10.0])
+    phases = {"preprocess": {"ms": 1.0, "ops": 10, "python_share": 0.5}, "step_graph": {"ms": 50, "ops": 900,
+                                                                                         "python_share": 0.1}}
+    sitting = {"prompt_tokens": [100, 100], "max_new_tokens": 8, "methods": {
+        "ar": {"mat": 1.0, "widths": {"1": 10}, "phases": phases},
+        "tr": {"mat": 2.0, "widths": {"64": 5}, "phases": phases},
+        "pld": {"mat": 1.0, "widths": {"1": 1, "11": 1}, "phases": {**{k: v for k, v in phases.items() if k != "step_graph"},
+                                                         "target_forward": {"ms": 9, "ops": 900, "python_share": 0.1},
+                                                         "draft": {"ms": 2.0, "ops": 0, "python_share": 1.0},
+                                                         "verify": {"ms": 0.5, "ops": 50, "python_share": 0.5}}}}}
+    speedup = {"max_new_tokens": 8, "ar": {"tok_s": 250.0, "mat": 1.0, "speedup": 1.0},
+               "tr": {"tok_s": 400.0, "mat": 2.0, "speedup": 1.6, "speedups": [1.5, 1.7], "widths": {"16": 3}},
+               "pld": {"tok_s": 300.0, "mat": 1.0, "speedup": 1.2}}
+    g = project(speedup, sitting, HostCost(10.0, 2.0, "test"), flat, flat)
+    rest = 2.0 * 1.0 * 0.5 + 0.01 * 10  # preprocess only: the step graph is a replay
+    assert g["prefill_ms"] == 8.0 and g["methods"]["ar"]["rest_ms"] == pytest.approx(rest)
+    assert g["methods"]["ar"]["projected_ms"] == pytest.approx((8.0 + 7 * (1.0 + rest)) / 8, abs=1e-3)
+    tr = g["methods"]["tr"]  # the lease's widths (16) over the sitting's (64): a whole step at its own width
+    assert tr["forward_ms"] == 2.0 and tr["widths_from"] == "the lease's"
+    assert tr["measured_step_ratio"] == pytest.approx(2.0 * 250 / 400) and tr["measured_passes"] == [1.176, 1.333]
+    pld = g["methods"]["pld"]  # widths 1 and 11: T(1) and T(16), its draft's Python on top, and its verify
+    # (2 x 0.25 + 0.5 = 1.0 ms, queued behind a 1.5 ms replay) costing nothing
+    assert pld["forward_ms"] == 1.5 and pld["rest_ms"] == pytest.approx(rest + 2.0 * 2.0)
+    slow = project(speedup, sitting, HostCost(40.0, 2.0, "test"), flat, flat)["methods"]["pld"]
+    assert slow["rest_ms"] == pytest.approx(2.0 * 0.5 + 0.04 * 10 + 2.0 * 2.0 + (2.0 * 0.25 + 0.04 * 50 - 1.5))
+    assert "CPU sitting" in pld["widths_from"]
+    ahead = project({}, sitting, HostCost(10.0, 2.0, "test"), flat, flat)["methods"]  # before a lease: nothing beside
+    assert ahead["tr"]["forward_ms"] == 3.0 and "measured_step_ratio" not in ahead["tr"] and "error" not in ahead["ar"]
 
 
 def test_a_lease_with_timed_phases_fits_on_them_and_sets_the_forward_in_the_run_beside_the_probe(monkeypatch):

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.cost import graph_projection
 from bench.cost.host import TARGET_PHASES, HostCost, StepCosts, decode_steps, fit_host, step_costs
 from bench.cost.profiles import Profile
 from bench.cost.replay import loops_priced, priced, replayed
@@ -46,32 +47,27 @@ GOALS = {"step_ratio": 0.10, "ar_tok_s": 0.10, "ahead": 0.15}
 AHEAD = ("lookahead", "rest", "medusa")
 
 
-# The graph regime (run.graphs=true): the lease that timed it, its T(n) of the methods' model, Token Recycling's width
-GRAPH_LEASE = "H200 11-28"
-GRAPH_FORWARD = "smollm2-135m-bfloat16-graphs.json"
-TREE_WIDTH = 81  # the 80-node tree (conf/tree/tr_2_2_2.yaml) and its root: the static tree's own bucket
+# The graph regime (run.graphs=true): per lease that timed it (its graph part), the step costs measured in graph mode
+# at the tree it ran (bench.perf.step_costs --graphs; f28674a: graph AR's acceptance still on the host)
+GRAPH_COSTS = {"H200 11-28": "step_costs-graphs-f28674a.json"}
+# ahead of the next lease: this tree's graph-mode step costs (AR's whole step one graph, the sized cache) projected
+# on the last graph lease's T(n) and host, at the sitting's MATs and widths
+GRAPH_AHEAD = ("H200 11-28", "step_costs-graphs.json")
+GRAPH_FORWARD = "smollm2-135m-bfloat16-graphs.json"  # its graph T(n) of the methods' model, under <folder>/profiles/
 
 
-def graph_regime() -> dict:
-    """The step model in the graph regime, checked on the lease that timed it. A replayed step launches once, so
-    the launch cost is ~0 and what a step costs beyond its forward is graph AR's measured step (1000 / its tok/s)
-    less T(1): the host's bookkeeping and one read. Token Recycling's whole step is one graph over TREE_WIDTH slots:
-    T(TREE_WIDTH) plus the same rest. Its step over AR's, projected, beside the measured one (MAT x AR's tok/s / its
-    tok/s, and each timed pass's)."""
-    graphs = lease(GRAPH_LEASE)["graphs"]
-    profile = Profile.read(EVIDENCE / GPUS[GRAPH_LEASE][0] / "profiles" / GRAPH_FORWARD)
-    context = profile.contexts[0]
-    ar, tr = graphs["speedup"]["ar"], graphs["speedup"]["token_recycling"]
-    t1, tw = float(profile.cost(1, context)), float(profile.cost(TREE_WIDTH, context))
-    rest = 1000 / ar["tok_s"] - t1
-    projected = (tw + rest) / (t1 + rest)
-    measured = tr["mat"] * ar["tok_s"] / tr["tok_s"]
-    return {"lease": GPUS[GRAPH_LEASE][0], "t1_ms": round(t1, 3), f"t{TREE_WIDTH}_ms": round(tw, 3),
-            "rest_ms": round(rest, 3), "projected_step_ratio": round(projected, 3),
-            "measured_step_ratio": round(measured, 3),
-            "measured_passes": [round(tr["mat"] / max(tr["speedups"]), 3), round(tr["mat"] / min(tr["speedups"]), 3)],
-            "error": round(projected / measured - 1, 3),
-            "projected_speedup": round(tr["mat"] / projected, 3), "measured_speedup": tr["speedup"]}
+def graph_regime(label: str, host: HostCost, costs: str | None = None) -> dict:
+    """The step model in the graph regime (bench.cost.graph_projection) on a lease that timed it, with the GPU host's
+    price fitted on eager AR (`host`); its eager prefill from its own eager profile, else the nearest GPU's. With
+    `costs` (another sitting's step costs), projected ahead: nothing measured beside it."""
+    folder, _, nearest = GPUS[label]
+    own = EVIDENCE / folder / "profiles" / FORWARD
+    eager = Profile.read(own if own.is_file() else EVIDENCE / GPUS[nearest][0] / "profiles" / FORWARD)
+    name = costs or GRAPH_COSTS[label]
+    sitting = json.loads((EVIDENCE / "projection" / name).read_text())
+    graph = Profile.read(EVIDENCE / folder / "profiles" / GRAPH_FORWARD)
+    speedup = {} if costs else lease(label)["graphs"]["speedup"]
+    return {"lease": folder, "step_costs": name, **graph_projection.project(speedup, sitting, host, graph, eager)}
 
 
 def lease(label: str) -> dict:
@@ -191,7 +187,9 @@ def validate(costs: StepCosts | None = None) -> dict:
         if in_run := forward_in_run(gpu):
             out["gpus"][gpu]["forward_in_run"] = in_run
     out["misses"] = misses(out)
-    out["graph_regime"] = graph_regime()
+    out["graph_regime"] = {g: graph_regime(g, hosts[g] or hosts[GPUS[g][2]]) for g in GRAPH_COSTS}
+    gpu, costs = GRAPH_AHEAD
+    out["graph_ahead"] = graph_regime(gpu, hosts[gpu] or hosts[GPUS[gpu][2]], costs)
     return out
 
 
@@ -335,12 +333,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{gpu} {m}: its forward in the timed passes {f['in_run_ms']:.2f} ms a step, alone T({f['width']}) "
                   f"{f['alone_ms']:.2f} ms (x{f['ratio']:.2f}; over AR's x{f.get('over_ar', float('nan')):.2f})")
     print("misses: " + ("; ".join(result["misses"]) or "none"))
-    g = result["graph_regime"]
-    print(f"graph regime ({g['lease']}): Token Recycling's step / AR's projected {g['projected_step_ratio']} "
-          f"(T(1) {g['t1_ms']} ms, T({TREE_WIDTH}) {g[f't{TREE_WIDTH}_ms']} ms, rest {g['rest_ms']} ms, launches ~0), "
-          f"measured {g['measured_step_ratio']} (passes {g['measured_passes'][0]}-{g['measured_passes'][1]}), "
-          f"error {g['error']:+.1%}; speedup {g['projected_speedup']} projected at its MAT, {g['measured_speedup']} "
-          "measured")
+    for g in [*result["graph_regime"].values(), result["graph_ahead"]]:
+        print("\n".join(graph_projection.lines(g)))
     return 0
 
 

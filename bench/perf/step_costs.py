@@ -108,12 +108,12 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := [n for n in names if n not in REGISTRY]:
         print(f"error: unknown method(s) {', '.join(unknown)} (have: {', '.join(sorted(REGISTRY))})", file=sys.stderr)
         return 1
-    torch.set_num_threads(1)
-    bundle = bundle_for("cpu", "float32", None)
-    rows = method_check.prompts(bundle, args.prompts)
     if args.graphs and args.temperature != 0:
         print(f"error: --graphs decodes greedily only; got --temperature {args.temperature}", file=sys.stderr)
         return 1
+    torch.set_num_threads(1)
+    bundle = bundle_for("cpu", "float32", None)
+    rows = method_check.prompts(bundle, args.prompts)
     engine = (GraphEngine(bundle.model, bundle.eos_token_ids, bundle.max_context,
                           sized_capacity(max(map(len, rows)) + args.max_new), device=bundle.device) if args.graphs
               else method_check.engine_for(bundle, args.temperature))
