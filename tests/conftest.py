@@ -15,6 +15,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 import pytest
 
 from bench.run.compose import compose_config
+from data import loaders as data_loaders
+from tests.fixtures.datasets import MIRROR as DATA_MIRROR
 
 # Real-model losslessness: 4 HumanEval prompts x 32 new tokens (the slowest tests' cost is in proportion to it;
 # 48 cost the suite ~2 minutes more for no new path, a fifth prompt ~1). The golden runs keep their record's 48
@@ -167,3 +169,23 @@ def tiny_llama(vocab_size: int = 64, attn_implementation: str = "eager", max_pos
         attn_implementation=attn_implementation,
     )
     return LlamaForCausalLM(cfg).eval()
+
+
+# the dataset tests' offline mirror and hub (tests/fixtures/datasets.py)
+@pytest.fixture
+def mirror() -> str:
+    if not DATA_MIRROR.is_dir():
+        pytest.skip(f"data mirror {DATA_MIRROR} not present")
+    return str(DATA_MIRROR)
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    """No hub: set the offline env vars and make hub loading fail at once (datasets may be imported already)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+
+    def no_hub(hub_args):
+        raise ConnectionError("offline in tests")
+
+    monkeypatch.setattr(data_loaders, "_hub_rows", no_hub)
