@@ -189,3 +189,10 @@ def offline(monkeypatch):
         raise ConnectionError("offline in tests")
 
     monkeypatch.setattr(data_loaders, "_hub_rows", no_hub)
+
+
+@pytest.fixture(scope="module")
+def smol_tokenizer():
+    from bench.models.loading import load_tokenizer
+
+    return load_tokenizer(compose_cfg("model=smollm2-135m").model)
