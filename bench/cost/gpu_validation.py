@@ -186,9 +186,10 @@ def validate(costs: StepCosts | None = None) -> dict:
                             "phases": phase_check(gpu, host, costs, runs)}
         if in_run := forward_in_run(gpu):
             out["gpus"][gpu]["forward_in_run"] = in_run
-    out["graph_regime"] = {g: graph_regime(g, hosts[g] or hosts[GPUS[g][2]]) for g in GRAPH_COSTS}
-    gpu, costs = GRAPH_AHEAD
-    out["graph_ahead"] = graph_regime(gpu, hosts[gpu] or hosts[GPUS[gpu][2]], costs)
+    host_of = {g: HostCost(**out["gpus"][g]["host"]) for g in out["gpus"]}  # each GPU's, as its rows used it
+    out["graph_regime"] = {g: graph_regime(g, host_of[g]) for g in GRAPH_COSTS}
+    ahead_gpu, ahead_costs = GRAPH_AHEAD
+    out["graph_ahead"] = graph_regime(ahead_gpu, host_of[ahead_gpu], ahead_costs)
     out["misses"] = misses(out)
     return out
 

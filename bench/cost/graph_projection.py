@@ -11,9 +11,8 @@ forward's `verify` is queued behind the replay before the read, so it costs only
 The forward: T(bucket) on the lease's graph T(n) over the widths its steps verified (the lease's own where it
 recorded them, else the CPU sitting's on the same prompts), a whole step at its static tree's width, a bucket
 forward at the next power of two. The prefill stays eager: the GPU's eager profile at the prompts' mean length,
-once per generation. Left out: the device time of a whole step's draft and update inside its replay, and the
-overlap of the `update` phase's launches before the read (the step costs do not split the phase there). Nothing
-is fitted on the graph regime, so AR's step is held out too.
+once per generation. Left out: the device time of a whole step's draft and update inside its replay. Nothing is
+fitted on the graph regime, so AR's step is held out too.
 """
 
 from __future__ import annotations
@@ -62,38 +61,37 @@ def project(speedup: dict, sitting: dict, host: HostCost, graph: Profile, eager:
     measured step over AR's (MAT x AR's tok/s / its tok/s, and each timed pass's) and AR's ms a token."""
     new = speedup["max_new_tokens"] if speedup else sitting["max_new_tokens"]
     prefill = float(eager.prefill(np.mean(sitting["prompt_tokens"])))
-    rows = {}
+    timed = {m: row for m, row in speedup.items() if isinstance(row, dict) and m in sitting["methods"]}
+    out, per = {"prefill_ms": round(prefill, 3), "host": host.__dict__, "methods": {}}, {}
     for m, costs in sitting["methods"].items():
-        got = speedup.get(m) if isinstance(speedup.get(m), dict) else None
-        widths, source = widths_of(got or {}, costs)
+        widths, source = widths_of(timed.get(m, {}), costs)
         fwd = forward_ms(widths, "step_graph" in costs["phases"], graph)
         rest = rest_ms(costs, host, fwd)
-        mat = got["mat"] if got else costs["mat"]
+        mat = timed[m]["mat"] if m in timed else costs["mat"]
         forwards = new / mat  # the prefill's forward among them, as a lease's MAT counts it
-        rows[m] = {"forward_ms": round(fwd, 3), "rest_ms": round(rest, 3), "widths_from": source, "mat": mat,
-                   "per_forward": (prefill + (forwards - 1) * (fwd + rest)) / forwards}
-    ar, ar_per = speedup.get("ar"), rows["ar"]["per_forward"]
-    out = {"prefill_ms": round(prefill, 3), "host": host.__dict__, "methods": {}}
-    for m, r in rows.items():
-        got, per = speedup.get(m) if isinstance(speedup.get(m), dict) else None, r.pop("per_forward")
+        per[m] = (prefill + (forwards - 1) * (fwd + rest)) / forwards
+        out["methods"][m] = {"forward_ms": round(fwd, 3), "rest_ms": round(rest, 3), "widths_from": source,
+                             "mat": mat}
+    for m, r in out["methods"].items():
+        got = timed.get(m)
         if m == "ar":
-            r["projected_ms"] = round(per, 3)
+            r["projected_ms"] = round(per[m], 3)
             if got:
                 measured = 1000 / got["tok_s"]
-                r |= {"measured_ms": round(measured, 3), "error": round(per / measured - 1, 3), "goal": GOALS["ar_ms"],
+                r |= {"measured_ms": round(measured, 3), "error": round(per[m] / measured - 1, 3),
+                      "goal": GOALS["ar_ms"],
                       # the rest a step the lease's AR implies: its ms a token less T(1) and the prefill's share
                       "implied_rest_ms": round((measured * new - prefill) / (new - 1) - r["forward_ms"], 3)}
-        else:
-            ratio = per / ar_per
-            r |= {"projected_step_ratio": round(ratio, 3), "projected_speedup": round(r["mat"] / ratio, 3)}
-            if got and ar:
-                passes = got.get("speedups") or [got["speedup"]]
-                measured = got["mat"] * ar["tok_s"] / got["tok_s"]
-                r |= {"measured_step_ratio": round(measured, 3),
-                      "measured_passes": [round(got["mat"] / max(passes), 3), round(got["mat"] / min(passes), 3)],
-                      "error": round(ratio / measured - 1, 3), "goal": GOALS["step_ratio"],
-                      "measured_speedup": got["speedup"]}
-        out["methods"][m] = r
+            continue
+        ratio = per[m] / per["ar"]
+        r |= {"projected_step_ratio": round(ratio, 3), "projected_speedup": round(r["mat"] / ratio, 3)}
+        if got and "ar" in timed:
+            passes = got.get("speedups") or [got["speedup"]]
+            measured = got["mat"] * timed["ar"]["tok_s"] / got["tok_s"]
+            r |= {"measured_step_ratio": round(measured, 3),
+                  "measured_passes": [round(got["mat"] / max(passes), 3), round(got["mat"] / min(passes), 3)],
+                  "error": round(ratio / measured - 1, 3), "goal": GOALS["step_ratio"],
+                  "measured_speedup": got["speedup"]}
     return out
 
 
