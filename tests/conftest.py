@@ -104,7 +104,7 @@ def drafts(smollm, greedy_long):
     cut2 = init_draft_from_target(smollm.model, 2)
     # On the target's linear backend, as ModelBundle.load_draft puts a real draft (oneDNN: ~2x faster draft
     # forwards at the 1-8 rows tree drafting feeds, where MKL's fp32 GEMM is slowest).
-    linear_backend.set_backend(cut2, smollm.linear_backend)
+    linear_backend.follow(cut2, smollm.model)
     return {"cut2": cut2, "self": smollm.model, "cut2-trim": TrimmedDraft(cut2, ranking[:2048]),
             "self-trim": TrimmedDraft(smollm.model, ranking[:2048])}
 

@@ -1,6 +1,7 @@
 """bench.models.linear_backend: the swap keeps weights, ties and state dicts; the oneDNN path is fp32 arithmetic
 (errors against float64 at the plain path's level, far below bf16's) and follows in-place weight changes; plain
-stays selectable; `auto` is measured once and cached. Outputs per backend: tests/test_golden_runs.py."""
+stays selectable; `mixed` runs each layer on the kernel its crossover names; `auto` is measured once and cached.
+Outputs per backend: tests/test_golden_runs.py."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from torch import nn
 from bench.errors import HarnessError
 from bench.models import backend_choice
 from bench.models import linear_backend as lb
+from bench.models.linear_crossover import crossovers
 from tests.conftest import compose_cfg, tiny_llama
 
 needs_onednn = pytest.mark.skipif(not lb.onednn_available(), reason="torch without oneDNN")
@@ -64,6 +66,10 @@ def test_options_and_eligibility():
         backend_choice.apply(model, "mkl", "tiny", "/nonexistent")
     with pytest.raises(HarnessError, match="unknown linear backend"):
         lb.set_backend(model, "fast")
+    with pytest.raises(HarnessError, match="'mixed' needs each layer shape's crossover"):
+        lb.set_backend(model, "mixed")
+    with pytest.raises(HarnessError, match="unknown model.cpu_linear 'mixed'"):  # measured crossovers: auto only
+        backend_choice.apply(model, "mixed", "tiny", "/nonexistent")
     assert backend_choice.apply(model, "plain", "tiny", "/nonexistent") == "plain" and lb.backend_of(model) == "plain"
     assert backend_choice.apply(model.to(torch.bfloat16), "auto", "tiny", "/nonexistent") == "plain"  # fp32 only
     with pytest.raises(HarnessError, match="needs an fp32 model"):
@@ -91,6 +97,48 @@ def test_plain_is_selectable_from_the_command_line():
     assert compose_cfg("model=smollm2-135m").model.cpu_linear == "auto"
 
 
+def kernel_ran(lin: nn.Module, rows: int) -> str:
+    """Which kernel a call over `rows` rows ran, read from the profiler's op names."""
+    from torch.profiler import profile
+
+    with torch.inference_mode(), profile() as prof:
+        lin(torch.randn(1, rows, lin.in_features))
+    names = {e.name for e in prof.events()}
+    return "onednn" if "mkldnn::_linear_pointwise" in names else "plain" if "aten::linear" in names else str(names)
+
+
+@needs_onednn
+def test_mixed_runs_torchs_kernel_up_to_the_shapes_crossover_and_onednn_above():
+    model = tiny_llama(vocab_size=96)  # an lm_head shape (32x96) of its own
+    shapes = {lb.shape_key(m) for m in model.modules() if type(m) is nn.Linear}
+    lm_head = lb.shape_key(model.lm_head)
+    rows = {shape: 2 for shape in shapes - {lm_head}}  # the lm_head not named: oneDNN at every row count
+    lb.set_backend(model, "mixed", rows)
+    assert lb.backend_of(model) == "mixed" and lb.rows_of(model) == rows
+    layer = model.model.layers[0].mlp.up_proj
+    assert [kernel_ran(layer, n) for n in (1, 2, 3, 8)] == ["plain", "plain", "onednn", "onednn"]
+    assert kernel_ran(model.lm_head, 1) == "onednn"
+    draft = tiny_llama(vocab_size=96)
+    lb.follow(draft, model)  # a draft or heads: the target's backend, its crossovers for the shapes they share
+    assert lb.backend_of(draft) == "mixed" and lb.rows_of(draft) == rows
+    lb.set_backend(model, "onednn", rows)  # onednn ignores crossovers
+    assert lb.backend_of(model) == "onednn" and kernel_ran(layer, 1) == "onednn"
+
+
+def test_a_crossover_is_the_largest_size_up_to_which_torchs_kernel_won_every_size():
+    def times(plain, onednn):
+        return {"plain": dict(zip((1, 2, 4, 8), plain)), "onednn": dict(zip((1, 2, 4, 8), onednn))}
+
+    got = crossovers({"a": times((1, 1, 3, 5), (2, 2, 2, 2)),  # torch's wins at 1 and 2
+                      "b": times((1, 3, 1, 1), (2, 2, 2, 2)),  # a later win after a loss does not count
+                      "c": times((3, 3, 3, 3), (2, 2, 2, 2)),  # oneDNN from one row: 0
+                      "d": times((2, 2, 2, 2), (2, 2, 2, 2))})  # a tie goes to oneDNN (the packed default)
+    assert got == {"a": 2, "b": 1, "c": 0, "d": 0}
+    assert backend_choice.decide({"c": times((3,) * 4, (2,) * 4)})["backend"] == "onednn"
+    assert backend_choice.decide({"a": times((1, 1, 3, 5), (2,) * 4), "c": times((3,) * 4, (2,) * 4)})[
+        "plain_rows"] == {"a": 2, "c": 0}
+
+
 @pytest.mark.model
 @needs_onednn
 @torch.inference_mode()
@@ -99,18 +147,18 @@ def test_real_model_error_against_float64_is_fp32_rounding(smollm):
     in another order, ~2x the rounding of MKL's at K = 576), bf16 1.6: both fp32 paths are four orders of
     magnitude from a lower precision. The bound fails for bf16 (checked below) and for any 16-bit product."""
     model = smollm.model
-    before = lb.backend_of(model)
+    before, rows = lb.backend_of(model), lb.rows_of(model)
     ids = torch.randint(100, 40000, (1, 24), generator=torch.Generator().manual_seed(0))
     wide = copy.deepcopy(model)
     lb.set_backend(wide, "plain")
     ref = wide.double()(input_ids=ids).logits
     err = {}
     try:
-        for backend in lb.BACKENDS:
+        for backend in lb.KERNELS:
             lb.set_backend(model, backend)
             err[backend] = (model(input_ids=ids).logits.double() - ref).abs().max().item()
     finally:
-        lb.set_backend(model, before)
+        lb.set_backend(model, before, rows)
     err["bfloat16"] = (wide.to(torch.bfloat16)(input_ids=ids).logits.double() - ref).abs().max().item()
     assert err["onednn"] <= 4 * err["plain"], err
     assert err["bfloat16"] > 4 * err["plain"], err  # the bound separates fp32 from a 16-bit path

@@ -1,8 +1,9 @@
 """Which CPU linear backend (bench.models.linear_backend) a model config runs on: its `cpu_linear` option.
 
-`plain` and `onednn` are taken as asked; `auto` picks the backend with the lowest T(1) + T(8), measured side by
-side on the model itself (bench.models.forward_cost.measure_backends, a few seconds) once per machine, model and
-dtype, and cached as JSON in the folder the caller names (the loader's: data/cache/linear_backend/). CUDA and
+`plain` and `onednn` are taken as asked; `auto` measures, inside the model's own forwards, which kernel multiplies
+each layer shape faster at 1-16 rows (bench.models.linear_crossover, ~10 s), once per machine, model and dtype, and
+caches it as JSON in the folder the caller names (the loader's: data/cache/linear_backend/): `onednn` where oneDNN
+won every shape from one row, else `mixed` (each shape on torch's kernel up to its crossover, oneDNN above). CUDA and
 non-fp32 models are always `plain`. `planned` tells the backend before loading, for a sweep's skip-if-complete.
 """
 
@@ -12,17 +13,18 @@ import json
 import re
 import warnings
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 
 from bench.cachefile import CorruptCache, atomic_write, load_or_build
 from bench.core.machine import machine_id
 from bench.errors import HarnessError
-from bench.models.forward_cost import measure_backends
-from bench.models.linear_backend import BACKENDS, eligible, set_backend
+from bench.models.linear_backend import KERNELS, eligible, set_backend
+from bench.models.linear_crossover import crossovers, layer_times
 
-CHOICES = ("auto", *BACKENDS)
+CHOICES = ("auto", *KERNELS)  # `mixed` needs measured crossovers: only `auto` gives it
+# Part of the file name: a choice made by an older rule (the whole model's T(1) + T(8), no crossovers) is not read.
+RULE = "crossover"
 
 
 def choice_dir(model_cache: str | Path) -> Path:
@@ -32,29 +34,33 @@ def choice_dir(model_cache: str | Path) -> Path:
 
 def choice_file(cache_dir: str | Path, name: str, dtype: torch.dtype, device) -> Path:
     machine = re.sub(r"[^A-Za-z0-9._-]+", "_", machine_id(device))
-    return Path(cache_dir) / f"{name}-{str(dtype).replace('torch.', '')}-{machine}.json"
+    return Path(cache_dir) / f"{name}-{str(dtype).replace('torch.', '')}-{machine}-{RULE}.json"
 
 
 def read_choice(path: Path) -> dict:
     choice = json.loads(path.read_text())
-    if choice.get("backend") not in BACKENDS or "ms" not in choice:
-        raise CorruptCache("no backend or timings")
+    if choice.get("backend") not in ("onednn", "mixed") or not isinstance(choice.get("plain_rows"), dict):
+        raise CorruptCache("no backend or crossovers")
     return choice
 
 
+def decide(times: dict) -> dict:
+    """The choice from layer_times' {shape: {kernel: {n: seconds}}}: crossovers, and `mixed` unless all are 0."""
+    rows = crossovers(times)
+    return {"backend": "mixed" if any(rows.values()) else "onednn", "plain_rows": rows,
+            "layer_us": {shape: {k: {str(n): round(1e6 * s, 1) for n, s in t.items()} for k, t in by_kernel.items()}
+                         for shape, by_kernel in times.items()}}
+
+
 def choose(model, name: str, cache_dir: str | Path) -> dict:
-    """auto's measured choice for this machine, model and dtype: the backend with the lowest T(1) + T(8)."""
+    """auto's measured choice for this machine, model and dtype (decide)."""
 
     def build(path: Path) -> dict:
-        vocab = model.get_output_embeddings().weight.shape[0]
-        probe = SimpleNamespace(model=model, device=model.device, dtype=model.dtype, vocab_size=vocab)
         with warnings.catch_warnings():  # a one-off timing on a new machine: transformers' deprecation notice
             # (past_key_values) would otherwise land in the first command's output, before its own error line
             warnings.filterwarnings("ignore", category=FutureWarning, message=".*past_key_values.*")
-            seconds = measure_backends(probe, BACKENDS, sizes=(1, 8), prefix_tokens=128, reps=5)
-        best = min(seconds, key=lambda b: sum(seconds[b].values()))
-        choice = {"backend": best, "ms": {b: {str(n): 1000 * v for n, v in t.items()} for b, t in seconds.items()},
-                  "machine": machine_id(model.device), "model": name}
+            times = layer_times(model)
+        choice = {**decide(times), "machine": machine_id(model.device), "model": name}
         atomic_write(path, json.dumps(choice, indent=2))
         return choice
 
@@ -87,6 +93,6 @@ def apply(model, option: str, name: str, cache_dir: str | Path) -> str:
             raise HarnessError(f"model.cpu_linear=onednn needs an fp32 model on a CPU with oneDNN "
                                f"(this one: {model.dtype} on {model.device})")
         return "plain"
-    backend = choose(model, name, cache_dir)["backend"] if option == "auto" else option
-    set_backend(model, backend)
-    return backend
+    choice = choose(model, name, cache_dir) if option == "auto" else {"backend": option}
+    set_backend(model, choice["backend"], choice.get("plain_rows"))
+    return choice["backend"]

@@ -23,7 +23,7 @@ from bench.core.kv import new_cache
 from bench.core.machine import machine_id
 from bench.core.timing import device_sync
 from bench.core.tree import chain
-from bench.models.linear_backend import backend_of, set_backend
+from bench.models.linear_backend import backend_of, rows_of, set_backend
 
 DEFAULT_SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 81, 96, 128)
 # One-token forwards are timed as AR runs them, one after another (the median of a run of them): timed once right after
@@ -99,17 +99,18 @@ def measure_prefill(bundle, sizes, reps: int = 3) -> dict[int, float]:
 def measure_backends(bundle, backends, sizes=DEFAULT_SIZES, prefix_tokens: int = 256, reps: int = 5) -> dict:
     """{backend: {n: median seconds}}: `measure` once per backend and repeat, backends interleaved and their order
     flipped every repeat so drift hits both. Each call prefills the same random prefix and runs one untimed pass
-    first, which is where a freshly swapped-in backend packs its weights. Leaves the model on its own backend."""
-    own = backend_of(bundle.model)
+    first, which is where a freshly swapped-in backend packs its weights. `mixed` runs on the model's own crossovers.
+    Leaves the model on its own backend."""
+    own, rows = backend_of(bundle.model), rows_of(bundle.model)
     times = {b: {n: [] for n in sizes} for b in backends}
     try:
         for rep in range(reps):
             for b in (backends if rep % 2 == 0 else backends[::-1]):
-                set_backend(bundle.model, b)
+                set_backend(bundle.model, b, rows)
                 for n, s in measure(bundle, sizes, prefix_tokens, reps=1).items():
                     times[b][n].append(s)
     finally:
-        set_backend(bundle.model, own)
+        set_backend(bundle.model, own, rows)
     return {b: {n: statistics.median(t) for n, t in per.items()} for b, per in times.items()}
 
 

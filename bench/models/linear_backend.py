@@ -7,6 +7,11 @@ weights. With prepacked oneDNN weights the forward is ~1.7x faster at 1 token an
 ~1.3 (`make bench-engine` prints the side-by-side comparison on the machine at hand). Both are fp32 arithmetic;
 their sums are accumulated in another order, so results differ in the last bits, like MKL at 1 vs 2 rows.
 
+Neither wins everywhere: on a 2-core Sapphire Rapids VM (AMX) torch's own kernel multiplied the embedded model's
+576-wide layers at 1-2 rows in 55-75% of oneDNN's time, while its vocabulary-sized lm_head was faster on oneDNN from
+one row up. The third backend, `mixed`, runs each layer on the kernel measured faster for its shape at that many
+rows: torch's up to the shape's crossover (`plain_rows`), oneDNN above (bench.models.linear_crossover measures it).
+
 The switch swaps modules after loading, as torch's quantization utilities do (no patching of transformers):
 every `nn.Linear` becomes a `PrepackedLinear` that keeps the same weight and bias Parameters (tied weights stay
 tied, state dicts and `.weight` readers are unchanged) plus the packed copy (the weights' memory twice).
@@ -21,7 +26,13 @@ from torch.nn import functional as F
 
 from bench.errors import HarnessError
 
-BACKENDS = ("plain", "onednn")
+KERNELS = ("plain", "onednn")
+BACKENDS = (*KERNELS, "mixed")
+
+
+def shape_key(linear: nn.Module) -> str:
+    """A linear layer's shape, in x out: the unit a crossover is measured and stored for."""
+    return f"{linear.in_features}x{linear.out_features}"
 
 
 def onednn_available() -> bool:
@@ -40,6 +51,8 @@ class PrepackedLinear(nn.Module):
         self.bias = linear.bias
         self._packed_version = -1
         self._packed = None
+        # Forwards of at most this many rows (batch x tokens) take torch's own kernel (`mixed`); 0 = always oneDNN.
+        self.plain_rows = 0
 
     def _pack(self) -> torch.Tensor:
         w = self.weight
@@ -53,7 +66,8 @@ class PrepackedLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.weight
         if (x.device.type != "cpu" or x.dtype != torch.float32 or w.dtype != torch.float32
-                or (torch.is_grad_enabled() and (w.requires_grad or x.requires_grad))):
+                or (torch.is_grad_enabled() and (w.requires_grad or x.requires_grad))
+                or (self.plain_rows and x.numel() <= self.plain_rows * self.in_features)):
             return F.linear(x, w, self.bias)
         return torch.ops.mkldnn._linear_pointwise(x, self._pack(), self.bias, "none", [], "")
 
@@ -70,30 +84,48 @@ class PrepackedLinear(nn.Module):
         return plain
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+        rows = f", plain_rows={self.plain_rows}" if self.plain_rows else ""
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}{rows}"
 
 
-def set_backend(module: nn.Module, backend: str) -> int:
-    """Swap every linear layer of `module` (in place) to `backend`; returns how many were swapped."""
+def set_backend(module: nn.Module, backend: str, plain_rows: dict[str, int] | None = None) -> int:
+    """Swap every linear layer of `module` (in place) to `backend`; returns how many were swapped. `mixed` needs
+    `plain_rows` ({shape_key: rows}, a crossover per layer shape); a shape it does not name runs on oneDNN."""
     if backend not in BACKENDS:
         raise HarnessError(f"unknown linear backend '{backend}' (known: {', '.join(BACKENDS)})")
-    if backend == "onednn" and not onednn_available():
-        raise HarnessError("linear backend 'onednn' needs a torch built with oneDNN (mkldnn); use 'plain'")
+    if backend != "plain" and not onednn_available():
+        raise HarnessError(f"linear backend '{backend}' needs a torch built with oneDNN (mkldnn); use 'plain'")
+    if backend == "mixed" and plain_rows is None:
+        raise HarnessError("linear backend 'mixed' needs each layer shape's crossover (plain_rows)")
     swapped = 0
     for parent in list(module.modules()):
         for name, child in list(parent.named_children()):
-            if backend == "onednn" and type(child) is nn.Linear:
-                setattr(parent, name, PrepackedLinear(child))
+            if backend != "plain" and type(child) is nn.Linear:
+                child = PrepackedLinear(child)
+                setattr(parent, name, child)
                 swapped += 1
             elif backend == "plain" and isinstance(child, PrepackedLinear):
                 setattr(parent, name, child.to_linear())
                 swapped += 1
+            if isinstance(child, PrepackedLinear) and backend != "plain":
+                child.plain_rows = int((plain_rows or {}).get(shape_key(child), 0)) if backend == "mixed" else 0
     return swapped
 
 
 def backend_of(module: nn.Module) -> str:
     """The backend `module`'s linear layers run on (`plain` if it has none swapped)."""
-    return "onednn" if any(isinstance(m, PrepackedLinear) for m in module.modules()) else "plain"
+    packed = [m for m in module.modules() if isinstance(m, PrepackedLinear)]
+    return "plain" if not packed else "mixed" if any(m.plain_rows for m in packed) else "onednn"
+
+
+def rows_of(module: nn.Module) -> dict[str, int]:
+    """{shape_key: plain_rows} of `module`'s layers that take torch's kernel at some row counts (`mixed`)."""
+    return {shape_key(m): m.plain_rows for m in module.modules() if isinstance(m, PrepackedLinear) and m.plain_rows}
+
+
+def follow(module: nn.Module, target: nn.Module) -> None:
+    """Put `module` (a draft, heads) on the backend `target` runs on, with its crossovers for the shapes they share."""
+    set_backend(module, backend_of(target), rows_of(target))
 
 
 def eligible(device: torch.device, dtype: torch.dtype) -> bool:

@@ -65,7 +65,7 @@ class ModelBundle:
         With `draft.vocab` set, a bench.models.vocab.TrimmedDraft scoring only that many tokens."""
         if self.draft is None:
             self.draft = load_draft_model(self)
-            linear_backend.set_backend(self.draft, self.linear_backend)
+            linear_backend.follow(self.draft, self.model)
         return self.draft
 
     def draft_label(self) -> str:
@@ -94,28 +94,28 @@ class ModelBundle:
         """The Medusa heads: loaded once and kept on the bundle; same device and dtype as the target, eval mode."""
         if self.heads is None:
             self.heads = load_heads(self)
-            linear_backend.set_backend(self.heads, self.linear_backend)
+            linear_backend.follow(self.heads, self.model)
         return self.heads
 
     def load_eagle(self):
         """The EAGLE head (bench.models.eagle): loaded once and kept on the bundle."""
         if self.eagle is None:
             self.eagle = load_eagle(self)
-            linear_backend.set_backend(self.eagle, self.linear_backend)
+            linear_backend.follow(self.eagle, self.model)
         return self.eagle
 
     def load_eagle3(self):
         """The EAGLE-3 head (bench.models.eagle3): loaded once and kept on the bundle."""
         if self.eagle3 is None:
             self.eagle3 = load_eagle3(self)
-            linear_backend.set_backend(self.eagle3, self.linear_backend)
+            linear_backend.follow(self.eagle3, self.model)
         return self.eagle3
 
     def load_early_heads(self):
         """ProPD's early prediction heads (bench.models.heads.load_early_heads): loaded once and kept on the bundle."""
         if self.early_heads is None:
             self.early_heads = load_early_heads(self)
-            linear_backend.set_backend(self.early_heads, self.linear_backend)
+            linear_backend.follow(self.early_heads, self.model)
         return self.early_heads
 
 

@@ -264,7 +264,7 @@ def section(bundle, args) -> dict:
     model, chosen = bundle.model, bundle.linear_backend
     nbytes, flops = weight_bytes(model), flops_per_token(model)
     curve = roofline_curve(ROOF_SIZES, nbytes, flops, bandwidth, peak)
-    backends = ("plain", chosen) if chosen != "plain" else ("plain",)
+    backends = tuple(dict.fromkeys(("plain", "onednn", chosen) if chosen == "mixed" else ("plain", chosen)))
     t = forward_cost.measure_backends(bundle, backends, SIZES, args.prefix_tokens, args.cost_reps)
     t_plain, t_chosen = t["plain"], t[chosen]
     roof_at = {n: curve[n] for n in SIZES}
