@@ -28,3 +28,13 @@ def test_overrides_reach_every_run_and_the_roofline_can_be_left_out(tmp_path, ca
     assert {g for d in graded for g in d} <= {"near-tie"}
     printed = capsys.readouterr().out
     assert "ar_vs_hf_generate " in printed and f"results: {out}" in printed
+    assert result["intervals"]["ar_vs_hf_generate"] is None  # one prompt: nothing to resample
+
+
+def test_a_pairs_ratio_comes_with_a_paired_bootstrap_interval_over_its_prompts():
+    a = {"tokens": [128, 128, 100, 128], "wall": [1.0, 1.1, 0.8, 1.05]}
+    b = {"tokens": [128, 128, 100, 128], "wall": [1.1, 1.1, 0.9, 1.0]}
+    low, high = engine_bench.ratio_interval(a, b)
+    point = (sum(a["tokens"]) / sum(a["wall"])) / (sum(b["tokens"]) / sum(b["wall"]))
+    assert low < point < high and high - low < 0.2
+    assert engine_bench.ratio_interval({"tokens": [1], "wall": [1.0]}, {"tokens": [1], "wall": [1.0]}) is None

@@ -96,6 +96,12 @@ def divergence_text(divergences: dict[str, dict]) -> str:
     return f"; differing, graded: {'; '.join(shown)}" if shown else ""
 
 
+def ratio_interval(a: dict, b: dict) -> list[float] | None:
+    """95% interval of a's tok/s over b's: a paired bootstrap over the prompts (or batches), each with its tokens and
+    wall time summed over the repeats (bench.metrics); None with fewer than two."""
+    return metrics.bootstrap_interval([a["tokens"], a["wall"], b["tokens"], b["wall"]], metrics.ratio_of_rates)
+
+
 def timed_pair(a: Runner, b: Runner, repeats: int, label: str) -> dict:
     """Interleaved runs of two methods over the same prompts; returns tok/s of each and their ratio."""
     prompts = [a.encode([], it["turns"][0]) for it in a.items]
@@ -104,6 +110,7 @@ def timed_pair(a: Runner, b: Runner, repeats: int, label: str) -> dict:
         replay.start(r.method, (id(r), 0))
         timed(r, prompts[:1])
     stats = {id(a): [0, 0.0, []], id(b): [0, 0.0, []]}
+    per = {id(r): {"tokens": [0] * len(prompts), "wall": [0.0] * len(prompts)} for r in (a, b)}  # per prompt
     mismatches, last = 0, {}  # the last repeat's outputs, per prompt: (a's, b's)
     jobs = [(rep, i) for rep in range(repeats) for i in range(len(prompts))]
     for rep, i in tqdm(jobs, desc=label, file=sys.stderr):
@@ -115,12 +122,15 @@ def timed_pair(a: Runner, b: Runner, repeats: int, label: str) -> dict:
             s[0] += len(gen.output_ids)
             s[1] += wall
             s[2].append({"accept_lengths": gen.accept_lengths, "phase_times": gen.phase_times})
+            per[id(r)]["tokens"][i] += len(gen.output_ids)
+            per[id(r)]["wall"][i] += wall
             outs.append(gen.output_ids)
         mismatches += outs[0] != outs[1]
         last[i] = outs if rep % 2 == 0 else outs[::-1]
     tps = {id(r): stats[id(r)][0] / stats[id(r)][1] for r in (a, b)}
     return {
         "a_tok_s": tps[id(a)], "b_tok_s": tps[id(b)], "ratio": tps[id(a)] / tps[id(b)],
+        "ratio_interval": ratio_interval(per[id(a)], per[id(b)]),
         "outputs_identical": mismatches == 0, "mismatched_prompts": mismatches,
         "divergences": divergences(a, prompts, *zip(*(last[i] for i in range(len(prompts))))),
         "a_steps": stats[id(a)][2], "b_steps": stats[id(b)][2],
@@ -136,6 +146,7 @@ def timed_batch_pair(a: Runner, b: Runner, batch: int, repeats: int, label: str)
         replay.start(r.method, (id(r), 0))
         timed(r, batches[0])
     tokens, wall, mismatches = {id(a): 0, id(b): 0}, {id(a): 0.0, id(b): 0.0}, 0
+    per = {id(r): {"tokens": [0] * len(batches), "wall": [0.0] * len(batches)} for r in (a, b)}  # per batch
     last = {}  # the last repeat's rows, per batch: (a's, b's)
     for rep, c in tqdm([(rep, c) for rep in range(repeats) for c in range(len(batches))], desc=label,
                        file=sys.stderr):
@@ -145,12 +156,15 @@ def timed_batch_pair(a: Runner, b: Runner, batch: int, repeats: int, label: str)
             gens, seconds = timed(r, chunk)
             tokens[id(r)] += sum(len(g.output_ids) for g in gens)
             wall[id(r)] += seconds
+            per[id(r)]["tokens"][c] += sum(len(g.output_ids) for g in gens)
+            per[id(r)]["wall"][c] += seconds
             outs[id(r)] = [g.output_ids for g in gens]
         mismatches += sum(x != y for x, y in zip(outs[id(a)], outs[id(b)]))
         last[c] = outs[id(a)], outs[id(b)]
     tps = {k: tokens[k] / wall[k] for k in tokens}
     rows = [pair for c in range(len(batches)) for pair in zip(*last[c])]  # (a's row, b's row), in prompt order
     return {"a_tok_s": tps[id(a)], "b_tok_s": tps[id(b)], "ratio": tps[id(a)] / tps[id(b)],
+            "ratio_interval": ratio_interval(per[id(a)], per[id(b)]),
             "outputs_identical": mismatches == 0, "mismatched_rows": mismatches,
             "divergences": divergences(a, prompts, *zip(*rows))}
 
@@ -190,7 +204,7 @@ def in_run_forward(steps: list[dict]) -> float:
 def unmodified_pair(args, ar: Runner, ar_hf: dict) -> dict:
     """Our AR (chosen backend) against hf_generate on a model loaded with cpu_linear=plain. get_bundle keeps one
     model at a time: loading the plain one drops the chosen bundle from its cache, but `ar` still holds it."""
-    keep = ("a_tok_s", "b_tok_s", "ratio", "outputs_identical", "mismatched_prompts", "divergences")
+    keep = ("a_tok_s", "b_tok_s", "ratio", "ratio_interval", "outputs_identical", "mismatched_prompts", "divergences")
     if ar.bundle.linear_backend == "plain":  # the model is unmodified already: the first pair measured this
         return {**{k: ar_hf[k] for k in keep}, "same_model_as_ar": True, "hf_linear_backend": "plain"}
     hf = runner_for(args.model, "hf_generate", ["model.cpu_linear=plain"], args)
@@ -212,8 +226,12 @@ def print_goals(result: dict) -> None:
         value, lower = result[key], key in LOWER_IS_BETTER
         ok = value <= goal if lower else value >= goal
         mode = f" [{modes[key]}]" if key in modes else ""
+        interval = result.get("intervals", {}).get(key)
+        shown = f" [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else ""
         verdict = "met" if ok else "MISSED"
-        print(f"{key:30s} {value:7.3f}   goal {'<=' if lower else '>='} {goal:.2f}{mode}: {verdict}")
+        if interval and interval[0] <= goal <= interval[1]:
+            verdict += " (the goal is inside the 95% interval)"
+        print(f"{key:30s} {value:7.3f}{shown}   goal {'<=' if lower else '>='} {goal:.2f}{mode}: {verdict}")
 
 
 def forward_section(args, ar: Runner) -> dict:
@@ -302,6 +320,12 @@ def main(argv=None) -> int:
         **{f"batch_ar_vs_hf_generate_b{b}": batch[b]["ratio"] for b in BATCHES},
         "tr_overhead_share_b16": batch["tr_b16"]["overhead_share"],
         **forward,
+        # 95% paired-bootstrap intervals of the tok/s ratios (ratio_interval); None where one batch or prompt
+        "intervals": {"ar_vs_hf_generate": ar_hf["ratio_interval"],
+                      "ar_vs_hf_generate_unmodified": unmodified["ratio_interval"],
+                      "pld_vs_hf_pld": pld_pair["ratio_interval"],
+                      "tr_speedup_over_ar": tr_ar["ratio_interval"],
+                      **{f"batch_ar_vs_hf_generate_b{b}": batch[b]["ratio_interval"] for b in BATCHES}},
         "batch_details": {str(k): v for k, v in batch.items()},
         "unmodified_details": unmodified,
         "kv_cache_share": {str(k): v for k, v in kv_share.items()},
