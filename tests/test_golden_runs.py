@@ -9,8 +9,8 @@ tests/conftest.py, so neither `make draft` nor `make datastore` is needed. Every
 backends (bench.models.linear_backend): the faster one must not change a token or an accept length. The record
 was written on the plain backend, so oneDNN matching it is the comparison with plain; plain itself re-runs AR's HF
 greedy check and AR on the first prompt (it is still selectable and lossless), and is the only backend, running
-every case on every prompt, where oneDNN is absent. `mixed` runs on fixed crossovers (MIXED_ROWS, not this
-machine's): one token and small trees on torch's kernel, wide trees and the lm_head on oneDNN.
+every case on every prompt, where oneDNN is absent. `mixed` runs on a fixed crossover (MIXED_ROWS, not this
+machine's): one token, chains and small trees on torch's kernel, wide trees on oneDNN.
 """
 
 from __future__ import annotations
@@ -32,10 +32,9 @@ N, MAX_NEW = 2, GOLDEN_NEW  # the record has 3 prompts; 2 keep a carried state (
 
 
 BACKENDS = [b for b in linear_backend.BACKENDS if b == "plain" or linear_backend.onednn_available()]
-# Every 576-wide layer of the embedded model on torch's kernel up to 16 rows; the lm_head (576x49152) is not named,
-# so oneDNN: what a 2-core Sapphire Rapids VM measured (bench.models.linear_crossover), fixed so that any machine
-# runs the same mix.
-MIXED_ROWS = {"576x576": 16, "576x192": 16, "576x1536": 16, "1536x576": 16}
+# Calls of up to 16 rows on torch's kernel: the largest crossover `auto` can measure (bench.models.backend_choice),
+# fixed so that every machine runs the same mix.
+MIXED_ROWS = 16
 PLAIN_TOO = ("ar",)  # the case plain re-runs beside oneDNN, on PLAIN_PROMPTS (all of them cost ~3 suite minutes)
 PLAIN_PROMPTS = 1
 

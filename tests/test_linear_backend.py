@@ -14,7 +14,6 @@ from torch import nn
 from bench.errors import HarnessError
 from bench.models import backend_choice
 from bench.models import linear_backend as lb
-from bench.models.linear_crossover import crossovers
 from tests.conftest import compose_cfg, tiny_llama
 
 needs_onednn = pytest.mark.skipif(not lb.onednn_available(), reason="torch without oneDNN")
@@ -66,9 +65,9 @@ def test_options_and_eligibility():
         backend_choice.apply(model, "mkl", "tiny", "/nonexistent")
     with pytest.raises(HarnessError, match="unknown linear backend"):
         lb.set_backend(model, "fast")
-    with pytest.raises(HarnessError, match="'mixed' needs each layer shape's crossover"):
+    with pytest.raises(HarnessError, match="'mixed' needs its crossover"):
         lb.set_backend(model, "mixed")
-    with pytest.raises(HarnessError, match="unknown model.cpu_linear 'mixed'"):  # measured crossovers: auto only
+    with pytest.raises(HarnessError, match="unknown model.cpu_linear 'mixed'"):  # a measured crossover: auto only
         backend_choice.apply(model, "mixed", "tiny", "/nonexistent")
     assert backend_choice.apply(model, "plain", "tiny", "/nonexistent") == "plain" and lb.backend_of(model) == "plain"
     assert backend_choice.apply(model.to(torch.bfloat16), "auto", "tiny", "/nonexistent") == "plain"  # fp32 only
@@ -83,7 +82,7 @@ def test_auto_measures_once_and_is_planned_from_the_cache(tmp_path):
     assert backend_choice.planned(cfg, tmp_path) is None  # not measured yet
     model = tiny_llama()
     chosen = backend_choice.apply(model, "auto", "tiny", tmp_path)
-    assert chosen in lb.BACKENDS and lb.backend_of(model) == chosen
+    assert chosen in ("onednn", "mixed") and lb.backend_of(model) == chosen
     assert backend_choice.planned(cfg, tmp_path) == chosen
     (written,) = tmp_path.glob("*.json")
     stamp = written.stat().st_mtime_ns
@@ -108,35 +107,29 @@ def kernel_ran(lin: nn.Module, rows: int) -> str:
 
 
 @needs_onednn
-def test_mixed_runs_torchs_kernel_up_to_the_shapes_crossover_and_onednn_above():
-    model = tiny_llama(vocab_size=96)  # an lm_head shape (32x96) of its own
-    shapes = {lb.shape_key(m) for m in model.modules() if type(m) is nn.Linear}
-    lm_head = lb.shape_key(model.lm_head)
-    rows = {shape: 2 for shape in shapes - {lm_head}}  # the lm_head not named: oneDNN at every row count
-    lb.set_backend(model, "mixed", rows)
-    assert lb.backend_of(model) == "mixed" and lb.rows_of(model) == rows
+def test_mixed_runs_torchs_kernel_up_to_the_crossover_and_onednn_above():
+    model = tiny_llama()
+    lb.set_backend(model, "mixed", 2)
+    assert lb.backend_of(model) == "mixed" and lb.rows_of(model) == 2
     layer = model.model.layers[0].mlp.up_proj
     assert [kernel_ran(layer, n) for n in (1, 2, 3, 8)] == ["plain", "plain", "onednn", "onednn"]
-    assert kernel_ran(model.lm_head, 1) == "onednn"
-    draft = tiny_llama(vocab_size=96)
-    lb.follow(draft, model)  # a draft or heads: the target's backend, its crossovers for the shapes they share
-    assert lb.backend_of(draft) == "mixed" and lb.rows_of(draft) == rows
-    lb.set_backend(model, "onednn", rows)  # onednn ignores crossovers
-    assert lb.backend_of(model) == "onednn" and kernel_ran(layer, 1) == "onednn"
+    draft = tiny_llama()
+    lb.follow(draft, model)  # a draft or heads: the target's backend and crossover
+    assert lb.backend_of(draft) == "mixed" and lb.rows_of(draft) == 2
+    lb.set_backend(model, "onednn", 2)  # onednn ignores a crossover
+    assert lb.backend_of(model) == "onednn" and lb.rows_of(model) == 0 and kernel_ran(layer, 1) == "onednn"
 
 
-def test_a_crossover_is_the_largest_size_up_to_which_torchs_kernel_won_every_size():
-    def times(plain, onednn):
-        return {"plain": dict(zip((1, 2, 4, 8), plain)), "onednn": dict(zip((1, 2, 4, 8), onednn))}
+def test_the_crossover_is_the_largest_size_up_to_which_torchs_kernel_won_every_size():
+    def crossover(plain, onednn):
+        return backend_choice.crossover({"plain": dict(zip((1, 2, 4, 8), plain)),
+                                         "onednn": dict(zip((1, 2, 4, 8), onednn))})
 
-    got = crossovers({"a": times((1, 1, 3, 5), (2, 2, 2, 2)),  # torch's wins at 1 and 2
-                      "b": times((1, 3, 1, 1), (2, 2, 2, 2)),  # a later win after a loss does not count
-                      "c": times((3, 3, 3, 3), (2, 2, 2, 2)),  # oneDNN from one row: 0
-                      "d": times((2, 2, 2, 2), (2, 2, 2, 2))})  # a tie goes to oneDNN (the packed default)
-    assert got == {"a": 2, "b": 1, "c": 0, "d": 0}
-    assert backend_choice.decide({"c": times((3,) * 4, (2,) * 4)})["backend"] == "onednn"
-    assert backend_choice.decide({"a": times((1, 1, 3, 5), (2,) * 4), "c": times((3,) * 4, (2,) * 4)})[
-        "plain_rows"] == {"a": 2, "c": 0}
+    assert crossover((1, 1, 3, 5), (2, 2, 2, 2)) == 2  # torch's wins at 1 and 2
+    assert crossover((1, 3, 1, 1), (2, 2, 2, 2)) == 1  # a later win after a loss does not count
+    assert crossover((3, 3, 3, 3), (2, 2, 2, 2)) == 0  # oneDNN from one token: `onednn`
+    assert crossover((2, 1, 1, 1), (2, 2, 2, 2)) == 0  # a tie goes to oneDNN (the packed default)
+    assert crossover((1, 1, 1, 1), (2, 2, 2, 2)) == 8  # torch's everywhere measured: oneDNN only above
 
 
 @pytest.mark.model

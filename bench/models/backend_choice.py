@@ -1,10 +1,11 @@
 """Which CPU linear backend (bench.models.linear_backend) a model config runs on: its `cpu_linear` option.
 
-`plain` and `onednn` are taken as asked; `auto` measures, inside the model's own forwards, which kernel multiplies
-each layer shape faster at 1-16 rows (bench.models.linear_crossover, ~10 s), once per machine, model and dtype, and
-caches it as JSON in the folder the caller names (the loader's: data/cache/linear_backend/): `onednn` where oneDNN
-won every shape from one row, else `mixed` (each shape on torch's kernel up to its crossover, oneDNN above). CUDA and
-non-fp32 models are always `plain`. `planned` tells the backend before loading, for a sweep's skip-if-complete.
+`plain` and `onednn` are taken as asked; `auto` times the model's forward over 1, 2, 4, 8 and 16 tokens on both
+kernels, side by side (bench.models.forward_cost.measure_backends, ~10 s), once per machine, model and dtype, and
+caches the choice as JSON in the folder the caller names (the loader's: data/cache/linear_backend/): `onednn` where
+oneDNN was faster from one token, else `mixed` with the crossover (`crossover`). The whole forward is timed, not
+each layer alone: on the Intel VM oneDNN's lm_head won alone at one row and lost in the forward. CUDA and non-fp32
+models are always `plain`. `planned` tells the backend before loading, for a sweep's skip-if-complete.
 """
 
 from __future__ import annotations
@@ -13,17 +14,19 @@ import json
 import re
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
 from bench.cachefile import CorruptCache, atomic_write, load_or_build
 from bench.core.machine import machine_id
 from bench.errors import HarnessError
+from bench.models.forward_cost import measure_backends
 from bench.models.linear_backend import KERNELS, eligible, set_backend
-from bench.models.linear_crossover import crossovers, layer_times
 
-CHOICES = ("auto", *KERNELS)  # `mixed` needs measured crossovers: only `auto` gives it
-# Part of the file name: a choice made by an older rule (the whole model's T(1) + T(8), no crossovers) is not read.
+CHOICES = ("auto", *KERNELS)  # `mixed` needs a measured crossover: only `auto` gives it
+SIZES = (1, 2, 4, 8, 16)
+# Part of the file name: a choice made by an older rule (the lower T(1) + T(8), no crossover) is not read.
 RULE = "crossover"
 
 
@@ -39,28 +42,36 @@ def choice_file(cache_dir: str | Path, name: str, dtype: torch.dtype, device) ->
 
 def read_choice(path: Path) -> dict:
     choice = json.loads(path.read_text())
-    if choice.get("backend") not in ("onednn", "mixed") or not isinstance(choice.get("plain_rows"), dict):
-        raise CorruptCache("no backend or crossovers")
+    if choice.get("backend") not in ("onednn", "mixed") or not isinstance(choice.get("plain_rows"), int):
+        raise CorruptCache("no backend or crossover")
     return choice
 
 
-def decide(times: dict) -> dict:
-    """The choice from layer_times' {shape: {kernel: {n: seconds}}}: crossovers, and `mixed` unless all are 0."""
-    rows = crossovers(times)
-    return {"backend": "mixed" if any(rows.values()) else "onednn", "plain_rows": rows,
-            "layer_us": {shape: {k: {str(n): round(1e6 * s, 1) for n, s in t.items()} for k, t in by_kernel.items()}
-                         for shape, by_kernel in times.items()}}
+def crossover(seconds: dict[str, dict[int, float]]) -> int:
+    """The largest size up to which torch's kernel was faster at every measured size; 0 where oneDNN was faster
+    from the smallest (a tie goes to oneDNN). seconds: {kernel: {n: forward seconds}}."""
+    rows = 0
+    for n in sorted(seconds["plain"]):
+        if seconds["plain"][n] >= seconds["onednn"][n]:
+            break
+        rows = n
+    return rows
 
 
 def choose(model, name: str, cache_dir: str | Path) -> dict:
-    """auto's measured choice for this machine, model and dtype (decide)."""
+    """auto's measured choice for this machine, model and dtype: `mixed` at the crossover, or `onednn`."""
 
     def build(path: Path) -> dict:
+        vocab = model.get_output_embeddings().weight.shape[0]
+        probe = SimpleNamespace(model=model, device=model.device, dtype=model.dtype, vocab_size=vocab)
         with warnings.catch_warnings():  # a one-off timing on a new machine: transformers' deprecation notice
             # (past_key_values) would otherwise land in the first command's output, before its own error line
             warnings.filterwarnings("ignore", category=FutureWarning, message=".*past_key_values.*")
-            times = layer_times(model)
-        choice = {**decide(times), "machine": machine_id(model.device), "model": name}
+            seconds = measure_backends(probe, KERNELS, sizes=SIZES, prefix_tokens=128, reps=5)
+        rows = crossover(seconds)
+        choice = {"backend": "mixed" if rows else "onednn", "plain_rows": rows,
+                  "ms": {k: {str(n): 1000 * v for n, v in t.items()} for k, t in seconds.items()},
+                  "machine": machine_id(model.device), "model": name}
         atomic_write(path, json.dumps(choice, indent=2))
         return choice
 
@@ -94,5 +105,5 @@ def apply(model, option: str, name: str, cache_dir: str | Path) -> str:
                                f"(this one: {model.dtype} on {model.device})")
         return "plain"
     choice = choose(model, name, cache_dir) if option == "auto" else {"backend": option}
-    set_backend(model, choice["backend"], choice.get("plain_rows"))
+    set_backend(model, choice["backend"], choice.get("plain_rows", 0))
     return choice["backend"]

@@ -99,7 +99,7 @@ def measure_prefill(bundle, sizes, reps: int = 3) -> dict[int, float]:
 def measure_backends(bundle, backends, sizes=DEFAULT_SIZES, prefix_tokens: int = 256, reps: int = 5) -> dict:
     """{backend: {n: median seconds}}: `measure` once per backend and repeat, backends interleaved and their order
     flipped every repeat so drift hits both. Each call prefills the same random prefix and runs one untimed pass
-    first, which is where a freshly swapped-in backend packs its weights. `mixed` runs on the model's own crossovers.
+    first, which is where a freshly swapped-in backend packs its weights. `mixed` runs on the model's own crossover.
     Leaves the model on its own backend."""
     own, rows = backend_of(bundle.model), rows_of(bundle.model)
     times = {b: {n: [] for n in sizes} for b in backends}

@@ -7,10 +7,10 @@ weights. With prepacked oneDNN weights the forward is ~1.7x faster at 1 token an
 ~1.3 (`make bench-engine` prints the side-by-side comparison on the machine at hand). Both are fp32 arithmetic;
 their sums are accumulated in another order, so results differ in the last bits, like MKL at 1 vs 2 rows.
 
-Neither wins everywhere: on a 2-core Sapphire Rapids VM (AMX) torch's own kernel multiplied the embedded model's
-576-wide layers at 1-2 rows in 55-75% of oneDNN's time, while its vocabulary-sized lm_head was faster on oneDNN from
-one row up. The third backend, `mixed`, runs each layer on the kernel measured faster for its shape at that many
-rows: torch's up to the shape's crossover (`plain_rows`), oneDNN above (bench.models.linear_crossover measures it).
+Neither wins everywhere: on a 2-core Intel Xeon VM with AMX the embedded model's one-token forward took ~25% longer on
+oneDNN than on torch's kernel, and its 8-token forward ~10% less (docs/engine.md). The third backend, `mixed`, runs a
+forward of at most `plain_rows` rows (batch x tokens) on torch's kernel and a wider one on oneDNN; `auto` measures
+that crossover (bench.models.backend_choice).
 
 The switch swaps modules after loading, as torch's quantization utilities do (no patching of transformers):
 every `nn.Linear` becomes a `PrepackedLinear` that keeps the same weight and bias Parameters (tied weights stay
@@ -30,11 +30,6 @@ KERNELS = ("plain", "onednn")
 BACKENDS = (*KERNELS, "mixed")
 
 
-def shape_key(linear: nn.Module) -> str:
-    """A linear layer's shape, in x out: the unit a crossover is measured and stored for."""
-    return f"{linear.in_features}x{linear.out_features}"
-
-
 def onednn_available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
@@ -51,7 +46,7 @@ class PrepackedLinear(nn.Module):
         self.bias = linear.bias
         self._packed_version = -1
         self._packed = None
-        # Forwards of at most this many rows (batch x tokens) take torch's own kernel (`mixed`); 0 = always oneDNN.
+        # Calls of at most this many rows (batch x tokens) take torch's own kernel (`mixed`); 0 = always oneDNN.
         self.plain_rows = 0
 
     def _pack(self) -> torch.Tensor:
@@ -88,15 +83,15 @@ class PrepackedLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}{rows}"
 
 
-def set_backend(module: nn.Module, backend: str, plain_rows: dict[str, int] | None = None) -> int:
+def set_backend(module: nn.Module, backend: str, plain_rows: int = 0) -> int:
     """Swap every linear layer of `module` (in place) to `backend`; returns how many were swapped. `mixed` needs
-    `plain_rows` ({shape_key: rows}, a crossover per layer shape); a shape it does not name runs on oneDNN."""
+    `plain_rows` > 0, the crossover: calls of at most that many rows run torch's kernel, wider ones oneDNN."""
     if backend not in BACKENDS:
         raise HarnessError(f"unknown linear backend '{backend}' (known: {', '.join(BACKENDS)})")
     if backend != "plain" and not onednn_available():
         raise HarnessError(f"linear backend '{backend}' needs a torch built with oneDNN (mkldnn); use 'plain'")
-    if backend == "mixed" and plain_rows is None:
-        raise HarnessError("linear backend 'mixed' needs each layer shape's crossover (plain_rows)")
+    if backend == "mixed" and plain_rows < 1:
+        raise HarnessError("linear backend 'mixed' needs its crossover (plain_rows >= 1)")
     swapped = 0
     for parent in list(module.modules()):
         for name, child in list(parent.named_children()):
@@ -108,7 +103,7 @@ def set_backend(module: nn.Module, backend: str, plain_rows: dict[str, int] | No
                 setattr(parent, name, child.to_linear())
                 swapped += 1
             if isinstance(child, PrepackedLinear) and backend != "plain":
-                child.plain_rows = int((plain_rows or {}).get(shape_key(child), 0)) if backend == "mixed" else 0
+                child.plain_rows = int(plain_rows) if backend == "mixed" else 0
     return swapped
 
 
@@ -118,13 +113,13 @@ def backend_of(module: nn.Module) -> str:
     return "plain" if not packed else "mixed" if any(m.plain_rows for m in packed) else "onednn"
 
 
-def rows_of(module: nn.Module) -> dict[str, int]:
-    """{shape_key: plain_rows} of `module`'s layers that take torch's kernel at some row counts (`mixed`)."""
-    return {shape_key(m): m.plain_rows for m in module.modules() if isinstance(m, PrepackedLinear) and m.plain_rows}
+def rows_of(module: nn.Module) -> int:
+    """The crossover `module`'s layers run on under `mixed` (0 otherwise)."""
+    return max((m.plain_rows for m in module.modules() if isinstance(m, PrepackedLinear)), default=0)
 
 
 def follow(module: nn.Module, target: nn.Module) -> None:
-    """Put `module` (a draft, heads) on the backend `target` runs on, with its crossovers for the shapes they share."""
+    """Put `module` (a draft, heads) on the backend `target` runs on, with its crossover."""
     set_backend(module, backend_of(target), rows_of(target))
 
 
