@@ -5,8 +5,8 @@ tokens, fp32 CPU). A refactor that changes what any method drafts or accepts fai
 stay lossless (the lossless tests cannot see a lost draft). It is also the real-model losslessness test of these
 default configurations: AR's record is checked against HF greedy `generate`, every method against AR's record.
 Draft-model methods use an untrained 2-layer cut of the target and REST the in-process store of
-tests/conftest.py, so neither `make draft` nor `make datastore` is needed. Every case runs on both CPU linear
-backends (bench.models.linear_backend): the faster one must not change a token or an accept length. The record
+tests/conftest.py, so neither `make draft` nor `make datastore` is needed. Every case runs on the CPU linear
+backends (bench.models.linear_backend): none may change a token or an accept length. The record
 was written on the plain backend, so oneDNN matching it is the comparison with plain; plain itself re-runs AR's HF
 greedy check and AR on the first prompt (it is still selectable and lossless), and is the only backend, running
 every case on every prompt, where oneDNN is absent. `mixed` runs on a fixed crossover (MIXED_ROWS, not this

@@ -2,7 +2,7 @@
 
 Prompts, reference and helpers: tests/conftest.py. Our AR and the default configurations of pld and
 token_recycling (and of lookahead, rest, sd, dyspec) are checked on the same model by tests/test_golden_runs.py
-(AR's record against HF greedy on both CPU linear backends; outputs and accept lengths); here are the variants and
+(AR's record against HF greedy on every CPU linear backend; outputs and accept lengths); here are the variants and
 HF's own PLD, on the first 3 prompts.
 """
 
