@@ -1,16 +1,16 @@
-"""How a model's linear layers multiply on CPU: `plain` (torch's own fp32 `linear`, i.e. MKL) or `onednn`
-(the same fp32 product through oneDNN with the weight reordered once, the path torch's inductor uses).
+"""How a model's linear layers multiply on CPU: `plain` (torch's own fp32 `linear`, i.e. MKL), `onednn` (the same
+fp32 product through oneDNN with the weight reordered once, the path torch's inductor uses) or `mixed` (below).
 
 Why: at the 1-16 rows that decoding and verification multiply, MKL's fp32 GEMM behaves almost like one GEMV per
 row, so a 2-token forward cost ~1.5x a 1-token one on a 2-core EPYC although both are bound by reading the same
-weights. With prepacked oneDNN weights the forward is ~1.7x faster at 1 token and T(8)/T(1) drops from ~1.55 to
-~1.3 (`make bench-engine` prints the side-by-side comparison on the machine at hand). Both are fp32 arithmetic;
+weights. There, with prepacked oneDNN weights, the forward was 1.3-1.4x faster at 1 token and T(8)/T(1) dropped from
+1.49-1.67 to 1.14-1.24 (docs/engine.md; `make bench-engine` prints the comparison on the machine at hand). Both are fp32 arithmetic;
 their sums are accumulated in another order, so results differ in the last bits, like MKL at 1 vs 2 rows.
 
-Neither wins everywhere: on a 2-core Intel Xeon VM with AMX the embedded model's one-token forward took ~25% longer on
-oneDNN than on torch's kernel, and its 8-token forward ~10% less (docs/engine.md). The third backend, `mixed`, runs a
-forward of at most `plain_rows` rows (batch x tokens) on torch's kernel and a wider one on oneDNN; `auto` measures
-that crossover (bench.models.backend_choice).
+Neither wins everywhere: on a 2-core Intel Xeon VM with AMX the embedded model's one-token forward took 18-33% longer
+on oneDNN than on torch's kernel, and its 8-token forward 7-31% less (evidence/cpu_linear/, four sittings). The
+third backend, `mixed`, runs a call of at most `plain_rows` rows (batch x tokens) on torch's kernel and a wider one
+on oneDNN; `auto` measures that crossover (bench.models.backend_choice).
 
 The switch swaps modules after loading, as torch's quantization utilities do (no patching of transformers):
 every `nn.Linear` becomes a `PrepackedLinear` that keeps the same weight and bias Parameters (tied weights stay
