@@ -96,6 +96,11 @@ def divergence_text(divergences: dict[str, dict]) -> str:
     return f"; differing, graded: {'; '.join(shown)}" if shown else ""
 
 
+def rate(per: dict) -> float:
+    """tok/s over all prompts (or batches) and repeats, from their per-prompt sums {"tokens": [...], "wall": [...]}."""
+    return sum(per["tokens"]) / sum(per["wall"])
+
+
 def ratio_interval(a: dict, b: dict) -> list[float] | None:
     """95% interval of a's tok/s over b's: a paired bootstrap over the prompts (or batches), each with its tokens and
     wall time summed over the repeats (bench.metrics); None with fewer than two."""
@@ -109,8 +114,8 @@ def timed_pair(a: Runner, b: Runner, repeats: int, label: str) -> dict:
     for r in (a, b):  # warm-up, untimed
         replay.start(r.method, (id(r), 0))
         timed(r, prompts[:1])
-    stats = {id(a): [0, 0.0, []], id(b): [0, 0.0, []]}
     per = {id(r): {"tokens": [0] * len(prompts), "wall": [0.0] * len(prompts)} for r in (a, b)}  # per prompt
+    steps = {id(a): [], id(b): []}
     mismatches, last = 0, {}  # the last repeat's outputs, per prompt: (a's, b's)
     jobs = [(rep, i) for rep in range(repeats) for i in range(len(prompts))]
     for rep, i in tqdm(jobs, desc=label, file=sys.stderr):
@@ -118,22 +123,19 @@ def timed_pair(a: Runner, b: Runner, repeats: int, label: str) -> dict:
         for r in ((a, b) if rep % 2 == 0 else (b, a)):
             replay.start(r.method, (id(r), i))
             (gen,), wall = timed(r, [prompts[i]])
-            s = stats[id(r)]
-            s[0] += len(gen.output_ids)
-            s[1] += wall
-            s[2].append({"accept_lengths": gen.accept_lengths, "phase_times": gen.phase_times})
+            steps[id(r)].append({"accept_lengths": gen.accept_lengths, "phase_times": gen.phase_times})
             per[id(r)]["tokens"][i] += len(gen.output_ids)
             per[id(r)]["wall"][i] += wall
             outs.append(gen.output_ids)
         mismatches += outs[0] != outs[1]
         last[i] = outs if rep % 2 == 0 else outs[::-1]
-    tps = {id(r): stats[id(r)][0] / stats[id(r)][1] for r in (a, b)}
+    tps = {k: rate(v) for k, v in per.items()}
     return {
         "a_tok_s": tps[id(a)], "b_tok_s": tps[id(b)], "ratio": tps[id(a)] / tps[id(b)],
         "ratio_interval": ratio_interval(per[id(a)], per[id(b)]),
         "outputs_identical": mismatches == 0, "mismatched_prompts": mismatches,
         "divergences": divergences(a, prompts, *zip(*(last[i] for i in range(len(prompts))))),
-        "a_steps": stats[id(a)][2], "b_steps": stats[id(b)][2],
+        "a_steps": steps[id(a)], "b_steps": steps[id(b)],
     }
 
 
@@ -145,23 +147,20 @@ def timed_batch_pair(a: Runner, b: Runner, batch: int, repeats: int, label: str)
     for r in (a, b):  # warm-up, untimed
         replay.start(r.method, (id(r), 0))
         timed(r, batches[0])
-    tokens, wall, mismatches = {id(a): 0, id(b): 0}, {id(a): 0.0, id(b): 0.0}, 0
     per = {id(r): {"tokens": [0] * len(batches), "wall": [0.0] * len(batches)} for r in (a, b)}  # per batch
-    last = {}  # the last repeat's rows, per batch: (a's, b's)
+    mismatches, last = 0, {}  # the last repeat's rows, per batch: (a's, b's)
     for rep, c in tqdm([(rep, c) for rep in range(repeats) for c in range(len(batches))], desc=label,
                        file=sys.stderr):
         chunk, outs = batches[c], {}
         for r in ((a, b) if rep % 2 == 0 else (b, a)):
             replay.start(r.method, (id(r), c))
             gens, seconds = timed(r, chunk)
-            tokens[id(r)] += sum(len(g.output_ids) for g in gens)
-            wall[id(r)] += seconds
             per[id(r)]["tokens"][c] += sum(len(g.output_ids) for g in gens)
             per[id(r)]["wall"][c] += seconds
             outs[id(r)] = [g.output_ids for g in gens]
         mismatches += sum(x != y for x, y in zip(outs[id(a)], outs[id(b)]))
         last[c] = outs[id(a)], outs[id(b)]
-    tps = {k: tokens[k] / wall[k] for k in tokens}
+    tps = {k: rate(v) for k, v in per.items()}
     rows = [pair for c in range(len(batches)) for pair in zip(*last[c])]  # (a's row, b's row), in prompt order
     return {"a_tok_s": tps[id(a)], "b_tok_s": tps[id(b)], "ratio": tps[id(a)] / tps[id(b)],
             "ratio_interval": ratio_interval(per[id(a)], per[id(b)]),
