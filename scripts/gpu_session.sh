@@ -16,9 +16,9 @@
 # 80-node tree and tree=auto (calibrated on AlpacaEval first) against AR on MT-Bench in bf16, the demo in fp32, their tables. All of it lands in
 # $OUT (default results/gpu_session/): the runs, the check's folder, the logs. PYTHON=... picks the interpreter.
 # DEVICE=cpu DEMO_LIMIT=2 rehearse `run` on a CPU (what the wheels need: a python 3.12). STEPS (default
-# graphs,compiled,check,engine,runs) picks the parts: STEPS=graphs runs gpu-check's graph part alone (GRAPHS_CAP, its
-# seconds, default 300), STEPS=compiled its compiled part (graph mode's forward through torch.compile; COMPILED_CAP,
-# default 240), STEPS=check gpu-check with GPU_CHECK_ARGS (e.g. "--only speedup,methods --methods
+# compiled,graphs,check,engine,runs) picks the parts: STEPS=compiled runs gpu-check's compiled part alone (graph
+# mode's forward through torch.compile; COMPILED_CAP, its seconds, default 240), STEPS=graphs its graph part
+# (GRAPHS_CAP, default 300), STEPS=check gpu-check with GPU_CHECK_ARGS (e.g. "--only speedup,methods --methods
 # ar,token_recycling,pld") and CHECK_CAP, its seconds (default 300).
 set -uo pipefail
 stage=${1:-}
@@ -29,7 +29,7 @@ site=$PWD/.gpu/site
 export PYTHONPATH=$site:$PWD${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 OMP_NUM_THREADS=4
 deadline=$(( $(date +%s) + ${2:-540} ))
 
-has() { [[ ,${STEPS:-graphs,compiled,check,engine,runs}, == *,$1,* ]]; }  # has PART: PART is one of STEPS
+has() { [[ ,${STEPS:-compiled,graphs,check,engine,runs}, == *,$1,* ]]; }  # has PART: PART is one of STEPS
 
 step() {  # step NAME CAP COMMAND...: COMMAND under timeout, CAP seconds or what is left; output in $out/NAME.log
   local name=$1 left=$(( deadline - $(date +%s) )); (( $2 < left )) && left=$2; shift 2
@@ -76,12 +76,13 @@ case $stage in
     device=${DEVICE:-cuda}
     common=(model.device=$device paths.data_mirror=.gpu/data logger=none)
     # shellcheck disable=SC2086 (GPU_CHECK_ARGS: several words, e.g. "--only speedup,methods --methods ar,pld")
+    # graph mode's forward compiled by torch.compile before the capture (run.graph_compile) beside plain graph mode, first:
+    # the only part that can reach issue 67's three missed goals, never run on a GPU
+    has compiled && step gpu_compiled "${COMPILED_CAP:-240}" $PYTHON -m bench.check.gpu_check --device $device \
+      --out "$out/gpu_compiled" --partial "$back/gpu_compiled.partial.json" --only compiled
     # the engine's graph mode beside the eager one (issue 67): T(n) both ways, AR three ways, speedups in graph mode
     has graphs && step gpu_graphs "${GRAPHS_CAP:-300}" $PYTHON -m bench.check.gpu_check --device $device \
       --out "$out/gpu_graphs" --partial "$back/gpu_graphs.partial.json" --only graphs
-    # graph mode's forward compiled by torch.compile before the capture (run.graph_compile) beside plain graph mode
-    has compiled && step gpu_compiled "${COMPILED_CAP:-240}" $PYTHON -m bench.check.gpu_check --device $device \
-      --out "$out/gpu_compiled" --partial "$back/gpu_compiled.partial.json" --only compiled
     has check && step gpu_check "${CHECK_CAP:-300}" $PYTHON -m bench.check.gpu_check --device $device --out "$out/gpu_check" \
       --partial "$back/gpu_check.partial.json" ${GPU_CHECK_ARGS:-}
     has engine && step bench_engine 150 $PYTHON -m bench.perf.engine_bench --no-roofline --out "$out/engine.json" \
