@@ -8,7 +8,6 @@ memory): their parameter counts are the papers' Llama-2 7B and 13B targets' and 
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import pytest
@@ -147,25 +146,6 @@ def test_evidence_copies_every_check_folder(tmp_path):
     assert sorted(p.relative_to(tmp_path / "evidence" / "gpu_check").as_posix() for p in copied) == [
         "node_H100-20261201-120000/methods.csv", "node_H100-20261201-120000/profiles/llama-7b-bfloat16.json",
         "node_H100-20261201-120000/results.json"]
-
-
-def test_gpu_session_script_refuses_bad_input_in_one_line(tmp_path):
-    # scripts/gpu_session.sh, the device calls of issue 42: a wrong stage, or `run` without the carried parts.
-    import subprocess
-
-    script = str(PROJECT / "scripts" / "gpu_session.sh")
-    for args, rc, message in ((["nope"], 2, "usage"), (["run", "5"], 1, ".gpu/gguf.part0 is missing")):
-        done = subprocess.run(["bash", script, *args], check=False, cwd=tmp_path, capture_output=True, text=True)
-        assert done.returncode == rc and done.stderr.startswith("error:") and message in done.stderr
-        assert len(done.stderr.strip().splitlines()) == 1
-    # a third call on the warm machine: the stamp of an earlier install, no parts carried, installs nothing
-    (tmp_path / ".gpu" / "site").mkdir(parents=True)
-    for name in (".gpu/gguf.sha256", ".gpu/site/.ready"):
-        (tmp_path / name).write_text("abc\n")
-    env = {**os.environ, "STEPS": "none", "PYTHON": "true", "OUT": str(tmp_path / "out")}
-    done = subprocess.run(["bash", script, "run", "5"], check=False, cwd=tmp_path, capture_output=True, text=True,
-                          env=env)
-    assert done.returncode == 0 and "from an earlier call" in done.stdout and not (tmp_path / "results/gpu_session/install.log").exists()
 
 
 def test_a_batch_rows_steps_are_counted_once_per_batch():

@@ -1,0 +1,48 @@
+"""scripts/gpu_session.sh, the calls of a lent GPU machine (docs/gpu.md, "A lent machine"): its refusals, a warm
+machine's later call, and the order of its parts, run here with a stand-in for the GPU's python."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+from bench.paths import PROJECT
+
+SCRIPT = str(PROJECT / "scripts" / "gpu_session.sh")
+
+
+def warm_machine(tmp_path):
+    """The stamp of an earlier call's install: a later call carries nothing and installs nothing."""
+    (tmp_path / ".gpu" / "site").mkdir(parents=True)
+    for name in (".gpu/gguf.sha256", ".gpu/site/.ready"):
+        (tmp_path / name).write_text("abc\n")
+
+
+def test_gpu_session_script_refuses_bad_input_in_one_line(tmp_path):
+    # a wrong stage, or `run` without the carried parts
+    for args, rc, message in ((["nope"], 2, "usage"), (["run", "5"], 1, ".gpu/gguf.part0 is missing")):
+        done = subprocess.run(["bash", SCRIPT, *args], check=False, cwd=tmp_path, capture_output=True, text=True)
+        assert done.returncode == rc and done.stderr.startswith("error:") and message in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
+    warm_machine(tmp_path)
+    env = {**os.environ, "STEPS": "none", "PYTHON": "true", "OUT": str(tmp_path / "out")}
+    done = subprocess.run(["bash", SCRIPT, "run", "5"], check=False, cwd=tmp_path, capture_output=True, text=True,
+                          env=env)
+    assert done.returncode == 0 and "from an earlier call" in done.stdout
+    assert not (tmp_path / "results/gpu_session/install.log").exists()
+
+
+def test_the_compiled_part_runs_first(tmp_path):
+    # Only the compiled part can reach issue 67's missed goals: after a slow start the later parts may not run.
+    warm_machine(tmp_path)
+    calls = tmp_path / "calls.txt"
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\necho "$*" >> {calls}\n')
+    python.chmod(0o755)
+    env = {**os.environ, "PYTHON": str(python), "OUT": str(tmp_path / "out"), "PATH": os.environ["PATH"]}
+    done = subprocess.run(["bash", SCRIPT, "run", "300"], check=False, cwd=tmp_path, capture_output=True, text=True,
+                          env=env)
+    assert done.returncode == 0, done.stderr
+    parts = [line.split("--only ")[1].split()[0] if "--only " in line else line.split()[1]
+             for line in calls.read_text().splitlines() if line.startswith("-m bench.")]
+    assert parts[:2] == ["compiled", "graphs"] and parts[2] == "bench.check.gpu_check", parts
