@@ -265,12 +265,13 @@ def fingerprint() -> str:
 @pytest.fixture(scope="module")
 def caches_before():
     """The shared caches' fingerprint before the first case, with the embedded model already converted (so no case
-    converts it: a fresh checkout converts it here, once)."""
-    if not list((PROJECT / "data" / "cache" / "models").glob("*/model*.safetensors")):
-        from bench.models.loading import load_tokenizer
-        from bench.run.compose import compose_config
+    converts it: a fresh checkout converts it here, once). Always through the loader, which waits for a conversion
+    another worker has under way: a glob for the weights also matched that worker's hidden folder mid-write, and the
+    fingerprint taken then differed from the finished one (a fresh clone's CI run, 2026-11-29)."""
+    from bench.models.loading import load_tokenizer
+    from bench.run.compose import compose_config
 
-        load_tokenizer(compose_config(["model=smollm2-135m"]).model)
+    load_tokenizer(compose_config(["model=smollm2-135m"]).model)
     return fingerprint()
 
 
