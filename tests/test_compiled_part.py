@@ -41,3 +41,39 @@ def test_inductor_compiles_the_graph_forward_once_per_width_class_on_a_cpu(tmp_p
     assert gpu_check.main(["--small", "--device", "cpu", "--only", "compiled", "--hf-shapes", "none",
                            "--out", str(tmp_path / "n")]) == 0
     assert json.loads((tmp_path / "n" / "results.json").read_text())["compiled"]["ar_shapes"] == {}
+
+
+def test_a_shape_stage_profiles_one_replay_per_capturing_engine_with_no_new_compile():
+    """The compiled part's 7B stage profiles one replay of each engine at AR's width after AR ran
+    (graph_check.replay_profiles): the bucket is filled and run (captured) first, engines that run eagerly are left
+    out, a failure is that engine's entry only, and the compiled one-token bucket reuses what AR's whole step
+    compiled. Off CUDA the capture is an eager stand-in and the profiler sees no kernels."""
+    import torch
+
+    from bench.check.compiled_check import dynamo_counts
+    from bench.check.graph_check import replay_profiles
+    from bench.core.graph_engine import GraphEngine
+    from bench.core.timing import PhaseTimer
+    from methods import build_method
+    from tests.conftest import compose_cfg, tiny_llama
+
+    model = tiny_llama(64, attn_implementation="sdpa", max_positions=256)
+
+    def engine(**kw):
+        return GraphEngine(model, [10_000], 256, 128, device=torch.device("cpu"), capture=True, **kw)
+
+    engines = {"graph": engine(), "graph_compiled": engine(compile_with={"backend": "aot_eager"}),
+               "static_eager": GraphEngine(model, [10_000], 256, 128, device=torch.device("cpu"), capture=False)}
+    dynamo_counts(clear=True)
+    ar = build_method(compose_cfg("method=ar").method, None)
+    for e in engines.values():
+        ar.generate(e, [1, 2, 3, 4], 6, PhaseTimer())
+    compiled = dynamo_counts()["graphs"]
+    engines["broken"] = engine()
+    engines["broken"].bucket = None  # not callable: this engine's profile fails
+    out = replay_profiles(engines, 1, context=40)
+    assert set(out) == {"graph", "graph_compiled", "broken"}  # static_eager captures nothing
+    assert out["graph"] == out["graph_compiled"] == {"kernels": 0, "busy_ms": 0.0, "span_ms": 0.0, "top": {}}
+    assert out["broken"]["error"].startswith("TypeError")
+    assert engines["graph"].kv.length.item() == 40 and engines["graph"].buckets[(1, False, ())].graph is not None
+    assert dynamo_counts()["graphs"] == compiled and not dynamo_counts()["recompiles"]

@@ -14,6 +14,7 @@ from bench.check.graph_check import (
     graph_engine,
     methods_label,
     replay_lines,
+    replay_profiles,
     run_capacity,
     stager,
 )
@@ -59,9 +60,13 @@ def run_compiled(sizes, bundle, progress=lambda out: None, mode: str = "default"
             model = load(shape, sizes.method_dtype)
             try:
                 vocab = model.model.config.vocab_size  # a random shape's may be smaller than the tokenizer's
+                shape_engines = both(model)
                 out["ar_shapes"][shape] = ar_three_ways(model, [[i % vocab for i in r] for r in rows],
-                                                        sizes.timed_new, sizes.timed_reps, engines=both(model),
+                                                        sizes.timed_new, sizes.timed_reps, engines=shape_engines,
                                                         hf=False)
+                # where the memory floor is lost: one replay's kernels at AR's width, both ways (T(n) has none
+                # here); counted before the tallies, so a recompile its bucket forward costs would show
+                out["ar_shapes"][shape]["replay"] = replay_profiles(shape_engines, 1)
                 out["dynamo"][shape] = dynamo_counts()
             finally:
                 free(model)
@@ -105,6 +110,8 @@ def compiled_lines(part: dict) -> list[str]:
     lines += [f"AR on {shape}: graph {ar['graph_tok_s']}, graph compiled {ar['graph_compiled_tok_s']} tok/s "
               f"(x{ar['graph_compiled_over_graph']}); identical to graph AR: {ar['graph_compiled_identical']}/"
               f"{ar['prompts']}" for shape, ar in part.get("ar_shapes", {}).items()]
+    lines += replay_lines([{"model": shape, "n": 1, "replay": ar.get("replay", {})}
+                           for shape, ar in part.get("ar_shapes", {}).items()])
     if counts := part.get("dynamo"):  # cumulative: the last stage's breaks and recompiles are all of them
         last = counts[list(counts)[-1]]
         lines.append("torch.compile, graphs after each stage: " + ", ".join(f"{k} {c['graphs']}" for k, c in counts.items())

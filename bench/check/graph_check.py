@@ -132,18 +132,37 @@ def forward_curve(bundle, label: str, widths=WIDTHS, context: int = CONTEXT, rep
                          "capacities": capacities,
                          **{f"{k}_ms": round(1000 * statistics.median(v), 3) for k, v in times.items()}})
             if n in (widths[0], widths[-1]) and capturing:  # what one replay's kernels cost
-                rows[-1]["replay"] = {}
-                for name, engine in capturing.items():
-                    try:  # a profiler that fails on a node costs this figure only, not the curve
-                        rows[-1]["replay"][name] = profile_replays(engine, engine.bucket(n, False, {}))
-                    except Exception as err:  # noqa: BLE001
-                        rows[-1]["replay"][name] = {"error": f"{type(err).__name__}: {err}"}
+                rows[-1]["replay"] = replay_profiles(capturing, n)
     return rows
 
 
+def replay_profiles(engines: dict, n: int, context: int = CONTEXT) -> dict:
+    """{name: profile_replays of its n-token bucket after `context` cached tokens} for each engine that captures,
+    the bucket filled and run once first (captured there if it was not: a whole-step graph's engine may have none
+    yet). A replay's kernels do not depend on the tokens or the cache's contents. A profiler that fails on a node
+    costs this figure only: its entry is the error."""
+    out = {}
+    for name, engine in engines.items():
+        if not engine.capture:
+            continue
+        try:  # in inference mode, as the engine decodes: a compiled forward's guards hold on it
+            with torch.inference_mode():
+                engine.kv.length.fill_(context)
+                bucket = engine.bucket(n, False, {})
+                engine.fill(bucket, torch.zeros(1, dtype=torch.long, device=engine.device),
+                            torch.zeros(n - 1, dtype=torch.long, device=engine.device), chain(n - 1))
+                engine.forward_bucket(bucket, False, {})
+                out[name] = profile_replays(engine, bucket)
+        except Exception as err:  # noqa: BLE001
+            out[name] = {"error": f"{type(err).__name__}: {err}"}
+    return out
+
+
 def profile_replays(engine, bucket, reps: int = 5) -> dict:
-    """The kernels of `reps` replays of a captured bucket under torch.profiler, per replay (kernel_summary)."""
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    """The kernels of `reps` replays of a captured bucket under torch.profiler, per replay (kernel_summary). Off CUDA
+    (tests) the host's ops are profiled: no kernels."""
+    cuda = engine.device.type == "cuda"
+    with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
         for _ in range(reps):
             engine.forward_bucket(bucket, False, {})
         device_sync(engine.device)
