@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.check import compiled_check, graph_check
+from bench.check import compiled_check, goals, graph_check
 from bench.cost.gpu_validation import forward_alone_and_in_run
 
 # The speedup part's tables by phase: (where a method's row holds it: a key, or "profile" and a quantity of
@@ -111,4 +111,6 @@ def table(results: dict) -> str:
         lines += ["", *graph_check.table_lines(results["graphs"])]
     if "compiled" in results:
         lines += ["", *compiled_check.compiled_lines(results["compiled"])]
+    if env.get("device") == "cuda" and (goal_lines := goals.goal_lines(results)):
+        lines += ["", *goal_lines]
     return "\n".join(lines) + "\n"
