@@ -18,6 +18,9 @@ DEFAULT_SOURCE = "trained"  # conf/model/*.yaml: a run that recorded no source u
 WORDS = {"eagle": "EAGLE head", "eagle3": "EAGLE-3 head", "trained": "distilled"}
 # bench.models.loading.ModelBundle.draft_label() of an EAGLE head: eagle[3]-<id>-<source>[-<report digest>]
 EAGLE_LABEL = re.compile(r"^(eagle3?)-(.+)-(trained|init|hub|path)(-[0-9a-f]{8})?$")
+# libyaml's parser where PyYAML was built with it: a run's config.yaml takes ~60 ms in the pure-Python one, and a
+# page reads dozens (the same safe constructor either way)
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def uses_draft(method: str | None) -> bool:
@@ -29,7 +32,7 @@ def config_draft(path: str, stamp: tuple) -> tuple[str | None, str | None, str |
     """(model.draft.source, model.draft.id, the id of the head it names: model.eagle's or model.eagle3's) of a
     config.yaml; `stamp` (mtime, size) keys the cache."""
     try:
-        model = (yaml.safe_load(Path(path).read_text()) or {}).get("model") or {}
+        model = (yaml.load(Path(path).read_text(), Loader=SAFE_LOADER) or {}).get("model") or {}
     except (OSError, yaml.YAMLError):
         return None, None, None
     draft = model.get("draft") if isinstance(model.get("draft"), dict) else {}

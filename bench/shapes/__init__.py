@@ -19,7 +19,8 @@ def read_yaml(folder: Path, name: str) -> dict:
     if not path.is_file():
         have = ", ".join(sorted(p.stem for p in folder.glob("*.yaml")))
         raise HarnessError(f"no {folder.name} entry {name!r} (have: {have})")
-    return yaml.safe_load(path.read_text())
+    # libyaml's parser where PyYAML has it (the same safe constructor): a projected page reads these hundreds of times
+    return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def shape_config(name: str) -> dict:
