@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import copy
+import functools
+
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf import DictConfig
 
 from bench.errors import HarnessError
 from bench.paths import PROJECT
+
+CONF = PROJECT / "conf"
 
 
 def script_main(argv: list[str], usage: str, flags: tuple[str, ...], run, errors=(HarnessError,)) -> int:
@@ -24,12 +29,33 @@ def script_main(argv: list[str], usage: str, flags: tuple[str, ...], run, errors
 
 
 def compose_config(overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
-    """conf/config.yaml with Hydra overrides (`model=...`, `run.limit=3`); a bad override is one HarnessError."""
+    """conf/config.yaml with Hydra overrides (`model=...`, `run.limit=3`); a bad override is one HarnessError.
+    Each list is composed once per state of conf/ (a composition takes Hydra ~0.2-0.4 s here, and the suite,
+    gpu-check's methods part and the scripts compose the same few lists hundreds of times); every caller gets its
+    own copy to change. Overrides of `hydra.*` (another search path, whose files are not watched) compose anew."""
+    key = tuple(overrides)
+    if any(o.lstrip("+~").startswith("hydra.") for o in key):
+        return composed(key)
+    return copy.deepcopy(composed_once(key, conf_stamp()))
+
+
+def composed(overrides: tuple[str, ...]) -> DictConfig:
     try:
-        with initialize_config_dir(config_dir=str(PROJECT / "conf"), version_base="1.3"):
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
             return compose("config", overrides=list(overrides))
     except HydraException as err:
         raise HarnessError(str(err).splitlines()[0]) from None
+
+
+@functools.lru_cache(maxsize=512)
+def composed_once(overrides: tuple[str, ...], stamp: tuple[str, int, int]) -> DictConfig:
+    return composed(overrides)
+
+
+def conf_stamp() -> tuple[str, int, int]:
+    """(the folder, its YAML files' newest mtime, their number): a file edited, added or removed recomposes."""
+    times = [p.stat().st_mtime_ns for p in CONF.rglob("*.yaml")]
+    return str(CONF), max(times, default=0), len(times)
 
 
 def split_flags(argv: list[str], flags: tuple[str, ...], usage: str) -> tuple[list[str], set[str]]:
