@@ -307,6 +307,19 @@ def test_bad_input(case: Case, tmp_path, caches_before):
     assert not [p for p in results.glob("runs/*") if not p.name.startswith(".")], "a failed run left a run dir"
 
 
+def test_bad_data_fails_before_torch_loads(tmp_path):
+    """A malformed or missing prompt set is found before torch is imported (seconds, not the model's load)."""
+    files({"mirror/mt_bench/question.jsonl": MT_ROW.replace('["hi"]', '"hi"')})(tmp_path)
+    base = (f"paths.results={tmp_path / 'results'}", f"paths.data_mirror={tmp_path / 'mirror'}",
+            f"paths.data_cache={tmp_path / 'cache'}", f"hydra.run.dir={tmp_path / 'hydra'}", *SMALL)
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "bench.run", *base, "dataset=mt_bench"],
+                          cwd=PROJECT, capture_output=True, text=True, env={**os.environ, **ENV}, timeout=300,
+                          check=False)
+    assert proc.returncode == 1 and "error: malformed line 1" in proc.stderr
+    imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
+    assert "omegaconf" in imported and "torch" not in imported
+
+
 def test_shared_caches_intact(caches_before):
     """After the matrix (this test runs last in this file), the shared caches are unchanged."""
     assert fingerprint() == caches_before

@@ -14,10 +14,11 @@ from omegaconf import DictConfig
 
 from bench.errors import HarnessError
 from bench.metrics import lossless_text
+from bench.paths import project_path
 from bench.run.precheck import check_names
 from bench.run.store import read_summary
 from bench.run.validate import check_method, check_run
-from data.loaders import DataError
+from data.loaders import DataError, load_selection
 from methods import UnknownMethod
 
 
@@ -56,11 +57,14 @@ def print_summary(path: Path) -> None:
 def main(cfg: DictConfig) -> None:
     try:
         check_run(cfg)  # bad run.* values or an unwritable results dir: one line, before torch loads
+        # missing or malformed data: one line, before torch loads too (the method's module imports it)
+        selection = load_selection(cfg.dataset, str(project_path(cfg.paths.data_mirror)),
+                                   str(project_path(cfg.paths.data_cache)))
         check_method(cfg)  # bad method settings: one line, before the model loads
         # Loaded here, not at the top: a bad name or value on the command line fails in a fraction of a second.
         from bench.run.jobs import measure
 
-        path = measure(cfg)
+        path = measure(cfg, selection)
     except (HarnessError, DataError, UnknownMethod) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)

@@ -74,8 +74,9 @@ def describe(cfg) -> str:
     return f"{cfg.method.name} on {cfg.dataset.name}" + (f" ({swept})" if swept else "")
 
 
-def measure(cfg) -> Path | None:
-    """Run one job and write its results; None when a sweep finds the job already complete."""
+def measure(cfg, selection: tuple[list[dict], str] | None = None) -> Path | None:
+    """Run one job and write its results; None when a sweep finds the job already complete. `selection`: its
+    dataset's items, loaded already (Runner)."""
     check_gpu_jobs(cfg.model, launcher_jobs())
     set_threads(cfg.run)
     results = project_path(cfg.paths.results)
@@ -89,7 +90,7 @@ def measure(cfg) -> Path | None:
             print(f"skip: {describe(cfg)}: complete run {done.run_id} exists", file=sys.stderr)
             return None
     torch.manual_seed(cfg.run.seed)
-    runner = Runner(cfg)
+    runner = Runner(cfg, selection)
     ckpt = Checkpoint(results, job_key(cfg, machine_id(runner.bundle.device, runner.bundle.linear_backend)))
     ckpt.open(run_id(cfg), resume=cfg.run.resume)
     finished = False

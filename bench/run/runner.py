@@ -96,10 +96,11 @@ def where_text(n_ids: int, prompt: int, unanswered: int, max_new: int, where) ->
 
 
 class Runner:
-    def __init__(self, cfg):
+    def __init__(self, cfg, selection: tuple[list[dict], str] | None = None):
+        """`selection`: load_selection's (items, description) of cfg.dataset where the caller loaded it already."""
         check_method(cfg)  # main() checked it already; other callers (engine_bench, scripts) get the same line
         self.cfg = cfg
-        items, self.selection = load_selection(
+        items, self.selection = selection or load_selection(
             cfg.dataset, str(project_path(cfg.paths.data_mirror)), str(project_path(cfg.paths.data_cache))
         )
         self.temperature = float(cfg.run.temperature)
