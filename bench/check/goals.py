@@ -6,7 +6,11 @@ goes in."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
+import numpy as np
+
+from bench.check.graph_check import methods_label
 from methods import REGISTRY
 
 FORWARD_MS = 3.0  # the embedded model's one-token forward in graph mode (eager: 19-21 ms)
@@ -16,6 +20,7 @@ AR_7B = {"H200": 210.0, "H100": 150.0}
 SHAPE_7B = "llama-7b"
 TR_SHARE, TR_WIDTH = 0.9, 81  # Token Recycling's speedup over graph AR >= 0.9 x MAT x T(1)/T(w); its 80 nodes + root
 TR_GOAL = "Token Recycling in graph mode: 0 mismatches, speedup >= 0.9 x MAT x T(1)/T(w), one read a step"
+METHODS_GOAL = "every registered method on CUDA, eager: runs or refuses, 0 mismatches at T = 0"
 
 
 @dataclass(frozen=True)
@@ -33,11 +38,7 @@ class Goal:
 def interpolated(curve: dict[int, float], n: int) -> float:
     """T(n) on a measured curve {n: ms}, linear between the neighbouring widths (flat past the ends)."""
     ns = sorted(curve)
-    if n <= ns[0] or n >= ns[-1]:
-        return curve[ns[0] if n <= ns[0] else ns[-1]]
-    hi = next(m for m in ns if m >= n)
-    lo = max(m for m in ns if m <= n)
-    return curve[lo] if hi == lo else curve[lo] + (curve[hi] - curve[lo]) * (n - lo) / (hi - lo)
+    return float(np.interp(n, ns, [curve[m] for m in ns]))
 
 
 def forward_goal(label: str, graphs: dict, compiled: dict) -> Goal:
@@ -102,8 +103,7 @@ def methods_goal(records: list[dict]) -> Goal:
     """Every registered method on the device, eager: runs or refuses in one line, 0 mismatches at T = 0; its host
     waits counted beside CUDA's sync debug mode (their budgets are pinned on a CPU: tests/test_host_syncs.py)."""
     if not records:
-        return Goal("every registered method on CUDA, eager: runs or refuses, 0 mismatches at T = 0", "-", None,
-                    "methods")
+        return Goal(METHODS_GOAL, "-", None, "methods")
     ran = {r["method"] for r in records}
     crashed = sorted({r["method"] for r in records if r["status"].startswith("crash")})
     grades = [g for r in records if r["temperature"] == 0 for g in r.get("grades") or ()]
@@ -119,14 +119,13 @@ def methods_goal(records: list[dict]) -> Goal:
         figures.append(f"host waits counted against CUDA's sync debug mode: up to {apart[worst]:.2f} a step apart "
                        f"({worst})")
     failed = bool(crashed) or "mismatch" in grades
-    return Goal("every registered method on CUDA, eager: runs or refuses, 0 mismatches at T = 0",
-                "; ".join(figures), False if failed else True if ran >= set(REGISTRY) else None, "methods")
+    return Goal(METHODS_GOAL, "; ".join(figures), False if failed else True if ran >= set(REGISTRY) else None, "methods")
 
 
 def goals(results: dict) -> list[Goal]:
     sizes = results.get("sizes", {})
-    cost_models = sizes.get("cost_models") or [["smollm2-135m", None]]
-    label = next((lab for lab, shape in cost_models if shape == sizes.get("method_shape")), cost_models[0][0])
+    label = methods_label(SimpleNamespace(cost_models=sizes.get("cost_models") or [["smollm2-135m", None]],
+                                          method_shape=sizes.get("method_shape")))
     graphs, compiled = results.get("graphs", {}), results.get("compiled", {})
     gpu = results.get("environment", {}).get("gpu", "")
     return [forward_goal(label, graphs, compiled), ar_7b_goal(gpu, graphs, compiled),

@@ -137,10 +137,9 @@ def forward_curve(bundle, label: str, widths=WIDTHS, context: int = CONTEXT, rep
 
 
 def replay_profiles(engines: dict, n: int, context: int = CONTEXT) -> dict:
-    """{name: profile_replays of its n-token bucket after `context` cached tokens} for each engine that captures,
-    the bucket filled and run once first (captured there if it was not: a whole-step graph's engine may have none
-    yet). A replay's kernels do not depend on the tokens or the cache's contents. A profiler that fails on a node
-    costs this figure only: its entry is the error."""
+    """{name: profile_replays of its n-token bucket after `context` cached tokens} for each capturing engine, the
+    bucket filled (any tokens: the kernels are the same) and run once first, which captures it if AR's whole-step
+    graph left none. A profiler that fails on a node costs this figure only: its entry is the error."""
     out = {}
     for name, engine in engines.items():
         if not engine.capture:

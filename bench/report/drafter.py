@@ -18,7 +18,7 @@ DEFAULT_SOURCE = "trained"  # conf/model/*.yaml: a run that recorded no source u
 WORDS = {"eagle": "EAGLE head", "eagle3": "EAGLE-3 head", "trained": "distilled"}
 # bench.models.loading.ModelBundle.draft_label() of an EAGLE head: eagle[3]-<id>-<source>[-<report digest>]
 EAGLE_LABEL = re.compile(r"^(eagle3?)-(.+)-(trained|init|hub|path)(-[0-9a-f]{8})?$")
-# libyaml's parser where PyYAML was built with it: a run's config.yaml takes ~60 ms in the pure-Python one, and a
+# libyaml's parser where PyYAML was built with it: a run's config.yaml takes ~40 ms in the pure-Python one, and a
 # page reads dozens (the same safe constructor either way)
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
