@@ -10,6 +10,7 @@ import pytest
 
 from bench.check.check_table import table
 from bench.check.goals import goal_lines, goals, interpolated
+from bench.check.wait_budget import judged
 from bench.paths import PROJECT
 from methods import REGISTRY
 
@@ -63,16 +64,30 @@ def test_each_verdict_follows_its_figure(lease):
 
 
 def test_every_method_must_run_or_refuse_without_a_crash_or_a_mismatch(lease):
-    def rec(name, status="ok", grades=("identical",)):
-        return {"method": name, "batch": 1, "temperature": 0.0, "status": status, "grades": list(grades),
-                "host_waits_per_step": 1.0, "cuda_syncs_per_step": 1.0}
+    def rec(name, status="ok", grades=("identical",), temperature=0.0, waits=1.0):
+        counts = {"waits": waits, "accepted": 0.5, "rows": 0.1, "draft_forwards": 0.0, "row_steps": 10}
+        return {"method": name, "batch": 1, "temperature": temperature, "status": status, "grades": list(grades),
+                "host_waits_per_step": 1.0, "cuda_syncs_per_step": 1.0,
+                **({"decode_waits": judged(name, temperature, 1, counts)} if status == "ok" else {})}
 
     every = [rec(n) for n in REGISTRY]
     assert goals({"methods": every})[5].met is True
+    every = [r for r in every if r["method"] not in ("hf_pld", "hf_assisted")]
+    every += [rec(n, waits=12.0) for n in ("hf_pld", "hf_assisted")]  # over budget, as the CPU pins them
+    got = goals({"methods": every})[5]
+    assert got.met is True and f"within budget in {len(REGISTRY) - 2} of {len(REGISTRY)} runs" in got.measured
+    assert "hf_pld T=0 b=1 (12 > 2, as on the CPU)" in got.measured
     assert goals({"methods": [*every[:-1], rec(every[-1]["method"], "skipped: greedy only", ())]})[5].met is True
     assert goals({"methods": [*every[:-1], rec(every[-1]["method"], "crash: RuntimeError: x")]})[5].met is False
     assert goals({"methods": [*every[:-1], rec(every[-1]["method"], grades=("mismatch",))]})[5].met is False
+    # one read more a step than AR's budget (1): a wait the CPU does not pin fails the goal
+    over = goals({"methods": [rec("ar", waits=2.0), *every[1:]]})[5]
+    assert every[0]["method"] == "ar" and over.met is False and "ar T=0 b=1 (2 > 1)" in over.measured
+    assert goals({"methods": [rec("ar", waits=2.0, temperature=0.6), *every[1:]]})[5].met is True  # T > 0: 2.6
     assert goals({"methods": every[:3]})[5].met is None  # not every method: in part
+    unjudged = [{k: v for k, v in r.items() if k != "decode_waits"} for r in every]  # a lease before the budget
+    assert goals({"methods": unjudged})[5].met is None and "decode waits not judged" in goals(
+        {"methods": unjudged})[5].measured
     assert goal_lines({"methods": [], "environment": {"device": "cuda"}}) == []  # nothing behind any goal
 
 

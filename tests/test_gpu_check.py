@@ -195,13 +195,13 @@ def test_every_method_runs_in_half_precision_on_a_cpu(tmp_path, dtype):
 
 
 def test_a_failed_profile_costs_only_its_own_tables(monkeypatch):
-    from bench.check import method_check
+    from bench.check import speedup_check
 
     def no_cupti(*args):
         raise RuntimeError("no CUPTI")
 
-    monkeypatch.setattr(method_check, "step_profile", no_cupti)
-    failed = method_check.profiled(None, None, [], 4)
+    monkeypatch.setattr(speedup_check, "step_profile", no_cupti)
+    failed = speedup_check.profiled(None, None, [], 4)
     assert failed == {"error": "RuntimeError: no CUPTI"}
     row = {"tok_s": 9.0, "mat": 1.0, "speedups": [1.0], "speedup": 1.0, "grades": ["identical"],
            "ms_per_step": {"draft": 0.1}, "ops_per_step": {"draft": 2}, "profile": failed}
@@ -219,7 +219,7 @@ def test_the_speedup_part_takes_turns_prompt_by_prompt_with_an_interval(monkeypa
     over all its timed seconds against the baseline's, inside its paired bootstrap interval; one ratio per pass."""
     from types import SimpleNamespace
 
-    from bench.check import method_check
+    from bench.check import speedup_check
 
     calls = []
     seconds = {"ar": 2.0, "token_recycling": 1.0}
@@ -231,8 +231,8 @@ def test_the_speedup_part_takes_turns_prompt_by_prompt_with_an_interval(monkeypa
         return [SimpleNamespace(output_ids=[0] * max_new, accept_lengths=[1] * max_new, verified_nodes=[80] * 7,
                                 phase_times={"target_forward": 0.7, "update": 0.07})], seconds[method] * drift
 
-    monkeypatch.setattr(method_check, "one_pass", one_pass)
-    monkeypatch.setattr(method_check, "engine_for", lambda bundle, t: None)
+    monkeypatch.setattr(speedup_check, "one_pass", one_pass)
+    monkeypatch.setattr(speedup_check, "engine_for", lambda bundle, t: None)
 
     class Stateless(str):  # a method named as its config
         def state_dict(self):
@@ -241,20 +241,20 @@ def test_the_speedup_part_takes_turns_prompt_by_prompt_with_an_interval(monkeypa
         def load_state_dict(self, state):
             pass
 
-    monkeypatch.setattr(method_check, "build_method", lambda cfg, bundle: Stateless(cfg.name))
+    monkeypatch.setattr(speedup_check, "build_method", lambda cfg, bundle: Stateless(cfg.name))
 
     def synced_generation(method, engine, prompt, max_new):
         calls.append(("synced", method, prompt[0]))
         return SimpleNamespace(phase_times={"target_forward": 0.5}, accept_lengths=[1] * 3)
 
-    monkeypatch.setattr(method_check, "synced_generation", synced_generation)
+    monkeypatch.setattr(speedup_check, "synced_generation", synced_generation)
     for name in ("graded", "ops_per_step"):
-        monkeypatch.setattr(method_check, name, lambda *a, **k: {})
+        monkeypatch.setattr(speedup_check, name, lambda *a, **k: {})
     profiles, probes = [], []
-    monkeypatch.setattr(method_check, "profiled", lambda method, engine, rows, n: profiles.append((method, n)) or {})
-    monkeypatch.setattr(method_check, "forward_probe", lambda bundle, context: probes.append(context) or {"ms": {}})
+    monkeypatch.setattr(speedup_check, "profiled", lambda method, engine, rows, n: profiles.append((method, n)) or {})
+    monkeypatch.setattr(speedup_check, "forward_probe", lambda bundle, context: probes.append(context) or {"ms": {}})
     early = []  # what progress() got: the speedups, before any diagnostic
-    out = method_check.interleaved_speedup(None, [[1], [2], [3]], [[7], [8]], ("ar", "token_recycling"), 8, 2,
+    out = speedup_check.interleaved_speedup(None, [[1], [2], [3]], [[7], [8]], ("ar", "token_recycling"), 8, 2,
                                            progress=lambda sp: early.append((len(calls), json.loads(json.dumps(sp)))))
     ((calls_then, sp),) = early  # once, after the warm-up and timed passes and the probe, before the synced pass
     assert calls_then == 2 * 2 + 3 * 2 * 2 and "speedup_interval" in sp["token_recycling"] and "forward_probe" in sp
@@ -300,7 +300,7 @@ def test_the_speedup_part_takes_turns_prompt_by_prompt_with_an_interval(monkeypa
 def test_going_first_costs_every_method_alike():
     """A turn's first run pays a toll (a cold cache, say): with the first rotating, three methods of equal cost
     measure equal over three turns; in a fixed order the first would measure slower."""
-    from bench.check.method_check import turn_order
+    from bench.check.speedup_check import turn_order
 
     methods = {"ar": 0, "a": 1, "b": 2}
     cost = dict.fromkeys(methods, 0.0)
@@ -324,7 +324,7 @@ def test_the_table_names_the_ops_that_queued_copies_and_waits():
 
 
 def test_fastest_pass_picks_each_methods_own_fastest_pass_per_prompt():
-    from bench.check.method_check import fastest_pass
+    from bench.check.speedup_check import fastest_pass
 
     # 2 passes x 2 prompts, pass-major: (tokens, seconds, base tokens, base seconds)
     pairs = np.array([[8, 8, 8, 8], [1.0, 3.0, 2.0, 1.5], [8, 8, 8, 8], [4.0, 5.0, 6.0, 2.0]])

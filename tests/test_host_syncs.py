@@ -1,17 +1,11 @@
-"""Host waits per decode step, counted (bench.core.syncs) for every registered method and pinned to a budget.
+"""Host waits per decode step, counted (bench.core.syncs) for every registered method and pinned to the budget of
+bench.check.wait_budget (the rule a GPU's methods part is judged by too).
 
 On a GPU every read of a tensor's value and every blocking host-to-device copy stalls the host. The counter sees
 both on a CPU; each method runs on a tiny random Llama (untrained draft, heads and EAGLE head: waits do not depend
 on what is accepted, only on how many levels and tokens a step has) at T = 0 and 0.6, batch 1 and 4, and its waits
-per row and step must stay within:
-- 2 for every method (the engine's one read of what each row keeps; one more for a proposer that must read or
-  send something once a step: REST sends its retrieved tree); 1 for the greedy methods that need no more (AR,
-  Token Recycling, Medusa, BPD, HF generate), so that one added read a step fails;
-- + 1 per accepted draft token with stochastic verification (T > 0: the walk reads which child it took per level);
-- + 2 per draft forward for the draft-model methods (a step's draft levels: what a level's draws or argmax send
-  back, and its tokens).
-The HF baselines run transformers' own loop (not ours): their counts are pinned as measured, so a change shows.
-Adding an `.item()` to the loop or to a proposer breaks the budget (tested).
+per row and step must stay within the budget; a method the module names over budget at these settings (OVER) is a
+strict xfail, so it fails once fixed. Adding an `.item()` to the loop or to a proposer breaks the budget (tested).
 """
 
 from __future__ import annotations
@@ -25,6 +19,7 @@ import torch
 from omegaconf import OmegaConf
 
 import bench.core.engine as engine_module
+from bench.check.wait_budget import OVER, budget, decode_counts, known_over
 from bench.core.engine import Engine
 from bench.core.syncs import CudaSyncWarnings, HostSyncCounter
 from bench.core.timing import PhaseTimer
@@ -34,9 +29,8 @@ from bench.models.eagle import EagleHead
 from bench.models.eagle3 import init_eagle3
 from bench.models.heads import MedusaHeads
 from bench.paths import PROJECT
-from methods import REGISTRY, build_method, method_class
+from methods import REGISTRY, build_method
 from methods.rest.datastore import Datastore, tokenizer_fingerprint
-from methods.shared.draft_proposer import DraftModelProposer
 from methods.shared.trees import sequoia as sequoia_tree
 from methods.token_recycling.proposer import TokenRecycling
 from tests.conftest import compose_cfg, tiny_llama
@@ -54,25 +48,6 @@ METHODS = {  # every registered method, small settings where the default tree is
     "sequoia": ("method.size=8",), "dyspec": ("method.budget=12",),
     "holistic": ("method.draft_length=4",), "ouroboros": ("method.gamma=4",), "ouroboros_g12": ("method.gamma=4",),
     "hf_generate": (), "hf_pld": (), "hf_assisted": (),
-}
-# Greedy methods that need only the engine's read: pinned at 1, so one more read a step fails. (hf_generate's loop is
-# transformers': one read a step in 5.24, two in 5.17, the GPU images' version; it keeps the default budget.)
-ONE_WAIT = ("ar", "token_recycling", "medusa", "bpd")
-# Over budget today, each for a reason still to fix (strict: the case fails once the method is within budget, so
-# the entry is then removed). The waits measured on the code of 2026-11 per row and step are in brackets.
-OVER = {
-    "eagle2": "at T > 0 only: one read a draft (the chosen tree's parents, for the host's Tree; was ~42), for which "
-              "T > 0's budget leaves no room beside the verifier's reads: 3.3 a step at batch 1, 2.5 at 4 (budgets "
-              "2.4, 2.3)",
-    "eagle3": "at T > 0 only: EAGLE-2's dynamic tree (methods/shared/feature_head.py), hence eagle2's one read a "
-              "draft: 3.0 a step at batch 1, 2.4 at 4 (budgets 2.4, 2.4)",
-    "propd": "at batch 1: the engine's read and the pruned forward's one (the kept width is a shape) fill the "
-             "budget; the dynamic tree's switches add a new tree's indices, its pruning plan and the hit rates (~0.4 "
-             "a step over 9 steps, fewer as trees repeat): 2.4 a step at T = 0, 3.6 at 0.6 (budget 2.1)",
-    "lookahead": "at T > 0 only: its tokens are sent each step (1) beside the engine's read (1) and the walk's "
-                 "read at the level that rejects (1): 3 a step plus one per accepted token (budget 2 plus one)",
-    "hf_pld": "transformers' own loop (not ours): its candidate search reads per step (~17)",
-    "hf_assisted": "transformers' own loop (not ours) (~12)",
 }
 
 
@@ -147,25 +122,10 @@ def waits(bundle, name: str, temperature: float, batch: int) -> dict:
         with HostSyncCounter() as c:
             gens = decode(method, engine, prompts, new)
         counted.append(c)
-    row_steps = sum(len(g.accept_lengths) - 1 for g in gens)
-    assert row_steps >= batch * 3, "too few decode steps to measure"
-    reads, transfers = counted[1].reads - counted[0].reads, counted[1].transfers - counted[0].transfers
-    # every draft forward but each row's first (the draft's prefill of the prompt: its waits count, not its budget)
-    draft_calls = sum(max(sum(g.counters.get("draft_calls", [])) - 1, 0) for g in gens)
-    return {"waits": (sum(reads.values()) + sum(transfers.values())) / row_steps, "reads": reads,
-            "transfers": transfers, "draft_forwards": draft_calls / row_steps,
-            "accepted": sum(a - 1 for g in gens for a in g.accept_lengths[1:]) / row_steps, "rows": batch / row_steps}
-
-
-def budget(name: str, temperature: float, counts: dict) -> float:
-    allowed = 2.0
-    if temperature > 0:  # + each row's last step, whose accepted drafts the token limit may have cut
-        allowed += counts["accepted"] + counts["rows"]
-    elif name in ONE_WAIT:
-        allowed = 1.0
-    if issubclass(method_class(name), DraftModelProposer):
-        allowed += 2 * counts["draft_forwards"]
-    return allowed
+    counts = decode_counts(gens, counted[1].total, counted[0].total)
+    assert counts["row_steps"] >= batch * 3, "too few decode steps to measure"
+    return counts | {"reads": counted[1].reads - counted[0].reads,
+                     "transfers": counted[1].transfers - counted[0].transfers}
 
 
 def within_budget(bundle, name: str, temperature: float, batch: int) -> bool:
@@ -179,14 +139,9 @@ def test_every_registered_method_is_budgeted():
     assert set(METHODS) == set(REGISTRY) == configs
 
 
-# Methods over budget at some settings only: (temperature, batch) of those.
-OVER_ONLY = {"lookahead": {(0.6, 1), (0.6, 4)}, "propd": {(0.0, 1), (0.6, 1)},
-             "eagle2": {(0.6, 1), (0.6, 4)}, "eagle3": {(0.6, 1), (0.6, 4)}}
-
-
 def marks(name: str, temperature: float, batch: int) -> list:
-    over = name in OVER and (name not in OVER_ONLY or (temperature, batch) in OVER_ONLY[name])
-    return [pytest.mark.xfail(reason=OVER[name], strict=True)] if over else []
+    reason = known_over(name, temperature, batch)
+    return [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
 
 
 CASES = [pytest.param(n, t, b, marks=marks(n, t, b)) for n in METHODS for t in (0.0, 0.6) for b in (1, 4)]

@@ -17,7 +17,8 @@ PER_PHASE = ((("ms_per_step_timed",), "ms per step, the timed passes (unsynced)"
 
 
 def cell(rec: dict) -> str:
-    """One method row's table cell: grades (T = 0) or ok, and host waits per step; or why it did not run."""
+    """One method row's table cell: grades (T = 0) or ok, host waits per step and, where judged, a decode step's per
+    row against its budget (bench.check.wait_budget); or why it did not run."""
     status = rec["status"]
     if status.startswith("skipped"):
         return "-"
@@ -26,7 +27,16 @@ def cell(rec: dict) -> str:
     grades = rec.get("grades")
     verdict = "ok" if grades is None else ", ".join(f"{grades.count(g)} {g}" for g in dict.fromkeys(grades))
     cuda = f" ({rec['cuda_syncs_per_step']:g} on CUDA)" if "cuda_syncs_per_step" in rec else ""
-    return f"{verdict}; {rec['host_waits_per_step']:g} w/s{cuda}"
+    return f"{verdict}; {rec['host_waits_per_step']:g} w/s{cuda}{budget_cell(rec.get('decode_waits', {}))}"
+
+
+def budget_cell(decode: dict) -> str:
+    """A decode step's waits per row against the CPU's budget, where judged (bench.check.wait_budget)."""
+    if decode.get("within") is None:
+        return ""
+    if decode["within"]:
+        return f"; decode {decode['waits']:g} ≤ {decode['budget']:g}"
+    return f"; **decode {decode['waits']:g} > {decode['budget']:g}**" + (" (CPU too)" if "known_over" in decode else "")
 
 
 def table(results: dict) -> str:
@@ -97,7 +107,10 @@ def table(results: dict) -> str:
     lines += [""]
     if results.get("methods"):
         combos = list(dict.fromkeys((r["batch"], r["temperature"]) for r in results["methods"]))
-        lines += ["| method | " + " | ".join(f"b{b} T{t:g}" for b, t in combos) + " |",
+        lines += [("w/s: host waits per batch step, prefill included; decode a ≤ b: a decode step's waits per row "
+                   "against the CPU suite's budget (bench.check.wait_budget), in bold where over it (CPU too: the "
+                   "suite pins it over)"), "",
+                  "| method | " + " | ".join(f"b{b} T{t:g}" for b, t in combos) + " |",
                   "|---|" + "---|" * len(combos)]
         for name in dict.fromkeys(r["method"] for r in results["methods"]):
             by = {(r["batch"], r["temperature"]): r for r in results["methods"] if r["method"] == name}

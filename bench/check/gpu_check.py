@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 
 from bench.cachefile import atomic_write
-from bench.check import compiled_check, graph_check, method_check
+from bench.check import compiled_check, graph_check, method_check, speedup_check
 from bench.check.check_table import table
 from bench.cli import OneLineParser
 from bench.core.machine import machine_id
@@ -146,7 +146,7 @@ def ar_vs_hf_shapes(sizes: Sizes, device: str) -> dict:
         bundle = bundle_for(device, "bfloat16", shape)
         vocab = bundle.model.config.vocab_size
         rows = [[i % vocab for i in row] for row in method_check.prompts(bundle, 2)]
-        out[shape] = method_check.ar_vs_hf(bundle, rows, sizes.timed_new, sizes.timed_reps)
+        out[shape] = speedup_check.ar_vs_hf(bundle, rows, sizes.timed_new, sizes.timed_reps)
         free(bundle)
     return out
 
@@ -188,11 +188,11 @@ def run_checks(sizes: Sizes, device: str, scratch: Path, partial: Path | None = 
         return method_check.method_configs(shared(), sizes.method_shape is not None)
 
     if "ar_vs_hf" in parts:
-        record("ar_vs_hf", method_check.ar_vs_hf(bundle, rows[:2], sizes.timed_new, sizes.timed_reps))
+        record("ar_vs_hf", speedup_check.ar_vs_hf(bundle, rows[:2], sizes.timed_new, sizes.timed_reps))
     if "speedup" in parts:
         both = method_check.prompts(bundle, 2 * sizes.speedup_prompts)  # the timed ones, then as many to warm up on
         timed, warm = both[: sizes.speedup_prompts], both[sizes.speedup_prompts :]
-        record("speedup", method_check.interleaved_speedup(bundle, timed, warm, sizes.speedup, sizes.timed_new,
+        record("speedup", speedup_check.interleaved_speedup(bundle, timed, warm, sizes.speedup, sizes.timed_new,
                                                            sizes.speedup_reps, configs=configs(),
                                                            progress=lambda sp: save({**results, "speedup": sp})))
     if "methods" in parts:
@@ -202,7 +202,7 @@ def run_checks(sizes: Sizes, device: str, scratch: Path, partial: Path | None = 
                                                      small=sizes.method_shape is not None, per_batch=sizes.per_batch,
                                                      only=methods))
     if "attention" in parts:
-        record("attention", method_check.attention_pair(bundle, rows[:2], sizes.timed_new, sizes.timed_reps))
+        record("attention", speedup_check.attention_pair(bundle, rows[:2], sizes.timed_new, sizes.timed_reps))
     if "graphs" in parts:  # the engine's graph mode beside the eager one (bench.check.graph_check)
         record("graphs", graph_check.run_graphs(sizes, lambda shape, dtype: bundle_for(device, dtype, shape), free,
                                                 bundle, progress=lambda g: save({**results, "graphs": g}),
@@ -216,7 +216,11 @@ def run_checks(sizes: Sizes, device: str, scratch: Path, partial: Path | None = 
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
-    keys = list(dict.fromkeys(k for r in rows for k in r if k not in ("traceback", "waits", "cuda_sync_sites")))
+    """One line a row; a dict value (the methods part's decode_waits) as columns of its own, `key.inner`."""
+    rows = [{f"{k}.{i}" if isinstance(v, dict) else k: w for k, v in r.items()
+             for i, w in (v.items() if isinstance(v, dict) else [(None, v)])} for r in rows]
+    left_out = ("traceback", "waits", "cuda_sync_sites")  # (results.json has them)
+    keys = list(dict.fromkeys(k for r in rows for k in r if k.split(".")[0] not in left_out))
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, keys, extrasaction="ignore")
         writer.writeheader()

@@ -11,7 +11,7 @@ process, taking turns (issue 67).
 - Token Recycling's `tree=auto` chosen on the graph regime's own T(n) (the stage above, the methods' model), from
   tree statistics calibrated on this node (HumanEval past the prompts timed here).
 - AR, Token Recycling (the 80-node tree and that auto tree), PLD and Medusa (zero-block heads) in graph mode, taking turns
-  (bench.check.method_check.interleaved_speedup on the graph engine, first-time MAT: each timed pass replays the
+  (bench.check.speedup_check.interleaved_speedup on the graph engine, first-time MAT: each timed pass replays the
   method's state), without the eager part's diagnostics.
 - Host waits per step in graph mode for AR, Token Recycling and Medusa: counted (bench.core.syncs) and, on CUDA, under
   torch's sync debug mode. The goal is one: the read of each step's outcome.
@@ -31,7 +31,7 @@ from contextlib import contextmanager
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from bench.check import method_check
+from bench.check import method_check, speedup_check
 from bench.core.graph_engine import GraphEngine, sized_capacity
 from bench.core.step_profile import events_of
 from bench.core.syncs import CudaSyncWarnings, HostSyncCounter
@@ -187,7 +187,7 @@ def kernel_summary(events, reps: int, top: int = 5) -> dict:
 def ar_three_ways(bundle, rows: list[list[int]], max_new: int, reps: int, engines: dict | None = None,
                   hf: bool = True) -> dict:
     """AR on each of `engines` (default: the eager engine, then the graph engine) and transformers' static-cache
-    generate (unless `hf` is False), taking turns prompt by prompt (the first rotating: method_check.turn_order)
+    generate (unless `hf` is False), taking turns prompt by prompt (the first rotating: speedup_check.turn_order)
     after one untimed pass: tokens/s over all timed
     passes, each engine's rate over the first's and over HF's, and outputs against the first engine's (identical,
     graded)."""
@@ -205,7 +205,7 @@ def ar_three_ways(bundle, rows: list[list[int]], max_new: int, reps: int, engine
     failed = {}
     for rep in range(reps + 1):
         for i, prompt in enumerate(rows):
-            for name, (method, engine) in method_check.turn_order(ways, (rep - 1) * len(rows) + i if rep else 0):
+            for name, (method, engine) in speedup_check.turn_order(ways, (rep - 1) * len(rows) + i if rep else 0):
                 if name in failed:
                     continue
                 device_sync(bundle.device)
@@ -259,7 +259,7 @@ def graph_tree(bundle, t_n: list[dict], cache_dir, small: bool = False) -> tuple
 def speedups(bundle, timed, warm, names, max_new: int, reps: int, progress=lambda out: None, configs=None) -> dict:
     """interleaved_speedup on the graph engine (no diagnostics: the eager part has them)."""
     engine = graph_engine(bundle, run_capacity(timed + warm, max_new))
-    out = method_check.interleaved_speedup(bundle, timed, warm, names, max_new, reps, progress=progress,
+    out = speedup_check.interleaved_speedup(bundle, timed, warm, names, max_new, reps, progress=progress,
                                            engine=engine, diagnostics=False, configs=configs)
     return out | {"capacity": engine.kv.capacity}
 
