@@ -344,6 +344,9 @@ def test_the_speedup_part_s_methods_are_registered_ones_with_ar_first(tmp_path, 
     err = capsys.readouterr().err
     assert err.startswith("error: --speedup-reps 0: at least 1") and err.count("\n") == 1
     assert not (tmp_path / "o").exists()
+    assert gpu_check.main(["--small", "--device", "cpu", "--only", "methods", "--max-new", "0",
+                           "--out", str(tmp_path / "o")]) == 1
+    assert capsys.readouterr().err == "error: --max-new 0: at least 1\n" and not (tmp_path / "o").exists()
 
 
 def test_a_lease_s_calls_merge_into_one_folder_and_a_part_in_two_is_an_error(tmp_path, capsys):

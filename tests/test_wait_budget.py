@@ -3,7 +3,7 @@ so that a lease's goals table says whether CUDA keeps them: run here on the tiny
 
 from __future__ import annotations
 
-import dataclasses
+import json
 
 import pytest
 
@@ -12,8 +12,15 @@ from bench.check.check_table import table
 from bench.check.goals import methods_goal
 from methods.token_recycling.proposer import TokenRecycling
 
-# the CPU sizes with enough new tokens that each row takes several decode steps (the default 3 take one or two)
-SIZES = dataclasses.replace(gpu_check.SIZES["cpu"], max_new=16)
+
+def methods_part(out, names=("ar", "token_recycling")) -> list[dict]:
+    """The methods part at the CPU sizes with enough new tokens that each row takes several decode steps (the
+    default 3 take one or two), as `--max-new` sets them."""
+    assert gpu_check.main(["--small", "--device", "cpu", "--only", "methods", "--methods", ",".join(names),
+                           "--max-new", "16", "--out", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["sizes"]["max_new"] == 16
+    return results["methods"]
 
 
 def row_of(records: list[dict], name: str) -> list[str]:
@@ -21,10 +28,6 @@ def row_of(records: list[dict], name: str) -> list[str]:
     text = table({"environment": {"cpu": "x", "torch": "2", "cuda": None, "transformers": "5", "accelerate": "1"},
                   "methods": records})
     return next(line for line in text.splitlines() if line.startswith(f"| {name} |")).strip("| ").split(" | ")[1:]
-
-
-def methods_part(tmp_path, names=("ar", "token_recycling")) -> list[dict]:
-    return gpu_check.run_checks(SIZES, "cpu", tmp_path, parts=("methods",), methods=list(names))["methods"]
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@
 
     python -m bench.check.gpu_check [--sizes gpu|cpu] [--small] [--device cuda] [--out DIR] [--partial FILE]
                                   [--only PART,...] [--methods NAME,...] [--speedup-methods NAME,...]
-                                  [--speedup-reps N] [--timed-new N]
+                                  [--speedup-reps N] [--timed-new N] [--max-new N]
     python -m bench.check.gpu_check --merge FILE... --out DIR    (a lease's calls' results as one folder)
 
 Records (docs/gpu.md): the environment; the target forward's cost T(n, context) after 512, 128 and 2048 cached
@@ -10,8 +10,8 @@ tokens in fp16 and bf16 for the embedded model and for the papers' 7B and 13B Ll
 (bench.models.random_init), also as cost profiles (profiles/*.json: bench/cost/profiles.py, docs/cost_model.md);
 our AR against HF generate (also on the 7B shape); AR, Token Recycling and PLD taking turns prompt by prompt
 in bf16 (a speedup a drifting machine cannot fake, with its interval); every registered method at batch 1 and
-4, T = 0 and 0.6, in bf16 (no crash, host waits per step, on CUDA also torch's sync-debug count and its callers,
-graded losslessness at T = 0); eager against sdpa attention. `--only` and `--methods` pick parts and methods: on the H200 measured (docs/gpu.md)
+4, T = 0 and 0.6, in bf16 (no crash, host waits per step and a decode step's per row against the CPU suite's
+budget, on CUDA also torch's sync-debug count and its callers, graded losslessness at T = 0); eager against sdpa attention. `--only` and `--methods` pick parts and methods: on the H200 measured (docs/gpu.md)
 the parts before the methods took 348 s and one method row 1.4-74.1 s (DySpec's four rows 174 s). `--sizes cpu` (`--small`, the default without CUDA) runs the same code on
 a tiny random model in seconds, which is how the suite tests it (tests/test_gpu_check.py).
 
@@ -313,6 +313,9 @@ def main(argv: list[str] | None = None) -> int:
                              "into --out, with its table")
     parser.add_argument("--timed-new", type=int, default=None,
                         help="new tokens per prompt of the timed parts (default: 128 on a GPU, 4 on a CPU)")
+    parser.add_argument("--max-new", type=int, default=None,
+                        help="new tokens per row of the methods part (default: 32 on a GPU, 3 on a CPU; its host "
+                             "waits are judged where each row takes 3 decode steps or more)")
     parser.add_argument("--speedup-reps", type=int, default=None,
                         help="the speedup part's timed passes (default: 3 on a GPU; fewer fit a short lease)")
     parser.add_argument("--compile-backend", choices=COMPILE_BACKENDS, default=None,
@@ -349,7 +352,8 @@ def main(argv: list[str] | None = None) -> int:
             raise HarnessError(f"--hf-shapes {args.hf_shapes}: none, or of {', '.join(RANDOM_SHAPES)}")
         if speedup and (set(speedup) - set(REGISTRY) or speedup[0] != "ar"):
             raise HarnessError(f"--speedup-methods {','.join(speedup)}: registered methods, ar first")
-        for flag, value in (("--speedup-reps", args.speedup_reps), ("--timed-new", args.timed_new)):
+        for flag, value in (("--speedup-reps", args.speedup_reps), ("--timed-new", args.timed_new),
+                            ("--max-new", args.max_new)):
             if value is not None and value < 1:
                 raise HarnessError(f"{flag} {value}: at least 1")
         if torch.device(device).type == "cuda" and not torch.cuda.is_available():
@@ -360,6 +364,7 @@ def main(argv: list[str] | None = None) -> int:
                             speedup=speedup or SIZES[name].speedup,
                             speedup_reps=args.speedup_reps or SIZES[name].speedup_reps,
                             timed_new=args.timed_new or SIZES[name].timed_new,
+                            max_new=args.max_new or SIZES[name].max_new,
                             compile_backend=args.compile_backend, hf_shapes=SIZES[name].hf_shapes if shapes is None else shapes)
             results = run_checks(sizes, device, Path(scratch), Path(args.partial) if args.partial else None,
                                  parts, methods)
