@@ -128,9 +128,10 @@ def check_methods(bundle, rows: list[list[int]], max_new: int, shared: list[str]
                   batches=(1, 4), temperatures=(0.0, 0.6), progress=None, only=None) -> list[dict]:
     """One record per registered method x batch x temperature: status (ok / skipped: why / crash: what), new
     tokens, steps, MAT, host waits per step, those of the decode steps per row step against their budget
-    (`decode_waits`: a prefill-only generation of the same rows is counted first) and, at T = 0, the grades against batch-1 greedy AR. Each row decodes
-    `per_batch` batches of the first prompts, after one untimed token that warms the method up. `progress`, when
-    given, is called with the records so far after each method; `only`, when given, names the methods checked."""
+    (`decode_waits`: a prefill-only generation of the same rows is counted first) and, at T = 0, the grades against
+    batch-1 greedy AR. Each row decodes `per_batch` batches of the first prompts, after an untimed generation of
+    WARM_NEW tokens that warms the method up. `progress`, when given, is called with the records so far after each
+    method; `only`, when given, names the methods checked."""
     ar = build_method(compose_config(["method=ar"]).method, bundle)
     reference = [g.output_ids for g in run_rows(ar, engine_for(bundle, 0.0), rows, 1, max_new, 0.0)]
     records = []
