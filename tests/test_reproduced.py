@@ -3,6 +3,7 @@ machine path, no long line, a summary of every paper artifact first, each sectio
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -40,9 +41,11 @@ def built(tmp_path_factory):
 def test_evidence_holds_summaries_configs_and_turns_without_token_ids(built):
     _, results, evidence, _ = built
     runs = sorted((evidence / "runs").iterdir())
-    assert runs and all(sorted(p.name for p in d.iterdir()) == ["config.yaml", "summary.json", "turns.jsonl"]
+    assert runs and all(sorted(p.name for p in d.iterdir()) == ["config.yaml", "summary.json", "turns.jsonl.gz"]
                         for d in runs)
-    turn = json.loads((runs[0] / "turns.jsonl").read_text().splitlines()[0])
+    packed = (runs[0] / "turns.jsonl.gz").read_bytes()
+    turn = json.loads(gzip.decompress(packed).decode().splitlines()[0])
+    assert packed[4:8] == bytes(4)  # no timestamp in the gzip header: the same records give the same bytes
     assert "accept_lengths" in turn and "question_id" in turn and "output_ids" not in turn
     assert (results / "runs" / runs[0].name / "records.jsonl").is_file()  # the results' copy keeps its records
     assert (evidence / ".gitignore").read_text().split() == ["tables/", "figures/"]

@@ -3,6 +3,8 @@ Figures 2 and 5 and Table 4's selection, Post-use & Pre-cut Figure 2; expected v
 
 from __future__ import annotations
 
+import gzip
+
 import pandas as pd
 import pytest
 
@@ -104,7 +106,7 @@ def test_step_figures_from_evidence_without_token_ids(results, tmp_path):
     evidence = tmp_path / "evidence"
     for run in results.runs:
         write_run(run, evidence / "runs")
-    assert "step_tokens" not in (next((evidence / "runs").glob("*/turns.jsonl"))).read_text()
+    assert "step_tokens" not in gzip.decompress(next((evidence / "runs").glob("*/turns.jsonl.gz")).read_bytes()).decode()
     pd.testing.assert_frame_equal(dyspec_build_fig2(RunSet.read(evidence)),
                                   dyspec_build_fig2(results.runset()))
     full, kept = holistic_build_fig2(results.runset()), holistic_build_fig2(RunSet.read(evidence))

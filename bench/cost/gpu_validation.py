@@ -18,6 +18,7 @@ step-cost ratio is the fair comparison (MAT-free); a speedup also carries each s
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import sys
 from pathlib import Path
@@ -133,8 +134,8 @@ def cpu_runs() -> dict[str, dict[str, list[dict]]]:
             folder = EVIDENCE / "runs" / row["run_id"]
             summary = json.loads((folder / "summary.json").read_text())
             if row["artifact"] == ARTIFACT and row["method"] in METHODS and not summary.get("variant"):
-                records = [json.loads(line) for line in (folder / "turns.jsonl").read_text().splitlines()]
-                out.setdefault(row["dataset"], {})[row["method"]] = records
+                turns = gzip.decompress((folder / "turns.jsonl.gz").read_bytes()).decode()  # (bench.page.evidence)
+                out.setdefault(row["dataset"], {})[row["method"]] = [json.loads(line) for line in turns.splitlines()]
     return out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 from pathlib import Path
@@ -39,7 +40,10 @@ def write_run(run: Run, folder: Path) -> None:
     (d / "summary.json").write_text(json.dumps(scrub(run.meta), indent=2) + "\n")
     config = run.path / "config.yaml"
     (d / "config.yaml").write_text(scrub_paths(config.read_text()) if config.is_file() else "")
-    (d / "turns.jsonl").write_text("".join(json.dumps(turn(r)) + "\n" for r in run.records))
+    turns = "".join(json.dumps(turn(r)) + "\n" for r in run.records).encode()
+    # gzipped (a fifth of the bytes; every lease call carries the tree: scripts/gpu_session.sh carry), with no
+    # timestamp, so the same records give the same file
+    (d / "turns.jsonl.gz").write_bytes(gzip.compress(turns, compresslevel=9, mtime=0))
 
 
 def build_evidence(results_dir: str | Path = "results", out: str | None = None) -> str:

@@ -1,7 +1,7 @@
 """The results store: the one module that reads and writes results/runs/<run_id>/.
 
 A run directory holds records.jsonl (one line per prompt-turn), summary.json and config.yaml; a run in the
-committed evidence folder (bench/page/evidence.py) holds turns.jsonl instead of records.jsonl: the same records
+committed evidence folder (bench/page/evidence.py) holds turns.jsonl.gz instead of records.jsonl: the same records
 without their token ids, which every report reads the same way. A run is written
 into a hidden temp directory and renamed when complete, so a directory without summary.json is still being
 written, or died, and readers skip it (a run in progress is checkpointed under runs/.partial/ by
@@ -14,6 +14,7 @@ test fixtures. Reading: `load_runs` (reports choose among them with bench.report
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -148,7 +149,9 @@ class Run:
         return read_records(self.path)
 
 
-RECORD_FILES = ("records.jsonl", "turns.jsonl")  # a results run's; an evidence run's (records less token ids)
+# a results run's; an evidence run's (records less token ids, gzipped: every lease call carries the tree; as
+# bench/page/evidence.py wrote them before 2026-11-29, uncompressed)
+RECORD_FILES = ("records.jsonl", "turns.jsonl.gz", "turns.jsonl")
 
 
 def records_file(run_dir: Path) -> Path | None:
@@ -156,7 +159,8 @@ def records_file(run_dir: Path) -> Path | None:
 
 
 def read_records(run_dir: Path) -> list[dict]:
-    with open(records_file(run_dir) or Path(run_dir) / RECORD_FILES[0]) as f:
+    path = records_file(run_dir) or Path(run_dir) / RECORD_FILES[0]
+    with (gzip.open(path, "rt") if path.suffix == ".gz" else open(path)) as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
