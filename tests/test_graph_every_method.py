@@ -1,0 +1,65 @@
+"""Graph mode (run.graphs=true) for every registered method: it decodes as the eager engine does, or it is refused
+before the model loads, in one line that names the method and why.
+
+tests/test_graph_mode.py checks the methods the issue names (AR, Token Recycling, PLD, Medusa, SD) in detail, on the
+embedded model too. This file keeps the rest honest: each method that graph mode accepts (the draft-model methods,
+EAGLE-1/2/3, REST, Lookahead, ...) runs its bucketed target forwards through the graph engine's capture path (an
+EagerReplay standing in for the CUDA graph off CUDA) and must give the eager engine's tokens, at T = 0, on gpu-check's
+tiny random model with the untrained parts its methods part builds (bench.check.method_check), at its small settings.
+A new method is covered by registering it."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.check.gpu_check import bundle_for
+from bench.check.method_check import add_untrained_parts, engine_for, method_configs, prompts, run_rows
+from bench.core.graph_engine import GraphEngine, sized_capacity
+from bench.errors import HarnessError
+from bench.run.validate import check_method
+from methods import REGISTRY, build_method
+
+NEW = 16  # new tokens a prompt: several decode steps of every method, drafts accepted by those that copy
+# What graph mode refuses, and the words its line must hold: loops of their own, and ProPD's wrapped forward.
+REFUSED = {"hf_generate": "its own decode loop", "hf_assisted": "its own decode loop", "hf_pld": "its own decode loop",
+           "propd": "set method.prune=false method.dynamic=false"}
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    bundle = bundle_for("cpu", "float32", "tiny")
+    shared = add_untrained_parts(bundle, tmp_path_factory.mktemp("parts"))
+    configs = method_configs(shared, small=True)
+    with_graphs = {}
+    for name, cfg in configs.items():
+        cfg.run.graphs = True
+        with_graphs[name] = cfg
+    # ProPD with its pruning and its timed tree choice off: its Medusa tree then runs on the engine's forward
+    propd = with_graphs["propd"].copy()
+    propd.method.prune, propd.method.dynamic = False, False
+    with_graphs["propd_static"] = propd
+    return bundle, prompts(bundle, 2), with_graphs
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_refused_in_one_line_before_the_model_loads(setup, name):
+    cfg = setup[2][name]
+    with pytest.raises(HarnessError) as err:
+        check_method(cfg)
+    line = str(err.value)
+    assert "\n" not in line and f"'{name}'" in line and REFUSED[name] in line
+
+
+@pytest.mark.parametrize("name", sorted(set(REGISTRY) - set(REFUSED)) + ["propd_static"])
+def test_decodes_as_the_eager_engine(setup, name):
+    bundle, rows, configs = setup
+    cfg = configs[name]
+    check_method(cfg)  # accepted: no refusal line
+    eager = run_rows(build_method(cfg.method, bundle), engine_for(bundle, 0.0), rows, 1, NEW, 0.0)
+    capacity = sized_capacity(max(len(r) for r in rows) + NEW)  # as run.graph_capacity=auto sizes it
+    graph = GraphEngine(bundle.model, bundle.eos_token_ids, bundle.max_context, capacity, capture=True)
+    got = run_rows(build_method(cfg.method, bundle), graph, rows, 1, NEW, 0.0)
+    assert [g.output_ids for g in got] == [g.output_ids for g in eager]
+    assert [g.accept_lengths for g in got] == [g.accept_lengths for g in eager]  # the same steps, not just tokens
+    assert all(len(g.output_ids) == NEW for g in got)
+
