@@ -53,8 +53,8 @@ def test_small_check_writes_its_folder_and_table(tmp_path, capsys):
     assert gpu_check.main(["--small", "--device", "cpu", "--out", str(out), "--partial", str(partial)]) == 0
     printed = capsys.readouterr().out
     assert json.loads(partial.read_text()) == json.loads((out / "results.json").read_text())
-    assert {f.name for f in out.iterdir()} == {"results.json", "forward_cost.csv", "methods.csv", "table.md",
-                                                "profiles"}
+    assert {f.name for f in out.iterdir()} == {"results.json", "forward_cost.csv", "methods.csv", "graph_methods.csv",
+                                                "table.md", "profiles"}
     assert printed.startswith((out / "table.md").read_text()) and f"results: {out}" in printed
     results = json.loads((out / "results.json").read_text())
     assert {"torch", "transformers", "accelerate", "cuda"} <= set(results["environment"])

@@ -10,8 +10,11 @@ A new method is covered by registering it."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from bench.check import gpu_check
 from bench.check.gpu_check import bundle_for
 from bench.check.method_check import add_untrained_parts, engine_for, method_configs, prompts, run_rows
 from bench.core.graph_engine import GraphEngine, sized_capacity
@@ -63,3 +66,18 @@ def test_decodes_as_the_eager_engine(setup, name):
     assert [g.accept_lengths for g in got] == [g.accept_lengths for g in eager]  # the same steps, not just tokens
     assert all(len(g.output_ids) == NEW for g in got)
 
+
+
+def test_gpu_check_runs_them_as_its_graph_methods_part(tmp_path):
+    """`gpu-check --only graph_methods`: the methods part's rows in graph mode (batch 1, T = 0), graded against the
+    eager engine's AR, a refused method skipped with its line; its own csv and table section."""
+    out = tmp_path / "check"
+    assert gpu_check.main(["--small", "--device", "cpu", "--only", "graph_methods", "--methods",
+                           "ar,pld,propd,hf_generate", "--max-new", "16", "--out", str(out)]) == 0
+    rows = {r["method"]: r for r in json.loads((out / "results.json").read_text())["graph_methods"]}
+    assert {(r["batch"], r["temperature"], r["graphs"]) for r in rows.values()} == {(1, 0.0, True)}
+    assert [rows[m]["status"] for m in ("ar", "pld")] == ["ok", "ok"]
+    assert rows["ar"]["grades"] == rows["pld"]["grades"] == ["identical"]
+    assert rows["ar"]["decode_waits"]["within"] and rows["pld"]["mat"] > 1  # one read a step; drafts accepted
+    assert "set method.prune=false" in rows["propd"]["status"] and "own decode loop" in rows["hf_generate"]["status"]
+    assert (out / "graph_methods.csv").is_file() and "every method in graph mode" in (out / "table.md").read_text()

@@ -106,16 +106,12 @@ def table(results: dict) -> str:
             lines += ["", "seconds: " + ", ".join(f"{k} {v}" for k, v in sp["seconds"].items())]
     lines += [""]
     if results.get("methods"):
-        combos = list(dict.fromkeys((r["batch"], r["temperature"]) for r in results["methods"]))
         lines += [("w/s: host waits per batch step, prefill included; decode a ≤ b: a decode step's waits per row "
                    "against the CPU suite's budget (bench.check.wait_budget), in bold where over it (CPU too: the "
-                   "suite pins it over)"), "",
-                  "| method | " + " | ".join(f"b{b} T{t:g}" for b, t in combos) + " |",
-                  "|---|" + "---|" * len(combos)]
-        for name in dict.fromkeys(r["method"] for r in results["methods"]):
-            by = {(r["batch"], r["temperature"]): r for r in results["methods"] if r["method"] == name}
-            lines.append(f"| {name} | " + " | ".join(cell(by[c]) for c in combos) + " |")
-        lines += [""]
+                   "suite pins it over)"), "", *method_lines(results["methods"]), ""]
+    if results.get("graph_methods"):
+        lines += ["every method in graph mode (run.graphs=true), graded against the eager engine's AR; - : refused",
+                  "", *method_lines(results["graph_methods"]), ""]
     if "attention" in results:
         lines += ["| attention | identical | eager ms/step | sdpa ms/step |", "|---|---|---|---|"]
         lines += [f"| {a['method']} | {a['identical']}/{a['prompts']} | {a['eager_ms_per_step']} | "
@@ -127,3 +123,13 @@ def table(results: dict) -> str:
     if env.get("device") == "cuda" and (goal_lines := goals.goal_lines(results)):
         lines += ["", *goal_lines]
     return "\n".join(lines) + "\n"
+
+
+def method_lines(records: list[dict]) -> list[str]:
+    """The methods part's table: a row per method, a column per (batch, temperature) it ran."""
+    combos = list(dict.fromkeys((r["batch"], r["temperature"]) for r in records))
+    lines = ["| method | " + " | ".join(f"b{b} T{t:g}" for b, t in combos) + " |", "|---|" + "---|" * len(combos)]
+    for name in dict.fromkeys(r["method"] for r in records):
+        by = {(r["batch"], r["temperature"]): r for r in records if r["method"] == name}
+        lines.append(f"| {name} | " + " | ".join(cell(by[c]) if c in by else "" for c in combos) + " |")
+    return lines

@@ -11,7 +11,8 @@ tokens in fp16 and bf16 for the embedded model and for the papers' 7B and 13B Ll
 our AR against HF generate (also on the 7B shape); AR, Token Recycling and PLD taking turns prompt by prompt
 in bf16 (a speedup a drifting machine cannot fake, with its interval); every registered method at batch 1 and
 4, T = 0 and 0.6, in bf16 (no crash, host waits per step and a decode step's per row against the CPU suite's
-budget, on CUDA also torch's sync-debug count and its callers, graded losslessness at T = 0); eager against sdpa attention. `--only` and `--methods` pick parts and methods: on the H200 measured (docs/gpu.md)
+budget, on CUDA also torch's sync-debug count and its callers, graded losslessness at T = 0); eager against sdpa attention;
+the engine's graph mode beside the eager one (graphs, compiled) and every method in it (graph_methods). `--only` and `--methods` pick parts and methods: on the H200 measured (docs/gpu.md)
 the parts before the methods took 348 s and one method row 1.4-74.1 s (DySpec's four rows 174 s). `--sizes cpu` (`--small`, the default without CUDA) runs the same code on
 a tiny random model in seconds, which is how the suite tests it (tests/test_gpu_check.py).
 
@@ -85,7 +86,8 @@ SIZES = {
 }
 DTYPES = ("float16", "bfloat16")
 COMPILE_BACKENDS = ("inductor", "aot_eager")
-PARTS = ("forward_cost", "ar_vs_hf_shapes", "ar_vs_hf", "speedup", "methods", "attention", "graphs", "compiled")
+PARTS = ("forward_cost", "ar_vs_hf_shapes", "ar_vs_hf", "speedup", "methods", "attention", "graphs", "compiled",
+         "graph_methods")
 
 
 def bundle_for(device: str, dtype: str, shape: str | None, model_cache="data/cache/models"):
@@ -211,6 +213,11 @@ def run_checks(sizes: Sizes, device: str, scratch: Path, partial: Path | None = 
         record("compiled", compiled_check.run_compiled(sizes, bundle, progress=lambda c: save({**results, "compiled": c}),
                                                     load=lambda shape, dtype: bundle_for(device, dtype, shape),
                                                     free=free))
+    if "graph_methods" in parts:  # every method in graph mode, batch 1, T = 0: the methods part's rows, graph mode's
+        record("graph_methods", method_check.check_methods(
+            bundle, rows, sizes.max_new, shared(), small=sizes.method_shape is not None, per_batch=sizes.per_batch,
+            batches=(1,), temperatures=(0.0,), only=methods, graphs=True,
+            progress=lambda recs: save({**results, "graph_methods": recs})))
     free(bundle)
     return results
 
@@ -228,9 +235,9 @@ def write_csv(path: Path, rows: list[dict]) -> None:
 
 
 def write_folder(results: dict, out: Path) -> None:
-    """results.json (everything), forward_cost.csv, methods.csv and table.md (what was printed)."""
+    """results.json (everything), forward_cost.csv, methods.csv, graph_methods.csv and table.md (what was printed)."""
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    for part in ("forward_cost", "methods"):
+    for part in ("forward_cost", "methods", "graph_methods"):
         if part in results:
             write_csv(out / f"{part}.csv", results[part])
     (out / "table.md").write_text(table(results))

@@ -20,6 +20,7 @@ from omegaconf import OmegaConf, open_dict
 
 from bench.check.wait_budget import decode_counts, judged
 from bench.core.engine import Engine
+from bench.core.graph_engine import GraphEngine, sized_capacity
 from bench.core.syncs import CudaSyncWarnings, HostSyncCounter
 from bench.core.timing import PhaseTimer
 from bench.errors import HarnessError
@@ -124,14 +125,23 @@ def engine_for(bundle, temperature: float) -> Engine:
                   device=bundle.device)
 
 
+def graph_engine_for(bundle, rows: list[list[int]], max_new: int) -> GraphEngine:
+    """Graph mode's engine for `rows` (greedy), its static cache sized as run.graph_capacity=auto sizes it; on CUDA
+    it captures and replays, elsewhere it runs the same static-shape code eagerly."""
+    capacity = sized_capacity(max(len(r) for r in rows) + max(max_new, WARM_NEW))
+    return GraphEngine(bundle.model, bundle.eos_token_ids, bundle.max_context, capacity, device=bundle.device)
+
+
 def check_methods(bundle, rows: list[list[int]], max_new: int, shared: list[str], small: bool, per_batch: int = 1,
-                  batches=(1, 4), temperatures=(0.0, 0.6), progress=None, only=None) -> list[dict]:
+                  batches=(1, 4), temperatures=(0.0, 0.6), progress=None, only=None, graphs=False) -> list[dict]:
     """One record per registered method x batch x temperature: status (ok / skipped: why / crash: what), new
     tokens, steps, MAT, host waits per step, those of the decode steps per row step against their budget
     (`decode_waits`: a prefill-only generation of the same rows is counted first) and, at T = 0, the grades against
     batch-1 greedy AR. Each row decodes `per_batch` batches of the first prompts, after an untimed generation of
     WARM_NEW tokens that warms the method up. `progress`, when given, is called with the records so far after each
-    method; `only`, when given, names the methods checked."""
+    method; `only`, when given, names the methods checked. `graphs`: each method in the engine's graph mode
+    (run.graphs=true; give batches=(1,), temperatures=(0.0,)), graded against the eager engine's AR as the lossless
+    column is, a method graph mode refuses skipped with its line."""
     ar = build_method(compose_config(["method=ar"]).method, bundle)
     reference = [g.output_ids for g in run_rows(ar, engine_for(bundle, 0.0), rows, 1, max_new, 0.0)]
     records = []
@@ -140,9 +150,9 @@ def check_methods(bundle, rows: list[list[int]], max_new: int, shared: list[str]
             continue
         for batch in batches:
             for temperature in temperatures:
-                rec = {"method": name, "batch": batch, "temperature": temperature}
+                rec = {"method": name, "batch": batch, "temperature": temperature, **({"graphs": True} if graphs else {})}
                 records.append(rec)
-                cfg.run.batch_size, cfg.run.temperature = batch, temperature
+                cfg.run.batch_size, cfg.run.temperature, cfg.run.graphs = batch, temperature, graphs
                 try:
                     check_method(cfg)
                 except HarnessError as err:
@@ -152,7 +162,7 @@ def check_methods(bundle, rows: list[list[int]], max_new: int, shared: list[str]
                 t0 = time.perf_counter()
                 try:
                     method = build_method(cfg.method, bundle)
-                    engine = engine_for(bundle, temperature)
+                    engine = graph_engine_for(bundle, picked, max_new) if graphs else engine_for(bundle, temperature)
                     # untimed, uncounted: what a method builds once (trees, Sequoia's calibration) is built, and
                     # sent to the device at its first decode steps, here (as tests/test_host_syncs.py warms)
                     run_rows(method, engine, picked[:1], 1, WARM_NEW, temperature)
