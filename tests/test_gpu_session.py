@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 
+from bench.check.gpu_check import PARTS
 from bench.paths import PROJECT
 
 SCRIPT = str(PROJECT / "scripts" / "gpu_session.sh")
@@ -40,12 +41,18 @@ def test_the_compiled_part_runs_first(tmp_path):
     python.write_text(f'#!/bin/sh\necho "$*" >> {calls}\n')
     python.chmod(0o755)
     env = {**os.environ, "PYTHON": str(python), "OUT": str(tmp_path / "out")}
+    stale = tmp_path / "results" / "gpu_session" / "gpu_check" / "results.json"  # an earlier call's, on this machine
+    stale.parent.mkdir(parents=True)
+    stale.write_text("{}")
     done = subprocess.run(["bash", SCRIPT, "run", "300"], check=False, cwd=tmp_path, capture_output=True, text=True,
                           env=env)
     assert done.returncode == 0, done.stderr
     parts = [line.split("--only ")[1].split()[0] if "--only " in line else line.split()[1]
              for line in calls.read_text().splitlines() if line.startswith("-m bench.")]
-    assert parts[:2] == ["compiled", "graphs"] and parts[2] == "bench.check.gpu_check", parts
+    assert parts[:2] == ["compiled", "graphs"], parts
+    # the check step runs every other part once: none of the first two again (a merge refuses a part in two files)
+    assert set(parts[2].split(",")) == set(PARTS) - {"compiled", "graphs"}, parts
+    assert not stale.exists()  # this call's tarball cannot pass an earlier call's folder off as its own
 
 
 def test_a_call_that_would_carry_over_64_mib_is_refused_before_the_lease(tmp_path):

@@ -228,3 +228,24 @@ def test_a_lease_with_timed_phases_fits_on_them_and_sets_the_forward_in_the_run_
     assert got["ar"]["ratio"] == pytest.approx(12.0 / 20.0, abs=1e-3)
     # mixed widths: T averaged over the steps (2 x T(1) + T(64)) / 3 = 20.667 ms, not T(22) = 20.677
     assert got["pld"]["alone_ms"] == pytest.approx(62 / 3, abs=1e-3)
+
+
+def test_a_lease_of_the_graph_parts_alone_is_validated_in_graph_mode_only(monkeypatch):
+    """A lease that ran gpu-check's graph part but no eager speedup part and no eager T(n) (what a short lease's
+    compiled and graph calls leave) has no eager rows to check: it is priced with its nearest GPU's host and checked
+    in graph mode, and the lease-pass projection leaves it out, where both used to fail on its missing AR."""
+    from bench.cost import gpu_validation as gv
+    from bench.cost import pass_projection
+
+    real = gv.lease
+    graphs_only = {k: v for k, v in real("H200 11-28").items() if k != "speedup"}
+    monkeypatch.setattr(gv, "lease", lambda label: graphs_only if label == "graphs only" else real(label))
+    monkeypatch.setitem(gv.GPUS, "graphs only", (gv.GPUS["H200 11-28"][0], "h200", "H200"))
+    monkeypatch.setitem(gv.GRAPH_COSTS, "graphs only", gv.GRAPH_COSTS["H200 11-28"])
+    assert not gv.timed_eagerly("graphs only") and gv.timed_eagerly("H200 11-28")
+    out = gv.validate()
+    entry = out["gpus"]["graphs only"]
+    assert entry["rows"] == {} and "graph mode only" in entry["note"]
+    assert "the H100's" in entry["host"]["source"]  # its nearest, the H200, has no host price: the H200's nearest's
+    assert out["graph_regime"]["graphs only"]["methods"].keys() == out["graph_regime"]["H200 11-28"]["methods"].keys()
+    assert "graphs only" not in pass_projection.project()["gpus"]

@@ -88,8 +88,9 @@ def project(costs: StepCosts | None = None) -> dict:
     hosts = {g: gv.own_host(g, costs, sp["ar"]["ms_per_step_timed"]) for g in gv.GPUS}
     out = {"sitting": name, "step_costs_machine": costs.machine, "gpus": {}}
     for gpu, (folder, _, nearest) in gv.GPUS.items():
-        host = hosts[gpu] or HostCost(hosts[nearest].launch_us, hosts[nearest].host_factor,
-                                      f"the {nearest}'s ({hosts[nearest].source}): the {gpu} lease timed no phases")
+        if not gv.timed_eagerly(gpu):  # a lease of the graph and compiled parts alone: no eager pass to set beside
+            continue
+        host = gv.borrowed_host(gpu, hosts)
         path, factor = gv.EVIDENCE / folder / "profiles" / gv.FORWARD, 1.0
         if path.is_file():
             profile, forward = Profile.read(path), f"the {gpu} lease's T(n, context)"
