@@ -164,8 +164,10 @@ def check_methods(bundle, rows: list[list[int]], max_new: int, shared: list[str]
                     method = build_method(cfg.method, bundle)
                     engine = graph_engine_for(bundle, picked, max_new) if graphs else engine_for(bundle, temperature)
                     # untimed, uncounted: what a method builds once (trees, Sequoia's calibration) is built, and
-                    # sent to the device at its first decode steps, here (as tests/test_host_syncs.py warms)
-                    run_rows(method, engine, picked[:1], 1, WARM_NEW, temperature)
+                    # sent to the device at its first decode steps, here (as tests/test_host_syncs.py warms); in
+                    # graph mode the rows in full, so that each bucket they need is captured (a capture syncs) here
+                    run_rows(method, engine, *((picked, 1, max_new) if graphs else (picked[:1], 1, WARM_NEW)),
+                             temperature)
                     with HostSyncCounter() as prefill:  # prefill only: its waits are not the decode steps'
                         run_rows(method, engine, picked, batch, 1, temperature)
                     with HostSyncCounter() as counter, CudaSyncWarnings(engine.device) as cuda:
