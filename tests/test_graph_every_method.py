@@ -81,3 +81,39 @@ def test_gpu_check_runs_them_as_its_graph_methods_part(tmp_path):
     assert rows["ar"]["decode_waits"]["within"] and rows["pld"]["mat"] > 1  # one read a step; drafts accepted
     assert "set method.prune=false" in rows["propd"]["status"] and "own decode loop" in rows["hf_generate"]["status"]
     assert (out / "graph_methods.csv").is_file() and "every method in graph mode" in (out / "table.md").read_text()
+
+
+def test_the_graph_methods_part_captures_nothing_while_it_counts(setup, monkeypatch):
+    """Entering a CUDA graph capture synchronizes the device: a bucket first met in the counted run would count as the
+    method's host waits. The part's warm-up decodes the same rows in full from the state the counted run starts
+    from, so every bucket is captured before it: here with the capture path (EagerReplay) on, and methods whose
+    pool, cache or matrix carries over from prompt to prompt."""
+    from bench.check import method_check
+    from bench.core import graph_engine
+
+    bundle, rows, _ = setup
+    counting, captured = [False], []
+
+    class Counter(method_check.HostSyncCounter):
+        def __enter__(self):
+            counting[0] = True
+            return super().__enter__()
+
+        def __exit__(self, *exc):
+            counting[0] = False
+            return super().__exit__(*exc)
+
+    real_capture = graph_engine.GraphEngine._captured
+
+    def capture(self, run, reset=lambda: None):
+        captured.append(counting[0])
+        return real_capture(self, run, reset)
+
+    monkeypatch.setattr(method_check, "HostSyncCounter", Counter)
+    monkeypatch.setattr(graph_engine.GraphEngine, "_captured", capture)
+    real_engine = method_check.graph_engine_for
+    monkeypatch.setattr(method_check, "graph_engine_for", lambda *a: real_engine(*a, capture=True))
+    records = method_check.check_methods(bundle, rows, NEW, [], small=True, batches=(1,), temperatures=(0.0,),
+                                         only={"ouroboros", "holistic", "token_recycling", "pld"}, graphs=True)
+    assert [r["status"] for r in records] == ["ok"] * 4, records
+    assert captured and not any(captured)

@@ -11,6 +11,7 @@ row step are judged against the CPU suite's budget (bench.check.wait_budget).
 
 from __future__ import annotations
 
+import copy
 import time
 import traceback
 
@@ -125,11 +126,12 @@ def engine_for(bundle, temperature: float) -> Engine:
                   device=bundle.device)
 
 
-def graph_engine_for(bundle, rows: list[list[int]], max_new: int) -> GraphEngine:
+def graph_engine_for(bundle, rows: list[list[int]], max_new: int, capture: bool | None = None) -> GraphEngine:
     """Graph mode's engine for `rows` (greedy), its static cache sized as run.graph_capacity=auto sizes it; on CUDA
-    it captures and replays, elsewhere it runs the same static-shape code eagerly."""
+    (capture None) it captures and replays, elsewhere it runs the same static-shape code eagerly."""
     capacity = sized_capacity(max(len(r) for r in rows) + max(max_new, WARM_NEW))
-    return GraphEngine(bundle.model, bundle.eos_token_ids, bundle.max_context, capacity, device=bundle.device)
+    return GraphEngine(bundle.model, bundle.eos_token_ids, bundle.max_context, capacity, device=bundle.device,
+                       capture=capture)
 
 
 def check_methods(bundle, rows: list[list[int]], max_new: int, shared: list[str], small: bool, per_batch: int = 1,
@@ -165,11 +167,15 @@ def check_methods(bundle, rows: list[list[int]], max_new: int, shared: list[str]
                     engine = graph_engine_for(bundle, picked, max_new) if graphs else engine_for(bundle, temperature)
                     # untimed, uncounted: what a method builds once (trees, Sequoia's calibration) is built, and
                     # sent to the device at its first decode steps, here (as tests/test_host_syncs.py warms); in
-                    # graph mode the rows in full, so that each bucket they need is captured (a capture syncs) here
+                    # graph mode the rows in full from the state the counted run starts from, so that each bucket
+                    # they need is captured (a capture syncs the device) here
+                    start = copy.deepcopy(method.state_dict()) if graphs else None
                     run_rows(method, engine, *((picked, 1, max_new) if graphs else (picked[:1], 1, WARM_NEW)),
                              temperature)
                     with HostSyncCounter() as prefill:  # prefill only: its waits are not the decode steps'
                         run_rows(method, engine, picked, batch, 1, temperature)
+                    if graphs:  # a pool, cache or matrix carried over would draft other trees, of other widths
+                        method.load_state_dict(start)
                     with HostSyncCounter() as counter, CudaSyncWarnings(engine.device) as cuda:
                         gens = run_rows(method, engine, picked, batch, max_new, temperature)
                 except Exception as err:  # noqa: BLE001 (the check's point: record any crash, go on)
