@@ -16,8 +16,14 @@ import pytest
 
 from bench.check import gpu_check
 from bench.check.gpu_check import bundle_for
-from bench.check.method_check import add_untrained_parts, engine_for, method_configs, prompts, run_rows
-from bench.core.graph_engine import GraphEngine, sized_capacity
+from bench.check.method_check import (
+    add_untrained_parts,
+    engine_for,
+    graph_engine_for,
+    method_configs,
+    prompts,
+    run_rows,
+)
 from bench.errors import HarnessError
 from bench.run.validate import check_method
 from methods import REGISTRY, build_method
@@ -32,11 +38,9 @@ REFUSED = {"hf_generate": "its own decode loop", "hf_assisted": "its own decode 
 def setup(tmp_path_factory):
     bundle = bundle_for("cpu", "float32", "tiny")
     shared = add_untrained_parts(bundle, tmp_path_factory.mktemp("parts"))
-    configs = method_configs(shared, small=True)
-    with_graphs = {}
-    for name, cfg in configs.items():
+    with_graphs = method_configs(shared, small=True)
+    for cfg in with_graphs.values():
         cfg.run.graphs = True
-        with_graphs[name] = cfg
     # ProPD with its pruning and its timed tree choice off: its Medusa tree then runs on the engine's forward
     propd = with_graphs["propd"].copy()
     propd.method.prune, propd.method.dynamic = False, False
@@ -59,13 +63,11 @@ def test_decodes_as_the_eager_engine(setup, name):
     cfg = configs[name]
     check_method(cfg)  # accepted: no refusal line
     eager = run_rows(build_method(cfg.method, bundle), engine_for(bundle, 0.0), rows, 1, NEW, 0.0)
-    capacity = sized_capacity(max(len(r) for r in rows) + NEW)  # as run.graph_capacity=auto sizes it
-    graph = GraphEngine(bundle.model, bundle.eos_token_ids, bundle.max_context, capacity, capture=True)
+    graph = graph_engine_for(bundle, rows, NEW, capture=True)  # its cache sized as run.graph_capacity=auto sizes it
     got = run_rows(build_method(cfg.method, bundle), graph, rows, 1, NEW, 0.0)
     assert [g.output_ids for g in got] == [g.output_ids for g in eager]
     assert [g.accept_lengths for g in got] == [g.accept_lengths for g in eager]  # the same steps, not just tokens
     assert all(len(g.output_ids) == NEW for g in got)
-
 
 
 def test_gpu_check_runs_them_as_its_graph_methods_part(tmp_path):

@@ -129,7 +129,7 @@ def engine_for(bundle, temperature: float) -> Engine:
 def graph_engine_for(bundle, rows: list[list[int]], max_new: int, capture: bool | None = None) -> GraphEngine:
     """Graph mode's engine for `rows` (greedy), its static cache sized as run.graph_capacity=auto sizes it; on CUDA
     (capture None) it captures and replays, elsewhere it runs the same static-shape code eagerly."""
-    capacity = sized_capacity(max(len(r) for r in rows) + max(max_new, WARM_NEW))
+    capacity = sized_capacity(max(len(r) for r in rows) + max_new)  # (its warm-up decodes the rows in full too)
     return GraphEngine(bundle.model, bundle.eos_token_ids, bundle.max_context, capacity, device=bundle.device,
                        capture=capture)
 
@@ -170,8 +170,8 @@ def check_methods(bundle, rows: list[list[int]], max_new: int, shared: list[str]
                     # graph mode the rows in full from the state the counted run starts from, so that each bucket
                     # they need is captured (a capture syncs the device) here
                     start = copy.deepcopy(method.state_dict()) if graphs else None
-                    run_rows(method, engine, *((picked, 1, max_new) if graphs else (picked[:1], 1, WARM_NEW)),
-                             temperature)
+                    warm_rows, warm_new = (picked, max_new) if graphs else (picked[:1], WARM_NEW)
+                    run_rows(method, engine, warm_rows, 1, warm_new, temperature)
                     with HostSyncCounter() as prefill:  # prefill only: its waits are not the decode steps'
                         run_rows(method, engine, picked, batch, 1, temperature)
                     if graphs:  # a pool, cache or matrix carried over would draft other trees, of other widths
