@@ -26,18 +26,20 @@ def test_bad_compiled_part_flags_are_one_line_errors(tmp_path, capsys):
 @pytest.mark.slow
 @pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc")), reason="inductor on a CPU needs a C compiler")
 def test_inductor_compiles_the_graph_forward_once_per_width_class_on_a_cpu(tmp_path, capsys):
-    """`--compile-backend inductor` on a CPU: the bucket forward compiles whole (no graph break) into two graphs,
-    the first width and then the width dynamic, which T(n), AR's whole step and a second model of the same shape
-    all reuse; compiled AR decodes plain graph AR's tokens; `--hf-shapes none` times no random shape."""
+    """`--compile-backend inductor` on a CPU: the bucket forward compiles whole (no graph break); the random shape
+    first, one width, one graph; then the methods' model from a clean slate (the same shape here, compiled again):
+    T(1), which AR's whole step reuses, then the width dynamic for the other widths, one recompile; compiled AR
+    decodes plain graph AR's tokens; `--hf-shapes none` times no random shape."""
     out = tmp_path / "c"
     assert gpu_check.main(["--small", "--device", "cpu", "--only", "compiled", "--compile-backend", "inductor",
                            "--out", str(out)]) == 0
     part = json.loads((out / "results.json").read_text())["compiled"]
     assert part["compile"] == {"mode": "default"} and not part["errors"]
-    assert {stage: c["graphs"] for stage, c in part["dynamo"].items()} == {"t_n": 2, "ar": 2, "tiny": 2}
-    assert not part["dynamo"]["tiny"]["graph_breaks"] and len(part["dynamo"]["tiny"]["recompiles"]) == 1
+    assert {stage: c["graphs"] for stage, c in part["dynamo"].items()} == {"tiny": 1, "t_1": 2, "ar": 2, "t_n": 3}
+    assert not part["dynamo"]["t_n"]["graph_breaks"] and len(part["dynamo"]["t_n"]["recompiles"]) == 1
     assert part["ar"]["graph_compiled_identical"] == part["ar"]["prompts"] == 2
-    assert "torch.compile, graphs after each stage: t_n 2, ar 2, tiny 2; graph breaks: none" in capsys.readouterr().out
+    assert "torch.compile, graphs after each stage: tiny 1, t_1 2, ar 2, t_n 3; graph breaks: none" in (
+        capsys.readouterr().out)
     assert gpu_check.main(["--small", "--device", "cpu", "--only", "compiled", "--hf-shapes", "none",
                            "--out", str(tmp_path / "n")]) == 0
     assert json.loads((tmp_path / "n" / "results.json").read_text())["compiled"]["ar_shapes"] == {}
@@ -64,6 +66,7 @@ def test_a_shape_stage_profiles_one_replay_per_capturing_engine_with_no_new_comp
 
     engines = {"graph": engine(), "graph_compiled": engine(compile_with={"backend": "aot_eager"}),
                "static_eager": GraphEngine(model, [10_000], 256, 128, device=torch.device("cpu"), capture=False)}
+    torch.compiler.reset()  # a model compiled earlier in this process would make this one a recompile
     dynamo_counts(clear=True)
     ar = build_method(compose_cfg("method=ar").method, None)
     for e in engines.values():
@@ -77,3 +80,32 @@ def test_a_shape_stage_profiles_one_replay_per_capturing_engine_with_no_new_comp
     assert out["broken"]["error"].startswith("TypeError")
     assert engines["graph"].kv.length.item() == 40 and engines["graph"].buckets[(1, False, ())].graph is not None
     assert dynamo_counts()["graphs"] == compiled and not dynamo_counts()["recompiles"]
+
+
+def test_a_failed_compile_costs_its_own_way_only(capsys):
+    """A node where the compiled forward fails on its first call (inductor without a working compiler, say): AR's
+    other ways are still timed and compared, the failure is recorded in one line, and the table says so."""
+    import torch
+
+    from bench.check.compiled_check import compiled_lines
+    from bench.check.gpu_check import bundle_for
+    from bench.check.graph_check import ar_three_ways, graph_engine, run_capacity
+    from bench.check.method_check import prompts
+
+    bundle = bundle_for("cpu", "float32", "tiny")
+    rows = prompts(bundle, 2)
+    capacity = run_capacity(rows, 4)
+    broken = graph_engine(bundle, capacity)
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("InductorError: no working C compiler\nthe rest of its report")
+
+    broken.target = fails
+    with torch.inference_mode():
+        ar = ar_three_ways(bundle, rows, 4, 1, engines={"graph": graph_engine(bundle, capacity), "graph_compiled": broken},
+                           hf=False)
+    assert ar["graph_tok_s"] > 0 and "graph_compiled_tok_s" not in ar and ar["hf_static"] == "not timed"
+    assert ar["failed"] == {"graph_compiled": "RuntimeError: InductorError: no working C compiler"}
+    line = compiled_lines({"compile": {"backend": "aot_eager"}, "ar_shapes": {"tiny": ar}})[0]
+    assert line == (f"AR on tiny: graph {ar['graph_tok_s']}, graph compiled - tok/s (x-); identical to graph AR: -/2; "
+                    "graph_compiled failed: RuntimeError: InductorError: no working C compiler")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from bench.check import gpu_check
 from bench.check.gpu_check import bundle_for
@@ -24,6 +25,7 @@ from bench.check.method_check import (
     prompts,
     run_rows,
 )
+from bench.core.graph_engine import GraphEngine, GraphModeRefused
 from bench.errors import HarnessError
 from bench.run.validate import check_method
 from methods import REGISTRY, build_method
@@ -68,6 +70,38 @@ def test_decodes_as_the_eager_engine(setup, name):
     assert [g.output_ids for g in got] == [g.output_ids for g in eager]
     assert [g.accept_lengths for g in got] == [g.accept_lengths for g in eager]  # the same steps, not just tokens
     assert all(len(g.output_ids) == NEW for g in got)
+
+
+def compiled_engine(bundle, rows) -> GraphEngine:
+    """run.graph_compile's engine: the bucket forward through torch.compile before the capture, with aot_eager (the
+    whole-graph trace inductor lowers on a lease, run as eager ops: no C compiler, seconds)."""
+    capacity = graph_engine_for(bundle, rows, NEW).kv.capacity
+    return GraphEngine(bundle.model, bundle.eos_token_ids, bundle.max_context, capacity, device=bundle.device,
+                       capture=True, compile_with={"backend": "aot_eager"})
+
+
+def test_compiled_graph_mode_refuses_a_method_that_reads_layer_states_in_one_line(setup):
+    """EAGLE-3 reads three layers' input states through forward hooks registered inside the forward, which a
+    whole-graph trace cannot register (dynamo: setattr on an unsupported type): refused before its first forward."""
+    bundle, rows, configs = setup
+    with pytest.raises(GraphModeRefused) as err:
+        run_rows(build_method(configs["eagle3"].method, bundle), compiled_engine(bundle, rows), rows, 1, NEW, 0.0)
+    line = str(err.value)
+    assert "\n" not in line and "run.graph_compile cannot run method 'Eagle3'" in line and "graph_compile=null" in line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(set(REGISTRY) - set(REFUSED) - {"eagle3"}) + ["propd_static"])
+def test_compiled_graph_mode_decodes_as_the_eager_engine(setup, name):
+    """run.graph_compile for every method it accepts: whole (fullgraph: a graph break would raise), the eager
+    engine's tokens and steps. Each method compiles from a clean slate, as in a process of its own."""
+    bundle, rows, configs = setup
+    method = build_method(configs[name].method, bundle)
+    eager = run_rows(method, engine_for(bundle, 0.0), rows, 1, NEW, 0.0)
+    torch.compiler.reset()
+    got = run_rows(build_method(configs[name].method, bundle), compiled_engine(bundle, rows), rows, 1, NEW, 0.0)
+    assert [g.output_ids for g in got] == [g.output_ids for g in eager]
+    assert [g.accept_lengths for g in got] == [g.accept_lengths for g in eager]
 
 
 def test_gpu_check_runs_them_as_its_graph_methods_part(tmp_path):

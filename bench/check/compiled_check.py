@@ -10,6 +10,7 @@ from bench.check.graph_check import (
     CONTEXT,
     ar_three_ways,
     curve_capacity,
+    failed_ways,
     forward_curve,
     graph_engine,
     methods_label,
@@ -23,53 +24,64 @@ from bench.core.graph_engine import GraphEngine
 
 def run_compiled(sizes, bundle, progress=lambda out: None, mode: str = "default", load=None, free=None) -> dict:
     """`--only compiled`: graph mode with its forward compiled by torch.compile (run.graph_compile=<mode>) beside
-    plain graph mode on the methods' model: T(n) taking turns (and a profile of one replay of each), then AR on both
-    beside transformers' compiled static-cache generate. Last, where `load(shape, dtype)` is given, AR on both for
-    each hf_shape (the 7B: the memory-floor goal), one width, so one compile, HF left out (the graph part times it).
-    A part of its own: the compiled engine compiles twice (the first width, then one graph for every other width),
-    which a lease times apart. Off CUDA the aot_eager backend stands in for inductor (the same trace, eager ops: no
-    C compiler, seconds) unless `sizes.compile_backend` says otherwise (inductor on a CPU rehearses a lease's
-    compile). `dynamo`: at the end of each stage, torch.compile's tallies since this part began (graphs, graph
-    breaks, recompiles; the ar stage's include HF's compiled generate where it compiles): did the forward compile
+    plain graph mode. The stages, the goals' figures first (a lease's cap cuts the last): where `load(shape, dtype)`
+    is given, AR on both for each hf_shape (the 7B: the memory-floor goal), one width, so one compile, HF left out
+    (the graph part times it), with a profile of one replay of each; then on the methods' model T(1) taking turns
+    (the 3 ms goal), AR on both beside transformers' compiled static-cache generate (the AR / HF goal), and the rest
+    of T(n). Each model compiles from a clean slate (torch.compiler.reset), as in a process of its own: after another
+    model's sizes, torch's automatic dynamic shapes would compile this one with its cache's heads and head size
+    symbolic. Off CUDA the aot_eager backend stands in for inductor (the same trace, eager ops: no C compiler,
+    seconds) unless `sizes.compile_backend` says otherwise (inductor on a CPU rehearses a lease's compile).
+    `dynamo`: at the end of each stage, torch.compile's tallies since this part began (graphs, graph breaks,
+    recompiles; the ar stage's include HF's compiled generate where it compiles): did each model's forward compile
     whole, once for the first width and once for the others."""
+    import torch
+
     backend = sizes.compile_backend or ("inductor" if bundle.device.type == "cuda" else "aot_eager")
     kw = {"mode": mode} if backend == "inductor" else {"backend": backend}
     out: dict = {"context": CONTEXT, "compile": kw, "t_n": [], "ar": {}, "ar_shapes": {}, "errors": {}, "seconds": {},
                  "dynamo": {}}
     dynamo_counts(clear=True)  # tallies from here (compiled code kept): what earlier parts compiled is not ours
     stage = stager(out, progress)
-
     rows = method_check.prompts(bundle, 2)
-    # one cache for T(n) and AR alike (AR reuses what T(n) compiled and captured), sized to the larger of the two
-    capacity = max(curve_capacity(sizes.cost_sizes), run_capacity(rows, sizes.timed_new))
 
-    def both(model) -> dict:
+    def both(model, capacity: int) -> dict:
         return {"graph": graph_engine(model, capacity),
                 "graph_compiled": GraphEngine(model.model, model.eos_token_ids, model.max_context, capacity,
                                               device=model.device, compile_with=kw)}
 
-    engines = both(bundle)
-    with stage("t_n"):
-        out["t_n"] = forward_curve(bundle, methods_label(sizes), sizes.cost_sizes, reps=sizes.reps, engines=engines)
-        out["dynamo"]["t_n"] = dynamo_counts()
-    with stage("ar"):  # the same engines: what T(n) compiled and captured is reused
-        out["ar"] = ar_three_ways(bundle, rows, sizes.timed_new, sizes.timed_reps, engines=engines)
-        out["dynamo"]["ar"] = dynamo_counts()
     for shape in sizes.hf_shapes if load is not None else ():
         with stage(f"ar {shape}"):
+            torch.compiler.reset()
             model = load(shape, sizes.method_dtype)
             try:
                 vocab = model.model.config.vocab_size  # a random shape's may be smaller than the tokenizer's
-                shape_engines = both(model)
-                out["ar_shapes"][shape] = ar_three_ways(model, [[i % vocab for i in r] for r in rows],
-                                                        sizes.timed_new, sizes.timed_reps, engines=shape_engines,
-                                                        hf=False)
-                # where the memory floor is lost: one replay's kernels at AR's width, both ways (T(n) has none
-                # here); counted before the tallies, so a recompile its bucket forward costs would show
-                out["ar_shapes"][shape]["replay"] = replay_profiles(shape_engines, 1)
+                shaped = [[i % vocab for i in r] for r in rows]
+                engines = both(model, run_capacity(shaped, sizes.timed_new))
+                out["ar_shapes"][shape] = ar_three_ways(model, shaped, sizes.timed_new, sizes.timed_reps,
+                                                        engines=engines, hf=False)
+                progress(out)  # the goal's figure kept before the profiles
+                # where the memory floor is lost: one replay's kernels at AR's width, both ways; counted before the
+                # tallies, so a recompile its bucket forward costs would show
+                out["ar_shapes"][shape]["replay"] = replay_profiles(engines, 1)
                 out["dynamo"][shape] = dynamo_counts()
             finally:
+                del engines  # their graphs and static caches hold the model
                 free(model)
+
+    torch.compiler.reset()
+    # one cache for T(n) and AR alike (AR reuses what T(n) compiled and captured), sized to the larger of the two
+    engines = both(bundle, max(curve_capacity(sizes.cost_sizes), run_capacity(rows, sizes.timed_new)))
+    label, (first, *rest) = methods_label(sizes), sizes.cost_sizes
+    with stage("t_1"):
+        out["t_n"] = forward_curve(bundle, label, [first], reps=sizes.reps, engines=engines)
+        out["dynamo"]["t_1"] = dynamo_counts()
+    with stage("ar"):  # the same engines: what T(1) compiled and captured is reused
+        out["ar"] = ar_three_ways(bundle, rows, sizes.timed_new, sizes.timed_reps, engines=engines)
+        out["dynamo"]["ar"] = dynamo_counts()
+    with stage("t_n"):  # the other widths: one more compile, with the width dynamic
+        out["t_n"] += forward_curve(bundle, label, rest, reps=sizes.reps, engines=engines)
+        out["dynamo"]["t_n"] = dynamo_counts()
     return out
 
 
@@ -102,14 +114,16 @@ def compiled_lines(part: dict) -> list[str]:
                                                              for r in part["t_n"]) + " |", ""]
         lines += replay_lines(part["t_n"])
     if ar := part.get("ar"):
-        lines.append(f"AR: graph {ar['graph_tok_s']}, graph compiled {ar['graph_compiled_tok_s']}, HF static cache "
-                     f"{ar.get('hf_static_tok_s', '-')} tok/s ({ar['hf_static']}); compiled/graph "
-                     f"x{ar['graph_compiled_over_graph']}, compiled/HF x{ar.get('graph_compiled_over_hf_static', '-')}; "
-                     f"identical to graph AR: compiled {ar['graph_compiled_identical']}/{ar['prompts']}, HF "
-                     f"{ar.get('hf_static_identical', '-')}/{ar['prompts']}")
-    lines += [f"AR on {shape}: graph {ar['graph_tok_s']}, graph compiled {ar['graph_compiled_tok_s']} tok/s "
-              f"(x{ar['graph_compiled_over_graph']}); identical to graph AR: {ar['graph_compiled_identical']}/"
-              f"{ar['prompts']}" for shape, ar in part.get("ar_shapes", {}).items()]
+        lines.append(f"AR: graph {ar['graph_tok_s']}, graph compiled {ar.get('graph_compiled_tok_s', '-')}, HF static "
+                     f"cache {ar.get('hf_static_tok_s', '-')} tok/s ({ar['hf_static']}); compiled/graph "
+                     f"x{ar.get('graph_compiled_over_graph', '-')}, compiled/HF "
+                     f"x{ar.get('graph_compiled_over_hf_static', '-')}; identical to graph AR: compiled "
+                     f"{ar.get('graph_compiled_identical', '-')}/{ar['prompts']}, HF "
+                     f"{ar.get('hf_static_identical', '-')}/{ar['prompts']}" + failed_ways(ar))
+    lines += [f"AR on {shape}: graph {ar['graph_tok_s']}, graph compiled {ar.get('graph_compiled_tok_s', '-')} tok/s "
+              f"(x{ar.get('graph_compiled_over_graph', '-')}); identical to graph AR: "
+              f"{ar.get('graph_compiled_identical', '-')}/{ar['prompts']}" + failed_ways(ar)
+              for shape, ar in part.get("ar_shapes", {}).items()]
     lines += replay_lines([{"model": shape, "n": 1, "replay": ar.get("replay", {})}
                            for shape, ar in part.get("ar_shapes", {}).items()])
     if counts := part.get("dynamo"):  # cumulative: the last stage's breaks and recompiles are all of them

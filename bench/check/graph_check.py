@@ -188,9 +188,9 @@ def ar_three_ways(bundle, rows: list[list[int]], max_new: int, reps: int, engine
                   hf: bool = True) -> dict:
     """AR on each of `engines` (default: the eager engine, then the graph engine) and transformers' static-cache
     generate (unless `hf` is False), taking turns prompt by prompt (the first rotating: speedup_check.turn_order)
-    after one untimed pass: tokens/s over all timed
-    passes, each engine's rate over the first's and over HF's, and outputs against the first engine's (identical,
-    graded)."""
+    after one untimed pass: tokens/s over all timed passes, each engine's rate over the first's and over HF's, and
+    outputs against the first engine's (identical, graded). A way other than the first that fails (a node's first
+    compile) is left out, its error in `failed` (HF's in `hf_static`), and the others go on."""
     compiled, how = compiles(bundle.device)
     eager = method_check.engine_for(bundle, 0.0)
     engines = engines or {"eager": eager, "graph": graph_engine(bundle, run_capacity(rows, max_new))}
@@ -212,8 +212,8 @@ def ar_three_ways(bundle, rows: list[list[int]], max_new: int, reps: int, engine
                 t0 = time.perf_counter()
                 try:
                     gen = method.generate(engine, prompt, max_new, PhaseTimer(bundle.device, sync=False))
-                except Exception as err:  # a node's first compile may fail: the other two go on
-                    if name != "hf_static":
+                except Exception as err:  # a node's first compile may fail: the others go on (not the reference)
+                    if name == ref:
                         raise
                     failed[name] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
                     continue
@@ -227,7 +227,8 @@ def ar_three_ways(bundle, rows: list[list[int]], max_new: int, reps: int, engine
     others = [k for k in ran if k != ref]
     out = {"prompts": len(rows), "max_new_tokens": max_new, "reps": reps,
            "capacities": {k: e.kv.capacity for k, e in engines.items() if isinstance(e, GraphEngine)},
-           "hf_static": f"failed: {failed['hf_static']}" if failed else how if hf else "not timed",
+           "hf_static": f"failed: {failed['hf_static']}" if "hf_static" in failed else how if hf else "not timed",
+           **({"failed": {k: v for k, v in failed.items() if k != "hf_static"}} if set(failed) - {"hf_static"} else {}),
            **{f"{k}_tok_s": round(v, 1) for k, v in rate.items()},
            **{f"{k}_over_{ref}": round(rate[k] / rate[ref], 3) for k in others if k != "hf_static"},
            **{f"{k}_identical": sum(a == b for a, b in zip(outputs[k], outputs[ref])) for k in others},
@@ -278,6 +279,11 @@ def graph_waits(bundle, rows: list[list[int]], max_new: int, names=WAITED) -> di
         # the reads of results, apart from each prompt's two transfers in: the goal is 1 a step, the outcome
         out[name]["reads_per_step"] = round(sum(counter.reads.values()) / max(out[name]["steps"], 1), 2)
     return out
+
+
+def failed_ways(ar: dict) -> str:
+    """ar_three_ways' ways that failed (HF's is in its own column), for a table line."""
+    return "".join(f"; {name} failed: {error}" for name, error in ar.get("failed", {}).items())
 
 
 def stager(out: dict, progress):
@@ -378,10 +384,11 @@ def table_lines(graphs: dict) -> list[str]:
         lines.append("")
     for label, ar in graphs.get("ar", {}).items():
         caps = f" (static cache {ar['capacities']['graph']})" if "capacities" in ar else ""
-        lines.append(f"AR on {label}: eager {ar['eager_tok_s']}, graph{caps} {ar['graph_tok_s']}, HF static cache "
-                     f"{ar.get('hf_static_tok_s', '-')} tok/s ({ar['hf_static']}); graph/eager x{ar['graph_over_eager']}"
-                     f", graph/HF x{ar.get('graph_over_hf_static', '-')}; identical to eager: graph "
-                     f"{ar['graph_identical']}/{ar['prompts']}, HF {ar.get('hf_static_identical', '-')}/{ar['prompts']}")
+        lines.append(f"AR on {label}: eager {ar['eager_tok_s']}, graph{caps} {ar.get('graph_tok_s', '-')}, HF static "
+                     f"cache {ar.get('hf_static_tok_s', '-')} tok/s ({ar['hf_static']}); graph/eager "
+                     f"x{ar.get('graph_over_eager', '-')}, graph/HF x{ar.get('graph_over_hf_static', '-')}; identical "
+                     f"to eager: graph {ar.get('graph_identical', '-')}/{ar['prompts']}, HF "
+                     f"{ar.get('hf_static_identical', '-')}/{ar['prompts']}" + failed_ways(ar))
     lines += [f"graph part's {name} failed: {e['error']}" for name, e in graphs.get("errors", {}).items()]
     if tree := graphs.get("tree_auto"):
         lines.append(f"{AUTO}: tree=auto on the graph T(n): {tree['size']} nodes, depth {tree['depth']}, predicted "

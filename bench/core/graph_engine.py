@@ -20,7 +20,9 @@ What changes against the eager engine (bench.core.engine), batch 1 and temperatu
   deepest accepted slot written into a static buffer that the next step's draft reads.
 On a CPU the same static-shape code runs eagerly (nothing to capture), which is how the suite checks it.
 What it cannot run is refused in one line (GraphModeRefused): a batch, T > 0, a target split over devices, a
-proposer that brings its own target forward (ProPD's pruning changes the width inside the forward).
+proposer that brings its own target forward (ProPD's pruning changes the width inside the forward), and with
+`run.graph_compile` a proposer that reads chosen layers' input states (EAGLE-3: forward hooks, registered inside the
+forward, which a whole-graph trace cannot register).
 """
 
 from __future__ import annotations
@@ -109,6 +111,7 @@ class GraphEngine(Engine):
         self._bias_of: tuple[Tree | None, int, torch.Tensor | None, torch.Tensor | None] = (None, 0, None, None)
         self.steps: dict[int, tuple[Proposer, StepGraph]] = {}  # per proposer: its whole-step graph
         # the bucket forward that is captured: eager, or compiled (torch.compile's kwargs: mode, or a backend)
+        self.compiled = bool(compile_with)
         self.target = (torch.compile(self.forward_eager, fullgraph=True, **compile_with) if compile_with
                        else self.forward_eager)
 
@@ -125,6 +128,11 @@ class GraphEngine(Engine):
         if proposers[0].target_forward is not None:
             raise GraphModeRefused(f"run.graphs=true runs the whole target forward; method "
                                    f"'{type(proposers[0]).__name__}' brings its own (its width changes inside it)")
+        if self.compiled and proposers[0].wants_features and proposers[0].feature_layers:
+            raise GraphModeRefused(f"run.graph_compile cannot run method '{type(proposers[0]).__name__}': it reads "
+                                   f"the input states of the target's layers {list(proposers[0].feature_layers)} "
+                                   f"through forward hooks, which torch.compile's whole-graph trace cannot register; "
+                                   f"set run.graph_compile=null")
         room = len(prompts[0]) + max_new_tokens + max(proposers[0].max_draft_tokens, 16)
         if room > self.kv.capacity:
             raise GraphModeRefused(f"graph mode's static KV cache holds {self.kv.capacity} positions "
