@@ -36,7 +36,8 @@ def test_inductor_compiles_the_graph_forward_once_per_width_class_on_a_cpu(tmp_p
     part = json.loads((out / "results.json").read_text())["compiled"]
     assert part["compile"] == {"mode": "default"} and not part["errors"]
     assert {stage: c["graphs"] for stage, c in part["dynamo"].items()} == {"tiny": 1, "t_1": 2, "ar": 2, "t_n": 3}
-    assert not part["dynamo"]["t_n"]["graph_breaks"] and len(part["dynamo"]["t_n"]["recompiles"]) == 1
+    assert not part["dynamo"]["t_n"]["graph_breaks"] and [r.split(":")[0] for r in part["dynamo"]["t_n"]["recompiles"]] == [
+        "forward_eager"]
     assert part["ar"]["graph_compiled_identical"] == part["ar"]["prompts"] == 2
     assert "torch.compile, graphs after each stage: tiny 1, t_1 2, ar 2, t_n 3; graph breaks: none" in (
         capsys.readouterr().out)

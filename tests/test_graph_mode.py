@@ -345,18 +345,36 @@ def test_graph_runs_keep_to_their_own_baseline_and_out_of_reports():
 def test_ar_three_ways_goes_on_without_a_failed_hf_compile(tiny, monkeypatch):
     """On a node whose first torch.compile fails, HF's static-cache generate is recorded as failed and the eager
     and graph AR figures still come back (tiny, fp32: graph AR's tokens are eager AR's)."""
-    from bench.check import graph_check
+    from bench.check import graph_check, hf_static
 
     def no_compiler(*args, **kwargs):
         raise RuntimeError("InductorError: Python.h: No such file or directory")
 
-    monkeypatch.setattr(graph_check.StaticCacheGenerate, "generate", no_compiler)
+    monkeypatch.setattr(hf_static.StaticCacheGenerate, "generate", no_compiler)
     ar = graph_check.ar_three_ways(bundle_of(tiny), PROMPTS, 6, 1)
     assert ar["hf_static"].startswith("failed: RuntimeError: InductorError") and "hf_static_tok_s" not in ar
     assert ar["graph_identical"] == 2 and ar["eager_tok_s"] > 0 and ar["graph_tok_s"] > 0
     assert "HF static cache - tok/s" in graph_check.table_lines({"ar": {"tiny": ar}})[0]
     # graph AR's static cache is sized to these prompts and tokens, as HF sizes its own: 15 + 6 + 128 -> 192
     assert ar["capacities"] == {"graph": 192} == {"graph": graph_check.run_capacity(PROMPTS, 6)}
+
+
+def test_hf_static_generate_keeps_one_cache_across_calls(tiny):
+    """transformers' static-cache generate, graph AR's peer: one StaticCache made once and reset before each call, so
+    a compiled forward's CUDA graphs find the same tensors at every call; its tokens are eager AR's (tiny, fp32)."""
+    from bench.check.hf_static import StaticCacheGenerate
+    from bench.core.engine import Engine
+
+    bundle = SimpleNamespace(**vars(bundle_of(tiny)), pad_token_id=NO_EOS)
+    eager = Engine(tiny, [NO_EOS], 512)
+    hf = StaticCacheGenerate(bundle, compiled=False, capacity=64)
+    outputs, addresses = [], set()
+    for prompt in PROMPTS * 2:
+        outputs.append(decode(hf, eager, prompt, 6).output_ids)
+        addresses |= {(layer.keys.data_ptr(), layer.values.data_ptr()) for layer in hf.cache.layers}
+    assert len(addresses) == len(hf.cache.layers) and outputs[:2] == outputs[2:]
+    assert outputs[:2] == [decode(make("ar", tiny), eager, p, 6).output_ids for p in PROMPTS]
+    assert hf.describe() == {"generate_kwargs": {"cache": "StaticCache(64)", "disable_compile": True}}
 
 
 def test_the_curve_is_timed_at_the_capacity_it_needs_and_over_the_wide_one(tiny):

@@ -88,8 +88,10 @@ def run_compiled(sizes, bundle, progress=lambda out: None, mode: str = "default"
 def dynamo_counts(clear: bool = False) -> dict:
     """torch.compile's own tallies since they were last cleared: graphs compiled, calls captured into them, graph
     breaks by reason, and why each recompile happened (its first failed guard: a width's shape is expected once,
-    from the first width to a dynamic one; any other is a compile a lease pays for nothing). torch exposes them
-    only in torch._dynamo.utils, as its own tests read them. `clear`: start them again."""
+    from the first width to a dynamic one; any other is a compile a lease pays for nothing), each named by the
+    function compiled (ours `forward_eager`; transformers' generate compiles the model's `forward`, which may break
+    its graph: ours compiles whole or fails). torch exposes them only in torch._dynamo.utils, as its own tests
+    read them. `clear`: start them again."""
     from torch._dynamo.utils import clear_compilation_metrics, counters, get_compilation_metrics
 
     if clear:
@@ -98,7 +100,7 @@ def dynamo_counts(clear: bool = False) -> dict:
     stats = counters["stats"]
     return {"graphs": stats.get("unique_graphs", 0), "calls_captured": stats.get("calls_captured", 0),
             "graph_breaks": dict(counters["graph_break"]),
-            "recompiles": [m.recompile_reason.strip().splitlines()[0] for m in get_compilation_metrics()
+            "recompiles": [f"{m.co_name}: {m.recompile_reason.strip().splitlines()[0]}" for m in get_compilation_metrics()
                            if m.recompile_reason]}
 
 

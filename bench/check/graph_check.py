@@ -19,11 +19,7 @@ process, taking turns (issue 67).
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import shutil
 import statistics
-import sysconfig
 import time
 import traceback
 from contextlib import contextmanager
@@ -32,6 +28,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from bench.check import method_check, speedup_check
+from bench.check.hf_static import StaticCacheGenerate, compiles
 from bench.core.graph_engine import GraphEngine, sized_capacity
 from bench.core.step_profile import events_of
 from bench.core.syncs import CudaSyncWarnings, HostSyncCounter
@@ -40,7 +37,6 @@ from bench.core.tree import chain
 from bench.models.heads import init_heads
 from bench.run.compose import compose_config
 from methods import build_method
-from methods.hf import HFGenerate
 from methods.shared.trees.static import auto_tree, load_stats
 from methods.token_recycling.calibration import write_tree_stats
 
@@ -57,31 +53,6 @@ CALIBRATION = ("tree.calibration.dataset=humaneval", "tree.calibration.skip=20",
 SMALL_CALIBRATION = ("tree.calibration.limit=2", "tree.calibration.max_new_tokens=8")  # a CPU's tiny model
 WAITED = ("ar", "token_recycling", "medusa")  # the graph-mode steps whose host waits are counted
 HEADS = "medusa"  # timed in graph mode too, on zero-block heads (its whole step one graph, fed the hidden state)
-
-
-def compiles(device: torch.device) -> tuple[bool, str]:
-    """Whether transformers' generate can compile its static-cache forward here, and why not."""
-    if device.type != "cuda":
-        return False, "not CUDA: timed uncompiled"
-    if importlib.util.find_spec("triton") is None:
-        return False, "no triton: timed uncompiled"
-    if not (shutil.which("cc") or shutil.which("gcc")):
-        return False, "no C compiler: timed uncompiled"
-    if not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")):
-        return False, "no Python headers (triton builds a C extension): timed uncompiled"
-    return True, "compiled by transformers (static cache)"
-
-
-class StaticCacheGenerate(HFGenerate):
-    """transformers' greedy generate with a fixed-size static cache (`cache_implementation="static"`), compiled on
-    CUDA as transformers does by default, or not (`disable_compile`)."""
-
-    def __init__(self, bundle, compiled: bool):
-        super().__init__(None, bundle)
-        self.compiled = compiled
-
-    def generate_kwargs(self) -> dict:
-        return {"cache_implementation": "static", "disable_compile": not self.compiled}
 
 
 def graph_engine(bundle, capacity: int) -> GraphEngine:
@@ -197,7 +168,7 @@ def ar_three_ways(bundle, rows: list[list[int]], max_new: int, reps: int, engine
     ways = {name: (build_method(compose_config(["method=ar"]).method, bundle), engine)
             for name, engine in engines.items()}
     if hf:
-        ways["hf_static"] = (StaticCacheGenerate(bundle, compiled), eager)
+        ways["hf_static"] = (StaticCacheGenerate(bundle, compiled, run_capacity(rows, max_new)), eager)
     ref = next(iter(engines))
     tokens = {k: 0 for k in ways}
     seconds = {k: 0.0 for k in ways}
