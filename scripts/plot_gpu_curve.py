@@ -1,4 +1,4 @@
-"""T(n)/T(1), the verification-size cost curve, of a `make gpu-check` folder beside this CPU's (docs/gpu.md).
+"""T(n)/T(1), the verification-size cost curve, of a `make gpu-check` folder beside this CPU's (docs/gpu_leases.md).
 
     python scripts/plot_gpu_curve.py CHECK_FOLDER CPU_CURVE.json OUT.png
 

@@ -166,7 +166,7 @@ def test_a_batch_rows_steps_are_counted_once_per_batch():
 
 
 def test_the_committed_h200_curve_plots_beside_the_cpu_one(tmp_path, capsys):
-    """docs/gpu.md's figure from the committed evidence: every GPU line starts at 1; bad input is one line."""
+    """docs/gpu_leases.md's figure from the committed evidence: every GPU line starts at 1; bad input is one line."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("plot_gpu_curve", PROJECT / "scripts" / "plot_gpu_curve.py")
