@@ -359,7 +359,7 @@ def test_ar_three_ways_goes_on_without_a_failed_hf_compile(tiny, monkeypatch):
     assert ar["capacities"] == {"graph": 192} == {"graph": graph_check.run_capacity(PROMPTS, 6)}
 
 
-def test_hf_static_generate_keeps_one_cache_across_calls(tiny):
+def test_hf_static_generate_keeps_one_cache_across_calls(tiny, monkeypatch):
     """transformers' static-cache generate, graph AR's peer: one StaticCache made once and reset before each call, so
     a compiled forward's CUDA graphs find the same tensors at every call; its tokens are eager AR's (tiny, fp32)."""
     from bench.check.hf_static import StaticCacheGenerate
@@ -368,10 +368,19 @@ def test_hf_static_generate_keeps_one_cache_across_calls(tiny):
     bundle = SimpleNamespace(**vars(bundle_of(tiny)), pad_token_id=NO_EOS)
     eager = Engine(tiny, [NO_EOS], 512)
     hf = StaticCacheGenerate(bundle, compiled=False, capacity=64)
+    given, generate = [], tiny.generate
+
+    def spy(**kwargs):
+        given.append(next(v for k, v in kwargs.items() if k in ("cache", "past_key_values")))
+        return generate(**kwargs)
+
     outputs, addresses = [], set()
-    for prompt in PROMPTS * 2:
-        outputs.append(decode(hf, eager, prompt, 6).output_ids)
-        addresses |= {(layer.keys.data_ptr(), layer.values.data_ptr()) for layer in hf.cache.layers}
+    with monkeypatch.context() as patch:
+        patch.setattr(tiny, "generate", spy)
+        for prompt in PROMPTS * 2:
+            outputs.append(decode(hf, eager, prompt, 6).output_ids)
+            addresses |= {(layer.keys.data_ptr(), layer.values.data_ptr()) for layer in hf.cache.layers}
+    assert len(given) == 4 and all(c is hf.cache for c in given)  # its one cache, given to generate at every call
     assert len(addresses) == len(hf.cache.layers) and outputs[:2] == outputs[2:]
     assert outputs[:2] == [decode(make("ar", tiny), eager, p, 6).output_ids for p in PROMPTS]
     assert hf.describe() == {"generate_kwargs": {"cache": "StaticCache(64)", "disable_compile": True}}

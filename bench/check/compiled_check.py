@@ -53,7 +53,7 @@ def run_compiled(sizes, bundle, progress=lambda out: None, mode: str = "default"
     for shape in sizes.hf_shapes if load is not None else ():
         with stage(f"ar {shape}"):
             torch.compiler.reset()
-            model = load(shape, sizes.method_dtype)
+            model, engines = load(shape, sizes.method_dtype), None
             try:
                 vocab = model.model.config.vocab_size  # a random shape's may be smaller than the tokenizer's
                 shaped = [[i % vocab for i in r] for r in rows]
@@ -61,12 +61,12 @@ def run_compiled(sizes, bundle, progress=lambda out: None, mode: str = "default"
                 out["ar_shapes"][shape] = ar_three_ways(model, shaped, sizes.timed_new, sizes.timed_reps,
                                                         engines=engines, hf=False)
                 progress(out)  # the goal's figure kept before the profiles
-                # where the memory floor is lost: one replay's kernels at AR's width, both ways; counted before the
-                # tallies, so a recompile its bucket forward costs would show
+                # where the memory floor is lost: one replay's kernels at AR's width, both ways (after as many cached
+                # tokens as the run's cache holds); counted before the tallies, so a recompile it costs would show
                 out["ar_shapes"][shape]["replay"] = replay_profiles(engines, 1)
                 out["dynamo"][shape] = dynamo_counts()
             finally:
-                del engines  # their graphs and static caches hold the model
+                engines = None  # their graphs and static caches hold the model
                 free(model)
 
     torch.compiler.reset()
@@ -80,7 +80,7 @@ def run_compiled(sizes, bundle, progress=lambda out: None, mode: str = "default"
         out["ar"] = ar_three_ways(bundle, rows, sizes.timed_new, sizes.timed_reps, engines=engines)
         out["dynamo"]["ar"] = dynamo_counts()
     with stage("t_n"):  # the other widths: one more compile, with the width dynamic
-        out["t_n"] += forward_curve(bundle, label, rest, reps=sizes.reps, engines=engines)
+        out["t_n"] += forward_curve(bundle, label, rest, reps=sizes.reps, engines=engines, profiled=rest[-1:])
         out["dynamo"]["t_n"] = dynamo_counts()
     return out
 
@@ -89,8 +89,8 @@ def dynamo_counts(clear: bool = False) -> dict:
     """torch.compile's own tallies since they were last cleared: graphs compiled, calls captured into them, graph
     breaks by reason, and why each recompile happened (its first failed guard: a width's shape is expected once,
     from the first width to a dynamic one; any other is a compile a lease pays for nothing), each named by the
-    function compiled (ours `forward_eager`; transformers' generate compiles the model's `forward`, which may break
-    its graph: ours compiles whole or fails). torch exposes them only in torch._dynamo.utils, as its own tests
+    function compiled (ours `forward_eager`; transformers' generate compiles the model's call under a name of its
+    own, and may break its graph: ours compiles whole or fails). torch exposes them only in torch._dynamo.utils, as its own tests
     read them. `clear`: start them again."""
     from torch._dynamo.utils import clear_compilation_metrics, counters, get_compilation_metrics
 

@@ -70,11 +70,12 @@ def curve_capacity(widths=WIDTHS, context: int = CONTEXT) -> int:
 
 
 def forward_curve(bundle, label: str, widths=WIDTHS, context: int = CONTEXT, reps: int = 7,
-                  engines: dict | None = None) -> list[dict]:
+                  engines: dict | None = None, profiled: tuple | None = None) -> list[dict]:
     """ms of one bucket forward over n tokens after `context` cached ones on each of `engines`, taking turns at each
     n: by default static shapes run eagerly and replayed as a CUDA graph (on a CPU both run eagerly) at the capacity
     T(n) needs, and replayed over WIDE_CAPACITY columns (`graph_wide`); every forward attends over its whole cache.
-    Each row records the engines' capacities (`capacity`: the first's)."""
+    Each row records the engines' capacities (`capacity`: the first's); at the widths `profiled` (default: the first
+    and the last) one replay of each capturing engine is profiled."""
     sized = curve_capacity(widths, context)
     engines = engines or {"static_eager": GraphEngine(bundle.model, [], bundle.max_context, sized,
                                                       device=bundle.device, capture=False),
@@ -102,27 +103,30 @@ def forward_curve(bundle, label: str, widths=WIDTHS, context: int = CONTEXT, rep
             rows.append({"model": label, "n": n, "context": context, "capacity": next(iter(capacities.values())),
                          "capacities": capacities,
                          **{f"{k}_ms": round(1000 * statistics.median(v), 3) for k, v in times.items()}})
-            if n in (widths[0], widths[-1]) and capturing:  # what one replay's kernels cost
-                rows[-1]["replay"] = replay_profiles(capturing, n)
+            if n in (profiled or (widths[0], widths[-1])) and capturing:  # what one replay's kernels cost
+                rows[-1]["replay"] = replay_profiles(capturing, n, context)
     return rows
 
 
 def replay_profiles(engines: dict, n: int, context: int = CONTEXT) -> dict:
-    """{name: profile_replays of its n-token bucket after `context` cached tokens} for each capturing engine, the
-    bucket filled (any tokens: the kernels are the same) and run once first, which captures it if AR's whole-step
-    graph left none. A profiler that fails on a node costs this figure only: its entry is the error."""
+    """{name: profile_replays of its n-token bucket after `context` cached tokens, or as many as its static cache
+    holds beside the n (`context` in each entry: a write past the cache would be a device-side error on CUDA, and
+    sticky)} for each capturing engine, the bucket filled (any tokens: the kernels are the same) and run once first,
+    which captures it if AR's whole-step graph left none. A profiler that fails on a node costs this figure only:
+    its entry is the error."""
     out = {}
     for name, engine in engines.items():
         if not engine.capture:
             continue
+        at = min(context, engine.kv.capacity - n)
         try:  # in inference mode, as the engine decodes: a compiled forward's guards hold on it
             with torch.inference_mode():
-                engine.kv.length.fill_(context)
+                engine.kv.length.fill_(at)
                 bucket = engine.bucket(n, False, {})
                 engine.fill(bucket, torch.zeros(1, dtype=torch.long, device=engine.device),
                             torch.zeros(n - 1, dtype=torch.long, device=engine.device), chain(n - 1))
                 engine.forward_bucket(bucket, False, {})
-                out[name] = profile_replays(engine, bucket)
+                out[name] = {**profile_replays(engine, bucket), "context": at}
         except Exception as err:  # noqa: BLE001
             out[name] = {"error": f"{type(err).__name__}: {err}"}
     return out
@@ -330,8 +334,9 @@ def run_graphs(sizes, load, free, bundle, progress=lambda out: None, scratch=Non
 
 
 def replay_lines(t_n: list[dict]) -> list[str]:
-    return [f"- {r['model']}, n={r['n']}, {name}: a replay runs {p['kernels']:.0f} kernels, busy {p['busy_ms']} of "
-            f"its {p['span_ms']} ms (the rest: gaps between kernels)"
+    return [f"- {r['model']}, n={r['n']}, {name}: a replay" + (f" after {p['context']} cached" if "context" in p else "")
+            + f" runs {p['kernels']:.0f} kernels, busy {p['busy_ms']} of its {p['span_ms']} ms (the rest: gaps between "
+            "kernels)"
             for r in t_n for name, p in r.get("replay", {}).items() if "kernels" in p]
 
 
