@@ -176,6 +176,9 @@ CASES = [
          "run.graph_compile must be null or one of default, max-autotune-no-cudagraphs"),
     Case("graphs-capacity-full", ("run.graphs=true", "run.graph_capacity=64"),
          "exceeds graph mode's static KV cache of 64 positions", model=True),
+    Case("graph-compile-layer-states", ("run.graphs=true", "run.graph_compile=default", "method=eagle3",
+                                        "model.eagle3.source=init"),
+         ("run.graph_compile cannot run method 'Eagle3'", "set run.graph_compile=null"), model=True, slow=True),
     Case("prompt-longer-than-context", ("run.max_new_tokens=9000",), "exceeds the context of 8192 tokens",
          humaneval_mirror, model=True),
 ]

@@ -125,20 +125,27 @@ class GraphEngine(Engine):
                        generators: list[torch.Generator]):
         if len(prompts) != 1:
             raise GraphModeRefused(f"run.graphs=true decodes one sequence at a time; got a batch of {len(prompts)}")
-        if proposers[0].target_forward is not None:
-            raise GraphModeRefused(f"run.graphs=true runs the whole target forward; method "
-                                   f"'{type(proposers[0]).__name__}' brings its own (its width changes inside it)")
-        if self.compiled and proposers[0].wants_features and proposers[0].feature_layers:
-            raise GraphModeRefused(f"run.graph_compile cannot run method '{type(proposers[0]).__name__}': it reads "
-                                   f"the input states of the target's layers {list(proposers[0].feature_layers)} "
-                                   f"through forward hooks, which torch.compile's whole-graph trace cannot register; "
-                                   f"set run.graph_compile=null")
+        if why := self.refusal(proposers[0]):
+            raise GraphModeRefused(why)
         room = len(prompts[0]) + max_new_tokens + max(proposers[0].max_draft_tokens, 16)
         if room > self.kv.capacity:
             raise GraphModeRefused(f"graph mode's static KV cache holds {self.kv.capacity} positions "
                                    f"(run.graph_capacity); a prompt of {len(prompts[0])} tokens with {max_new_tokens} "
                                    f"new and its draft needs {room}")
         return super().generate_batch(proposers, prompts, max_new_tokens, timer, generators)
+
+    def refusal(self, proposer: Proposer) -> str | None:
+        """Why this engine cannot run `proposer` (None: it can), which a config check cannot know before the
+        method's parts load: a forward of its own, or with a compiled forward, chosen layers' input states."""
+        name = type(proposer).__name__
+        if proposer.target_forward is not None:
+            return (f"run.graphs=true runs the whole target forward; method '{name}' brings its own (its width "
+                    f"changes inside it)")
+        if self.compiled and proposer.wants_features and proposer.feature_layers:
+            return (f"run.graph_compile cannot run method '{name}': it reads the input states of the target's layers "
+                    f"{list(proposer.feature_layers)} through forward hooks, which torch.compile's whole-graph trace "
+                    f"cannot register; set run.graph_compile=null")
+        return None
 
     def new_cache(self, positions: int):
         self.kv.length.zero_()  # the same buffer for every prompt: the mask hides what the last one left

@@ -25,6 +25,7 @@ from bench import metrics
 from bench.core.engine import Engine
 from bench.core.graph_engine import GraphEngine, GraphModeRefused, sized_capacity
 from bench.core.machine import cpu_name
+from bench.core.proposer import Proposer
 from bench.core.timing import PhaseTimer, device_sync, phases_exact
 from bench.errors import HarnessError
 from bench.models.chat import prompt_ids
@@ -127,6 +128,8 @@ class Runner:
         self.engine = GraphEngine(b.model, b.eos_token_ids, b.max_context, self.graph_capacity(),
                                   device=b.device, compile_with={"mode": mode} if mode else None
                                   ) if self.graphs else self.eager
+        if self.graphs and isinstance(self.method, Proposer) and (why := self.engine.refusal(self.method)):
+            raise HarnessError(why)  # before any prompt: what the config check cannot know until the method loads
         self.timer = PhaseTimer(b.device, sync=cfg.run.sync_phases)
         self.references = ReferenceStore(project_path(cfg.paths.results) / "cache" / "ar_reference",
                                          reference_key(b))
