@@ -108,8 +108,8 @@ def test_a_failed_compile_costs_its_own_way_only(capsys):
 
     broken.target = fails
     with torch.inference_mode():
-        ar = ar_three_ways(bundle, rows, 4, 1, engines={"graph": graph_engine(bundle, capacity), "graph_compiled": broken},
-                           hf=False)
+        engines = {"graph": graph_engine(bundle, capacity), "graph_compiled": broken}
+        ar = ar_three_ways(bundle, rows, 4, 1, engines=engines, hf=False)
     assert ar["graph_tok_s"] > 0 and "graph_compiled_tok_s" not in ar and ar["hf_static"] == "not timed"
     assert ar["failed"] == {"graph_compiled": "RuntimeError: InductorError: no working C compiler"}
     line = compiled_lines({"compile": {"backend": "aot_eager"}, "ar_shapes": {"tiny": ar}})[0]

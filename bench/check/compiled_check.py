@@ -5,6 +5,8 @@ replay of the eager forward's ~1200 kernels is gaps as much as work)."""
 
 from __future__ import annotations
 
+import torch
+
 from bench.check import method_check
 from bench.check.graph_check import (
     CONTEXT,
@@ -35,8 +37,6 @@ def run_compiled(sizes, bundle, progress=lambda out: None, mode: str = "default"
     `dynamo`: at the end of each stage, torch.compile's tallies since this part began (graphs, graph breaks,
     recompiles; the ar stage's include HF's compiled generate where it compiles): did each model's forward compile
     whole, once for the first width and once for the others."""
-    import torch
-
     backend = sizes.compile_backend or ("inductor" if bundle.device.type == "cuda" else "aot_eager")
     kw = {"mode": mode} if backend == "inductor" else {"backend": backend}
     out: dict = {"context": CONTEXT, "compile": kw, "t_n": [], "ar": {}, "ar_shapes": {}, "errors": {}, "seconds": {},
@@ -90,8 +90,8 @@ def dynamo_counts(clear: bool = False) -> dict:
     breaks by reason, and why each recompile happened (its first failed guard: a width's shape is expected once,
     from the first width to a dynamic one; any other is a compile a lease pays for nothing), each named by the
     function compiled (ours `forward_eager`; transformers' generate compiles the model's call under a name of its
-    own, and may break its graph: ours compiles whole or fails). torch exposes them only in torch._dynamo.utils, as its own tests
-    read them. `clear`: start them again."""
+    own, and may break its graph: ours compiles whole or fails). torch exposes them only in torch._dynamo.utils,
+    as its own tests read them. `clear`: start them again."""
     from torch._dynamo.utils import clear_compilation_metrics, counters, get_compilation_metrics
 
     if clear:
@@ -100,8 +100,8 @@ def dynamo_counts(clear: bool = False) -> dict:
     stats = counters["stats"]
     return {"graphs": stats.get("unique_graphs", 0), "calls_captured": stats.get("calls_captured", 0),
             "graph_breaks": dict(counters["graph_break"]),
-            "recompiles": [f"{m.co_name}: {m.recompile_reason.strip().splitlines()[0]}" for m in get_compilation_metrics()
-                           if m.recompile_reason]}
+            "recompiles": [f"{m.co_name}: {m.recompile_reason.strip().splitlines()[0]}"
+                           for m in get_compilation_metrics() if m.recompile_reason]}
 
 
 def compiled_lines(part: dict) -> list[str]:

@@ -200,10 +200,11 @@ def ar_three_ways(bundle, rows: list[list[int]], max_new: int, reps: int, engine
     ran = [k for k in ways if k not in failed]
     rate = {k: tokens[k] / seconds[k] for k in ran}
     others = [k for k in ran if k != ref]
+    lost = {k: v for k, v in failed.items() if k != "hf_static"}  # (HF's has its own key)
     out = {"prompts": len(rows), "max_new_tokens": max_new, "reps": reps,
            "capacities": {k: e.kv.capacity for k, e in engines.items() if isinstance(e, GraphEngine)},
            "hf_static": f"failed: {failed['hf_static']}" if "hf_static" in failed else how if hf else "not timed",
-           **({"failed": {k: v for k, v in failed.items() if k != "hf_static"}} if set(failed) - {"hf_static"} else {}),
+           **({"failed": lost} if lost else {}),
            **{f"{k}_tok_s": round(v, 1) for k, v in rate.items()},
            **{f"{k}_over_{ref}": round(rate[k] / rate[ref], 3) for k in others if k != "hf_static"},
            **{f"{k}_identical": sum(a == b for a, b in zip(outputs[k], outputs[ref])) for k in others},
@@ -334,9 +335,10 @@ def run_graphs(sizes, load, free, bundle, progress=lambda out: None, scratch=Non
 
 
 def replay_lines(t_n: list[dict]) -> list[str]:
-    return [f"- {r['model']}, n={r['n']}, {name}: a replay" + (f" after {p['context']} cached" if "context" in p else "")
-            + f" runs {p['kernels']:.0f} kernels, busy {p['busy_ms']} of its {p['span_ms']} ms (the rest: gaps between "
-            "kernels)"
+    return [f"- {r['model']}, n={r['n']}, {name}: a replay"
+            + (f" after {p['context']} cached" if "context" in p else "")
+            + f" runs {p['kernels']:.0f} kernels, busy {p['busy_ms']} of its {p['span_ms']} ms (the rest: gaps "
+            "between kernels)"
             for r in t_n for name, p in r.get("replay", {}).items() if "kernels" in p]
 
 

@@ -32,7 +32,7 @@ class StaticCacheGenerate(HFGenerate):
     """transformers' greedy generate with one StaticCache of `capacity` positions, made once and reset before each
     call, compiled on CUDA as transformers compiles a generate given a compileable cache, or not (`disable_compile`).
     One cache, as our graph engine keeps one: `cache_implementation="static"` makes a new one at every call
-    (transformers 5.24), whose new addresses its compiled forward's CUDA graphs would record again inside the call."""
+    (transformers 5.17 and 5.24), whose new addresses its compiled forward's CUDA graphs would meet inside the call."""
 
     def __init__(self, bundle, compiled: bool, capacity: int):
         super().__init__(None, bundle)

@@ -1,9 +1,9 @@
 """Kernel launches a decode step costs, counted on any device, CPU included.
 
-Where a GPU's forward is launch-bound (docs/gpu_leases.md: T(n) flat; on the H200 we measured, 20 ms for the embedded
-model's ~1100 ops), a method's step costs what its ops cost to launch, not what they compute. Each aten op that is
-not a view, an allocation or a composite runs at least one kernel on a GPU, so counting them per phase on a CPU
-predicts where a method's extra launches are before a GPU is at hand (kernels that an op launches inside its own
+Where a GPU's forward is launch-bound (docs/gpu_leases.md: T(n) flat; on the H200 we measured, 20 ms for the
+embedded model's ~1100 ops), a method's step costs what its ops cost to launch, not what they compute. Each aten op
+that is not a view, an allocation or a composite runs at least one kernel on a GPU, so counting them per phase on a
+CPU predicts where a method's extra launches are before a GPU is at hand (kernels that an op launches inside its own
 CUDA code, such as sdpa padding a mask, are not seen).
 """
 

@@ -2,8 +2,8 @@
 
 On a GPU an eager decode step is host-bound (docs/gpu_leases.md: on the H200 a forward cost 18.9-30.0 ms from the
 135M model to the 13B shape): each aten op the host dispatches costs a launch whatever its tensors' size, and the
-host's Python runs at the host CPU's speed. A recorded step's rest (everything but the target forward, and the draft model's forwards where a draft
-profile replays them) is priced on a GPU as
+host's Python runs at the host CPU's speed. A recorded step's rest (everything but the target forward, and the
+draft model's forwards where a draft profile replays them) is priced on a GPU as
 
     rest = host_factor x (its Python, as measured here) + launch_us x (the ops it launches)
 
