@@ -202,10 +202,10 @@ def test_one_wait_per_step(tiny, name):
 
 
 def test_captured_regions_trace_whole(tiny):
-    """What CUDA captures traces into one graph with torch.compile(fullgraph=True), the CPU's stand-in for capture,
-    which a graph break or a host read would fail, and computes what the eager code does: a bucket's forward with
-    the device work around it (the mask, the KV columns, the path compaction), and Token Recycling's whole step
-    (draft, forward, verification, commit, compaction, its matrix's update)."""
+    """What CUDA captures around a bucket's forward traces into one graph with torch.compile(fullgraph=True), the
+    CPU's stand-in for capture, which a graph break or a host read would fail, and computes what the eager code does:
+    the forward with the device work around it (the mask, the KV columns, the path compaction). The whole steps'
+    traces: tests/test_graph_regions.py."""
     from bench.core.forward import full_forward
 
     engine = graph_engine(tiny)
@@ -222,61 +222,38 @@ def test_captured_regions_trace_whole(tiny):
         engine.kv.keep_path(tree.on("cpu").path_slots[-1], torch.ones(1, dtype=torch.long))
         return logits
 
-    tr = make("token_recycling", tiny)
-    decode(tr, engine, PROMPTS[1], 8)  # a filled matrix
-    step = engine.step_graph(tr)
     with torch.inference_mode():  # (the engine's buffers are inference tensors)
-        step.root.fill_(3)
-        step.remaining.fill_(8)
         positions = engine.kv.length - 1 + torch.zeros_like(bucket.positions)
-        start = (engine.kv.buf.clone(), engine.kv.length.clone(), tr.state_dict()["adj"].clone())
+        start = (engine.kv.buf.clone(), engine.kv.length.clone())
 
     def state():
-        return engine.kv.buf.clone(), engine.kv.length.clone(), tr.adj.clone(), step.stats.clone()
+        return engine.kv.buf.clone(), engine.kv.length.clone()
 
     def restore():
         engine.kv.buf.copy_(start[0])
         engine.kv.length.copy_(start[1])
-        tr.adj.copy_(start[2])
-        step.stats.zero_()
 
     with torch.inference_mode():
         restore()
         want = region(bucket.ids, positions), state()
         restore()
-        engine.step_body(tr, step)
-        want_step = state()
-        restore()
         got = torch.compile(region, backend="aot_eager", fullgraph=True)(bucket.ids, positions), state()
-        restore()
-        torch.compile(engine.step_body, backend="aot_eager", fullgraph=True)(tr, step)
-        got_step = state()
     torch.testing.assert_close(got[0], want[0])
-    for a, b in zip((*got[1], *got_step), (*want[1], *want_step), strict=True):
+    for a, b in zip(got[1], want[1], strict=True):
         torch.testing.assert_close(a, b)
 
 
 def test_ar_runs_its_whole_step_as_one_graph(tiny):
     """AR's step in graph mode is one graph as Token Recycling's is (forward, argmax, commit; one read): no bucket
-    graph serves it, its step body traces whole (the CPU's stand-in for capture) and decodes as the eager engine."""
+    graph serves it and it decodes as the eager engine (its step body's trace: tests/test_graph_regions.py)."""
     from bench.core.engine import Engine
 
     engine, ar = graph_engine(tiny), make("ar", tiny)
     assert engine.whole(ar)
     want = decode(make("ar", tiny), Engine(tiny, [NO_EOS], 512), PROMPTS[0], 10).output_ids
-    assert decode(ar, engine, PROMPTS[0], 10).output_ids == want and not engine.buckets
-    step = engine.step_graph(ar)
-    with torch.inference_mode():
-        start = engine.kv.buf.clone(), engine.kv.length.clone()
-        step.root.fill_(3)
-        step.remaining.fill_(8)
-        engine.step_body(ar, step)
-        eager = step.stats.clone(), engine.kv.length.clone()
-        engine.kv.buf.copy_(start[0])
-        engine.kv.length.copy_(start[1])
-        torch.compile(engine.step_body, backend="aot_eager", fullgraph=True)(ar, step)
-    assert torch.equal(step.stats, eager[0]) and torch.equal(engine.kv.length, eager[1])
-    assert int(step.stats[0]) == 1  # one token a step: the bonus
+    got = decode(ar, engine, PROMPTS[0], 10)
+    assert got.output_ids == want and not engine.buckets
+    assert set(got.accept_lengths[1:]) == {1}  # one token a step: the bonus
 
 
 def test_buckets():

@@ -1,0 +1,152 @@
+"""The regions graph mode captures on CUDA, checked on a CPU for the two faults a capture would meet there and the
+eager CPU run cannot show.
+
+- **A graph break.** Every proposer whose whole step is one graph (`Proposer.static_step`: AR, Token Recycling,
+  Medusa, BPD; a new one is covered by registering it) has its step body traced by torch.compile(fullgraph=True),
+  the CPU's stand-in for capture, and the trace computes what the eager step does.
+- **A host tensor inside the region.** On CUDA a captured op that reads a tensor on the host (a tree's index built
+  at setup, a 0-dim constant) copies it at capture time, or fails: a copy from pageable memory cannot be captured.
+  On a CPU every tensor is on the host, so the regions run on the `meta` device instead (shapes, no data): the
+  model, the method's parts and the engine's buffers live there, and any op that meets a CPU tensor is named.
+  bench.core.syncs.HostSyncCounter, which the wait tests use, cannot see these: it takes a tensor made before it
+  started counting for a device one.
+"""
+
+from __future__ import annotations
+
+import traceback
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from bench.core import syncs
+from bench.core.graph_engine import GraphEngine
+from bench.core.syncs import HostSyncCounter
+from bench.core.timing import PhaseTimer
+from bench.models.heads import MedusaHeads
+from methods import REGISTRY, build_method, method_class
+from tests.conftest import compose_cfg, tiny_llama
+
+V, NO_EOS, HEADS = 64, 10_000, 5
+PROMPT = [3, 1, 4, 1, 5, 9, 2, 6] * 2
+# Every registered whole-step method at its defaults (HF's loops are no proposers)
+WHOLE = sorted(n for n in REGISTRY if getattr(method_class(n), "static_step", False))
+META = torch.device("meta")
+
+
+def parts(device: torch.device):
+    """The tiny model and a bundle with zero-block heads (each is the lm_head), on `device`."""
+    with device:
+        model = tiny_llama(V, attn_implementation="sdpa", max_positions=512)
+        heads = MedusaHeads(model.config.hidden_size, V, HEADS, lm_head=model.get_output_embeddings()).eval()
+    bundle = SimpleNamespace(name="tiny", model=model, device=device, dtype=torch.float32, vocab_size=V,
+                             eos_token_ids=[NO_EOS], max_context=512, load_heads=lambda: heads)
+    return model, bundle
+
+
+def engine_on(model, device, monkeypatch) -> GraphEngine:
+    with monkeypatch.context() as patch:
+        if device.type == "meta":  # the engine's batch-1 generator (unused here): the meta device has none
+            cpu_generator = torch.Generator
+            patch.setattr(torch, "Generator", lambda device=None: cpu_generator())
+        return GraphEngine(model, [NO_EOS], 512, 256, device=device, capture=False)
+
+
+def state(engine, method, step) -> list[torch.Tensor]:
+    """What a step changes: the KV cache and its length, the outcome, the draft's hidden state, the method's own."""
+    kept = [engine.kv.buf, engine.kv.length, step.stats, *tree_leaves(method.state_dict())]
+    return [t.clone() for t in kept + ([step.hidden] if step.hidden is not None else [])]
+
+
+def set_state(engine, method, step, saved) -> None:
+    for t, s in zip([engine.kv.buf, engine.kv.length, step.stats, *tree_leaves(method.state_dict())]
+                    + ([step.hidden] if step.hidden is not None else []), saved, strict=True):
+        t.copy_(s)
+
+
+@pytest.mark.parametrize("name", WHOLE)
+def test_whole_steps_trace_whole(name, monkeypatch):
+    """A filled cache and state (a decoded prompt), then one step eagerly and one through the fullgraph trace from
+    the same start: the same cache, outcome, hidden state and method state."""
+    model, bundle = parts(torch.device("cpu"))
+    engine = engine_on(model, torch.device("cpu"), monkeypatch)
+    method = build_method(compose_cfg(f"method={name}").method, bundle)
+    assert engine.whole(method)
+    method.generate(engine, PROMPT, 6, PhaseTimer(sync=False))
+    step = engine.step_graph(method)
+    torch.compiler.reset()  # (what earlier tests compiled)
+    with torch.inference_mode():  # (the engine's buffers are inference tensors)
+        step.root.fill_(PROMPT[-1])
+        step.remaining.fill_(8)
+        start = state(engine, method, step)
+        engine.step_body(method, step)
+        want = state(engine, method, step)
+        set_state(engine, method, step, start)
+        torch.compile(engine.step_body, backend="aot_eager", fullgraph=True)(method, step)
+        got = state(engine, method, step)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b)
+
+
+class HostTensorOps(TorchDispatchMode):
+    """`with HostTensorOps() as h: ...` on the meta device: `h.ops`, each aten op that took or made a CPU tensor,
+    with the frame of this project that called it."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: list[tuple[str, str]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if any(isinstance(t, torch.Tensor) and t.device.type == "cpu" for t in tree_leaves((args, kwargs, out))):
+            ours = [f for f in traceback.extract_stack() if "/site-packages/" not in f.filename
+                    and f.filename not in (__file__, syncs.__file__)]
+            self.ops.append((str(func), f"{ours[-1].filename.split('/')[-1]}:{ours[-1].lineno}" if ours else "?"))
+        return out
+
+
+def on_meta(name, monkeypatch):
+    model, bundle = parts(META)
+    engine = engine_on(model, META, monkeypatch)
+    return engine, build_method(compose_cfg(f"method={name}").method, bundle)
+
+
+def host_ops(region) -> tuple[list, int]:
+    """The aot ops of `region` that meet a CPU tensor, and HostSyncCounter's reads and transfers over it."""
+    with HostTensorOps() as ops, HostSyncCounter() as counter, torch.inference_mode():
+        region()
+    return ops.ops, counter.total
+
+
+@pytest.mark.parametrize("name", WHOLE)
+def test_whole_steps_keep_to_the_device(name, monkeypatch):
+    engine, method = on_meta(name, monkeypatch)
+    step = engine.step_graph(method)
+    assert host_ops(lambda: engine.step_body(method, step)) == ([], 0)
+
+
+@pytest.mark.parametrize("hidden, layers", [(False, {}), (True, {}), (False, {"feature_layers": (0, 1)})],
+                         ids=["logits", "hidden", "layer-states"])
+def test_bucket_forwards_keep_to_the_device(hidden, layers, monkeypatch):
+    """A bucketed verification's captured forward, as the methods with a host or variable draft run it (EAGLE-3's
+    layer states through hooks registered inside it)."""
+    engine, _ = on_meta("pld", monkeypatch)
+    bucket = engine.bucket(16, hidden, layers)
+    out = []
+    assert host_ops(lambda: out.append(engine.target(bucket.ids, bucket.positions, bucket.mask, hidden,
+                                                     layers))) == ([], 0)
+    assert (out[0].hidden is not None) == hidden and (out[0].layer_states is not None) == bool(layers)
+
+
+def test_a_setup_time_host_index_is_named(monkeypatch):
+    """The check can fail: Token Recycling's per-level parent indices left on the host, as a tree builds them, are
+    an index copied into every captured step. HostSyncCounter misses it (the indices predate its counting)."""
+    engine, method = on_meta("token_recycling", monkeypatch)
+    step = engine.step_graph(method)
+    method.levels = [(slots, torch.zeros(parents.shape, dtype=torch.long), ranks)
+                     for slots, parents, ranks in method.levels]
+    ops, waits = host_ops(lambda: engine.step_body(method, step))
+    assert waits == 0 and ops and all(site.startswith("proposer.py:") for _, site in ops), ops
