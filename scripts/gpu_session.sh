@@ -31,7 +31,9 @@ back=${OUT:-$out}
 site=$PWD/.gpu/site
 # gpu-check's parts for the check step: all but the compiled and graph parts, which run as steps of their own
 CHECK_PARTS=forward_cost,ar_vs_hf_shapes,ar_vs_hf,speedup,methods,attention,graph_methods
-export PYTHONPATH=$site:$PWD${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 OMP_NUM_THREADS=4
+# (unbuffered: a step that `timeout` stops keeps its log's last lines)
+export PYTHONPATH=$site:$PWD${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 OMP_NUM_THREADS=4 \
+  PYTHONUNBUFFERED=1
 deadline=$(( $(date +%s) + ${2:-540} ))
 
 has() { [[ ,${STEPS:-compiled,graphs,check,engine,runs}, == *,$1,* ]]; }  # has PART: PART is one of STEPS
@@ -42,6 +44,8 @@ step() {  # step NAME CAP COMMAND...: COMMAND under timeout, CAP seconds or what
   local t0=$(date +%s); timeout "$left" "$@" > "$out/$name.log" 2>&1; local rc=$?
   echo "$name: rc $rc in $(( $(date +%s) - t0 )) s (limit $left s)" | tee -a "$back/session.log"
   tail -n 25 "$out/$name.log"
+  # the runs and folders so far: a call that the device tool stops in a later step keeps them
+  [[ $back == "$out" ]] || tar czf "$back/gpu_session.tgz" -C "$out" .
 }
 
 case $stage in
@@ -103,8 +107,10 @@ case $stage in
     # the engine's graph mode beside the eager one (issue 67): T(n) both ways, AR three ways, speedups in graph mode
     has graphs && step gpu_graphs "${GRAPHS_CAP:-300}" $PYTHON -m bench.check.gpu_check --device $device \
       --out "$out/gpu_graphs" --partial "$back/gpu_graphs.partial.json" --only graphs
+    # named by its parts (gpu_check_speedup.partial.json): two calls' files must not share a name
+    tag=$(sed -n 's/.*--only[ =]\([^ ]*\).*/_\1/p' <<< "${GPU_CHECK_ARGS:-}" | tr , _)
     has check && step gpu_check "${CHECK_CAP:-300}" $PYTHON -m bench.check.gpu_check --device $device --out "$out/gpu_check" \
-      --partial "$back/gpu_check.partial.json" ${GPU_CHECK_ARGS:---only $CHECK_PARTS}
+      --partial "$back/gpu_check$tag.partial.json" ${GPU_CHECK_ARGS:---only $CHECK_PARTS}
     has engine && step bench_engine 150 $PYTHON -m bench.perf.engine_bench --no-roofline --out "$out/engine.json" \
       --set model.device=$device --set model.dtype=bfloat16 --set paths.data_mirror=.gpu/data --prompts 3 \
       --max-new-tokens 64 --batch-prompts 8 --batch-max-new-tokens 32 --batch-tr-max-new-tokens 16
@@ -126,7 +132,6 @@ case $stage in
       step report_mt_bench_bf16 30 $PYTHON -m bench.report runs --results "$out/bf16" --dataset mt_bench \
         --model smollm2-135m
     fi
-    [[ $back == "$out" ]] || tar czf "$back/gpu_session.tgz" -C "$out" .
     ;;
   *) echo "error: usage: scripts/gpu_session.sh prepare|carry|part|run [SECONDS]" >&2; exit 2 ;;
 esac

@@ -261,7 +261,11 @@ def test_the_speedup_part_takes_turns_prompt_by_prompt_with_an_interval(monkeypa
     early = []  # what progress() got: the speedups, before any diagnostic
     out = speedup_check.interleaved_speedup(None, [[1], [2], [3]], [[7], [8]], ("ar", "token_recycling"), 8, 2,
                                            progress=lambda sp: early.append((len(calls), json.loads(json.dumps(sp)))))
-    ((calls_then, sp),) = early  # once, after the warm-up and timed passes and the probe, before the synced pass
+    # after the first timed pass (a lease's cap may fall in the next), then after them all and the probe, before the
+    # synced pass
+    (first_pass, one), (calls_then, sp) = early
+    assert first_pass == 2 * 2 + 3 * 2 and one["reps"] == 1 and len(one["token_recycling"]["speedups"]) == 1
+    assert "forward_probe" not in one and [t for t, _ in one["token_recycling"]["timed"]] == [8] * 3
     assert calls_then == 2 * 2 + 3 * 2 * 2 and "speedup_interval" in sp["token_recycling"] and "forward_probe" in sp
     assert "ms_per_step" not in sp["ar"]
     # the untimed pass over the warm-up prompts, then the timed passes over the others
@@ -384,3 +388,45 @@ def test_a_lease_s_calls_merge_into_one_folder_and_a_part_in_two_is_an_error(tmp
         err = capsys.readouterr().err
         assert err.startswith("error: --merge") and why in err and err.count("\n") == 1
     assert not (tmp_path / "no").exists()
+
+
+def test_the_methods_part_runs_them_in_the_order_named(monkeypatch):
+    """A lease's cap cuts the last method: `--methods` names them in the order they run, not the registry's."""
+    from types import SimpleNamespace
+
+    from bench.check import method_check
+
+    names = ("ar", "bpd", "pld", "token_recycling")
+    monkeypatch.setattr(method_check, "method_configs", lambda shared, small: {
+        n: SimpleNamespace(run=SimpleNamespace(), method=SimpleNamespace(name=n)) for n in names})
+
+    def refused(cfg):
+        raise HarnessError(cfg.method.name)
+
+    monkeypatch.setattr(method_check, "check_method", refused)
+    for name, stand_in in (("compose_config", lambda overrides: SimpleNamespace(method=None)),
+                           ("build_method", lambda cfg, bundle: None), ("engine_for", lambda bundle, t: None),
+                           ("run_rows", lambda *a: [SimpleNamespace(output_ids=[1])])):
+        monkeypatch.setattr(method_check, name, stand_in)
+    records = method_check.check_methods(None, [[1]], 4, [], True, batches=(1,), temperatures=(0.0,),
+                                         only=["token_recycling", "ar", "pld"])
+    assert [r["method"] for r in records] == ["token_recycling", "ar", "pld"]
+
+
+def test_the_methods_rows_of_two_calls_merge_and_a_row_in_both_is_an_error(tmp_path, capsys):
+    """The methods part over two calls of one lease (`--methods` a few at a time): its rows join, its seconds add."""
+    env = {"machine": "vm/NVIDIA H200", "git_sha": "abc", "git_dirty": False}
+
+    def rows(*names):
+        return [{"method": n, "batch": 1, "temperature": 0.0, "status": "ok"} for n in names]
+
+    files = []
+    for i, names in enumerate((("ar", "token_recycling"), ("pld",), ("pld",))):
+        files.append(tmp_path / f"call{i}.json")
+        files[-1].write_text(json.dumps({"sizes": {}, "environment": env, "seconds": {"methods": 10.0 + i},
+                                         "methods": rows(*names)}))
+    merged = gpu_check.merged(files[:2])
+    assert [r["method"] for r in merged["methods"]] == ["ar", "token_recycling", "pld"]
+    assert merged["seconds"] == {"methods": 21.0}
+    with pytest.raises(HarnessError, match=r"methods row\(s\) \[\('pld', 1, 0.0\)\] already in an earlier file"):
+        gpu_check.merged(files[1:])

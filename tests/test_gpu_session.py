@@ -55,6 +55,28 @@ def test_the_compiled_part_runs_first(tmp_path):
     assert not stale.exists()  # this call's tarball cannot pass an earlier call's folder off as its own
 
 
+def test_each_step_leaves_its_partial_under_its_own_name_and_the_tarball_after_it(tmp_path):
+    """Two check calls of one lease (the speedup part, then the methods) write two partial files, and the runs'
+    tarball is rewritten after every step: a call the device tool stops in a later step still brings them back."""
+    warm_machine(tmp_path)
+    calls = tmp_path / "calls.txt"
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\necho "$*" >> {calls}\n')
+    python.chmod(0o755)
+    for only in ("speedup", "methods,graph_methods"):
+        env = {**os.environ, "PYTHON": str(python), "OUT": str(tmp_path / "out"), "STEPS": "check",
+               "GPU_CHECK_ARGS": f"--only {only} --methods ar"}
+        done = subprocess.run(["bash", SCRIPT, "run", "60"], check=False, cwd=tmp_path, capture_output=True,
+                              text=True, env=env)
+        assert done.returncode == 0, done.stderr
+    partials = [line.split("--partial ")[1].split()[0].split("/")[-1] for line in calls.read_text().splitlines()
+                if line.startswith("-m bench.")]
+    assert partials == ["gpu_check_speedup.partial.json", "gpu_check_methods_graph_methods.partial.json"]
+    listed = subprocess.run(["tar", "tzf", str(tmp_path / "out" / "gpu_session.tgz")], check=True,
+                            capture_output=True, text=True).stdout.split()
+    assert "./gpu_check.log" in listed
+
+
 def test_a_call_that_would_carry_over_64_mib_is_refused_before_the_lease(tmp_path):
     """`carry` (the end of `prepare`): each call's bytes with the working tree, which travels with every call."""
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)

@@ -150,3 +150,27 @@ def test_a_setup_time_host_index_is_named(monkeypatch):
                      for slots, parents, ranks in method.levels]
     ops, waits = host_ops(lambda: engine.step_body(method, step))
     assert waits == 0 and ops and all(site.startswith("proposer.py:") for _, site in ops), ops
+
+
+def test_a_failed_capture_puts_the_stream_back(monkeypatch):
+    """torch.cuda.graph's exit raises from capture_end (a capture that met an op it cannot hold) before it restores
+    the stream it switched to: the engine puts it back, so the next method's forwards do not run on a dead capture's
+    stream. Here torch.cuda's calls stand in for CUDA's, as torch's own graph context behaves."""
+    from bench.core import graph_engine
+
+    current = ["main"]
+
+    class Graph:
+        def __enter__(self):
+            current[0] = "capture"
+
+        def __exit__(self, *exc):
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", object)
+    monkeypatch.setattr(torch.cuda, "graph", lambda graph, pool=None: Graph())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: current[0])
+    monkeypatch.setattr(torch.cuda, "set_stream", lambda stream: current.__setitem__(0, stream))
+    with pytest.raises(RuntimeError, match="not permitted"):
+        graph_engine.capture(lambda: None, None, torch.device("cuda"))
+    assert current == ["main"]

@@ -8,7 +8,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from bench.core.tree import chain, tree_from_parents, tree_from_paths
+from bench.core.tree import chain, device_key, tree_from_parents, tree_from_paths
 
 TR_YAML = Path(__file__).resolve().parents[1] / "conf" / "tree" / "tr_2_2_2.yaml"
 
@@ -97,3 +97,17 @@ def test_name_is_content_hash():
     assert a.name.startswith("n3-d2-")
     assert tr_tree().name == tr_tree().name
     assert chain(3).name == tree_from_parents([-1, 0, 1, 2]).name != chain(4).name
+
+
+def test_a_device_and_its_tensors_device_share_one_cache_entry(monkeypatch):
+    """A model on `cuda` computes on `cuda:0`: the engine asks for the tree on the one, the verifier on the other.
+    Keyed apart, a dynamic tree went to the GPU twice a step (Sequoia and Ouroboros on the H200: 126 copies over 64
+    steps, 64 here, where both are `cpu`)."""
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    assert device_key("cuda") == device_key(torch.device("cuda", 0)) == "cuda:0" != device_key("cuda:1")
+    assert device_key("cpu") == "cpu" and device_key(torch.device("cpu", 1)) == "cpu:1"  # (virtual devices)
+    tree, sent = chain(3), []
+    monkeypatch.setattr(type(tree), "pack", lambda self, device, extra: sent.append(str(device)) or (object(), None))
+    tree.tokens_on([1, 2, 3], torch.device("cuda"))  # the engine's device, with the draft's tokens
+    tree.on(torch.device("cuda", 0))  # the verifier's: its logits' device
+    assert sent == ["cuda"]

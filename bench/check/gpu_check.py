@@ -172,6 +172,8 @@ def run_checks(sizes: Sizes, device: str, scratch: Path, partial: Path | None = 
         results["seconds"][key], lap = round(now - lap, 1), now
         save(results)
 
+    save(results)  # the machine and versions, before a first part that a lease's cap may cut before it saves
+
     if "forward_cost" in parts:
         record("forward_cost", forward_costs(sizes, device))
     if "ar_vs_hf_shapes" in parts:
@@ -269,10 +271,21 @@ def profiles(results: dict) -> list[Profile]:
     return out
 
 
+# The parts whose rows a lease may run over several calls (`--methods` a few at a time): one row a method, batch and
+# temperature
+SPLIT = ("methods", "graph_methods")
+
+
+def row_key(row: dict) -> tuple:
+    return row["method"], row["batch"], row["temperature"]
+
+
 def merged(paths: list[Path]) -> dict:
     """One lease's results files (each call's `--partial` or results.json) as one: each part from the file that
     ran it, `seconds` joined, the first file's `sizes` and environment, and `environment.calls`: per file its
-    name, parts, tree and sizes. A part in two files, or files from two machines, is an error (HarnessError)."""
+    name, parts, tree and sizes. A part in two files, or files from two machines, is an error (HarnessError), but for
+    the methods parts' rows (SPLIT: a lease may check their methods over several calls), which join, a row in two
+    files the error."""
     out: dict = {"seconds": {}}
     calls = []
     for path in paths:
@@ -286,12 +299,18 @@ def merged(paths: list[Path]) -> dict:
         if calls and env.get("machine") != out["environment"].get("machine"):
             raise HarnessError(f"--merge {path}: machine {env.get('machine')!r}, not {out['environment'].get('machine')!r}")
         parts = [k for k in one if k not in ("sizes", "environment", "seconds")]
-        if twice := [k for k in parts if k in out]:
+        if twice := [k for k in parts if k in out and k not in SPLIT]:
             raise HarnessError(f"--merge {path}: part(s) {', '.join(twice)} already in an earlier file")
+        for k in (k for k in parts if k in SPLIT and k in out):
+            earlier = {row_key(r) for r in out[k]}
+            if again := sorted({row_key(r) for r in one[k]} & earlier):
+                raise HarnessError(f"--merge {path}: {k} row(s) {again} already in an earlier file")
+            out[k] = out[k] + one[k]
+            out["seconds"][k] = round(out["seconds"].get(k, 0) + one.get("seconds", {}).get(k, 0), 1)
         out.setdefault("sizes", one.get("sizes", {}))
         out.setdefault("environment", dict(env))
-        out["seconds"] |= one.get("seconds", {})
-        out |= {k: one[k] for k in parts}
+        out["seconds"] |= {k: v for k, v in one.get("seconds", {}).items() if k not in SPLIT or k not in out}
+        out |= {k: one[k] for k in parts if k not in out}
         calls.append({"file": path.name, "parts": parts, "git_sha": env.get("git_sha"),
                       "git_dirty": env.get("git_dirty"), "sizes": one.get("sizes")})
     out["environment"]["calls"] = calls

@@ -141,15 +141,15 @@ def check_methods(bundle, rows: list[list[int]], max_new: int, shared: list[str]
     (`decode_waits`: a prefill-only generation of the same rows is counted first) and, at T = 0, the grades against
     batch-1 greedy AR. Each row decodes `per_batch` batches of the first prompts, after an untimed generation of
     WARM_NEW tokens that warms the method up. `progress`, when given, is called with the records so far after each
-    method; `only`, when given, names the methods checked. `graphs`: each method in the engine's graph mode
-    (run.graphs=true; give batches=(1,), temperatures=(0.0,)), graded against the eager engine's AR as the lossless
-    column is, a method graph mode refuses skipped with its line."""
+    method; `only`, when given, names the methods checked, in the order they run. `graphs`: each method in the
+    engine's graph mode (run.graphs=true; give batches=(1,), temperatures=(0.0,)), graded against the eager engine's
+    AR as the lossless column is, a method graph mode refuses skipped with its line."""
     ar = build_method(compose_config(["method=ar"]).method, bundle)
     reference = [g.output_ids for g in run_rows(ar, engine_for(bundle, 0.0), rows, 1, max_new, 0.0)]
-    records = []
-    for name, cfg in method_configs(shared, small).items():
-        if only is not None and name not in only:
-            continue
+    records, configs = [], method_configs(shared, small)
+    # in `only`'s order: a lease's cap cuts the last, so a call names what matters first
+    for name in [n for n in only if n in configs] if only is not None else configs:
+        cfg = configs[name]
         for batch in batches:
             for temperature in temperatures:
                 rec = {"method": name, "batch": batch, "temperature": temperature, **({"graphs": True} if graphs else {})}
@@ -178,16 +178,15 @@ def check_methods(bundle, rows: list[list[int]], max_new: int, shared: list[str]
                         method.load_state_dict(start)
                     with HostSyncCounter() as counter, CudaSyncWarnings(engine.device) as cuda:
                         gens = run_rows(method, engine, picked, batch, max_new, temperature)
+                    rec.update(summarise(gens, counter, batch, cuda), check_s=round(time.perf_counter() - t0, 2),
+                               decode_waits=judged(name, temperature, batch,
+                                                   decode_counts(gens, counter.total, prefill.total)))
+                    if temperature == 0:  # (in half precision a divergence is graded with a forward of its own)
+                        rec["grades"] = [graded(bundle, p, g.output_ids, r)
+                                         for p, g, r in zip(picked, gens, reference, strict=False)]
                 except Exception as err:  # noqa: BLE001 (the check's point: record any crash, go on)
                     rec.update(status=f"crash: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}",
                                traceback=traceback.format_exc())
-                    continue
-                rec.update(summarise(gens, counter, batch, cuda), check_s=round(time.perf_counter() - t0, 2),
-                           decode_waits=judged(name, temperature, batch,
-                                               decode_counts(gens, counter.total, prefill.total)))
-                if temperature == 0:
-                    rec["grades"] = [graded(bundle, p, g.output_ids, r)
-                                     for p, g, r in zip(picked, gens, reference, strict=False)]
         if progress is not None:
             progress(records)
     return records

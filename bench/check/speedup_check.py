@@ -80,11 +80,31 @@ def interleaved_speedup(bundle, rows, warm, names: tuple[str, ...], max_new: int
                 if rep:
                     gens[name].append(gen)
                     timed[name].append([len(gen.output_ids), seconds])
+        if rep:  # the passes so far survive a lease that ends in the next one
+            out = speedups(bundle, rows, max_new, rep, gens, timed)
+            out["seconds"] = {"timed": round(time.perf_counter() - lap, 1)}
+            if rep < reps:
+                progress(out)
+    if diagnostics:  # T(n) right after the timed passes, at their mean context: the forward alone (a few seconds)
+        lap = time.perf_counter()
+        last = gens[names[0]][-len(rows):]  # the baseline's last timed pass
+        out["forward_probe"] = forward_probe(bundle, round(np.mean([len(p) + len(g.output_ids) / 2
+                                                                     for p, g in zip(rows, last)])))
+        out["seconds"]["probe"] = round(time.perf_counter() - lap, 1)
+    progress(out)  # the speedups survive a lease that ends in the diagnostics
+    if diagnostics:
+        diagnose(out, methods, engine, replay, rows, max_new)
+    return out
+
+
+def speedups(bundle, rows, max_new: int, reps: int, gens: dict, timed: dict) -> dict:
+    """interleaved_speedup's figures from its first `reps` timed passes (`gens`, `timed`: pass-major, by method; the
+    first method is the baseline)."""
+    names = list(gens)
     outputs = {n: g[-len(rows):] for n, g in gens.items()}  # the last timed pass (every pass decodes alike)
     base = names[0]
     out = {"prompts": len(rows), "prompt_tokens": [len(p) for p in rows], "max_new_tokens": max_new, "reps": reps,
-           "baseline": base, "order": "rotated",
-           "seconds": {"timed": round(time.perf_counter() - lap, 1)}}
+           "baseline": base, "order": "rotated"}
     for name in names:
         accepted = [a for g in outputs[name] for a in g.accept_lengths]
         pairs = np.concatenate([timed[name], timed[base]], axis=1).T  # tokens, seconds, base tokens, base seconds
@@ -98,14 +118,6 @@ def interleaved_speedup(bundle, rows, warm, names: tuple[str, ...], max_new: int
                      **timed_phases(gens[name], [s for _, s in timed[name]]),
                      "grades": [graded(bundle, p, g.output_ids, b.output_ids)
                                 for p, g, b in zip(rows, outputs[name], outputs[base], strict=True)]}
-    if diagnostics:  # T(n) right after the timed passes, at their mean context: the forward alone (a few seconds)
-        lap = time.perf_counter()
-        out["forward_probe"] = forward_probe(bundle, round(np.mean([len(p) + len(g.output_ids) / 2
-                                                                     for p, g in zip(rows, outputs[base])])))
-        out["seconds"]["probe"] = round(time.perf_counter() - lap, 1)
-    progress(out)  # the speedups survive a lease that ends in the diagnostics
-    if diagnostics:
-        diagnose(out, methods, engine, replay, rows, max_new)
     return out
 
 

@@ -357,12 +357,25 @@ class GraphEngine(Engine):
             graph = EagerReplay(run)
             out = graph.out
         else:
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool):
-                out = run()
+            graph, out = capture(run, self.pool, self.device)
             self.pool = graph.pool()
         reset()  # an EagerReplay ran `run` to get its outputs; a capture only recorded it
         return graph, out
+
+
+def capture(run, pool, device) -> tuple[CUDAGraph, ForwardOutput]:
+    """`run` captured into a new CUDA graph (its memory from `pool`, or a new pool). A failed capture puts `device`'s
+    stream back before it raises: torch.cuda.graph's exit raises from capture_end before it restores the stream, and
+    every later forward (the next method of a gpu-check part) would run on the dead capture's stream."""
+    graph = torch.cuda.CUDAGraph()
+    before = torch.cuda.current_stream(device)
+    try:
+        with torch.cuda.graph(graph, pool=pool):
+            out = run()
+    except BaseException:
+        torch.cuda.set_stream(before)
+        raise
+    return graph, out
 
 
 class EagerReplay:

@@ -68,7 +68,7 @@ class Tree:
 
     def on(self, device: torch.device | str) -> DeviceTree:
         """The index tensors on `device`, cached per device: built on the host and sent in one copy."""
-        key = str(device)
+        key = device_key(device)
         if key not in self._on:
             self._on[key] = self.pack(device, [])[0]
         return self._on[key]
@@ -76,9 +76,9 @@ class Tree:
     def tokens_on(self, tokens: list[int], device: torch.device | str) -> torch.Tensor:
         """A draft's tokens (built on the host) on `device`, sent in the same copy as the tree's indices when those
         are not there yet (a dynamic tree: one copy a step, not two)."""
-        if str(device) in self._on:
+        if device_key(device) in self._on:
             return torch.tensor(tokens, dtype=torch.long, device=device)
-        self._on[str(device)], sent = self.pack(device, tokens)
+        self._on[device_key(device)], sent = self.pack(device, tokens)
         return sent
 
     def pack(self, device, extra: list[int]) -> tuple[DeviceTree, torch.Tensor]:
@@ -107,12 +107,21 @@ class Tree:
         A float additive mask in the model dtype is used because a bool 4D mask is silently wrong
         under eager attention in transformers 5.x (measured on this project's machine).
         """
-        key = (dtype, str(device))
+        key = (dtype, device_key(device))
         if key not in self._bias:
             bias = torch.full(self.ancestors.shape, torch.finfo(dtype).min, dtype=dtype, device=device)
             self._bias[key] = bias.masked_fill_(self.on(device).ancestors, 0.0)
         return self._bias[key]
 
+
+def device_key(device: torch.device | str) -> str:
+    """`device` as a cache key, named as its tensors name it: a model placed on `cuda` puts its tensors on `cuda:0`,
+    and a cache that took the engine's `cuda` and a tensor's `cuda:0` for two devices sent its tree twice a step (one
+    more blocking copy per row and step, seen on the H200 for Sequoia and Ouroboros: 126 copies over 64 steps)."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return str(device)
 
 def tree_from_parents(parents: list[int] | torch.Tensor, choice=None, paths=None) -> Tree:
     """Build a Tree from parent slots (parents[0] must be -1, parents[i] < i, depth non-decreasing). Built in

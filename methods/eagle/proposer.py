@@ -19,7 +19,7 @@ from typing import NamedTuple
 import torch
 
 from bench.core.settings import SECTION, choice, declare
-from bench.core.tree import Tree, tree_from_paths
+from bench.core.tree import Tree, device_key, tree_from_paths
 from bench.errors import ConfigError
 from methods.shared.feature_head import DynamicTreeProposer, FeatureHeadProposer
 
@@ -70,10 +70,11 @@ class Eagle(FeatureHeadProposer):
         return {"topk": self.k, "tree": self.tree.name, "tree_size": self.tree.size, "tree_depth": self.tree.max_depth}
 
     def plan_on(self, device: torch.device) -> list[Level]:
-        if str(device) not in self.plans:
-            self.plans[str(device)] = [Level(*(torch.tensor(ix, dtype=torch.long, device=device) for ix in lv))
-                                    for lv in self.levels]
-        return self.plans[str(device)]
+        key = device_key(device)
+        if key not in self.plans:
+            self.plans[key] = [Level(*(torch.tensor(ix, dtype=torch.long, device=device) for ix in lv))
+                               for lv in self.levels]
+        return self.plans[key]
 
     @torch.inference_mode()
     def propose(self, seq, length):

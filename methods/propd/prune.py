@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import torch
 
-from bench.core.tree import Tree
+from bench.core.tree import Tree, device_key
 
 
 class PrunePlan(NamedTuple):
@@ -61,7 +61,7 @@ class TopKPrune:
         self.plans: dict[tuple, tuple[Sequence[Tree], PrunePlan]] = {}
 
     def plan(self, trees: Sequence[Tree], width: int, device: torch.device) -> PrunePlan:
-        key = (*map(id, trees), width, str(device))
+        key = (*map(id, trees), width, device_key(device))
         if key not in self.plans:
             if len(self.plans) >= 256:
                 self.plans.clear()
