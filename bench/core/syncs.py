@@ -12,8 +12,10 @@ made from Python data or by a factory without a device (`torch.tensor(xs)`, `tor
 whatever is computed from those alone. Every other tensor (made with a device, computed on the device, or made
 before counting started: the model, trees built at setup) is taken as a device tensor. Reading a host tensor
 costs nothing; moving one to the device, or mixing it into a device op, counts as a transfer. Limits: a
-device-to-host copy written as `.to("cpu")` looks like a no-op move on a CPU (write `.cpu()` or `.tolist()`), and a
-host tensor made before counting started is taken as a device one. Used by tests that pin waits per step.
+device-to-host copy written as `.to("cpu")` looks like a no-op move on a CPU (write `.cpu()` or `.tolist()`), a
+host tensor made before counting started is taken as a device one, and so is one made by `torch.from_numpy`, which
+no torch-function mode sees (write `torch.as_tensor`: REST's draft tokens went uncounted so, a copy a drafting step
+that CUDA's sync debug mode saw on the H200). Used by tests that pin waits per step.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ SCALAR_READS = {Tensor.item: "item", Tensor.tolist: "tolist", Tensor.__bool__: "
                 Tensor.unique: "unique", torch.masked_select: "masked_select", Tensor.masked_select: "masked_select"}
 # Factories that make a host tensor unless given a device; the first two copy Python data when given one.
 FROM_DATA = (torch.tensor, torch.as_tensor)
-FACTORIES = {*FROM_DATA, torch.from_numpy, torch.zeros, torch.ones, torch.full, torch.empty, torch.arange, torch.eye,
+FACTORIES = {*FROM_DATA, torch.zeros, torch.ones, torch.full, torch.empty, torch.arange, torch.eye,
              torch.rand, torch.randn, torch.randint, torch.randperm, torch.linspace}
 INDEXING = (Tensor.__getitem__, Tensor.__setitem__)
 
