@@ -115,11 +115,21 @@ def speedups(bundle, rows, max_new: int, reps: int, gens: dict, timed: dict) -> 
                      "speedups": [round(float(ratio_of_rates(*one)), 3) for one in np.split(pairs, reps, axis=1)],
                      "best_speedup": round(float(ratio_of_rates(*fastest_pass(pairs, reps))), 3),
                      "timed": [[t, round(s, 4)] for t, s in timed[name]],
+                     # per prompt: did every timed pass decode it alike (each starts from the same state, so greedy
+                     # decoding must; the H200's graph mode of 2026-11-28 did not, eager did)
+                     "same_every_pass": [len({tuple(g.output_ids) for g in gens[name][i :: len(rows)]}) == 1
+                                         for i in range(len(rows))],
                      **timed_phases(gens[name], [s for _, s in timed[name]]),
                      "grades": [graded(bundle, p, g.output_ids, b.output_ids)
                                 for p, g, b in zip(rows, outputs[name], outputs[base], strict=True)]}
     return out
 
+
+
+def alike(r: dict) -> str:
+    """A speedup row's note where some prompt decoded otherwise in another timed pass (each starts from one state)."""
+    same = r.get("same_every_pass")
+    return f"; alike in every pass {sum(same)}/{len(same)}" if same and not all(same) else ""
 
 def turn_order(methods: dict, turn: int) -> list:
     """The methods' (name, method) pairs at timed turn `turn` (a pass and prompt), rotated by one each turn: whatever
