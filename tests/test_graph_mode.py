@@ -389,3 +389,12 @@ def test_a_replay_profile_counts_kernels_their_time_and_the_gaps():
     assert kernel_summary(events, reps=2) == {"kernels": 2.0, "busy_ms": 3.0, "span_ms": 4.5,
                                               "top": {"gemv": 2.0, "norm": 1.0}}
     assert kernel_summary(events[:1], reps=2)["kernels"] == 0  # a CPU: no device events
+    # the table: beside the width's unprofiled time; a profile without kernels says so rather than print zeros
+    from bench.check.graph_check import replay_lines
+
+    row = {"model": "m", "n": 1, "graph_ms": 3.1, "replay": {"graph": {**kernel_summary(events, 2), "context": 512},
+                                                             "graph_wide": kernel_summary(events[:1], 2)}}
+    assert replay_lines([row]) == [
+        ("- m, n=1, graph: a replay after 512 cached runs 2 kernels, busy 3.0 of its 4.5 ms profiled (the rest: "
+         "gaps between kernels, and the profiler's own); 3.1 ms unprofiled"),
+        "- m, n=1, graph_wide: a replay: the profiler saw no kernels"]

@@ -155,14 +155,19 @@ def test_a_setup_time_host_index_is_named(monkeypatch):
 def test_a_failed_capture_puts_the_stream_back(monkeypatch):
     """torch.cuda.graph's exit raises from capture_end (a capture that met an op it cannot hold) before it restores
     the stream it switched to: the engine puts it back, so the next method's forwards do not run on a dead capture's
-    stream. Here torch.cuda's calls stand in for CUDA's, as torch's own graph context behaves."""
+    stream. Python's cycle collector is off during a capture (a dead engine's graphs freed inside it would spoil it)
+    and on again after, failed or not. Here torch.cuda's calls stand in for CUDA's, as torch's own graph context
+    behaves."""
+    import gc
+
     from bench.core import graph_engine
 
-    current = ["main"]
+    current, collecting = ["main"], []
 
     class Graph:
         def __enter__(self):
             current[0] = "capture"
+            collecting.append(gc.isenabled())
 
         def __exit__(self, *exc):
             raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
@@ -173,7 +178,24 @@ def test_a_failed_capture_puts_the_stream_back(monkeypatch):
     monkeypatch.setattr(torch.cuda, "set_stream", lambda stream: current.__setitem__(0, stream))
     with pytest.raises(RuntimeError, match="not permitted"):
         graph_engine.capture(lambda: None, None, torch.device("cuda"))
-    assert current == ["main"]
+    assert current == ["main"] and collecting == [False] and gc.isenabled()
+
+
+def test_an_engine_nothing_uses_is_freed_without_a_collection():
+    """No reference cycle through the engine (its forward was once an attribute bound to it): its static cache, and
+    on CUDA its graphs, go when the last reference does, not at a collection that may fall inside a capture."""
+    import gc
+    import weakref
+
+    model, _ = parts(torch.device("cpu"))
+    gc.disable()
+    try:
+        engine = GraphEngine(model, [NO_EOS], 512, 256)
+        freed = weakref.ref(engine)
+        del engine
+        assert freed() is None
+    finally:
+        gc.enable()
 
 
 @pytest.mark.parametrize("capture", [False, True], ids=["eager", "replayed"])

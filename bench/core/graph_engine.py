@@ -28,6 +28,7 @@ forward, which a whole-graph trace cannot register).
 from __future__ import annotations
 
 import copy
+import gc
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -111,9 +112,13 @@ class GraphEngine(Engine):
         self._bias_of: tuple[Tree | None, int, torch.Tensor | None, torch.Tensor | None] = (None, 0, None, None)
         self.steps: dict[int, tuple[Proposer, StepGraph]] = {}  # per proposer: its whole-step graph
         # the bucket forward that is captured: eager, or compiled (torch.compile's kwargs: mode, or a backend)
-        self.compiled = bool(compile_with)
-        self.target = (torch.compile(self.forward_eager, fullgraph=True, **compile_with) if compile_with
-                       else self.forward_eager)
+        self.compiled = torch.compile(self.forward_eager, fullgraph=True, **compile_with) if compile_with else None
+
+    def target(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, hidden: bool = False,
+               layers: dict | None = None) -> ForwardOutput:
+        """The bucket forward a graph captures: the compiled one, or the eager one. (A method, not an attribute bound
+        to this engine: that was a reference cycle, and an engine that nothing uses was freed only by a collection.)"""
+        return (self.compiled or self.forward_eager)(ids, positions, mask, hidden, layers)
 
     def forward_eager(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, hidden: bool = False,
                       layers: dict | None = None) -> ForwardOutput:
@@ -366,15 +371,22 @@ class GraphEngine(Engine):
 def capture(run, pool, device) -> tuple[CUDAGraph, ForwardOutput]:
     """`run` captured into a new CUDA graph (its memory from `pool`, or a new pool). A failed capture puts `device`'s
     stream back before it raises: torch.cuda.graph's exit raises from capture_end before it restores the stream, and
-    every later forward (the next method of a gpu-check part) would run on the dead capture's stream."""
+    every later forward (the next method of a gpu-check part) would run on the dead capture's stream. Python's cycle
+    collector is off during the capture: torch 2.11 no longer collects before one (force_cudagraph_gc), and an
+    engine freed by a collection then would destroy its graphs inside this capture."""
     graph = torch.cuda.CUDAGraph()
     before = torch.cuda.current_stream(device)
+    collecting = gc.isenabled()
+    gc.disable()  # a collection inside the capture may free a dead engine's graph, a call a capture refuses
     try:
         with torch.cuda.graph(graph, pool=pool):
             out = run()
     except BaseException:
         torch.cuda.set_stream(before)
         raise
+    finally:
+        if collecting:
+            gc.enable()
     return graph, out
 
 
