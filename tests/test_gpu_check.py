@@ -263,11 +263,13 @@ def test_the_speedup_part_takes_turns_prompt_by_prompt_with_an_interval(monkeypa
     early = []  # what progress() got: the speedups, before any diagnostic
     out = speedup_check.interleaved_speedup(None, [[1], [2], [3]], [[7], [8]], ("ar", "token_recycling"), 8, 2,
                                            progress=lambda sp: early.append((len(calls), json.loads(json.dumps(sp)))))
-    # after the first timed pass (a lease's cap may fall in the next), then after them all and the probe, before the
-    # synced pass
-    (first_pass, one), (calls_then, sp) = early
+    # after each timed pass (a lease's cap may fall in the next), after the probe, and after each diagnostic stage
+    (first_pass, one), (second, two), (calls_then, sp), *staged = early
     assert first_pass == 2 * 2 + 3 * 2 and one["reps"] == 1 and len(one["token_recycling"]["speedups"]) == 1
     assert "forward_probe" not in one and [t for t, _ in one["token_recycling"]["timed"]] == [8] * 3
+    assert second == calls_then and two["reps"] == 2 and "forward_probe" not in two
+    assert [sorted(set(s["seconds"]) - {"timed", "probe"}) for _, s in staged] == [
+        ["synced"], ["ops", "synced"], ["ops", "profile", "synced"]]
     assert calls_then == 2 * 2 + 3 * 2 * 2 and "speedup_interval" in sp["token_recycling"] and "forward_probe" in sp
     assert "ms_per_step" not in sp["ar"]
     # the untimed pass over the warm-up prompts, then the timed passes over the others
@@ -435,3 +437,16 @@ def test_the_methods_rows_of_two_calls_merge_and_a_row_in_both_is_an_error(tmp_p
     assert merged["seconds"] == {"methods": 21.0}
     with pytest.raises(HarnessError, match=r"methods row\(s\) \[\('pld', 1, 0.0\)\] already in an earlier file"):
         gpu_check.merged(files[1:])
+
+
+def test_a_failed_probe_is_a_line_of_the_table_not_its_end():
+    """The speedup part keeps a forward probe that raised as its error (it costs only itself); the table says so."""
+    from bench.check.check_table import table
+
+    row = {"tok_s": 9.0, "mat": 1.0, "speedups": [1.0], "speedup": 1.0, "grades": ["identical"]}
+    speedup = {"prompts": 1, "max_new_tokens": 4, "reps": 1, "baseline": "ar", "ar": row,
+               "forward_probe": {"error": "RuntimeError: CUDA out of memory"}}
+    env = {"gpu": "H200", "gpu_memory_gib": 139, "torch": "2.11", "cuda": "13.0", "transformers": "5.17",
+           "accelerate": "1.15", "machine": "vm/NVIDIA H200", "git_sha": "abc", "git_dirty": False}
+    text = table({"sizes": {"method_dtype": "bfloat16"}, "environment": env, "speedup": speedup})
+    assert "T(n) beside the timed passes failed: RuntimeError: CUDA out of memory" in text and "| ar | 9.0 |" in text

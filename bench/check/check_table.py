@@ -83,7 +83,10 @@ def table(results: dict) -> str:
                 for name, by in per.items():
                     cells = [*(by.get(k, 0) for k in phases), sum(by.values())]
                     lines.append(f"| {name} | " + " | ".join(format(v, spec) for v in cells) + " |")
-        if probe := sp.get("forward_probe"):  # the bare forward beside the timed passes, against each one's width
+        probe = sp.get("forward_probe") or {}
+        if "error" in probe:
+            lines += ["", f"T(n) beside the timed passes failed: {probe['error']}"]
+        if "ms" in probe:  # the bare forward beside the timed passes, against each one's width
             lines += ["", f"T(n) ms beside the timed passes, {probe['context']} cached: "
                       + ", ".join(f"n={n} {ms:.2f}" for n, ms in probe["ms"].items()), "", "its forward in its loop, "
                       "ms a step, against the probe's T(n) over the same widths: " + ", ".join(

@@ -80,20 +80,21 @@ def interleaved_speedup(bundle, rows, warm, names: tuple[str, ...], max_new: int
                 if rep:
                     gens[name].append(gen)
                     timed[name].append([len(gen.output_ids), seconds])
-        if rep:  # the passes so far survive a lease that ends in the next one
+        if rep:  # the passes so far survive a lease that ends in the next one, or in the diagnostics
             out = speedups(bundle, rows, max_new, rep, gens, timed)
             out["seconds"] = {"timed": round(time.perf_counter() - lap, 1)}
-            if rep < reps:
-                progress(out)
+            progress(out)
     if diagnostics:  # T(n) right after the timed passes, at their mean context: the forward alone (a few seconds)
         lap = time.perf_counter()
         last = gens[names[0]][-len(rows):]  # the baseline's last timed pass
-        out["forward_probe"] = forward_probe(bundle, round(np.mean([len(p) + len(g.output_ids) / 2
-                                                                     for p, g in zip(rows, last)])))
+        try:  # a failed probe costs only itself
+            out["forward_probe"] = forward_probe(bundle, round(np.mean([len(p) + len(g.output_ids) / 2
+                                                                         for p, g in zip(rows, last)])))
+        except Exception as err:  # noqa: BLE001
+            out["forward_probe"] = {"error": f"{type(err).__name__}: {err}"}
         out["seconds"]["probe"] = round(time.perf_counter() - lap, 1)
-    progress(out)  # the speedups survive a lease that ends in the diagnostics
-    if diagnostics:
-        diagnose(out, methods, engine, replay, rows, max_new)
+        progress(out)
+        diagnose(out, methods, engine, replay, rows, max_new, progress)
     return out
 
 
@@ -167,13 +168,15 @@ def forward_probe(bundle, context: int) -> dict:
                                                                                    reps=5).items()}}
 
 
-def diagnose(out: dict, methods: dict, engine, replay: Replay, rows, max_new: int) -> None:
-    """interleaved_speedup's diagnostics into each method's row of `out`, and each stage's seconds."""
+def diagnose(out: dict, methods: dict, engine, replay: Replay, rows, max_new: int, progress=lambda out: None) -> None:
+    """interleaved_speedup's diagnostics into each method's row of `out`, and each stage's seconds; progress(out)
+    after each stage (a lease's cap falls in them)."""
     lap = time.perf_counter()
 
     def stage(name: str) -> None:
         nonlocal lap
         out["seconds"][name], lap = round(time.perf_counter() - lap, 1), time.perf_counter()
+        progress(out)
 
     synced = {n: [] for n in methods}
     for i, prompt in enumerate(rows[:DIAGNOSED_PROMPTS]):

@@ -185,8 +185,9 @@ class Engine:
         hidden = self._wants_hidden(rows)
         out, logits, at = self._prefill_forward(rows, cache, forward, hidden, self._layers(rows))
         roots = torch.stack([self._pick(logits[b], r.generator) for b, r in enumerate(rows)])
-        timer.lap("prefill")
-        for b, (r, root, value) in enumerate(zip(rows, roots, roots.tolist())):  # the prefill's one read
+        values = roots.tolist()  # the prefill's one read: before its lap, so that unsynced (a lease's timed passes)
+        timer.lap("prefill")  # the prefill's device time is its own, not the first decode step's
+        for b, (r, root, value) in enumerate(zip(rows, roots, values)):
             r.seq[r.length], r.host[r.length] = root, value
             r.length += 1
             r.accept_lengths.append(1)

@@ -268,7 +268,10 @@ def forward_alone_and_in_run(sp: dict) -> dict:
     beside them (since 2026-11-28, evening): ms of its forward a decode step as the timed passes ran it
     (unsynced), against the probe's T(n) at their mean context averaged over its steps' widths, and their ratio.
     The projection prices a forward at the probe's kind of T(n); a ratio above 1 is forward cost the loop adds (the
-    eager Token Recycling rows' misses: issue 68)."""
+    eager Token Recycling rows' misses: issue 68). Unsynced, the phase is the host's launching of the forward: its
+    cost where the host sets the pace (the leases' embedded model: 2.5-3.4 ms of device time in a 25-36 ms step);
+    on a device-bound model its device time would fall in the phase that reads the outcome, and this ratio says
+    nothing."""
     probe = sp.get("forward_probe")
     if not probe or not probe.get("ms"):
         return {}
