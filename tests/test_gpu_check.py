@@ -432,11 +432,13 @@ def test_the_methods_rows_of_two_calls_merge_and_a_row_in_both_is_an_error(tmp_p
         files.append(tmp_path / f"call{i}.json")
         files[-1].write_text(json.dumps({"sizes": {}, "environment": env, "seconds": {"methods": 10.0 + i},
                                          "methods": rows(*names)}))
-    merged = gpu_check.merged(files[:2])
-    assert [r["method"] for r in merged["methods"]] == ["ar", "token_recycling", "pld"]
-    assert merged["seconds"] == {"methods": 21.0}
+    from bench.check.lease_merge import merged
+
+    joined = merged(files[:2])
+    assert [r["method"] for r in joined["methods"]] == ["ar", "token_recycling", "pld"]
+    assert joined["seconds"] == {"methods": 21.0}
     with pytest.raises(HarnessError, match=r"methods row\(s\) \[\('pld', 1, 0.0\)\] already in an earlier file"):
-        gpu_check.merged(files[1:])
+        merged(files[1:])
 
 
 def test_a_failed_probe_is_a_line_of_the_table_not_its_end():

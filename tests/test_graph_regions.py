@@ -55,15 +55,18 @@ def engine_on(model, device, monkeypatch) -> GraphEngine:
         return GraphEngine(model, [NO_EOS], 512, 256, device=device, capture=False)
 
 
-def state(engine, method, step) -> list[torch.Tensor]:
+def changed(engine, method, step) -> list[torch.Tensor]:
     """What a step changes: the KV cache and its length, the outcome, the draft's hidden state, the method's own."""
-    kept = [engine.kv.buf, engine.kv.length, step.stats, *tree_leaves(method.state_dict())]
-    return [t.clone() for t in kept + ([step.hidden] if step.hidden is not None else [])]
+    hidden = [step.hidden] if step.hidden is not None else []
+    return [engine.kv.buf, engine.kv.length, step.stats, *tree_leaves(method.state_dict()), *hidden]
+
+
+def state(engine, method, step) -> list[torch.Tensor]:
+    return [t.clone() for t in changed(engine, method, step)]
 
 
 def set_state(engine, method, step, saved) -> None:
-    for t, s in zip([engine.kv.buf, engine.kv.length, step.stats, *tree_leaves(method.state_dict())]
-                    + ([step.hidden] if step.hidden is not None else []), saved, strict=True):
+    for t, s in zip(changed(engine, method, step), saved, strict=True):
         t.copy_(s)
 
 
@@ -160,7 +163,7 @@ def test_a_failed_capture_puts_the_stream_back(monkeypatch):
     behaves."""
     import gc
 
-    from bench.core import graph_engine
+    from bench.core import capture
 
     current, collecting = ["main"], []
 
@@ -177,7 +180,7 @@ def test_a_failed_capture_puts_the_stream_back(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: current[0])
     monkeypatch.setattr(torch.cuda, "set_stream", lambda stream: current.__setitem__(0, stream))
     with pytest.raises(RuntimeError, match="not permitted"):
-        graph_engine.capture(lambda: None, None, torch.device("cuda"))
+        capture.capture(lambda: None, None, torch.device("cuda"))
     assert current == ["main"] and collecting == [False] and gc.isenabled()
 
 

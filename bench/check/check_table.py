@@ -70,7 +70,8 @@ def table(results: dict) -> str:
         lines += [f"| {name} | {r['tok_s']} | {r['mat']} | {r['speedup']}"
                   + (" [{}, {}]".format(*r["speedup_interval"]) if r.get("speedup_interval") else "")
                   + f" ({', '.join(map(str, r['speedups']))}) | {r.get('best_speedup', '-')} | "
-                  + ", ".join(f"{r['grades'].count(g)} {g}" for g in dict.fromkeys(r["grades"])) + speedup_check.alike(r) + " |"
+                  + ", ".join(f"{r['grades'].count(g)} {g}" for g in dict.fromkeys(r["grades"]))
+                  + speedup_check.alike(r) + " |"
                   for name, r in rows.items()]
         for path, title, spec in PER_PHASE:
             per = {name: r.get(path[0]) if len(path) == 1 else r.get(path[0], {}).get(path[1])

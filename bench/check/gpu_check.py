@@ -20,7 +20,8 @@ The folder, results/gpu_check/<machine>-<time>/ by default, holds JSON, CSV and 
 can be committed as it is: `make evidence` copies every such folder into evidence/gpu_check/. `--partial FILE`
 rewrites FILE with the parts done so far after each part, for a lease that may end before the last part
 (scripts/gpu_session.sh); the folder is written only when every part is done. `--merge` runs nothing: it writes
-one folder from several calls' results files (`merged`: which call ran what in environment.calls).
+one folder from several calls' results files (bench.check.lease_merge: which call ran what in
+environment.calls).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import torch
 from bench.cachefile import atomic_write
 from bench.check import compiled_check, graph_check, method_check, speedup_check
 from bench.check.check_table import table
+from bench.check.lease_merge import merged
 from bench.cli import OneLineParser
 from bench.core.machine import machine_id
 from bench.cost.profiles import Profile
@@ -268,52 +270,6 @@ def profiles(results: dict) -> list[Profile]:
         out.append(Profile(f"{model}-{dtype}-graphs", "gpu-check graphs", model,
                            env.get("gpu") or env.get("cpu") or "unknown", dtype, [r["n"] for r in mine],
                            [mine[0]["context"]], [[r["graph_ms"] for r in mine]], None, None))
-    return out
-
-
-# The parts whose rows a lease may run over several calls (`--methods` a few at a time): one row a method, batch and
-# temperature
-SPLIT = ("methods", "graph_methods")
-
-
-def row_key(row: dict) -> tuple:
-    return row["method"], row["batch"], row["temperature"]
-
-
-def merged(paths: list[Path]) -> dict:
-    """One lease's results files (each call's `--partial` or results.json) as one: each part from the file that
-    ran it, `seconds` joined, the first file's `sizes` and environment, and `environment.calls`: per file its
-    name, parts, tree and sizes. A part in two files, or files from two machines, is an error (HarnessError), but for
-    the methods parts' rows (SPLIT: a lease may check their methods over several calls), which join, a row in two
-    files the error."""
-    out: dict = {"seconds": {}}
-    calls = []
-    for path in paths:
-        try:
-            one = json.loads(path.read_text())
-        except (OSError, ValueError) as err:
-            raise HarnessError(f"--merge {path}: not a results file ({type(err).__name__})") from None
-        if "environment" not in one:
-            raise HarnessError(f"--merge {path}: no environment (not gpu-check's results)")
-        env = one["environment"]
-        if calls and env.get("machine") != out["environment"].get("machine"):
-            raise HarnessError(f"--merge {path}: machine {env.get('machine')!r}, not {out['environment'].get('machine')!r}")
-        parts = [k for k in one if k not in ("sizes", "environment", "seconds")]
-        if twice := [k for k in parts if k in out and k not in SPLIT]:
-            raise HarnessError(f"--merge {path}: part(s) {', '.join(twice)} already in an earlier file")
-        for k in (k for k in parts if k in SPLIT and k in out):
-            earlier = {row_key(r) for r in out[k]}
-            if again := sorted({row_key(r) for r in one[k]} & earlier):
-                raise HarnessError(f"--merge {path}: {k} row(s) {again} already in an earlier file")
-            out[k] = out[k] + one[k]
-            out["seconds"][k] = round(out["seconds"].get(k, 0) + one.get("seconds", {}).get(k, 0), 1)
-        out.setdefault("sizes", one.get("sizes", {}))
-        out.setdefault("environment", dict(env))
-        out["seconds"] |= {k: v for k, v in one.get("seconds", {}).items() if k not in SPLIT or k not in out}
-        out |= {k: one[k] for k in parts if k not in out}
-        calls.append({"file": path.name, "parts": parts, "git_sha": env.get("git_sha"),
-                      "git_dirty": env.get("git_dirty"), "sizes": one.get("sizes")})
-    out["environment"]["calls"] = calls
     return out
 
 

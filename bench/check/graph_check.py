@@ -381,7 +381,8 @@ def table_lines(graphs: dict) -> list[str]:
         lines += ["", (f"graph mode, taking turns, {sp['prompts']} prompts x {sp['max_new_tokens']} tokens, "
                       f"{sp['reps']} passes:")]
         lines += [f"- {name}: {r['tok_s']} tok/s, MAT {r['mat']}, x{r['speedup']}"
-                  + (" [{}, {}]".format(*r["speedup_interval"]) if r.get("speedup_interval") else "") + speedup_check.alike(r)
+                  + (" [{}, {}]".format(*r["speedup_interval"]) if r.get("speedup_interval") else "")
+                  + speedup_check.alike(r)
                   for name, r in sp.items() if isinstance(r, dict) and "tok_s" in r]
     if waits := graphs.get("waits"):
         lines += ["", "host waits per step in graph mode (counted, of them reads; under CUDA's sync debug mode): "

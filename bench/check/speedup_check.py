@@ -126,11 +126,11 @@ def speedups(bundle, rows, max_new: int, reps: int, gens: dict, timed: dict) -> 
     return out
 
 
-
 def alike(r: dict) -> str:
     """A speedup row's note where some prompt decoded otherwise in another timed pass (each starts from one state)."""
     same = r.get("same_every_pass")
     return f"; alike in every pass {sum(same)}/{len(same)}" if same and not all(same) else ""
+
 
 def turn_order(methods: dict, turn: int) -> list:
     """The methods' (name, method) pairs at timed turn `turn` (a pass and prompt), rotated by one each turn: whatever

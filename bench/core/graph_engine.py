@@ -28,13 +28,12 @@ forward, which a whole-graph trace cannot register).
 from __future__ import annotations
 
 import copy
-import gc
-from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
 from torch.cuda import CUDAGraph
 
+from bench.core.capture import EagerReplay, recorded
 from bench.core.engine import Engine, Row
 from bench.core.forward import ForwardOutput, TargetForward, full_forward
 from bench.core.proposer import Draft, Proposer
@@ -343,65 +342,6 @@ class GraphEngine(Engine):
         return bucket.out
 
     def _captured(self, run, reset=lambda: None) -> tuple[CUDAGraph | EagerReplay, ForwardOutput]:
-        """`run` recorded as a CUDA graph: warm-ups on a side stream (lazy allocations, cuBLAS handles), each after
-        `reset` (a whole step's warm-up changes the state it starts from), then the capture, and `reset` again. A
-        forward's warm-ups write this step's keys at this step's columns, as the replay that follows does. Off CUDA
-        (tests) an EagerReplay stands in for the graph, through the same warm-ups and resets."""
-        cuda = self.device.type == "cuda"
-        side = torch.cuda.Stream(self.device) if cuda else None
-        if cuda:
-            side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side) if cuda else nullcontext():
-            for _ in range(2):
-                reset()
-                run()
-        if cuda:
-            torch.cuda.current_stream(self.device).wait_stream(side)
-        reset()
-        if not cuda:
-            graph = EagerReplay(run)
-            out = graph.out
-        else:
-            graph, out = capture(run, self.pool, self.device)
-            self.pool = graph.pool()
-        reset()  # an EagerReplay ran `run` to get its outputs; a capture only recorded it
+        """`run` recorded (bench.core.capture.recorded) into the graphs' one memory pool."""
+        graph, out, self.pool = recorded(run, self.device, self.pool, reset)
         return graph, out
-
-
-def capture(run, pool, device) -> tuple[CUDAGraph, ForwardOutput]:
-    """`run` captured into a new CUDA graph (its memory from `pool`, or a new pool). A failed capture puts `device`'s
-    stream back before it raises: torch.cuda.graph's exit raises from capture_end before it restores the stream, and
-    every later forward (the next method of a gpu-check part) would run on the dead capture's stream. Python's cycle
-    collector is off during the capture: torch 2.11 no longer collects before one (force_cudagraph_gc), and an
-    engine freed by a collection then would destroy its graphs inside this capture."""
-    graph = torch.cuda.CUDAGraph()
-    before = torch.cuda.current_stream(device)
-    collecting = gc.isenabled()
-    gc.disable()  # a collection inside the capture may free a dead engine's graph, a call a capture refuses
-    try:
-        with torch.cuda.graph(graph, pool=pool):
-            out = run()
-    except BaseException:
-        torch.cuda.set_stream(before)
-        raise
-    finally:
-        if collecting:
-            gc.enable()
-    return graph, out
-
-
-class EagerReplay:
-    """What stands in for a CUDA graph off CUDA, in the tests of the capture path: built, it runs `run` once and keeps
-    its outputs; each replay runs it again and copies the new outputs into those first ones, so what a replay changes
-    in place (the static outputs that proposers read) is what a CUDA graph's replay changes."""
-
-    def __init__(self, run):
-        self.run = run
-        self.out = run()
-
-    def replay(self) -> None:
-        new = self.run()
-        if self.out is not None:
-            for old, fresh in zip(self.out, new, strict=True):
-                if isinstance(old, torch.Tensor):
-                    old.copy_(fresh)

@@ -76,9 +76,10 @@ class Tree:
     def tokens_on(self, tokens: list[int], device: torch.device | str) -> torch.Tensor:
         """A draft's tokens (built on the host) on `device`, sent in the same copy as the tree's indices when those
         are not there yet (a dynamic tree: one copy a step, not two)."""
-        if device_key(device) in self._on:
+        key = device_key(device)
+        if key in self._on:
             return torch.tensor(tokens, dtype=torch.long, device=device)
-        self._on[device_key(device)], sent = self.pack(device, tokens)
+        self._on[key], sent = self.pack(device, tokens)
         return sent
 
     def pack(self, device, extra: list[int]) -> tuple[DeviceTree, torch.Tensor]:
@@ -122,6 +123,7 @@ def device_key(device: torch.device | str) -> str:
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     return str(device)
+
 
 def tree_from_parents(parents: list[int] | torch.Tensor, choice=None, paths=None) -> Tree:
     """Build a Tree from parent slots (parents[0] must be -1, parents[i] < i, depth non-decreasing). Built in
