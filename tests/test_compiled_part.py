@@ -49,13 +49,13 @@ def test_inductor_compiles_the_graph_forward_once_per_width_class_on_a_cpu(tmp_p
 
 def test_a_shape_stage_profiles_one_replay_per_capturing_engine_with_no_new_compile():
     """The compiled part's 7B stage profiles one replay of each engine at AR's width after AR ran
-    (graph_check.replay_profiles): the bucket is filled and run (captured) first, engines that run eagerly are left
+    (replay_profile.replay_profiles): the bucket is filled and run (captured) first, engines that run eagerly are left
     out, a failure is that engine's entry only, and the compiled one-token bucket reuses what AR's whole step
     compiled. Off CUDA the capture is an eager stand-in and the profiler sees no kernels."""
     import torch
 
     from bench.check.compiled_check import dynamo_counts
-    from bench.check.graph_check import replay_profiles
+    from bench.check.replay_profile import replay_profiles
     from bench.core.graph_engine import GraphEngine
     from bench.core.timing import PhaseTimer
     from methods import build_method
@@ -85,7 +85,7 @@ def test_a_shape_stage_profiles_one_replay_per_capturing_engine_with_no_new_comp
     assert dynamo_counts()["graphs"] == compiled and not dynamo_counts()["recompiles"]
     # a cache sized for AR's run (the 7B's) holds fewer than T(n)'s 512 cached tokens: the replay sits at its end,
     # not past it (an index past the cache: an IndexError here, a sticky device-side error on CUDA)
-    assert replay_profiles({"graph": engines["graph"]}, 1)["graph"]["context"] == engines["graph"].kv.capacity - 1
+    assert replay_profiles({"graph": engines["graph"]}, 1, context=512)["graph"]["context"] == engines["graph"].kv.capacity - 1
 
 
 def test_a_failed_compile_costs_its_own_way_only(capsys):
@@ -115,3 +115,49 @@ def test_a_failed_compile_costs_its_own_way_only(capsys):
     line = compiled_lines({"compile": {"backend": "aot_eager"}, "ar_shapes": {"tiny": ar}})[0]
     assert line == (f"AR on tiny: graph {ar['graph_tok_s']}, graph compiled - tok/s (x-); identical to graph AR: -/2; "
                     "graph_compiled failed: RuntimeError: InductorError: no working C compiler")
+
+
+def test_a_compile_that_fails_is_tried_once_per_model_and_the_plain_figures_kept(monkeypatch):
+    """The compiled part on a node whose first compile fails: torch.compile caches no failed compile, so each call
+    would compile (and fail) again, at a compile's cost each on a lease. The failing way is tried once per model
+    (the random shape, then the methods' model from a clean slate) and left out of that model's later stages (the
+    shape's replay profile; AR and T(n) after T(1)); plain graph mode's T(n) and AR are all kept, each stage saves
+    its timed passes as they end, and the table names where the compile failed."""
+    import dataclasses
+    import functools
+
+    from bench.check import compiled_check
+    from bench.check.compiled_check import compiled_lines, run_compiled
+    from bench.check.gpu_check import SIZES, bundle_for, free
+    from bench.core.graph_engine import GraphEngine
+
+    compiles = []
+
+    def backend(gm, example_inputs):
+        compiles.append(gm)
+        raise RuntimeError("no working C compiler")
+
+    sizes = dataclasses.replace(SIZES["cpu"], compile_backend=backend, timed_reps=2)
+    # engines that capture (off CUDA an eager stand-in), as on a lease: the shape's replay profile runs them
+    monkeypatch.setattr(compiled_check, "GraphEngine", functools.partial(GraphEngine, capture=True))
+    monkeypatch.setattr(compiled_check, "graph_engine", lambda b, capacity: GraphEngine(
+        b.model, b.eos_token_ids, b.max_context, capacity, device=b.device, capture=True))
+    bundle = bundle_for("cpu", "float32", "tiny")
+    saved = []
+    part = run_compiled(sizes, bundle, progress=saved.append, load=lambda shape, dtype: bundle_for("cpu", dtype, shape),
+                        free=free)
+    assert len(compiles) == 2 and not part["errors"]  # once for the random shape, once for the methods' model
+    shape = part["ar_shapes"]["tiny"]
+    assert shape["failed"] == {"graph_compiled": "BackendCompilerFailed: backend='backend' raised: RuntimeError: no "
+                                                 "working C compiler"}
+    assert set(shape["replay"]) == {"graph"}
+    assert [r["n"] for r in part["t_n"]] == list(sizes.cost_sizes)
+    assert all(r["graph_ms"] > 0 and "graph_compiled_ms" not in r for r in part["t_n"])
+    assert "no working C compiler" in part["t_n"][0]["failed"]["graph_compiled"]
+    assert part["ar"]["graph_tok_s"] > 0 and "graph_compiled_tok_s" not in part["ar"]
+    # the timed passes saved as they end: the first of two, without its grades, then the stage's whole figures
+    passes = [s["ar"]["reps"] for s in saved if s.get("ar") and "grades" not in s["ar"]]
+    assert passes == [1] and part["ar"]["reps"] == 2 and "grades" in part["ar"]
+    lines = compiled_lines(part)
+    assert "| tiny | " + " | ".join(f"{r['graph_ms']:.2f} / -" for r in part["t_n"]) + " |" in lines
+    assert sum(line.startswith("T(n) graph_compiled failed at n=1: ") for line in lines) == 1

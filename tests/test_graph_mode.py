@@ -281,7 +281,7 @@ def test_graph_part_records_a_failed_stage_and_goes_on(monkeypatch):
         raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
 
     monkeypatch.setattr(graph_check, "forward_curve", broken)
-    monkeypatch.setattr(graph_check, "ar_three_ways", lambda *a: {"graph_tok_s": 1.0})
+    monkeypatch.setattr(graph_check, "ar_three_ways", lambda *a, **k: {"graph_tok_s": 1.0})
     monkeypatch.setattr(graph_check, "speedups", lambda *a, **k: {"ar": {"tok_s": 1.0}})
     monkeypatch.setattr(graph_check, "graph_waits", lambda *a: {"ar": {"host_waits_per_step": 1.0}})
     monkeypatch.setattr(graph_check.method_check, "prompts", lambda bundle, n: [[1, 2, 3]] * n)
@@ -379,7 +379,7 @@ def test_the_curve_is_timed_at_the_capacity_it_needs_and_over_the_wide_one(tiny)
 def test_a_replay_profile_counts_kernels_their_time_and_the_gaps():
     """gpu-check's graph part profiles a replay: kernels per replay, their summed device time and their span (the
     rest of the span is gaps between kernels: what fewer, fused kernels would save). Host events are not kernels."""
-    from bench.check.graph_check import kernel_summary
+    from bench.check.replay_profile import kernel_summary
     from bench.core.step_profile import Event
 
     ms = 1_000_000
@@ -390,7 +390,7 @@ def test_a_replay_profile_counts_kernels_their_time_and_the_gaps():
                                               "top": {"gemv": 2.0, "norm": 1.0}}
     assert kernel_summary(events[:1], reps=2)["kernels"] == 0  # a CPU: no device events
     # the table: beside the width's unprofiled time; a profile without kernels says so rather than print zeros
-    from bench.check.graph_check import replay_lines
+    from bench.check.replay_profile import replay_lines
 
     row = {"model": "m", "n": 1, "graph_ms": 3.1, "replay": {"graph": {**kernel_summary(events, 2), "context": 512},
                                                              "graph_wide": kernel_summary(events[:1], 2)}}

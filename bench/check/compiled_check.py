@@ -5,6 +5,8 @@ replay of the eager forward's ~1200 kernels is gaps as much as work)."""
 
 from __future__ import annotations
 
+import gc
+
 import torch
 
 from bench.check import method_check
@@ -16,12 +18,13 @@ from bench.check.graph_check import (
     forward_curve,
     graph_engine,
     methods_label,
-    replay_lines,
-    replay_profiles,
     run_capacity,
     stager,
 )
+from bench.check.replay_profile import replay_lines, replay_profiles
 from bench.core.graph_engine import GraphEngine
+
+COMPILED = ("graph_compiled",)  # the way whose failure is recorded and left out; plain graph mode's is the part's
 
 
 def run_compiled(sizes, bundle, progress=lambda out: None, mode: str = "default", load=None, free=None) -> dict:
@@ -36,7 +39,9 @@ def run_compiled(sizes, bundle, progress=lambda out: None, mode: str = "default"
     seconds) unless `sizes.compile_backend` says otherwise (inductor on a CPU rehearses a lease's compile).
     `dynamo`: at the end of each stage, torch.compile's tallies since this part began (graphs, graph breaks,
     recompiles; the ar stage's include HF's compiled generate where it compiles): did each model's forward compile
-    whole, once for the first width and once for the others."""
+    whole, once for the first width and once for the others. A compiled way that fails (a node's first compile) is
+    recorded where it failed and left out of the model's later stages: torch.compile caches no failed compile, so
+    each call would compile, and fail, again."""
     backend = sizes.compile_backend or ("inductor" if bundle.device.type == "cuda" else "aot_eager")
     kw = {"mode": mode} if backend == "inductor" else {"backend": backend}
     out: dict = {"context": CONTEXT, "compile": kw, "t_n": [], "ar": {}, "ar_shapes": {}, "errors": {}, "seconds": {},
@@ -50,37 +55,51 @@ def run_compiled(sizes, bundle, progress=lambda out: None, mode: str = "default"
                 "graph_compiled": GraphEngine(model.model, model.eos_token_ids, model.max_context, capacity,
                                               device=model.device, compile_with=kw)}
 
+    def fresh() -> None:  # a clean slate; the collection frees a compiled engine's cycle (engine, its compiled forward)
+        torch.compiler.reset()
+        gc.collect()
+
+    def drop(failed: dict) -> None:
+        for name in failed or {}:
+            engines.pop(name, None)
+
     for shape in sizes.hf_shapes if load is not None else ():
         with stage(f"ar {shape}"):
-            torch.compiler.reset()
+            fresh()
             model, engines = load(shape, sizes.method_dtype), None
             try:
                 vocab = model.model.config.vocab_size  # a random shape's may be smaller than the tokenizer's
                 shaped = [[i % vocab for i in r] for r in rows]
                 engines = both(model, run_capacity(shaped, sizes.timed_new))
-                out["ar_shapes"][shape] = ar_three_ways(model, shaped, sizes.timed_new, sizes.timed_reps,
-                                                        engines=engines, hf=False)
+                out["ar_shapes"][shape] = ar_three_ways(
+                    model, shaped, sizes.timed_new, sizes.timed_reps, engines=engines, hf=False,
+                    progress=lambda ar, shape=shape: progress({**out, "ar_shapes": {**out["ar_shapes"], shape: ar}}))
                 progress(out)  # the goal's figure kept before the profiles
                 # where the memory floor is lost: one replay's kernels at AR's width, both ways (after as many cached
                 # tokens as the run's cache holds); counted before the tallies, so a recompile it costs would show
-                out["ar_shapes"][shape]["replay"] = replay_profiles(engines, 1)
+                drop(out["ar_shapes"][shape].get("failed"))
+                out["ar_shapes"][shape]["replay"] = replay_profiles(engines, 1, CONTEXT)
                 out["dynamo"][shape] = dynamo_counts()
             finally:
                 engines = None  # their graphs and static caches hold the model
                 free(model)
 
-    torch.compiler.reset()
+    fresh()
     # one cache for T(n) and AR alike (AR reuses what T(n) compiled and captured), sized to the larger of the two
     engines = both(bundle, max(curve_capacity(sizes.cost_sizes), run_capacity(rows, sizes.timed_new)))
     label, (first, *rest) = methods_label(sizes), sizes.cost_sizes
     with stage("t_1"):
-        out["t_n"] = forward_curve(bundle, label, [first], reps=sizes.reps, engines=engines)
+        out["t_n"] = forward_curve(bundle, label, [first], reps=sizes.reps, engines=engines, optional=COMPILED)
         out["dynamo"]["t_1"] = dynamo_counts()
+        drop(out["t_n"][-1].get("failed"))
     with stage("ar"):  # the same engines: what T(1) compiled and captured is reused
-        out["ar"] = ar_three_ways(bundle, rows, sizes.timed_new, sizes.timed_reps, engines=engines)
+        out["ar"] = ar_three_ways(bundle, rows, sizes.timed_new, sizes.timed_reps, engines=engines,
+                                  progress=lambda ar: progress({**out, "ar": ar}))
         out["dynamo"]["ar"] = dynamo_counts()
+        drop(out["ar"].get("failed"))
     with stage("t_n"):  # the other widths: one more compile, with the width dynamic
-        out["t_n"] += forward_curve(bundle, label, rest, reps=sizes.reps, engines=engines, profiled=rest[-1:])
+        out["t_n"] += forward_curve(bundle, label, rest, reps=sizes.reps, engines=engines, profiled=rest[-1:],
+                                    optional=COMPILED)
         out["dynamo"]["t_n"] = dynamo_counts()
     return out
 
@@ -112,9 +131,14 @@ def compiled_lines(part: dict) -> list[str]:
         ns = [r["n"] for r in part["t_n"]]
         lines += [f"| T(n) ms after {part['context']} cached, graph / graph compiled ({how}) | "
                   + " | ".join(f"n={n}" for n in ns) + " |", "|---|" + "---|" * len(ns),
-                  f"| {part['t_n'][0]['model']} | " + " | ".join(f"{r['graph_ms']:.2f} / {r['graph_compiled_ms']:.2f}"
+                  f"| {part['t_n'][0]['model']} | " + " | ".join(f"{ms(r, 'graph')} / {ms(r, 'graph_compiled')}"
                                                              for r in part["t_n"]) + " |", ""]
         lines += replay_lines(part["t_n"])
+        first = {}  # each way's failure at the first width it failed (the later rows repeat it)
+        for r in part["t_n"]:
+            for name, error in r.get("failed", {}).items():
+                first.setdefault(name, f"T(n) {name} failed at n={r['n']}: {error}")
+        lines += list(first.values())
     if ar := part.get("ar"):
         lines.append(f"AR: graph {ar['graph_tok_s']}, graph compiled {ar.get('graph_compiled_tok_s', '-')}, HF static "
                      f"cache {ar.get('hf_static_tok_s', '-')} tok/s ({ar['hf_static']}); compiled/graph "
@@ -135,3 +159,8 @@ def compiled_lines(part: dict) -> list[str]:
                      + ("; ".join(last["recompiles"]) or "none"))
     lines += [f"compiled part's {name} failed: {e['error']}" for name, e in part.get("errors", {}).items()]
     return lines
+
+
+def ms(row: dict, way: str) -> str:
+    """A T(n) row's time for one way, or "-" where it failed."""
+    return f"{row[way + '_ms']:.2f}" if f"{way}_ms" in row else "-"

@@ -45,7 +45,7 @@ def interpolated(curve: dict[int, float], n: int) -> float:
 
 def forward_goal(label: str, graphs: dict, compiled: dict) -> Goal:
     one = {"graph": next((r["graph_ms"] for r in graphs.get("t_n", []) if r["model"] == label and r["n"] == 1), None),
-           "graph compiled": next((r["graph_compiled_ms"] for r in compiled.get("t_n", []) if r["n"] == 1), None)}
+           "graph compiled": next((r.get("graph_compiled_ms") for r in compiled.get("t_n", []) if r["n"] == 1), None)}
     one = {k: v for k, v in one.items() if v is not None}
     return Goal(f"{label}, one-token forward in graph mode <= {FORWARD_MS:g} ms",
                 "; ".join(f"{k} {v:.2f} ms" for k, v in one.items()) or "-",

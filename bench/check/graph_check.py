@@ -25,12 +25,11 @@ import traceback
 from contextlib import contextmanager
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 from bench.check import method_check, speedup_check
 from bench.check.hf_static import StaticCacheGenerate, compiles
+from bench.check.replay_profile import replay_lines, replay_profiles
 from bench.core.graph_engine import GraphEngine, sized_capacity
-from bench.core.step_profile import events_of
 from bench.core.syncs import CudaSyncWarnings, HostSyncCounter
 from bench.core.timing import PhaseTimer, device_sync
 from bench.core.tree import chain
@@ -70,103 +69,69 @@ def curve_capacity(widths=WIDTHS, context: int = CONTEXT) -> int:
 
 
 def forward_curve(bundle, label: str, widths=WIDTHS, context: int = CONTEXT, reps: int = 7,
-                  engines: dict | None = None, profiled: tuple | None = None) -> list[dict]:
+                  engines: dict | None = None, profiled: tuple | None = None, optional: tuple = ()) -> list[dict]:
     """ms of one bucket forward over n tokens after `context` cached ones on each of `engines`, taking turns at each
     n: by default static shapes run eagerly and replayed as a CUDA graph (on a CPU both run eagerly) at the capacity
     T(n) needs, and replayed over WIDE_CAPACITY columns (`graph_wide`); every forward attends over its whole cache.
     Each row records the engines' capacities (`capacity`: the first's); at the widths `profiled` (default: the first
-    and the last) one replay of each capturing engine is profiled."""
+    and the last) one replay of each capturing engine is profiled. An engine named in `optional` that fails (a
+    node's first compile) is left out from then on, its error in each later row's `failed`, and the others go on."""
     sized = curve_capacity(widths, context)
     engines = engines or {"static_eager": GraphEngine(bundle.model, [], bundle.max_context, sized,
                                                       device=bundle.device, capture=False),
                           "graph": graph_engine(bundle, sized), "graph_wide": graph_engine(bundle, WIDE_CAPACITY)}
-    capturing = {name: e for name, e in engines.items() if e.capture}
     capacities = {name: e.kv.capacity for name, e in engines.items()}
     vocab = bundle.model.config.vocab_size
     gen = torch.Generator().manual_seed(0)
-    rows = []
+    rows, failed = [], {}
     with torch.inference_mode():
         for n in widths:
             tree, tokens = chain(n - 1), torch.randint(0, vocab, (n,), generator=gen).to(bundle.device)
-            times = {k: [] for k in engines}
+            times = {k: [] for k in engines if k not in failed}
             for rep in range(reps + 1):
                 for name, engine in engines.items():
+                    if name in failed:
+                        continue
                     engine.kv.length.fill_(context)  # a filled cache: its values do not change the cost
                     bucket = engine.bucket(n, False, {})
                     engine.fill(bucket, tokens[:1], tokens[1:], tree)
                     device_sync(engine.device)
                     t0 = time.perf_counter()
-                    engine.forward_bucket(bucket, False, {})
-                    device_sync(engine.device)
+                    try:
+                        engine.forward_bucket(bucket, False, {})
+                        device_sync(engine.device)
+                    except Exception as err:
+                        if name not in optional:
+                            raise
+                        failed[name] = error_line(err)  # not called again: a failed compile is not cached
+                        del times[name]
+                        continue
                     if rep:  # the first: warm-up (and the capture)
                         times[name].append(time.perf_counter() - t0)
             rows.append({"model": label, "n": n, "context": context, "capacity": next(iter(capacities.values())),
-                         "capacities": capacities,
+                         "capacities": capacities, **({"failed": dict(failed)} if failed else {}),
                          **{f"{k}_ms": round(1000 * statistics.median(v), 3) for k, v in times.items()}})
+            capturing = {name: e for name, e in engines.items() if e.capture and name not in failed}
             if n in (profiled or (widths[0], widths[-1])) and capturing:  # what one replay's kernels cost
                 rows[-1]["replay"] = replay_profiles(capturing, n, context)
     return rows
 
 
-def replay_profiles(engines: dict, n: int, context: int = CONTEXT) -> dict:
-    """{name: profile_replays of its n-token bucket after `context` cached tokens, or as many as its static cache
-    holds beside the n (`context` in each entry: a write past the cache would be a device-side error on CUDA, and
-    sticky)} for each capturing engine, the bucket filled (any tokens: the kernels are the same) and run once first,
-    which captures it if AR's whole-step graph left none. A profiler that fails on a node costs this figure only:
-    its entry is the error."""
-    out = {}
-    for name, engine in engines.items():
-        if not engine.capture:
-            continue
-        at = min(context, engine.kv.capacity - n)
-        try:  # in inference mode, as the engine decodes: a compiled forward's guards hold on it
-            with torch.inference_mode():
-                engine.kv.length.fill_(at)
-                bucket = engine.bucket(n, False, {})
-                engine.fill(bucket, torch.zeros(1, dtype=torch.long, device=engine.device),
-                            torch.zeros(n - 1, dtype=torch.long, device=engine.device), chain(n - 1))
-                engine.forward_bucket(bucket, False, {})
-                profile_replays(engine, bucket, reps=1)  # thrown away: a process's first profile pays CUPTI's start
-                out[name] = {**profile_replays(engine, bucket), "context": at}
-        except Exception as err:  # noqa: BLE001
-            out[name] = {"error": f"{type(err).__name__}: {err}"}
-    return out
-
-
-def profile_replays(engine, bucket, reps: int = 5) -> dict:
-    """The kernels of `reps` replays of a captured bucket under torch.profiler, per replay (kernel_summary). Off CUDA
-    (tests) the host's ops are profiled: no kernels."""
-    cuda = engine.device.type == "cuda"
-    with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
-        for _ in range(reps):
-            engine.forward_bucket(bucket, False, {})
-        device_sync(engine.device)
-    return kernel_summary(events_of(prof), reps)
-
-
-def kernel_summary(events, reps: int, top: int = 5) -> dict:
-    """Per replay: the kernels the device ran, their summed time (`busy_ms`) and the time from the first one's
-    start to the last one's end (`span_ms`); the rest of the span is the gaps between kernels. A replay's cost is
-    its kernels' when busy is near span, and their number's when it is not. `top`: the kernels with the most time."""
-    kernels = [e for e in events if not e.on_host]
-    if not kernels:
-        return {"kernels": 0, "busy_ms": 0.0, "span_ms": 0.0, "top": {}}
-    per: dict = {}
-    for e in kernels:
-        per[e.name[:90]] = per.get(e.name[:90], 0.0) + (e.end_ns - e.start_ns) / 1e6 / reps
-    span = (max(e.end_ns for e in kernels) - min(e.start_ns for e in kernels)) / 1e6
-    return {"kernels": round(len(kernels) / reps, 1), "busy_ms": round(sum(per.values()), 3),
-            "span_ms": round(span / reps, 3),  # the replays run back to back: their whole span over reps
-            "top": {k: round(v, 3) for k, v in sorted(per.items(), key=lambda kv: -kv[1])[:top]}}
+def error_line(err: Exception) -> str:
+    """An exception as one line: its type and its message's first line, and the next where the first only leads to
+    it (torch.compile's "backend='inductor' raised:")."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()] or [""]
+    return f"{type(err).__name__}: " + " ".join(lines[:2] if lines[0].endswith(":") else lines[:1])
 
 
 def ar_three_ways(bundle, rows: list[list[int]], max_new: int, reps: int, engines: dict | None = None,
-                  hf: bool = True) -> dict:
+                  hf: bool = True, progress=lambda ar: None) -> dict:
     """AR on each of `engines` (default: the eager engine, then the graph engine) and transformers' static-cache
     generate (unless `hf` is False), taking turns prompt by prompt (the first rotating: speedup_check.turn_order)
     after one untimed pass: tokens/s over all timed passes, each engine's rate over the first's and over HF's, and
     outputs against the first engine's (identical, graded). A way other than the first that fails (a node's first
-    compile) is left out, its error in `failed` (HF's in `hf_static`), and the others go on."""
+    compile) is left out, its error in `failed` (HF's in `hf_static`), and the others go on. progress(figures so
+    far) after each timed pass (`passes`: how many), where a lease's cap may fall."""
     compiled, how = compiles(bundle.device)
     eager = method_check.engine_for(bundle, 0.0)
     engines = engines or {"eager": eager, "graph": graph_engine(bundle, run_capacity(rows, max_new))}
@@ -179,6 +144,26 @@ def ar_three_ways(bundle, rows: list[list[int]], max_new: int, reps: int, engine
     seconds = {k: 0.0 for k in ways}
     outputs: dict[str, list] = {k: [None] * len(rows) for k in ways}
     failed = {}
+
+    def figures(passes: int, graded: bool = True) -> dict:
+        ran = [k for k in ways if k not in failed]
+        rate = {k: tokens[k] / seconds[k] for k in ran}
+        others = [k for k in ran if k != ref]
+        lost = {k: v for k, v in failed.items() if k != "hf_static"}  # (HF's has its own key)
+        out = {"prompts": len(rows), "max_new_tokens": max_new, "reps": passes,
+               "capacities": {k: e.kv.capacity for k, e in engines.items() if isinstance(e, GraphEngine)},
+               "hf_static": f"failed: {failed['hf_static']}" if "hf_static" in failed else how if hf else "not timed",
+               **({"failed": lost} if lost else {}),
+               **{f"{k}_tok_s": round(v, 1) for k, v in rate.items()},
+               **{f"{k}_over_{ref}": round(rate[k] / rate[ref], 3) for k in others if k != "hf_static"},
+               **{f"{k}_identical": sum(a == b for a, b in zip(outputs[k], outputs[ref])) for k in others}}
+        if graded:
+            out["grades"] = {k: [method_check.graded(bundle, p, a, b) for p, a, b in zip(rows, outputs[k], outputs[ref])]
+                             for k in others}
+        if "hf_static" in rate:
+            out |= {f"{k}_over_hf_static": round(rate[k] / rate["hf_static"], 3) for k in others if k != "hf_static"}
+        return out
+
     for rep in range(reps + 1):
         for i, prompt in enumerate(rows):
             for name, (method, engine) in speedup_check.turn_order(ways, (rep - 1) * len(rows) + i if rep else 0):
@@ -191,29 +176,16 @@ def ar_three_ways(bundle, rows: list[list[int]], max_new: int, reps: int, engine
                 except Exception as err:  # a node's first compile may fail: the others go on (not the reference)
                     if name == ref:
                         raise
-                    failed[name] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+                    failed[name] = error_line(err)
                     continue
                 device_sync(bundle.device)
                 if rep:
                     tokens[name] += len(gen.output_ids)
                     seconds[name] += time.perf_counter() - t0
                     outputs[name][i] = gen.output_ids
-    ran = [k for k in ways if k not in failed]
-    rate = {k: tokens[k] / seconds[k] for k in ran}
-    others = [k for k in ran if k != ref]
-    lost = {k: v for k, v in failed.items() if k != "hf_static"}  # (HF's has its own key)
-    out = {"prompts": len(rows), "max_new_tokens": max_new, "reps": reps,
-           "capacities": {k: e.kv.capacity for k, e in engines.items() if isinstance(e, GraphEngine)},
-           "hf_static": f"failed: {failed['hf_static']}" if "hf_static" in failed else how if hf else "not timed",
-           **({"failed": lost} if lost else {}),
-           **{f"{k}_tok_s": round(v, 1) for k, v in rate.items()},
-           **{f"{k}_over_{ref}": round(rate[k] / rate[ref], 3) for k in others if k != "hf_static"},
-           **{f"{k}_identical": sum(a == b for a, b in zip(outputs[k], outputs[ref])) for k in others},
-           "grades": {k: [method_check.graded(bundle, p, a, b) for p, a, b in zip(rows, outputs[k], outputs[ref])]
-                      for k in others}}
-    if "hf_static" in rate:
-        out |= {f"{k}_over_hf_static": round(rate[k] / rate["hf_static"], 3) for k in others if k != "hf_static"}
-    return out
+        if 0 < rep < reps:  # the figures so far, without the grades (a forward each where outputs differ)
+            progress(figures(rep, graded=False))
+    return figures(reps)
 
 
 def graph_tree(bundle, t_n: list[dict], cache_dir, small: bool = False) -> tuple:
@@ -314,7 +286,8 @@ def run_graphs(sizes, load, free, bundle, progress=lambda out: None, scratch=Non
         with stage(f"ar {label}"), model_of(shape) as model:
             vocab = model.model.config.vocab_size  # a random shape's may be smaller than the tokenizer's
             out["ar"][label] = ar_three_ways(model, [[i % vocab for i in r] for r in timed[:2]], sizes.timed_new,
-                                             sizes.timed_reps)
+                                             sizes.timed_reps,
+                                             progress=lambda ar: progress({**out, "ar": {**out["ar"], label: ar}}))
 
     ar_on(bundle.name, sizes.method_shape)
     configs = dict(configs or {})
@@ -334,17 +307,6 @@ def run_graphs(sizes, load, free, bundle, progress=lambda out: None, scratch=Non
     for shape in sizes.hf_shapes:  # last: the 7B's stage is the longest (HF's compile), and a lease has timed it
         ar_on(shape, shape)
     return out
-
-
-def replay_lines(t_n: list[dict]) -> list[str]:
-    """Per profiled replay: its kernels, their busy time and span under the profiler (whose tracing widens the span),
-    beside the same width's unprofiled time; a profile with no kernels says so (CUPTI saw none) instead of 0s."""
-    return [f"- {r['model']}, n={r['n']}, {name}: a replay"
-            + (f" after {p['context']} cached" if "context" in p else "")
-            + (f" runs {p['kernels']:.0f} kernels, busy {p['busy_ms']} of its {p['span_ms']} ms profiled (the rest: "
-               f"gaps between kernels, and the profiler's own)" if p["kernels"] else ": the profiler saw no kernels")
-            + (f"; {r[name + '_ms']} ms unprofiled" if f"{name}_ms" in r else "")
-            for r in t_n for name, p in r.get("replay", {}).items() if "kernels" in p]
 
 
 def table_lines(graphs: dict) -> list[str]:

@@ -47,7 +47,9 @@ class HeadsProposer(Proposer):
         """hidden [H]: the target's final normed hidden state at the position that chose the current root."""
         self.hidden = hidden  # rebound, not copied into: fork() copies stay independent
 
-    @torch.inference_mode()
+    # no_grad, not inference_mode: inside a traced whole step (graph mode's CPU check) torch 2.11's dynamo fails on an
+    # inference_mode entered within the trace, and poisons the process after; the engine's own mode covers the rest
+    @torch.no_grad()
     def head_topk(self, k: int, heads: int) -> torch.Tensor:
         """[heads, k] token ids: the first `heads` heads' top-k at the observed hidden state (one heads forward;
         heads the draft does not use are not computed)."""
