@@ -153,3 +153,12 @@ def test_the_graph_methods_part_captures_nothing_while_it_counts(setup, monkeypa
                                          only={"ouroboros", "holistic", "token_recycling", "pld"}, graphs=True)
     assert [r["status"] for r in records] == ["ok"] * 4, records
     assert captured and not any(captured)
+    assert [r["captures_in_run"] for r in records] == [0] * 4  # what a lease records of it
+
+
+def test_a_capture_in_the_counted_run_is_flagged_in_the_table():
+    from bench.check.check_table import cell
+
+    row = {"status": "ok", "grades": ["identical"], "host_waits_per_step": 1.0, "captures_in_run": 0}
+    assert cell(row) == "1 identical; 1 w/s"
+    assert cell({**row, "captures_in_run": 2}) == "1 identical; 1 w/s; **2 captured in the run**"

@@ -27,7 +27,8 @@ def cell(rec: dict) -> str:
     grades = rec.get("grades")
     verdict = "ok" if grades is None else ", ".join(f"{grades.count(g)} {g}" for g in dict.fromkeys(grades))
     cuda = f" ({rec['cuda_syncs_per_step']:g} on CUDA)" if "cuda_syncs_per_step" in rec else ""
-    return f"{verdict}; {rec['host_waits_per_step']:g} w/s{cuda}{budget_cell(rec.get('decode_waits', {}))}"
+    late = f"; **{rec['captures_in_run']} captured in the run**" if rec.get("captures_in_run") else ""
+    return f"{verdict}; {rec['host_waits_per_step']:g} w/s{cuda}{budget_cell(rec.get('decode_waits', {}))}{late}"
 
 
 def budget_cell(decode: dict) -> str:

@@ -107,6 +107,7 @@ class GraphEngine(Engine):
         self.capture = self.device.type == "cuda" if capture is None else bool(capture)
         self.buckets: dict[tuple, Bucket] = {}
         self.pool = None  # one CUDA memory pool shared by every bucket's graph
+        self.captures = 0  # graphs recorded so far (a capture waits for the device: a timed or counted run has none)
         self.low = torch.finfo(self.dtype).min
         self._bias_of: tuple[Tree | None, int, torch.Tensor | None, torch.Tensor | None] = (None, 0, None, None)
         self.steps: dict[int, tuple[Proposer, StepGraph]] = {}  # per proposer: its whole-step graph
@@ -344,4 +345,5 @@ class GraphEngine(Engine):
     def _captured(self, run, reset=lambda: None) -> tuple[CUDAGraph | EagerReplay, ForwardOutput]:
         """`run` recorded (bench.core.capture.recorded) into the graphs' one memory pool."""
         graph, out, self.pool = recorded(run, self.device, self.pool, reset)
+        self.captures += 1
         return graph, out
