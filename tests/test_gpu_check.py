@@ -255,8 +255,8 @@ def test_the_speedup_part_takes_turns_prompt_by_prompt_with_an_interval(monkeypa
         return SimpleNamespace(phase_times={"target_forward": 0.5}, accept_lengths=[1] * 3)
 
     monkeypatch.setattr(speedup_check, "synced_generation", synced_generation)
-    for name in ("graded", "ops_per_step"):
-        monkeypatch.setattr(speedup_check, name, lambda *a, **k: {})
+    monkeypatch.setattr(speedup_check, "ops_per_step", lambda *a, **k: {})
+    monkeypatch.setattr(speedup_check, "graded", lambda *a, where=False: "near-tie at 3" if where else "identical")
     profiles, probes = [], []
     monkeypatch.setattr(speedup_check, "profiled", lambda method, engine, rows, n: profiles.append((method, n)) or {})
     monkeypatch.setattr(speedup_check, "forward_probe", lambda bundle, context: probes.append(context) or {"ms": {}})
@@ -295,7 +295,10 @@ def test_the_speedup_part_takes_turns_prompt_by_prompt_with_an_interval(monkeypa
     assert out["ar"]["speedup"] == 1.0
     assert out["ar"]["same_every_pass"] == [True, False, True] and tr["same_every_pass"] == [True] * 3
     # the tables say so where a prompt decoded otherwise (older results have no such key)
-    assert [speedup_check.alike(r) for r in (out["ar"], tr, {})] == ["; alike in every pass 2/3", "", ""]
+    # the later pass graded against the first, with where it departs (a near-tie: the device summed otherwise)
+    assert out["ar"]["pass_departures"] == {"1": ["near-tie at 3"]} and tr["pass_departures"] == {}
+    assert [speedup_check.alike(r) for r in (out["ar"], tr, {})] == [
+        "; alike in every pass 2/3 (prompt 1: near-tie at 3)", "", ""]
     assert [t for t, _ in tr["timed"]] == [8] * 6 and set(out["seconds"]) == {"timed", "synced", "ops", "profile",
                                                                              "probe"}
     # the timed passes' own phases: 6 generations of 7 decode steps, 0.7 s of forward each; 80 nodes + the root

@@ -54,6 +54,13 @@ def test_near_tie_is_graded_near_tie_and_a_planted_token_mismatch(dtype):
     assert near["tolerance"] == pytest.approx(tolerance(dtype, float(next_token_logits(model, PROMPT + ref[:1]).max())))
     assert near["tolerance"] > 8 * torch.finfo(dtype).eps / 2  # the logit scale counts (|top logit| > 1 here)
 
+    # gpu-check's form, with where the output departs (its speedup part grades pass against pass so)
+    from bench.check.method_check import graded
+
+    bundle = SimpleNamespace(model=model, device=torch.device("cpu"))
+    assert graded(bundle, PROMPT, [ref[0], tok["rival"]], ref, where=True) == "near-tie at 1"
+    assert graded(bundle, PROMPT, ref, ref, where=True) == "identical"
+    assert graded(bundle, PROMPT, [ref[0], tok["rival"]], ref) == "near-tie"
     planted = grade(model, PROMPT, [ref[0], tok["worst"], 9, 9], ref + [2, 2])
     assert planted["grade"] == "mismatch" and planted["first_divergence"] == 1
     assert planted["method_gap"] > 10 * planted["tolerance"]

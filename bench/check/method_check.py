@@ -112,13 +112,15 @@ def run_rows(method, engine, rows: list[list[int]], batch: int, max_new: int, te
     return out
 
 
-def graded(bundle, prompt: list[int], output: list[int], reference: list[int]) -> str:
-    """identical / near-tie / mismatch by bench.run.grading when it is there; else equality only."""
+def graded(bundle, prompt: list[int], output: list[int], reference: list[int], where: bool = False) -> str:
+    """identical / near-tie / mismatch by bench.run.grading when it is there; else equality only. `where`: a
+    departure says at which new token ("near-tie at 41")."""
     try:
         from bench.run.grading import grade
     except ImportError:
         return "identical" if output == reference else "mismatch"
-    return grade(bundle.model, prompt, output, reference, device=bundle.device)["grade"]
+    g = grade(bundle.model, prompt, output, reference, device=bundle.device)
+    return f"{g['grade']} at {g['first_divergence']}" if where and g["first_divergence"] is not None else g["grade"]
 
 
 def engine_for(bundle, temperature: float) -> Engine:

@@ -120,16 +120,32 @@ def speedups(bundle, rows, max_new: int, reps: int, gens: dict, timed: dict) -> 
                      # decoding must; the H200's graph mode of 2026-11-28 did not, eager did)
                      "same_every_pass": [len({tuple(g.output_ids) for g in gens[name][i :: len(rows)]}) == 1
                                          for i in range(len(rows))],
+                     "pass_departures": pass_departures(bundle, rows, gens[name]),
                      **timed_phases(gens[name], [s for _, s in timed[name]]),
                      "grades": [graded(bundle, p, g.output_ids, b.output_ids)
                                 for p, g, b in zip(rows, outputs[name], outputs[base], strict=True)]}
     return out
 
 
+def pass_departures(bundle, rows, gens: list) -> dict:
+    """{prompt index: each later timed pass graded against the first, with where it departs} for the prompts some
+    pass decoded otherwise (`gens` pass-major). Each pass starts from one state: a near-tie says the device summed
+    otherwise from pass to pass (a kernel whose order of sums varies), a mismatch that a pass carried state over."""
+    out = {}
+    for i, prompt in enumerate(rows):
+        first, *later = [g.output_ids for g in gens[i :: len(rows)]]
+        if any(p != first for p in later):
+            out[str(i)] = [graded(bundle, prompt, p, first, where=True) for p in later]
+    return out
+
+
 def alike(r: dict) -> str:
-    """A speedup row's note where some prompt decoded otherwise in another timed pass (each starts from one state)."""
+    """A speedup row's note where some prompt decoded otherwise in another timed pass (each starts from one state),
+    with how the later passes departed from the first."""
     same = r.get("same_every_pass")
-    return f"; alike in every pass {sum(same)}/{len(same)}" if same and not all(same) else ""
+    how = "; ".join(f"prompt {i}: {', '.join(g)}" for i, g in r.get("pass_departures", {}).items())
+    return (f"; alike in every pass {sum(same)}/{len(same)}" + (f" ({how})" if how else "")
+            if same and not all(same) else "")
 
 
 def turn_order(methods: dict, turn: int) -> list:
