@@ -129,6 +129,7 @@ def test_a_compile_that_fails_is_tried_once_per_model_and_the_plain_figures_kept
     from bench.check import compiled_check
     from bench.check.compiled_check import compiled_lines, run_compiled
     from bench.check.gpu_check import SIZES, bundle_for, free
+    from bench.check.graph_check import ar_notes
     from bench.core.graph_engine import GraphEngine
 
     compiles = []
@@ -158,6 +159,9 @@ def test_a_compile_that_fails_is_tried_once_per_model_and_the_plain_figures_kept
     # the timed passes saved as they end: the first of two, without its grades, then the stage's whole figures
     passes = [s["ar"]["reps"] for s in saved if s.get("ar") and "grades" not in s["ar"]]
     assert passes == [1] and part["ar"]["reps"] == 2 and "grades" in part["ar"]
+    # a partial cut after its first pass says so in its table line; the whole stage's does not
+    cut = next(s["ar"] for s in saved if s.get("ar") and "grades" not in s["ar"])
+    assert ar_notes(cut).endswith("; 1 of 2 timed passes (cut)") and "passes_planned" not in part["ar"]
     lines = compiled_lines(part)
     assert "| tiny | " + " | ".join(f"{r['graph_ms']:.2f} / -" for r in part["t_n"]) + " |" in lines
     assert sum(line.startswith("T(n) graph_compiled failed at n=1: ") for line in lines) == 1

@@ -249,3 +249,12 @@ def test_a_lease_of_the_graph_parts_alone_is_validated_in_graph_mode_only(monkey
     assert "the H100's" in entry["host"]["source"]  # its nearest, the H200, has no host price: the H200's nearest's
     assert out["graph_regime"]["graphs only"]["methods"].keys() == out["graph_regime"]["H200 11-28"]["methods"].keys()
     assert "graphs only" not in pass_projection.project()["gpus"]
+    # named nearest the last H200 lease (a host price of its own, no eager T(n)): the eager prefill's curve is
+    # looked up along the chain of nearest GPUs, as the host price is, where it used to be a missing file
+    monkeypatch.setitem(gv.GPUS, "graphs only", (gv.GPUS["H200 11-28"][0], "h200", "H200 11-28"))
+    assert gv.eager_profile("graphs only")[0] == "H200"
+    host = gv.HostCost(**entry["host"])
+    assert gv.graph_regime("graphs only", host)["methods"].keys() == out["graph_regime"]["graphs only"]["methods"].keys()
+    monkeypatch.setitem(gv.GPUS, "H200 11-28", (gv.GPUS["H200 11-28"][0], "h200", "graphs only"))  # a loop
+    with pytest.raises(ValueError, match="no GPU near graphs only has an eager T"):
+        gv.eager_profile("graphs only")

@@ -12,9 +12,9 @@ import torch
 from bench.check import method_check
 from bench.check.graph_check import (
     CONTEXT,
+    ar_notes,
     ar_three_ways,
     curve_capacity,
-    failed_ways,
     forward_curve,
     graph_engine,
     methods_label,
@@ -145,10 +145,10 @@ def compiled_lines(part: dict) -> list[str]:
                      f"x{ar.get('graph_compiled_over_graph', '-')}, compiled/HF "
                      f"x{ar.get('graph_compiled_over_hf_static', '-')}; identical to graph AR: compiled "
                      f"{ar.get('graph_compiled_identical', '-')}/{ar['prompts']}, HF "
-                     f"{ar.get('hf_static_identical', '-')}/{ar['prompts']}" + failed_ways(ar))
+                     f"{ar.get('hf_static_identical', '-')}/{ar['prompts']}" + ar_notes(ar))
     lines += [f"AR on {shape}: graph {ar['graph_tok_s']}, graph compiled {ar.get('graph_compiled_tok_s', '-')} tok/s "
               f"(x{ar.get('graph_compiled_over_graph', '-')}); identical to graph AR: "
-              f"{ar.get('graph_compiled_identical', '-')}/{ar['prompts']}" + failed_ways(ar)
+              f"{ar.get('graph_compiled_identical', '-')}/{ar['prompts']}" + ar_notes(ar)
               for shape, ar in part.get("ar_shapes", {}).items()]
     lines += replay_lines([{"model": shape, "n": 1, "replay": ar.get("replay", {})}
                            for shape, ar in part.get("ar_shapes", {}).items()])

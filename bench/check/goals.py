@@ -53,8 +53,9 @@ def forward_goal(label: str, graphs: dict, compiled: dict) -> Goal:
 
 
 def ar_7b_goal(gpu: str, graphs: dict, compiled: dict) -> Goal:
-    rates = {"graph": graphs.get("ar", {}).get(SHAPE_7B, {}).get("graph_tok_s"),
-             "graph compiled": compiled.get("ar_shapes", {}).get(SHAPE_7B, {}).get("graph_compiled_tok_s")}
+    shape = compiled.get("ar_shapes", {}).get(SHAPE_7B, {})  # (its plain graph AR too: the graph part's 7B is last)
+    rates = {"graph": graphs.get("ar", {}).get(SHAPE_7B, {}).get("graph_tok_s") or shape.get("graph_tok_s"),
+             "graph compiled": shape.get("graph_compiled_tok_s")}
     rates = {k: v for k, v in rates.items() if v is not None}
     bar = next((v for k, v in AR_7B.items() if k in gpu), None)
     return Goal(f"{SHAPE_7B} shape, AR in graph mode >= "

@@ -151,6 +151,7 @@ def ar_three_ways(bundle, rows: list[list[int]], max_new: int, reps: int, engine
         others = [k for k in ran if k != ref]
         lost = {k: v for k, v in failed.items() if k != "hf_static"}  # (HF's has its own key)
         out = {"prompts": len(rows), "max_new_tokens": max_new, "reps": passes,
+               **({"passes_planned": reps} if passes < reps else {}),
                "capacities": {k: e.kv.capacity for k, e in engines.items() if isinstance(e, GraphEngine)},
                "hf_static": f"failed: {failed['hf_static']}" if "hf_static" in failed else how if hf else "not timed",
                **({"failed": lost} if lost else {}),
@@ -230,9 +231,11 @@ def graph_waits(bundle, rows: list[list[int]], max_new: int, names=WAITED) -> di
     return out
 
 
-def failed_ways(ar: dict) -> str:
-    """ar_three_ways' ways that failed (HF's is in its own column), for a table line."""
-    return "".join(f"; {name} failed: {error}" for name, error in ar.get("failed", {}).items())
+def ar_notes(ar: dict) -> str:
+    """For ar_three_ways' table line: its ways that failed (HF's is in its own column), and its passes where a cap
+    fell inside the stage (the figures saved after the last pass that ended)."""
+    cut = f"; {ar['reps']} of {ar['passes_planned']} timed passes (cut)" if "passes_planned" in ar else ""
+    return "".join(f"; {name} failed: {error}" for name, error in ar.get("failed", {}).items()) + cut
 
 
 def stager(out: dict, progress):
@@ -333,7 +336,7 @@ def table_lines(graphs: dict) -> list[str]:
                      f"cache {ar.get('hf_static_tok_s', '-')} tok/s ({ar['hf_static']}); graph/eager "
                      f"x{ar.get('graph_over_eager', '-')}, graph/HF x{ar.get('graph_over_hf_static', '-')}; identical "
                      f"to eager: graph {ar.get('graph_identical', '-')}/{ar['prompts']}, HF "
-                     f"{ar.get('hf_static_identical', '-')}/{ar['prompts']}" + failed_ways(ar))
+                     f"{ar.get('hf_static_identical', '-')}/{ar['prompts']}" + ar_notes(ar))
     lines += [f"graph part's {name} failed: {e['error']}" for name, e in graphs.get("errors", {}).items()]
     if tree := graphs.get("tree_auto"):
         lines.append(f"{AUTO}: tree=auto on the graph T(n): {tree['size']} nodes, depth {tree['depth']}, predicted "

@@ -61,9 +61,8 @@ def graph_regime(label: str, host: HostCost, costs: str | None = None) -> dict:
     """The step model in the graph regime (bench.cost.graph_projection) on a lease that timed it, with the GPU host's
     price fitted on eager AR (`host`); its eager prefill from its own eager profile, else the nearest GPU's. With
     `costs` (another sitting's step costs), projected ahead: nothing measured beside it."""
-    folder, _, nearest = GPUS[label]
-    own = EVIDENCE / folder / "profiles" / FORWARD
-    eager = Profile.read(own if own.is_file() else EVIDENCE / GPUS[nearest][0] / "profiles" / FORWARD)
+    folder = GPUS[label][0]
+    eager = Profile.read(eager_profile(label)[1])
     name = costs or GRAPH_COSTS[label]
     sitting = json.loads((EVIDENCE / "projection" / name).read_text())
     graph = Profile.read(EVIDENCE / folder / "profiles" / GRAPH_FORWARD)
@@ -73,6 +72,18 @@ def graph_regime(label: str, host: HostCost, costs: str | None = None) -> dict:
 
 def lease(label: str) -> dict:
     return json.loads((EVIDENCE / GPUS[label][0] / "results.json").read_text())
+
+
+def eager_profile(label: str) -> tuple[str, Path]:
+    """(the GPU, the path) of the eager T(n) of the methods' model for the lease: its own, else that of the nearest
+    GPU with one, following each GPU's nearest in GPUS (as borrowed_host does for the host price)."""
+    seen, g = [label], label
+    while not (path := EVIDENCE / GPUS[g][0] / "profiles" / FORWARD).is_file():
+        g = GPUS[g][2]
+        if g in seen:
+            raise ValueError(f"no GPU near {label} has an eager T(n) ({' -> '.join(seen)})")
+        seen.append(g)
+    return g, path
 
 
 def borrowed_host(label: str, hosts: dict[str, HostCost | None]) -> HostCost:
@@ -187,18 +198,18 @@ def validate(costs: StepCosts | None = None) -> dict:
     ar = [r for d in runs.values() for r in d["ar"]]
     hosts = {g: own_host(g, costs, phase_ms(ar)) for g in GPUS}
     out = {"step_costs_machine": costs.machine, "gpus": {}}
-    for gpu, (folder, _, nearest) in GPUS.items():
+    for gpu in GPUS:
         host = borrowed_host(gpu, hosts)
-        path = EVIDENCE / folder / "profiles" / FORWARD
         meas = measured(gpu)
         if not timed_eagerly(gpu):  # its graph part only (GRAPH_COSTS), priced with this host
             out["gpus"][gpu] = {"host": host.__dict__, "forward": None, "rows": {}, "phases": {},
                                 "note": "no eager T(n) and no eager AR timed: validated in graph mode only"}
             continue
-        if path.is_file():
+        nearest, path = eager_profile(gpu)
+        if nearest == gpu:
             profile, forward = Profile.read(path), f"the {gpu} lease's T(n, context)"
         else:  # the nearest GPU's curve, scaled so that AR's step (all datasets' runs) is the lease's
-            base = Profile.read(EVIDENCE / GPUS[nearest][0] / "profiles" / FORWARD)
+            base = Profile.read(path)
             forwards = step_ms(replayed(ar, base, rest=False))
             rest = step_ms(replayed(ar, base, rest=priced("ar", host, costs))) - forwards
             factor = (1000 / lease(gpu)["speedup"]["ar"]["tok_s"] - rest) / forwards

@@ -87,15 +87,15 @@ def project(costs: StepCosts | None = None) -> dict:
     name, sp = sitting()
     hosts = {g: gv.own_host(g, costs, sp["ar"]["ms_per_step_timed"]) for g in gv.GPUS}
     out = {"sitting": name, "step_costs_machine": costs.machine, "gpus": {}}
-    for gpu, (folder, _, nearest) in gv.GPUS.items():
+    for gpu in gv.GPUS:
         if not gv.timed_eagerly(gpu):  # a lease of the graph and compiled parts alone: no eager pass to set beside
             continue
         host = gv.borrowed_host(gpu, hosts)
-        path, factor = gv.EVIDENCE / folder / "profiles" / gv.FORWARD, 1.0
-        if path.is_file():
-            profile, forward = Profile.read(path), f"the {gpu} lease's T(n, context)"
+        (nearest, path), factor = gv.eager_profile(gpu), 1.0
+        profile = Profile.read(path)
+        if nearest == gpu:
+            forward = f"the {gpu} lease's T(n, context)"
         else:
-            profile = Profile.read(gv.EVIDENCE / gv.GPUS[nearest][0] / "profiles" / gv.FORWARD)
             factor = forward_factor(sp, profile, host, costs, gv.lease(gpu)["speedup"]["ar"]["tok_s"])
             forward = f"the {nearest}'s T(n, context) x {factor:.3f}, fitted on AR"
         got, ar = gv.measured(gpu), step_ms("ar", sp, profile, host, costs, factor)
