@@ -100,6 +100,7 @@ def test_small_check_writes_its_folder_and_table(tmp_path, capsys):
     assert {g for name in ("token_recycling", "pld", "medusa", "token_recycling_auto")
             for g in graphs["speedup"][name]["grades"]} == {"identical"}
     assert graphs["tree_auto"]["size"] >= 1 and "token_recycling_auto: tree=auto on the graph T(n)" in printed
+    assert len(graphs["tree_auto"]["paths"]) == graphs["tree_auto"]["size"]  # the tree, for pricing it later
     # one read of the outcome a step in graph mode (the rest: each prompt's transfers in)
     assert {name: w["reads_per_step"] for name, w in graphs["waits"].items()} == {
         "ar": 1.0, "token_recycling": 1.0, "medusa": 1.0}

@@ -204,7 +204,8 @@ def graph_tree(bundle, t_n: list[dict], cache_dir, small: bool = False) -> tuple
     cfg.method.tree = {"name": "auto-graphs", "kind": "template", "paths": paths}
     return cfg, {"size": len(paths), "depth": max(map(len, paths)),
                  "predicted_mat": round(float(info["predicted_mat"]), 3),
-                 "predicted_speedup": round(float(info["predicted_speedup_vs_ar"]), 3)}
+                 "predicted_speedup": round(float(info["predicted_speedup_vs_ar"]), 3),
+                 "paths": paths}  # the tree itself: what pricing its steps later needs (`method.tree.paths`)
 
 
 def speedups(bundle, timed, warm, names, max_new: int, reps: int, progress=lambda out: None, configs=None) -> dict:
