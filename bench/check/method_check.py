@@ -179,7 +179,7 @@ def check_methods(bundle, rows: list[list[int]], max_new: int, shared: list[str]
                         run_rows(method, engine, picked, batch, 1, temperature)
                     if graphs:  # a pool, cache or matrix carried over would draft other trees, of other widths
                         method.load_state_dict(start)
-                    captured = getattr(engine, "captures", 0)
+                    captured = engine.captures if graphs else 0
                     with HostSyncCounter() as counter, CudaSyncWarnings(engine.device) as cuda:
                         gens = run_rows(method, engine, picked, batch, max_new, temperature)
                     if graphs:  # a bucket first met in the counted run: its capture's wait is in its counts

@@ -74,27 +74,33 @@ def lease(label: str) -> dict:
     return json.loads((EVIDENCE / GPUS[label][0] / "results.json").read_text())
 
 
-def eager_profile(label: str) -> tuple[str, Path]:
-    """(the GPU, the path) of the eager T(n) of the methods' model for the lease: its own, else that of the nearest
-    GPU with one, following each GPU's nearest in GPUS (as borrowed_host does for the host price)."""
+def nearest_with(label: str, has, what: str) -> str:
+    """The lease itself if `has(label)`, else the nearest GPU for which `has` holds, following each GPU's nearest in
+    GPUS; `what` names it in the error where none does."""
     seen, g = [label], label
-    while not (path := EVIDENCE / GPUS[g][0] / "profiles" / FORWARD).is_file():
+    while not has(g):
         g = GPUS[g][2]
         if g in seen:
-            raise ValueError(f"no GPU near {label} has an eager T(n) ({' -> '.join(seen)})")
+            raise ValueError(f"no GPU near {label} has {what} ({' -> '.join(seen)})")
         seen.append(g)
-    return g, path
+    return g
+
+
+def eager_path(label: str) -> Path:
+    """Where the lease's eager T(n) of the methods' model would be (none where it measured none)."""
+    return EVIDENCE / GPUS[label][0] / "profiles" / FORWARD
+
+
+def eager_profile(label: str) -> tuple[str, Path]:
+    """(the GPU, the path) of the eager T(n) of the methods' model for the lease: its own, else that of the nearest
+    GPU with one (as borrowed_host takes the host price)."""
+    g = nearest_with(label, lambda g: eager_path(g).is_file(), "an eager T(n)")
+    return g, eager_path(g)
 
 
 def borrowed_host(label: str, hosts: dict[str, HostCost | None]) -> HostCost:
-    """The lease's own host price (`hosts`: own_host's), else that of the nearest GPU with one, following each
-    GPU's nearest in GPUS."""
-    seen, g = [label], label
-    while hosts[g] is None:
-        g = GPUS[g][2]
-        if g in seen:
-            raise ValueError(f"no GPU near {label} has a host price ({' -> '.join(seen)})")
-        seen.append(g)
+    """The lease's own host price (`hosts`: own_host's), else that of the nearest GPU with one."""
+    g = nearest_with(label, lambda g: hosts[g] is not None, "a host price")
     own = hosts[g]
     return own if g == label else HostCost(own.launch_us, own.host_factor,
                                            f"the {g}'s ({own.source}): the {label} lease timed no phases")
@@ -103,7 +109,7 @@ def borrowed_host(label: str, hosts: dict[str, HostCost | None]) -> HostCost:
 def timed_eagerly(label: str) -> bool:
     """Whether the lease gives the eager regime anything to check against: its own eager T(n), or eager AR timed
     (to fit the nearest GPU's curve on). A lease of the graph and compiled parts alone has neither."""
-    return (EVIDENCE / GPUS[label][0] / "profiles" / FORWARD).is_file() or "ar" in measured(label)
+    return eager_path(label).is_file() or "ar" in measured(label)
 
 
 def measured(label: str) -> dict:
