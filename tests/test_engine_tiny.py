@@ -266,10 +266,11 @@ def test_tree_and_batch_masks_are_aligned_for_cuda_sdpa(monkeypatch):
     values are the plain mask's: tree_mask against the prefix + bias it stands for."""
     from bench.core.forward import MASK_ALIGN, tree_mask
 
-    sdpa, masks = torch.nn.functional.scaled_dot_product_attention, []
+    sdpa, masks, widths = torch.nn.functional.scaled_dot_product_attention, [], []
 
     def spy(*args, attn_mask=None, **kw):
         masks.append(attn_mask)
+        widths.append(args[0].shape[-2])
         return sdpa(*args, attn_mask=attn_mask, **kw)
 
     model = tiny_llama(V, "sdpa", 512)
@@ -282,6 +283,13 @@ def test_tree_and_batch_masks_are_aligned_for_cuda_sdpa(monkeypatch):
     masks = [m for m in masks if m is not None and m.shape[-2] != m.shape[-1]]  # not the batched prefill's (HF's)
     assert {m.shape[0] for m in masks} == {1, 2} and {m.shape[-2] for m in masks} == {tr(model).tree.size + 1}
     assert all(m.stride(-1) == 1 and all(s % MASK_ALIGN == 0 for s in m.stride()[:-1]) for m in masks)
+    masks.clear()  # a chain at batch 1 (PLD) too: transformers' own causal mask would be a bool one, not aligned
+    widths.clear()
+    PromptLookup(OmegaConf.load(CONF / "method" / "pld.yaml"), bundle(model)).generate(
+        engine, PROMPTS[3], 24, PhaseTimer("cpu"))
+    drafted = [m for m, w in list(zip(masks, widths))[2:] if w > 1]  # past the prefill (its two layers)
+    assert len(drafted) >= 2 and len(drafted) % 2 == 0  # PLD drafted on the repetitive prompt; one per layer
+    assert all(m.dtype == torch.float32 and m.stride(-1) == 1 and m.stride(-2) % MASK_ALIGN == 0 for m in drafted)
     tree = tree_from_paths(SMALL_TREE)
     n, low = tree.size + 1, torch.finfo(torch.float32).min
     plain = torch.full((n + 2, 13 + n + 2), low)

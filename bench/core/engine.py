@@ -13,7 +13,7 @@ AR included (MAT = 1.00 for AR by construction).
 Padding: prompts are right-padded for the prefill (a 2D mask); afterwards row b's cache holds its valid
 prefix in columns [0, prefix_b) and stale columns up to the cache length, hidden by the mask (see
 bench.core.kv for why this beats re-aligning the batch every step). At batch 1 there is no padding and the
-forward is the plain one: no mask for chains, prefix + tree bias otherwise.
+forward is the plain one: no mask without a draft, prefix + tree bias otherwise (a chain's too: see _mask).
 """
 
 from __future__ import annotations
@@ -218,10 +218,15 @@ class Engine:
 
     def _mask(self, rows: list[Row], drafts: list[Draft], width: int, cached: int) -> torch.Tensor | None:
         """[B, 1, width, cached + width] additive mask: each row sees its own prefix and its tree's ancestors;
-        padding slots see only themselves. None at batch 1 for a chain (the model's causal mask is the same)."""
+        padding slots see only themselves. None at batch 1 without a draft (one query sees the whole cache).
+
+        A drafted chain at batch 1 gets one too, though the model's causal mask would do: transformers' is a bool
+        mask whose rows are not MASK_ALIGN-aligned, which CUDA's memory-efficient sdpa converts and pads in every
+        layer (~40 more launches a PLD step on the H100, docs/cost_model.md); this one is two (a fill, a cached
+        chain's bias copied)."""
         if len(rows) == 1:
             tree = drafts[0].tree
-            if tree.is_chain:
+            if tree.size == 0:
                 return None
             return tree_mask([tree], rows[0].prefix, tree.size + 1, self.dtype, self.device)
         low = torch.finfo(self.dtype).min
