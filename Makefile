@@ -143,8 +143,9 @@ step-costs: setup  ## each method's ops and Python per step outside the target f
 	$(PY) -m bench.perf.step_costs
 	$(PY) -m bench.perf.step_costs --temperature 0.6 --out evidence/projection/step_costs-t0.6.json
 
-step-costs-graphs: setup  ## the same in the engine's graph mode for gpu-check's graph part (its methods, 4 prompts x 128 tokens) -> evidence/projection/step_costs-graphs.json (~15 min)
-	$(PY) -m bench.perf.step_costs --graphs --methods ar,token_recycling,pld,medusa --prompts 4 --max-new 128
+step-costs-graphs: setup  ## the same in the engine's graph mode for gpu-check's graph part (its methods, 4 prompts x 128 tokens; AUTO_TREE=<lease results.json>: its tree=auto too) -> evidence/projection/step_costs-graphs.json (~15 min)
+	$(PY) -m bench.perf.step_costs --graphs --methods ar,token_recycling,pld,medusa --prompts 4 --max-new 128 \
+		$(if $(AUTO_TREE),--auto-tree $(AUTO_TREE))
 
 validate-projection-gpu: setup  ## the step model fitted on AR, checked against the H200/H100 leases -> evidence/projection/gpu_validation.json and lease_pass_validation.json (docs/cost_model.md)
 	$(PY) -m bench.cost.gpu_validation

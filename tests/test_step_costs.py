@@ -23,3 +23,25 @@ def test_graph_mode_step_costs_keep_the_widths_and_refuse_what_graph_mode_cannot
     assert step_costs.main(["--graphs", "--temperature", "0.6", "--out", str(tmp_path / "t.json")]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: --graphs decodes greedily only") and not (tmp_path / "t.json").exists()
+
+
+@pytest.mark.model
+def test_the_tree_a_lease_chose_is_measured_under_the_name_of_its_speedup_row(tmp_path, capsys):
+    """--auto-tree: Token Recycling at the graph part's tree=auto paths, as `token_recycling_auto` (graph_check's
+    name for that row, which the graph rule pairs with its step costs by name); a results file without the paths
+    is refused in one line, nothing written."""
+    from bench.check.graph_check import AUTO
+
+    paths = [[0], [1], [0, 0], [0, 1], [0, 0, 0]]
+    results, out = tmp_path / "results.json", tmp_path / "g.json"
+    results.write_text(json.dumps({"graphs": {"tree_auto": {"size": 5, "depth": 3, "paths": paths}}}))
+    args = ["--graphs", "--methods", "ar", "--max-new", "6", "--out", str(out), "--auto-tree"]
+    assert step_costs.main([*args, str(results)]) == 0 and step_costs.AUTO == AUTO
+    got = json.loads(out.read_text())["methods"]
+    assert set(got) == {"ar", AUTO} and set(got[AUTO]["widths"]) == {str(len(paths) + 1)}  # its static tree's width
+    assert "step_graph" in got[AUTO]["phases"]
+    out.unlink(), capsys.readouterr()
+    results.write_text(json.dumps({"graphs": {"tree_auto": {"size": 5, "depth": 3}}}))
+    assert step_costs.main([*args, str(results)]) == 1 and not out.exists()
+    assert capsys.readouterr().err.startswith("error: --auto-tree: ")
+

@@ -11,6 +11,10 @@ prompts of MAX_NEW tokens at T = 0, per phase and decode step (prefill apart):
 And the ops of the bare forward a cost profile times (bench.models.forward_cost: one token without a mask, n > 1
 with a 4D mask), so that what a method's forward phase dispatches beyond it can be priced apart.
 
+`--auto-tree RESULTS`: also Token Recycling at the tree a lease's graph part chose (`tree=auto` on its graph T(n),
+the `tree_auto.paths` its results.json records), as `token_recycling_auto`: the name of that row in the lease's
+speedups, so that the graph rule prices it at its own tree, not the 80-node one.
+
 `--graphs`: the same in the engine's graph mode (run.graphs=true; on a CPU its static-shape code runs eagerly), where
 on CUDA the forward phases (`target_forward`, a whole step's `step_graph`) are replays and launch nothing from the
 host, and every other phase launches and runs Python as here (bench.cost.graph_projection prices them). Each
@@ -18,10 +22,12 @@ method also records its verification widths (`widths`: steps at each), which set
 
     python -m bench.perf.step_costs [--out evidence/projection/step_costs.json] [--methods a,b] [--prompts 2]
     python -m bench.perf.step_costs --graphs --methods ar,token_recycling,pld,medusa --prompts 4 --max-new 128
+    python -m bench.perf.step_costs --graphs ... --auto-tree evidence/gpu_check/<lease>/results.json
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 import tempfile
@@ -72,6 +78,23 @@ def bare_forward_ops(bundle, cached: int = 64, n: int = 8) -> dict[str, int]:
     return out
 
 
+AUTO = "token_recycling_auto"  # bench.check.graph_check's name for it
+
+
+def auto_tree(results: str) -> list[list[int]]:
+    """The paths of the tree a gpu-check's graph part chose with tree=auto (its results.json, or the graph part's
+    partial); HarnessError naming what is missing."""
+    path = Path(results)
+    if not path.is_file():
+        raise HarnessError(f"--auto-tree: no file {results}")
+    data = json.loads(path.read_text())
+    tree = data.get("graphs", data).get("tree_auto") or {}
+    if not tree.get("paths"):
+        raise HarnessError(f"--auto-tree: {results} records no graph part's tree_auto.paths (a lease before 5a3421c "
+                           f"recorded only its size and depth)")
+    return tree["paths"]
+
+
 def measure(method, engine, rows: list[list[int]], max_new: int) -> dict:
     """One method's step costs per phase over `rows` (see the module's docstring); each pass seeded alike."""
     engine.reseed(0)
@@ -101,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--methods", default=None, help="comma-separated (default: every registered method)")
     parser.add_argument("--prompts", type=int, default=PROMPTS)
     parser.add_argument("--max-new", type=int, default=MAX_NEW)
+    parser.add_argument("--auto-tree", default=None, metavar="RESULTS",
+                        help=f"a gpu-check results.json whose graph part chose tree=auto: also {AUTO} at that tree")
     parser.add_argument("--temperature", type=float, default=0.0,
                         help="decode at this temperature (methods that refuse it are left out, with why)")
     args = parser.parse_args(argv)
@@ -110,6 +135,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if args.graphs and args.temperature != 0:
         print(f"error: --graphs decodes greedily only; got --temperature {args.temperature}", file=sys.stderr)
+        return 1
+    try:
+        paths = auto_tree(args.auto_tree) if args.auto_tree else None
+    except HarnessError as err:
+        print(f"error: {err}", file=sys.stderr)
         return 1
     torch.set_num_threads(1)
     bundle = bundle_for("cpu", "float32", None)
@@ -124,6 +154,10 @@ def main(argv: list[str] | None = None) -> int:
            "bare_forward_ops": bare_forward_ops(bundle), "methods": {}, "refused": {}}
     with tempfile.TemporaryDirectory() as scratch:
         configs = method_check.method_configs(method_check.add_untrained_parts(bundle, Path(scratch)), False)
+        if paths:
+            configs[AUTO] = copy.deepcopy(configs["token_recycling"])
+            configs[AUTO].method.tree = {"name": "auto-graphs", "kind": "template", "paths": paths}
+            names = [*names, AUTO]
         for name in tqdm(names, desc="step costs", unit="method"):
             t0 = time.perf_counter()
             configs[name].run.temperature = args.temperature
