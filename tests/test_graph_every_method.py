@@ -66,10 +66,15 @@ def test_decodes_as_the_eager_engine(setup, name):
     check_method(cfg)  # accepted: no refusal line
     eager = run_rows(build_method(cfg.method, bundle), engine_for(bundle, 0.0), rows, 1, NEW, 0.0)
     graph = graph_engine_for(bundle, rows, NEW, capture=True)  # its cache sized as run.graph_capacity=auto sizes it
-    got = run_rows(build_method(cfg.method, bundle), graph, rows, 1, NEW, 0.0)
+    method = build_method(cfg.method, bundle)
+    got = run_rows(method, graph, rows, 1, NEW, 0.0)
     assert [g.output_ids for g in got] == [g.output_ids for g in eager]
     assert [g.accept_lengths for g in got] == [g.accept_lengths for g in eager]  # the same steps, not just tokens
     assert all(len(g.output_ids) == NEW for g in got)
+    # buckets: powers of two narrower than the widest it can draft, and that width (max_draft_tokens holds its drafts)
+    widest = method.max_draft_tokens + 1
+    buckets = {b.ids.shape[1] for b in graph.buckets.values()}
+    assert all(w == widest or (w & (w - 1) == 0 and w < widest) for w in buckets), (widest, buckets)
 
 
 def compiled_engine(bundle, rows) -> GraphEngine:

@@ -258,7 +258,9 @@ def test_ar_runs_its_whole_step_as_one_graph(tiny):
 
 def test_buckets():
     assert [bucket_width(n) for n in (1, 2, 3, 5, 9, 65)] == [1, 2, 4, 8, 16, 128]
-    assert bucket_width(81, static=81) == 81 and bucket_width(5, static=81) == 8
+    assert bucket_width(81, widest=81) == 81 and bucket_width(5, widest=81) == 8  # a static tree, a smaller draft
+    assert [bucket_width(n, widest=11) for n in (2, 8, 9, 11, 12)] == [2, 8, 11, 11, 16]  # PLD; past it: a power
+    assert bucket_width(65, widest=65) == 65 and bucket_width(1, widest=1) == 1
 
 
 def test_refused_in_the_engine(tiny):

@@ -161,7 +161,7 @@ def test_the_graph_regime_check_verifies_the_tree_token_recycling_ran():
 
 
 def test_a_graph_step_is_its_replayed_forward_at_its_bucket_plus_its_priced_host_phases():
-    """bench.cost.graph_projection: a whole step at its width, a bucket forward at the next power of two; the
+    """bench.cost.graph_projection: a whole step at its width, a bucket forward at its bucket; the
     host phases priced as the eager rule prices them, the forward phases (replays) left out; the prefill shared
     over a generation's forwards; the lease's own widths where it recorded them."""
     from bench.cost.graph_projection import project
@@ -189,6 +189,11 @@ def test_a_graph_step_is_its_replayed_forward_at_its_bucket_plus_its_priced_host
     pld = g["methods"]["pld"]  # widths 1 and 11: T(1) and T(16), its draft's Python on top, and its verify
     # (2 x 0.25 + 0.5 = 1.0 ms, queued behind a 1.5 ms replay) costing nothing
     assert pld["forward_ms"] == 1.5 and pld["rest_ms"] == pytest.approx(rest + 2.0 * 2.0)
+    sitting["methods"]["pld"]["widest"] = 11  # recorded since 2026-11-30: its 11 slots are a bucket of their own
+    capped = project(speedup, sitting, HostCost(10.0, 2.0, "test"), flat, flat)["methods"]["pld"]
+    assert capped["forward_ms"] == pytest.approx((1.0 + float(flat.cost(11, 512))) / 2, abs=1e-3)
+    assert capped["forward_ms"] < 1.5
+    del sitting["methods"]["pld"]["widest"]
     slow = project(speedup, sitting, HostCost(40.0, 2.0, "test"), flat, flat)["methods"]["pld"]
     assert slow["rest_ms"] == pytest.approx(2.0 * 0.5 + 0.04 * 10 + 2.0 * 2.0 + (2.0 * 0.25 + 0.04 * 50 - 1.5))
     assert "CPU sitting" in pld["widths_from"]

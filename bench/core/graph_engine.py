@@ -5,8 +5,9 @@ of the embedded model in the H100's profile, evidence/gpu_check/).
 What changes against the eager engine (bench.core.engine), batch 1 and temperature 0 only:
 - the KV cache is one StaticKV of fixed capacity per engine (bench.core.static_kv), reused by every prompt; its
   length lives on the device;
-- a verification's width n (root + draft) is padded to a bucket: a static tree's own width, else the next power of
-  two; padding slots see only themselves and are never accepted; the mask spans the whole static cache;
+- a verification's width n (root + draft) is padded to a bucket: the next power of two, or the widest the proposer
+  can draft where that is narrower (a static tree's own width); padding slots see only themselves and are never
+  accepted; the mask spans the whole static cache;
 - per bucket, the inputs (ids, positions, mask, the KV columns to write) are static buffers filled on the device, and
   on CUDA the forward over them is captured once in a torch.cuda.CUDAGraph and replayed; the prefill stays eager.
   What is captured is the eager forward (no compiler needed: ~1250 kernels a step for the embedded model), or with
@@ -58,12 +59,13 @@ class GraphModeRefused(ValueError):
     """A setting graph mode cannot run; its message is the one line the user sees."""
 
 
-def bucket_width(n: int, static: int | None = None) -> int:
-    """The verification width a draft of n slots (root included) runs at: a static tree's own width when it is
-    that tree's, else the next power of two."""
-    if static is not None and n == static:
-        return n
-    return 1 << (n - 1).bit_length()
+def bucket_width(n: int, widest: int | None = None) -> int:
+    """The verification width a draft of n slots (root included) runs at: the next power of two, or `widest` (the
+    most slots the proposer's step can verify: its max_draft_tokens + 1) where that is narrower and holds n. So a
+    static tree runs at its own width, a 64-node draft tree (65 slots) at 65, not 128, PLD's 9-11 at 11, and no
+    proposer has more buckets than the powers of two would give it."""
+    power = 1 << (n - 1).bit_length()
+    return widest if widest is not None and n <= widest < power else power
 
 
 @dataclass
@@ -191,8 +193,7 @@ class GraphEngine(Engine):
         (row,), (draft,) = rows, drafts
         tree = draft.tree
         n = tree.size + 1
-        static = getattr(row.proposer, "tree", None)
-        width = bucket_width(n, static.size + 1 if isinstance(static, Tree) else None)
+        width = bucket_width(n, row.proposer.max_draft_tokens + 1)
         if row.prefix + width > self.kv.capacity:
             raise GraphModeRefused(f"graph mode's static KV cache of {self.kv.capacity} positions is full "
                                    f"(run.graph_capacity)")

@@ -10,8 +10,8 @@ phases (bench.cost.gpu_validation). Unlike an eager step's, the device is busy w
 forward's `verify` is queued behind the replay before the read, so it costs only what it outlasts the replay by.
 The forward: T(bucket) on the lease's graph T(n) over the widths its steps verified (the lease's own where it
 recorded them, else the CPU sitting's on the same prompts), a whole step at its static tree's width, a bucket
-forward at the next power of two. The prefill stays eager: the GPU's eager profile at the prompts' mean length,
-once per generation. Left out: the device time of a whole step's draft and update inside its replay. Nothing is
+forward at its bucket (bench.core.graph_engine.bucket_width). The prefill stays eager: the GPU's eager profile at
+the prompts' mean length, once per generation. Left out: the device time of a whole step's draft and update inside its replay. Nothing is
 fitted on the graph regime, so AR's step is held out too.
 """
 
@@ -35,11 +35,12 @@ def widths_of(row: dict, costs: dict) -> tuple[dict[int, int], str]:
     return {int(w): c for w, c in costs["widths"].items()}, "the CPU sitting's"
 
 
-def forward_ms(widths: dict[int, int], whole: bool, graph: Profile) -> float:
+def forward_ms(widths: dict[int, int], whole: bool, graph: Profile, widest: int | None = None) -> float:
     """Mean ms of a step's replayed forward over its widths: a whole step at its width (its static tree's own
-    bucket), a bucket forward at the next power of two."""
+    bucket), a bucket forward at its bucket (the next power of two, or the method's `widest` where narrower: step
+    costs record it since 2026-11-30; the buckets of a lease before were the powers of two)."""
     context = graph.contexts[0]
-    ms = [float(graph.cost(w if whole else bucket_width(w), context)) for w in widths]
+    ms = [float(graph.cost(w if whole else bucket_width(w, widest), context)) for w in widths]
     return float(np.average(ms, weights=list(widths.values())))
 
 
@@ -65,7 +66,7 @@ def project(speedup: dict, sitting: dict, host: HostCost, graph: Profile, eager:
     out, per = {"prefill_ms": round(prefill, 3), "host": host.__dict__, "methods": {}}, {}
     for m, costs in sitting["methods"].items():
         widths, source = widths_of(timed.get(m, {}), costs)
-        fwd = forward_ms(widths, "step_graph" in costs["phases"], graph)
+        fwd = forward_ms(widths, "step_graph" in costs["phases"], graph, costs.get("widest"))
         rest = rest_ms(costs, host, fwd)
         mat = timed[m]["mat"] if m in timed else costs["mat"]
         forwards = new / mat  # the prefill's forward among them, as a lease's MAT counts it

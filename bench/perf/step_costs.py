@@ -18,7 +18,8 @@ speedups, so that the graph rule prices it at its own tree, not the 80-node one.
 `--graphs`: the same in the engine's graph mode (run.graphs=true; on a CPU its static-shape code runs eagerly), where
 on CUDA the forward phases (`target_forward`, a whole step's `step_graph`) are replays and launch nothing from the
 host, and every other phase launches and runs Python as here (bench.cost.graph_projection prices them). Each
-method also records its verification widths (`widths`: steps at each), which set its bucket.
+method also records its verification widths (`widths`: steps at each) and the widest it can draft (`widest`, root
+included), which set its bucket.
 
     python -m bench.perf.step_costs [--out evidence/projection/step_costs.json] [--methods a,b] [--prompts 2]
     python -m bench.perf.step_costs --graphs --methods ar,token_recycling,pld,medusa --prompts 4 --max-new 128
@@ -113,6 +114,7 @@ def measure(method, engine, rows: list[list[int]], max_new: int) -> dict:
         phases[phase] = {"ms": round(1000 * ms[phase], 4), "ops": ops.get(phase, 0.0), "host_ms": host,
                          "op_ms": inside, "python_share": round(max(0.0, 1 - inside / host), 4) if host else 0.0}
     return {"steps": steps, "mat": round(sum(a for g in gens for a in g.accept_lengths[1:]) / max(steps, 1), 3),
+            "widest": method.max_draft_tokens + 1,  # graph mode's widest bucket (bench.core.graph_engine.bucket_width)
             "multi_token_share": round(sum(w > 1 for w in widths) / len(widths), 4) if widths else None,
             "widths": {w: counts[w] for w in sorted(counts)}, "phases": phases}
 
