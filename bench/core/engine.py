@@ -285,12 +285,13 @@ class Engine:
             n = d.tree.size + 1
             logits, tokens = out.logits[b, :n], inputs[b, :n]
             target = logits.argmax(-1)
-            candidates = d.candidates
+            # on the device for either verifier (the stochastic one indexes them with device slots); a no-op there
+            candidates = None if d.candidates is None else d.candidates.to(self.device)
             r.draft_nodes.append(d.tree.size)
             verified = inputs.new_full((), d.tree.size)
             if out.kept is not None:  # slots the forward dropped are never accepted
                 kept = out.kept[b, :n].to(self.device)
-                candidates = kept if candidates is None else candidates.to(self.device) & kept
+                candidates = kept if candidates is None else candidates & kept
                 verified = kept.sum() - 1  # read with the step's counts, not on its own
             if self.temperature == 0:
                 acc = greedy_accept(d.tree, tokens[None], target[None], candidates)
