@@ -28,7 +28,8 @@ def recorded(run, device: torch.device, pool, reset=lambda: None) -> tuple[CUDAG
         torch.cuda.current_stream(device).wait_stream(side)
     reset()
     if not cuda:
-        graph = EagerReplay(run)
+        pool = [] if pool is None else pool  # the graphs that share it, as a CUDA pool's do
+        graph = EagerReplay(run, pool)
         out = graph.out
     else:
         graph, out = capture(run, pool, device)
@@ -62,13 +63,25 @@ def capture(run, pool, device) -> tuple[CUDAGraph, object]:
 class EagerReplay:
     """What stands in for a CUDA graph off CUDA, in the tests of the capture path: built, it runs `run` once and keeps
     its outputs; each replay runs it again and copies the new outputs into those first ones, so what a replay changes
-    in place (the static outputs that proposers read) is what a CUDA graph's replay changes."""
+    in place (the static outputs that proposers read) is what a CUDA graph's replay changes.
 
-    def __init__(self, run):
+    Graphs that share a memory pool (`pool`, a list of them here) may overwrite each other's outputs on CUDA: a graph
+    captured later may hold its outputs where an earlier one kept temporaries, which that one's replay writes again.
+    So a replay first spoils every other graph's floating outputs in its pool (NaN): code that reads a graph's outputs
+    after another graph replayed fails here as it would, by chance, on a GPU."""
+
+    def __init__(self, run, pool: list | None = None):
         self.run = run
+        self.pool = [] if pool is None else pool
+        self.pool.append(self)
         self.out = run()
 
     def replay(self) -> None:
+        for other in self.pool:
+            if other is not self and other.out is not None:
+                for t in other.out:
+                    if isinstance(t, torch.Tensor) and t.is_floating_point():
+                        t.fill_(float("nan"))
         new = self.run()
         if self.out is not None:
             for old, fresh in zip(self.out, new, strict=True):
