@@ -65,10 +65,11 @@ class EagerReplay:
     its outputs; each replay runs it again and copies the new outputs into those first ones, so what a replay changes
     in place (the static outputs that proposers read) is what a CUDA graph's replay changes.
 
-    Graphs that share a memory pool (`pool`, a list of them here) may overwrite each other's outputs on CUDA: a graph
-    captured later may hold its outputs where an earlier one kept temporaries, which that one's replay writes again.
-    So a replay first spoils every other graph's floating outputs in its pool (NaN): code that reads a graph's outputs
-    after another graph replayed fails here as it would, by chance, on a GPU."""
+    Graphs that share a memory pool (`pool`, a list of them in capture order here) may overwrite each other's outputs
+    on CUDA: a graph captured later may hold its outputs where an earlier one kept temporaries, which that one's
+    replay writes again (an earlier graph's outputs stay allocated, so a later one's replay cannot). So a replay
+    first spoils the floating outputs of the graphs captured after it (NaN): code that reads a graph's outputs after
+    an earlier graph replayed fails here as it would, by chance, on a GPU."""
 
     def __init__(self, run, pool: list | None = None):
         self.run = run
@@ -77,8 +78,8 @@ class EagerReplay:
         self.out = run()
 
     def replay(self) -> None:
-        for other in self.pool:
-            if other is not self and other.out is not None:
+        for other in self.pool[self.pool.index(self) + 1 :]:
+            if other.out is not None:
                 for t in other.out:
                     if isinstance(t, torch.Tensor) and t.is_floating_point():
                         t.fill_(float("nan"))

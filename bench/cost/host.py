@@ -11,7 +11,7 @@ per phase: a phase's Python is its measured time times the share of it outside a
 step, both from the method's step costs measured on a CPU (bench.perf.step_costs, `make step-costs`:
 evidence/projection/step_costs.json); its tensor work itself is taken as hidden under the launches (the device
 idles in a host-bound step). A method's forward phase can dispatch ops beyond the bare forward a cost profile
-timed (a chain's causal mask built by transformers: PLD), priced the same way. `launch_us` and `host_factor`
+timed (until 49e7261, a chain's causal mask built by transformers: PLD), priced the same way. `launch_us` and `host_factor`
 belong to a GPU's host (bench/cost/hardware/*.yaml), fitted on AR's steps alone (bench.cost.gpu_validation).
 """
 
