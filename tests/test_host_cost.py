@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from bench.cost.host import HostCost, StepCosts, fit_host, priced_rest_s
+from bench.cost.host import HostCost, StepCosts, fit_host, priced_rest_s, step_costs
 from bench.cost.profiles import Hardware, Profile, hardware_of
 from bench.cost.replay import Setting, priced, replay_s
 
@@ -99,6 +99,28 @@ def test_the_committed_gpu_validation_is_what_the_step_model_gives():
 
     stored = json.loads(OUT.read_text())
     assert validate() == stored
+
+
+def test_each_lease_is_priced_with_the_step_costs_of_the_code_it_ran(monkeypatch):
+    """gpu_validation.EAGER_COSTS: the leases of 2026-11-27/28 ran the engine before a drafted chain at batch 1 got its
+    own mask, and keep the step costs measured then; a lease not named takes this tree's. One lease's costs move its
+    own rows only."""
+    import dataclasses
+
+    from bench.cost import gpu_validation as gv
+
+    assert set(gv.validate()["step_costs"].values()) == {"step_costs-a482579.json"}
+    mine = step_costs()
+    assert gv.costs_of("a later lease", mine) is mine
+    base = gv.validate()
+    heavier = dataclasses.replace(mine, methods=json.loads(json.dumps(mine.methods)))
+    heavier.methods["pld"]["phases"]["target_forward"]["ops"] += 500  # a forward that launches 500 more a step
+    monkeypatch.delitem(gv.EAGER_COSTS, "H100")
+    got = gv.validate(heavier)
+    assert got["step_costs"]["H100"] == "step_costs.json"
+    pld = {g: got["gpus"][g]["rows"]["mbpp_tr"]["pld"]["step_ratio"] for g in ("H200", "H100")}
+    assert pld["H100"] > base["gpus"]["H100"]["rows"]["mbpp_tr"]["pld"]["step_ratio"]
+    assert pld["H200"] == base["gpus"]["H200"]["rows"]["mbpp_tr"]["pld"]["step_ratio"]
 
 
 def test_the_hardware_entries_carry_the_fitted_host_prices():
@@ -205,7 +227,6 @@ def test_a_lease_with_timed_phases_fits_on_them_and_sets_the_forward_in_the_run_
     """A lease that kept its timed passes' own phases fits AR's host price on them (not the synced pass's), and
     each method's forward as the timed passes ran it is set beside the bare forward probed at its mean width."""
     from bench.cost import gpu_validation as gv
-    from bench.cost.host import step_costs
 
     synced = {"preprocess": 0.2, "draft": 0.03, "update": 0.9, "verify": 0.5, "target_forward": 24.0}
     timed = {k: v / 2 for k, v in synced.items()}

@@ -48,6 +48,18 @@ GOALS = {"step_ratio": 0.10, "ar_tok_s": 0.10, "ahead": 0.15}
 AHEAD = ("lookahead", "rest", "medusa")
 
 
+# The eager step costs each lease is priced with: those measured at a commit whose engine ran as the lease's did
+# (bench.perf.step_costs; a482579: before 49e7261 gave a drafted chain at batch 1 the engine's own mask); a lease not
+# named here is priced with this tree's (step_costs.json), as REPRODUCED.md is
+EAGER_COSTS = dict.fromkeys(GPUS, "step_costs-a482579.json")
+
+
+def costs_of(label: str, default: StepCosts) -> StepCosts:
+    """The step costs lease `label` is priced with (EAGER_COSTS), else `default`."""
+    name = EAGER_COSTS.get(label)
+    return StepCosts.read(str(EVIDENCE / "projection" / name)) if name else default
+
+
 # The graph regime (run.graphs=true): per lease that timed it (its graph part), the step costs measured in graph mode
 # at the tree it ran (bench.perf.step_costs --graphs; f28674a: graph AR's acceptance still on the host)
 GRAPH_COSTS = {"H200 11-28": "step_costs-graphs-f28674a.json"}
@@ -202,10 +214,12 @@ def validate(costs: StepCosts | None = None) -> dict:
     runs = {dataset: dict(zip(by_method, loops_priced(list(by_method.values()))))
             for dataset, by_method in cpu_runs().items()}
     ar = [r for d in runs.values() for r in d["ar"]]
-    hosts = {g: own_host(g, costs, phase_ms(ar)) for g in GPUS}
-    out = {"step_costs_machine": costs.machine, "gpus": {}}
+    per = {g: costs_of(g, costs) for g in GPUS}  # each lease's own
+    hosts = {g: own_host(g, per[g], phase_ms(ar)) for g in GPUS}
+    out = {"step_costs_machine": per[next(iter(GPUS))].machine,
+           "step_costs": {g: EAGER_COSTS.get(g, "step_costs.json") for g in GPUS}, "gpus": {}}
     for gpu in GPUS:
-        host = borrowed_host(gpu, hosts)
+        host, costs = borrowed_host(gpu, hosts), per[gpu]
         meas = measured(gpu)
         if not timed_eagerly(gpu):  # its graph part only (GRAPH_COSTS), priced with this host
             out["gpus"][gpu] = {"host": host.__dict__, "forward": None, "rows": {}, "phases": {},

@@ -85,12 +85,13 @@ def project(costs: StepCosts | None = None) -> dict:
     sitting's MAT) beside the lease's, where it timed the method."""
     costs = costs or step_costs()
     name, sp = sitting()
-    hosts = {g: gv.own_host(g, costs, sp["ar"]["ms_per_step_timed"]) for g in gv.GPUS}
-    out = {"sitting": name, "step_costs_machine": costs.machine, "gpus": {}}
+    per = {g: gv.costs_of(g, costs) for g in gv.GPUS}  # each lease's own (gv.EAGER_COSTS)
+    hosts = {g: gv.own_host(g, per[g], sp["ar"]["ms_per_step_timed"]) for g in gv.GPUS}
+    out = {"sitting": name, "step_costs_machine": per[next(iter(gv.GPUS))].machine, "gpus": {}}
     for gpu in gv.GPUS:
         if not gv.timed_eagerly(gpu):  # a lease of the graph and compiled parts alone: no eager pass to set beside
             continue
-        host = gv.borrowed_host(gpu, hosts)
+        host, costs = gv.borrowed_host(gpu, hosts), per[gpu]
         (nearest, path), factor = gv.eager_profile(gpu), 1.0
         profile = Profile.read(path)
         if nearest == gpu:
