@@ -30,7 +30,7 @@ out=results/gpu_session  # the runs (deep folders); $OUT takes 8 files, 2 folder
 back=${OUT:-$out}
 site=$PWD/.gpu/site
 # gpu-check's parts for the check step: all but the compiled and graph parts, which run as steps of their own
-CHECK_PARTS=forward_cost,ar_vs_hf_shapes,ar_vs_hf,speedup,methods,attention,graph_methods
+CHECK_PARTS=forward_cost,ar_vs_hf_shapes,ar_vs_hf,speedup,methods,attention,graph_methods,repeats
 # (unbuffered: a step that `timeout` stops keeps its log's last lines)
 export PYTHONPATH=$site:$PWD${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 OMP_NUM_THREADS=4 \
   PYTHONUNBUFFERED=1

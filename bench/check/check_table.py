@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.check import compiled_check, goals, graph_check, speedup_check
+from bench.check import compiled_check, goals, graph_check, repeat_check, speedup_check
 from bench.cost.gpu_validation import forward_alone_and_in_run
 
 # The speedup part's tables by phase: (where a method's row holds it: a key, or "profile" and a quantity of
@@ -117,6 +117,8 @@ def table(results: dict) -> str:
     if results.get("graph_methods"):
         lines += ["every method in graph mode (run.graphs=true), graded against the eager engine's AR; - : refused",
                   "", *method_lines(results["graph_methods"]), ""]
+    if "repeats" in results:
+        lines += repeat_check.lines(results["repeats"])
     if "attention" in results:
         lines += ["| attention | identical | eager ms/step | sdpa ms/step |", "|---|---|---|---|"]
         lines += [f"| {a['method']} | {a['identical']}/{a['prompts']} | {a['eager_ms_per_step']} | "

@@ -12,7 +12,8 @@ our AR against HF generate (also on the 7B shape); AR, Token Recycling and PLD t
 in bf16 (a speedup a drifting machine cannot fake, with its interval); every registered method at batch 1 and
 4, T = 0 and 0.6, in bf16 (no crash, host waits per step and a decode step's per row against the CPU suite's
 budget, on CUDA also torch's sync-debug count and its callers, graded losslessness at T = 0); eager against sdpa attention;
-the engine's graph mode beside the eager one (graphs, compiled) and every method in it (graph_methods). `--only` and `--methods` pick parts and methods: on the H200 measured (docs/gpu.md)
+the engine's graph mode beside the eager one (graphs, compiled) and every method in it (graph_methods); whether one
+prompt decodes alike every time, eager, in graph mode's static code and captured (repeats). `--only` and `--methods` pick parts and methods: on the H200 measured (docs/gpu.md)
 the parts before the methods took 348 s and one method row 1.4-74.1 s (DySpec's four rows 174 s). `--sizes cpu` (`--small`, the default without CUDA) runs the same code on
 a tiny random model in seconds, which is how the suite tests it (tests/test_gpu_check.py).
 
@@ -42,7 +43,7 @@ from pathlib import Path
 import torch
 
 from bench.cachefile import atomic_write
-from bench.check import compiled_check, graph_check, method_check, speedup_check
+from bench.check import compiled_check, graph_check, method_check, repeat_check, speedup_check
 from bench.check.check_table import table
 from bench.check.lease_merge import merged
 from bench.cli import OneLineParser
@@ -89,7 +90,7 @@ SIZES = {
 DTYPES = ("float16", "bfloat16")
 COMPILE_BACKENDS = ("inductor", "aot_eager")
 PARTS = ("forward_cost", "ar_vs_hf_shapes", "ar_vs_hf", "speedup", "methods", "attention", "graphs", "compiled",
-         "graph_methods")
+         "graph_methods", "repeats")
 
 
 def bundle_for(device: str, dtype: str, shape: str | None, model_cache="data/cache/models"):
@@ -222,6 +223,8 @@ def run_checks(sizes: Sizes, device: str, scratch: Path, partial: Path | None = 
             bundle, rows, sizes.max_new, shared(), small=sizes.method_shape is not None, per_batch=sizes.per_batch,
             batches=(1,), temperatures=(0.0,), only=methods, graphs=True,
             progress=lambda recs: save({**results, "graph_methods": recs})))
+    if "repeats" in parts:  # one prompt decoded alike every time, eager, static and captured? (bench.check.repeat_check)
+        record("repeats", repeat_check.repeats(bundle, rows[0], sizes.timed_new))
     free(bundle)
     return results
 
