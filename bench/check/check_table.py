@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bench.check import compiled_check, goals, graph_check, repeat_check, speedup_check
-from bench.cost.gpu_validation import forward_alone_and_in_run
+from bench.cost.forward_probe import forward_alone_and_in_run
 
 # The speedup part's tables by phase: (where a method's row holds it: a key, or "profile" and a quantity of
 # bench.core.step_profile; title; format)

@@ -189,6 +189,12 @@ def ar_three_ways(bundle, rows: list[list[int]], max_new: int, reps: int, engine
     return figures(reps)
 
 
+def at_paths(cfg, paths: list[list[int]]):
+    """`cfg` with its method's tree set to these choice paths (the tree tree=auto chose on the graph curve)."""
+    cfg.method.tree = {"name": "auto-graphs", "kind": "template", "paths": paths}
+    return cfg
+
+
 def graph_tree(bundle, t_n: list[dict], cache_dir, small: bool = False) -> tuple:
     """(Token Recycling's run config, what to record) with `tree=auto` chosen on the graph regime's T(n) of
     `bundle` (`t_n`: the T(n) stage's rows of its model) instead of the eager curve the runs measure: the tree
@@ -201,8 +207,7 @@ def graph_tree(bundle, t_n: list[dict], cache_dir, small: bool = False) -> tuple
         raise ValueError("no graph T(n) of the methods' model to choose a tree on (its T(n) stage failed)")
     curve = {"sizes": [r["n"] for r in mine], "ms": [r["graph_ms"] for r in mine], "machine": "the graph part's T(n)"}
     paths, info = auto_tree(load_stats(cfg.tree.calibration, bundle), curve, cfg.tree.sizes, cfg.tree.max_depth)
-    cfg.method.tree = {"name": "auto-graphs", "kind": "template", "paths": paths}
-    return cfg, {"size": len(paths), "depth": max(map(len, paths)),
+    return at_paths(cfg, paths), {"size": len(paths), "depth": max(map(len, paths)),
                  "predicted_mat": round(float(info["predicted_mat"]), 3),
                  "predicted_speedup": round(float(info["predicted_speedup_vs_ar"]), 3),
                  "paths": paths}  # the tree itself: what pricing its steps later needs (`method.tree.paths`)

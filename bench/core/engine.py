@@ -222,7 +222,7 @@ class Engine:
 
         A drafted chain at batch 1 gets one too, though the model's causal mask would do: transformers' is a bool
         mask whose rows are not MASK_ALIGN-aligned, which CUDA's memory-efficient sdpa converts and pads in every
-        layer (~40 more launches a PLD step on the H100, docs/cost_model.md); this one is two (a fill, a cached
+        layer (~63 more launches a PLD step on the H100, docs/cost_model.md); this one is two (a fill, a cached
         chain's bias copied)."""
         if len(rows) == 1:
             tree = drafts[0].tree

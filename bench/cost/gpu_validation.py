@@ -18,6 +18,7 @@ step-cost ratio is the fair comparison (MAT-free); a speedup also carries each s
 from __future__ import annotations
 
 import csv
+import functools
 import gzip
 import json
 import sys
@@ -26,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.cost import graph_projection
+from bench.cost.forward_probe import forward_alone_and_in_run
 from bench.cost.host import TARGET_PHASES, HostCost, StepCosts, decode_steps, fit_host, step_costs
 from bench.cost.profiles import Profile
 from bench.cost.replay import loops_priced, priced, replayed
@@ -57,7 +59,13 @@ EAGER_COSTS = dict.fromkeys(GPUS, "step_costs-a482579.json")
 def costs_of(label: str, default: StepCosts) -> StepCosts:
     """The step costs lease `label` is priced with (EAGER_COSTS), else `default`."""
     name = EAGER_COSTS.get(label)
-    return StepCosts.read(str(EVIDENCE / "projection" / name)) if name else default
+    return named_costs(name) if name else default
+
+
+@functools.cache
+def named_costs(name: str) -> StepCosts:
+    """A committed step costs file of evidence/projection/, read once."""
+    return StepCosts.read(str(EVIDENCE / "projection" / name))
 
 
 # The graph regime (run.graphs=true): per lease that timed it (its graph part), the step costs measured in graph mode
@@ -292,37 +300,6 @@ def phase_check(gpu: str, host: HostCost, costs: StepCosts, runs: dict) -> dict:
 def forward_in_run(label: str) -> dict:
     """`forward_alone_and_in_run` of the lease's speedup part."""
     return forward_alone_and_in_run(lease(label).get("speedup") or {})
-
-
-def forward_alone_and_in_run(sp: dict) -> dict:
-    """Per method of a speedup part (gpu-check) that kept its timed passes' own phases and probed the bare forward
-    beside them (since 2026-11-28, evening): ms of its forward a decode step as the timed passes ran it
-    (unsynced), against the probe's T(n) at their mean context averaged over its steps' widths, and their ratio.
-    The projection prices a forward at the probe's kind of T(n); a ratio above 1 is forward cost the loop adds (the
-    eager Token Recycling rows' misses: issue 68). Unsynced, the phase is the host's launching of the forward: its
-    cost where the host sets the pace (the leases' embedded model: 2.5-3.4 ms of device time in a 25-36 ms step);
-    on a device-bound model its device time would fall in the phase that reads the outcome, and this ratio says
-    nothing."""
-    probe = sp.get("forward_probe")
-    if not probe or not probe.get("ms"):
-        return {}
-    ns = sorted(probe["ms"], key=int)
-
-    def t(n):  # the probe's T(n), interpolated
-        return np.interp(n, [int(x) for x in ns], [probe["ms"][x] for x in ns])
-
-    out = {}
-    for m, row in sp.items():
-        if isinstance(row, dict) and "target_forward" in (row.get("ms_per_step_timed") or {}):
-            widths = {int(w): c for w, c in (row.get("widths") or {row["mean_width"]: 1}).items()}
-            alone = float(sum(c * t(w) for w, c in widths.items()) / sum(widths.values()))
-            in_run = row["ms_per_step_timed"]["target_forward"]
-            out[m] = {"width": row["mean_width"], "in_run_ms": in_run, "alone_ms": round(alone, 3),
-                      "ratio": round(in_run / alone, 3)}
-    if "ar" in out:  # over AR's own ratio: what the step ratio sees (a probe timed in a faster or slower
-        for f in out.values():  # moment than the passes moves every ratio alike; AR's is in the fit)
-            f["over_ar"] = round(f["ratio"] / out["ar"]["ratio"], 3)
-    return out
 
 
 def misses(result: dict) -> list[str]:

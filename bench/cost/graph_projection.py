@@ -11,8 +11,8 @@ forward's `verify` is queued behind the replay before the read, so it costs only
 The forward: T(bucket) on the lease's graph T(n) over the widths its steps verified (the lease's own where it
 recorded them, else the CPU sitting's on the same prompts), a whole step at its static tree's width, a bucket
 forward at its bucket (bench.core.graph_engine.bucket_width). The prefill stays eager: the GPU's eager profile at
-the prompts' mean length, once per generation. Left out: the device time of a whole step's draft and update inside its replay. Nothing is
-fitted on the graph regime, so AR's step is held out too.
+the prompts' mean length, once per generation. Left out: the device time of a whole step's draft and update inside
+its replay. Nothing is fitted on the graph regime, so AR's step is held out too.
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ from tqdm import tqdm
 from bench.cachefile import atomic_write
 from bench.check import method_check
 from bench.check.gpu_check import bundle_for
+from bench.check.graph_check import AUTO, at_paths
 from bench.cli import OneLineParser
 from bench.core.forward import cache_kw, tree_mask
 from bench.core.graph_engine import GraphEngine, GraphModeRefused, sized_capacity
@@ -77,9 +78,6 @@ def bare_forward_ops(bundle, cached: int = 64, n: int = 8) -> dict[str, int]:
         cache.crop(-width)
         out[key] = counter.total
     return out
-
-
-AUTO = "token_recycling_auto"  # bench.check.graph_check's name for it
 
 
 def auto_tree(results: str) -> list[list[int]]:
@@ -157,8 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         configs = method_check.method_configs(method_check.add_untrained_parts(bundle, Path(scratch)), False)
         if paths:
-            configs[AUTO] = copy.deepcopy(configs["token_recycling"])
-            configs[AUTO].method.tree = {"name": "auto-graphs", "kind": "template", "paths": paths}
+            configs[AUTO] = at_paths(copy.deepcopy(configs["token_recycling"]), paths)
             names = [*names, AUTO]
         for name in tqdm(names, desc="step costs", unit="method"):
             t0 = time.perf_counter()
