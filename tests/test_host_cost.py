@@ -117,7 +117,7 @@ def test_each_lease_is_priced_with_the_step_costs_of_the_code_it_ran(monkeypatch
     heavier.methods["pld"]["phases"]["target_forward"]["ops"] += 500  # a forward that launches 500 more a step
     monkeypatch.delitem(gv.EAGER_COSTS, "H100")
     got = gv.validate(heavier)
-    assert got["step_costs"]["H100"] == "step_costs.json"
+    assert got["step_costs"]["H100"] == "the caller's"
     pld = {g: got["gpus"][g]["rows"]["mbpp_tr"]["pld"]["step_ratio"] for g in ("H200", "H100")}
     assert pld["H100"] > base["gpus"]["H100"]["rows"]["mbpp_tr"]["pld"]["step_ratio"]
     assert pld["H200"] == base["gpus"]["H200"]["rows"]["mbpp_tr"]["pld"]["step_ratio"]

@@ -12,8 +12,8 @@ our AR against HF generate (also on the 7B shape); AR, Token Recycling and PLD t
 in bf16 (a speedup a drifting machine cannot fake, with its interval); every registered method at batch 1 and
 4, T = 0 and 0.6, in bf16 (no crash, host waits per step and a decode step's per row against the CPU suite's
 budget, on CUDA also torch's sync-debug count and its callers, graded losslessness at T = 0); eager against sdpa attention;
-the engine's graph mode beside the eager one (graphs, compiled) and every method in it (graph_methods); whether one
-prompt decodes alike every time, eager, in graph mode's static code and captured (repeats). `--only` and `--methods` pick parts and methods: on the H200 measured (docs/gpu.md)
+the engine's graph mode beside the eager one (graphs, compiled) and every method in it (graph_methods); whether two
+prompts decode alike every time, eager, in graph mode's static code and captured (repeats). `--only` and `--methods` pick parts and methods: on the H200 measured (docs/gpu.md)
 the parts before the methods took 348 s and one method row 1.4-74.1 s (DySpec's four rows 174 s). `--sizes cpu` (`--small`, the default without CUDA) runs the same code on
 a tiny random model in seconds, which is how the suite tests it (tests/test_gpu_check.py).
 
@@ -27,6 +27,7 @@ environment.calls).
 
 from __future__ import annotations
 
+import argparse
 import csv
 import functools
 import gc
@@ -223,8 +224,9 @@ def run_checks(sizes: Sizes, device: str, scratch: Path, partial: Path | None = 
             bundle, rows, sizes.max_new, shared(), small=sizes.method_shape is not None, per_batch=sizes.per_batch,
             batches=(1,), temperatures=(0.0,), only=methods, graphs=True,
             progress=lambda recs: save({**results, "graph_methods": recs})))
-    if "repeats" in parts:  # one prompt decoded alike every time, eager, static and captured? (bench.check.repeat_check)
-        record("repeats", repeat_check.repeats(bundle, rows[0], sizes.timed_new))
+    if "repeats" in parts:  # prompts decoded alike every time, eager, static and captured? (bench.check.repeat_check)
+        # the speedup part's first and third timed prompts (the same prompts): PLD's and AR's that departed
+        record("repeats", repeat_check.repeats(bundle, [rows[0], rows[2]], sizes.timed_new))
     free(bundle)
     return results
 
@@ -281,7 +283,9 @@ def default_out(device: str) -> Path:
     return project_path("results/gpu_check") / f"{stamp}-{datetime.now():%Y%m%d-%H%M%S}"
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """gpu-check's command line, checked: a bad value raises HarnessError naming it (docs/gpu.md's lease calls are
+    checked against it by the suite). Adds `parts`, `method_list`, `speedup` and `shapes` as lists or None."""
     parser = OneLineParser(prog="python -m bench.check.gpu_check", description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", choices=sorted(SIZES), help="gpu (default on CUDA) or cpu (tiny, seconds)")
     parser.add_argument("--small", action="store_true", help="the same as --sizes cpu")
@@ -313,46 +317,53 @@ def main(argv: list[str] | None = None) -> int:
                         help="the dtype of the methods' model (default: bfloat16 on a GPU, float32 on a CPU; "
                              "--small --method-dtype bfloat16 rehearses the half-precision paths on a CPU)")
     args = parser.parse_args(argv)
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    name = "cpu" if args.small else args.sizes or ("gpu" if torch.device(device).type == "cuda" else "cpu")
-    out = project_path(args.out) if args.out else default_out(device)
-    parts = args.only.split(",")
-    methods = args.methods.split(",") if args.methods else None
+    args.parts = args.only.split(",")
+    args.method_list = args.methods.split(",") if args.methods else None
+    args.speedup = tuple(args.speedup_methods.split(",")) if args.speedup_methods else None
+    args.shapes = () if args.hf_shapes == "none" else tuple(args.hf_shapes.split(",")) if args.hf_shapes else None
+    if args.merge:
+        if not args.out:
+            raise HarnessError("--merge needs --out (the evidence folder to write)")
+        return args
+    if set(args.parts) - set(PARTS):
+        raise HarnessError(f"unknown --only part(s) {sorted(set(args.parts) - set(PARTS))} (known: {', '.join(PARTS)})")
+    if args.method_list and set(args.method_list) - set(REGISTRY):
+        raise HarnessError(f"unknown --methods {sorted(set(args.method_list) - set(REGISTRY))}")
+    if args.shapes and set(args.shapes) - set(RANDOM_SHAPES):
+        raise HarnessError(f"--hf-shapes {args.hf_shapes}: none, or of {', '.join(RANDOM_SHAPES)}")
+    if args.speedup and (set(args.speedup) - set(REGISTRY) or args.speedup[0] != "ar"):
+        raise HarnessError(f"--speedup-methods {','.join(args.speedup)}: registered methods, ar first")
+    for flag, value in (("--speedup-reps", args.speedup_reps), ("--timed-new", args.timed_new),
+                        ("--max-new", args.max_new)):
+        if value is not None and value < 1:
+            raise HarnessError(f"{flag} {value}: at least 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
     try:
+        args = parse(argv)
+        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cpu" if args.small else args.sizes or ("gpu" if torch.device(device).type == "cuda" else "cpu")
+        out = project_path(args.out) if args.out else default_out(device)
         if args.merge:
-            if not args.out:
-                raise HarnessError("--merge needs --out (the evidence folder to write)")
             results = merged([Path(f) for f in args.merge])
             out.mkdir(parents=True, exist_ok=True)
             write_folder(results, out)
             print(table(results) + f"\nresults: {out}")
             return 0
-        if set(parts) - set(PARTS):
-            raise HarnessError(f"unknown --only part(s) {sorted(set(parts) - set(PARTS))} (known: {', '.join(PARTS)})")
-        if methods and set(methods) - set(REGISTRY):
-            raise HarnessError(f"unknown --methods {sorted(set(methods) - set(REGISTRY))}")
-        speedup = tuple(args.speedup_methods.split(",")) if args.speedup_methods else None
-        shapes = () if args.hf_shapes == "none" else tuple(args.hf_shapes.split(",")) if args.hf_shapes else None
-        if shapes and set(shapes) - set(RANDOM_SHAPES):
-            raise HarnessError(f"--hf-shapes {args.hf_shapes}: none, or of {', '.join(RANDOM_SHAPES)}")
-        if speedup and (set(speedup) - set(REGISTRY) or speedup[0] != "ar"):
-            raise HarnessError(f"--speedup-methods {','.join(speedup)}: registered methods, ar first")
-        for flag, value in (("--speedup-reps", args.speedup_reps), ("--timed-new", args.timed_new),
-                            ("--max-new", args.max_new)):
-            if value is not None and value < 1:
-                raise HarnessError(f"{flag} {value}: at least 1")
         if torch.device(device).type == "cuda" and not torch.cuda.is_available():
             raise HarnessError("--device cuda, but no CUDA device is available")
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory() as scratch:
             sizes = replace(SIZES[name], method_dtype=args.method_dtype or SIZES[name].method_dtype,
-                            speedup=speedup or SIZES[name].speedup,
+                            speedup=args.speedup or SIZES[name].speedup,
                             speedup_reps=args.speedup_reps or SIZES[name].speedup_reps,
                             timed_new=args.timed_new or SIZES[name].timed_new,
-                            max_new=args.max_new or SIZES[name].max_new,
-                            compile_backend=args.compile_backend, hf_shapes=SIZES[name].hf_shapes if shapes is None else shapes)
+                            max_new=args.max_new or SIZES[name].max_new, compile_backend=args.compile_backend,
+                            hf_shapes=SIZES[name].hf_shapes if args.shapes is None else args.shapes)
             results = run_checks(sizes, device, Path(scratch), Path(args.partial) if args.partial else None,
-                                 parts, methods)
+                                 args.parts, args.method_list)
     except HarnessError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

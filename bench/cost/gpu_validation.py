@@ -53,7 +53,8 @@ AHEAD = ("lookahead", "rest", "medusa")
 # The eager step costs each lease is priced with: those measured at a commit whose engine ran as the lease's did
 # (bench.perf.step_costs; a482579: before 49e7261 gave a drafted chain at batch 1 the engine's own mask); a lease not
 # named here is priced with this tree's (step_costs.json), as REPRODUCED.md is
-EAGER_COSTS = dict.fromkeys(GPUS, "step_costs-a482579.json")
+# (named one by one: a lease added to GPUS later ran the engine after it)
+EAGER_COSTS = dict.fromkeys(("H200", "H100", "H200 11-28"), "step_costs-a482579.json")
 
 
 def costs_of(label: str, default: StepCosts) -> StepCosts:
@@ -217,7 +218,9 @@ def scaled(profile: Profile, factor: float, hardware: str) -> Profile:
 
 def validate(costs: StepCosts | None = None) -> dict:
     """Per GPU: the host price and forward used (and how each was fitted), then per dataset and method the
-    projected step ratio, speedup [interval] and MAT beside the lease's, the errors and the goals' misses."""
+    projected step ratio, speedup [interval] and MAT beside the lease's, the errors and the goals' misses. `costs`:
+    the step costs of the leases EAGER_COSTS does not name (default: step_costs.json)."""
+    default = "step_costs.json" if costs is None else "the caller's"
     costs = costs or step_costs()
     runs = {dataset: dict(zip(by_method, loops_priced(list(by_method.values()))))
             for dataset, by_method in cpu_runs().items()}
@@ -225,7 +228,7 @@ def validate(costs: StepCosts | None = None) -> dict:
     per = {g: costs_of(g, costs) for g in GPUS}  # each lease's own
     hosts = {g: own_host(g, per[g], phase_ms(ar)) for g in GPUS}
     out = {"step_costs_machine": per[next(iter(GPUS))].machine,
-           "step_costs": {g: EAGER_COSTS.get(g, "step_costs.json") for g in GPUS}, "gpus": {}}
+           "step_costs": {g: EAGER_COSTS.get(g, default) for g in GPUS}, "gpus": {}}
     for gpu in GPUS:
         host, costs = borrowed_host(gpu, hosts), per[gpu]
         meas = measured(gpu)
