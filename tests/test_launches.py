@@ -47,3 +47,31 @@ def test_per_decode_step_leaves_the_prefill_out():
             SimpleNamespace(phase_times={"prefill": 5.0, "draft": 4.0}, accept_lengths=[1, 1])]
     # 3 decode steps: each generation's first token is its prefill's
     assert per_decode_step(gens) == {"draft": 2.0, "verify": 1 / 3}
+
+
+def test_a_batch_sharing_one_tree_launches_a_step_s_work_once_not_a_row_at_a_time():
+    """Rows that draft the same tree (AR, a static tree) are verified, committed and given their inputs together
+    (bench.core.engine's groups): a row more adds a few ops a step outside the forward (its prefix's fill, its
+    tokens' copy, its host copy, its part of the cache compaction's plan: 7 in all), where verifying it alone
+    made it 47 at 8e1706b (each a kernel launch on a GPU). Token Recycling's proposers draft and learn a row each: its
+    preprocess and verify phases are the engine's alone."""
+    model = tiny_llama(V, "sdpa", 512)
+    engine = Engine(model, [NO_EOS], max_context=512)
+
+    def per_step(make, rows: int, phases) -> float:  # a decode step's ops in `phases`: 12 new tokens less 6
+        spent = []
+        for new in (6, 12):
+            prompts = [PROMPTS[3], PROMPTS[0]] * (rows // 2)  # of two lengths: the cache's rows move
+            with OpCounter() as counter:
+                gens = engine.generate_batch([make() for _ in range(rows)], prompts, new, OpTimer(counter),
+                                             [torch.Generator().manual_seed(b) for b in range(rows)])
+            spent.append(sum(v for k, v in gens[0].phase_times.items() if k in phases))
+        return (spent[1] - spent[0]) / 6
+
+    recycling = tr(model)
+    make_ar, make_tr = (lambda: Autoregressive(None, bundle(model))), recycling.fork  # a batch's rows: forks
+    for make in (make_ar, make_tr):  # the first run's own ops (a tree's packing), once
+        per_step(make, 2, ())
+    for make, phases, most in ((make_ar, set(PHASES) - {"target_forward"}, 7), (make_tr, {"preprocess", "verify"}, 1)):
+        two, four = per_step(make, 2, phases), per_step(make, 4, phases)
+        assert 0 < four - two <= 2 * most, (two, four)

@@ -28,19 +28,33 @@ from bench.core.kv import keep_accepted, keep_rows, new_cache
 from bench.core.proposer import Acceptance, Draft, Generation, Proposer, StepContext
 from bench.core.sampling import sample, stochastic_verify, target_probs
 from bench.core.timing import Timer
+from bench.core.tree import Tree
 from bench.core.verify import greedy_accept
 
 
 @dataclass
-class RowStep:
-    """One row's verification within a step: what `_verify` decides on the device, then what `_commit` reads back
-    (the accepted path's slots, its best slot) for the cache compaction and the proposer's update."""
+class Group:
+    """Rows verified together on the device: all of a batch's rows where they share one tree at T = 0 (AR, a static
+    tree: one argmax, one acceptance and one commit for the batch, not one a row), else each row alone."""
 
+    rows: list[int]  # consecutive row indices
+    tree: Tree
+    tokens: torch.Tensor  # [G, N+1] the tree's inputs (slot 0 = root)
+    target: torch.Tensor  # [G, N+1] the target's argmax at each slot
+    acc: Acceptance  # [G] each
+    verified: torch.Tensor  # [G] nodes the forward ran through every layer (root excluded)
+
+
+@dataclass
+class RowStep:
+    """One row's verification within a step: its group's, viewed at the row (`_verify`), then what `_commit` reads
+    back (the accepted path's slots, its best slot) for the cache compaction and the proposer's update."""
+
+    group: Group
     acc: Acceptance
     logits: torch.Tensor  # [N+1, V] the target's logits at the row's tree slots
     tokens: torch.Tensor  # [N+1] the tree's inputs (slot 0 = root)
     target: torch.Tensor  # [N+1] the target's argmax at each slot
-    verified: torch.Tensor  # () nodes the forward ran through every layer (root excluded)
     slots: torch.Tensor | None = None  # root..best slot, padded
     new: torch.Tensor | None = None  # accepted drafts + bonus, padded
     path: torch.Tensor | None = None  # the accepted path's slots, root first
@@ -266,64 +280,105 @@ class Engine:
         """The forward's inputs: each row's root + draft tokens and their positions (prefix length + depth), padded
         to the largest tree, and the tree mask."""
         width = max(d.tree.size for d in drafts) + 1
+        for r, d in zip(rows, drafts):
+            if r.prefix + d.tree.size + 1 > self.max_context:
+                raise RuntimeError(f"sequence would exceed the model context ({self.max_context} tokens)")
+        if len(rows) > 1 and len({id(d.tree) for d in drafts}) == 1:
+            return self._shared_inputs(rows, drafts, cached)
         inputs = torch.zeros(len(rows), width, dtype=torch.long, device=self.device)
         positions = torch.empty(len(rows), width, dtype=torch.long, device=self.device)
         for b, (r, d) in enumerate(zip(rows, drafts)):
             n = d.tree.size + 1
-            if r.prefix + n > self.max_context:
-                raise RuntimeError(f"sequence would exceed the model context ({self.max_context} tokens)")
             inputs[b, 0] = r.seq[r.length - 1]
             inputs[b, 1:n] = d.tokens  # a proposer that drafts on the host pays its copy here
             positions[b] = r.prefix
             positions[b, :n] += d.tree.on(self.device).depth
         return inputs, positions, self._mask(rows, drafts, width, cached)
 
+    def _shared_inputs(self, rows: list[Row], drafts: list[Draft], cached: int):
+        """`_inputs` where every row drafts the same tree (AR, a static tree): the batch's at once, a few ops a
+        step instead of a few a row (each a kernel launch on a GPU). No padding: the mask is each row's prefix, its
+        stale columns hidden, and the tree's bias."""
+        tree = drafts[0].tree
+        n = tree.size + 1
+        inputs = torch.stack([r.seq[r.length - 1 : r.length] for r in rows])
+        if n > 1:  # a proposer that drafts on the host pays its copy here
+            inputs = torch.cat([inputs, torch.stack([d.tokens for d in drafts]).to(self.device)], 1)
+        prefix = torch.empty(len(rows), 1, dtype=torch.long, device=self.device)
+        for b, r in enumerate(rows):  # a fill a row: torch.tensor(prefixes) would copy from the host, a wait on CUDA
+            prefix[b] = r.prefix
+        mask = aligned_mask((len(rows), 1, n, cached + n), torch.finfo(self.dtype).min, self.dtype, self.device)
+        mask[..., :cached].masked_fill_((torch.arange(cached, device=self.device) < prefix)[:, None, None], 0.0)
+        mask[..., cached:] = tree.attention_bias(self.dtype, self.device)
+        return inputs, prefix + tree.on(self.device).depth, mask
+
+    def _groups(self, drafts: list[Draft], out) -> list[list[int]]:
+        """The rows verified together (Group): all where they share one tree at T = 0 and the forward dropped no
+        slot, else one a row (trees of different shapes; the stochastic walk, with each row's own generator)."""
+        whole = (self.temperature == 0 and out.kept is None and len({id(d.tree) for d in drafts}) == 1
+                 and len({d.candidates is None for d in drafts}) == 1)
+        return [list(range(len(drafts)))] if whole else [[b] for b in range(len(drafts))]
+
     def _verify(self, rows: list[Row], drafts: list[Draft], inputs: torch.Tensor, out, timer: Timer) -> list[RowStep]:
         """Each row's acceptance, decided on the device: greedy at temperature 0, else the stochastic walk."""
         steps = []
-        for b, (r, d) in enumerate(zip(rows, drafts)):
-            n = d.tree.size + 1
-            logits, tokens = out.logits[b, :n], inputs[b, :n]
+        for group in self._groups(drafts, out):
+            d, at = drafts[group[0]], slice(group[0], group[-1] + 1)  # consecutive rows: views, not copies
+            tree, n = d.tree, d.tree.size + 1
+            logits, tokens = out.logits[at, :n], inputs[at, :n]
             target = logits.argmax(-1)
             # on the device for either verifier (the stochastic one indexes them with device slots); a no-op there
-            candidates = None if d.candidates is None else d.candidates.to(self.device)
-            r.draft_nodes.append(d.tree.size)
-            verified = inputs.new_full((), d.tree.size)
-            if out.kept is not None:  # slots the forward dropped are never accepted
-                kept = out.kept[b, :n].to(self.device)
+            candidates = None if d.candidates is None else torch.stack([drafts[b].candidates for b in group]).to(
+                self.device) if len(group) > 1 else d.candidates.to(self.device)[None]
+            verified = inputs.new_full((len(group),), tree.size)
+            if out.kept is not None:  # slots the forward dropped are never accepted (rows alone: _groups)
+                kept = out.kept[at, :n].to(self.device)
                 candidates = kept if candidates is None else candidates & kept
-                verified = kept.sum() - 1  # read with the step's counts, not on its own
+                verified = kept.sum(-1) - 1  # read with the step's counts, not on its own
             if self.temperature == 0:
-                acc = greedy_accept(d.tree, tokens[None], target[None], candidates)
+                acc = greedy_accept(tree, tokens, target, candidates)
             else:
-                p = target_probs(logits, self.temperature)
+                p = target_probs(logits[0], self.temperature)
                 timer.lap("sampling")
-                acc = stochastic_verify(d.tree, tokens, p, d.probs, r.proposer.rule, r.generator, candidates)
-            steps.append(RowStep(acc, logits, tokens, target, verified))
+                acc = stochastic_verify(tree, tokens[0], p, d.probs, rows[group[0]].proposer.rule,
+                                        rows[group[0]].generator, None if candidates is None else candidates[0])
+            g = Group(group, tree, tokens, target, acc, verified)
+            for i, b in enumerate(group):
+                rows[b].draft_nodes.append(tree.size)
+                one = acc if len(group) == 1 else Acceptance(*(t[i : i + 1] for t in (acc.best, acc.path,
+                                                                                      acc.accept_len, acc.bonus)))
+                steps.append(RowStep(g, one, logits[i], tokens[i], target[i]))
         return steps
 
     def _commit(self, rows: list[Row], drafts: list[Draft], steps: list[RowStep], max_new_tokens: int) -> None:
-        """Commit each row's accepted drafts + bonus, cut at EOS and at its token limit: decided on the device, then
-        the step's one host read brings back what the loop's Python needs (bench.core.syncs counts them)."""
-        stats = []
-        longest = max(len(d.tree.on(self.device).path_slots[0]) for d in drafts)  # a row's most new tokens
+        """Commit each row's accepted drafts + bonus, cut at EOS and at its token limit: decided on the device a
+        group at a time, then the step's one host read brings back what the loop's Python needs (bench.core.syncs
+        counts them)."""
+        groups = list({id(s.group): s.group for s in steps}.values())
+        longest = max(len(g.tree.on(self.device).path_slots[0]) for g in groups)  # a row's most new tokens
         host_targets = any(r.proposer.host_tokens for r in rows)  # their update gets the target's choices too
-        width = max(len(s.target) for s in steps)
-        for r, d, s in zip(rows, drafts, steps):
-            # root..best, padded with the root's slot (index_select: a 0-dim index would be read on the host)
-            s.slots = d.tree.on(self.device).path_slots.index_select(0, s.acc.best[:1])[0]
-            s.new = torch.cat([s.tokens[s.slots[1:]], s.tokens[:1]])  # accepted drafts, then room for the bonus
-            accept_len = s.acc.accept_len
-            s.new.scatter_(0, accept_len - 1, s.acc.bonus)
-            limit = accept_len.clamp(max=r.n_prompt + max_new_tokens - r.length)
-            at = torch.arange(len(s.new), device=self.device)
-            eos = torch.where(torch.isin(s.new, self.eos) & (at < limit), at, len(s.new)).min()[None]
-            stats.append(torch.cat([torch.minimum(limit, eos + 1), eos < limit, accept_len, s.acc.best[:1],
-                                    s.verified[None], pad(s.new, (0, longest - len(s.new))),
-                                    *([pad(s.target, (0, width - len(s.target)))] * host_targets)]))
-        # [n_new, hit EOS, path length, best slot, verified, new tokens..., (target...)] per row: the step's one read
-        for r, s, (n_new, hit_eos, path_len, best, verified, *values) in zip(rows, steps, torch.stack(stats).tolist()):
+        width = max(g.target.shape[1] for g in groups)
+        stats = []
+        for g in groups:
+            acc = g.acc
+            # root..best, padded with the root's slot
+            slots = g.tree.on(self.device).path_slots.index_select(0, acc.best)
+            new = torch.cat([g.tokens.gather(1, slots[:, 1:]), g.tokens[:, :1]], 1)  # accepted, then the bonus's room
+            new.scatter_(1, acc.accept_len[:, None] - 1, acc.bonus[:, None])
+            at = torch.arange(new.shape[1], device=self.device)
+            # the first EOS among the accepted tokens; each row's token limit cuts them on the host, after the read
+            eos = torch.where(torch.isin(new, self.eos) & (at < acc.accept_len[:, None]), at, new.shape[1]).amin(-1)
+            stats.append(torch.cat([eos[:, None], acc.accept_len[:, None], acc.best[:, None], g.verified[:, None],
+                                    pad(new, (0, longest - new.shape[1])),
+                                    *([pad(g.target, (0, width - g.target.shape[1]))] * host_targets)], 1))
+            for i, b in enumerate(g.rows):
+                steps[b].slots, steps[b].new = slots[i], new[i]
+        # [first EOS, path length, best slot, verified, new tokens..., (target...)] per row: the step's one read
+        read = (stats[0] if len(stats) == 1 else torch.cat(stats)).tolist()
+        for r, s, (eos, path_len, best, verified, *values) in zip(rows, steps, read):
             values, r.targets = values[:longest], values[longest:]
+            limit = min(path_len, r.n_prompt + max_new_tokens - r.length)
+            n_new = min(limit, eos + 1)
             r.verified_nodes.append(verified)
             s.best, s.path = best, s.slots[:path_len]
             s.leading = best == path_len - 1  # the path is slots 0..best: a chain's always is
@@ -331,7 +386,7 @@ class Engine:
             r.host[r.length : r.length + n_new] = torch.tensor(values[:n_new])
             r.length += n_new
             r.accept_lengths.append(n_new)
-            r.done = bool(hit_eos) or r.length - r.n_prompt >= max_new_tokens
+            r.done = eos < limit or r.length - r.n_prompt >= max_new_tokens
 
     def _feed_back(self, rows: list[Row], steps: list[RowStep], out, hidden: bool) -> None:
         """What each proposer learns from the step: the verification, and the target's states if it wants them

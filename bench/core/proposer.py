@@ -63,8 +63,8 @@ class StepContext:
 
 @dataclass
 class Acceptance:
-    """One verification's outcome for one row (the engine verifies a batch row by row); shapes keep a
-    leading dimension of 1 so the greedy verifier can also take several rows at once."""
+    """One verification's outcome for one row, its shapes with a leading dimension of 1; the greedy verifier's for
+    several rows that share one tree at once (the engine's batch where its rows do), of B."""
 
     best: torch.Tensor  # [B] slot of the deepest accepted node (0 = only the root)
     path: torch.Tensor  # [B, N+1] bool, slots on the accepted path root..best

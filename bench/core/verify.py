@@ -1,7 +1,7 @@
 """The one greedy verifier: longest draft path that matches the target's own argmax choices.
 
-Shapes carry a batch dimension B: rows that share one tree can be verified together; the engine verifies a
-batch row by row, since rows draft trees of different shapes. The result type, Acceptance, is part of the
+Shapes carry a batch dimension B: rows that share one tree are verified together (the engine's batch where every
+row drafts the same tree: AR, a static tree); rows with trees of different shapes, one at a time. The result type, Acceptance, is part of the
 proposer contract.
 """
 
