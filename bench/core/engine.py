@@ -32,6 +32,11 @@ from bench.core.tree import Tree
 from bench.core.verify import greedy_accept
 
 
+def one_tree(drafts: list[Draft]) -> bool:
+    """Whether every row drafts the same tree (the object: a static tree's forks share it, `chain(n)` is cached)."""
+    return len({id(d.tree) for d in drafts}) == 1
+
+
 @dataclass
 class Group:
     """Rows verified together on the device: all of a batch's rows where they share one tree at T = 0 (AR, a static
@@ -283,7 +288,7 @@ class Engine:
         for r, d in zip(rows, drafts):
             if r.prefix + d.tree.size + 1 > self.max_context:
                 raise RuntimeError(f"sequence would exceed the model context ({self.max_context} tokens)")
-        if len(rows) > 1 and len({id(d.tree) for d in drafts}) == 1:
+        if len(rows) > 1 and one_tree(drafts):
             return self._shared_inputs(rows, drafts, cached)
         inputs = torch.zeros(len(rows), width, dtype=torch.long, device=self.device)
         positions = torch.empty(len(rows), width, dtype=torch.long, device=self.device)
@@ -299,8 +304,7 @@ class Engine:
         """`_inputs` where every row drafts the same tree (AR, a static tree): the batch's at once, a few ops a
         step instead of a few a row (each a kernel launch on a GPU). No padding: the mask is each row's prefix, its
         stale columns hidden, and the tree's bias."""
-        tree = drafts[0].tree
-        n = tree.size + 1
+        tree, n = drafts[0].tree, drafts[0].tree.size + 1
         inputs = torch.stack([r.seq[r.length - 1 : r.length] for r in rows])
         if n > 1:  # a proposer that drafts on the host pays its copy here
             inputs = torch.cat([inputs, torch.stack([d.tokens for d in drafts]).to(self.device)], 1)
@@ -315,7 +319,7 @@ class Engine:
     def _groups(self, drafts: list[Draft], out) -> list[list[int]]:
         """The rows verified together (Group): all where they share one tree at T = 0 and the forward dropped no
         slot, else one a row (trees of different shapes; the stochastic walk, with each row's own generator)."""
-        whole = (self.temperature == 0 and out.kept is None and len({id(d.tree) for d in drafts}) == 1
+        whole = (self.temperature == 0 and out.kept is None and one_tree(drafts)
                  and len({d.candidates is None for d in drafts}) == 1)
         return [list(range(len(drafts)))] if whole else [[b] for b in range(len(drafts))]
 
@@ -327,9 +331,10 @@ class Engine:
             tree, n = d.tree, d.tree.size + 1
             logits, tokens = out.logits[at, :n], inputs[at, :n]
             target = logits.argmax(-1)
-            # on the device for either verifier (the stochastic one indexes them with device slots); a no-op there
-            candidates = None if d.candidates is None else torch.stack([drafts[b].candidates for b in group]).to(
-                self.device) if len(group) > 1 else d.candidates.to(self.device)[None]
+            candidates = None  # [G, n], on the device for either verifier (the stochastic one indexes with them)
+            if d.candidates is not None:
+                mine = [drafts[b].candidates for b in group]
+                candidates = (torch.stack(mine) if len(mine) > 1 else mine[0][None]).to(self.device)
             verified = inputs.new_full((len(group),), tree.size)
             if out.kept is not None:  # slots the forward dropped are never accepted (rows alone: _groups)
                 kept = out.kept[at, :n].to(self.device)
@@ -361,8 +366,7 @@ class Engine:
         stats = []
         for g in groups:
             acc = g.acc
-            # root..best, padded with the root's slot
-            slots = g.tree.on(self.device).path_slots.index_select(0, acc.best)
+            slots = g.tree.on(self.device).path_slots.index_select(0, acc.best)  # root..best, padded with the root
             new = torch.cat([g.tokens.gather(1, slots[:, 1:]), g.tokens[:, :1]], 1)  # accepted, then the bonus's room
             new.scatter_(1, acc.accept_len[:, None] - 1, acc.bonus[:, None])
             at = torch.arange(new.shape[1], device=self.device)

@@ -1,8 +1,8 @@
 """The one greedy verifier: longest draft path that matches the target's own argmax choices.
 
 Shapes carry a batch dimension B: rows that share one tree are verified together (the engine's batch where every
-row drafts the same tree: AR, a static tree); rows with trees of different shapes, one at a time. The result type, Acceptance, is part of the
-proposer contract.
+row drafts the same tree: AR, a static tree); rows with trees of different shapes, one at a time. The result type,
+Acceptance, is part of the proposer contract.
 """
 
 from __future__ import annotations
