@@ -241,7 +241,8 @@ def forward_section(args, ar: Runner) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--prompts", type=int, default=5)
+    ap.add_argument("--prompts", type=int, default=10,
+                    help="prompts of the batch-1 pairs, whose intervals are bootstrapped over them (5 until 2026-11-30)")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--batch-prompts", type=int, default=16, help="prompts of the batched AR/HF comparison")
