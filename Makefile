@@ -60,7 +60,7 @@ demo: setup  ## offline demo: smollm2-135m on 20 HumanEval prompts x 128 tokens,
 	$(PY) -m bench.run experiment=demo_tree
 	$(PY) -m bench.report runs --dataset humaneval --model smollm2-135m --max-new-tokens 128
 
-# Two workers of one torch thread each (tests/conftest.py): on 2 cores a second thread buys ~10%, a second process ~2x.
+# Two workers of one torch thread each (tests/conftest.py): one a core on a 2-core machine.
 test: setup  ## the test suite (unit, engine, real-model losslessness, configs, CLI errors); TEST_WORKERS=2
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=15 -m "not slow"
 
