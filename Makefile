@@ -85,7 +85,7 @@ draft-sweep: setup  ## drafts of several depths (draft.sweep) x V' x training ti
 eagle: setup  ## train MODEL's EAGLE-1 head on the heads' self-distillation data (conf/model/<MODEL>.yaml eagle.train) into data/cache/eagle/; prints held-out agreement per depth and relative cost
 	$(PY) scripts/train_eagle.py model=$(MODEL)
 
-eagle3: setup  ## train MODEL's EAGLE-3 head with the training-time test (conf/model/<MODEL>.yaml eagle3.train) into data/cache/eagle3/ (~35 min here); prints held-out agreement per depth and source, and relative cost
+eagle3: setup  ## train MODEL's EAGLE-3 head with the training-time test (conf/model/<MODEL>.yaml eagle3.train) into data/cache/eagle3/ (33 min from a fresh clone: evidence/eagle3/); prints held-out agreement per depth and source, and relative cost
 	$(PY) scripts/train_eagle3.py model=$(MODEL)
 
 # EAGLE on the embedded target: the goals' runs (LIMIT questions; the goals use 20) and EAGLE-2's CPU tree sizes.
