@@ -14,8 +14,8 @@ in bf16 (a speedup a drifting machine cannot fake, with its interval); every reg
 budget, on CUDA also torch's sync-debug count and its callers, graded losslessness at T = 0); eager against sdpa attention;
 the engine's graph mode beside the eager one (graphs, compiled) and every method in it (graph_methods); whether two
 prompts decode alike every time, eager, in graph mode's static code and captured (repeats). `--only` and `--methods`
-pick parts and methods: on the H200 measured (docs/gpu.md) the parts before the methods took 348 s and one method
-row 1.4-74.1 s (DySpec's four rows 174 s). `--sizes cpu` (`--small`, the default without CUDA) runs the same code on
+pick parts and methods: on the H200 measured (docs/gpu.md) the parts before the methods took 347 s over two calls
+and one method row 1.4-74.1 s (DySpec's four rows 174 s). `--sizes cpu` (`--small`, the default without CUDA) runs the same code on
 a tiny random model in seconds, which is how the suite tests it (tests/test_gpu_check.py).
 
 The folder, results/gpu_check/<machine>-<time>/ by default, holds JSON, CSV and md files only (no token ids), so it
