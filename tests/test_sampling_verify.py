@@ -13,8 +13,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bench.core.sampling import stochastic_accept
-from bench.core.tree import tree_from_paths
+from bench.core.sampling import stochastic_accept, stochastic_verify
+from bench.core.syncs import HostSyncCounter
+from bench.core.tree import chain, tree_from_paths
 
 V = 6
 TRIALS = 3000
@@ -111,6 +112,37 @@ def test_chain_with_a_trimmed_draft():  # sd: one child per node
 
 def test_chain_is_leviathan_speculative_sampling():
     assert run_trials("specinfer", "iid", seed=3, widths=(1, 1)) < LIMIT
+
+
+@pytest.mark.parametrize("rule", ["specinfer", "sequoia"])
+def test_deterministic_chain_keeps_the_target_distribution(rule):  # PLD: one candidate a node, no q
+    # seed 1's p0 puts 0.43 on the first candidate: a chain walk that drew the bonus from p, not the residual,
+    # after a rejection scored 845 here (seed 2's 0.02 left it at 49, below the limit)
+    assert run_trials(rule, "fixed", seed=1, widths=(1, 1)) < LIMIT
+
+
+def test_chain_is_decided_without_a_host_read():
+    """A chain's walk is decided in closed form on the device: the engine's one read a step brings its outcome
+    (PLD above temperature 0 waited once more a step for its walk, over its budget on real prompts)."""
+    tree, g = chain(4), torch.Generator().manual_seed(0)
+    tokens, p = torch.tensor([0, 1, 2, 3, 4]), torch.softmax(torch.randn(5, V), -1)
+    q = torch.softmax(torch.randn(5, V), -1)
+    stochastic_verify(tree, tokens, p, None, "sequoia", g)  # the tree's indices go to the device once
+    with HostSyncCounter() as c:
+        for probs in (None, q):
+            acc = stochastic_verify(tree, tokens, p, probs, "specinfer", g)
+    assert c.total == 0
+    assert acc.accept_len.tolist() == [len(acc.slots())] and acc.slots().tolist() == list(range(len(acc.slots())))
+
+
+def test_chain_skips_a_child_that_is_no_candidate():
+    p = torch.zeros(3, V)
+    p[:, 2] = 1.0  # the target is sure of token 2 everywhere: a tried child 2 is always accepted
+    tree, tokens, g = chain(2), torch.tensor([0, 2, 2]), torch.Generator().manual_seed(0)
+    acc = stochastic_verify(tree, tokens, p, None, "sequoia", g, torch.tensor([True, False, True]))
+    assert acc.accept_len.tolist() == [1] and acc.bonus.tolist() == [2]  # not tried: the bonus from p itself
+    acc = stochastic_verify(tree, tokens, p, None, "sequoia", g)
+    assert acc.accept_len.tolist() == [3] and acc.slots().tolist() == [0, 1, 2]
 
 
 def test_wrong_rules_fail():

@@ -8,7 +8,8 @@ host-to-device copy stalls the host (bench.core.syncs). The budget a row and ste
 - 2 for every method (the engine's one read of what each row keeps; one more for a proposer that must read or
   send something once a step: REST sends its retrieved tree); 1 for the greedy methods that need no more (AR,
   Token Recycling, Medusa, BPD), so that one added read a step fails;
-- + 1 per accepted draft token with stochastic verification (T > 0: the walk reads which child it took per level),
+- + 1 per accepted draft token with stochastic verification (T > 0: the walk reads which child it took per level;
+  a chain's is decided without a read),
   + 1 a row for its last step, whose accepted drafts the token limit may have cut;
 - + 2 per draft forward for the draft-model methods (a step's draft levels: what a level's draws or argmax send
   back, and its tokens).

@@ -58,9 +58,12 @@ def stochastic_verify(
     [N+1] bool or None (False: never accepted). Returns the batch-1 Acceptance, on p's device.
 
     Host waits: a node's children are decided on the device (their uniforms drawn in one call), and one read per
-    visited node that has children says which child was taken; the bonus token is drawn on the device."""
+    visited node that has children says which child was taken (none in a chain: chain_verify); the bonus token is
+    drawn on the device."""
     if rule not in RULES:
         raise ValueError(f"unknown verification rule '{rule}' (known: {', '.join(RULES)})")
+    if tree.is_chain:
+        return chain_verify(tree, tokens, p, q, generator, candidates)
     on = tree.on(p.device)
     node = 0
     while True:
@@ -77,6 +80,37 @@ def stochastic_verify(
     bonus = torch.multinomial(r, 1, generator=generator)
     return Acceptance(on.slot_ids[node : node + 1], on.ancestors[node : node + 1], on.depth[node : node + 1] + 1,
                       bonus)
+
+
+def chain_verify(tree: Tree, tokens: torch.Tensor, p: torch.Tensor, q: torch.Tensor | None,
+                 generator: torch.Generator | None, candidates: torch.Tensor | None) -> Acceptance:
+    """stochastic_verify for a chain (PLD, sd, ...: one child a node), with no host read: the walk's outcome in
+    closed form. A node's one child is tried against the target's p at that node itself (no residual yet: a
+    rejection ends the walk), so the tries are independent, drawn and decided together, and the accepted length
+    is the run of leading acceptances; the bonus comes from node a's residual after its child's rejection, or from
+    p where the child was not tried (not a candidate) or where a = N (the leaf). Both rules agree with one child."""
+    n, dev = tree.size, p.device
+    xs = tokens[1 : n + 1, None]
+    u = torch.rand(n, generator=generator, device=dev)
+    px = p[:n].gather(1, xs)[:, 0]
+    take = u < px if q is None else u * q[:n].gather(1, xs)[:, 0] <= px
+    tried = torch.ones(n, dtype=torch.bool, device=dev) if candidates is None else candidates[1 : n + 1]
+    take = take & tried
+    a = take.long().cumprod(0).sum().view(1)  # accepted drafts: the leading acceptances, on the device
+    at = tree.on(dev).slot_ids.index_select(0, a)
+    pa = p.index_select(0, at)[0]
+    nxt = torch.clamp(at + 1, max=n)  # node a's child (a < n); clamped for the leaf, where it is not used
+    x = tokens.index_select(0, nxt)
+    rejected = (at < n) & torch.cat([tried, tried.new_zeros(1)]).index_select(0, at)
+    if q is None:  # point mass on x: zero p[x] and renormalise
+        rest = pa.scatter(0, x, torch.zeros(1, dtype=pa.dtype, device=dev))
+    else:
+        rest = torch.clamp(pa - q.index_select(0, at)[0], min=0.0)
+    total = rest.sum()
+    # total == 0: a rejection of probability 0 (r <= q everywhere means r == q), then p itself, as decide does
+    r = torch.where(rejected & (total > 0), rest / torch.where(total > 0, total, 1.0), pa)
+    bonus = torch.multinomial(r, 1, generator=generator)
+    return Acceptance(at, tree.on(dev).ancestors.index_select(0, at), at + 1, bonus)
 
 
 def decide(kids: torch.Tensor, tokens: torch.Tensor, p: torch.Tensor, q: torch.Tensor | None, rule: str,
