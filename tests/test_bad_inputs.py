@@ -107,6 +107,9 @@ CASES = [
     *(Case(f"unknown-{g}", (f"{g}=nope",), f"unknown {g} 'nope'")
       for g in ("model", "dataset", "method", "tree", "datastore", "logger", "experiment")),
     Case("unknown-method-in-sweep", ("-m", "method=ar,nope"), "unknown method 'nope'"),
+    Case("two-unknown-keys", ("run.limt=1", "metod=ar"), ("unknown key 'run.limt'", "nearest: limit")),
+    Case("group-typo", ("metod=ar",), ("unknown key 'metod'", "nearest: method")),
+    Case("required-group-removed", ("~method",), "'~method' removes what every run needs"),
     Case("unknown-method-tree", ("method=medusa", "tree@method.tree=nope"), "unknown tree 'nope'"),
     Case("unknown-experiment-nearby", ("experiment=propd/tabel1",),
          ("unknown experiment 'propd/tabel1'", "nearest: propd/table1")),
@@ -130,6 +133,11 @@ CASES = [
     Case("batch-size-unbatchable", ("method=hf_pld", "run.batch_size=4"),
          "method 'hf_pld' does not decode batches (run.batch_size=4)"),
     Case("temperature-negative", ("run.temperature=-0.5",), "run.temperature must be a number >= 0"),
+    Case("temperature-infinite", ("run.temperature=inf",), "run.temperature must be a number >= 0 and finite"),
+    Case("seed-not-an-integer", ("run.seed=abc",), "run.seed must be an integer >= 0, got 'abc'"),
+    Case("seed-fractional", ("run.seed=1.5",), "run.seed must be an integer >= 0, got 1.5"),
+    Case("switch-not-a-boolean", ("run.shuffle=maybe",), "run.shuffle must be true or false, got 'maybe'"),
+    Case("jobs-beside-negative", ("run.jobs_beside=-1",), "run.jobs_beside must be >= 0, got -1"),
     # as root, permission bits do not stop a write: a results directory below a regular file does
     Case("results-dir-unwritable", ("paths.results={tmp}/file/results",), "not writable: Not a directory",
          files({"file": "a regular file\n"})),

@@ -19,7 +19,7 @@ from bench.run.precheck import PrecheckError, check_keys
     (["experiment=token_recycling/fig3c", "method.topkk=4"], "method.topkk", "topk"),
 ])
 def test_unknown_key_is_named_with_its_neighbours(argv, named, beside):
-    with pytest.raises(PrecheckError, match=rf"unknown key '{named}' \(known in [a-z]+: .*\b{beside}\b"):
+    with pytest.raises(PrecheckError, match=rf"unknown key '{named}' \(nearest: {beside}\b.*; known in [a-z]+: .*\b{beside}\b"):
         check_keys(argv)
 
 

@@ -80,4 +80,9 @@ def main(cfg: DictConfig) -> None:
 
 if __name__ == "__main__":
     check_names(sys.argv[1:])
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # Ctrl-C: the checkpoint holds every complete prompt-turn (bench.run.checkpoint)
+        print("error: interrupted; the same command resumes from the last complete prompt-turn (run.resume=true)",
+              file=sys.stderr)
+        sys.exit(130)

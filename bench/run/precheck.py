@@ -119,15 +119,19 @@ def check(argv: list[str]) -> None:
 
 
 def first_values(argv: list[str]) -> list[str] | None:
-    """The overrides with each sweep reduced to its first value (what one job of it composes); None when the line
-    changes Hydra's own config (search path, launcher), which only Hydra's main composes faithfully."""
+    """The overrides with each sweep reduced to its first value (what one job of it composes), Hydra's own settings
+    (hydra.run.dir, ...) left out; None when the line changes where configs come from or how jobs launch (search
+    path, launcher), which only Hydra's main composes faithfully."""
     out = []
     for arg in argv:
         if arg.startswith("-") or "=" not in arg:
             continue  # -m / --multirun and other flags
         key, value = arg.split("=", 1)
-        if key.lstrip("+~").startswith("hydra"):
+        key_ = key.lstrip("+~")
+        if key_.startswith(("hydra.searchpath", "hydra/")):
             return None
+        if key_.startswith("hydra."):
+            continue  # Hydra's own output folders, logging and job settings: not the run's config
         if value.startswith(SWEEP_FUNCTIONS):
             continue
         if "," in value and not value.startswith(("[", "{", "'", '"')):
@@ -162,21 +166,48 @@ def check_keys(argv: list[str]) -> None:
     bad = re.search(r"Could not override '([^']+)'", text)
     if bad and "not in struct" in text:
         key = bad.group(1)
-        parent, _, _ = key.rpartition(".")
-        rest = [o for o in overrides if o.split("=", 1)[0] != key]
-        from hydra import compose, initialize_config_dir
-
-        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-            node = OmegaConf.select(compose("config", overrides=rest), parent) if parent else None
-        known = f"known in {parent}: {', '.join(sorted(node))}" if OmegaConf.is_dict(node) else "no such section"
-        raise PrecheckError(f"unknown key '{key}' ({known}; a new key is added with +{key}=...)")
+        parent, _, leaf = key.rpartition(".")
+        node = composed_node(overrides, parent)
+        known = sorted(node) if OmegaConf.is_dict(node) else []
+        near = difflib.get_close_matches(leaf, known, n=3, cutoff=0.6)
+        nearest = f"nearest: {', '.join(near)}; " if near else ""
+        where = f"known in {parent}: {', '.join(known)}" if parent else f"top-level keys: {', '.join(known)}"
+        raise PrecheckError(f"unknown key '{key}' ({nearest}{where}; a new key is added with +{key}=...)")
     raise PrecheckError(text.strip().splitlines()[0])
+
+
+def composed_node(overrides: list[str], parent: str):
+    """The config node at `parent` ("" for the root) as the command line's group choices compose it (its other
+    overrides left out: another of them may be bad too); None where even that does not compose."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    choices = [o for o in overrides if o.split("=", 1)[0].split("@", 1)[0] in GROUPS]
+    try:
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            root = compose("config", overrides=choices)
+    except (HydraException, OmegaConfBaseException):
+        return None
+    return OmegaConf.select(root, parent) if parent else root
+
+
+REQUIRED = ("model", "dataset", "method", "run", "paths")  # what every run reads
+
+
+def check_removals(argv: list[str]) -> None:
+    """PrecheckError for `~method` and the like: a run cannot do without these."""
+    for arg in argv:
+        if arg.startswith("~") and arg[1:].split("=", 1)[0].split("@", 1)[0] in REQUIRED:
+            raise PrecheckError(f"'{arg}' removes what every run needs ({', '.join(REQUIRED)}); choose another "
+                                "option instead, e.g. method=ar")
 
 
 def check_names(argv: list[str]) -> None:
     """Fail fast with one `error:` line (exit 2) on a bad command line, before Hydra prints a multi-line error."""
     try:
         check(argv)
+        check_removals(argv)
         check_keys(argv)
     except PrecheckError as err:
         print(f"error: {err}", file=sys.stderr)

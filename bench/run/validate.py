@@ -6,6 +6,7 @@ traceback minutes into a run.
 
 from __future__ import annotations
 
+import math
 import tempfile
 from pathlib import Path
 
@@ -23,6 +24,9 @@ def _int(run, key: str, minimum: int, optional: bool = False) -> None:
         raise ConfigError(f"run.{key} must be >= {minimum}, got {value}")
 
 
+BOOLEANS = ("shuffle", "check_lossless", "sync_phases", "resume", "graphs", "record_steps")
+
+
 def check_run(cfg) -> None:
     """ConfigError (one line) for a run.* value the runner cannot use, or a results directory it cannot write."""
     run = cfg.run
@@ -32,9 +36,14 @@ def check_run(cfg) -> None:
     _int(run, "warmup", 0)
     _int(run, "threads", 1, optional=True)
     _int(run, "batch_size", 1)
+    _int(run, "seed", 0)
+    _int(run, "jobs_beside", 0)
+    for key in BOOLEANS:
+        if not isinstance(run.get(key), bool):
+            raise ConfigError(f"run.{key} must be true or false, got {run.get(key)!r}")
     temperature = run.get("temperature")
-    if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not temperature >= 0:
-        raise ConfigError(f"run.temperature must be a number >= 0 (0 = greedy), got {temperature!r}")
+    if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not 0 <= temperature < math.inf:
+        raise ConfigError(f"run.temperature must be a number >= 0 and finite (0 = greedy), got {temperature!r}")
     check_writable(project_path(cfg.paths.results))
 
 
