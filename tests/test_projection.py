@@ -159,3 +159,13 @@ def test_a_sections_projected_table_pairs_each_run_with_its_baseline_on_the_pape
     assert hf_row[3:] == ["1.00", "1.00", f"{0.1 / ar_s:.0%}"]
     assert "| ar " not in md and "| B " not in md  # the batch-4 run has no batch-4 AR to pair with
 
+
+
+@pytest.mark.parametrize("text", ['{"ns": [1, ', "", '{"foo": 1}', "[1, 2]"])
+def test_cli_malformed_profile_file_is_one_error_line(tmp_path, capsys, text):
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "p.json").write_text(text)
+    assert main(["project", "--results", str(tmp_path), "--profile", str(tmp_path / "p.json")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"bench.report: error: profile file '{tmp_path / 'p.json'}' is not a cost profile")
+    assert err.count("\n") == 1

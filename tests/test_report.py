@@ -240,3 +240,27 @@ def test_another_papers_later_runs_stay_out_of_table1(runs):
     write_run(runs, "ar_table1", "ar", "spec_bench", "2025-02-02T00:00:00",
               [record("q1", "mt_bench", 10, 5.0, [1] * 10)], experiment="table1")
     assert row(build_token_recycling_table1(bound("token_recycling/table1", runs)), "ar")["mt"] != row(before, "ar")["mt"]
+
+
+def test_a_damaged_records_file_is_one_error_line(results, capsys):
+    """Runs are written whole (bench.run.store.write_run): a records file cut later is refused, never half counted."""
+    path = results / "runs" / "tr_new" / "records.jsonl"
+    path.write_text(path.read_text()[:-40])
+    assert main(["token_recycling/table1", "--results", str(results)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{path} is damaged at line 2" in err
+
+
+@pytest.mark.parametrize("name", ["token_recycling/table1", "dyspec/table", "propd/table1", "propd/table2",
+                                  "propd/table3"])
+def test_a_table_without_a_single_run_is_one_error_line(tmp_path, capsys, name):
+    (tmp_path / "runs").mkdir()  # the paper's numbers alone are no report (docs/reports.md)
+    assert main([name, "--results", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("bench.report: error: no complete ") and "(produced by `make reproduce-" in err
+    assert err.count("\n") == 1 and not (tmp_path / "tables").exists()
+
+
+def test_a_name_no_run_has_is_named(results, capsys):
+    assert main(["runs", "--results", str(results), "--dataset", "spec_bnech"]) == 1
+    assert "dataset 'spec_bnech' not among the runs' (mbpp_tr, spec_bench)" in capsys.readouterr().err

@@ -122,6 +122,15 @@ def test_page_without_evidence_says_so(tmp_path):
     assert not absolute_paths(md)
 
 
+def test_an_evidence_folder_that_is_not_there_is_one_error_line(tmp_path, capsys):
+    from bench.page.__main__ import main
+
+    out = tmp_path / "page.md"
+    assert main(["reproduced", "--evidence", str(tmp_path / "evidnce"), "--out", str(out)]) == 1
+    assert capsys.readouterr().err == f"bench.page: error: no evidence folder {str(tmp_path / 'evidnce')!r}\n"
+    assert not out.exists()
+
+
 def test_committed_page_is_rebuilt_from_committed_evidence(tmp_path):
     """A fresh clone's `make reproduced` writes the committed REPRODUCED.md byte for byte (once evidence/ holds
     runs; until the first `make evidence reproduced` there is nothing to compare)."""

@@ -204,7 +204,12 @@ def load_profile(name: str) -> Profile:
     if Path(name).suffix == ".json":
         if not Path(name).is_file():
             raise HarnessError(f"no profile file {name!r}")
-        return Profile.read(name)
+        try:
+            return Profile.read(name)
+        except (ValueError, TypeError) as err:  # not JSON, not a mapping, or not a profile's fields
+            why = err.msg if isinstance(err, json.JSONDecodeError) else str(err).splitlines()[0]
+            raise HarnessError(f"profile file {name!r} is not a cost profile ({why}); gpu-check's profiles/ and "
+                               "bench.cost write them") from None
     spec, offloaded = (name[: -len("+offloaded")], True) if name.endswith("+offloaded") else (name, False)
     shape, at, rest = spec.partition("@")
     hardware, _, dtype = rest.partition(":")

@@ -8,6 +8,7 @@ import sys
 
 from bench.cli import OneLineParser
 from bench.errors import HarnessError
+from bench.paths import project_path
 
 PROG = "bench.page"
 
@@ -26,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     try:
         if args.command == "reproduced":
+            if args.evidence and not project_path(args.evidence).is_dir():  # a typo, not a clone without evidence/
+                raise HarnessError(f"no evidence folder {args.evidence!r}")
             from bench.page.reproduced import reproduced_page
             out = reproduced_page(out=args.out, evidence=args.evidence)
         else:

@@ -217,6 +217,11 @@ class Cells:
         else:
             self.missing[name] = f"no runs on {dataset} ({self.make})"
 
+    def require(self, what: str) -> None:
+        """MissingRunsError where no cell found a run: the paper's numbers alone are no report (docs/reports.md)."""
+        if not any(r is not None for r in self.used):
+            raise self.p.missing(what, self.make)
+
     def empty(self) -> list[str]:
         """"— a, b: reason." per reason, its cells in table order."""
         reasons: dict[str, list[str]] = {}

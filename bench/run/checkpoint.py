@@ -107,7 +107,7 @@ class Checkpoint:
                 raise ValueError(f"{RECORDS} has fewer lines than {state['n_records']}")
         except (OSError, EOFError, RuntimeError, ValueError, KeyError, TypeError, pickle.UnpicklingError) as err:
             # an unreadable checkpoint: say so in one line and start the run over
-            print(f"checkpoint: {path} is unreadable ({reason(err)}); starting the run over", file=sys.stderr)
+            print(f"checkpoint: {self.dir} cannot be resumed ({reason(err)}); starting the run over", file=sys.stderr)
             return None
         return state if state["n_records"] else None
 

@@ -24,6 +24,8 @@ from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
 
+from bench.errors import HarnessError
+
 
 @dataclass
 class Run:
@@ -159,9 +161,21 @@ def records_file(run_dir: Path) -> Path | None:
 
 
 def read_records(run_dir: Path) -> list[dict]:
+    """A run's records; HarnessError (one line) where the file is cut or not JSON lines: runs are written whole
+    (write_run), so such a file was damaged after, and no report should count what is left of it."""
     path = records_file(run_dir) or Path(run_dir) / RECORD_FILES[0]
-    with (gzip.open(path, "rt") if path.suffix == ".gz" else open(path)) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    n = 0
+    try:
+        with (gzip.open(path, "rt") if path.suffix == ".gz" else open(path)) as f:
+            records = []
+            for n, line in enumerate(f, start=1):
+                if line.strip():
+                    records.append(json.loads(line))
+            return records
+    except (json.JSONDecodeError, EOFError, gzip.BadGzipFile, UnicodeDecodeError) as err:
+        why = err.msg if isinstance(err, json.JSONDecodeError) else str(err) or type(err).__name__
+        raise HarnessError(f"{path} is damaged at line {n} ({why}): rerun that run, or move its folder out of "
+                           "runs/") from None
 
 
 def load_runs(results_dir: str | Path) -> list[Run]:
