@@ -93,6 +93,17 @@ def test_pin_takes_the_latest_runs_model_machine_and_length():
     assert RunSet([], Path("mem")).pin().runs == []
 
 
+def test_pin_with_a_family_anchors_on_its_own_sweep_and_never_on_another_papers():
+    runs = [fake("own", experiment="toy_table1"), fake("sibling", experiment="toy_fig2", max_new_tokens=128),
+            fake("other", experiment="holistic", max_new_tokens=256)]
+    mine = RunSet(runs, Path("mem"), experiments=("toy_table1",))
+    pinned = mine.pin(lambda r: r.model == "m", family="toy", drafters=False)
+    assert pinned.max_new_tokens == 64 and [r.run_id for r in pinned.runs] == ["own"]  # not the later runs
+    assert RunSet(runs[1:], Path("mem"), experiments=("toy_table1",)).pin(family="toy",  # the family's sibling
+                                                                         drafters=False).max_new_tokens == 128
+    assert RunSet(runs[2:], Path("mem"), experiments=("toy_table1",)).pin(family="toy", drafters=False).runs == []
+
+
 def test_fig3_uses_the_latest_run_per_x_in_plot_order(results):
     df, notes = fig3_points(results.runset())
     a = df[df["panel"] == "a"]

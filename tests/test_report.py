@@ -251,16 +251,6 @@ def test_a_damaged_records_file_is_one_error_line(results, capsys):
     assert err.count("\n") == 1 and f"{path} is damaged at line 2" in err
 
 
-@pytest.mark.parametrize("name", ["token_recycling/table1", "dyspec/table", "propd/table1", "propd/table2",
-                                  "propd/table3"])
-def test_a_table_without_a_single_run_is_one_error_line(tmp_path, capsys, name):
-    (tmp_path / "runs").mkdir()  # the paper's numbers alone are no report (docs/reports.md)
-    assert main([name, "--results", str(tmp_path)]) == 1
-    err = capsys.readouterr().err
-    assert err.startswith("bench.report: error: no complete ") and "(produced by `make reproduce-" in err
-    assert err.count("\n") == 1 and not (tmp_path / "tables").exists()
-
-
 def test_a_name_no_run_has_is_named(results, capsys):
     assert main(["runs", "--results", str(results), "--dataset", "spec_bnech"]) == 1
     assert "dataset 'spec_bnech' not among the runs' (mbpp_tr, spec_bench)" in capsys.readouterr().err

@@ -113,11 +113,12 @@ class RunSet:
         """The runs one artifact compares (`same`: the labels taken from the anchor, the latest run of `own`
         else of `relevant`; `drafters=False`: no draft-model runs). Empty without a relevant run. With `family`
         (an experiment prefix), `own` is the artifact's own experiments where a relevant run carries one, else
-        any experiment of the family (never another paper's), and the model is that anchor's."""
+        any experiment of the family, else a run without an experiment label, and the model is that anchor's; no such
+        run: empty (another paper's runs never anchor it)."""
         relevant = relevant or (lambda r: True)
         if family is not None:
-            mine = set(self.experiments)
-            own = ((lambda r: r.experiment in mine) if any(relevant(r) and r.experiment in mine for r in self.runs)
+            labels = set(self.experiments)
+            own = ((lambda r: r.experiment in labels) if any(relevant(r) and r.experiment in labels for r in self.runs)
                    else (lambda r: str(r.experiment or "").startswith(family)))
             anchor = self.latest(lambda r: relevant(r) and own(r) and model in (None, r.model))
             model = model or (anchor.model if anchor else None)
@@ -129,7 +130,9 @@ class RunSet:
         runs = [r for r in runs if r.model == model]
         runs, chosen = choose(runs, draft) if drafters else (runs, None)
         mine = [r for r in runs if relevant(r)]
-        anchor = ([r for r in mine if own is not None and own(r)] or mine or [None])[-1]
+        # with a family, only its runs anchor, else one made by hand (no experiment label): never another paper's
+        anchor = ([r for r in mine if own is not None and own(r)]
+                  or ([r for r in mine if not r.experiment] if family else mine) or [None])[-1]
         if anchor is None:
             return dataclasses.replace(self, runs=[], model=model, drafter=chosen, dataset=dataset,
                                        notes=list(self.notes))
@@ -216,11 +219,6 @@ class Cells:
             self.missing[name] = f"no runs on {dataset}: {note}"
         else:
             self.missing[name] = f"no runs on {dataset} ({self.make})"
-
-    def require(self, what: str) -> None:
-        """MissingRunsError where no cell found a run: the paper's numbers alone are no report (docs/reports.md)."""
-        if not any(r is not None for r in self.used):
-            raise self.p.missing(what, self.make)
 
     def empty(self) -> list[str]:
         """"— a, b: reason." per reason, its cells in table order."""

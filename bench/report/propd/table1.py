@@ -30,7 +30,6 @@ def table1_frame(runs: RunSet, model: str | None = None, dataset: str = "mt_benc
         numbers, ids = over(c, dataset, "ar", f"BS={b}", b, BOTH, "both switches on", b > 1, "speedup")
         rows.append({"batch_size": b, **numbers, **{f"paper_{m}": paper.at[m, f"bs{b}"] for m in PAPER_MODELS},
                      **ids})
-    c.require(f"ar/propd runs on {dataset}")
     return frame(c, rows, ("batch_size",), dataset=dataset), c
 
 

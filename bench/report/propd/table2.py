@@ -109,7 +109,6 @@ def table2_frame(runs: RunSet, model: str | None = None, batch_size: int = 4,
                      "draft_nodes_mean": common.draft_nodes_mean(run) if run else None,
                      "prune_rate_paper": pr.prune_rate, "mat_paper": pr.acc_length, "tok_s_paper": pr.speed_tok_s,
                      "run_id": run.run_id if run else None, "method": run.method if run else None})
-    cells.require(f"medusa/propd runs on {dataset} at batch {batch_size}")
     df = common.frame(cells, rows, ("layer", "top_k", "method"), dataset=dataset, batch_size=batch_size,
                      reference=ref.method if ref else MISSING)
     df["top_k"] = df["top_k"].astype("Int64")

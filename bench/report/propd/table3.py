@@ -48,7 +48,6 @@ def table3_frame(runs: RunSet, model: str | None = None, dataset: str = "mt_benc
             rows.append({"combo": name, "prune": prune, "dynamic": dynamic, "batch_size": b, **numbers,
                          "paper_7b": pr[f"7b_bs{b}"].item(), "paper_13b": pr["13b_bs2"].item() if b == 2 else None,
                          "paper_33b": pr["33b_bs2"].item() if b == 2 else None, **ids})
-    c.require(f"medusa/propd runs on {dataset}")
     return common.frame(c, rows, ("combo", "prune", "dynamic", "batch_size"), dataset=dataset), c
 
 
