@@ -254,3 +254,20 @@ def test_a_damaged_records_file_is_one_error_line(results, capsys):
 def test_a_name_no_run_has_is_named(results, capsys):
     assert main(["runs", "--results", str(results), "--dataset", "spec_bnech"]) == 1
     assert "dataset 'spec_bnech' not among the runs' (mbpp_tr, spec_bench)" in capsys.readouterr().err
+
+
+def test_runs_table_pairs_only_baselines_measured_alike():
+    """A PLD run at 16 new tokens has no speedup over an AR run at 8 (another length), and the footer says so."""
+    from bench.report.runs import runs_table
+    from bench.run.store import Run
+
+    def run(method, max_new, created):
+        meta = {"run_id": method, "method": method, "dataset": "spec_bench", "model": "smollm2-135m",
+                "machine": "test-cpu", "max_new_tokens": max_new, "created": created, "temperature": 0.0}
+        return Run.of(meta, [record("q1", "qa", 8, 1.0, [1] * 8)])
+
+    md = runs_table(RunSet([run("ar", 8, "2025-01-01T00:00:00"), run("pld", 16, "2025-01-02T00:00:00")],
+                           Path("mem"))).markdown
+    pld = next(line for line in md.splitlines() if line.startswith("| smollm2-135m | spec_bench | pld"))
+    assert pld.split("|")[9].strip() == "—"  # speedup vs ar
+    assert "No baseline measured alike (temperature, batch size, machine, max_new_tokens): pld vs ar." in md

@@ -41,3 +41,17 @@ def test_offline_runs_are_complete_on_return(tmp_path, monkeypatch):
         # with no waiting, because a finished job must have left a complete copy.
         log = next(run_dir.glob("*.wandb")).read_bytes()
         assert b"swept/tree.size" in log and b"tr_fig3a-m" in log
+
+
+def test_a_failed_copy_is_one_warning_line_and_the_run_stands(tmp_path, monkeypatch, capsys):
+    """No API key, no network: W&B is a copy, so the run (already on disk) is not lost to its failure."""
+    from bench.run import __main__ as cli
+
+    def refuse(cfg, path):
+        raise RuntimeError("No API key configured.\nUse `wandb login`")
+
+    monkeypatch.setattr("bench.run.wandb_log.log_run", refuse)
+    cli.copy_to_wandb(OmegaConf.create({}), tmp_path)
+    err = capsys.readouterr().err
+    assert err == ("warning: not logged to W&B (RuntimeError: No API key configured.); the run is complete on "
+                   "disk\n")

@@ -57,12 +57,14 @@ def runs_table(runs: RunSet, model: str | None = None, paper_size: str | None = 
                dataset: str | None = None, max_new_tokens: int | None = None) -> Report:
     """Latest run per method for one model and dataset: MAT, tok/s, speedups, overhead, losslessness."""
     mine, latest = per_key(runs, model=model, dataset=dataset, max_new_tokens=max_new_tokens)
-    rows = []
-    for key, run in latest.items():
+    rows, unpaired = [], []
+    for run in latest.values():
         s = summarize(run.records)
         speed = {}
         for m in ("hf_generate", "ar"):
-            b = paired_baseline(mine, run, m) or latest.get((key[0], m, None, key[3], key[4]))
+            b = paired_baseline(mine, run, m)  # measured like it, or none: never another length or machine
+            if b is None and any(r.method == m for r in mine):
+                unpaired.append(f"{method_label(run)} vs {m}")
             speed[m] = speedups(run.records, b.records if b else None)
         rows.append({
             "model": run.model, "dataset": run.dataset, "method": method_label(run), "T": f"{run.temperature:g}",
@@ -74,6 +76,10 @@ def runs_table(runs: RunSet, model: str | None = None, paper_size: str | None = 
             "lossless": lossless_text(s["lossless"]) or MISSING,
         })
     note = unsynced_note(latest.values())
+    if unpaired:
+        alike = (f"No baseline measured alike (temperature, batch size, machine, max_new_tokens): "
+                 f"{', '.join(unpaired)}.")
+        note = " ".join(filter(None, [note, alike]))
     foot = footer(FOOTER, latest.values(), [note] if note else [])
     return Report.tables("runs", {"md": markdown(pd.DataFrame(rows), None, foot)})
 

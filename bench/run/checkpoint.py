@@ -103,11 +103,13 @@ class Checkpoint:
             return None
         try:
             state = torch.load(path, weights_only=True)
-            if len(read_jsonl_prefix(self.dir / RECORDS)) < state["n_records"]:
-                raise ValueError(f"{RECORDS} has fewer lines than {state['n_records']}")
+            n = state["n_records"]
+            if len(read_jsonl_prefix(self.dir / RECORDS)) < n:
+                path = self.dir / RECORDS  # the file at fault, named in the line below
+                raise ValueError(f"fewer whole lines than the {n} prompt-turns {STATE} counts")
         except (OSError, EOFError, RuntimeError, ValueError, KeyError, TypeError, pickle.UnpicklingError) as err:
             # an unreadable checkpoint: say so in one line and start the run over
-            print(f"checkpoint: {self.dir} cannot be resumed ({reason(err)}); starting the run over", file=sys.stderr)
+            print(f"checkpoint: {path} is unreadable ({reason(err)}); starting the run over", file=sys.stderr)
             return None
         return state if state["n_records"] else None
 

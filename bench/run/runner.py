@@ -370,6 +370,8 @@ def run_summary(cfg, runner: Runner, records: list[dict], ckpt: Checkpoint | Non
     }
     speedups = {}
     for base in ("hf_generate", "ar"):
+        if summary["method"] == base and not summary.get("variant"):
+            continue  # the run is that baseline: not a speedup over an older run of itself
         found = store.find_baseline(results, summary, base)
         if found:
             speedups[f"vs_{base}"] = {"value": metrics.speedup(records, found.records),
