@@ -195,6 +195,10 @@ def load_stats(calib, bundle) -> TreeStats:
     path = stats_file(calib, bundle)
     shown = path.relative_to(PROJECT) if path.is_relative_to(PROJECT) else path
     command = f"`make tree-stats MODEL={bundle.name}`"
+    cache = project_path(calib.cache_dir)  # by default <paths.results>/cache/tree_stats
+    if cache.parts[-2:] == ("cache", "tree_stats") and cache.parents[1] != PROJECT / "results":
+        # make's target writes under results/: name this run's results folder instead
+        command = f"`python scripts/calibrate_tree.py model={bundle.name} paths.results={cache.parents[1]}`"
     if not path.is_file():
         raise ConfigError(
             f"no tree statistics for model '{bundle.name}' ({shown}): run {command} "
