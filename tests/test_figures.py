@@ -102,6 +102,13 @@ def test_pin_with_a_family_anchors_on_its_own_sweep_and_never_on_another_papers(
     assert RunSet(runs[1:], Path("mem"), experiments=("toy_table1",)).pin(family="toy",  # the family's sibling
                                                                          drafters=False).max_new_tokens == 128
     assert RunSet(runs[2:], Path("mem"), experiments=("toy_table1",)).pin(family="toy", drafters=False).runs == []
+    hand = fake("hand", model="a", experiment=None)  # made by hand: no paper's, so it anchors (and its model)
+    assert [r.run_id for r in RunSet([hand, fake("other", model="b", experiment="holistic")], Path("mem"))
+            .pin(family="toy", drafters=False).runs] == ["hand"]
+    two = [fake("own", model="a", experiment="toy_table1"), fake("sib", model="b", experiment="toy_fig2")]
+    assert [r.run_id for r in RunSet(two, Path("mem"), experiments=("toy_table1",))  # the family's, of the model
+            .pin(model="b", family="toy", drafters=False).runs] == ["sib"]
+    assert RunSet([fake("x", experiment="toyota")], Path("mem")).pin(family="toy", drafters=False).runs == []
 
 
 def test_fig3_uses_the_latest_run_per_x_in_plot_order(results):

@@ -271,3 +271,16 @@ def test_runs_table_pairs_only_baselines_measured_alike():
     pld = next(line for line in md.splitlines() if line.startswith("| smollm2-135m | spec_bench | pld"))
     assert pld.split("|")[9].strip() == "—"  # speedup vs ar
     assert "No baseline measured alike (temperature, batch size, machine, max_new_tokens): pld vs ar." in md
+
+
+def test_a_cut_gzipped_records_file_is_one_error_naming_it(tmp_path):
+    """Evidence keeps records gzipped (turns.jsonl.gz): a copy cut short is refused, not half read."""
+    import gzip
+
+    from bench.errors import HarnessError
+    from bench.run.store import read_records
+
+    data = gzip.compress("".join(json.dumps({"n": i, "pad": "x" * 200}) + "\n" for i in range(200)).encode())
+    (tmp_path / "turns.jsonl.gz").write_bytes(data[: len(data) // 2])
+    with pytest.raises(HarnessError, match=r"turns.jsonl.gz is damaged at line \d+ \("):
+        read_records(tmp_path)

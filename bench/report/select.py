@@ -118,9 +118,13 @@ class RunSet:
         relevant = relevant or (lambda r: True)
         if family is not None:
             labels = set(self.experiments)
-            own = ((lambda r: r.experiment in labels) if any(relevant(r) and r.experiment in labels for r in self.runs)
-                   else (lambda r: str(r.experiment or "").startswith(family)))
-            anchor = self.latest(lambda r: relevant(r) and own(r) and model in (None, r.model))
+
+            def fits(r):
+                return relevant(r) and model in (None, r.model)
+
+            own = ((lambda r: r.experiment in labels) if any(fits(r) and r.experiment in labels for r in self.runs)
+                   else (lambda r: r.experiment == family or str(r.experiment or "").startswith(f"{family}_")))
+            anchor = self.latest(lambda r: fits(r) and own(r)) or self.latest(lambda r: fits(r) and not r.experiment)
             model = model or (anchor.model if anchor else None)
         runs = [r for r in self.runs if model is None or r.model == model]
         mine = [r for r in runs if relevant(r)]

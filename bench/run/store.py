@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import sys
+import zlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
@@ -172,9 +173,11 @@ def read_records(run_dir: Path) -> list[dict]:
                 if line.strip():
                     records.append(json.loads(line))
             return records
-    except (json.JSONDecodeError, EOFError, gzip.BadGzipFile, UnicodeDecodeError) as err:
+    except (json.JSONDecodeError, EOFError, gzip.BadGzipFile, zlib.error, UnicodeDecodeError) as err:
+        # a line that does not parse is line n; a file that does not read fails on the line after the last good one
+        line = n if isinstance(err, json.JSONDecodeError) else n + 1
         why = err.msg if isinstance(err, json.JSONDecodeError) else str(err) or type(err).__name__
-        raise HarnessError(f"{path} is damaged at line {n} ({why}): rerun that run, or move its folder out of "
+        raise HarnessError(f"{path} is damaged at line {line} ({why}): rerun that run, or move its folder out of "
                            "runs/") from None
 
 
