@@ -6,7 +6,8 @@ per target forward, prefill's first token included as a step of 1), phase_times,
 - mat: mean accepted tokens per target forward, bonus token included, pooled over all steps of all
   records (step-weighted, as Spec-Bench's speed.py). AR is 1.00 by construction.
 - accepted_draft_mean: mat - 1 (gpt-fast's "mean accepted"; drafts only).
-- verification_mat: mat over verification steps only (each record's prefill step left out): the quantity a
+- verification_mat: mat over verification steps only (each record's prefill step and its last, which EOS or the
+  token limit may have cut, left out): the quantity a
   tree builder's predicted MAT estimates (methods/shared/trees/static.py). Not in `summarize`; the tree=auto
   report shows it.
 - tokens_per_s.mean_of_questions: mean over questions of (sum tokens / sum wall time over its turns), as
@@ -15,7 +16,7 @@ per target forward, prefill's first token included as a step of 1), phase_times,
   count tokens the same way (the engine's committed ids), unlike Spec-Bench's re-tokenized baseline.
 - overhead_share: share of timed wall time outside model forwards (prefill, target_forward); None for
   methods timed as one opaque phase (HF generate).
-- acceptance_by_depth[d-1]: share of verification steps (prefill excluded) whose accepted path reaches
+- acceptance_by_depth[d-1]: share of verification steps (prefill and last excluded, as above) whose accepted path reaches
   depth d, i.e. that committed at least d drafts (per-position acceptance of a chain; of a tree's depth).
 
 Uncertainty: a 95% interval from a bootstrap over questions (the unit a paper samples), the questions resampled
@@ -49,8 +50,14 @@ def mat(records: list[dict]) -> float | None:
     return sum(steps) / len(steps) if steps else None
 
 
+def whole_steps(record: dict) -> list[int]:
+    """A record's verification steps that were not cut: [0] is the prefill's token, and the last step may have been
+    cut by EOS or the token limit (a chain that accepted everything would look rejected there)."""
+    return record["accept_lengths"][1:-1]
+
+
 def verification_mat(records: list[dict]) -> float | None:
-    return mat([{"accept_lengths": r["accept_lengths"][1:]} for r in records])  # [0] is the prefill's token
+    return mat([{"accept_lengths": whole_steps(r)} for r in records])
 
 
 def question_rates(records: list[dict]) -> dict:
@@ -219,6 +226,8 @@ def aggregate_rate_interval(records: list[dict]) -> list[float] | None:
     for r in records:
         tokens[r["question_id"]] += r["new_tokens"]
     qs = sorted(tokens, key=str)
+    if any(wall[q] <= 0 for q in qs):  # a question timed at 0 s has no rate (speedup_interval's rule)
+        return None
     return bootstrap_interval([[tokens[q] for q in qs], [wall[q] for q in qs]], ratio_of_sums)
 
 
@@ -237,7 +246,7 @@ def verdict(interval: list[float] | None, threshold: float, higher: bool = True)
 
 
 def acceptance_by_depth(records: list[dict]) -> list[float]:
-    steps = [a for r in records for a in r["accept_lengths"][1:]]  # [0] is the prefill's token
+    steps = [a for r in records for a in whole_steps(r)]
     deepest = max(steps, default=1) - 1
     return [sum(1 for a in steps if a - 1 >= d) / len(steps) for d in range(1, deepest + 1)]
 

@@ -254,14 +254,20 @@ def _read_jsonl(path: Path, fmt: str) -> Iterator[tuple[int, dict]]:
 
 
 def _to_items(rows: Iterable[tuple[int, dict]], fields: dict, groups: dict, where: str) -> list[dict]:
-    items = []
+    items, seen = [], {}
     for index, (lineno, row) in enumerate(rows):
         try:
-            items.append(_to_item(row, index, fields, groups))
+            item = _to_item(row, index, fields, groups)
         except KeyError as e:
             raise DataError(f"malformed line {lineno} in {where}: missing field {e}") from None
         except (TypeError, ValueError, IndexError) as e:
             raise DataError(f"malformed line {lineno} in {where}: {_short(e)}") from None
+        # records, speedups and resumes pair prompts by id: two prompts under one id would be merged
+        if item["question_id"] in seen:
+            raise DataError(f"malformed line {lineno} in {where}: question id {item['question_id']!r} repeats line "
+                            f"{seen[item['question_id']]}'s")
+        seen[item["question_id"]] = lineno
+        items.append(item)
     return items
 
 

@@ -92,6 +92,14 @@ def test_malformed_line_names_file_and_line(tmp_path):
     assert "\n" not in str(e.value)
 
 
+def test_a_repeated_question_id_is_refused(tmp_path):
+    """Records, speedups and resumes pair prompts by id: two prompts under one id would be merged silently."""
+    cfg, mirror_dir = fake_dataset(tmp_path, ['{"id": 1, "q": "a"}', '{"id": 2, "q": "b"}', '{"id": 1, "q": "c"}'],
+                                   id_field="id")
+    with pytest.raises(DataError, match=r"malformed line 3 in .*rows\.jsonl: question id 1 repeats line 1's"):
+        load_items(cfg, mirror_dir, str(tmp_path / "cache"))
+
+
 def test_missing_mapped_field_names_the_line(tmp_path):
     cfg, mirror_dir = fake_dataset(tmp_path, ['{"q": "a"}', '{"question": "b"}'])
     with pytest.raises(DataError, match=r"malformed line 2 in .*rows\.jsonl: missing field 'q'"):

@@ -333,3 +333,19 @@ def test_table1_reads_its_own_label_and_the_legacy_one():
     assert df.loc["token_recycling", "specbench_speedup"] == pytest.approx(2.0)
     assert df.loc["token_recycling", "specbench_run_id"] == "token_recycling-tr_table1"
     assert "ar" not in df.index  # our extra row shows only when Table 1 ran it
+
+
+def test_a_baseline_pairs_only_with_runs_of_its_graph_mode_settings():
+    """Compiled against compiled, on the same static cache (the runner's rule, bench.run.store.latest_baseline)."""
+    from bench.report.select import paired_baseline
+
+    def run(run_id, method, **meta):
+        return Run.of({"run_id": run_id, "method": method, "model": "m", "dataset": "d", "machine": "x",
+                       "max_new_tokens": 8, "graphs": True, **meta}, [{"question_id": 1, "turn": 0}])
+
+    plain, compiled = run("plain", "ar", graph_capacity=512), run("compiled", "ar", graph_capacity=512,
+                                                                   graph_compile="default")
+    tr = run("tr", "token_recycling", graph_capacity=512)
+    assert paired_baseline([plain, compiled], tr, "ar") is plain
+    assert paired_baseline([compiled], tr, "ar") is None
+    assert paired_baseline([plain], run("tr2", "token_recycling", graph_capacity=1024), "ar") is None

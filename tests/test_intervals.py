@@ -80,3 +80,9 @@ def test_aggregate_speedup_interval_holds_the_batched_ratio():
     assert low < metrics.aggregate_speedup(mine, theirs) < high  # the shares add up to the batches' wall time
     same = batched({q: 2 * r for q, r in base.items()}, 4)
     assert metrics.aggregate_speedup_interval(same, theirs) == pytest.approx([2.0, 2.0])
+
+
+def test_an_aggregate_rate_with_a_question_timed_at_zero_has_no_interval():
+    recs = records({1: 10.0, 2: 20.0})
+    recs[1]["wall_time"] = 0.0
+    assert metrics.aggregate_rate_interval(recs) is None  # was [x, inf]

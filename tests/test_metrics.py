@@ -78,9 +78,12 @@ def test_summarize():
     assert s["overhead_share"] == pytest.approx(0.2 / 4)
 
 
-def test_acceptance_by_depth_counts_verification_steps_only():
-    recs = [{"accept_lengths": [1, 3, 1, 2]}, {"accept_lengths": [1, 4]}]  # steps 3, 1, 2, 4 (prefill dropped)
-    assert metrics.acceptance_by_depth(recs) == [3 / 4, 2 / 4, 1 / 4]
+def test_acceptance_by_depth_counts_whole_verification_steps_only():
+    # steps 3, 1, 4 (each record's prefill and its last step, which EOS or the limit may cut, dropped)
+    recs = [{"accept_lengths": [1, 3, 1, 2]}, {"accept_lengths": [1, 4, 1]}, {"accept_lengths": [1, 2]}]
+    assert metrics.acceptance_by_depth(recs) == [2 / 3, 2 / 3, 1 / 3]
+    full = [{"accept_lengths": [1, 5, 5, 5, 5, 5, 5, 1]}]  # a chain of 4 accepted whole; the limit cut the last
+    assert metrics.acceptance_by_depth(full) == [1.0] * 4 and metrics.verification_mat(full) == 5.0
 
 
 def batched_records():

@@ -157,3 +157,26 @@ def test_killed_sweep_resumes_to_the_uninterrupted_result(tmp_path, smollm):
         assert [r["accept_lengths"] for r in run.records] == [r["accept_lengths"] for r in ref.records]
         assert run.meta["summary"]["mat"] == ref.meta["summary"]["mat"]
     assert not list(partial.glob("*/"))
+
+
+@pytest.mark.model
+def test_a_resumed_batched_run_numbers_its_batches_after_the_saved_ones(smollm, tmp_path):
+    """Metrics key a batch's timed region by its id: a resumed process (whose warm-up counts from 0 again) must not
+    reuse a saved batch's id, or that batch's wall time is dropped and the aggregate rate inflated."""
+    from types import SimpleNamespace
+
+    from bench.metrics import timed_regions
+    from bench.run.runner import Runner
+    from tests.conftest import compose_cfg
+
+    def runner():
+        return Runner(compose_cfg("model=smollm2-135m", "dataset=humaneval", "method=ar", "run.limit=4",
+                                  "run.batch_size=2", "run.max_new_tokens=4", "run.warmup=1", "logger=none",
+                                  f"paths.results={tmp_path}"))
+
+    whole = runner().run()
+    saved = whole[:2]  # the first batch, as a killed run's checkpoint holds it
+    ckpt = SimpleNamespace(resumed_at=2, proposer_state={}, records=saved, run_id="r", save=lambda *a: None)
+    resumed = runner().run(ckpt)
+    ids = [r["batch"]["id"] for r in resumed]
+    assert ids[0] == ids[1] < ids[2] == ids[3] and len(timed_regions(resumed)) == 2

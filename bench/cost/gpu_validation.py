@@ -269,8 +269,8 @@ def row_of(m: str, proj: dict, kept: dict, here: list[dict], got: dict | None) -
     row = {"step_ratio": round(ratio, 3), "step_ratio_kept": round(step_ms(kept[m]) / step_ms(kept["ar"]), 3),
            "mat_here": round(mat(here) or 1.0, 3), "tok_s": round(tokens_per_s(proj[m])["mean_of_questions"], 1)}
     if m != "ar":
-        interval = speedup_interval(proj[m], proj["ar"])
-        row |= {"speedup": round(speedup(proj[m], proj["ar"]), 3),
+        interval, value = speedup_interval(proj[m], proj["ar"]), speedup(proj[m], proj["ar"])
+        row |= {"speedup": None if value is None else round(value, 3),  # None: no question in common
                 "interval": [round(x, 3) for x in interval] if interval else None}
     if not got:
         return row

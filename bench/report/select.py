@@ -54,8 +54,10 @@ def paired_baseline(runs: list[Run], run: Run, method: str) -> Run | None:
     """The latest of the `method` runs (default variant) measured like `run` that cover most of its prompt-turns
     (paired speedups are over the shared ones); None if there is none."""
     alike = ("temperature", "batch_size", "model", "dataset", "machine", "max_new_tokens", "graphs")
+    engine = ("graph_compile", "graph_capacity")  # graph mode's: compiled against compiled, as the runner pairs them
     found = [r for r in runs if r.method == method and r.variant is None
-             and all(getattr(r, a) == getattr(run, a) for a in alike)]
+             and all(getattr(r, a) == getattr(run, a) for a in alike)
+             and all(r.meta.get(a) == run.meta.get(a) for a in engine)]
     if not found:
         return None
     wanted = prompt_turns(run)

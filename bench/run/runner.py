@@ -313,6 +313,9 @@ class Runner:
             self.method.load_state_dict(ckpt.proposer_state)
             records = list(ckpt.records)
             done = {(r["question_id"], r["turn"]): r for r in records}
+            # new batches' ids follow the saved ones: metrics key a batch's timed region by its id, and this
+            # process's warm-up counted from 0 again (a repeated id dropped a saved batch's wall time)
+            self.batches = max([self.batches, *(r["batch"]["id"] for r in records if r.get("batch"))])
             print(f"resuming {ckpt.run_id} after {ckpt.resumed_at} prompt-turns", file=sys.stderr)
         desc = f"{self.cfg.method.name} on {self.cfg.dataset.name}"
         with tqdm(total=len(self.items), desc=desc, unit="q", file=sys.stderr) as bar:
