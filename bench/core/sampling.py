@@ -90,6 +90,7 @@ def chain_verify(tree: Tree, tokens: torch.Tensor, p: torch.Tensor, q: torch.Ten
     is the run of leading acceptances; the bonus comes from node a's residual after its child's rejection, or from
     p where the child was not tried (not a candidate) or where a = N (the leaf). Both rules agree with one child."""
     n, dev = tree.size, p.device
+    on = tree.on(dev)
     xs = tokens[1 : n + 1, None]
     u = torch.rand(n, generator=generator, device=dev)
     px = p[:n].gather(1, xs)[:, 0]
@@ -97,7 +98,7 @@ def chain_verify(tree: Tree, tokens: torch.Tensor, p: torch.Tensor, q: torch.Ten
     tried = torch.ones(n, dtype=torch.bool, device=dev) if candidates is None else candidates[1 : n + 1]
     take = take & tried
     a = take.long().cumprod(0).sum().view(1)  # accepted drafts: the leading acceptances, on the device
-    at = tree.on(dev).slot_ids.index_select(0, a)
+    at = on.slot_ids.index_select(0, a)
     pa = p.index_select(0, at)[0]
     nxt = torch.clamp(at + 1, max=n)  # node a's child (a < n); clamped for the leaf, where it is not used
     x = tokens.index_select(0, nxt)
@@ -110,7 +111,7 @@ def chain_verify(tree: Tree, tokens: torch.Tensor, p: torch.Tensor, q: torch.Ten
     # total == 0: a rejection of probability 0 (r <= q everywhere means r == q), then p itself, as decide does
     r = torch.where(rejected & (total > 0), rest / torch.where(total > 0, total, 1.0), pa)
     bonus = torch.multinomial(r, 1, generator=generator)
-    return Acceptance(at, tree.on(dev).ancestors.index_select(0, at), at + 1, bonus)
+    return Acceptance(at, on.ancestors.index_select(0, at), at + 1, bonus)
 
 
 def decide(kids: torch.Tensor, tokens: torch.Tensor, p: torch.Tensor, q: torch.Tensor | None, rule: str,

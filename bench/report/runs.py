@@ -37,7 +37,7 @@ def per_key(runs: RunSet, **labels) -> tuple[list[Run], dict[tuple, Run]]:
     """(the runs with these labels, the latest batch-1 run per Run.key); none: MissingRunsError."""
     mine = runs.where(**labels)
     if not (latest := mine.latest_per(lambda r: r.key, batch_size=1)):
-        asked = [(k, v) for k, v in labels.items() if v is not None and isinstance(v, str)]
+        asked = [(k, v) for k, v in labels.items() if isinstance(v, str)]
         have = [f"{k} '{v}' not among the runs' ({', '.join(sorted({str(getattr(r, k)) for r in runs.runs}))})"
                 for k, v in asked if runs.runs and all(getattr(r, k) != v for r in runs.runs)]
         why = f": {'; '.join(have)}" if have else ""
