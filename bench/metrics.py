@@ -37,7 +37,7 @@ the two pairs coincide with the definitions above.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 from bench.core.timing import MODEL_PHASES
 
@@ -353,7 +353,21 @@ def group_records(records: list[dict]) -> dict[str, list[dict]]:
 
 
 def by_group(records: list[dict]) -> dict[str, dict]:
-    return {g: summarize(rs) for g, rs in group_records(records).items()}
+    """summarize per report group. At batch > 1 a batch may hold rows of several groups: each group is charged its
+    rows' share of the batch's wall and phase times (the equal shares of attributed_wall), not the whole batch, so
+    a group's aggregate rate is not understated and the groups' times add up to the run's."""
+    return {g: summarize(charged_batches(rs)) for g, rs in group_records(records).items()}
+
+
+def charged_batches(rows: list[dict]) -> list[dict]:
+    """`rows` with each batch's wall and phase times scaled to the share of the batch's rows that are among them."""
+    counts = Counter(r["batch"]["id"] for r in rows if r.get("batch"))
+
+    def share(b: dict) -> dict:
+        k = counts[b["id"]] / b["size"]
+        return {**b, "wall_time": b["wall_time"] * k, "phase_times": {p: t * k for p, t in b["phase_times"].items()}}
+
+    return [{**r, "batch": share(r["batch"])} if r.get("batch") else r for r in rows]
 
 
 def first_divergence(output: list[int], reference: list[int]) -> int | None:

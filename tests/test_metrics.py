@@ -110,6 +110,20 @@ def test_batched_throughput_and_phases_count_each_batch_once():
     assert s["overhead_share"] == 1.0 / 6.0
 
 
+def test_groups_sharing_a_batch_are_charged_their_rows_share_of_it():
+    """Rows 1 and 3 in group a, 2 and 4 in b: each group has one row of each batch and is charged half of each
+    batch's time (it was charged all of it, which halved both groups' aggregate rates)."""
+    rows = [{**r, "group": "ab"[i % 2]} for i, r in enumerate(batched_records())]
+    groups = metrics.by_group(rows)
+    a, b = groups["a"], groups["b"]
+    assert a["wall_time"] == b["wall_time"] == 3.0
+    assert a["tokens_per_s"]["total"] == (20 + 6) / 3.0 and b["tokens_per_s"]["total"] == (10 + 6) / 3.0
+    assert a["phase_times"] == {"target_forward": 2.5, "draft": 0.5}
+    whole = metrics.summarize(rows)
+    assert a["wall_time"] + b["wall_time"] == whole["wall_time"]
+    assert metrics.by_group(batched_records())["g"]["wall_time"] == whole["wall_time"]  # one group: the whole run
+
+
 def test_aggregate_speedup_is_a_throughput_ratio():
     mine = batched_records()
     base = [{**r, "wall_time": 2 * r["wall_time"], "batch": {**r["batch"], "wall_time": 2 * r["batch"]["wall_time"]}}
