@@ -268,6 +268,8 @@ def _to_items(rows: Iterable[tuple[int, dict]], fields: dict, groups: dict, wher
                             f"{seen[item['question_id']]}'s")
         seen[item["question_id"]] = lineno
         items.append(item)
+    if not items:
+        raise DataError(f"{where} has no rows")
     return items
 
 
@@ -289,6 +291,10 @@ def _to_item(row: dict, index: int, fields: dict, groups: dict) -> dict:
         turns = [turn]
     if not isinstance(turns, list) or not turns or not all(isinstance(t, str) for t in turns):
         raise TypeError("turns must be a non-empty list of strings")
+    if not all(t.strip() for t in turns):  # a blank user turn would be measured as a prompt
+        raise ValueError(f"turn {next(i for i, t in enumerate(turns) if not t.strip()) + 1} is blank")
+    if not isinstance(category, str) or not category:  # reports group by it; a null one fell out of every group
+        raise TypeError(f"category must be a non-empty string, got {category!r}")
     return {"question_id": qid, "category": category, "group": groups.get(category, category), "turns": turns}
 
 
@@ -301,6 +307,8 @@ def _read_cache(path: Path) -> list[dict]:
             if missing:
                 raise DataError(f"malformed line {lineno} in {path}: missing field {missing[0]!r}")
             items.append({k: row[k] for k in ITEM_KEYS})
+        if not items:
+            raise DataError(f"{path} has no rows")
     except (DataError, UnicodeDecodeError) as e:
         raise DataError(f"corrupt cache: {e} (rebuild it with `make data`)") from None
     return items

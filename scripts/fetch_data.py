@@ -10,7 +10,6 @@ hub-only set (no mirror_path or package_file) that cannot be reached is skipped,
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from bench.cachefile import atomic_write, lock
+from bench.cli import OneLineParser
 from bench.paths import PROJECT
 from data.loaders import DataError, cache_path, cache_source_path, resolve_items
 
@@ -44,7 +44,7 @@ def write_items(path: Path, items: list[dict], source: str = "") -> None:
 
 def main(argv: list[str] | None = None) -> int:
     known = sorted(p.stem for p in CONF_DIR.glob("*.yaml"))
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="fetch_data.py", description=__doc__.splitlines()[0])
     parser.add_argument("--mirror", default=default_mirror(), help="mirror dir (default: %(default)s)")
     parser.add_argument(
         "--cache", default=str(PROJECT / "data" / "cache"), help="cache dir (default: %(default)s)"

@@ -28,6 +28,7 @@ from bench.models.eagle_draft import EagleDraft
 from bench.models.heads import load_early_heads, load_heads
 from bench.models.vocab import TrimmedDraft, fit_vocabulary, read_ranking, trim
 from bench.paths import project_path
+from data.loaders import quiet_hub_logs
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -59,6 +60,9 @@ class ModelBundle:
     eagle3: object = field(default=None, repr=False)
     # The CPU linear backend the target runs on (bench.models.linear_backend); drafts and heads get the same one.
     linear_backend: str = "plain"
+    # What identifies the target's weights beyond its config's name (weights_id): the greedy reference and the
+    # runner's baselines are keyed on it, so a run with other weights under the same name never passes for it.
+    weights: str = ""
 
     def load_draft(self):
         """The draft model: loaded once and kept on the bundle; same device and dtype as the target, eval mode.
@@ -218,16 +222,17 @@ def load_draft_model(bundle: ModelBundle):
             raise HarnessError(f"draft '{name}' is not built: run `make draft` (MODEL={bundle.name}; looked in {path})")
         load_or_fail(path, check_model_dir, f"trained draft '{name}' ({path})", f"`make draft MODEL={bundle.name}`")
     else:
-        path = path_or_hub(cfg.source, cfg.id, "draft", "trained")
+        path = path_or_hub(cfg.source, cfg.id, "draft", "trained, eagle, eagle3")
     try:
-        draft = AutoModelForCausalLM.from_pretrained(
-            str(path), dtype=bundle.dtype, attn_implementation=bundle.model.config._attn_implementation,
-            **placement.straight_to(bundle.device),
-        ).to(bundle.device)
-        vocab = draft.get_output_embeddings().weight.shape[0]
-        # Its own tokenizer only where the sizes differ: to check that the draft's vocabulary contains the target's.
-        draft_tokenizer = own_tokenizer(path) if vocab > bundle.vocab_size else None
-    except OSError as err:
+        with quiet_hub_logs():
+            draft = AutoModelForCausalLM.from_pretrained(
+                str(path), dtype=bundle.dtype, attn_implementation=bundle.model.config._attn_implementation,
+                **placement.straight_to(bundle.device),
+            ).to(bundle.device)
+            vocab = draft.get_output_embeddings().weight.shape[0]
+            # Its own tokenizer only where the sizes differ: to check the draft's vocabulary contains the target's.
+            draft_tokenizer = own_tokenizer(path) if vocab > bundle.vocab_size else None
+    except (OSError, ValueError) as err:
         raise HarnessError(f"cannot load draft '{name}' from {cfg.source} '{path}': "
                            f"{str(err).splitlines()[0]}") from None
     draft = fit_vocabulary(draft, bundle.vocab_size, bundle.tokenizer, draft_tokenizer,
@@ -239,8 +244,8 @@ def load_draft_model(bundle: ModelBundle):
 
 
 def path_or_hub(source: str, ident, what: str, other: str) -> str:
-    """A local path (must exist) or a hub id, for targets and drafts alike; `other` names the third source
-    the caller handles itself (package for targets, trained for drafts)."""
+    """A local path (must exist) or a hub id, for targets and drafts alike; `other` names the sources the caller
+    handles itself (package for targets; trained, eagle and eagle3 for drafts)."""
     if source == "path":
         if not Path(str(ident)).exists():
             raise HarnessError(f"{what} path '{ident}' does not exist")
@@ -260,7 +265,10 @@ def load_model(cfg, model_cache: str) -> ModelBundle:
     if cfg.dtype not in DTYPES:
         raise HarnessError(f"unknown dtype '{cfg.dtype}' (known: {', '.join(DTYPES)})")
     dtype = DTYPES[cfg.dtype]
-    device = torch.device(cfg.device)
+    try:
+        device = torch.device(cfg.device)
+    except RuntimeError:
+        raise HarnessError(f"model '{cfg.name}': unknown device '{cfg.device}' (e.g. cpu, cuda, cuda:1)") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise HarnessError(f"model '{cfg.name}' wants device cuda, but no CUDA device is available")
     if target.source == "package":
@@ -270,17 +278,19 @@ def load_model(cfg, model_cache: str) -> ModelBundle:
     mapped = cfg.get("device_map") is not None
     reserve = companion_bytes(cfg, dtype, model_cache) if mapped and not cfg.get("random_init") else 0
     try:
-        placement.check_fits(cfg, path, dtype, device)  # before any weight is read
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        placed = placement.load_kwargs(cfg, device, reserve)
-        if cfg.get("random_init"):  # random weights of a named shape, for timing (bench/models/random_init.py)
-            model = random_init.build(cfg.random_init, dtype, device, cfg.attn_implementation, cfg.get("device_map"))
-        else:
-            model = AutoModelForCausalLM.from_pretrained(
-                path, dtype=dtype, attn_implementation=cfg.attn_implementation, **placed
-            )
-    except OSError as err:
-        # No hub (offline machine) or a wrong id: one line, not a traceback.
+        with quiet_hub_logs():  # offline, the hub client logs a retry warning per attempt: the line below says why
+            placement.check_fits(cfg, path, dtype, device)  # before any weight is read
+            tokenizer = AutoTokenizer.from_pretrained(path)
+            placed = placement.load_kwargs(cfg, device, reserve)
+            if cfg.get("random_init"):  # random weights of a named shape, for timing (bench/models/random_init.py)
+                model = random_init.build(cfg.random_init, dtype, device, cfg.attn_implementation,
+                                          cfg.get("device_map"))
+            else:
+                model = AutoModelForCausalLM.from_pretrained(
+                    path, dtype=dtype, attn_implementation=cfg.attn_implementation, **placed
+                )
+    except (OSError, ValueError) as err:
+        # No hub (offline machine), a wrong id, a folder that is no model (transformers' ValueError): one line.
         raise HarnessError(f"cannot load model '{cfg.name}' from {target.source} '{path}': "
                            f"{str(err).splitlines()[0]}") from None
     if mapped:  # a device map: accelerate's hooks place (and fetch offloaded) weights; inputs go to its first device
@@ -313,7 +323,28 @@ def load_model(cfg, model_cache: str) -> ModelBundle:
         eagle3_cfg=cfg.get("eagle3"),
         model_cache=str(model_cache),
         linear_backend=backend,
+        weights=weights_id(cfg, path),
     )
+
+
+def weights_id(cfg, path: str) -> str:
+    """A short hash of what the target's weights are: the source and id (a hub id with its revision; a packaged GGUF
+    by its package, file and size; a local folder by its absolute path and its weight files' names, sizes and
+    modification times, so weights edited in place are told apart) and a random shape's spec."""
+    target = cfg.target
+    parts = [str(target.source), str(target.id), str(target.get("gguf_file")), str(target.get("revision")),
+             str(cfg.get("random_init"))]
+    if target.source == "package":
+        gguf = packaged_gguf(target.id, target.get("gguf_file"))
+        parts += [gguf.name, str(gguf.stat().st_size)]
+    elif Path(path).is_dir():
+        folder = Path(path).resolve()
+        parts.append(str(folder))
+        for f in sorted(folder.iterdir()):
+            if f.suffix in (".safetensors", ".bin", ".pt", ".pth", ".gguf") or f.name == "config.json":
+                st = f.stat()
+                parts.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
+    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:10]
 
 
 def own_tokenizer(path):
@@ -333,12 +364,12 @@ def companion_bytes(cfg, dtype: torch.dtype, model_cache: str) -> int:
     heads are not counted (no config with a device map has them; ~2-3 GB at a 70B target's width): a config that adds
     them sets model.max_memory."""
     draft = cfg.get("draft")
-    if draft is None or draft.source == "eagle":
+    if draft is None or draft.source in ("eagle", "eagle3"):
         return 0
     if draft.source == "trained":
         path = drafts_dir(model_cache) / str(draft.id)
         return placement.weight_bytes(str(path), dtype) if (path / "config.json").is_file() else 0
-    path = path_or_hub(draft.source, draft.id, "draft", "trained")
+    path = path_or_hub(draft.source, draft.id, "draft", "trained, eagle, eagle3")
     try:
         return placement.weight_bytes(path, dtype)
     except OSError as err:

@@ -11,7 +11,7 @@ import pandas as pd
 
 from bench.errors import HarnessError, MissingRunsError
 from bench.report.drafter import choose
-from bench.run.store import Run, load_runs
+from bench.run.store import Run, load_runs, same_weights
 
 DEFAULT_MODEL = "smollm2-135m"
 
@@ -57,7 +57,7 @@ def paired_baseline(runs: list[Run], run: Run, method: str) -> Run | None:
     engine = ("graph_compile", "graph_capacity")  # graph mode's: compiled against compiled, as the runner pairs them
     found = [r for r in runs if r.method == method and r.variant is None
              and all(getattr(r, a) == getattr(run, a) for a in alike)
-             and all(r.meta.get(a) == run.meta.get(a) for a in engine)]
+             and all(r.meta.get(a) == run.meta.get(a) for a in engine) and same_weights(r.meta, run.meta)]
     if not found:
         return None
     wanted = prompt_turns(run)

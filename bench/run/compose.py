@@ -44,6 +44,12 @@ def composed(overrides: tuple[str, ...]) -> DictConfig:
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
             return compose("config", overrides=list(overrides))
     except HydraException as err:
+        from bench.run.precheck import PrecheckError, check
+
+        try:  # bench.run's own line where it has one (an unknown option with the known ones listed)
+            check(list(overrides))
+        except PrecheckError as named:
+            raise HarnessError(str(named)) from None
         raise HarnessError(str(err).splitlines()[0]) from None
 
 

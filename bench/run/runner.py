@@ -78,13 +78,13 @@ def run_id(cfg) -> str:
 
 
 def reference_key(bundle: ModelBundle) -> str:
-    """The greedy reference's file name: everything that can change greedy AR's tokens (model, dtype, device and
-    its name, attention implementation, CPU linear backend)."""
+    """The greedy reference's file name: everything that can change greedy AR's tokens (model and its weights,
+    dtype, device and its name, attention implementation, CPU linear backend)."""
     dev = bundle.device
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_name()
     attn = getattr(bundle.model.config, "_attn_implementation", None) or "default"
     parts = (bundle.name, str(bundle.dtype).replace("torch.", ""), dev.type, name, attn,
-             bundle.linear_backend or "plain")
+             bundle.linear_backend or "plain", *([bundle.weights] if bundle.weights else []))
     return re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(parts))
 
 
@@ -353,6 +353,7 @@ def run_summary(cfg, runner: Runner, records: list[dict], ckpt: Checkpoint | Non
         "variant": cfg.run.variant,
         "dataset": cfg.dataset.name,
         "model": cfg.model.name,
+        "weights": b.weights,  # the same name over other weights is another model (loading.weights_id)
         "paper_size": cfg.model.get("paper_size"),
         "max_new_tokens": cfg.run.max_new_tokens,
         "batch_size": runner.batch_size,

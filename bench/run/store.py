@@ -208,6 +208,7 @@ def latest_baseline(runs, summary: dict, method: str) -> Run | None:
     for run in runs:
         other = run.meta
         same = all(other.get(k) == summary[k] for k in ("model", "dataset", "max_new_tokens", "machine"))
+        same = same and same_weights(other, summary)
         same = same and other.get("temperature", 0.0) == summary.get("temperature", 0.0)
         same = same and (other.get("batch_size") or 1) == summary.get("batch_size", 1)
         same = same and bool(other.get("graphs")) == bool(summary.get("graphs"))  # graph mode against its own AR
@@ -216,6 +217,11 @@ def latest_baseline(runs, summary: dict, method: str) -> Run | None:
         if same and other["method"] == method and not other.get("variant"):
             best = run
     return best
+
+
+def same_weights(a: dict, b: dict) -> bool:
+    """Two summaries' targets hold the same weights, as far as both say (runs made before 2026-11-30 do not)."""
+    return not a.get("weights") or not b.get("weights") or a["weights"] == b["weights"]
 
 
 def find_complete(results_dir: str | Path, config_key: str, machine: str) -> Run | None:

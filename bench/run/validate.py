@@ -7,6 +7,7 @@ traceback minutes into a run.
 from __future__ import annotations
 
 import math
+import re
 import tempfile
 from pathlib import Path
 
@@ -45,6 +46,36 @@ def check_run(cfg) -> None:
     if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not 0 <= temperature < math.inf:
         raise ConfigError(f"run.temperature must be a number >= 0 and finite (0 = greedy), got {temperature!r}")
     check_writable(project_path(cfg.paths.results))
+    check_model_keys(cfg.model)
+    check_names(cfg)
+
+
+# What the loader and the runner read from every model config (docs/models.md); the rest have defaults.
+MODEL_KEYS = ("name", "target", "dtype", "device", "attn_implementation", "chat_template")
+
+
+def check_model_keys(model) -> None:
+    missing = [k for k in MODEL_KEYS if model.get(k) is None]
+    missing += [f"target.{k}" for k in ("source", "id") if model.get("target") and model.target.get(k) is None]
+    if missing:
+        raise ConfigError(f"model config '{model.get('name')}' lacks {', '.join(missing)} (docs/models.md)")
+    if not re.fullmatch(r"(cpu|cuda|mps|xpu)(:\d+)?", str(model.device)):
+        raise ConfigError(f"model.device: unknown device '{model.device}' (e.g. cpu, cuda, cuda:1)")
+
+
+def check_names(cfg) -> None:
+    """A config's `name` is its file's stem (runs, references and reports are filed under the name: a copied file
+    that kept the old name would pass for the other config)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return
+    choices = HydraConfig.get().runtime.choices
+    for group in ("model", "dataset", "method"):
+        choice, name = choices.get(group), cfg[group].get("name")
+        if choice and name != choice.split("/")[-1]:
+            raise ConfigError(f"conf/{group}/{choice}.yaml names itself '{name}': a config's name must be its file's "
+                              f"stem ({choice.split('/')[-1]})")
 
 
 def check_method(cfg) -> None:
