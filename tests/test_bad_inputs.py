@@ -330,6 +330,21 @@ def test_bad_input(case: Case, tmp_path, caches_before):
     assert not [p for p in results.glob("runs/*") if not p.name.startswith(".")], "a failed run left a run dir"
 
 
+def test_a_sweep_runs_past_a_failed_job_and_fails_at_its_end(tmp_path):
+    """Both jobs' data is bad: the second still runs after the first failed (an exit used to end the sweep there),
+    each prints its own line, the sweep one line naming both, and it exits 1 (bench.run.sweep_failures)."""
+    files({"mirror/mt_bench/question.jsonl": "{oops\n", "mirror/gsm8k/test.jsonl": "{oops\n"})(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "bench.run", "-m", f"paths.results={tmp_path / 'results'}",
+                           f"paths.data_mirror={tmp_path / 'mirror'}", f"paths.data_cache={tmp_path / 'cache'}",
+                           f"hydra.sweep.dir={tmp_path / 'hydra'}", *SMALL, "dataset=mt_bench,gsm8k"],
+                          cwd=PROJECT, capture_output=True, text=True, env={**os.environ, **ENV}, timeout=300,
+                          check=False)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert len(lines) == 3 and all("malformed line 1" in ln for ln in lines[:2]), lines
+    assert lines[2].startswith("error: 2 of 2 sweep jobs failed (#0 dataset=mt_bench") and "#1 dataset=gsm8k" in lines[2]
+
+
 def test_bad_data_fails_before_torch_loads(tmp_path):
     """A malformed or missing prompt set is found before torch is imported (seconds, not the model's load)."""
     files({"mirror/mt_bench/question.jsonl": MT_ROW.replace('["hi"]', '"hi"')})(tmp_path)

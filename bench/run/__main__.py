@@ -17,6 +17,7 @@ from bench.metrics import lossless_text
 from bench.paths import project_path
 from bench.run.precheck import check_names
 from bench.run.store import read_summary
+from bench.run.sweep_failures import in_sweep, mark_failed
 from bench.run.validate import check_method, check_run
 from data.loaders import DataError, load_selection
 from methods import UnknownMethod
@@ -70,6 +71,10 @@ def copy_to_wandb(cfg, path: Path) -> None:
 def main(cfg: DictConfig) -> None:
     try:
         check_run(cfg)  # bad run.* values or an unwritable results dir: one line, before torch loads
+    except HarnessError as err:  # the same for every job of a sweep: no job runs
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(1)
+    try:
         # missing or malformed data: one line, before torch loads too (the method's module imports it)
         selection = load_selection(cfg.dataset, str(project_path(cfg.paths.data_mirror)),
                                    str(project_path(cfg.paths.data_cache)))
@@ -80,7 +85,10 @@ def main(cfg: DictConfig) -> None:
         path = measure(cfg, selection)
     except (HarnessError, DataError, UnknownMethod) as err:
         print(f"error: {err}", file=sys.stderr)
-        sys.exit(1)
+        if not in_sweep():
+            sys.exit(1)
+        mark_failed(str(err))  # the sweep's other jobs still run; it fails at its end (bench.run.sweep_failures)
+        return
     if path is None:  # a re-launched sweep found this job complete
         return
     if cfg.logger.name == "wandb":
