@@ -330,6 +330,7 @@ def test_bad_input(case: Case, tmp_path, caches_before):
     assert not [p for p in results.glob("runs/*") if not p.name.startswith(".")], "a failed run left a run dir"
 
 
+@pytest.mark.model  # its last run decodes one question
 def test_a_sweep_runs_past_a_failed_job_and_fails_at_its_end(tmp_path):
     """Both jobs' data is bad: the second still runs after the first failed (an exit used to end the sweep there),
     each prints its own line, the sweep one line naming both, and it exits 1 (bench.run.sweep_failures)."""
@@ -343,6 +344,10 @@ def test_a_sweep_runs_past_a_failed_job_and_fails_at_its_end(tmp_path):
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert len(lines) == 3 and all("malformed line 1" in ln for ln in lines[:2]), lines
     assert lines[2].startswith("error: 2 of 2 sweep jobs failed (#0 dataset=mt_bench") and "#1 dataset=gsm8k" in lines[2]
+    (tmp_path / "mirror/gsm8k/test.jsonl").write_text('{"question": "1 + 1?", "answer": "2"}\n')
+    proc = subprocess.run([*proc.args[:-1], "dataset=gsm8k", "run.check_lossless=false"], cwd=PROJECT,
+                          capture_output=True, text=True, env={**os.environ, **ENV}, timeout=300, check=False)
+    assert proc.returncode == 0 and "error:" not in proc.stderr, proc.stderr[-3000:]  # the old job's record is gone
 
 
 def test_bad_data_fails_before_torch_loads(tmp_path):

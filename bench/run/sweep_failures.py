@@ -48,6 +48,10 @@ def summary_line(failed: list[dict], total: int, common: list[str] = ()) -> str:
 
 
 class FailedJobs(Callback):
+    def on_multirun_start(self, config, **kwargs) -> None:
+        for stale in Path(str(config.hydra.sweep.dir)).glob(f"*/{FAILED}"):  # a fixed hydra.sweep.dir run again
+            stale.unlink()
+
     def on_multirun_end(self, config, **kwargs) -> None:
         sweep_dir = Path(str(config.hydra.sweep.dir))
         failed = failures(sweep_dir)
