@@ -17,10 +17,11 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from bench.cachefile import READ_ERRORS, lock, report_corrupt
+from bench.cli import run_script
 from bench.errors import HarnessError
 from bench.models.loading import load_tokenizer
 from bench.paths import project_path
-from bench.run.compose import compose_config, split_flags
+from bench.run.compose import compose_config, split_flags, usage_of
 from data.corpus import corpus_names, load_corpus
 from data.loaders import DataError
 from methods.rest.datastore import Datastore, build, store_prefix, tokenizer_fingerprint
@@ -73,7 +74,7 @@ def build_stores(names: list[str], overrides: list[str], force: bool) -> None:
 
 def main(argv: list[str]) -> int:
     try:
-        args, flags = split_flags(argv, ("--force",), __doc__.strip().splitlines()[2].strip())
+        args, flags = split_flags(argv, ("--force",), usage_of(__doc__))
     except HarnessError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -94,4 +95,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    run_script(main)

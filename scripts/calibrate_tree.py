@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import sys
 
+from bench.cli import run_script
 from bench.errors import ConfigError, HarnessError
 from bench.run.compose import compose_config, split_flags
 from bench.run.runner import get_bundle
@@ -59,4 +60,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    run_script(main)

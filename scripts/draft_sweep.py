@@ -23,15 +23,16 @@ import pandas as pd
 from omegaconf import OmegaConf, open_dict
 
 from bench.cachefile import atomic_write
+from bench.cli import run_script
 from bench.errors import HarnessError
 from bench.models.loading import drafts_dir
 from bench.paths import project_path
-from bench.run.compose import compose_config, split_flags
+from bench.run.compose import compose_config, split_flags, usage_of
+from bench.run.runner import get_bundle
 from bench.train import draft_choice
-from bench.train.draft import summary_line
+from bench.train.draft import build_or_reuse, summary_line
 from bench.train.recipes import plain
 from data.loaders import DataError
-from scripts.train_draft import build_or_reuse_draft
 
 
 def sweep_rows(report: dict) -> list[dict]:
@@ -77,7 +78,7 @@ def choose(table: pd.DataFrame) -> list[str]:
 
 def main(argv: list[str]) -> int:
     try:
-        overrides, flags = split_flags(argv, ("--force",), __doc__.strip().splitlines()[2].strip())
+        overrides, flags = split_flags(argv, ("--force",), usage_of(__doc__))
         cfg = compose_config(overrides)
         if cfg.model.get("draft") is None or cfg.model.draft.get("sweep") is None:
             raise HarnessError(f"model '{cfg.model.name}' has no draft.sweep block")
@@ -94,7 +95,10 @@ def main(argv: list[str]) -> int:
                 model_cfg.draft.train.layers = int(layers)
                 model_cfg.draft.train.max_minutes = float(sweep["max_minutes"])
             out = drafts_dir(project_path(cfg.paths.model_cache)) / str(model_cfg.draft.id)
-            report, _ = build_or_reuse_draft(cfg, model_cfg, out, "--force" in flags)
+            # train_draft.py's build_or_reuse_draft, not imported: `python scripts/<x>.py` has no `scripts` package
+            mirror, cache = str(project_path(cfg.paths.data_mirror)), str(project_path(cfg.paths.data_cache))
+            report, _ = build_or_reuse(model_cfg, out, lambda: get_bundle(cfg.model, cfg.paths.model_cache), mirror,
+                                       cache, "--force" in flags)
             print(summary_line(report))
             reports.append(report)
         table = pd.DataFrame([row for r in reports for row in sweep_rows(r)]).round(4)
@@ -103,7 +107,7 @@ def main(argv: list[str]) -> int:
                  "at the trained V' and earlier minutes come from the agreement checkpoints during training.")
         lines = [f"# Draft sweep for {cfg.model.name}", "", intro, "",
                  table.to_markdown(index=False), "", "Best predicted:", *choose(table), ""]
-        out_dir = project_path("results") / "drafts"
+        out_dir = project_path(cfg.paths.results) / "drafts"
         out_dir.mkdir(parents=True, exist_ok=True)
         stem = out_dir / f"{cfg.model.name}-draft-sweep"
         atomic_write(Path(f"{stem}.csv"), table.to_csv(index=False))
@@ -118,4 +122,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    run_script(main)

@@ -20,6 +20,7 @@ import time
 
 import torch
 
+from bench.cli import run_script
 from bench.core.machine import machine_id
 from bench.errors import HarnessError
 from bench.models.eagle3 import Eagle3Head, eagle3_dir, fused_layers
@@ -46,6 +47,9 @@ def data_minutes(stats: dict, names: list[str]) -> dict[str, float]:
 
 
 def main(argv: list[str]) -> int:
+    if "-h" in argv or "--help" in argv:
+        print(f"usage: {USAGE}")
+        return 0
     opts = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in argv if a.startswith("--") and "=" in a}
     overrides = [a for a in argv if not a.startswith("--")]
     try:
@@ -108,4 +112,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    run_script(main)

@@ -13,6 +13,7 @@ import json
 import sys
 
 from bench.cachefile import atomic_write
+from bench.cli import run_script
 from bench.errors import HarnessError
 from bench.models.heads import heads_dir
 from bench.paths import project_path
@@ -52,4 +53,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    run_script(main)

@@ -18,7 +18,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from bench.cachefile import atomic_write, lock
-from bench.cli import OneLineParser
+from bench.cli import OneLineParser, run_script
 from bench.paths import PROJECT
 from data.loaders import DataError, cache_path, cache_source_path, resolve_items
 
@@ -74,4 +74,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main)

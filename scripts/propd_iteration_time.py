@@ -32,7 +32,7 @@ from tqdm import tqdm
 from transformers import DynamicCache
 
 from bench.cachefile import atomic_write
-from bench.cli import OneLineParser
+from bench.cli import OneLineParser, run_script
 from bench.core.forward import cache_kw
 from bench.core.machine import machine_id
 from bench.core.timing import device_sync
@@ -155,4 +155,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    run_script(main)

@@ -92,6 +92,9 @@ def wheel_drafters(rest: Rest, folder: str) -> dict[str, Callable[[], Drafter]]:
 
 
 def main(argv: list[str]) -> None:
+    if "-h" in argv or "--help" in argv:
+        print(__doc__.split("\n\n")[1])
+        return
     overrides = ["dataset=mbpp_tr", "run.limit=8", "run.max_new_tokens=128"]
     overrides += [a for a in argv if not a.startswith("method.")]
     runner = Runner(compose_config([*overrides, "method=ar"]))

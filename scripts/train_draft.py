@@ -16,10 +16,11 @@ import sys
 
 from omegaconf import OmegaConf, open_dict
 
+from bench.cli import run_script
 from bench.errors import HarnessError
 from bench.models.loading import drafts_dir
 from bench.paths import PROJECT, project_path
-from bench.run.compose import compose_config, split_flags
+from bench.run.compose import compose_config, split_flags, usage_of
 from bench.run.runner import get_bundle
 from bench.train.draft import build_or_reuse, summary_line
 from data.loaders import DataError
@@ -51,7 +52,7 @@ def build_or_reuse_draft(cfg, model_cfg, out_dir, force: bool = False) -> tuple[
 
 def main(argv: list[str]) -> int:
     try:
-        overrides, flags = split_flags(argv, ("--force",), __doc__.strip().splitlines()[2].strip())
+        overrides, flags = split_flags(argv, ("--force",), usage_of(__doc__))
         cfg = compose_config(overrides)
     except HarnessError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -71,4 +72,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    run_script(main)

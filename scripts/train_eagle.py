@@ -10,9 +10,8 @@ cost; the last line says how to run with it. Bad input is one `error:` line and 
 
 from __future__ import annotations
 
-import sys
-
 from bench.cachefile import lock
+from bench.cli import run_script
 from bench.errors import HarnessError
 from bench.models.eagle import eagle_dir
 from bench.models.heads import heads_dir
@@ -55,4 +54,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    run_script(main)

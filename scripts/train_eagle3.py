@@ -12,9 +12,8 @@ input is one `error:` line and a non-zero exit.
 
 from __future__ import annotations
 
-import sys
-
 from bench.cachefile import lock
+from bench.cli import run_script
 from bench.errors import HarnessError
 from bench.models.eagle3 import eagle3_dir
 from bench.paths import project_path
@@ -56,4 +55,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    run_script(main)

@@ -18,6 +18,7 @@ import sys
 from omegaconf import OmegaConf, open_dict
 
 from bench.cachefile import lock
+from bench.cli import run_script
 from bench.errors import HarnessError
 from bench.models.heads import heads_dir
 from bench.paths import PROJECT, project_path
@@ -113,4 +114,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    run_script(main)

@@ -38,6 +38,7 @@ import numpy as np
 from tqdm import tqdm
 
 from bench.cachefile import atomic_write
+from bench.cli import run_script
 from bench.core.machine import machine_id
 from bench.cost.profiles import Profile, mean_profile
 from bench.cost.replay import fitted_profile, misses, next_to, replay_s, replayable, validate
@@ -197,4 +198,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    run_script(main)

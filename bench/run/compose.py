@@ -64,8 +64,17 @@ def conf_stamp() -> tuple[str, int, int]:
     return str(CONF), max(times, default=0), len(times)
 
 
+def usage_of(doc: str) -> str:
+    """A script docstring's usage line: its first line that starts `python `."""
+    return next((ln.strip() for ln in doc.splitlines() if ln.strip().startswith("python ")), "")
+
+
 def split_flags(argv: list[str], flags: tuple[str, ...], usage: str) -> tuple[list[str], set[str]]:
-    """A script's argv -> (Hydra overrides, the flags given); an unknown `-x`/`--x` is one HarnessError."""
+    """A script's argv -> (Hydra overrides, the flags given); an unknown `-x`/`--x` is one HarnessError; -h or
+    --help prints the usage and exits."""
+    if "-h" in argv or "--help" in argv:
+        print(f"usage: {usage}\nHydra overrides (key=value) pick the model and its settings: conf/, docs/models.md")
+        raise SystemExit(0)
     given = {a for a in argv if a in flags}
     unknown = [a for a in argv if a.startswith("-") and a not in flags]
     if unknown:
