@@ -59,6 +59,10 @@ def load_corpus(name_or_cfg) -> dict:
         included.append(other)
     cfg["sources"] = sources
     cfg["included"] = included
+    cap = cfg.get("max_documents")
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+        raise DataError(f"datastore corpus '{cfg.get('name')}': max_documents must be an integer >= 1 or null, "
+                        f"got {cap!r}")
     return cfg
 
 

@@ -337,3 +337,13 @@ def test_hub_corpus_fails_offline_with_one_line(monkeypatch, tmp_path):
     with pytest.raises(DataError) as err:
         list(iter_documents(load_corpus("ultrachat"), str(tmp_path)))
     assert "stingning/ultrachat" in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("cap", [0, -1, "abc", True])
+def test_a_corpus_cap_below_one_is_refused(cap):
+    """datastore.max_documents=0 built an empty store in the real one's place (and -1 a full one)."""
+    from data.corpus import load_corpus
+    from data.loaders import DataError
+
+    with pytest.raises(DataError, match="max_documents must be an integer >= 1 or null"):
+        load_corpus({**load_corpus("chat_offline"), "max_documents": cap})

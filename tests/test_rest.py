@@ -63,3 +63,22 @@ def test_replay_gives_the_mat_of_a_real_run(smollm, rest_store, prompts, capsys)
     steps = sum(len(g.accept_lengths) for g in gens)
     tokens = sum(sum(g.accept_lengths) for g in gens)
     assert f"({tokens} tokens / {steps} steps, 2 prompts)" in line
+
+
+def test_a_store_built_otherwise_than_its_config_is_named_and_an_empty_one_refused(smollm, rest_store, tmp_path,
+                                                                                   capsys):
+    """A store under a configured corpus's name but built from other settings (datastore.max_documents=500 for a
+    quick test replaces the real store in place) was used silently: the run warns and records it; one of 0
+    documents is refused."""
+    import json
+    import shutil
+
+    for f in rest_store.iterdir():  # the test corpus's store, filed as code_offline's
+        shutil.copy(f, tmp_path / f.name.replace(REST_CORPUS["name"], "code_offline"))
+    method = build_method(compose_cfg(*rest_overrides(tmp_path), "method.store=code_offline").method, smollm)
+    assert "sources" in method.describe()["datastore_settings_differ"]
+    assert "warning: REST datastore 'code_offline' was built with other settings" in capsys.readouterr().err
+    sidecar = tmp_path / "smollm2-135m-code_offline.json"
+    sidecar.write_text(json.dumps({**json.loads(sidecar.read_text()), "documents": 0}))
+    with pytest.raises(HarnessError, match="holds no documents"):
+        build_method(compose_cfg(*rest_overrides(tmp_path), "method.store=code_offline").method, smollm)

@@ -14,6 +14,7 @@ else the `datastore` config group (default chat_offline).
 
 from __future__ import annotations
 
+import sys
 from functools import lru_cache
 
 import numpy as np
@@ -23,6 +24,7 @@ from bench.core.proposer import Draft, Proposer, empty_draft
 from bench.core.settings import TEXT, Rule, declare, integer
 from bench.core.tree import tree_from_parents
 from bench.errors import HarnessError
+from data.corpus import corpus_names, load_corpus
 from methods.rest.datastore import draft_tree, open_store, tokenizer_fingerprint
 
 
@@ -53,6 +55,20 @@ class Rest(Proposer):
                 f"'{bundle.name}'s: rebuild it with `make datastore MODEL={cfg.model}`"
             )
         self.max_context = bundle.max_context if bundle is not None else None
+        # A store built with overrides (datastore.max_documents=500 for a quick test) sits where the configured one
+        # would: the run says so and records it, rather than pass a smaller store for the corpus it names.
+        wanted = load_corpus(self.store_name) if self.store_name in corpus_names() else None
+        built = meta.get("corpus_config") or {}
+        self.settings_differ = [] if wanted is None else sorted(
+            k for k in set(wanted) | set(built) if wanted.get(k) != built.get(k))
+        if not meta.get("documents"):
+            raise HarnessError(f"REST datastore '{self.store_name}' holds no documents: rebuild it with "
+                               f"`make datastore MODEL={cfg.model}`")
+        if self.settings_differ:
+            print(f"warning: REST datastore '{self.store_name}' was built with other settings than "
+                  f"conf/datastore/{self.store_name}.yaml ({', '.join(self.settings_differ)}; "
+                  f"{meta.get('documents')} documents): `make datastore MODEL={cfg.model}` rebuilds it",
+                  file=sys.stderr)
 
     @property
     def max_draft_tokens(self) -> int:
@@ -64,6 +80,7 @@ class Rest(Proposer):
             "datastore": self.store_name,
             "datastore_model": meta.get("model"),
             "datastore_documents": meta.get("documents"),
+            "datastore_settings_differ": self.settings_differ or None,  # from conf/datastore/<store>.yaml
             "datastore_tokens": meta.get("tokens"),
             "datastore_build_seconds": meta.get("build_seconds"),
             "backend": meta.get("backend"),
