@@ -21,6 +21,7 @@ from bench.cli import run_script
 from bench.errors import ConfigError, HarnessError
 from bench.run.compose import compose_config, split_flags
 from bench.run.runner import get_bundle
+from bench.train.recipes import check_recipes
 from data.loaders import DataError
 from methods.token_recycling.calibration import write_tree_stats
 
@@ -46,7 +47,7 @@ def tree_stats(cfg, force: bool) -> str:
 def main(argv: list[str]) -> int:
     try:
         overrides, flags = split_flags(argv, ("--force",), USAGE)
-        cfg = compose_config(with_calibrated_tree(overrides))
+        cfg = check_recipes(compose_config(with_calibrated_tree(overrides)))
     except HarnessError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

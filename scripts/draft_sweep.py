@@ -31,7 +31,7 @@ from bench.run.compose import compose_config, split_flags, usage_of
 from bench.run.runner import get_bundle
 from bench.train import draft_choice
 from bench.train.draft import build_or_reuse, summary_line
-from bench.train.recipes import plain
+from bench.train.recipes import check_recipes, plain
 from data.loaders import DataError
 
 
@@ -79,7 +79,7 @@ def choose(table: pd.DataFrame) -> list[str]:
 def main(argv: list[str]) -> int:
     try:
         overrides, flags = split_flags(argv, ("--force",), usage_of(__doc__))
-        cfg = compose_config(overrides)
+        cfg = check_recipes(compose_config(overrides))
         if cfg.model.get("draft") is None or cfg.model.draft.get("sweep") is None:
             raise HarnessError(f"model '{cfg.model.name}' has no draft.sweep block")
     except HarnessError as err:

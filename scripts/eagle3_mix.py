@@ -29,7 +29,7 @@ from bench.run.compose import compose_config
 from bench.run.runner import get_bundle
 from bench.train.eagle3 import agreement, draft_vocabulary, pooled, train, warm_start
 from bench.train.eagle3_data import eagle3_data
-from bench.train.recipes import plain
+from bench.train.recipes import check_recipes, plain
 from bench.train.selfdistill import end_tokens
 
 USAGE = "eagle3_mix.py [model=<name>] [--minutes=N] [--mixes=a,b+c,all] [overrides...]"
@@ -56,7 +56,7 @@ def main(argv: list[str]) -> int:
         unknown = set(opts) - {"--minutes", "--mixes"}
         if unknown or any(a.startswith("--") and "=" not in a for a in argv):
             raise HarnessError(f"usage: {USAGE}")
-        cfg = compose_config(overrides)
+        cfg = check_recipes(compose_config(overrides))
         e3 = cfg.model.get("eagle3")
         if e3 is None or e3.get("train") is None:
             raise HarnessError(f"model '{cfg.model.name}' has no eagle3.train recipe")

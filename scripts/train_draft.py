@@ -23,6 +23,7 @@ from bench.paths import PROJECT, project_path
 from bench.run.compose import compose_config, split_flags, usage_of
 from bench.run.runner import get_bundle
 from bench.train.draft import build_or_reuse, summary_line
+from bench.train.recipes import check_recipes
 from data.loaders import DataError
 
 REFERENCE_RECIPE = PROJECT / "conf" / "model" / "smollm2-135m.yaml"
@@ -53,7 +54,7 @@ def build_or_reuse_draft(cfg, model_cfg, out_dir, force: bool = False) -> tuple[
 def main(argv: list[str]) -> int:
     try:
         overrides, flags = split_flags(argv, ("--force",), usage_of(__doc__))
-        cfg = compose_config(overrides)
+        cfg = check_recipes(compose_config(overrides))
     except HarnessError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

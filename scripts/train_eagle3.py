@@ -20,7 +20,7 @@ from bench.paths import project_path
 from bench.run.compose import script_main
 from bench.run.runner import get_bundle
 from bench.train.eagle3 import beside_eagle1, build_eagle3, read_report, summary
-from bench.train.recipes import plain
+from bench.train.recipes import check_recipes, plain
 from data.loaders import DataError
 
 USAGE = "train_eagle3.py [model=<name>] [--force] [overrides...]"
@@ -50,7 +50,7 @@ def train(cfg, force: bool) -> None:
 
 
 def main(argv: list[str]) -> int:
-    return script_main(argv, USAGE, ("--force",), lambda cfg, flags: train(cfg, "--force" in flags),
+    return script_main(argv, USAGE, ("--force",), lambda cfg, flags: train(check_recipes(cfg), "--force" in flags),
                        (HarnessError, DataError))
 
 

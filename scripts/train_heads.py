@@ -27,7 +27,7 @@ from bench.run.runner import get_bundle
 from bench.train.early_heads import build_early_heads, read_early_report
 from bench.train.early_heads import summary as early_summary
 from bench.train.heads import build_heads, read_report, summary
-from bench.train.recipes import plain
+from bench.train.recipes import check_recipes, plain
 from data.loaders import DataError
 
 REFERENCE = PROJECT / "conf" / "model" / "smollm2-135m.yaml"
@@ -99,7 +99,7 @@ def train_early(cfg, model_cfg, force: bool) -> None:
 def main(argv: list[str]) -> int:
     try:
         overrides, flags = split_flags(argv, ("--force",), USAGE)
-        cfg = compose_config(overrides)
+        cfg = check_recipes(compose_config(overrides))
     except HarnessError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -64,3 +64,32 @@ def test_run_script_turns_ctrl_c_and_an_unwritable_folder_into_one_line(capsys):
             run_script(main, [])
         err = capsys.readouterr().err.splitlines()
         assert done.value.code == code and (err == [] if text is None else len(err) == 1 and err[0].startswith(text))
+
+
+BAD_RECIPES = [
+    ("model.heads.train.max_minutes=-1", "model.heads.train.max_minutes must be a number > 0"),  # trained forever
+    ("model.heads.train.batch_positions=0", "model.heads.train.batch_positions must be an integer >= 1"),
+    ("model.heads.train.max_train_prompts=-1", "max_train_prompts must be an integer >= 1"),  # meant all but one
+    ("model.heads.train.lr=abc", "model.heads.train.lr must be a number > 0, got 'abc'"),
+    ("model.heads.train.max_steps=0", "max_steps must be an integer >= 1 or null"),
+    ("model.draft.vocab=0", "model.draft.vocab must be an integer >= 1 or null"),
+    ("model.draft.sweep.layers=[]", "model.draft.sweep.layers must be a non-empty list"),
+    ("model.eagle.train.cost_reps=0", "model.eagle.train.cost_reps must be an integer >= 1"),
+    ("tree.calibration.limit=0", "tree.calibration.limit must be an integer >= 1"),
+]
+
+
+def test_recipe_numbers_out_of_range_are_one_line():
+    """What scripts/train_*.py, draft_sweep.py and calibrate_tree.py check on the config they compose (a zero or
+    negative size divided by zero, trained forever or meant something else); every shipped config passes."""
+    import pytest
+
+    from bench.errors import HarnessError
+    from bench.run.compose import compose_config
+    from bench.train.recipes import check_recipes
+
+    for override, message in BAD_RECIPES:
+        with pytest.raises(HarnessError, match=message.replace("[", r"\[")):
+            check_recipes(compose_config(["tree=built", override]))
+    for model in sorted(p.stem for p in (PROJECT / "conf" / "model").glob("*.yaml")):
+        check_recipes(compose_config([f"model={model}", "tree=built"]))

@@ -28,3 +28,59 @@ def rows_needed(src: dict) -> int | None:
     if src.get("train_rows") is None:
         return None
     return max(stops)
+
+
+# The recipes' numbers by key, wherever they sit in a model's draft/heads/eagle blocks or tree.calibration: a zero or
+# negative size used to divide by zero, train forever (max_minutes=-1), or quietly mean something else (-1 prompts:
+# all but one; batch_positions=0: heads trained on nothing).
+POSITIVE_INT = {"max_train_prompts", "max_heldout_prompts", "max_prompt_tokens", "max_new_tokens", "max_tokens",
+                "generate_batch_size", "batch_positions", "batch_tokens", "token_pairs", "eval_positions",
+                "eval_batch_tokens", "cost_reps", "cost_steps", "cost_prefix", "log_every", "eval_depths", "eval_topk",
+                "forward_batch_size", "forward_batch_tokens", "max_k", "ttt_steps", "num_heads", "num_layers",
+                "limit", "depth", "topk", "prompt_tokens", "window_words", "heldout_every"}
+NONNEG_INT = {"greedy", "sampled", "heldout", "train", "skip", "warmup_steps", "seed"}
+POSITIVE = {"max_minutes", "lr", "eval_every_minutes"}
+NONNEG = {"weight_decay", "grad_clip", "noise", "p_weight", "min_lr", "ttt_decay", "ttt_rows", "temperature"}
+OPTIONAL_POSITIVE_INT = {"max_steps", "vocab"}
+BLOCKS = ("draft", "heads", "early_heads", "eagle", "eagle3")
+
+
+def check_recipes(cfg):
+    """cfg, after a HarnessError (one line) for the first recipe number out of its range; scripts call it on the
+    config they compose."""
+    for block in BLOCKS:
+        if cfg.model.get(block) is not None:
+            check_numbers(OmegaConf.to_container(cfg.model[block], resolve=True), f"model.{block}")
+    calibration = cfg.get("tree", {}).get("calibration")
+    if calibration is not None:
+        check_numbers(OmegaConf.to_container(calibration, resolve=True), "tree.calibration")
+    return cfg
+
+
+def check_numbers(node, where: str) -> None:
+    from bench.errors import HarnessError
+
+    if isinstance(node, list):
+        for i, item in enumerate(node):
+            check_numbers(item, f"{where}[{i}]")
+        return
+    if not isinstance(node, dict):
+        return
+    for key, value in node.items():
+        at = f"{where}.{key}"
+        if isinstance(value, dict | list) and key not in ("layers", "vocab_report"):
+            check_numbers(value, at)
+            continue
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        whole = isinstance(value, int) and not isinstance(value, bool)
+        rule = ((key in POSITIVE_INT and not (whole and value >= 1) and "an integer >= 1")
+                or (key in NONNEG_INT and not (whole and value >= 0) and "an integer >= 0")
+                or (key in POSITIVE and not (number and value > 0) and "a number > 0")
+                or (key in NONNEG and not (number and value >= 0) and "a number >= 0")
+                or (key in OPTIONAL_POSITIVE_INT and value is not None and not (whole and value >= 1)
+                    and "an integer >= 1 or null")
+                or (key in ("layers", "vocab_report") and isinstance(value, list)
+                    and not (value and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value))
+                    and "a non-empty list of integers >= 0"))
+        if rule:
+            raise HarnessError(f"{at} must be {rule}, got {value!r}")
