@@ -30,6 +30,9 @@ WHEELHOUSE ?= wheels
 WHEEL_PYTHON ?=
 WHEEL_TARGET = $(if $(WHEEL_PYTHON),--only-binary=:all: --python-version $(WHEEL_PYTHON) --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any)
 GPU_CHECK_ARGS ?=
+# ARGS: Hydra overrides for the build targets (tree-stats, draft, draft-sweep, eagle, eagle3, heads, datastore),
+# e.g. make heads ARGS="model.heads.train.max_minutes=1 model.heads.train.max_train_prompts=16"
+ARGS ?=
 
 .PHONY: help setup demo test test-slow lint data datastore tree-stats draft draft-sweep heads eagle eagle3 reproduce-eagle reproduce reproduce-missing-A evidence reproduced validate-projection step-costs step-costs-graphs validate-projection-gpu bench-engine clean-results wheelhouse gpu-check
 
@@ -74,19 +77,19 @@ data: setup  ## fill data/cache/ from the mirror (SPECREPRO_DATA_MIRROR or ../sh
 	$(PY) scripts/fetch_data.py
 
 tree-stats: setup  ## per-rank acceptance of MODEL (Token Recycling calibration) for tree=built/auto -> results/cache/tree_stats/
-	$(PY) scripts/calibrate_tree.py model=$(MODEL)
+	$(PY) scripts/calibrate_tree.py model=$(MODEL) $(ARGS)
 
 draft: setup  ## distil MODEL's vocabulary-trimmed draft (conf/model/<MODEL>.yaml draft.train) into data/cache/drafts/ (~27 min here); prints agreement and relative cost
-	$(PY) scripts/train_draft.py model=$(MODEL)
+	$(PY) scripts/train_draft.py model=$(MODEL) $(ARGS)
 
 draft-sweep: setup  ## drafts of several depths (draft.sweep) x V' x training time, predicted speedups -> results/drafts/ (~45 min here)
-	$(PY) scripts/draft_sweep.py model=$(MODEL)
+	$(PY) scripts/draft_sweep.py model=$(MODEL) $(ARGS)
 
 eagle: setup  ## train MODEL's EAGLE-1 head on the heads' self-distillation data (conf/model/<MODEL>.yaml eagle.train) into data/cache/eagle/; prints held-out agreement per depth and relative cost
-	$(PY) scripts/train_eagle.py model=$(MODEL)
+	$(PY) scripts/train_eagle.py model=$(MODEL) $(ARGS)
 
 eagle3: setup  ## train MODEL's EAGLE-3 head with the training-time test (conf/model/<MODEL>.yaml eagle3.train) into data/cache/eagle3/ (33 min from a fresh clone: evidence/eagle3/); prints held-out agreement per depth and source, and relative cost
-	$(PY) scripts/train_eagle3.py model=$(MODEL)
+	$(PY) scripts/train_eagle3.py model=$(MODEL) $(ARGS)
 
 # EAGLE on the embedded target: the goals' runs (LIMIT questions; the goals use 20) and EAGLE-2's CPU tree sizes.
 reproduce-eagle: setup tree-stats eagle eagle3  ## AR, Token Recycling (tree=auto), eagle, eagle2, eagle3 on MT-Bench and HumanEval (LIMIT each), EAGLE-2 tree sizes on 5 MT-Bench questions, then the tables
@@ -96,7 +99,7 @@ reproduce-eagle: setup tree-stats eagle eagle3  ## AR, Token Recycling (tree=aut
 	$(PY) -m bench.report runs --dataset humaneval --model $(MODEL) --max-new-tokens $(MAX_NEW)
 
 heads: setup  ## train MODEL's Medusa heads by self-distillation (conf/model/<MODEL>.yaml heads.train) into data/cache/heads/ (~30 min here); prints held-out accuracy per head and relative cost
-	$(PY) scripts/train_heads.py model=$(MODEL)
+	$(PY) scripts/train_heads.py model=$(MODEL) $(ARGS)
 
 # ---- The papers' artifacts: `make reproduce A=<paper>/<artifact>` (`python -m bench.report --list` names them) or
 # their reproduce-* names, generated from the declarations in bench/report/<paper>/ into the venv and included here
@@ -123,7 +126,7 @@ PROPD_SET_ARGS = model=$(MODEL) run.limit=$(LIMIT) run.max_new_tokens=$(MAX_NEW)
 
 # ---- shared
 datastore: setup  ## REST datastores (conf/datastore/, offline corpora) for MODEL's tokenizer -> data/cache/datastores/
-	$(PY) scripts/build_datastore.py model=$(MODEL)
+	$(PY) scripts/build_datastore.py model=$(MODEL) $(ARGS)
 
 # Post-use & Pre-cut: new tokens per dataset as the paper's Table 7 unless MAX_NEW is given.
 HOLISTIC_ARGS = model=$(MODEL) run.limit=$(LIMIT) logger=$(LOGGER) $(if $(filter command line environment,$(origin MAX_NEW)),run.max_new_tokens=$(MAX_NEW)) $(DRAFT_ARGS)

@@ -95,6 +95,8 @@ def atomic_dir(path):
     try:
         yield tmp
         tmp.chmod(0o755)
+        for f in tmp.rglob("*"):  # safetensors and mkstemp write 0600: a cache is as readable as other files
+            f.chmod(0o755 if f.is_dir() else 0o644)
         old = tmp.with_suffix(".old")
         if path.exists():
             os.replace(path, old)
@@ -150,7 +152,6 @@ def save_keyed_tensors(folder, meta: dict, tensors: dict, meta_name: str, tensor
 
     with atomic_dir(folder) as tmp:
         save_file(tensors, str(tmp / tensors_name))
-        (tmp / tensors_name).chmod(0o644)  # safetensors writes 0600
         (tmp / meta_name).write_text(json.dumps(meta, indent=2) + "\n")
 
 

@@ -162,7 +162,9 @@ def test_tree_stats_corrupt_is_one_line_error_and_recalibrated(tmp_path, monkeyp
     with pytest.raises(HarnessError) as err:
         load_stats(calib, bundle)
     msg = str(err.value)
-    assert "\n" not in msg and "is corrupt" in msg and "`make tree-stats MODEL=tiny`" in msg
+    assert "\n" not in msg and "is corrupt" in msg  # the command names the calibration this run changed
+    assert ('`make tree-stats MODEL=tiny ARGS="tree.calibration.limit=2 tree.calibration.max_new_tokens=8 '
+            'tree.calibration.depth=2 tree.calibration.topk=2"`') in msg
 
     stats = TreeStats(AcceptanceStats(2, 2), AcceptanceStats(2, 2))
     stats.tree.trials[:], stats.tree.hits[:] = 4, 2
@@ -356,3 +358,15 @@ def test_two_cli_runs_at_once_on_an_empty_model_cache(tmp_path):
         (run_dir,) = [Path(ln[len("results: "):]) for ln in out.splitlines() if ln.startswith("results: ")]
         (record,) = [json.loads(x) for x in (run_dir / "records.jsonl").read_text().splitlines()]
         assert record["output_ids"] == refs[0]["output_ids"] and record["lossless"]["equal"]
+
+
+def test_an_atomic_folder_is_readable_like_any_file(tmp_path):
+    """safetensors (and mkstemp) write 0600: trained drafts and EAGLE heads were private to their writer."""
+    import stat
+
+    with atomic_dir(tmp_path / "folder") as d:
+        (d / "sub").mkdir()
+        (d / "sub" / "w.safetensors").write_bytes(b"x")
+        (d / "sub" / "w.safetensors").chmod(0o600)
+    assert stat.S_IMODE((tmp_path / "folder" / "sub" / "w.safetensors").stat().st_mode) == 0o644
+    assert stat.S_IMODE((tmp_path / "folder" / "sub").stat().st_mode) == 0o755

@@ -178,7 +178,6 @@ def save_heads(heads: MedusaHeads, folder: Path, extra: dict | None = None) -> N
 
     state = {k: v.detach().contiguous().cpu() for k, v in heads.state_dict().items()}
     save_file(state, str(Path(folder) / WEIGHTS))
-    (Path(folder) / WEIGHTS).chmod(0o644)  # safetensors writes 0600; caches are as readable as other files
     config = {"num_heads": heads.num_heads, "num_layers": heads.num_layers, "shared_lm_head": heads.shared,
               "hidden": heads.hidden_size, "vocab": heads.vocab_size, **(extra or {})}
     (Path(folder) / CONFIG).write_text(json.dumps(config, indent=2) + "\n")

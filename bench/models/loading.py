@@ -387,8 +387,9 @@ def load_tokenizer(model_cfg, model_cache: str = "data/cache/models"):
     else:
         path = str(target.id)
     try:
-        return AutoTokenizer.from_pretrained(path)
-    except OSError as err:
+        with quiet_hub_logs():
+            return AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as err:
         raise HarnessError(
             f"cannot load the tokenizer of model '{model_cfg.name}' from '{path}': {str(err).splitlines()[0]}"
         ) from None

@@ -158,6 +158,9 @@ def expected_mat(p: np.ndarray, paths) -> float:
 
 # ---- per-rank acceptance statistics on disk (written by methods/token_recycling/calibration.py) ----
 
+CALIBRATION_KEYS = ("dataset", "skip", "limit", "max_new_tokens", "depth", "topk")  # what stats_file is keyed on
+
+
 def stats_file(calib, bundle) -> Path:
     """Where a model's statistics for a `tree.calibration` block live (per model, dtype and calibration)."""
     dtype = str(bundle.dtype).replace("torch.", "")
@@ -194,15 +197,20 @@ def load_stats(calib, bundle) -> TreeStats:
     """The cached statistics; missing or corrupt, a one-line error naming the command that writes them."""
     path = stats_file(calib, bundle)
     shown = path.relative_to(PROJECT) if path.is_relative_to(PROJECT) else path
-    command = f"`make tree-stats MODEL={bundle.name}`"
+    # The file is keyed on the calibration's settings: name the ones this run changed, so the command writes it.
+    default = OmegaConf.load(PROJECT / "conf" / "tree" / "built.yaml").calibration
+    changed = " ".join(f"tree.calibration.{k}={calib.get(k)}" for k in CALIBRATION_KEYS
+                       if calib.get(k, default.get(k)) != default.get(k))
+    args = f' ARGS="{changed}"' if changed else ""
+    command = f"`make tree-stats MODEL={bundle.name}{args}`"
     cache = project_path(calib.cache_dir)  # by default <paths.results>/cache/tree_stats
     if cache.parts[-2:] == ("cache", "tree_stats") and cache.parents[1] != PROJECT / "results":
         # make's target writes under results/: name this run's results folder instead
-        command = f"`python scripts/calibrate_tree.py model={bundle.name} paths.results={cache.parents[1]}`"
+        command = f"`python scripts/calibrate_tree.py model={bundle.name} paths.results={cache.parents[1]} {changed}`"
     if not path.is_file():
         raise ConfigError(
             f"no tree statistics for model '{bundle.name}' ({shown}): run {command} "
-            f"(or `python scripts/calibrate_tree.py model={bundle.name}` plus this run's tree.calibration overrides)"
+            f"(or `python scripts/calibrate_tree.py model={bundle.name} {changed}`)"
         )
     return load_or_fail(path, read_stats, f"the tree statistics {shown}", command)
 
