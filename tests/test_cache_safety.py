@@ -370,3 +370,16 @@ def test_an_atomic_folder_is_readable_like_any_file(tmp_path):
         (d / "sub" / "w.safetensors").chmod(0o600)
     assert stat.S_IMODE((tmp_path / "folder" / "sub" / "w.safetensors").stat().st_mode) == 0o644
     assert stat.S_IMODE((tmp_path / "folder" / "sub").stat().st_mode) == 0o755
+
+
+def test_an_artifact_built_with_another_recipe_is_named(tmp_path, capsys):
+    """Heads `make heads` would rebuild (their report's recipe differs from the config's) were used silently."""
+    from bench.models.built import recipe_differs
+
+    report = tmp_path / "heads_report.json"
+    report.write_text(json.dumps({"recipe": {"batch_positions": 0, "lr": 0.001}}))
+    assert recipe_differs(report, OmegaConf.create({"batch_positions": 256, "lr": 0.001}), "heads 'h'", "`make heads`") \
+        == ["batch_positions"]
+    assert "warning: heads 'h' were built with another recipe" in capsys.readouterr().err
+    assert recipe_differs(report, {"batch_positions": 0, "lr": 0.001}, "heads 'h'", "`make heads`") == []
+    assert recipe_differs(tmp_path / "none.json", {"lr": 1}, "heads 'h'", "`make heads`") == []

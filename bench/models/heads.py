@@ -28,6 +28,7 @@ from torch import nn
 
 from bench.cachefile import CorruptCache, load_or_fail, reason
 from bench.errors import HarnessError
+from bench.models.built import recipe_differs
 
 WEIGHTS = "heads.safetensors"
 CONFIG = "heads.json"
@@ -234,6 +235,10 @@ def load_heads(bundle) -> MedusaHeads:
                            f"'{bundle.name}' has {lm_head.in_features} and {bundle.vocab_size}")
     heads = heads.to(device=bundle.device, dtype=bundle.dtype).eval().requires_grad_(False)
     heads.name, heads.name_or_path = name, f"{cfg.source}:{cfg.id}"
+    if cfg.source == "trained":
+        differ = recipe_differs(heads_dir(bundle.model_cache) / str(cfg.id) / "heads_report.json", cfg.get("train"),
+                                f"trained heads '{name}'", f"`make heads MODEL={bundle.name}`")
+        heads.name_or_path += f" (built with another recipe: {', '.join(differ)})" if differ else ""
     return heads
 
 

@@ -22,6 +22,7 @@ import torch
 from bench.cachefile import CorruptCache, atomic_dir, load_or_build, load_or_fail
 from bench.errors import HarnessError
 from bench.models import backend_choice, linear_backend, placement, random_init
+from bench.models.built import recipe_differs
 from bench.models.eagle import eagle_dir, load_eagle
 from bench.models.eagle3 import eagle3_dir, load_eagle3
 from bench.models.eagle_draft import EagleDraft
@@ -221,6 +222,8 @@ def load_draft_model(bundle: ModelBundle):
         if not (path / "config.json").is_file():
             raise HarnessError(f"draft '{name}' is not built: run `make draft` (MODEL={bundle.name}; looked in {path})")
         load_or_fail(path, check_model_dir, f"trained draft '{name}' ({path})", f"`make draft MODEL={bundle.name}`")
+        recipe_differs(path / "draft_report.json", cfg.get("train"), f"trained draft '{name}'",
+                       f"`make draft MODEL={bundle.name}`")
     else:
         path = path_or_hub(cfg.source, cfg.id, "draft", "trained, eagle, eagle3")
     try:
