@@ -103,3 +103,16 @@ def test_a_prompt_outside_the_models_vocabulary_is_refused(monkeypatch, tmp_path
     words = ["<unk>"] + [f"w{i}" for i in range(69)] + ["Compose"]  # "Compose" is token 70 of a 64-token model
     with pytest.raises(HarnessError, match="prompt token id 70 is outside the 64-token vocabulary"):
         tiny_runner(monkeypatch, tmp_path, max_new=8, context=512, words=words)
+
+
+def test_the_recorded_selection_says_what_the_runs_limits_kept(monkeypatch, tmp_path):
+    """A summary's `selection` said "all 3 rows in file order" of a run.limit=2 run."""
+    items = [{"question_id": q, "category": "writing", "group": "writing", "turns": ["a b c"]} for q in (1, 2, 3)]
+    monkeypatch.setattr(runner, "load_selection", lambda *a, **k: (items, "all 3 rows in file order"))
+    bundle = ModelBundle(name="tiny", model=tiny_llama(), tokenizer=word_tokenizer(["<unk>"]),
+                         device=torch.device("cpu"), dtype=torch.float32, vocab_size=64, eos_token_ids=[0],
+                         pad_token_id=0, max_context=256, source="test")
+    monkeypatch.setattr(runner, "get_bundle", lambda *a, **k: bundle)
+    cfg = compose_cfg("dataset=mt_bench", "method=ar", "run.limit=2", "run.max_new_tokens=4",
+                      "model.chat_template=none", f"paths.results={tmp_path}")
+    assert runner.Runner(cfg).selection == "all 3 rows in file order; run: 2 of them (the first 2)"

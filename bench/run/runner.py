@@ -114,6 +114,10 @@ class Runner:
             items = kept
         self.dataset_items = items  # the whole set (a graph-mode cache sized to it serves any selection alike)
         self.items = select_items(items, cfg.run)
+        if len(self.items) < len(items):  # the dataset's selection above, then this run's limits
+            per_group = f"the first {cfg.run.limit_per_group} of each group" if cfg.run.limit_per_group else None
+            first = f"the first {cfg.run.limit}" if cfg.run.limit is not None else None
+            self.selection += f"; run: {len(self.items)} of them ({', then '.join(filter(None, (per_group, first)))})"
         if not self.items:
             raise HarnessError(f"dataset '{cfg.dataset.name}' selection is empty")
         self.method = build_method(cfg.method, self.bundle)
