@@ -47,7 +47,7 @@ def tree_stats(cfg, force: bool) -> str:
 def main(argv: list[str]) -> int:
     try:
         overrides, flags = split_flags(argv, ("--force",), USAGE)
-        cfg = check_recipes(compose_config(with_calibrated_tree(overrides)))
+        cfg = check_recipes(compose_config(with_calibrated_tree(overrides)), "tree.calibration")
     except HarnessError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -79,7 +79,7 @@ def choose(table: pd.DataFrame) -> list[str]:
 def main(argv: list[str]) -> int:
     try:
         overrides, flags = split_flags(argv, ("--force",), usage_of(__doc__))
-        cfg = check_recipes(compose_config(overrides))
+        cfg = check_recipes(compose_config(overrides), "draft")
         if cfg.model.get("draft") is None or cfg.model.draft.get("sweep") is None:
             raise HarnessError(f"model '{cfg.model.name}' has no draft.sweep block")
     except HarnessError as err:

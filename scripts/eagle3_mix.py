@@ -56,7 +56,7 @@ def main(argv: list[str]) -> int:
         unknown = set(opts) - {"--minutes", "--mixes"}
         if unknown or any(a.startswith("--") and "=" not in a for a in argv):
             raise HarnessError(f"usage: {USAGE}")
-        cfg = check_recipes(compose_config(overrides))
+        cfg = check_recipes(compose_config(overrides), "eagle3")
         e3 = cfg.model.get("eagle3")
         if e3 is None or e3.get("train") is None:
             raise HarnessError(f"model '{cfg.model.name}' has no eagle3.train recipe")

@@ -54,7 +54,7 @@ def build_or_reuse_draft(cfg, model_cfg, out_dir, force: bool = False) -> tuple[
 def main(argv: list[str]) -> int:
     try:
         overrides, flags = split_flags(argv, ("--force",), usage_of(__doc__))
-        cfg = check_recipes(compose_config(overrides))
+        cfg = check_recipes(compose_config(overrides), "draft")
     except HarnessError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -49,7 +49,9 @@ def train(cfg, force: bool) -> None:
 
 
 def main(argv: list[str]) -> int:
-    return script_main(argv, USAGE, ("--force",), lambda cfg, flags: train(check_recipes(cfg), "--force" in flags),
+    # its data is the heads' self-distillation (heads.train)
+    return script_main(argv, USAGE, ("--force",),
+                       lambda cfg, flags: train(check_recipes(cfg, "eagle", "heads"), "--force" in flags),
                        (HarnessError, DataError))
 
 

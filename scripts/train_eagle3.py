@@ -50,7 +50,8 @@ def train(cfg, force: bool) -> None:
 
 
 def main(argv: list[str]) -> int:
-    return script_main(argv, USAGE, ("--force",), lambda cfg, flags: train(check_recipes(cfg), "--force" in flags),
+    return script_main(argv, USAGE, ("--force",),
+                       lambda cfg, flags: train(check_recipes(cfg, "eagle3"), "--force" in flags),
                        (HarnessError, DataError))
 
 

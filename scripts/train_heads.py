@@ -99,7 +99,7 @@ def train_early(cfg, model_cfg, force: bool) -> None:
 def main(argv: list[str]) -> int:
     try:
         overrides, flags = split_flags(argv, ("--force",), USAGE)
-        cfg = check_recipes(compose_config(overrides))
+        cfg = check_recipes(compose_config(overrides), "heads", "early_heads")
     except HarnessError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -343,7 +343,7 @@ def test_a_sweep_runs_past_a_failed_job_and_fails_at_its_end(tmp_path):
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert len(lines) == 3 and all("malformed line 1" in ln for ln in lines[:2]), lines
-    assert lines[2].startswith("error: 2 of 2 sweep jobs failed (#0 dataset=mt_bench") and "#1 dataset=gsm8k" in lines[2]
+    assert lines[2].startswith("error: 2 sweep jobs failed (#0 dataset=mt_bench") and "#1 dataset=gsm8k" in lines[2]
     (tmp_path / "mirror/gsm8k/test.jsonl").write_text('{"question": "1 + 1?", "answer": "2"}\n')
     proc = subprocess.run([*proc.args[:-1], "dataset=gsm8k", "run.check_lossless=false"], cwd=PROJECT,
                           capture_output=True, text=True, env={**os.environ, **ENV}, timeout=300, check=False)

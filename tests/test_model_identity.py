@@ -22,17 +22,20 @@ def folder_model(path, payload: bytes = b"0" * 8):
     return OmegaConf.create({"name": "m", "target": {"source": "path", "id": str(path)}})
 
 
-def test_weights_id_tells_folders_and_edits_apart(tmp_path):
+def test_weights_id_tells_folders_and_edits_apart_not_spellings(tmp_path, monkeypatch):
     a, b = folder_model(tmp_path / "a"), folder_model(tmp_path / "b")
-    ida, idb = weights_id(a, a.target.id), weights_id(b, b.target.id)
-    assert ida != idb and weights_id(a, a.target.id) == ida  # another folder; the same folder twice
+    ida = weights_id(a)
+    assert ida != weights_id(b) and weights_id(a) == ida  # another folder; the same folder twice
+    (tmp_path / "link").symlink_to(tmp_path / "a")
+    monkeypatch.chdir(tmp_path)
+    for spelling in ("a", "./a", f"{tmp_path}/a/", str(tmp_path / "link")):  # one folder, however it is named
+        assert weights_id(OmegaConf.create({"target": {"source": "path", "id": spelling}})) == ida, spelling
     weights = tmp_path / "a" / "model.safetensors"
     st = weights.stat()
     os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # edited in place, same size
-    assert weights_id(a, a.target.id) != ida
+    assert weights_id(a) != ida
     hub = OmegaConf.create({"name": "m", "target": {"source": "hub", "id": "org/x"}})
-    pinned = OmegaConf.create({"name": "m", "target": {"source": "hub", "id": "org/x", "revision": "abc"}})
-    assert weights_id(hub, "org/x") != weights_id(pinned, "org/x") != ida
+    assert weights_id(hub) != weights_id(OmegaConf.create({"target": {"source": "hub", "id": "org/y"}}))
 
 
 def test_runs_over_other_weights_do_not_pair_as_baselines():
@@ -48,3 +51,22 @@ def test_runs_over_other_weights_do_not_pair_as_baselines():
     assert latest_baseline([old], mine.meta, "ar") is old  # a run made before weights were recorded still pairs
     assert paired_baseline([real, edited], mine, "ar") is real
     assert paired_baseline([edited], mine, "ar") is None
+
+
+def test_a_sweep_does_not_skip_a_job_whose_weights_changed(tmp_path):
+    """skip-if-complete matched config and machine only: weights edited in place were never measured again."""
+    import json
+
+    from bench.run.store import find_complete
+
+    for run_id, weights in (("a-before-weights", None), ("b-new", "w1")):
+        d = tmp_path / "runs" / run_id
+        d.mkdir(parents=True)
+        meta = {"run_id": run_id, "config_key": "k", "machine": "x", **({"weights": weights} if weights else {})}
+        (d / "summary.json").write_text(json.dumps(meta))
+        (d / "records.jsonl").write_text("")
+    assert find_complete(tmp_path, "k", "x", "w1").run_id == "b-new"
+    assert find_complete(tmp_path, "k", "x", "w2").run_id == "a-before-weights"  # made before weights were recorded
+    (tmp_path / "runs" / "a-before-weights" / "summary.json").write_text(json.dumps(
+        {"run_id": "a-before-weights", "config_key": "k", "machine": "x", "weights": "w0"}))
+    assert find_complete(tmp_path, "k", "x", "w2") is None

@@ -69,7 +69,7 @@ def test_run_script_turns_ctrl_c_and_an_unwritable_folder_into_one_line(capsys):
 BAD_RECIPES = [
     ("model.heads.train.max_minutes=-1", "model.heads.train.max_minutes must be a number > 0"),  # trained forever
     ("model.heads.train.batch_positions=0", "model.heads.train.batch_positions must be an integer >= 1"),
-    ("model.heads.train.max_train_prompts=-1", "max_train_prompts must be an integer >= 1"),  # meant all but one
+    ("model.heads.train.max_train_prompts=-1", "max_train_prompts must be an integer >= 0 or null"),  # all but one
     ("model.heads.train.lr=abc", "model.heads.train.lr must be a number > 0, got 'abc'"),
     ("model.heads.train.max_steps=0", "max_steps must be an integer >= 1 or null"),
     ("model.draft.vocab=0", "model.draft.vocab must be an integer >= 1 or null"),
@@ -88,8 +88,13 @@ def test_recipe_numbers_out_of_range_are_one_line():
     from bench.run.compose import compose_config
     from bench.train.recipes import check_recipes
 
+    blocks = ("draft", "heads", "early_heads", "eagle", "eagle3", "tree.calibration")
     for override, message in BAD_RECIPES:
         with pytest.raises(HarnessError, match=message.replace("[", r"\[")):
-            check_recipes(compose_config(["tree=built", override]))
+            check_recipes(compose_config(["tree=built", override]), *blocks)
     for model in sorted(p.stem for p in (PROJECT / "conf" / "model").glob("*.yaml")):
-        check_recipes(compose_config([f"model={model}", "tree=built"]))
+        check_recipes(compose_config([f"model={model}", "tree=built"]), *blocks)
+    for fine in ("model.heads.train.eval_positions=null", "model.draft.train.eval_every_minutes=null",
+                 "model.heads.train.max_train_prompts=null", "model.heads.num_layers=0"):  # what the code reads so
+        check_recipes(compose_config(["tree=built", fine]), *blocks)
+    check_recipes(compose_config(["tree=built", "model.heads.train.lr=0"]), "tree.calibration")  # not its block

@@ -326,27 +326,30 @@ def load_model(cfg, model_cache: str) -> ModelBundle:
         eagle3_cfg=cfg.get("eagle3"),
         model_cache=str(model_cache),
         linear_backend=backend,
-        weights=weights_id(cfg, path),
+        weights=weights_id(cfg),
     )
 
 
-def weights_id(cfg, path: str) -> str:
-    """A short hash of what the target's weights are: the source and id (a hub id with its revision; a packaged GGUF
-    by its package, file and size; a local folder by its absolute path and its weight files' names, sizes and
-    modification times, so weights edited in place are told apart) and a random shape's spec."""
+def weights_id(cfg) -> str:
+    """A short hash of what the target's weights are, from the config and the files alone (a sweep's skip and a
+    resume ask before the model loads): a hub id; a packaged GGUF by its package, file and size; a local folder by
+    its resolved path (however it is spelled) and its weight files' names, sizes and modification times, so weights
+    edited in place are told apart (a copy that does not keep the times is new: its reference is measured again);
+    a random shape by its spec."""
     target = cfg.target
-    parts = [str(target.source), str(target.id), str(target.get("gguf_file")), str(target.get("revision")),
-             str(cfg.get("random_init"))]
+    parts = [str(target.source), str(cfg.get("random_init"))]
     if target.source == "package":
         gguf = packaged_gguf(target.id, target.get("gguf_file"))
-        parts += [gguf.name, str(gguf.stat().st_size)]
-    elif Path(path).is_dir():
-        folder = Path(path).resolve()
+        parts += [str(target.id), gguf.name, str(gguf.stat().st_size)]
+    elif target.source == "path" and Path(str(target.id)).is_dir():
+        folder = Path(str(target.id)).resolve()
         parts.append(str(folder))
         for f in sorted(folder.iterdir()):
             if f.suffix in (".safetensors", ".bin", ".pt", ".pth", ".gguf") or f.name == "config.json":
                 st = f.stat()
                 parts.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
+    else:
+        parts.append(str(target.id))
     return hashlib.sha1("|".join(parts).encode()).hexdigest()[:10]
 
 

@@ -71,10 +71,6 @@ def copy_to_wandb(cfg, path: Path) -> None:
 def main(cfg: DictConfig) -> None:
     try:
         check_run(cfg)  # bad run.* values or an unwritable results dir: one line, before torch loads
-    except HarnessError as err:  # the same for every job of a sweep: no job runs
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(1)
-    try:
         # missing or malformed data: one line, before torch loads too (the method's module imports it)
         selection = load_selection(cfg.dataset, str(project_path(cfg.paths.data_mirror)),
                                    str(project_path(cfg.paths.data_cache)))

@@ -44,8 +44,10 @@ def config_key(cfg) -> str:
     return hashlib.sha1(json.dumps(c, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def job_key(cfg, machine: str) -> str:
-    return hashlib.sha1(f"{config_key(cfg)}|{machine}".encode()).hexdigest()[:16]
+def job_key(cfg, machine: str, weights: str = "") -> str:
+    """A checkpoint's folder: the config, the machine and the target's weights (loading.weights_id: weights edited
+    in place start a new checkpoint, never extend the old one)."""
+    return hashlib.sha1(f"{config_key(cfg)}|{machine}{'|' + weights if weights else ''}".encode()).hexdigest()[:16]
 
 
 def read_jsonl_prefix(path: Path) -> list[dict]:

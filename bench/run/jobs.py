@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 from bench.core.machine import JOBS_ENV, machine_id
 from bench.errors import HarnessError
 from bench.models import backend_choice
+from bench.models.loading import weights_id
 from bench.paths import project_path
 from bench.run.checkpoint import Checkpoint, config_key, job_key
 from bench.run.runner import Runner, command_overrides, run_id, run_summary
@@ -84,14 +85,15 @@ def measure(cfg, selection: tuple[list[dict], str] | None = None) -> Path | None
     backend = backend_choice.planned(cfg.model, backend_choice.choice_dir(project_path(cfg.paths.model_cache)))
     usable = device.type != "cuda" or torch.cuda.is_available()
     machine = machine_id(device, backend) if usable and backend else None  # None: known once the model loads
+    weights = weights_id(cfg.model)  # from the config and files: before the model loads
     if cfg.run.resume and is_multirun() and machine:
-        done = find_complete(results, config_key(cfg), machine)
+        done = find_complete(results, config_key(cfg), machine, weights)
         if done is not None:
             print(f"skip: {describe(cfg)}: complete run {done.run_id} exists", file=sys.stderr)
             return None
     torch.manual_seed(cfg.run.seed)
     runner = Runner(cfg, selection)
-    ckpt = Checkpoint(results, job_key(cfg, machine_id(runner.bundle.device, runner.bundle.linear_backend)))
+    ckpt = Checkpoint(results, job_key(cfg, machine_id(runner.bundle.device, runner.bundle.linear_backend), weights))
     ckpt.open(run_id(cfg), resume=cfg.run.resume)
     finished = False
     try:

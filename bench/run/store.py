@@ -224,9 +224,11 @@ def same_weights(a: dict, b: dict) -> bool:
     return not a.get("weights") or not b.get("weights") or a["weights"] == b["weights"]
 
 
-def find_complete(results_dir: str | Path, config_key: str, machine: str) -> Run | None:
-    """The latest complete run of the same config (bench.run.checkpoint.config_key) on the same machine label."""
-    found = [r for r in load_runs(results_dir) if r.config_key == config_key and r.machine == machine]
+def find_complete(results_dir: str | Path, config_key: str, machine: str, weights: str = "") -> Run | None:
+    """The latest complete run of the same config (bench.run.checkpoint.config_key) on the same machine label, over
+    the same weights as far as it says."""
+    found = [r for r in load_runs(results_dir) if r.config_key == config_key and r.machine == machine
+             and same_weights(r.meta, {"weights": weights})]
     return found[-1] if found else None
 
 

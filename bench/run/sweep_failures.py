@@ -36,27 +36,26 @@ def mark_failed(message: str) -> None:
 
 def failures(sweep_dir: str | Path) -> list[dict]:
     """The FAILED.json of each failed job under a sweep folder, by job number."""
-    found = [json.loads(p.read_text()) for p in Path(sweep_dir).glob(f"*/{FAILED}")]
+    found = [json.loads(p.read_text()) for p in Path(sweep_dir).rglob(FAILED)]  # any hydra.sweep.subdir
     return sorted(found, key=lambda f: f["num"])
 
 
-def summary_line(failed: list[dict], total: int, common: list[str] = ()) -> str:
+def summary_line(failed: list[dict], common: list[str] = ()) -> str:
     """One line naming each failed job by the overrides that are its own (`common`: those every job has)."""
     jobs = "; ".join(f"#{f['num']} {' '.join(o for o in f['overrides'] if o not in common)}" for f in failed)
-    return (f"error: {len(failed)} of {total} sweep jobs failed ({jobs}); each printed its error above, the other jobs "
+    return (f"error: {len(failed)} sweep job{'s' if len(failed) > 1 else ''} failed ({jobs}); each printed its error above, the other jobs "
             "ran (the same command reruns only what is not complete)")
 
 
 class FailedJobs(Callback):
     def on_multirun_start(self, config, **kwargs) -> None:
-        for stale in Path(str(config.hydra.sweep.dir)).glob(f"*/{FAILED}"):  # a fixed hydra.sweep.dir run again
+        for stale in Path(str(config.hydra.sweep.dir)).rglob(FAILED):  # a fixed hydra.sweep.dir run again
             stale.unlink()
 
     def on_multirun_end(self, config, **kwargs) -> None:
         sweep_dir = Path(str(config.hydra.sweep.dir))
         failed = failures(sweep_dir)
         if failed:
-            total = sum(1 for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit())
             common = list(config.hydra.overrides.task)  # the command line's; a swept key's is "key=a,b"
-            print(summary_line(failed, max(total, len(failed)), common), file=sys.stderr)
+            print(summary_line(failed, common), file=sys.stderr)
             sys.exit(1)

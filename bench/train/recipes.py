@@ -33,27 +33,27 @@ def rows_needed(src: dict) -> int | None:
 # The recipes' numbers by key, wherever they sit in a model's draft/heads/eagle blocks or tree.calibration: a zero or
 # negative size used to divide by zero, train forever (max_minutes=-1), or quietly mean something else (-1 prompts:
 # all but one; batch_positions=0: heads trained on nothing).
-POSITIVE_INT = {"max_train_prompts", "max_heldout_prompts", "max_prompt_tokens", "max_new_tokens", "max_tokens",
-                "generate_batch_size", "batch_positions", "batch_tokens", "token_pairs", "eval_positions",
+POSITIVE_INT = {"max_new_tokens", "max_tokens", "generate_batch_size", "batch_positions", "batch_tokens", "token_pairs",
                 "eval_batch_tokens", "cost_reps", "cost_steps", "cost_prefix", "log_every", "eval_depths", "eval_topk",
-                "forward_batch_size", "forward_batch_tokens", "max_k", "ttt_steps", "num_heads", "num_layers",
-                "limit", "depth", "topk", "prompt_tokens", "window_words", "heldout_every"}
-NONNEG_INT = {"greedy", "sampled", "heldout", "train", "skip", "warmup_steps", "seed"}
-POSITIVE = {"max_minutes", "lr", "eval_every_minutes"}
+                "forward_batch_size", "forward_batch_tokens", "max_k", "ttt_steps", "num_heads", "limit", "depth",
+                "topk", "prompt_tokens", "window_words", "heldout_every"}
+NONNEG_INT = {"greedy", "sampled", "skip", "warmup_steps", "seed", "num_layers"}  # 0 layers: linear-only heads
+POSITIVE = {"max_minutes", "lr"}
 NONNEG = {"weight_decay", "grad_clip", "noise", "p_weight", "min_lr", "ttt_decay", "ttt_rows", "temperature"}
-OPTIONAL_POSITIVE_INT = {"max_steps", "vocab"}
-BLOCKS = ("draft", "heads", "early_heads", "eagle", "eagle3")
+# null: no cap, all positions or rows, no evaluation during training (the code reads it so)
+OPTIONAL_POSITIVE_INT = {"max_steps", "vocab", "eval_positions", "max_prompt_tokens"}
+OPTIONAL_NONNEG_INT = {"max_train_prompts", "max_heldout_prompts", "train", "heldout"}  # 0: that split empty
+OPTIONAL_POSITIVE = {"eval_every_minutes"}
 
 
-def check_recipes(cfg):
-    """cfg, after a HarnessError (one line) for the first recipe number out of its range; scripts call it on the
-    config they compose."""
-    for block in BLOCKS:
-        if cfg.model.get(block) is not None:
-            check_numbers(OmegaConf.to_container(cfg.model[block], resolve=True), f"model.{block}")
-    calibration = cfg.get("tree", {}).get("calibration")
-    if calibration is not None:
-        check_numbers(OmegaConf.to_container(calibration, resolve=True), "tree.calibration")
+def check_recipes(cfg, *blocks: str):
+    """cfg, after a HarnessError (one line) for the first recipe number out of its range in the named blocks (a
+    model block: draft, heads, early_heads, eagle, eagle3; or tree.calibration); each script names its own."""
+    for block in blocks:
+        node = cfg.get("tree", {}).get("calibration") if block == "tree.calibration" else cfg.model.get(block)
+        if node is not None:
+            where = block if block == "tree.calibration" else f"model.{block}"
+            check_numbers(OmegaConf.to_container(node, resolve=True), where)
     return cfg
 
 
@@ -79,6 +79,10 @@ def check_numbers(node, where: str) -> None:
                 or (key in NONNEG and not (number and value >= 0) and "a number >= 0")
                 or (key in OPTIONAL_POSITIVE_INT and value is not None and not (whole and value >= 1)
                     and "an integer >= 1 or null")
+                or (key in OPTIONAL_NONNEG_INT and value is not None and not (whole and value >= 0)
+                    and "an integer >= 0 or null")
+                or (key in OPTIONAL_POSITIVE and value is not None and not (number and value > 0)
+                    and "a number > 0 or null")
                 or (key in ("layers", "vocab_report") and isinstance(value, list)
                     and not (value and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value))
                     and "a non-empty list of integers >= 0"))
