@@ -55,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown dataset(s) {', '.join(unknown)}; known: {', '.join(known)}")
 
+    if args.mirror and not Path(args.mirror).is_dir():  # each set then comes from a package or the hub
+        print(f"warning: no mirror folder at {args.mirror}: sets come from packages or the hub", file=sys.stderr)
     failed = 0
     for name in args.names or known:
         cfg = OmegaConf.load(CONF_DIR / f"{name}.yaml")
