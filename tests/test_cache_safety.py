@@ -383,3 +383,15 @@ def test_an_artifact_built_with_another_recipe_is_named(tmp_path, capsys):
     assert "warning: heads 'h' were built with another recipe" in capsys.readouterr().err
     assert recipe_differs(report, {"batch_positions": 0, "lr": 0.001}, "heads 'h'", "`make heads`") == []
     assert recipe_differs(tmp_path / "none.json", {"lr": 1}, "heads 'h'", "`make heads`") == []
+
+
+def test_missing_tree_stats_name_the_command_for_this_runs_dtype(tmp_path):
+    """The statistics file is per dtype: a bf16 run was told a command that writes the fp32 file."""
+    import torch
+
+    from bench.errors import ConfigError
+    from methods.shared.trees.static import load_stats
+
+    bundle = SimpleNamespace(name="tiny", dtype=torch.bfloat16)
+    with pytest.raises(ConfigError, match="model.dtype=bfloat16"):
+        load_stats(tree_calib(tmp_path), bundle)

@@ -201,6 +201,9 @@ def load_stats(calib, bundle) -> TreeStats:
     default = OmegaConf.load(PROJECT / "conf" / "tree" / "built.yaml").calibration
     changed = " ".join(f"tree.calibration.{k}={calib.get(k)}" for k in CALIBRATION_KEYS
                        if calib.get(k, default.get(k)) != default.get(k))
+    dtype = str(bundle.dtype).replace("torch.", "")
+    changed += f" model.dtype={dtype}" if dtype != "float32" else ""  # the file is per dtype too (stats_file)
+    changed = changed.strip()
     args = f' ARGS="{changed}"' if changed else ""
     command = f"`make tree-stats MODEL={bundle.name}{args}`"
     cache = project_path(calib.cache_dir)  # by default <paths.results>/cache/tree_stats
