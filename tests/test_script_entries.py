@@ -76,6 +76,7 @@ BAD_RECIPES = [
     ("model.draft.sweep.layers=[]", "model.draft.sweep.layers must be a non-empty list"),
     ("model.eagle.train.cost_reps=0", "model.eagle.train.cost_reps must be an integer >= 1"),
     ("tree.calibration.limit=0", "tree.calibration.limit must be an integer >= 1"),
+    ("model.heads.train.max_train_prompts=0", "max_train_prompts must be >= 1 or null"),  # torch.cat of nothing
 ]
 
 

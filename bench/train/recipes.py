@@ -54,6 +54,12 @@ def check_recipes(cfg, *blocks: str):
         if node is not None:
             where = block if block == "tree.calibration" else f"model.{block}"
             check_numbers(OmegaConf.to_container(node, resolve=True), where)
+            train = node.get("train") if block in ("heads", "early_heads") else None
+            if train is not None and train.get("max_train_prompts") == 0:  # heads train on that split
+                from bench.errors import HarnessError
+
+                raise HarnessError(f"{where}.train.max_train_prompts must be >= 1 or null: the heads train on those "
+                                   "prompts (0 leaves none)")
     return cfg
 
 
