@@ -14,7 +14,6 @@ from pathlib import Path
 
 import torch
 from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from bench.core.machine import JOBS_ENV, machine_id
@@ -25,15 +24,12 @@ from bench.paths import project_path
 from bench.run.checkpoint import Checkpoint, config_key, job_key
 from bench.run.runner import Runner, command_overrides, run_id, run_summary
 from bench.run.store import find_complete, write_run
-
-
-def is_multirun() -> bool:
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+from bench.run.sweep_failures import in_sweep
 
 
 def launcher_jobs() -> int:
     """Jobs the sweep's launcher runs at once on this machine: joblib's n_jobs (-1 = one per core), else 1."""
-    if not is_multirun():
+    if not in_sweep():
         return 1
     n = HydraConfig.get().launcher.get("n_jobs")
     if n is None:
@@ -86,7 +82,7 @@ def measure(cfg, selection: tuple[list[dict], str] | None = None) -> Path | None
     usable = device.type != "cuda" or torch.cuda.is_available()
     machine = machine_id(device, backend) if usable and backend else None  # None: known once the model loads
     weights = weights_id(cfg.model)  # from the config and files: before the model loads
-    if cfg.run.resume and is_multirun() and machine:
+    if cfg.run.resume and in_sweep() and machine:
         done = find_complete(results, config_key(cfg), machine, weights)
         if done is not None:
             print(f"skip: {describe(cfg)}: complete run {done.run_id} exists", file=sys.stderr)

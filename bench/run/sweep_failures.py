@@ -43,8 +43,8 @@ def failures(sweep_dir: str | Path) -> list[dict]:
 def summary_line(failed: list[dict], common: list[str] = ()) -> str:
     """One line naming each failed job by the overrides that are its own (`common`: those every job has)."""
     jobs = "; ".join(f"#{f['num']} {' '.join(o for o in f['overrides'] if o not in common)}" for f in failed)
-    return (f"error: {len(failed)} sweep job{'s' if len(failed) > 1 else ''} failed ({jobs}); each printed its error above, the other jobs "
-            "ran (the same command reruns only what is not complete)")
+    return (f"error: {len(failed)} sweep job{'s' if len(failed) > 1 else ''} failed ({jobs}); each printed its error "
+            "above, the other jobs ran (the same command reruns only what is not complete)")
 
 
 class FailedJobs(Callback):
