@@ -11,12 +11,11 @@ from collections import Counter, defaultdict
 from typing import Protocol
 
 PHASES = ("prefill", "preprocess", "draft", "target_forward", "verify", "update")  # every engine step laps these
-# Laps only some runs have: draft-model proposers split `draft` into the draft model's forwards and tree
-# construction (token sampling, heap work); temperature > 0 adds the target softmax (`sampling`).
-# Graph mode's whole step (bench.core.graph_engine) is one replayed graph: draft, target forward, verification and
-# update inside it are not timed apart (`step_graph`); it counts as the model's time, what is left outside it as
-# overhead.
-OPTIONAL_PHASES = ("draft_forward", "tree", "sampling", "controller", "step_graph")
+# Laps only some runs have: draft-model proposers split `draft` into the draft model's forwards (`draft_forward`)
+# and tree construction (`tree`: token sampling, heap work); temperature > 0 adds the target softmax (`sampling`);
+# Post-use & Pre-cut its `controller`. Graph mode's whole step (bench.core.graph_engine) is one replayed graph: draft,
+# target forward, verification and update inside it are not timed apart (`step_graph`); it counts as the model's
+# time, what is left outside it as overhead.
 MODEL_PHASES = ("prefill", "target_forward", "step_graph")  # everything else is overhead
 # Devices whose kernels run asynchronously to the host: without a sync at every boundary a phase times only the
 # launches it queued, and its device time lands in whichever later phase waits (reads a value, syncs).
@@ -32,7 +31,7 @@ def phases_exact(device: str | None, sync_phases: bool | None) -> bool:
 
 
 def device_sync(device) -> None:
-    import torch  # here, not at module top: reports and notebooks import PHASES without paying for torch
+    import torch  # here, not at module top: reports and notebooks import this module without paying for torch
 
     device = torch.device(device)
     if device.type == "cuda":

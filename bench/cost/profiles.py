@@ -51,13 +51,6 @@ class ModelShape:
         spec = shape_config(name)  # a config.json's fields; those a forward's cost needs are kept
         return cls(name, **{k: v for k, v in spec.items() if k in cls.__dataclass_fields__})
 
-    @classmethod
-    def of_config(cls, name: str, config) -> ModelShape:
-        """From a transformers config (a loaded model's)."""
-        fields = [f for f in cls.__dataclass_fields__ if f != "name"]
-        return cls(name, **{f: getattr(config, f, None) or (config.num_attention_heads if f == "num_key_value_heads"
-                                                            else False) for f in fields})
-
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads

@@ -32,6 +32,7 @@ from bench.paths import project_path
 from data.loaders import quiet_hub_logs
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+WEIGHT_FILES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 
 
 @dataclass
@@ -343,11 +344,8 @@ def weights_id(cfg) -> str:
         parts += [str(target.id), gguf.name, str(gguf.stat().st_size)]
     elif target.source == "path" and Path(str(target.id)).is_dir():
         folder = Path(str(target.id)).resolve()
-        parts.append(str(folder))
-        for f in sorted(folder.iterdir()):
-            if f.suffix in (".safetensors", ".bin", ".pt", ".pth", ".gguf") or f.name == "config.json":
-                st = f.stat()
-                parts.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
+        files = [f for f in sorted(folder.iterdir()) if f.suffix in WEIGHT_FILES or f.name == "config.json"]
+        parts += [str(folder), *(f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files)]
     else:
         parts.append(str(target.id))
     return hashlib.sha1("|".join(parts).encode()).hexdigest()[:10]

@@ -31,8 +31,6 @@ from bench.metrics import first_divergence
 # several logits below the top) is a mismatch. The record keeps ref_margin and method_gap, so a reader can regrade.
 ROUNDINGS_ALLOWED = 8
 
-GRADES = ("identical", "near-tie", "mismatch")
-
 
 def tolerance(dtype: torch.dtype, top_logit: float) -> float:
     """The largest logit gap that the dtype's rounding explains at this logit scale."""
