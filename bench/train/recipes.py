@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from omegaconf import OmegaConf
 
+from bench.core.settings import integer, integers, number
+from bench.errors import HarnessError
+
 
 def plain(cfg) -> dict:
     return OmegaConf.to_container(OmegaConf.create(cfg), resolve=True) if not isinstance(cfg, dict) else cfg
@@ -30,20 +33,26 @@ def rows_needed(src: dict) -> int | None:
     return max(stops)
 
 
-# The recipes' numbers by key, wherever they sit in a model's draft/heads/eagle blocks or tree.calibration: a zero or
-# negative size used to divide by zero, train forever (max_minutes=-1), or quietly mean something else (-1 prompts:
-# all but one; batch_positions=0: heads trained on nothing).
-POSITIVE_INT = {"max_new_tokens", "max_tokens", "generate_batch_size", "batch_positions", "batch_tokens", "token_pairs",
-                "eval_batch_tokens", "cost_reps", "cost_steps", "cost_prefix", "log_every", "eval_depths", "eval_topk",
-                "forward_batch_size", "forward_batch_tokens", "max_k", "ttt_steps", "num_heads", "limit", "depth",
-                "topk", "prompt_tokens", "window_words", "heldout_every"}
-NONNEG_INT = {"greedy", "sampled", "skip", "warmup_steps", "seed", "num_layers"}  # 0 layers: linear-only heads
-POSITIVE = {"max_minutes", "lr"}
-NONNEG = {"weight_decay", "grad_clip", "noise", "p_weight", "min_lr", "ttt_decay", "ttt_rows", "temperature"}
-# null: no cap, all positions or rows, no evaluation during training (the code reads it so)
-OPTIONAL_POSITIVE_INT = {"max_steps", "vocab", "eval_positions", "max_prompt_tokens"}
-OPTIONAL_NONNEG_INT = {"max_train_prompts", "max_heldout_prompts", "train", "heldout"}  # 0: that split empty
-OPTIONAL_POSITIVE = {"eval_every_minutes"}
+# The recipes' numbers by key, wherever they sit in a model's draft/heads/eagle blocks or tree.calibration, declared
+# as a method's settings are (bench.core.settings): a zero or negative size used to divide by zero, train forever
+# (max_minutes=-1), or quietly mean something else (-1 prompts: all but one; batch_positions=0: heads trained on
+# nothing). null where the code reads it (no cap, all positions or rows, no evaluation during training); 0 prompts
+# leave that split empty; 0 layers make linear-only heads.
+RECIPE_NUMBERS = {
+    **dict.fromkeys(("max_new_tokens", "max_tokens", "generate_batch_size", "batch_positions", "batch_tokens",
+                     "token_pairs", "eval_batch_tokens", "cost_reps", "cost_steps", "cost_prefix", "log_every",
+                     "eval_depths", "eval_topk", "forward_batch_size", "forward_batch_tokens", "max_k", "ttt_steps",
+                     "num_heads", "limit", "depth", "topk", "prompt_tokens", "window_words", "heldout_every"),
+                    integer(1)),
+    **dict.fromkeys(("greedy", "sampled", "skip", "warmup_steps", "seed", "num_layers"), integer(0)),
+    **dict.fromkeys(("max_minutes", "lr"), number(0, above=True)),
+    **dict.fromkeys(("weight_decay", "grad_clip", "noise", "p_weight", "min_lr", "ttt_decay", "ttt_rows",
+                     "temperature"), number(0)),
+    **dict.fromkeys(("max_steps", "vocab", "eval_positions", "max_prompt_tokens"), integer(1, optional=True)),
+    **dict.fromkeys(("max_train_prompts", "max_heldout_prompts", "train", "heldout"), integer(0, optional=True)),
+    "eval_every_minutes": number(0, above=True, optional=True),
+    **dict.fromkeys(("layers", "vocab_report"), integers(0)),  # a list of ids or sizes (an int: a depth)
+}
 
 
 def check_recipes(cfg, *blocks: str):
@@ -56,16 +65,12 @@ def check_recipes(cfg, *blocks: str):
             check_numbers(OmegaConf.to_container(node, resolve=True), where)
             train = node.get("train") if block in ("heads", "early_heads") else None
             if train is not None and train.get("max_train_prompts") == 0:  # heads train on that split
-                from bench.errors import HarnessError
-
                 raise HarnessError(f"{where}.train.max_train_prompts must be >= 1 or null: the heads train on those "
                                    "prompts (0 leaves none)")
     return cfg
 
 
 def check_numbers(node, where: str) -> None:
-    from bench.errors import HarnessError
-
     if isinstance(node, list):
         for i, item in enumerate(node):
             check_numbers(item, f"{where}[{i}]")
@@ -73,24 +78,13 @@ def check_numbers(node, where: str) -> None:
     if not isinstance(node, dict):
         return
     for key, value in node.items():
-        at = f"{where}.{key}"
-        if isinstance(value, dict | list) and key not in ("layers", "vocab_report"):
-            check_numbers(value, at)
+        rule = RECIPE_NUMBERS.get(key)
+        if rule is not None and rule.kind == "integers":
+            bad = isinstance(value, list) and not rule.accepts(value)  # a scalar here is a depth, null: the default
+        elif isinstance(value, dict | list):
+            check_numbers(value, f"{where}.{key}")
             continue
-        number = isinstance(value, int | float) and not isinstance(value, bool)
-        whole = isinstance(value, int) and not isinstance(value, bool)
-        rule = ((key in POSITIVE_INT and not (whole and value >= 1) and "an integer >= 1")
-                or (key in NONNEG_INT and not (whole and value >= 0) and "an integer >= 0")
-                or (key in POSITIVE and not (number and value > 0) and "a number > 0")
-                or (key in NONNEG and not (number and value >= 0) and "a number >= 0")
-                or (key in OPTIONAL_POSITIVE_INT and value is not None and not (whole and value >= 1)
-                    and "an integer >= 1 or null")
-                or (key in OPTIONAL_NONNEG_INT and value is not None and not (whole and value >= 0)
-                    and "an integer >= 0 or null")
-                or (key in OPTIONAL_POSITIVE and value is not None and not (number and value > 0)
-                    and "a number > 0 or null")
-                or (key in ("layers", "vocab_report") and isinstance(value, list)
-                    and not (value and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value))
-                    and "a non-empty list of integers >= 0"))
-        if rule:
-            raise HarnessError(f"{at} must be {rule}, got {value!r}")
+        else:
+            bad = rule is not None and not rule.accepts(value)
+        if bad:
+            raise HarnessError(f"{where}.{key} must be {rule.allowed()}, got {value!r}")
