@@ -7,8 +7,7 @@ target's greedy choices, above 0 the stochastic verifier (bench.core.sampling) w
 proposer's rule and the row's own generator and samples the bonus token; each row's KV is compacted to its
 prefix + accepted path (bench.core.kv); the accepted drafts plus the bonus token are committed. A row stops at
 EOS or max_new_tokens, never past it, and leaves the batch for the following steps. The prefill's first token
-counts as one step of one token, so sum(accept_lengths) equals the number of new tokens for every method,
-AR included (MAT = 1.00 for AR by construction).
+counts as one step of one token, so sum(accept_lengths) equals the new tokens of every method (AR's MAT is 1.00).
 
 Padding: prompts are right-padded for the prefill (a 2D mask); afterwards row b's cache holds its valid
 prefix in columns [0, prefix_b) and stale columns up to the cache length, hidden by the mask (see
@@ -104,9 +103,8 @@ class Engine:
         if temperature < 0:
             raise ValueError("temperature must be >= 0")
         self.temperature = float(temperature)
-        # The generator of batch-1 generation (the target's and the proposer's sampling); the runner reseeds it
-        # per prompt-turn so a sampled output does not depend on which prompts ran before it. A batch passes
-        # one generator per row instead.
+        # Batch-1 sampling's generator (target and proposer), reseeded by the runner per prompt-turn so an output does
+        # not depend on which prompts ran before it; a batch passes one generator per row instead.
         self.generator = torch.Generator(device=self.device)
 
     def reseed(self, seed: int) -> None:
