@@ -30,7 +30,7 @@ def record(qid, group, tokens, wall, accepts, equal=None):
 
 
 def write_run(results, run_id, method, dataset, created, records, variant=None, summary=True,
-              model="smollm2-135m", machine="test-cpu", experiment=None):
+              model="smollm2-135m", machine="test-cpu", experiment=None, **meta):
     if not summary:  # a run still being written: records, no summary.json (the store never leaves one)
         d = results / "runs" / run_id
         d.mkdir(parents=True)
@@ -39,7 +39,7 @@ def write_run(results, run_id, method, dataset, created, records, variant=None, 
     write(results, records, {  # the summary/groups blocks are deliberately bogus: the report must use records
         "run_id": run_id, "method": method, "variant": variant, "dataset": dataset,
         "model": model, "paper_size": "7B", "max_new_tokens": 64, "created": created,
-        "machine": machine, "experiment": experiment, "summary": {"mat": 99.0}, "groups": {}})
+        "machine": machine, "experiment": experiment, "summary": {"mat": 99.0}, "groups": {}, **meta})
 
 
 def write_runs(r):
@@ -112,6 +112,26 @@ def test_speedups_pair_runs_measured_the_same_way(runs):
     df = build_token_recycling_table1(bound("token_recycling/table1", runs))
     assert row(df, "token_recycling")["specbench_speedup"] == pytest.approx(2.5)  # against "base", not 12.5
     assert row(df, "hf_generate")["specbench_run_id"] == "base_parallel"
+
+
+def test_no_baseline_over_other_weights(runs):
+    """The fallback baseline (another machine) must hold the run's weights: the same name over other weights is
+    another model, so the row has no speedup and a note says why."""
+    write_run(runs, "tr_edited", "token_recycling", "spec_bench", "2025-03-01T00:00:00",
+              [record("q1", "mt_bench", 20, 1.0, [1, 4, 5, 5, 5]), record("q2", "qa", 30, 1.0, [1, 7, 7, 7, 8])],
+              machine="other-cpu", weights="edited")
+    write_run(runs, "base_other", "hf_generate", "spec_bench", "2025-03-01T01:00:00",
+              [record("q1", "mt_bench", 10, 1.0, [1] * 10), record("q2", "qa", 10, 1.0, [1] * 10)],
+              machine="third-cpu", weights="original")
+    df = build_token_recycling_table1(bound("token_recycling/table1", runs))
+    assert math.isnan(row(df, "token_recycling")["specbench_speedup"])
+    assert any("no hf_generate run over the same weights on spec_bench" in n for n in df.attrs["notes"])
+    write_run(runs, "base_same", "hf_generate", "spec_bench", "2025-03-01T02:00:00",  # same weights, third machine
+              [record("q1", "mt_bench", 10, 1.0, [1] * 10), record("q2", "qa", 10, 1.0, [1] * 10)],
+              machine="third-cpu", weights="edited")
+    df = build_token_recycling_table1(bound("token_recycling/table1", runs))
+    assert row(df, "token_recycling")["specbench_speedup"] == pytest.approx(2.5)
+    assert any("machine differs from the baseline's" in n for n in df.attrs["notes"])
 
 
 def test_paper_values_beside_ours(runs):

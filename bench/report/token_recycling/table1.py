@@ -11,7 +11,7 @@ from bench.report.output import Report
 from bench.report.select import RunSet, default_model, footer
 from bench.report.tables import MISSING, interval_columns, lossless_text, paired_cells, render
 from bench.report.token_recycling import PAPER
-from bench.run.store import Run
+from bench.run.store import Run, same_weights
 
 DEFAULT_PAPER_SIZE = "7B"
 # run.experiment of conf/experiment/token_recycling/table1_*.yaml; "table1" is what runs made before the label was
@@ -70,7 +70,8 @@ def build_token_recycling_table1(runs: RunSet, model: str | None = None, paper_s
                                  mbpp_model: str | None = None) -> pd.DataFrame:
     """One row per paper row (paper order); `<col>` is ours (NaN: no run), `<col>_paper` the paper's; `mbpp_model`
     (default: `model`) fills the MBPP columns. Runs: the table's own sweeps and hand-made ones, each paired with the
-    baseline measured like it (no machine or length pinned; a row measured otherwise says so in a note)."""
+    baseline measured like it (else the latest over the same weights, whatever its machine or length: a note says
+    so)."""
     table = runs.where(experiment=(*runs.experiments, None))
     model = default_model(table.runs, model, PAPER.model)
     mbpp_model = mbpp_model or model
@@ -100,12 +101,16 @@ def build_token_recycling_table1(runs: RunSet, model: str | None = None, paper_s
             run = found[dataset]
             if run is None:
                 continue
-            # prefer the baseline measured the same way (machine label, threads, jobs)
-            base = mine.baseline(run, "hf_generate") or bases[dataset]
+            # prefer the baseline measured the same way (machine label, threads, jobs); else the latest, over the
+            # same weights: a run over other weights under the model's name is another model
+            fallback = bases[dataset]
+            other_weights = fallback is not None and not same_weights(fallback.meta, run.meta)
+            base = mine.baseline(run, "hf_generate") or (None if other_weights else fallback)
             row.update(dataset_cells(prefix, run, base))
             used[f"{label}/{dataset}"] = run
             if base is None:
-                notes.append(f"no hf_generate run on {dataset}: {label} has no speedup")
+                why = "over the same weights " if other_weights else ""
+                notes.append(f"no hf_generate run {why}on {dataset}: {label} has no speedup")
                 continue
             if base.max_new_tokens != run.max_new_tokens:
                 notes.append(f"{label} on {dataset}: max_new_tokens {run.max_new_tokens} vs baseline {base.max_new_tokens}")
