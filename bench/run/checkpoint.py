@@ -45,7 +45,7 @@ def config_key(cfg) -> str:
 
 
 def job_key(cfg, machine: str, weights: str = "") -> str:
-    """A checkpoint's folder: the config, the machine and the target's weights (loading.weights_id: weights edited
+    """A checkpoint's folder: the config, the machine and the target's weights (identity.weights_id: weights edited
     in place start a new checkpoint, never extend the old one)."""
     return hashlib.sha1(f"{config_key(cfg)}|{machine}{'|' + weights if weights else ''}".encode()).hexdigest()[:16]
 

@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from bench.core.machine import JOBS_ENV, machine_id
 from bench.errors import HarnessError
 from bench.models import backend_choice
-from bench.models.loading import weights_id
+from bench.models.identity import weights_id
 from bench.paths import project_path
 from bench.run.checkpoint import Checkpoint, config_key, job_key
 from bench.run.runner import Runner, command_overrides, run_id, run_summary

@@ -357,7 +357,7 @@ def run_summary(cfg, runner: Runner, records: list[dict], ckpt: Checkpoint | Non
         "variant": cfg.run.variant,
         "dataset": cfg.dataset.name,
         "model": cfg.model.name,
-        "weights": b.weights,  # the same name over other weights is another model (loading.weights_id)
+        "weights": b.weights,  # the same name over other weights is another model (identity.weights_id)
         "paper_size": cfg.model.get("paper_size"),
         "max_new_tokens": cfg.run.max_new_tokens,
         "batch_size": runner.batch_size,
