@@ -77,12 +77,14 @@ class TokenRecycling(Proposer):
 
     def update(self, inputs, logits, target, acceptance):
         top = logits.topk(self.k, dim=-1).indices  # [N+1, k]
-        # A token can be a tree input several times. A plain `adj[inputs] = top` leaves which duplicate wins
-        # undefined (CUDA picks any), so MAT would vary run to run and a resumed run could decode differently.
-        # "parallel" (the paper's one scatter) is last-write-wins, as on a serial CPU loop, made explicit; "last"
-        # is the same rule; "first" keeps the first occurrence instead.
-        # Each slot writes its token's row with the top-k of that token's defining occurrence, so duplicate writes
-        # carry the same values and any order gives one result. Found with an [N+1, N+1] comparison, not
+        if self.update_strategy == "parallel":
+            # The paper's "Cur": one scatter, duplicates unresolved. Which occurrence of a repeated token wins is
+            # undefined on CUDA (a row may even mix two occurrences, as the paper says); a one-thread CPU loop
+            # writes the last. Tokens are lossless either way; only MAT can differ between CUDA runs.
+            self.adj[inputs] = top
+            return
+        # "first" / "last": each slot writes its token's row from the defining occurrence, so duplicate writes carry
+        # the same values and any order gives one result, on every device. Found with an [N+1, N+1] comparison, not
         # torch.unique, whose data-dependent shape would make the host wait for the device every step.
         same = inputs[:, None] == inputs[None, :]
         if self.update_strategy == "first":
