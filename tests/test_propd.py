@@ -200,12 +200,53 @@ def test_controller_warms_up_then_reselects_only_when_conditions_change():
         c.hits.observe(1, 0)
     c.observe_forward(1, 105, 1, 0.07)
     assert c.current() is first and c.selections == 1  # 4 tokens later: not due
-    c.observe_forward(2, 106, 16, 0.09)  # the batch grew: select again (new hit rates, a flatter time line)
-    assert len(c.current()) > 1 and c.selections == 2
+    c.observe_forward(2, 106, 16, 0.09)  # the batch grew: select again, on batch 1's line (batch 2 has one size)
+    c.current()
+    assert c.selections == 2 and c.last_choice["batch"] == 2
+    assert (c.last_choice["b0"], c.last_choice["b1"]) == pytest.approx(c.times[1].fit())
     state = c.state_dict()
     d = DynamicTrees(controller_cfg(), heads=3, topk=3)
     d.load_state_dict(state)
-    assert d.times.mean == c.times.mean and torch.equal(d.hits.P, c.hits.P)
+    assert {b: t.mean for b, t in d.times.items()} == {b: t.mean for b, t in c.times.items()}
+    assert torch.equal(d.hits.P, c.hits.P)
+    old = {**state, "times": state["times"][1]}  # a checkpoint from before the tables per batch size
+    d.load_state_dict(old)
+    assert d.times[0].mean == c.times[1].mean
+
+
+def test_rows_leaving_a_batch_are_not_read_as_the_cost_of_a_node():
+    """One time line per batch size: a step of 8 rows is not a point on batch 1's line (pooled, the shrinking
+    batches made a node look like 0.14-0.35 s, and ProPD Table 1's batch 8 and 16 runs settled on 1-2 nodes).
+    Warm-up moves on once a step, not once per row that asks."""
+    c = DynamicTrees(controller_cfg(warmup_sizes=[16, 1]), heads=3, topk=3)
+    for _ in range(3):
+        for head in range(3):
+            c.hits.observe(head, 0)  # every head's top-1 right: deep trees pay
+    assert {len(c.current()) for _ in range(8)} == {16}
+    c.observe_forward(8, 100, 16, 0.40 + 0.002 * 8 * 17)
+    assert {len(c.current()) for _ in range(8)} == {1}  # the second warm-up size, for all 8 rows of the step
+    c.observe_forward(8, 101, 1, 0.40 + 0.002 * 8 * 2)
+    assert c.times[8].fit() == pytest.approx((0.416, 0.016))
+    for size in (16, 1):  # the batch has shrunk to one row: its own, cheaper line
+        c.observe_forward(1, 150, size, 0.05 + 0.002 * (size + 1))
+    assert c.fit() == pytest.approx((0.052, 0.002))
+    c.observe_forward(2, 151, 16, 0.1)  # batch 2 has one size: the nearest line stands in (1 before 8)
+    assert c.fit() == pytest.approx((0.052, 0.002))
+    c.observe_forward(6, 152, 16, 0.3)
+    assert c.fit() == pytest.approx((0.416, 0.016))
+
+
+def test_a_line_that_does_not_rise_and_a_warm_up_of_one_size_keep_the_largest_tree():
+    nodes = [((0,), 0.6), ((1,), 0.3), ((0, 0), 0.06), ((2,), 0.01)]
+    assert choose_size(nodes, [1, 2, 4], (0.05, -0.001))["size"] == 4  # was 4 for b1 < 0 only by accident
+    assert choose_size(nodes, [1, 2, 4], (-0.5, -0.1))["size"] == 4  # was any size at 1e9 tokens/s
+    c = DynamicTrees(controller_cfg(warmup_sizes=[4]), heads=3, topk=3)
+    for head in range(3):
+        c.hits.observe(head, 0)
+    c.current()
+    c.observe_forward(1, 100, 4, 0.1)
+    best = choose_size(best_first(c.hits.p(), 16), [1, 4, 16], (1.0, 0.0))
+    assert len(c.current()) == best["size"] > 1  # one size measured: the most tokens (the fit (0, 1) picked size 1)
 
 
 # ---- end to end ------------------------------------------------------------------------------------------

@@ -3,7 +3,10 @@ per second, from online estimates of the verification time and of the heads' acc
 
 - Verification time (§4.2.1): per tree size i an EMA of the measured iteration time, T_perf[i] <- (1 - alpha)
   T_perf[i] + alpha t; a weighted least-squares line T_est(i) = b0 + b1 i with weights exp(-lambda o_i), o_i the
-  steps since T_perf[i] was last updated (`IterationTimes`).
+  steps since T_perf[i] was last updated (`IterationTimes`). One table per batch size: the paper's line holds
+  while "the batch size remains relatively stable", and here rows leave a batch as they finish, so one table over
+  all sizes would fit the batch's shrinking (a step of 8 rows at size 64 beside one row at size 1) as the cost of
+  a node. Until a batch size has two tree sizes measured, the nearest batch size's line stands in.
 - Acceptance (§4.2.2): per head i and rank k an EMA of "the token the head predicted for was in its top-k",
   P[i, k]; p[i, k] = P[i, k] - P[i, k-1] is the chance that the rank-k candidate is the right one, and a node's
   expected acceptance is the product of p along its path (`HitRates`). Tokens per step of a tree = 1 (the bonus
@@ -98,6 +101,8 @@ class HitRates:
 def choose_size(nodes: list[tuple[tuple[int, ...], float]], sizes: list[int], fit: tuple[float, float]) -> dict:
     """The size of highest l(size) / T_est(size), l = 1 + the expected acceptances of the best `size` nodes."""
     b0, b1 = fit
+    if b1 <= 0:  # a line that does not rise with the size (noise): every size costs alike, the most tokens win
+        b0, b1 = 1.0, 0.0
     cumulative = [1.0]
     for _, value in nodes:
         cumulative.append(cumulative[-1] + value)
@@ -121,18 +126,32 @@ class DynamicTrees:
         self.warmup = [int(s) for s in cfg.warmup_sizes]
         self.batch_margin = int(cfg.reselect_batch_margin)
         self.seq_margin = int(cfg.reselect_seq_margin)
-        self.times = IterationTimes(cfg.time_alpha, cfg.time_decay)
+        self.time_alpha, self.time_decay = cfg.time_alpha, cfg.time_decay
+        self.times: dict[int, IterationTimes] = {}  # per batch size
         self.hits = HitRates(heads, topk, cfg.hit_alpha)
         self.condition: tuple[int, int] | None = None  # (batch, sequence length) of the last forward seen
         self.selected_at: tuple[int, int] | None = None
         self.paths: list[tuple[int, ...]] | None = None
         self.last_choice: dict | None = None
         self.warm = 0
+        self.warm_at: int | None = None  # forwards seen when the current warm-up size was taken
+        self.forwards = 0
         self.selections = 0
 
     def observe_forward(self, batch: int, seq_len: int, size: int, seconds: float) -> None:
         self.condition = (batch, seq_len)
-        self.times.observe(size, seconds)
+        self.forwards += 1
+        if batch not in self.times:
+            self.times[batch] = IterationTimes(self.time_alpha, self.time_decay)
+        self.times[batch].observe(size, seconds)
+
+    def fit(self) -> tuple[float, float] | None:
+        """The line of the current batch size, else of the nearest batch size that has one (None: none has)."""
+        fits = {b: f for b, t in self.times.items() if (f := t.fit()) is not None}
+        if not fits:
+            return None
+        batch = self.condition[0] if self.condition else 1
+        return fits[min(fits, key=lambda b: (abs(b - batch), b))]
 
     def due(self) -> bool:
         if self.paths is None or self.selected_at is None or self.condition is None:
@@ -142,29 +161,39 @@ class DynamicTrees:
 
     def current(self) -> list[tuple[int, ...]]:
         """The rank paths of the tree to draft now (re-selected when due)."""
-        fit = self.times.fit()
+        if self.paths is not None and self.warm_at == self.forwards:
+            return self.paths  # another row of a warm-up step: one warm-up size a step, whatever the batch
+        fit = self.fit()
         if fit is None and self.warm < len(self.warmup):
             size = self.warmup[self.warm]
+            self.warm_at = self.forwards
             self.warm += 1
             self.paths = [path for path, _ in best_first(self.hits.p(), size)]
             self.selected_at = None  # warm-up: choose again next step
             return self.paths
         if fit is None:  # warm-up done and still one size measured: stay at the largest
-            fit = (0.0, 1.0)
+            fit = (1.0, 0.0)
         if self.due():
             nodes = best_first(self.hits.p(), max(self.sizes))
             choice = choose_size(nodes, self.sizes, fit)
             self.paths = [path for path, _ in nodes[: choice["size"]]]
             self.selected_at = self.condition
-            self.last_choice = {**choice, "b0": fit[0], "b1": fit[1]}
+            self.last_choice = {**choice, "b0": fit[0], "b1": fit[1], "batch": (self.condition or (1,))[0]}
             self.selections += 1
         return self.paths
 
     def state_dict(self) -> dict:
-        return {"times": self.times.state_dict(), "hits": self.hits.state_dict(), "warm": self.warm}
+        return {"times": {b: t.state_dict() for b, t in self.times.items()}, "hits": self.hits.state_dict(),
+                "warm": self.warm}
 
     def load_state_dict(self, state: dict) -> None:
-        self.times.load_state_dict(state["times"])
+        tables = state["times"]
+        if "mean" in tables:  # a checkpoint from before the tables per batch size: its one table, batch unknown (0)
+            tables = {0: tables}
+        self.times = {}
+        for b, t in tables.items():
+            self.times[int(b)] = IterationTimes(self.time_alpha, self.time_decay)
+            self.times[int(b)].load_state_dict(t)
         self.hits.load_state_dict(state["hits"])
         self.warm = int(state["warm"])
         self.paths = None
