@@ -69,9 +69,15 @@ def question_rates(records: list[dict]) -> dict:
     return {q: tokens[q] / wall[q] for q in tokens if wall[q] > 0}
 
 
+def batch_key(batch: dict) -> tuple:
+    """A batch's identity among a run's records: its id with its wall time. A run resumed before f9d8143 could give
+    a new batch a saved batch's id (ProPD Table 2's layer-4 top-100 run holds two batches 3)."""
+    return batch["id"], batch["wall_time"]
+
+
 def timed_regions(records: list[dict]) -> list[dict]:
     """The timed regions (wall_time, phase_times): one per record at batch 1, one per batch otherwise."""
-    batches = {r["batch"]["id"]: r["batch"] for r in records if r.get("batch")}
+    batches = {batch_key(r["batch"]): r["batch"] for r in records if r.get("batch")}
     return list(batches.values()) if batches else records
 
 
@@ -361,10 +367,10 @@ def by_group(records: list[dict]) -> dict[str, dict]:
 
 def charged_batches(rows: list[dict]) -> list[dict]:
     """`rows` with each batch's wall and phase times scaled to the share of the batch's rows that are among them."""
-    counts = Counter(r["batch"]["id"] for r in rows if r.get("batch"))
+    counts = Counter(batch_key(r["batch"]) for r in rows if r.get("batch"))
 
     def share(b: dict) -> dict:
-        k = counts[b["id"]] / b["size"]
+        k = counts[batch_key(b)] / b["size"]
         return {**b, "wall_time": b["wall_time"] * k, "phase_times": {p: t * k for p, t in b["phase_times"].items()}}
 
     return [{**r, "batch": share(r["batch"])} if r.get("batch") else r for r in rows]

@@ -110,6 +110,24 @@ def test_batched_throughput_and_phases_count_each_batch_once():
     assert s["overhead_share"] == 1.0 / 6.0
 
 
+def test_two_batches_under_one_id_are_both_timed():
+    """Runs resumed before f9d8143 could number a new batch like a saved one (ProPD Table 2's layer-4 top-100 run
+    holds two batches 3): each keeps its own wall and phase times, in the summary and in the replay."""
+    from bench.cost.profiles import Profile
+    from bench.cost.replay import replayed
+
+    rows = [{**r, "batch": {**r["batch"], "id": 3}} for r in batched_records()]
+    s = metrics.summarize(rows)
+    assert s["wall_time"] == 6.0 and s["tokens_per_s"]["total"] == 42 / 6.0
+    assert s["phase_times"] == {"target_forward": 5.0, "draft": 1.0}
+    assert metrics.by_group(rows)["g"]["wall_time"] == 6.0
+    for r in rows:
+        r["accept_lengths"], r["prompt_tokens"] = [1] * r["new_tokens"], 8
+    flat = Profile("flat", "measured", "m", "here", "float32", [1, 128], [0], [[1.0, 1.0]])
+    walls = {r["batch"]["wall_time"] for r in replayed(rows, flat, rest=False)}
+    assert len(walls) == 2  # replayed as two batches, not one of four rows
+
+
 def test_groups_sharing_a_batch_are_charged_their_rows_share_of_it():
     """Rows 1 and 3 in group a, 2 and 4 in b: each group has one row of each batch and is charged half of each
     batch's time (it was charged all of it, which halved both groups' aggregate rates)."""

@@ -66,7 +66,12 @@ def test_dyspec_fig2_bins_tested_nodes_only(results):
     # under the rejected node 1) was never tested
     assert t0.loc[0.9, "rate"] == 1 and t0.loc[0.8, "rate"] == 1 and t0.loc[0.0, "rate"] == 0
     assert t0.loc[0.1, "rate"] == 0 and t0.loc[0.7, "nodes"] == 0 and t0["nodes"].sum() == 24
-    assert set(df.attrs["verdicts"].values()) == {"holds"}
+    # sampling tries siblings in drafting order and stops at the first accepted: nodes 1 and 3, after accepted
+    # siblings 0 and 2, were never tested at T 0.6 (they counted as rejected)
+    t6 = df[(df["temperature"] == 0.6) & (df["nodes"] > 0)]
+    assert set(t6["bin_low"]) == {0.8, 0.9} and t6["nodes"].sum() == 12 and set(t6["rate"]) == {1.0}
+    # at T 0.6 only accepted nodes were tested here: one rate, nothing rises
+    assert df.attrs["verdicts"] == {0.0: "holds", 0.6: "undecided"}
 
 
 def test_dyspec_fig5_prefers_table4_run(results):

@@ -27,7 +27,7 @@ import numpy as np
 
 from bench.cost.host import DRAFT_PHASE, TARGET_PHASES, HostCost, decode_steps, priced_rest_s, step_costs_at
 from bench.cost.profiles import Profile, hardware_of, load_profile, mean_profile
-from bench.metrics import speedup, speedup_interval
+from bench.metrics import batch_key, speedup, speedup_interval
 
 
 def target_steps(record: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -175,10 +175,10 @@ def replayed(records: list[dict], profile: Profile, draft: Profile | None = None
              rest: bool | RestRule = True) -> list[dict]:
     """The records with their wall time replayed on the profile (and the draft's); at batch > 1 their batch's too
     (each batch whole, its draft forwards as measured, its rest over its longest row's steps)."""
-    batches: dict[int, list[dict]] = {}
+    batches: dict[tuple, list[dict]] = {}
     for r in records:
         if r.get("batch"):
-            batches.setdefault(r["batch"]["id"], []).append(r)
+            batches.setdefault(batch_key(r["batch"]), []).append(r)
     walls, rule = {}, rule_of(rest)
     for key, rows in batches.items():
         b = rows[0]["batch"]
@@ -187,7 +187,7 @@ def replayed(records: list[dict], profile: Profile, draft: Profile | None = None
     out = []
     for r in records:
         if r.get("batch"):
-            b, wall = r["batch"], walls[r["batch"]["id"]]
+            b, wall = r["batch"], walls[batch_key(r["batch"])]
             out.append({**r, "wall_time": r["wall_time"] * wall / b["wall_time"], "batch": {**b, "wall_time": wall}})
         else:
             out.append({**r, "wall_time": replay_s(r, profile, draft, rest)})

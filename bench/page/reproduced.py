@@ -19,6 +19,7 @@ from bench.report.claims import speedup_claim
 from bench.report.declare import Artifact, Cover, Shown
 from bench.report.drafter import describe, drafter, present
 from bench.report.registry import paper, paper_artifacts, papers, produce
+from bench.report.select import GAP
 from bench.report.tables import MISSING, listed
 from bench.run.store import Run, load_runs
 
@@ -271,7 +272,9 @@ def summary_row(name: str, c: Cover, artifact: str | None, s: Section | None) ->
     status, claim, projected = "not measured", MISSING, MISSING
     if used:
         claims = [speedup_claim(declared.claimed, used), *report_claims(s.md)]
-        status, claim = "measured", "; ".join(x for x in claims if x != MISSING) or MISSING
+        gaps = s.md is not None and any(line.startswith(GAP) for line in s.md.splitlines())
+        status = "measured in part" if gaps else "measured"  # some cells or panels say why they are empty
+        claim = "; ".join(x for x in claims if x != MISSING) or MISSING
         if (setting := s.setting) is not None and (found := speedup_claim(declared.claimed, used, setting)) != MISSING:
             projected = f"{found} ({setting.label})"
     elif s is not None and not s.art.needs_runs and s.md:

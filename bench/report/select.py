@@ -14,6 +14,7 @@ from bench.report.drafter import choose
 from bench.run.store import Run, load_runs, same_weights
 
 DEFAULT_MODEL = "smollm2-135m"
+GAP = "— "  # starts a footer line naming cells left empty, and why (the page's summary reads it)
 
 
 def matches(value, wanted: str | Collection | None) -> bool:
@@ -231,7 +232,7 @@ class Cells:
         reasons: dict[str, list[str]] = {}
         for name, reason in self.missing.items():
             reasons.setdefault(reason, []).append(name)
-        return [f"— {', '.join(names)}: {reason}." for reason, names in reasons.items()]
+        return [f"{GAP}{', '.join(names)}: {reason}." for reason, names in reasons.items()]
 
 
 LEFT_OUT = {"machine": "machines", "max_new_tokens": "max_new_tokens", "dataset": "datasets", "model": "models"}

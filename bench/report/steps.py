@@ -34,18 +34,23 @@ def steps(record: dict) -> list[dict]:
 
 def nodes(run: Run) -> pd.DataFrame:
     """One row per drafted node: question_id, turn, step, node, depth, conf (the draft's probability of the token),
-    accepted, reached (its parent the root or accepted: verification tested it), path_conf (conf's product)."""
-    rows = []
+    accepted, reached (verification tested it: its parent the root or accepted and, when sampling, no earlier
+    sibling accepted, since the walk tries a node's children in drafting order and stops at the first it accepts;
+    greedy verification compares every child with the target's choice), path_conf (conf's product)."""
+    rows, sampled = [], run.temperature > 0
     for r in run.records:
         for s, st in enumerate(steps(r)):
-            depth, path = {}, {}
+            depth, path, taken = {}, {}, set()  # taken: parents with a child accepted so far
             for i, (parent, conf, acc) in enumerate(zip(st["parents"], st["conf"], st["accepted"])):
                 depth[i] = 1 if parent < 0 else depth[parent] + 1
                 c = np.nan if conf is None else float(conf)
                 path[i] = c if parent < 0 else path[parent] * c
+                reached = (parent < 0 or bool(st["accepted"][parent])) and not (sampled and parent in taken)
+                if acc:
+                    taken.add(parent)
                 rows.append({"question_id": r["question_id"], "turn": r.get("turn", 0), "step": s, "node": i,
                              "depth": depth[i], "conf": c, "path_conf": path[i], "accepted": int(acc),
-                             "reached": int(parent < 0 or bool(st["accepted"][parent]))})
+                             "reached": int(reached)})
     return pd.DataFrame(rows, columns=["question_id", "turn", "step", "node", "depth", "conf", "path_conf",
                                        "accepted", "reached"])
 

@@ -49,7 +49,7 @@ def build_fig2(runs: RunSet, model: str | None = None, draft: str | None = None)
               f"lowest's): {v}." for t, v in verdicts.items()]
     ours = (f"Ours: {pinned.model}, draft: {describe(pinned.drafter)}, machine "
             f"{listed(r.machine for r in chosen.values())}; nodes a verification tested "
-            f"(parent the root or accepted), per bin of the draft's probability (draft temperature) of the token "
+            f"(parent the root or accepted; at T > 0 no earlier sibling accepted), per bin of the draft's probability (draft temperature) of the token "
             f"(bins without nodes left out); interval: 95% bootstrap over questions. Total tested nodes: "
             f"{fmt(df['nodes'].sum(), 'd')}.")
     df.attrs.update(model=pinned.model, drafter=pinned.drafter, verdicts=verdicts,

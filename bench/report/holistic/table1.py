@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from bench.report.drafter import describe
 from bench.report.holistic import PAPER, common
 from bench.report.holistic.common import draft_length, level, make, ours
 from bench.report.output import Report
@@ -75,7 +76,8 @@ def holistic_table1(runs: RunSet, model: str | None = None, draft: str | None = 
                          "run_id": run.run_id if run else None, "ar_run_id": base.run_id if base else None})
     df = pd.DataFrame(rows)
     first, *rest = pools.values()
-    caption = (f"Post-use & Pre-cut Tables 1-2, ours: {model or first.model} and its draft, fp32 (paper: {PAPER_PAIR}, "
+    caption = (f"Post-use & Pre-cut Tables 1-2, ours: {model or first.model} and {describe(first.drafter)}, fp32 "
+               f"(paper: {PAPER_PAIR}, "
                f"Llama-2-chat, bf16 on 4x A6000): tok/s and speedup over AR per dataset.")
     checked = "; ".join(f"{r.dataset} {r.row} {r.lossless}" for r in df.itertuples() if isinstance(r.lossless, str))
     foot = [*footer(ours(first), used, [ours(p) for p in rest], [n for p in pools.values() for n in p.notes]),
