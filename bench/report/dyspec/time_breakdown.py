@@ -21,8 +21,8 @@ from bench.report.select import RunSet, footer
 from bench.report.tables import fmt, interval_columns, markdown, ours_cells
 
 # DySpec Figure 4 component, label, our phases. The target prefill is a target forward (Sequoia and DySpec
-# run it inside the first verification); `update` (KV compaction, commit) and `draft` (any other proposer
-# time, e.g. the draft's own prefill) are "other", as is any phase not named here.
+# run it inside the first verification), as the draft's own prefill is a draft forward (its catch-up); `update`
+# (KV compaction, commit) and `draft` (any other proposer time) are "other", as is any phase not named here.
 FIG4_COMPONENTS = [
     ("draft_forward", "Draft forward", ("draft_forward",)),
     ("target_forward", "Target forward", ("target_forward", "prefill")),
