@@ -9,6 +9,7 @@ written only when the run completes.
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import re
@@ -54,15 +55,18 @@ def get_bundle(model_cfg, model_cache: str = "data/cache/models") -> ModelBundle
 
 
 def select_items(items: list[dict], run) -> list[dict]:
-    """Limit first, then shuffle: a shuffled run measures the same questions in another order."""
+    """Limit first, then shuffle: a shuffled run measures the same questions in another order. `limit_per_group`
+    takes N of each report group spread over its categories (the first of each category in turn), in file order:
+    SpecBench's mt_bench group holds MT-Bench's 8 categories, whose first N questions alone are all "writing"."""
     if run.limit_per_group is not None:
-        seen: dict[str, int] = {}
-        kept = []
-        for it in items:
-            seen[it["group"]] = seen.get(it["group"], 0) + 1
-            if seen[it["group"]] <= run.limit_per_group:
-                kept.append(it)
-        items = kept
+        groups: dict[str, dict[str, list[int]]] = {}  # group -> category -> item positions, in file order
+        for i, it in enumerate(items):
+            groups.setdefault(it["group"], {}).setdefault(it.get("category"), []).append(i)
+        keep = set()
+        for categories in groups.values():
+            turns = itertools.zip_longest(*categories.values())  # each category's first, then second, ...
+            keep.update([i for turn in turns for i in turn if i is not None][: run.limit_per_group])
+        items = [it for i, it in enumerate(items) if i in keep]
     if run.limit is not None:
         items = items[: run.limit]
     if run.shuffle:
@@ -115,7 +119,8 @@ class Runner:
         self.dataset_items = items  # the whole set (a graph-mode cache sized to it serves any selection alike)
         self.items = select_items(items, cfg.run)
         if len(self.items) < len(items):  # the dataset's selection above, then this run's limits
-            per_group = f"the first {cfg.run.limit_per_group} of each group" if cfg.run.limit_per_group else None
+            per_group = (f"{cfg.run.limit_per_group} of each group over its categories" if cfg.run.limit_per_group
+                         else None)
             first = f"the first {cfg.run.limit}" if cfg.run.limit is not None else None
             self.selection += f"; run: {len(self.items)} of them ({', then '.join(filter(None, (per_group, first)))})"
         if not self.items:
