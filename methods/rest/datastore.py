@@ -39,12 +39,14 @@ import contextlib
 import hashlib
 import json
 import logging
+import sys
 import time
 from collections.abc import Iterable, Iterator
 from itertools import islice
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from bench.cachefile import CorruptCache, atomic_file, atomic_write, clear_leftovers, load_or_fail, lock
 from bench.errors import HarnessError
@@ -240,10 +242,12 @@ def build(corpus: dict, tokenizer, mirror_dir: str | None, cache_dir: str, model
     corpus = load_corpus(corpus)
     stats: dict = {}
 
-    def token_lists():
-        with _quiet_length_warning():
+    def token_lists():  # a bar per document: a full store tokenizes for minutes
+        with _quiet_length_warning(), tqdm(total=corpus.get("max_documents"), desc=f"datastore {corpus['name']}",
+                                           unit="doc", file=sys.stderr) as bar:
             for batch in _batched(corpus_documents(corpus, mirror_dir, cache_dir, stats), 256):
                 yield from tokenizer(batch, add_special_tokens=True)["input_ids"]
+                bar.update(len(batch))
 
     meta = {
         "format_version": FORMAT_VERSION,
