@@ -1,7 +1,7 @@
 """Outputs and accept lengths of every engine family on the real embedded model, against a committed record.
 
 tests/fixtures/golden_runs.json was written by the code before the layout change (3 HumanEval prompts x 48
-tokens, fp32 CPU). A refactor that changes what any method drafts or accepts fails here even when outputs
+tokens, fp32 CPU); REST's accept lengths were rewritten when its tree gained DraftRetriever's cut (same outputs). A refactor that changes what any method drafts or accepts fails here even when outputs
 stay lossless (the lossless tests cannot see a lost draft). It is also the real-model losslessness test of these
 default configurations: AR's record is checked against HF greedy `generate`, every method against AR's record.
 Draft-model methods use an untrained 2-layer cut of the target and REST the in-process store of

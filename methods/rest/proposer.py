@@ -3,7 +3,9 @@
 Per step the query is the last s tokens of the committed context (the tree root included) for
 s = max_span..min_span (16..2); the first s with a match wins. Up to `max_matches` (5000) matches each
 give their next `continuation` (10) tokens; every prefix of every continuation is counted (a trie with
-counts) and the `num_draft` (64) most frequent prefixes, a prefix-closed set, are drafted as one tree.
+counts), the `num_draft` (64) most frequent prefixes are cut as REST's DraftRetriever does (`cut_to_choices`:
+those with the most distinct tokens go until the rest hold at most num_draft), and what is left, a prefix-closed
+set, is drafted as one tree.
 No match: an empty draft (a plain AR step). Search, trie and datastore: methods/rest/datastore.py; build the
 store with `make datastore` (scripts/build_datastore.py). The engine's greedy verification keeps the
 longest accepted path, as REST's greedy mode.
