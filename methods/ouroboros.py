@@ -11,9 +11,10 @@ unless `warm` is false. Per step:
 2. The target verifies the draft plus the newest `topk` pooled n-grams keyed by the last draft token as blocks
    behind it (each sees the prefix and the draft, not the other blocks): a block can extend the output only when
    the whole draft is accepted, the longest matching one wins (the shared verifier).
-3. After a rejection, the target's correction keys the target's own argmax over the rejected remainder, stored
-   when it reaches level-1 tokens (Ouroboros's add_extra_ngram). Ouroboros also rewrites the newest n-grams in
-   place with target-corrected ones (update_in_place); this harness only adds, it never overwrites.
+3. After a rejection, each draft token from the rejected one on keys the target's argmax after it, continued
+   while the draft's next token is what the target chose, stored when it reaches level-1 tokens (Ouroboros's
+   add_extra_ngram). Ouroboros also rewrites the newest n-grams in place with target-corrected ones
+   (update_in_place); this harness only adds, it never overwrites.
 
 Host waits: the draft tree is built on the host, so each lookahead forward sends its inputs once and reads its
 argmax once; the draft's own verification and the step's acceptance (for the pool) are the greedy verifier run on
@@ -32,6 +33,21 @@ from bench.core.verify import greedy_path
 from methods.shared.draft_proposer import DraftModelProposer
 from methods.shared.lookahead import LookaheadDecoding
 from methods.shared.trees.draft import ROOT, Trie, as_engine_tree
+
+
+def extra_ngrams(draft: list[int], target: list[int], n: int) -> list[tuple[int, tuple[int, ...]]]:
+    """Ouroboros's add_extra_ngram: after a rejection, (key, n-gram) for each draft token from the rejected one on
+    (`draft`; `target`: the target's choice after each): the key is the draft token, the n-gram the target's choice
+    after it, continued while the draft's next token is what the target chose; only those reaching n tokens."""
+    out = []
+    for k in range(len(draft)):
+        tail, j = [target[k]], k
+        while len(tail) < n and j + 1 < len(draft) and draft[j + 1] == target[j]:
+            j += 1
+            tail.append(target[j])
+        if len(tail) == n:
+            out.append((draft[k], tuple(tail)))
+    return out
 
 
 class Ouroboros(DraftModelProposer):
@@ -115,7 +131,6 @@ class Ouroboros(DraftModelProposer):
         path, bonus = greedy_path(parents, tokens, tgt)
         _, accepted, _ = self.log_acceptance(self.chain_slots, Acceptance.from_path(tree, path, bonus, device=None))
         if accepted < len(self.chain_slots):  # rejected at chain position accepted + 1
-            slots = [0, *self.chain_slots]
-            rest = [tgt[s] for s in slots[accepted + 1 :]]
-            if len(rest) >= self.level - 1:
-                self.pool.insert(tgt[slots[accepted]], tuple(rest[: self.level - 1]))
+            rest = [0, *self.chain_slots][accepted + 1 :]
+            for key, tail in extra_ngrams([tokens[s] for s in rest], [tgt[s] for s in rest], self.level - 1):
+                self.pool.insert(key, tail)

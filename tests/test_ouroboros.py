@@ -26,3 +26,17 @@ def test_identical_to_greedy_ar(smollm, prompts, greedy, drafts, draft, n):
 def test_gamma_12_config_composes():
     cfg = compose_cfg("method=ouroboros_g12").method
     assert cfg.name == "ouroboros_g12" and cfg.gamma == 12 and cfg.guess == 15
+
+
+
+def test_extra_ngrams_key_each_remaining_draft_token():
+    """add_extra_ngram after a rejection: each remaining draft token keys the target's choice after it, continued
+    while the draft's next token is the target's choice; shorter than level - 1 is not kept. (The harness used to
+    key one n-gram by the target's correction before the rejected token: predictions made after another token.)"""
+    from methods.ouroboros import extra_ngrams
+
+    # draft 5 7 8 3 (5 rejected), the target's choice after each: 7 8 9 1
+    assert extra_ngrams([5, 7, 8, 3], [7, 8, 9, 1], 2) == [(5, (7, 8)), (7, (8, 9))]  # 8 -> 9, then 3 != 9
+    assert extra_ngrams([5, 7, 6, 3, 4], [7, 8, 9, 1, 2], 2) == [(5, (7, 8))]
+    assert extra_ngrams([5, 7, 8, 3], [7, 8, 9, 1], 3) == [(5, (7, 8, 9))]
+    assert extra_ngrams([5], [7], 2) == []
