@@ -143,7 +143,7 @@ def test_evidence_copies_every_check_folder(tmp_path):
     stamp = tmp_path / "results" / "gpu_check" / "node_H100-20261201-120000"
     stamp.mkdir(parents=True)
     (stamp / "results.json").write_text('{"a": 1}')
-    (stamp / "methods.csv").write_text("method\nar\n")
+    (stamp / "methods.csv").write_bytes(b"method\r\nar\r\n")  # the csv module's rows end in CRLF
     (stamp / "scratch.npy").write_bytes(b"\0")
     (stamp / "profiles").mkdir()
     (stamp / "profiles" / "llama-7b-bfloat16.json").write_text("{}")
@@ -151,6 +151,8 @@ def test_evidence_copies_every_check_folder(tmp_path):
     assert sorted(p.relative_to(tmp_path / "evidence" / "gpu_check").as_posix() for p in copied) == [
         "node_H100-20261201-120000/methods.csv", "node_H100-20261201-120000/profiles/llama-7b-bfloat16.json",
         "node_H100-20261201-120000/results.json"]
+    assert (tmp_path / "evidence" / "gpu_check" / "node_H100-20261201-120000" / "methods.csv").read_bytes() == \
+        b"method\r\nar\r\n"  # copied as written (a rebuilt evidence folder left them LF)
 
 
 def test_a_batch_rows_steps_are_counted_once_per_batch():

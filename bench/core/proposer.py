@@ -150,7 +150,8 @@ class Method:
 
     def state_dict(self) -> dict:
         """What the method learned across prompt-turns (e.g. Token Recycling's matrix): saved with every
-        checkpoint of a run, so a resumed run decodes exactly as an uninterrupted one. {}: stateless."""
+        checkpoint of a run, so a resumed run decodes as an uninterrupted one (where the method's own updates are
+        deterministic: not Token Recycling's `parallel` scatter on CUDA). {}: stateless."""
         return {}
 
     def load_state_dict(self, state: dict) -> None:

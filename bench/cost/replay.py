@@ -12,7 +12,7 @@ Given a draft profile too, a draft-model method's forwards (`draft_steps`) are r
 measured `draft_forward` phase. A head drafting from the target's states (EAGLE, Medusa) keeps its time as measured.
 A `Setting` is a paper's hardware as its text describes it: the target's profile and the draft's.
 
-At batch > 1 a batch (the records sharing `batch.id`) is replayed whole: its prefill over the rows' prompts padded to
+At batch > 1 a batch (the records sharing `batch.id` and wall time: bench.metrics.batch_key) is replayed whole: its prefill over the rows' prompts padded to
 the longest, then per step one forward of the rows still in the batch over the widest row's nodes (the rows are
 padded to it) at their mean context, priced as `batched_ms`; the batch's time outside target forwards is kept as
 measured, draft forwards included. Each row's replayed wall time is its measured one scaled like its batch's.

@@ -55,6 +55,6 @@ def hub_commit(repo: str) -> list[str]:
 
     try:
         hit = try_to_load_from_cache(repo, "config.json")
-    except ValueError:  # not a valid repo id: the load names it
+    except (ValueError, OSError):  # not a valid repo id, an unreadable cache: the load names it
         return []
     return [Path(hit).parent.name] if isinstance(hit, str) else []

@@ -74,6 +74,7 @@ def copy_checks(results: Path, folder: Path) -> list[Path]:
     copied, root = [], Path(results, CHECKS)
     for f in sorted(root.glob("*/**/*.*")):
         if f.suffix in (".json", ".csv", ".md"):
-            atomic_write(folder / CHECKS / f.relative_to(root), scrub_paths(f.read_text()))
+            # bytes decoded as they are: read_text would turn the csv module's CRLF rows into LF
+            atomic_write(folder / CHECKS / f.relative_to(root), scrub_paths(f.read_bytes().decode()))
             copied.append(folder / CHECKS / f.relative_to(root))
     return copied

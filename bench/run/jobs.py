@@ -89,7 +89,9 @@ def measure(cfg, selection: tuple[list[dict], str] | None = None) -> Path | None
             return None
     torch.manual_seed(cfg.run.seed)
     runner = Runner(cfg, selection)
-    ckpt = Checkpoint(results, job_key(cfg, machine_id(runner.bundle.device, runner.bundle.linear_backend), weights))
+    # the weights as loaded: a hub model downloaded by this run has its commit now, and a resume asks after it
+    ckpt = Checkpoint(results, job_key(cfg, machine_id(runner.bundle.device, runner.bundle.linear_backend),
+                                       runner.bundle.weights))
     ckpt.open(run_id(cfg), resume=cfg.run.resume)
     finished = False
     try:

@@ -101,7 +101,8 @@ class HitRates:
 def choose_size(nodes: list[tuple[tuple[int, ...], float]], sizes: list[int], fit: tuple[float, float]) -> dict:
     """The size of highest l(size) / T_est(size), l = 1 + the expected acceptances of the best `size` nodes."""
     b0, b1 = fit
-    if b1 <= 0:  # a line that does not rise with the size (noise): every size costs alike, the most tokens win
+    flat = b1 <= 0
+    if flat:  # a line that does not rise with the size (noise): every size costs alike, the most tokens win
         b0, b1 = 1.0, 0.0
     cumulative = [1.0]
     for _, value in nodes:
@@ -114,7 +115,7 @@ def choose_size(nodes: list[tuple[tuple[int, ...], float]], sizes: list[int], fi
             est = max(b1 * size, 1e-9)
         speed = cumulative[size] / est
         if best is None or speed > best["speed"]:
-            best = {"size": size, "speed": speed, "expected_tokens": cumulative[size], "time_est": est}
+            best = {"size": size, "speed": speed, "expected_tokens": cumulative[size], "time_est": est, "flat": flat}
     return best
 
 
@@ -171,7 +172,7 @@ class DynamicTrees:
             self.paths = [path for path, _ in best_first(self.hits.p(), size)]
             self.selected_at = None  # warm-up: choose again next step
             return self.paths
-        if fit is None:  # warm-up done and still one size measured: stay at the largest
+        if fit is None:  # warm-up done and still one size measured: the most expected tokens (ties: the smaller)
             fit = (1.0, 0.0)
         if self.due():
             nodes = best_first(self.hits.p(), max(self.sizes))
@@ -188,12 +189,13 @@ class DynamicTrees:
 
     def load_state_dict(self, state: dict) -> None:
         tables = state["times"]
-        if "mean" in tables:  # a checkpoint from before the tables per batch size: its one table, batch unknown (0)
-            tables = {0: tables}
+        warm = int(state["warm"])
+        if "mean" in tables:  # a checkpoint from before the tables per batch size: its pooled line is the defect
+            tables, warm = {}, 0  # fixed since, so it is dropped and the warm-up runs again
         self.times = {}
         for b, t in tables.items():
             self.times[int(b)] = IterationTimes(self.time_alpha, self.time_decay)
             self.times[int(b)].load_state_dict(t)
         self.hits.load_state_dict(state["hits"])
-        self.warm = int(state["warm"])
+        self.warm = warm
         self.paths = None

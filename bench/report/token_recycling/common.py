@@ -33,5 +33,8 @@ def describe(ctx) -> str:
 
 
 def figure_text(title: str, ctx, points, notes: list[str]) -> str:
-    """A figure's markdown: its title, then the footer naming the runs of its points (their run_id) and its notes."""
+    """A figure's markdown: its title, then the footer naming the runs of its points (their run_id), every machine
+    they were measured on, and its notes."""
+    if "machine" in points:
+        ctx = {**dict(ctx), "machine": ", ".join(dict.fromkeys(points["machine"]))}
     return "\n".join([title, "", *footer(f"Ours: {describe(ctx)}.", points.itertuples(), notes=notes)]) + "\n"
