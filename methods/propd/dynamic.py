@@ -146,13 +146,17 @@ class DynamicTrees:
             self.times[batch] = IterationTimes(self.time_alpha, self.time_decay)
         self.times[batch].observe(size, seconds)
 
+    @property
+    def batch(self) -> int:
+        """The batch size of the last forward seen (1 before any)."""
+        return self.condition[0] if self.condition else 1
+
     def fit(self) -> tuple[float, float] | None:
         """The line of the current batch size, else of the nearest batch size that has one (None: none has)."""
         fits = {b: f for b, t in self.times.items() if (f := t.fit()) is not None}
         if not fits:
             return None
-        batch = self.condition[0] if self.condition else 1
-        return fits[min(fits, key=lambda b: (abs(b - batch), b))]
+        return fits[min(fits, key=lambda b: (abs(b - self.batch), b))]
 
     def due(self) -> bool:
         if self.paths is None or self.selected_at is None or self.condition is None:
@@ -179,7 +183,7 @@ class DynamicTrees:
             choice = choose_size(nodes, self.sizes, fit)
             self.paths = [path for path, _ in nodes[: choice["size"]]]
             self.selected_at = self.condition
-            self.last_choice = {**choice, "b0": fit[0], "b1": fit[1], "batch": (self.condition or (1,))[0]}
+            self.last_choice = {**choice, "b0": fit[0], "b1": fit[1], "batch": self.batch}
             self.selections += 1
         return self.paths
 

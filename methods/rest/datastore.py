@@ -210,14 +210,13 @@ def draft_tree(cont: np.ndarray, sep: int, num_draft: int) -> tuple[np.ndarray, 
     keep = np.lexsort((row, depth, -counts))[:num_draft]
     depth, row = depth[keep], row[keep]
     # REST's DraftRetriever (cut_to_choices) then drops the prefixes with the most distinct tokens until those
-    # left add up to at most num_draft distinct tokens (its "roughly cut" to the budget): about half the nodes
-    # the count alone keeps. Deeper first among equals, so what is left stays prefix-closed.
+    # left add up to at most num_draft distinct tokens (its "roughly cut" to the budget): fewer nodes than the
+    # count alone keeps. Deeper first among equals, so what is left stays prefix-closed.
     distinct = np.array([len(set(cont[r, : d + 1].tolist())) for d, r in zip(depth, row)], dtype=np.int64)
     order = np.lexsort((-depth, -distinct))
     over = np.cumsum(distinct[order]) < distinct.sum() - num_draft  # dropping only these still leaves too many
     cut = int(np.count_nonzero(over)) + (distinct.sum() > num_draft)
-    left = np.sort(order[cut:])
-    depth, row = depth[left], row[left]
+    depth, row = depth[order[cut:]], row[order[cut:]]
     order = np.lexsort((row, depth))  # breadth first, siblings in trie (sorted) order
     depth, row = depth[order], row[order]
     keys = depth * m + row

@@ -91,7 +91,6 @@ def build_token_recycling_table1(runs: RunSet, model: str | None = None, paper_s
         return latest.get((models[dataset], method, variant, dataset, 0.0))
 
     # The paper's speedups are against HF's AR, so the baseline is always hf_generate.
-    bases = {dataset: run_of("hf_generate", None, dataset) for dataset in DATASETS.values()}
     hf_runs = mine.where(greedy=True, batch_size=1, method="hf_generate", keep=lambda r: r.variant is None)
     for method, variant, paper_row, label, paper_name in ROWS:
         row = {"method": method, "variant": variant, "label": label, "paper_method": paper_name}
@@ -106,7 +105,7 @@ def build_token_recycling_table1(runs: RunSet, model: str | None = None, paper_s
             # same weights: a run over other weights under the model's name is another model
             base = mine.baseline(run, "hf_generate") or hf_runs.latest(
                 lambda b, run=run: b.dataset == run.dataset and same_weights(b.meta, run.meta))
-            other_weights = base is None and bases[dataset] is not None
+            other_weights = base is None and hf_runs.latest(dataset=dataset) is not None
             row.update(dataset_cells(prefix, run, base))
             used[f"{label}/{dataset}"] = run
             if base is None:
