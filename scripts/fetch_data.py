@@ -36,10 +36,13 @@ def default_mirror() -> str | None:
 def write_items(path: Path, items: list[dict], source: str = "") -> None:
     """Write atomically under the file's lock (bench.cachefile), so an interrupted run never leaves a half-written
     cache that later loads, and two `make data` never interleave. `source` (where the items came from) goes to
-    source.txt beside them, so runs on the cache still say e.g. that a mirror subset was used."""
+    source.txt beside them, so runs on the cache still say e.g. that a mirror subset was used. The old source.txt
+    goes first and the new one is written last: cut anywhere, the cache never names a source its items did not
+    come from (a cache without one says only that it is a cache)."""
     with lock(path):
-        atomic_write(cache_source_path(path), source + "\n")
+        cache_source_path(path).unlink(missing_ok=True)
         atomic_write(path, "".join(json.dumps(item, ensure_ascii=False) + "\n" for item in items))
+        atomic_write(cache_source_path(path), source + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -174,6 +174,18 @@ def test_fetch_data_round_trip(mirror, tmp_path, offline, capsys):
     first = json.loads((cache / "spec_bench" / "items.jsonl").read_text().splitlines()[0])
     assert first["group"] == "mt_bench"
 
+    # A rebuild cut while writing the items leaves the old items and no source, never the new source beside them
+    def cut(path, text):
+        if path.name == "items.jsonl":
+            raise KeyboardInterrupt
+        real_write(path, text)
+
+    real_write, fetch_data.atomic_write = fetch_data.atomic_write, cut
+    with pytest.raises(KeyboardInterrupt):
+        fetch_data.write_items(cache / "gsm8k" / "items.jsonl", [{"question_id": 1}], "somewhere else")
+    _, source = resolve_items(ds_cfg("gsm8k"), None, str(cache))
+    assert source == f"cache {cache / 'gsm8k' / 'items.jsonl'}"
+
 
 # ---------------------------------------------------------------- DySpec's raw-text sets and Sequoia's selection
 

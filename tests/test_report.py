@@ -229,7 +229,7 @@ def test_an_artifacts_own_option_may_come_before_its_name(results, capsys):
     assert capsys.readouterr().out == (results / "tables" / "token_recycling_table1.md").read_text()
 
 
-def test_paired_baseline_covers_most_questions_then_is_the_latest():
+def test_paired_baseline_covers_most_questions_then_is_the_latest_of_equals():
     """Another artifact's later AR run on fewer questions does not replace the baseline a run was paired with."""
     from pathlib import Path
 
@@ -250,6 +250,29 @@ def test_paired_baseline_covers_most_questions_then_is_the_latest():
     assert paired_baseline([wide, twin, other_turns], ours, "ar") is twin  # a tie: the latest
     assert paired_baseline([narrow], run("o", "pld", [9]), "ar") is narrow  # no overlap at all: still the latest
     assert paired_baseline([narrow], run("o", "ar", [1]), "pld") is None
+
+
+def test_paired_baseline_of_equal_cover_is_the_one_of_the_same_sitting():
+    """Machine labels name a kind of machine: of two AR runs covering the same questions, a run is paired with the
+    one on its own boot, else the one measured nearest in time, not with another sitting's later one."""
+    from pathlib import Path
+
+    from bench.report.select import paired_baseline
+    from bench.run.store import Run
+
+    def run(name, method, created, boot=None):
+        r = Run(Path(name), {"run_id": name, "method": method, "model": "m", "dataset": "d", "machine": "x",
+                             "max_new_tokens": 128, "created": created, "provenance": {"boot_id": boot}})
+        r.__dict__["records"] = [{"question_id": q, "turn": 0} for q in range(3)]
+        return r
+
+    early, late = run("ar1", "ar", "2026-11-24T22:17:00"), run("ar2", "ar", "2026-11-25T01:06:00")
+    ours = run("sd", "sd", "2026-11-24T22:28:00")
+    assert paired_baseline([early, late], ours, "ar") is early  # 0.2 h apart, not 2.6 h
+    assert paired_baseline([early, late], run("tr", "pld", "2026-11-25T01:20:00"), "ar") is late
+    same = run("ar3", "ar", "2026-11-20T00:00:00", boot="b")  # days earlier, but the same machine instance
+    assert paired_baseline([early, same, late], run("o", "sd", "2026-11-24T22:20:00", boot="b"), "ar") is same
+    assert paired_baseline([early, same, late], ours, "ar") is early  # no boot id: nearest in time
 
 
 def test_another_papers_later_runs_stay_out_of_table1(runs):

@@ -52,8 +52,11 @@ def prompt_turns(run: Run) -> set[tuple]:
 
 
 def paired_baseline(runs: list[Run], run: Run, method: str) -> Run | None:
-    """The latest of the `method` runs (default variant) measured like `run` that cover most of its prompt-turns
-    (paired speedups are over the shared ones); None if there is none."""
+    """Of the `method` runs (default variant) measured like `run`, one that covers most of its prompt-turns (paired
+    speedups are over the shared ones); among those, one measured on the same machine instance (boot id) where both
+    say, then the one measured nearest in time (then the latest): a machine label names a kind of machine, and two
+    VMs of one kind need not be equally fast, so a baseline from the same sitting is the fair one. None if there
+    is none."""
     alike = ("temperature", "batch_size", "model", "dataset", "machine", "max_new_tokens", "graphs")
     engine = ("graph_compile", "graph_capacity")  # graph mode's: compiled against compiled, as the runner pairs them
     found = [r for r in runs if r.method == method and r.variant is None
@@ -61,8 +64,13 @@ def paired_baseline(runs: list[Run], run: Run, method: str) -> Run | None:
              and all(r.meta.get(a) == run.meta.get(a) for a in engine) and same_weights(r.meta, run.meta)]
     if not found:
         return None
-    wanted = prompt_turns(run)
-    return max(reversed(found), key=lambda r: len(wanted & prompt_turns(r)))  # max keeps the first: the latest
+    wanted, boot = prompt_turns(run), run.provenance.get("boot_id")
+
+    def fit(r):
+        same_boot = bool(boot) and r.provenance.get("boot_id") == boot
+        return len(wanted & prompt_turns(r)), same_boot, -abs((r.created - run.created).total_seconds())
+
+    return max(reversed(found), key=fit)  # max keeps the first: the latest of equals
 
 
 # -- the one selection rule ------------------------------------------------------------------------------------

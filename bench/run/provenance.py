@@ -5,6 +5,7 @@ from __future__ import annotations
 import platform
 import socket
 import subprocess
+from pathlib import Path
 
 import torch
 import transformers
@@ -17,6 +18,15 @@ def _git(*args) -> str | None:
     try:
         return subprocess.run(["git", *args], cwd=PROJECT, capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def boot_id() -> str | None:
+    """This boot of this machine (Linux): two runs with the same one ran on the same machine instance, which a
+    hostname alone cannot say on VMs that reuse theirs; reports pair a run with its baseline by it."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
         return None
 
 
@@ -36,6 +46,7 @@ def provenance(device, dtype, linear_backend: str = "plain") -> dict:
         "parallel_jobs": parallel_jobs(),
         "dtype": str(dtype).replace("torch.", ""),
         "hostname": socket.gethostname(),
+        "boot_id": boot_id(),
         "linear_backend": linear_backend,
         "machine": machine_id(device, linear_backend),
     }
