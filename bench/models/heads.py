@@ -29,6 +29,7 @@ from torch import nn
 from bench.cachefile import CorruptCache, load_or_fail, reason
 from bench.errors import HarnessError
 from bench.models.built import recipe_differs
+from bench.models.identity import hub_revision
 
 WEIGHTS = "heads.safetensors"
 CONFIG = "heads.json"
@@ -154,12 +155,12 @@ def read_medusa_checkpoint(path: Path, what: str) -> MedusaHeads:
     return from_medusa_state_dict(state, what)
 
 
-def hub_checkpoint(repo: str) -> Path:
-    """Medusa's medusa_lm_head.pt of a hub repo (downloaded once into the HF cache)."""
+def hub_checkpoint(repo: str, revision: str | None = None) -> Path:
+    """Medusa's medusa_lm_head.pt of a hub repo (downloaded once into the HF cache), at `revision` if pinned."""
     from huggingface_hub import hf_hub_download
 
     try:
-        return Path(hf_hub_download(repo_id=repo, filename=HUB_FILE))
+        return Path(hf_hub_download(repo_id=repo, filename=HUB_FILE, revision=revision))
     except Exception as err:  # noqa: BLE001 - offline, no such repo, no such file, network: all one line
         raise HarnessError(f"cannot get Medusa heads '{repo}' ({HUB_FILE}) from the hub: {reason(err)}") from None
 
@@ -220,11 +221,12 @@ def load_heads(bundle) -> MedusaHeads:
     if cfg is None:
         raise HarnessError(f"model '{bundle.name}' has no Medusa heads (set model.heads)")
     name = str(cfg.get("name") or cfg.id)
+    revision = hub_revision(cfg, f"Medusa heads '{name}'").get("revision")
     lm_head = bundle.model.get_output_embeddings()
     if cfg.source == "trained":
         heads = read_trained(bundle, str(cfg.id), f"trained heads '{name}'")
     elif cfg.source == "hub":
-        heads = read_medusa_checkpoint(hub_checkpoint(str(cfg.id)), f"Medusa heads '{cfg.id}'")
+        heads = read_medusa_checkpoint(hub_checkpoint(str(cfg.id), revision), f"Medusa heads '{cfg.id}'")
     elif cfg.source == "path":
         heads = heads_at_path(Path(str(cfg.id)), lm_head, f"heads '{name}'")
     else:

@@ -25,13 +25,25 @@ def packaged_gguf(package: str, filename: str | None) -> Path:
     return files[0]
 
 
+def hub_revision(block, what: str) -> dict:
+    """`{"revision": ...}` for from_pretrained and hf_hub_download where a hub block pins one (a branch, tag or commit
+    hash: the papers' checkpoints as they were), {} for the repo's main branch; a revision on a block that does not
+    come from the hub is one error line."""
+    revision = block.get("revision")
+    if revision in (None, ""):
+        return {}
+    if block.source != "hub":
+        raise HarnessError(f"{what}: revision '{revision}' pins a hub repo, but its source is '{block.source}'")
+    return {"revision": str(revision)}
+
+
 def weights_id(cfg) -> str:
     """A short hash of what the target's weights are, from the config and the files alone (a sweep's skip and a
     resume ask before the model loads): a hub id; a packaged GGUF by its package, file and size; a local folder by
     its resolved path (however it is spelled) and its weight files' names, sizes and modification times, so weights
     edited in place are told apart (a copy that does not keep the times is new: its reference is measured again);
     a random shape by its spec; a hub model also by the commit the local hub cache holds for it, so a repo updated
-    upstream is new weights."""
+    upstream is new weights, and by its pinned revision where the config names one."""
     target = cfg.target
     parts = [str(target.source), str(cfg.get("random_init"))]
     if target.source == "package":
@@ -44,17 +56,19 @@ def weights_id(cfg) -> str:
     else:
         parts.append(str(target.id))
         if target.source == "hub" and not cfg.get("random_init"):
-            parts += hub_commit(str(target.id))
+            pinned = hub_revision(target, f"model '{cfg.get('name')}'")
+            parts += hub_commit(str(target.id), pinned.get("revision"))
+            parts += [f"revision={pinned['revision']}"] if pinned else []  # ids without a pin stay as they were
     return hashlib.sha1("|".join(parts).encode()).hexdigest()[:10]
 
 
-def hub_commit(repo: str) -> list[str]:
-    """[the commit of `repo`'s main branch in the local hub cache], or [] where none is cached (offline, read from
-    the cache's refs; a model not yet downloaded keeps the id alone until it is)."""
+def hub_commit(repo: str, revision: str | None = None) -> list[str]:
+    """[the commit of `repo`'s main branch (or `revision`) in the local hub cache], or [] where none is cached
+    (offline, read from the cache's refs; a model not yet downloaded keeps the id alone until it is)."""
     from huggingface_hub import try_to_load_from_cache
 
     try:
-        hit = try_to_load_from_cache(repo, "config.json")
+        hit = try_to_load_from_cache(repo, "config.json", revision=revision)
     except (ValueError, OSError):  # not a valid repo id, an unreadable cache: the load names it
         return []
     return [Path(hit).parent.name] if isinstance(hit, str) else []

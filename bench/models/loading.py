@@ -26,7 +26,7 @@ from bench.models.eagle import eagle_dir, load_eagle
 from bench.models.eagle3 import eagle3_dir, load_eagle3
 from bench.models.eagle_draft import EagleDraft
 from bench.models.heads import load_early_heads, load_heads
-from bench.models.identity import packaged_gguf, weights_id
+from bench.models.identity import hub_revision, packaged_gguf, weights_id
 from bench.models.vocab import TrimmedDraft, fit_vocabulary, read_ranking, trim
 from bench.paths import project_path
 from data.loaders import quiet_hub_logs
@@ -195,6 +195,7 @@ def load_draft_model(bundle: ModelBundle):
     if cfg is None:
         raise HarnessError(f"model '{bundle.name}' has no draft model (set model.draft)")
     name = cfg.get("name") or cfg.id
+    pinned = hub_revision(cfg, f"draft '{name}'")  # a pin off the hub: one line, first
     if cfg.source in ("eagle", "eagle3"):  # the model's EAGLE-1 or EAGLE-3 head as the draft (eagle_draft.py)
         if cfg.get("vocab") is not None:
             raise HarnessError(f"draft '{name}': `vocab` needs a trained draft (its token ranking); set it to null "
@@ -218,11 +219,11 @@ def load_draft_model(bundle: ModelBundle):
         with quiet_hub_logs():
             draft = AutoModelForCausalLM.from_pretrained(
                 str(path), dtype=bundle.dtype, attn_implementation=bundle.model.config._attn_implementation,
-                **placement.straight_to(bundle.device),
+                **placement.straight_to(bundle.device), **pinned,
             ).to(bundle.device)
             vocab = draft.get_output_embeddings().weight.shape[0]
             # Its own tokenizer only where the sizes differ: to check the draft's vocabulary contains the target's.
-            draft_tokenizer = own_tokenizer(path) if vocab > bundle.vocab_size else None
+            draft_tokenizer = own_tokenizer(path, **pinned) if vocab > bundle.vocab_size else None
     except (OSError, ValueError) as err:
         raise HarnessError(f"cannot load draft '{name}' from {cfg.source} '{path}': "
                            f"{str(err).splitlines()[0]}") from None
@@ -262,6 +263,7 @@ def load_model(cfg, model_cache: str) -> ModelBundle:
         raise HarnessError(f"model '{cfg.name}': unknown device '{cfg.device}' (e.g. cpu, cuda, cuda:1)") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise HarnessError(f"model '{cfg.name}' wants device cuda, but no CUDA device is available")
+    pinned = hub_revision(target, f"model '{cfg.name}'")  # a pin on a package or folder: one line, first
     if target.source == "package":
         path = convert_gguf(packaged_gguf(target.id, target.get("gguf_file")), dtype, Path(model_cache))
     else:
@@ -270,15 +272,15 @@ def load_model(cfg, model_cache: str) -> ModelBundle:
     reserve = companion_bytes(cfg, dtype, model_cache) if mapped and not cfg.get("random_init") else 0
     try:
         with quiet_hub_logs():  # offline, the hub client logs a retry warning per attempt: the line below says why
-            placement.check_fits(cfg, path, dtype, device)  # before any weight is read
-            tokenizer = AutoTokenizer.from_pretrained(path)
+            placement.check_fits(cfg, path, dtype, device, pinned.get("revision"))  # before any weight is read
+            tokenizer = AutoTokenizer.from_pretrained(path, **pinned)
             placed = placement.load_kwargs(cfg, device, reserve)
             if cfg.get("random_init"):  # random weights of a named shape, for timing (bench/models/random_init.py)
                 model = random_init.build(cfg.random_init, dtype, device, cfg.attn_implementation,
                                           cfg.get("device_map"))
             else:
                 model = AutoModelForCausalLM.from_pretrained(
-                    path, dtype=dtype, attn_implementation=cfg.attn_implementation, **placed
+                    path, dtype=dtype, attn_implementation=cfg.attn_implementation, **placed, **pinned
                 )
     except (OSError, ValueError) as err:
         # No hub (offline machine), a wrong id, a folder that is no model (transformers' ValueError): one line.
@@ -318,13 +320,13 @@ def load_model(cfg, model_cache: str) -> ModelBundle:
     )
 
 
-def own_tokenizer(path):
+def own_tokenizer(path, revision: str | None = None):
     """A draft's own tokenizer, or None where its folder has none that loads (the vocabularies cannot be compared
     then, and a wider draft is refused)."""
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(str(path))
+        return AutoTokenizer.from_pretrained(str(path), revision=revision)
     except (OSError, ValueError):
         return None
 
@@ -342,7 +344,7 @@ def companion_bytes(cfg, dtype: torch.dtype, model_cache: str) -> int:
         return placement.weight_bytes(str(path), dtype) if (path / "config.json").is_file() else 0
     path = path_or_hub(draft.source, draft.id, "draft", "trained, eagle, eagle3")
     try:
-        return placement.weight_bytes(path, dtype)
+        return placement.weight_bytes(path, dtype, hub_revision(draft, "draft").get("revision"))
     except OSError as err:
         raise HarnessError(f"cannot read the config of draft '{draft.get('name') or draft.id}' ({path}), whose size a "
                            f"device map keeps free: {str(err).splitlines()[0]}") from None
@@ -357,9 +359,10 @@ def load_tokenizer(model_cfg, model_cache: str = "data/cache/models"):
         path = convert_gguf(packaged_gguf(target.id, target.get("gguf_file")), None, project_path(model_cache))
     else:
         path = str(target.id)
+    pinned = hub_revision(target, f"model '{model_cfg.name}'")
     try:
         with quiet_hub_logs():
-            return AutoTokenizer.from_pretrained(path)
+            return AutoTokenizer.from_pretrained(path, **pinned)
     except (OSError, ValueError) as err:
         raise HarnessError(
             f"cannot load the tokenizer of model '{model_cfg.name}' from '{path}': {str(err).splitlines()[0]}"

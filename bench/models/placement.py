@@ -25,12 +25,13 @@ GPU_HEADROOM = 2 * 2**30
 STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")  # device maps accelerate works out
 
 
-def weight_bytes(path: str, dtype: torch.dtype) -> int:
-    """Bytes of the model's weights in `dtype`, from its config.json alone (no weight is read)."""
+def weight_bytes(path: str, dtype: torch.dtype, revision: str | None = None) -> int:
+    """Bytes of the model's weights in `dtype`, from its config.json alone (no weight is read); `revision`: a hub
+    repo's pinned one."""
     from accelerate import init_empty_weights
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.from_pretrained(path)
+    config = AutoConfig.from_pretrained(path, revision=revision)
     with init_empty_weights():
         model = AutoModelForCausalLM.from_config(config)
     params = sum(p.numel() for p in model.parameters())
@@ -78,9 +79,9 @@ def device_room(key) -> float:
     return memory_of(torch.device("cuda", index)) if index < torch.cuda.device_count() else 0
 
 
-def check_fits(cfg, path: str, dtype: torch.dtype, device: torch.device) -> None:
+def check_fits(cfg, path: str, dtype: torch.dtype, device: torch.device, revision: str | None = None) -> None:
     """One `error:` line, before any weight is read, when the weights alone cannot fit."""
-    need = weight_bytes(path, dtype)
+    need = weight_bytes(path, dtype, revision)
     room, where = capacity(cfg, device)
     if need > room:
         raise HarnessError(
