@@ -209,6 +209,11 @@ def test_trained_heads_are_loaded_once_and_equal(tmp_path, tiny, shared):
     with torch.inference_mode():
         assert torch.equal(loaded(x), heads(x))
     assert read_report(heads_dir(cache) / "tiny-medusa") == REPORT_STUB
+    # recorded with its build's digest: heads trained again under the same id are other heads
+    name = loaded.name_or_path
+    assert name.startswith("trained:tiny-medusa-") and len(name) == len("trained:tiny-medusa-") + 8
+    write_heads(heads, {**REPORT_STUB, "x": 2}, heads_dir(cache) / "tiny-medusa")
+    assert bundle_for(tiny, TRAINED, cache).load_heads().name_or_path != name
 
 
 def test_corrupt_trained_heads_are_reported_not_a_traceback(tmp_path, tiny, capfd):

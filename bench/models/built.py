@@ -6,11 +6,19 @@ the artifact's recorded name carries it."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from pathlib import Path
 
 from omegaconf import OmegaConf
+
+
+def report_digest(report: Path) -> str:
+    """"-<8 hex>" of a trained artifact's report, which its build writes anew each time ("" before it exists): the
+    recorded name of a draft or heads trained again under the same id differs, as its weights do (training stops
+    on a clock, so two builds of one recipe are not the same weights)."""
+    return "-" + hashlib.sha1(report.read_bytes()).hexdigest()[:8] if report.is_file() else ""
 
 
 def recipe_differs(report: Path, recipe, what: str, make: str) -> list[str]:

@@ -28,11 +28,13 @@ from torch import nn
 
 from bench.cachefile import CorruptCache, load_or_fail, reason
 from bench.errors import HarnessError
-from bench.models.built import recipe_differs
+from bench.models.built import recipe_differs, report_digest
 from bench.models.identity import hub_revision
 
 WEIGHTS = "heads.safetensors"
 CONFIG = "heads.json"
+REPORT = "heads_report.json"  # written by bench/train/heads.py
+EARLY_REPORT = "early_heads_report.json"  # by bench/train/early_heads.py
 HUB_FILE = "medusa_lm_head.pt"
 
 
@@ -237,9 +239,10 @@ def load_heads(bundle) -> MedusaHeads:
                            f"'{bundle.name}' has {lm_head.in_features} and {bundle.vocab_size}")
     heads = heads.to(device=bundle.device, dtype=bundle.dtype).eval().requires_grad_(False)
     heads.name, heads.name_or_path = name, f"{cfg.source}:{cfg.id}"
-    if cfg.source == "trained":
-        differ = recipe_differs(heads_dir(bundle.model_cache) / str(cfg.id) / "heads_report.json", cfg.get("train"),
-                                f"trained heads '{name}'", f"`make heads MODEL={bundle.name}`")
+    if cfg.source == "trained":  # recorded with its build's digest: heads trained again are other heads
+        report = heads_dir(bundle.model_cache) / str(cfg.id) / REPORT
+        differ = recipe_differs(report, cfg.get("train"), f"trained heads '{name}'", f"`make heads MODEL={bundle.name}`")
+        heads.name_or_path += report_digest(report)
         heads.name_or_path += f" (built with another recipe: {', '.join(differ)})" if differ else ""
     return heads
 
@@ -263,6 +266,7 @@ def load_early_heads(bundle):
         raise HarnessError(f"unknown early heads source '{cfg.source}' (known: trained)")
     heads = read_trained(bundle, str(cfg.id), f"early heads '{cfg.id}'")
     heads = heads.to(device=bundle.device, dtype=bundle.dtype).eval().requires_grad_(False)
-    heads.name, heads.name_or_path = str(cfg.id), f"trained:{cfg.id}"
+    folder = heads_dir(bundle.model_cache) / str(cfg.id)
+    heads.name, heads.name_or_path = str(cfg.id), f"trained:{cfg.id}{report_digest(folder / EARLY_REPORT)}"
     heads.layers = json.loads((heads_dir(bundle.model_cache) / str(cfg.id) / CONFIG).read_text())["layers"]
     return heads

@@ -21,7 +21,7 @@ import torch
 from bench.cachefile import CorruptCache, atomic_dir, load_or_build, load_or_fail
 from bench.errors import HarnessError
 from bench.models import backend_choice, linear_backend, placement, random_init
-from bench.models.built import recipe_differs
+from bench.models.built import recipe_differs, report_digest
 from bench.models.eagle import eagle_dir, load_eagle
 from bench.models.eagle3 import eagle3_dir, load_eagle3
 from bench.models.eagle_draft import EagleDraft
@@ -84,15 +84,12 @@ class ModelBundle:
             label = f"eagle{'3' if three else ''}-{eagle.id}-{eagle.source}"
             folder = (eagle3_dir if three else eagle_dir)(self.model_cache or ".") / str(eagle.id)
             report = folder / ("eagle3_report.json" if three else "eagle_report.json")
-            if eagle.source == "trained" and report.is_file():
-                label += "-" + hashlib.sha1(report.read_bytes()).hexdigest()[:8]
+            label += report_digest(report) if eagle.source == "trained" else ""
             return label.replace("/", "_")
         label = f"{cfg.id if cfg is not None else 'draft'}-{draft.config.num_hidden_layers}l"
         label += f"-v{draft.vocab_ids.numel()}" if isinstance(draft, TrimmedDraft) else ""
         if cfg is not None and cfg.source == "trained" and self.model_cache is not None:
-            report = drafts_dir(self.model_cache) / str(cfg.id) / "draft_report.json"
-            if report.is_file():
-                label += "-" + hashlib.sha1(report.read_bytes()).hexdigest()[:8]
+            label += report_digest(drafts_dir(self.model_cache) / str(cfg.id) / "draft_report.json")
         return label.replace("/", "_")
 
     def load_heads(self):

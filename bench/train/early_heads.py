@@ -22,13 +22,13 @@ from pathlib import Path
 import torch
 
 from bench.errors import HarnessError
-from bench.models.heads import init_heads
+from bench.models.heads import EARLY_REPORT, init_heads
 from bench.train.heads import as_dtype_of, float32_copy, train_heads, write_heads
 from bench.train.heads_data import heads_data
 from bench.train.recipes import plain
 from bench.train.selfdistill import collect_prompts
 
-REPORT = "early_heads_report.json"
+REPORT = EARLY_REPORT
 
 
 @torch.inference_mode()

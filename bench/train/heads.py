@@ -30,12 +30,19 @@ from bench.cachefile import READ_ERRORS, atomic_dir, report_corrupt
 from bench.core.forward import cache_kw
 from bench.core.timing import device_sync
 from bench.errors import HarnessError
-from bench.models.heads import CONFIG, MedusaHeads, from_state_dict, init_heads, read_heads_dir, save_heads
+from bench.models.heads import (
+    CONFIG,
+    REPORT,
+    MedusaHeads,
+    from_state_dict,
+    init_heads,
+    read_heads_dir,
+    save_heads,
+)
 from bench.train.heads_data import heads_data
 from bench.train.loop import train_loop
 from bench.train.recipes import plain
 
-REPORT = "heads_report.json"
 IGNORE = -100
 TOPK = (1, 5, 10)
 
