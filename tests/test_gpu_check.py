@@ -339,7 +339,10 @@ def test_the_repeats_part_grades_each_way_s_later_decodes_against_its_first(tmp_
     monkeypatch.setattr(method_check, "run_rows", run_rows)
     monkeypatch.setattr(method_check, "graded", lambda b, p, o, ref, where: "identical" if o == ref else "near-tie at 2")
     bundle = gpu_check.bundle_for("cpu", "float32", "tiny")
-    ways = repeat_check.repeats(bundle, [[5, 6], [7, 8]], 3, names=("ar", "pld"), times=3)["ways"]
+    saved = []  # after each way, what a lease's cap would keep
+    ways = repeat_check.repeats(bundle, [[5, 6], [7, 8]], 3, names=("ar", "pld"), times=3,
+                                progress=lambda r: saved.append({m: list(w) for m, w in r["ways"].items()}))["ways"]
+    assert saved == [{"ar": list(repeat_check.WAYS[:k]), "pld": list(repeat_check.WAYS[:k])} for k in (1, 2, 3)]
     assert ways["pld"]["eager"] == ways["pld"]["static"] == ways["ar"]["captured"] == [["identical"] * 2] * 2
     assert ways["pld"]["captured"] == [["identical"] * 2, ["identical", "near-tie at 2"]]
     assert [(m, p) for m, _, p in order[:4]] == [("Autoregressive", (5, 6)), ("PromptLookup", (5, 6)),

@@ -227,7 +227,8 @@ def run_checks(sizes: Sizes, device: str, scratch: Path, partial: Path | None = 
             progress=lambda recs: save({**results, "graph_methods": recs})))
     if "repeats" in parts:  # prompts decoded alike every time, eager, static and captured? (bench.check.repeat_check)
         # the speedup part's first and third timed prompts (the same prompts): PLD's and AR's that departed
-        record("repeats", repeat_check.repeats(bundle, [rows[0], rows[2]], sizes.timed_new))
+        record("repeats", repeat_check.repeats(bundle, [rows[0], rows[2]], sizes.timed_new,
+                                               progress=lambda r: save({**results, "repeats": r})))
     free(bundle)
     return results
 

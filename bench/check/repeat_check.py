@@ -27,9 +27,11 @@ def engine_of(bundle, way: str, rows: list[list[int]], max_new: int):
     return method_check.graph_engine_for(bundle, rows, max_new, capture=way == "captured")
 
 
-def repeats(bundle, prompts: list[list[int]], max_new: int, times: int = 3, names=NAMES) -> dict:
-    """{"ways": {method: {way: per prompt, each later decode graded against the first}}, and the sizes}."""
+def repeats(bundle, prompts: list[list[int]], max_new: int, times: int = 3, names=NAMES, progress=None) -> dict:
+    """{"ways": {method: {way: per prompt, each later decode graded against the first}}, and the sizes};
+    `progress(result so far)` after each way, so that a lease's cap keeps the ways it finished."""
     ways: dict = {name: {} for name in names}
+    result = {"prompt_tokens": [len(p) for p in prompts], "max_new_tokens": max_new, "times": times, "ways": ways}
     for way in WAYS:
         engine = engine_of(bundle, way, prompts, max_new)  # one engine (one pool, one cache) for every decode
         methods = {name: build_method(compose_config([f"method={name}"]).method, bundle) for name in names}
@@ -43,7 +45,9 @@ def repeats(bundle, prompts: list[list[int]], max_new: int, times: int = 3, name
         for (name, i), (_, first, *later) in decoded.items():
             ways[name].setdefault(way, []).append(
                 [method_check.graded(bundle, prompts[i], out, first, where=True) for out in later])
-    return {"prompt_tokens": [len(p) for p in prompts], "max_new_tokens": max_new, "times": times, "ways": ways}
+        if progress is not None:
+            progress(result)
+    return result
 
 
 def lines(result: dict) -> list[str]:
