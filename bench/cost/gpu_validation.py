@@ -17,7 +17,6 @@ step-cost ratio is the fair comparison (MAT-free); a speedup also carries each s
 
 from __future__ import annotations
 
-import csv
 import functools
 import gzip
 import json
@@ -43,7 +42,10 @@ GPUS = {"H200": ("gpu_check/vm_NVIDIA_H200-20261127-112000", "h200", "H100"),
         "H200 11-28": ("gpu_check/vm_NVIDIA_H200-20261128-142200", "h200", "H200")}
 FORWARD = "smollm2-135m-bfloat16.json"  # the profile of the methods' model, under <folder>/profiles/
 # Table 1's methods; those no lease timed yet are projected ahead of one (`--speedup-methods` of gpu-check: docs/gpu.md)
-ARTIFACT = "token_recycling/table1"
+# The CPU runs the leases are replayed from and the host prices are fitted on: Token Recycling Table 1 as committed
+# on 2026-11-25 (AMD EPYC VM, two jobs side by side), kept here when the table was measured again, so that
+# re-measuring a table does not move the host price every paper's projection uses (the fit reads its AR's phases)
+CPU_RUNS = "projection/table1_runs"
 METHODS = ("ar", "pld", "token_recycling", "hf_generate", "lookahead", "rest", "medusa")
 # Issue 68's goals: a step ratio within 10% for the methods the first leases timed, 15% for those projected ahead
 GOALS = {"step_ratio": 0.10, "ar_tok_s": 0.10, "ahead": 0.15}
@@ -186,15 +188,13 @@ def own_host(label: str, costs: StepCosts, here: dict[str, float]) -> HostCost |
 
 
 def cpu_runs() -> dict[str, dict[str, list[dict]]]:
-    """dataset -> method -> records of the committed Token Recycling Table 1 runs (variants left out)."""
+    """dataset -> method -> records of the Token Recycling Table 1 runs under CPU_RUNS (variants left out)."""
     out: dict[str, dict[str, list[dict]]] = {}
-    with open(EVIDENCE / "runs.csv") as f:
-        for row in csv.DictReader(f):
-            folder = EVIDENCE / "runs" / row["run_id"]
-            summary = json.loads((folder / "summary.json").read_text())
-            if row["artifact"] == ARTIFACT and row["method"] in METHODS and not summary.get("variant"):
-                turns = gzip.decompress((folder / "turns.jsonl.gz").read_bytes()).decode()  # (bench.page.evidence)
-                out.setdefault(row["dataset"], {})[row["method"]] = [json.loads(line) for line in turns.splitlines()]
+    for folder in sorted((EVIDENCE / CPU_RUNS).iterdir()):
+        summary = json.loads((folder / "summary.json").read_text())
+        if summary["method"] in METHODS and not summary.get("variant"):
+            turns = gzip.decompress((folder / "turns.jsonl.gz").read_bytes()).decode()  # (bench.page.evidence)
+            out.setdefault(summary["dataset"], {})[summary["method"]] = [json.loads(x) for x in turns.splitlines()]
     return out
 
 

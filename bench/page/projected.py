@@ -11,7 +11,8 @@ from bench.report.claims import ratio_of, speed_ratios, with_baselines
 from bench.report.tables import markdown, with_interval
 from bench.run.store import Run
 
-NAMED = {"method", "dataset", "model", "experiment", "logger", "run.temperature", "run.batch_size", "run.variant"}
+NAMED = {"method", "dataset", "model", "experiment", "logger", "run.temperature", "run.batch_size", "run.variant",
+         "run.resume"}  # (run.resume: whether a sweep may skip or resume a job, not how a run is measured)
 
 
 def varied(runs: list[Run]) -> dict[str, str]:
