@@ -122,7 +122,7 @@ def fake_node(monkeypatch, gpus: int, host: float):
 
 
 def test_the_fit_check_counts_host_ram_where_a_device_map_puts_weights_on_the_host(monkeypatch, tmp_path):
-    monkeypatch.setattr(placement, "weight_bytes", lambda path, dtype: 138e9)  # a 70B target in fp16
+    monkeypatch.setattr(placement, "weight_bytes", lambda path, dtype, revision=None: 138e9)  # a 70B target in fp16
     fake_node(monkeypatch, gpus=1, host=32e9)
     cfg = compose_cfg("model=llama-2-70b").model
     with open_dict(cfg):
