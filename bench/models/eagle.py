@@ -107,7 +107,7 @@ def load_eagle(bundle) -> EagleHead:
     if cfg is None:
         raise HarnessError(f"model '{bundle.name}' has no EAGLE head (set model.eagle)")
     name = cfg.get("name") or cfg.id
-    hub_revision(cfg, f"EAGLE head '{name}'")  # a pin off the hub: one line, before anything loads
+    revision = hub_revision(cfg, f"EAGLE head '{name}'").get("revision")  # a pin off the hub: one line, first
     torch.manual_seed(int(cfg.get("seed", 0)))
     head = EagleHead(bundle.model, bias=bool(cfg.get("bias", True)))
     if cfg.source == "trained":
@@ -117,7 +117,7 @@ def load_eagle(bundle) -> EagleHead:
                                f"looked in {file.parent})")
         state = read_state(file, f"EAGLE head '{name}'")
     elif cfg.source in ("path", "hub"):
-        state = from_official_keys(read_state(official_file(cfg), f"EAGLE head '{name}'"))
+        state = from_official_keys(read_state(official_file(cfg, revision), f"EAGLE head '{name}'"))
     elif cfg.source != "init":
         raise HarnessError(f"unknown EAGLE head source '{cfg.source}' (known: init, trained, path, hub)")
     if cfg.source != "init":
@@ -137,9 +137,8 @@ def in_dtype(head: EagleHead, dtype: torch.dtype) -> EagleHead:
     return head
 
 
-def official_file(cfg) -> Path:
-    """The weights file of an official checkpoint (a folder or a file; a hub repo downloaded once)."""
-    revision = hub_revision(cfg, f"EAGLE head '{cfg.id}'").get("revision")  # None off the hub (load_eagle checks)
+def official_file(cfg, revision: str | None = None) -> Path:
+    """The weights file of an official checkpoint (a folder or a file; a hub repo downloaded once, at `revision`)."""
     if cfg.source == "path":
         path = Path(str(cfg.id))
         if not path.exists():

@@ -268,5 +268,5 @@ def load_early_heads(bundle):
     heads = heads.to(device=bundle.device, dtype=bundle.dtype).eval().requires_grad_(False)
     folder = heads_dir(bundle.model_cache) / str(cfg.id)
     heads.name, heads.name_or_path = str(cfg.id), f"trained:{cfg.id}{report_digest(folder / EARLY_REPORT)}"
-    heads.layers = json.loads((heads_dir(bundle.model_cache) / str(cfg.id) / CONFIG).read_text())["layers"]
+    heads.layers = json.loads((folder / CONFIG).read_text())["layers"]
     return heads
