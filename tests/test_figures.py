@@ -93,6 +93,21 @@ def test_pin_takes_the_latest_runs_model_machine_and_length():
     assert RunSet([], Path("mem")).pin().runs == []
 
 
+def test_pin_never_compares_two_builds_of_a_trained_part():
+    heads = {"heads": "trained:h-1111aaaa"}
+    runs = [fake("old", method_settings={"heads": "trained:h"}), fake("ar", method_settings={}),
+            fake("new", method_settings=heads), fake("both", method_settings={**heads, "early_heads": "trained:e"}),
+            fake("draft", method_settings={"draft_label": "eagle-x-trained-2222bbbb"})]
+    pinned = RunSet(runs, Path("mem")).pin(lambda r: r.run_id == "ar", drafters=False)
+    # the anchor (AR) uses no trained part: each part's build is the latest run's using it
+    assert [r.run_id for r in pinned.runs] == ["ar", "new", "both", "draft"]
+    assert pinned.notes == [("1 run(s) with other builds of the Medusa heads left out (compared: Medusa heads "
+                             "trained:h-1111aaaa)")]
+    old = RunSet(runs, Path("mem")).pin(lambda r: r.run_id == "old", drafters=False)  # the anchor's build first
+    assert [r.run_id for r in old.runs] == ["old", "ar", "draft"]
+    assert RunSet(runs[1:], Path("mem")).pin(drafters=False).notes == []  # one build each: nothing said
+
+
 def test_pin_with_a_family_anchors_on_its_own_sweep_and_never_on_another_papers():
     runs = [fake("own", experiment="toy_table1"), fake("sibling", experiment="toy_fig2", max_new_tokens=128),
             fake("other", experiment="holistic", max_new_tokens=256)]

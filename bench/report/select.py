@@ -73,6 +73,23 @@ def paired_baseline(runs: list[Run], run: Run, method: str) -> Run | None:
     return max(reversed(found), key=fit)  # max keeps the first: the latest of equals
 
 
+# The trained parts a run can use, by the setting that names their build (a trained part's name ends in its build's
+# digest since 2026-11-30, bench.models.built.report_digest): parts trained again under one id stop on a clock and
+# are other weights, so one artifact never compares runs of two builds.
+BUILT_PARTS = {"draft_label": "draft", "heads": "Medusa heads", "early_heads": "early heads"}
+
+
+def builds(run: Run) -> dict[str, str]:
+    """{setting: the build it names} for each trained part the run used (none for AR, PLD, ...)."""
+    return {k: str(v) for k in BUILT_PARTS if (v := run.settings.get(k))}
+
+
+def same_builds(run: Run, anchor: dict[str, str]) -> bool:
+    """Whether every trained part the run shares with the anchor's is the anchor's build."""
+    mine = builds(run)
+    return all(mine[k] == v for k, v in anchor.items() if k in mine)
+
+
 # -- the one selection rule ------------------------------------------------------------------------------------
 
 @dataclass
@@ -125,7 +142,8 @@ class RunSet:
         else of `relevant`; `drafters=False`: no draft-model runs). Empty without a relevant run. With `family`
         (an experiment prefix), `own` is the artifact's own experiments where a relevant run carries one, else
         any experiment of the family, else a run without an experiment label, and the model is that anchor's; no such
-        run: empty (another paper's runs never anchor it)."""
+        run: empty (another paper's runs never anchor it). Runs of another build of a trained part (`builds`) than
+        the anchor's (else the latest run's using it) are left out, with a note."""
         relevant = relevant or (lambda r: True)
         if family is not None:
             labels = set(self.experiments)
@@ -156,6 +174,15 @@ class RunSet:
         dropped = sum(1 for r in mine if tuple(getattr(r, a) for a in same) != key)
         notes = [f"{dropped} run(s) of other {' or '.join(LEFT_OUT.get(a, a) for a in same)} left out (compared: "
                  + ", ".join(f"{a} {v}" for a, v in zip(same, key, strict=True)) + ")"] if dropped else []
+        built = builds(anchor)  # each part's build: the anchor's, else that of the latest run using the part
+        for r in reversed(kept):
+            built = {**builds(r), **built}
+        other = [r for r in kept if not same_builds(r, built)]
+        if other:
+            kept = [r for r in kept if same_builds(r, built)]
+            parts = [k for k in BUILT_PARTS if any(builds(r).get(k, built.get(k)) != built.get(k) for r in other)]
+            notes.append(f"{len(other)} run(s) with other builds of the {' or '.join(BUILT_PARTS[k] for k in parts)}"
+                         " left out (compared: " + ", ".join(f"{BUILT_PARTS[k]} {built[k]}" for k in parts) + ")")
         return dataclasses.replace(self, runs=kept, model=model, drafter=chosen, dataset=dataset,
                                    machine=anchor.machine, max_new_tokens=anchor.max_new_tokens,
                                    notes=[*self.notes, *notes])
