@@ -53,6 +53,37 @@ def test_checkpoint_resumes_after_the_last_saved_record(tmp_path):
     assert not again.dir.exists()
 
 
+def test_a_run_resumed_in_another_sitting_says_so_and_pairs_only_with_a_baseline_of_the_same(tmp_path, monkeypatch):
+    from bench.report.select import paired_baseline
+    from bench.run import checkpoint
+    from bench.run.store import Run
+
+    monkeypatch.setattr(checkpoint, "boot_id", lambda: "boot-a")
+    ck = Checkpoint(tmp_path, "k").open("run-1")
+    ck.save(record(0), {})
+    ck.lock.release()
+    monkeypatch.setattr(checkpoint, "boot_id", lambda: "boot-b")  # the machine rebooted (another session)
+    again = Checkpoint(tmp_path, "k").open("run-2")
+    assert again.boots() == ["boot-a", "boot-b"] and again.resumes[0]["boot_id"] == "boot-b"
+    again.lock.release()
+    assert Checkpoint(tmp_path, "k").open("run-3").boots() == ["boot-a", "boot-b"]  # a third try, same boot
+    rows = [{"question_id": "q0", "turn": 0}]
+    labels = {"method": "ar", "model": "m", "dataset": "d", "machine": "x", "max_new_tokens": 8, "temperature": 0.0,
+              "batch_size": 1, "created": "2026-11-30T10:00:00"}
+
+    def run(name, created, **prov):
+        r = Run(Path(name), {**labels, "run_id": name, "created": created, "provenance": prov})
+        r.__dict__["records"] = rows  # the prompt-turns pairing reads, without files
+        return r
+
+    in_b = run("ar-b", "2026-11-30T12:00:00", boot_id="boot-b")
+    in_a = run("ar-a", "2026-11-30T09:00:00", boot_id="boot-a")
+    assert paired_baseline([in_a, in_b], run("plain", "2026-11-30T09:00:00", boot_id="boot-b"), "ar") is in_b
+    # a run resumed in boot-b has no sitting of its own: the AR nearest in time, not boot-b's for being its last
+    assert paired_baseline([in_a, in_b], run("mixed", "2026-11-30T09:30:00", boot_ids=["boot-a", "boot-b"],
+                                             boot_id="boot-b"), "ar") is in_a
+
+
 def test_no_resume_and_completed_runs_start_over(tmp_path):
     ck = Checkpoint(tmp_path, "k").open("run-1")
     ck.save(record(0), {})

@@ -51,12 +51,18 @@ def prompt_turns(run: Run) -> set[tuple]:
     return {(r.get("question_id"), r.get("turn", 0)) for r in run.records}
 
 
+def sittings(run: Run) -> set[str]:
+    """The boot ids a run was measured in: one, or a resumed run's several (provenance `boot_ids`); {} unrecorded."""
+    prov = run.provenance
+    return {b for b in prov.get("boot_ids") or [prov.get("boot_id")] if b}
+
+
 def paired_baseline(runs: list[Run], run: Run, method: str) -> Run | None:
     """Of the `method` runs (default variant) measured like `run`, one that covers most of its prompt-turns (paired
     speedups are over the shared ones); among those, one measured on the same machine instance (boot id) where both
-    say, then the one measured nearest in time (then the latest): a machine label names a kind of machine, and two
-    VMs of one kind need not be equally fast, so a baseline from the same sitting is the fair one. None if there
-    is none."""
+    say (a run resumed in another sitting has no single one: its baseline must span the same sittings), then the one
+    measured nearest in time (then the latest): a machine label names a kind of machine, and two VMs of one kind
+    need not be equally fast, so a baseline from the same sitting is the fair one. None if there is none."""
     alike = ("temperature", "batch_size", "model", "dataset", "machine", "max_new_tokens", "graphs")
     engine = ("graph_compile", "graph_capacity")  # graph mode's: compiled against compiled, as the runner pairs them
     found = [r for r in runs if r.method == method and r.variant is None
@@ -64,10 +70,10 @@ def paired_baseline(runs: list[Run], run: Run, method: str) -> Run | None:
              and all(r.meta.get(a) == run.meta.get(a) for a in engine) and same_weights(r.meta, run.meta)]
     if not found:
         return None
-    wanted, boot = prompt_turns(run), run.provenance.get("boot_id")
+    wanted, boots = prompt_turns(run), sittings(run)
 
     def fit(r):
-        same_boot = bool(boot) and r.provenance.get("boot_id") == boot
+        same_boot = bool(boots) and sittings(r) == boots
         return len(wanted & prompt_turns(r)), same_boot, -abs((r.created - run.created).total_seconds())
 
     return max(reversed(found), key=fit)  # max keeps the first: the latest of equals

@@ -51,6 +51,7 @@ def print_summary(path: Path) -> None:
         f"{speed}, lossless {lossless_text(ll) or '0/0'}{fp32_note}, "
         f"overhead {fmt(m['overhead_share'], '.3f')}"
         + "".join(f", resumed after {r['at_record']} prompt-turns" for r in s.get("resumed") or [])
+        + (f" in {n} sittings (boot ids)" if (n := len((s.get("provenance") or {}).get("boot_ids") or [])) > 1 else "")
     )
 
 

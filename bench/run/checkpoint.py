@@ -2,7 +2,7 @@
 
 results/runs/.partial/<key>/ holds
   records.jsonl  one line per finished prompt-turn, appended and fsynced;
-  state.pt       {"n_records", "run_id", "resumes", "proposer"}: replaced atomically AFTER each record, so it
+  state.pt       {"n_records", "run_id", "resumes", "boot_id", "proposer"}: replaced atomically AFTER each record, so it
                  says how many records are complete and carries the proposer's `state_dict` (what a stateful
                  method learned so far). Lines beyond n_records (a kill between the two writes) and a torn
                  last line are dropped on resume, and those prompt-turns run again.
@@ -29,6 +29,7 @@ from omegaconf import OmegaConf
 
 from bench.cachefile import atomic_file, atomic_write, reason
 from bench.errors import HarnessError
+from bench.run.provenance import boot_id
 
 STATE, RECORDS = "state.pt", "records.jsonl"
 
@@ -71,7 +72,8 @@ class Checkpoint:
         self.records: list[dict] = []
         self.run_id: str | None = None
         self.proposer_state: dict | None = None
-        self.resumes: list[dict] = []
+        self.resumes: list[dict] = []  # {"at_record", "time", "boot_id"} each time a killed run was continued
+        self.started_boot: str | None = None  # the boot id of the process that started the run
 
     @property
     def resumed_at(self) -> int | None:
@@ -90,14 +92,20 @@ class Checkpoint:
         if state is None:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir.mkdir(parents=True)
-            self.run_id = new_run_id
+            self.run_id, self.started_boot = new_run_id, boot_id()
             return self
         n = state["n_records"]
         self.records = read_jsonl_prefix(self.dir / RECORDS)[:n]
         self.rewrite_records()  # drop lines of a prompt-turn whose state was not saved
         self.run_id, self.proposer_state = state["run_id"], state["proposer"]
-        self.resumes = state.get("resumes", []) + [{"at_record": n, "time": now()}]
+        self.started_boot = state.get("boot_id")
+        self.resumes = state.get("resumes", []) + [{"at_record": n, "time": now(), "boot_id": boot_id()}]
         return self
+
+    def boots(self) -> list[str]:
+        """The machine instances (boot ids) the run's records were measured on, in order, each once: more than
+        one is a run resumed in another sitting, whose speed is no one sitting's."""
+        return list(dict.fromkeys(b for b in [self.started_boot, *(r.get("boot_id") for r in self.resumes)] if b))
 
     def load_state(self) -> dict | None:
         path = self.dir / STATE
@@ -126,7 +134,7 @@ class Checkpoint:
             os.fsync(f.fileno())
         self.records.append(record)
         state = {"n_records": len(self.records), "run_id": self.run_id, "resumes": self.resumes,
-                 "proposer": proposer_state}
+                 "boot_id": self.started_boot, "proposer": proposer_state}
         with atomic_file(self.dir / STATE) as f:
             torch.save(state, f)
 

@@ -353,6 +353,8 @@ def run_summary(cfg, runner: Runner, records: list[dict], ckpt: Checkpoint | Non
     results = project_path(cfg.paths.results)
     rid = ckpt.run_id if ckpt else run_id(cfg)
     prov = provenance(b.device, b.dtype, b.linear_backend)
+    if ckpt is not None and ckpt.resumes:  # every sitting a resumed run's records come from (paired_baseline)
+        prov["boot_ids"] = list(dict.fromkeys([*ckpt.boots(), prov["boot_id"]]))
     summary = {
         "run_id": rid,
         "config_key": config_key(cfg),
