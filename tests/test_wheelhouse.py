@@ -13,6 +13,7 @@ the dependency and the project from the copy it was installed from (editable: co
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -48,7 +49,8 @@ def test_offline_install_from_a_wheel_folder(tmp_path):
     python = tmp_path / "venv" / "bin" / "python"
     done = pip(python, "install", "--no-index", "--find-links", str(wheels), "--no-deps", "-e", str(src), "tabulate")
     assert done.returncode == 0, done.stderr
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # a PYTHONPATH naming a checkout wins
     check = subprocess.run([str(python), "-c", "import tabulate, bench.paths; print(bench.paths.PROJECT)"],
-                           check=False, capture_output=True, text=True, cwd=tmp_path, timeout=60)
+                           check=False, capture_output=True, text=True, cwd=tmp_path, timeout=60, env=clean)
     assert check.returncode == 0, check.stderr
     assert Path(check.stdout.strip()) == src
