@@ -105,6 +105,26 @@ def test_table1_rows_per_dataset_beside_the_paper(results):
             "2.72x for 10.89/4.18 tok/s = 2.61x.") in md
 
 
+def test_each_table_anchors_on_its_own_sweep_though_all_share_one_experiment(results):
+    """Table 1's full method measured later in another sitting (another machine label) leaves Table 3's ladder on
+    its own runs, and Table 1 keeps to the new sitting, its older AR left out with a note."""
+    write_table1(results)
+
+    def later(name, method, **kw):
+        write_run(results, name, method, **kw)
+        results.runs[-1].meta["machine"] = "other"
+
+    later("ar_new", "ar", seconds=1.0)
+    later("ours_new", "holistic", seconds=2.0, level="precut", length=24, calls=3, drafted=3, variant="")
+    cells = frame(report("table3", results), "tables/holistic_table3.csv").set_index(["level", "lambda"])
+    assert cells.at[("sd", 12), "speedup"] == pytest.approx(0.25)  # the ladder's own AR and runs still
+    table1 = report("table1", results)
+    ours = frame(table1, "tables/holistic_table1.csv").set_index(["dataset", "row"])
+    assert ours.at[("humaneval", "ours"), "run_id"] == "ours_new"
+    assert ours.at[("humaneval", "ours"), "speedup"] == pytest.approx(0.5)  # over the AR of its own sitting
+    assert "run(s) of other machines or max_new_tokens left out (compared: machine other" in table1.markdown
+
+
 def test_table1_names_a_missing_dataset(results):
     md = report("table1", results).markdown  # only the HumanEval ladder: MT-Bench and GSM8K missing
     assert "Missing: no holistic runs on mt_bench" in md and "— (2.64)" in md

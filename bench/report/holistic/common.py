@@ -55,6 +55,16 @@ def level(run: Run) -> str | None:
     return LEVELS.get((bool(s.get("reuse_draft")), bool(s.get("reuse_target")), bool(s.get("precut"))))
 
 
+def in_ladder(run: Run) -> bool:
+    """A run of the ladder's sweep (Table 3's experiment, Figure 5's and Table 9's): its variant names its level."""
+    return run.method == "holistic" and run.variant in LEVELS.values()
+
+
+def full_method(run: Run) -> bool:
+    """A run of Tables 1 and 10's sweeps: the full method at its defaults, no variant."""
+    return run.method == "holistic" and run.variant is None
+
+
 def frozen(run: Run) -> bool:
     """A Pre-cut run whose Q-table stopped learning after warm-up (Figure 4's Q_init)."""
     return bool((run.settings.get("controller") or {}).get("freeze_after_warmup"))
@@ -70,15 +80,17 @@ MEASURED = {"experiment": EXPERIMENT, "greedy": True, "batch_size": 1}
 
 
 def ladder(runs: RunSet, dataset: str, artifact: Artifact, model: str | None = None, draft: str | None = None,
-           synced: bool = False) -> RunSet:
+           synced: bool = False, own: Callable[[Run], bool] = in_ladder) -> RunSet:
     """The runs one artifact compares on `dataset`, of the drafter it shows (RunSet.drafter_of); none:
     MissingRunsError. Runs timed per phase (Table 9's) only with `synced`: on a GPU their syncs cost time the
-    paper's and AR's runs do not pay."""
+    paper's and AR's runs do not pay. `own`: the artifact's own sweep, whose latest run anchors the machine label,
+    length and draft build (every Post-use & Pre-cut run has experiment `holistic`, so a run's variant tells the
+    sweeps apart): the ladder's (`in_ladder`) or the full method's (`full_method`, Tables 1 and 10)."""
     draft = runs.where(**MEASURED).drafter_of(model, draft)
     mine = runs.where(**MEASURED, dataset=dataset, keep=lambda r: synced or not r.sync_phases)
     if draft is not None:  # a dataset without the drafter's runs is missing, not another drafter's
         mine = mine.where(keep=lambda r: drafter(r) in (None, draft))
-    p = mine.pin(lambda r: r.method == "holistic", model=model, draft=draft, dataset=dataset)
+    p = mine.pin(lambda r: r.method == "holistic", model=model, draft=draft, dataset=dataset, own=own)
     if not p.runs:
         what = f" with draft {draft}" if draft is not None else ""
         raise MissingRunsError(f"no holistic runs on {dataset}{what} in {runs.folder} ({make(artifact)})")
@@ -86,13 +98,13 @@ def ladder(runs: RunSet, dataset: str, artifact: Artifact, model: str | None = N
 
 
 def ladders(runs: RunSet, datasets: tuple[str, ...], artifact: Artifact, model: str | None,
-            draft: str | None) -> tuple[dict[str, RunSet], list[str]]:
+            draft: str | None, own: Callable[[Run], bool] = in_ladder) -> tuple[dict[str, RunSet], list[str]]:
     """ladder on each dataset, of one drafter: the runs of each that has them, a "Missing: ..." line per other."""
     draft = runs.where(**MEASURED).drafter_of(model, draft)
     found, errors = {}, []
     for ds in datasets:
         try:
-            found[ds] = ladder(runs, ds, artifact, model, draft)
+            found[ds] = ladder(runs, ds, artifact, model, draft, own=own)
         except MissingRunsError as e:
             errors.append(f"Missing: {e}.")
     return found, errors

@@ -50,7 +50,7 @@ def contradicted_speedups(paper: pd.DataFrame) -> list[str]:
 
 def holistic_table1(runs: RunSet, model: str | None = None, draft: str | None = None) -> Report:
     paper = runs.paper()
-    pools, errors = common.ladders(runs, DATASETS, ARTIFACT, model, draft)
+    pools, errors = common.ladders(runs, DATASETS, ARTIFACT, model, draft, own=common.full_method)
     if not pools:
         raise MissingRunsError(f"no holistic runs on {', '.join(DATASETS)} in {runs.folder} ({make(ARTIFACT)})")
     rows, used = [], []

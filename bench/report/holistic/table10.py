@@ -26,7 +26,7 @@ TABLE10 = ("$(PY) -m bench.run $(SWEEP) experiment=holistic/{} model=$(MODEL) ru
 
 
 def holistic_table10(runs: RunSet, model: str | None = None, draft: str | None = None) -> Report:
-    p = common.ladder(runs, DATASET, ARTIFACT, model, draft)
+    p = common.ladder(runs, DATASET, ARTIFACT, model, draft, own=common.full_method)
     paper = runs.paper().set_index("method")
     rows, used = [], []
     for row, (label, paper_name, keep) in ROWS.items():
