@@ -90,10 +90,20 @@ def builds(run: Run) -> dict[str, str]:
     return {k: str(v) for k in BUILT_PARTS if (v := run.settings.get(k))}
 
 
-def same_builds(run: Run, anchor: dict[str, str]) -> bool:
-    """Whether every trained part the run shares with the anchor's is the anchor's build."""
-    mine = builds(run)
-    return all(mine[k] == v for k, v in anchor.items() if k in mine)
+def one_build(runs: list[Run], anchor: Run) -> tuple[list[Run], list[str]]:
+    """The runs that used the same build of each trained part: the anchor's, else the latest run's using it (runs
+    oldest first); and a note naming the parts whose other builds were left out, if any."""
+    of = [builds(r) for r in runs]
+    chosen = builds(anchor)
+    for b in reversed(of):
+        chosen = {**b, **chosen}
+    parts = {k for b in of for k, v in b.items() if v != chosen[k]}
+    if not parts:
+        return runs, []
+    kept = [r for r, b in zip(runs, of, strict=True) if all(chosen[k] == v for k, v in b.items())]
+    named = [k for k in BUILT_PARTS if k in parts]
+    return kept, [f"{len(runs) - len(kept)} run(s) with other builds of the {' or '.join(BUILT_PARTS[k] for k in named)}"
+                  " left out (compared: " + ", ".join(f"{BUILT_PARTS[k]} {chosen[k]}" for k in named) + ")"]
 
 
 # -- the one selection rule ------------------------------------------------------------------------------------
@@ -180,15 +190,8 @@ class RunSet:
         dropped = sum(1 for r in mine if tuple(getattr(r, a) for a in same) != key)
         notes = [f"{dropped} run(s) of other {' or '.join(LEFT_OUT.get(a, a) for a in same)} left out (compared: "
                  + ", ".join(f"{a} {v}" for a, v in zip(same, key, strict=True)) + ")"] if dropped else []
-        built = builds(anchor)  # each part's build: the anchor's, else that of the latest run using the part
-        for r in reversed(kept):
-            built = {**builds(r), **built}
-        other = [r for r in kept if not same_builds(r, built)]
-        if other:
-            kept = [r for r in kept if same_builds(r, built)]
-            parts = [k for k in BUILT_PARTS if any(builds(r).get(k, built.get(k)) != built.get(k) for r in other)]
-            notes.append(f"{len(other)} run(s) with other builds of the {' or '.join(BUILT_PARTS[k] for k in parts)}"
-                         " left out (compared: " + ", ".join(f"{BUILT_PARTS[k]} {built[k]}" for k in parts) + ")")
+        kept, left = one_build(kept, anchor)
+        notes += left
         return dataclasses.replace(self, runs=kept, model=model, drafter=chosen, dataset=dataset,
                                    machine=anchor.machine, max_new_tokens=anchor.max_new_tokens,
                                    notes=[*self.notes, *notes])

@@ -354,7 +354,7 @@ def run_summary(cfg, runner: Runner, records: list[dict], ckpt: Checkpoint | Non
     rid = ckpt.run_id if ckpt else run_id(cfg)
     prov = provenance(b.device, b.dtype, b.linear_backend)
     if ckpt is not None and ckpt.resumes:  # every sitting a resumed run's records come from (paired_baseline)
-        prov["boot_ids"] = list(dict.fromkeys([*ckpt.boots(), prov["boot_id"]]))
+        prov["boot_ids"] = ckpt.boots()  # this process's among them: its resume recorded it
     summary = {
         "run_id": rid,
         "config_key": config_key(cfg),
