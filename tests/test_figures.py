@@ -126,6 +126,17 @@ def test_pin_with_a_family_anchors_on_its_own_sweep_and_never_on_another_papers(
     assert RunSet([fake("x", experiment="toyota")], Path("mem")).pin(family="toy", drafters=False).runs == []
 
 
+def test_latest_takes_the_artifacts_own_sweep_before_a_later_run_of_another():
+    runs = [fake("own", experiment="toy_table1", batch_size=1), fake("fig", experiment="toy_fig6", batch_size=1),
+            fake("own2", experiment="toy_table1", batch_size=2)]
+    mine = RunSet(runs, Path("mem"), experiments=("toy_table1",))
+    assert mine.latest(batch_size=1).run_id == "own"  # Figure 6's later batch-1 run does not shadow the table's
+    assert mine.latest(lambda r: r.run_id == "fig").run_id == "fig"  # none of its own fits: the latest of any
+    assert RunSet(runs, Path("mem")).latest(batch_size=1).run_id == "fig"  # no artifact: the latest run
+    hand = RunSet([*runs, fake("hand", experiment=None, batch_size=1)], Path("mem"), experiments=("toy_table1",))
+    assert hand.latest(batch_size=1).run_id == "hand"  # a later run made by hand is the table's own
+
+
 def test_fig3_uses_the_latest_run_per_x_in_plot_order(results):
     df, notes = fig3_points(results.runset())
     a = df[df["panel"] == "a"]

@@ -198,8 +198,12 @@ class RunSet:
 
     def latest(self, keep: Callable[[Run], object] | None = None, **labels) -> Run | None:
         """The most recent run with these labels (`where`'s keywords) for which keep(run) is true; None if there is
-        none. The one "latest" rule: a cell of a table is the latest run that fits it."""
+        none. The one "latest" rule: a cell of a table is the latest run that fits it; where a run of the
+        artifact's own sweep fits, runs of other sweeps are passed over (Figure 6's later batch-1 run never shadows
+        Table 1's own), runs made by hand (no experiment label) are not."""
         found = [r for r in (self.where(**labels).runs if labels else self.runs) if keep is None or keep(r)]
+        if any(r.experiment in self.experiments for r in found):
+            found = [r for r in found if not r.experiment or r.experiment in self.experiments]
         return found[-1] if found else None
 
     def latest_per(self, x_of: Callable[[Run], object], **labels) -> dict:
