@@ -135,6 +135,9 @@ def test_latest_takes_the_artifacts_own_sweep_before_a_later_run_of_another():
     assert RunSet(runs, Path("mem")).latest(batch_size=1).run_id == "fig"  # no artifact: the latest run
     hand = RunSet([*runs, fake("hand", experiment=None, batch_size=1)], Path("mem"), experiments=("toy_table1",))
     assert hand.latest(batch_size=1).run_id == "hand"  # a later run made by hand is the table's own
+    per = mine.latest_per(lambda r: r.batch_size)  # the same rule for each key of a figure's x axis
+    assert {b: r.run_id for b, r in per.items()} == {1: "own", 2: "own2"}
+    assert RunSet(runs, Path("mem")).latest_per(lambda r: r.batch_size)[1].run_id == "fig"
 
 
 def test_fig3_uses_the_latest_run_per_x_in_plot_order(results):

@@ -313,6 +313,40 @@ def test_tiny_propd_identical_to_greedy_ar(combo, batch_size):
         assert any(row[-1] > 0 for row in hits)
 
 
+@pytest.mark.parametrize("shift", [0, 1])
+def test_hit_rates_score_each_head_at_the_position_it_predicts(shift, monkeypatch):
+    """Oracle heads: head i's top-1 is the greedy token at position length + i + shift (the tree's depth-1 nodes
+    follow the last committed token). Aligned (shift 0), every head is right at every check, so its top-1 hit rate
+    climbs to ~1 and the drafts are accepted; one position off, the rates stay low, so a misaligned check fails."""
+    model = tiny_llama(V)
+    bundle = tiny_bundle(model)
+    engine = Engine(model, [NO_EOS], max_context=512)
+    prompt = torch.randint(0, V, (9,), generator=torch.Generator().manual_seed(2)).tolist()  # no token repeats at the end
+    ar = build_method(compose_cfg("method=ar").method, bundle)
+    full = prompt + ar.generate(engine, prompt, 60, PhaseTimer("cpu")).output_ids
+    method = build_method(compose_cfg(*COMBOS["dynamic"], "method.hit_alpha=0.5").method, bundle)
+    propose, seen = type(method).propose, {}
+
+    def remember_length(self, seq, length):
+        seen["length"] = length
+        return propose(self, seq, length)
+
+    def oracle_topk(self, k, heads):
+        top = [full[min(seen["length"] + i + shift, len(full) - 1)] for i in range(heads)]
+        return torch.tensor([[t] + [(t + j) % V for j in range(1, k)] for t in top])
+
+    monkeypatch.setattr(type(method), "propose", remember_length)
+    monkeypatch.setattr(type(method), "head_topk", oracle_topk)
+    gen = decode(method, engine, [prompt], 1, 60)[0]
+    assert gen.output_ids == full[len(prompt):]
+    top1 = [row[0] for row in method.describe()["hit_rates"]]
+    if shift == 0:
+        assert min(top1) > 0.95, top1
+        assert len(gen.output_ids) / len(gen.draft_nodes) > 2.5  # the oracle's drafts are accepted
+    else:
+        assert max(top1) < 0.5, top1
+
+
 def test_propd_config_errors():
     model = tiny_llama(V)
     bundle = tiny_bundle(model)

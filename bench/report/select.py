@@ -198,18 +198,26 @@ class RunSet:
 
     def latest(self, keep: Callable[[Run], object] | None = None, **labels) -> Run | None:
         """The most recent run with these labels (`where`'s keywords) for which keep(run) is true; None if there is
-        none. The one "latest" rule: a cell of a table is the latest run that fits it; where a run of the
-        artifact's own sweep fits, runs of other sweeps are passed over (Figure 6's later batch-1 run never shadows
-        Table 1's own), runs made by hand (no experiment label) are not."""
-        found = [r for r in (self.where(**labels).runs if labels else self.runs) if keep is None or keep(r)]
-        if any(r.experiment in self.experiments for r in found):
-            found = [r for r in found if not r.experiment or r.experiment in self.experiments]
+        none. The one "latest" rule: a cell of a table is the latest run that fits it (`own_first`)."""
+        found = self.own_first([r for r in (self.where(**labels).runs if labels else self.runs)
+                                if keep is None or keep(r)])
         return found[-1] if found else None
 
     def latest_per(self, x_of: Callable[[Run], object], **labels) -> dict:
-        """x -> the latest run with that x (and these labels); runs whose x is None are skipped. `Run.key` with
-        batch_size=1: the latest batch-1 run per (model, method, variant, dataset, temperature)."""
-        return {x: r for r in (self.where(**labels).runs if labels else self.runs) if (x := x_of(r)) is not None}
+        """x -> the latest run with that x (and these labels), by `latest`'s rule; runs whose x is None are skipped.
+        `Run.key` with batch_size=1: the latest batch-1 run per (model, method, variant, dataset, temperature)."""
+        per: dict = {}
+        for r in self.where(**labels).runs if labels else self.runs:
+            if (x := x_of(r)) is not None:
+                per.setdefault(x, []).append(r)
+        return {x: self.own_first(found)[-1] for x, found in per.items()}
+
+    def own_first(self, found: list[Run]) -> list[Run]:
+        """`found` (oldest first) less other sweeps' runs where a run of the artifact's own sweep is among them
+        (Figure 6's later batch-1 run never shadows Table 1's own); runs made by hand (no experiment label) stay."""
+        if any(r.experiment in self.experiments for r in found):
+            return [r for r in found if not r.experiment or r.experiment in self.experiments]
+        return found
 
     def baseline(self, run: Run | None, method: str) -> Run | None:
         """paired_baseline; None without a run."""
