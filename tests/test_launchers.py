@@ -12,6 +12,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from bench.errors import HarnessError
 from bench.paths import PROJECT
 from bench.run.store import load_runs
 
@@ -78,5 +79,8 @@ def test_jobs_started_beside_a_run_count_in_its_label(monkeypatch):
         set_threads(OmegaConf.create({"threads": None, "jobs_beside": 1}))
         assert machine_id("cpu").endswith(f"/{torch.get_num_threads()}t/2jobs")
         assert torch.get_num_threads() == max(1, joblib.cpu_count() // 2)
+        monkeypatch.setenv(JOBS_ENV, "2")  # set by hand, not counted by the config: refused, never overwritten
+        with pytest.raises(HarnessError, match="run.jobs_beside=1"):
+            set_threads(OmegaConf.create({"threads": None, "jobs_beside": 0}))
     finally:
         torch.set_num_threads(threads)

@@ -16,7 +16,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
-from bench.core.machine import JOBS_ENV, machine_id
+from bench.core.machine import JOBS_ENV, machine_id, parallel_jobs
 from bench.errors import HarnessError
 from bench.models import backend_choice
 from bench.models.identity import weights_id
@@ -60,6 +60,9 @@ def set_threads(run_cfg) -> None:
     # jobs_beside: processes started by hand beside this one (a second sweep); they share the cores as the
     # launcher's jobs do, so they count in the label.
     jobs = launcher_jobs() + int(run_cfg.get("jobs_beside") or 0)
+    if (preset := parallel_jobs()) > jobs:  # set by hand: overwriting it would label a shared run as run alone
+        raise HarnessError(f"{JOBS_ENV}={preset} is set, but this job counts {jobs} (its launcher's jobs and "
+                           f"run.jobs_beside): count the processes beside it with run.jobs_beside={preset - 1}")
     os.environ[JOBS_ENV] = str(jobs)  # read by machine_id, here and in anything this job starts
     threads = run_cfg.threads or (max(1, cpus() // jobs) if jobs > 1 else None)
     if threads:
