@@ -2,7 +2,8 @@
 
     python scripts/propd_iteration_time.py [model=smollm2-135m] [--reps 3] [--batches 1,2,4,8,16]
         [--sizes 1,4,8,16,32,48,64] [--seq-len 256] [--seq-lens 64,128,256,512,768] [--seq-sizes 16,64]
-        [--max-tokens N] [--out PATH] [other Hydra overrides: model.*, paths.*]
+        [--max-tokens N] [--out PATH] [other Hydra overrides: model.*, paths.*,
+        run.threads, run.jobs_beside]
 
 One point is the median seconds of one target forward over `tree_size` tokens per row (root included; a chain's
 mask, since only the size matters for the cost), for `batch` rows, after `seq_len` cached tokens per row (random
@@ -42,6 +43,7 @@ from bench.models.forward_cost import random_token_floor
 from bench.models.linear_backend import backend_of
 from bench.paths import project_path
 from bench.run.compose import compose_config
+from bench.run.jobs import set_threads
 from bench.run.runner import get_bundle
 
 OUT = Path("propd", "iteration_time.json")  # under paths.results
@@ -136,6 +138,7 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         cfg = compose_config(overrides)
+        set_threads(cfg.run)  # run.threads and run.jobs_beside as a run takes them: the machine label says both
         bundle = get_bundle(cfg.model, cfg.paths.model_cache)
         groups, skipped = grid(args)
         longest = max(n + s for (_, n), sizes in groups.items() for s in sizes) if groups else 0

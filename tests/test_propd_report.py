@@ -258,6 +258,22 @@ def test_fig3_without_files_says_which_panels_are_missing(results):
         report("fig3", Memory(results.folder))  # no runs, no files
 
 
+def test_fig3_says_when_panel_a_scores_other_early_heads_than_d_pruned_with(results):
+    path = Path(results.folder, "propd", "early_heads.json")
+    path.write_text(json.dumps({**json.loads(path.read_text()), "build": "trained:early-aaaaaaaa"}))
+    propd = [r for r in results.runs if r.method == "propd" and r.batch_size == 1 and r.dataset == "mt_bench"]
+
+    def pruned_with(build):
+        for r in propd:
+            r.meta["method_settings"] = {**r.settings, "early_heads": build}
+
+    pruned_with("trained:early-aaaaaaaa")
+    assert "(a) scores early heads" not in report("fig3", results).markdown
+    pruned_with("trained:early-bbbbbbbb")
+    assert ("(a) scores early heads trained:early-aaaaaaaa, (d)'s propd run pruned with trained:early-bbbbbbbb"
+            in report("fig3", results).markdown)
+
+
 def test_switches_from_settings_first_then_variant():
     def run(**meta):
         return Run(Path("x"), {"method": "propd", **meta})
@@ -346,6 +362,29 @@ def test_iteration_time_script_on_a_tiny_model(tmp_path, monkeypatch, capsys):
     assert data["skipped"] == [{"batch": 2, "tree_size": 8, "seq_len": 16}]
     assert all(r["seconds"] > 0 for r in data["rows"]) and data["model"] == "tiny" and data["reps"] == 2
     assert script.main(["--reps", "0"]) == 2 and script.main(["--bogus"]) == 2
+
+
+def test_iteration_time_script_takes_the_threads_and_jobs_of_a_run(tmp_path, monkeypatch):
+    # run.threads and run.jobs_beside, as bench.run takes them: the file's machine label says both (it once timed
+    # on every core whatever run.threads said, labelled 2t on the 2-core VM)
+    import torch
+
+    from bench.core.machine import JOBS_ENV
+    from tests.conftest import tiny_llama
+
+    script = load_script()
+    bundle = SimpleNamespace(name="tiny", model=tiny_llama(), vocab_size=64, dtype=torch.float32,
+                             device=torch.device("cpu"), max_context=64)
+    monkeypatch.setattr(script, "get_bundle", lambda *a, **k: bundle)
+    monkeypatch.delenv(JOBS_ENV, raising=False)
+    out, threads = tmp_path / "t.json", torch.get_num_threads()
+    try:
+        argv = ["--reps", "1", "--batches", "1", "--sizes", "1", "--seq-lens", "8", "--seq-sizes", "1",
+                "--seq-len", "8", "--out", str(out), "run.threads=1", "run.jobs_beside=1"]
+        assert script.main(argv) == 0
+    finally:
+        torch.set_num_threads(threads)
+    assert "/1t/2jobs" in json.loads(out.read_text())["machine"]
 
 
 def test_iteration_time_forward_is_a_real_forward_of_the_prefix_and_chain():

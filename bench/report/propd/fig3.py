@@ -183,10 +183,16 @@ def propd_fig3(runs: RunSet, model: str | None = None) -> Report:
                                f"propd/{ITERATION_TIME}, no medusa/propd run at batch 1 on mt_bench "
                                f"(produced by `{MAKE}`)")
     where = timing.get("machine") or timing.get("device")
-    title = (f"ProPD Figure 3, ours: (a) {model_label(heads.get('model'))}, early heads {heads.get('heads')}; "
+    early = heads.get("build") or heads.get("heads")
+    title = (f"ProPD Figure 3, ours: (a) {model_label(heads.get('model'))}, early heads {early}; "
              f"(b, c) {model_label(timing.get('model'))} on {where}; (d) {model_label(cells.p.model)}")
     cells.missing = {f"({k})": f"no data ({SOURCES['a' if k == 'a' else 'bc']})"
                      for k, data in (("a", acc), ("b", b), ("c", c)) if not len(data)}
+    propd_run = next((r for r in cells.used if r is not None and r.method == "propd"), None)
+    built = propd_run.settings.get("early_heads") if propd_run else None
+    if heads.get("build") and built and heads["build"] != built:  # (a) scores heads (d)'s ProPD did not prune with
+        notes.append(f"(a) scores early heads {heads['build']}, (d)'s propd run pruned with {built}: rerun "
+                     f"{SOURCES['a']}")
     if not len(d):
         cells.missing["(d)"] = f"no medusa or propd (both switches on) run at batch 1 on mt_bench ({MAKE})"
     described = {k: v for k, v in heads.items() if k not in ("accuracy", "k")}
