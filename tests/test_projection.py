@@ -169,3 +169,16 @@ def test_cli_malformed_profile_file_is_one_error_line(tmp_path, capsys, text):
     err = capsys.readouterr().err
     assert err.startswith(f"bench.report: error: profile file '{tmp_path / 'p.json'}' is not a cost profile")
     assert err.count("\n") == 1
+
+
+def test_a_runs_settings_label_names_what_tells_it_apart_not_where_its_results_went():
+    # one sweep's runs written under two results folders (a run made again elsewhere) are alike: no `results=`
+    from bench.page.projected import varied
+    from bench.run.store import Run
+
+    def run(rid, **overrides):
+        return Run(Path(rid), {"run_id": rid, "method": "propd", "overrides": overrides})
+
+    runs = [run("a", **{"method.prune_topk": 50, "paths.results": "/tmp/x"}),
+            run("b", **{"method.prune_topk": 200, "paths.results": "/tmp/y"})]
+    assert varied(runs) == {"a": "prune_topk=50", "b": "prune_topk=200"}

@@ -260,7 +260,9 @@ def test_fig3_without_files_says_which_panels_are_missing(results):
 
 def test_fig3_says_when_panel_a_scores_other_early_heads_than_d_pruned_with(results):
     path = Path(results.folder, "propd", "early_heads.json")
-    path.write_text(json.dumps({**json.loads(path.read_text()), "build": "trained:early-aaaaaaaa"}))
+    # as scripts/early_heads_report.py writes it: the untrained heads' accuracy per k stays out of the footer
+    path.write_text(json.dumps({**json.loads(path.read_text()), "build": "trained:early-aaaaaaaa",
+                                "accuracy_untrained": {"2": [0.123456]}}))
     propd = [r for r in results.runs if r.method == "propd" and r.batch_size == 1 and r.dataset == "mt_bench"]
 
     def pruned_with(build):
@@ -268,7 +270,8 @@ def test_fig3_says_when_panel_a_scores_other_early_heads_than_d_pruned_with(resu
             r.meta["method_settings"] = {**r.settings, "early_heads": build}
 
     pruned_with("trained:early-aaaaaaaa")
-    assert "(a) scores early heads" not in report("fig3", results).markdown
+    md = report("fig3", results).markdown
+    assert "(a) scores early heads" not in md and "0.123456" not in md and '"build": "trained:early-aaaaaaaa"' in md
     pruned_with("trained:early-bbbbbbbb")
     assert ("(a) scores early heads trained:early-aaaaaaaa, (d)'s propd run pruned with trained:early-bbbbbbbb"
             in report("fig3", results).markdown)

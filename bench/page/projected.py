@@ -20,7 +20,8 @@ def varied(runs: list[Run]) -> dict[str, str]:
     out = {}
     for run in runs:
         same = [r.overrides for r in runs if r.method == run.method]
-        keys = sorted(k for k in run.overrides if k not in NAMED and len({str(o.get(k)) for o in same}) > 1)
+        keys = sorted(k for k in run.overrides if k not in NAMED and not k.startswith("paths.")  # where, not how
+                      and len({str(o.get(k)) for o in same}) > 1)
         out[run.run_id] = " ".join(f"{k.split('.')[-1]}={run.overrides[k]}" for k in keys)
     return out
 

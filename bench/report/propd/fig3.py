@@ -195,7 +195,7 @@ def propd_fig3(runs: RunSet, model: str | None = None) -> Report:
                      f"{SOURCES['a']}")
     if not len(d):
         cells.missing["(d)"] = f"no medusa or propd (both switches on) run at batch 1 on mt_bench ({MAKE})"
-    described = {k: v for k, v in heads.items() if k not in ("accuracy", "k")}
+    described = {k: v for k, v in heads.items() if k not in ("accuracy", "accuracy_untrained", "k")}  # not per-k
     sources = [f"(a) from {runs.file('propd', EARLY_HEADS)}: {json.dumps(described) if heads else '—'}.",
                (f"(b, c) from {runs.file('propd', ITERATION_TIME)}: model {timing.get('model')}, "
                 f"{where}, dtype {timing.get('dtype')}, median of {timing.get('reps')} repeats; one target forward "
