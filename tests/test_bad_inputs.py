@@ -222,6 +222,8 @@ METHOD_CASES = [
     ("holistic", ("method.cache.min_phrase=6",), ("needs cache.min_phrase <= cache.beta",)),
     ("holistic", ("method.controller.gamma=1.5",), ("controller.gamma must be a number in [0, 1], got 1.5",)),
     ("holistic", ("run.temperature=0.6",), ("method 'holistic' decodes greedily only",)),
+    ("holistic", ("method.controller.credit=final",),
+     ("controller.credit must be one of discounted, direct, got 'final'",)),
     ("lookahead", ("method.level=2",), ("level must be an integer >= 3, got 2",)),
     ("medusa", ("tree@method.tree=built",), ("tree.kind must be one of template, got 'built'",)),
     ("ouroboros", ("method.gamma=0",), ("gamma must be an integer >= 1, got 0",)),

@@ -124,3 +124,10 @@ def test_frozen_controller_stops_learning_after_warm_up(smollm, prompts, drafts)
     frozen = {s: list(v) for s, v in ctl.q.items()}
     decode(method, bundle, prompts[1:2], 24)
     assert {s: v for s, v in ctl.q.items() if s in frozen} == frozen
+
+
+def test_the_credit_rule_reaches_the_controller_and_the_record(smollm, drafts):
+    bundle = with_draft(smollm, drafts["cut2"])
+    method = build(bundle, *overrides(False, False, True, "method.controller.credit=direct"))
+    assert method.controller.credit == "direct" and method.describe()["controller"]["credit"] == "direct"
+    assert build(bundle, *overrides(False, False, True)).controller.credit == "discounted"

@@ -109,6 +109,22 @@ def test_update_rule_is_bellman_backwards_through_the_episode():
     assert q.steps == 1 and q.episode == []
 
 
+def test_direct_credit_gives_every_decision_of_the_draft_the_steps_reward():
+    # the episode above with credit="direct": s0's CONTINUE moves toward r itself, where discounted credit moved
+    # it toward gamma * max Q(s1) = 0, so a penalised draft now makes its first decision look worse too
+    q = QController(max_calls=5, conf_edges=(0.5,), target_cost=2.0, gamma=0.5, alpha=0.5, epsilon=0.0,
+                    q_init=0.01, warmup_steps=0, credit="direct")
+    q.begin()
+    assert q.decide(1, 0.9, 1)
+    q.q[(2, 0)] = [0.2, 0.0]
+    assert not q.decide(2, 0.8, 2)
+    r = q.learn([0, 1, 2], calls=2)
+    assert q.q[(2, 0)][STOP] == pytest.approx(0.2 + 0.5 * (r - 0.2))
+    assert q.q[(1, 0)][CONTINUE] == pytest.approx(0.01 + 0.5 * (r - 0.01))
+    with pytest.raises(ValueError, match="credit must be one of discounted, direct"):
+        QController(credit="monte-carlo")
+
+
 def test_warm_up_teaches_stop_values_at_every_visited_state():
     q = QController(max_calls=5, conf_edges=(0.5,), target_cost=1.0, alpha=1.0, epsilon=0.0, warmup_steps=1)
     q.begin()

@@ -10,7 +10,10 @@ Updates (Bellman, Eq. 5, learning rate alpha, discount gamma), applied after ver
 back to the first, so one step's reward reaches every decision of that step:
 - the final decision: Q(s_m, a_m) += alpha (r - Q(s_m, a_m)) (a_m = STOP, or CONTINUE when the draft ended at
   its maximum length or the output limit);
-- every earlier decision (all CONTINUE): Q(s_j, CONTINUE) += alpha (gamma max_a Q(s_{j+1}, a) - Q(s_j, CONTINUE)).
+- every earlier decision (all CONTINUE): Q(s_j, CONTINUE) += alpha (gamma max_a Q(s_{j+1}, a) - Q(s_j, CONTINUE))
+  with `credit="discounted"` (the default), or += alpha (r - Q(s_j, CONTINUE)) with `credit="direct"`. The paper
+  does not say how r reaches the decisions inside a draft. Discounted, a reward near -1 (most steps) reaches the
+  earlier CONTINUEs shrunk by gamma, so continuing looks cheaper than stopping; direct gives each the step's r.
 Warm-up (the paper's "virtual decision at each position"): during the first `warmup_steps` verifications every
 visited state also learns what stopping there would have earned, Q(s_j, STOP) += alpha (r_j - Q(s_j, STOP)), r_j
 computed from the useful tokens among the first tokens drafted by then (a target's verdict on a token depends
@@ -31,18 +34,23 @@ import bisect
 import random
 
 STOP, CONTINUE = 0, 1
+CREDITS = ("discounted", "direct")  # how a step's reward reaches the decisions before the draft's last
 
 
 class QController:
     def __init__(self, max_calls: int = 24, conf_edges=(0.9, 0.7, 0.5, 0.3, 0.1, 0.03, 0.01),
                  target_cost: float = 7.0, gamma: float = 0.99, alpha: float = 0.1, epsilon: float = 0.5,
-                 q_init: float = 0.01, warmup_steps: int = 64, seed: int = 0, freeze_after_warmup: bool = False):
+                 q_init: float = 0.01, warmup_steps: int = 64, seed: int = 0, freeze_after_warmup: bool = False,
+                 credit: str = "discounted"):
         edges = [float(e) for e in conf_edges]
         if edges != sorted(edges, reverse=True) or not all(0 < e < 1 for e in edges):
             raise ValueError(f"conf_edges must be decreasing and inside (0, 1); got {edges}")
         if max_calls < 1 or target_cost <= 0 or not 0 <= gamma <= 1 or not 0 < alpha <= 1 or not 0 <= epsilon <= 1:
             raise ValueError("precut needs max_calls >= 1, target_cost > 0, 0 <= gamma <= 1, 0 < alpha <= 1, "
                              "0 <= epsilon <= 1")
+        if credit not in CREDITS:
+            raise ValueError(f"precut credit must be one of {', '.join(CREDITS)}; got {credit!r}")
+        self.credit = credit
         self.max_calls, self.target_cost = int(max_calls), float(target_cost)
         self.edges = sorted(edges)  # ascending, for bisect
         self.gamma, self.alpha, self.epsilon, self.q_init = float(gamma), float(alpha), float(epsilon), float(q_init)
@@ -99,7 +107,7 @@ class QController:
         self._move(s_m, a_m, r)
         nxt = s_m
         for s, a, _, _ in reversed(earlier):
-            self._move(s, a, self.gamma * max(self.values(nxt)))
+            self._move(s, a, r if self.credit == "direct" else self.gamma * max(self.values(nxt)))
             nxt = s
         if self.warming_up:  # the final STOP has just learned its own reward
             for s, _, c, n in self.episode if a_m == CONTINUE else earlier:

@@ -41,9 +41,9 @@ import torch
 from omegaconf import OmegaConf
 
 from bench.core.proposer import Acceptance, Draft
-from bench.core.settings import FLAG, Rule, declare, integer, number, numbers
+from bench.core.settings import FLAG, Rule, choice, declare, integer, number, numbers
 from bench.core.verify import greedy_path
-from methods.holistic.precut import QController
+from methods.holistic.precut import CREDITS, QController
 from methods.holistic.token_cache import TokenCache
 from methods.shared.draft_proposer import DraftModelProposer
 from methods.shared.trees.draft import ROOT, Trie, as_engine_tree
@@ -67,6 +67,7 @@ class Holistic(DraftModelProposer):
         "controller.gamma": number(0, 1), "controller.alpha": number(0, 1, above=True),
         "controller.epsilon": number(0, 1), "controller.q_init": number(), "controller.warmup_steps": integer(0),
         "controller.seed": integer(), "controller.freeze_after_warmup": FLAG,
+        "controller.credit": choice(*CREDITS),
     })
     # A switch on with nothing to reuse would run as the switch off while the run says on.
     requires = (
@@ -94,7 +95,8 @@ class Holistic(DraftModelProposer):
             p = cfg.controller
             self.controller = QController(self.length, tuple(p.conf_edges), float(p.target_cost), float(p.gamma),
                                           float(p.alpha), float(p.epsilon), float(p.q_init), int(p.warmup_steps),
-                                          int(p.seed), bool(p.get("freeze_after_warmup", False)))
+                                          int(p.seed), bool(p.get("freeze_after_warmup", False)),
+                                          str(p.get("credit", "discounted")))
         beta = self.cache_tokens.beta
         # The draft-side tree holds the draft plus every phrase it forwarded; the target's adds anchored phrases.
         self.max_nodes = self.length * (1 + self.draft_phrases * beta) + beta
