@@ -13,7 +13,8 @@ has an explicit 4D additive float mask, as a verified tree does; within each rep
 length) are interleaved so machine drift hits them alike; the first repeat is an untimed warm-up; the device is
 synced around each forward; the cache is cropped back after each. --max-tokens skips points with batch x tree size
 above it (listed in the file). Writes results/propd/iteration_time.json atomically:
-{"model", "device", "machine", "dtype", "reps", "rows": [{"batch", "tree_size", "seq_len", "seconds"}], ...}.
+{"model", "device", "machine", "dtype", "reps", "rows": [{"batch", "tree_size", "seq_len", "seconds" (the median),
+"min_seconds", "max_seconds" (the fastest and slowest repeat)}], ...}.
 Most of the default grid's work is the batch-16 row (16 x 173 tokens per repeat); --max-tokens or fewer --batches
 shorten it.
 """
@@ -97,8 +98,9 @@ def tree_inputs(vocab: int, batch: int, size: int, seq_len: int, dtype, device, 
 
 @torch.inference_mode()
 def measure_group(model, vocab: int, dtype, device, batch: int, seq_len: int, sizes: list[int], reps: int,
-                  gen: torch.Generator, tick=lambda: None) -> dict[int, float]:
-    """Median seconds of one forward per tree size, after a random prefix of seq_len tokens in each of batch rows."""
+                  gen: torch.Generator, tick=lambda: None) -> dict[int, tuple[float, float, float]]:
+    """(median, fastest, slowest) seconds of one forward per tree size over the timed repeats, after a random prefix
+    of seq_len tokens in each of batch rows."""
     prefix = torch.randint(random_token_floor(vocab), vocab - 1, (batch, seq_len), generator=gen).to(device)
     cache = DynamicCache(config=model.config)
     kv = cache_kw(model, cache)  # the name the installed transformers takes (5.24: `cache`; 5.17: the old one)
@@ -114,7 +116,7 @@ def measure_group(model, vocab: int, dtype, device, batch: int, seq_len: int, si
             times[s].append(time.perf_counter() - t0)
             cache.crop(-s)  # back to the prefix: every size sees the same seq_len
             tick()
-    return {s: statistics.median(t[1:]) for s, t in times.items()}
+    return {s: (statistics.median(t[1:]), min(t[1:]), max(t[1:])) for s, t in times.items()}
 
 
 def measure_grid(bundle, groups: dict[tuple[int, int], list[int]], reps: int) -> list[dict]:
@@ -126,7 +128,8 @@ def measure_grid(bundle, groups: dict[tuple[int, int], list[int]], reps: int) ->
             bar.set_postfix(batch=batch, seq_len=seq_len)
             seconds = measure_group(bundle.model, bundle.vocab_size, bundle.dtype, bundle.device, batch, seq_len,
                                     sizes, reps, gen, lambda: bar.update(1))
-            rows += [{"batch": batch, "tree_size": s, "seq_len": seq_len, "seconds": t} for s, t in seconds.items()]
+            rows += [{"batch": batch, "tree_size": s, "seq_len": seq_len, "seconds": med, "min_seconds": lo,
+                      "max_seconds": hi} for s, (med, lo, hi) in seconds.items()]
     return rows
 
 

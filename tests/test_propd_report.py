@@ -249,6 +249,20 @@ def test_fig3_panels_fit_and_categories(results):
     assert sorted(points[points["panel"] == "c"]["x"].astype(int).unique()) == [64, 128, 256, 512, 768]
 
 
+def test_fig3_c_shows_each_points_fastest_and_slowest_repeat_when_the_file_has_them(results):
+    path = Path(results.folder, "propd", "iteration_time.json")
+    assert "fastest, slowest" not in report("fig3", results).markdown  # a file from before: medians only
+    data = json.loads(path.read_text())
+    data["rows"] = [{**r, "min_seconds": 0.9 * r["seconds"], "max_seconds": 1.2 * r["seconds"]} for r in data["rows"]]
+    path.write_text(json.dumps(data))
+    rep = report("fig3", results)
+    row = next(r for r in data["rows"] if r["batch"] == 1 and r["seq_len"] == 64)
+    ms = [f"{1000 * k * row['seconds']:.2f}" for k in (1, 0.9, 1.2)]
+    assert "median [fastest, slowest repeat]" in rep.markdown and f"{ms[0]} [{ms[1]}, {ms[2]}]" in rep.markdown
+    points = frame(rep, "figures/propd_fig3.csv")
+    assert (points[points["panel"] == "c"]["y_hi"] > points[points["panel"] == "c"]["y"]).all()
+
+
 def test_fig3_without_files_says_which_panels_are_missing(results):
     Path(results.folder, "propd", "early_heads.json").unlink()
     md = report("fig3", results).markdown
@@ -363,7 +377,8 @@ def test_iteration_time_script_on_a_tiny_model(tmp_path, monkeypatch, capsys):
     # (1, 4, 16) is in both grids, measured once; batch 2 x 8 tokens = 16 > --max-tokens is skipped.
     assert points == {(1, 1, 16), (1, 4, 16), (1, 8, 16), (2, 1, 16), (2, 4, 16), (1, 4, 8)}
     assert data["skipped"] == [{"batch": 2, "tree_size": 8, "seq_len": 16}]
-    assert all(r["seconds"] > 0 for r in data["rows"]) and data["model"] == "tiny" and data["reps"] == 2
+    assert all(0 < r["min_seconds"] <= r["seconds"] <= r["max_seconds"] for r in data["rows"])
+    assert data["model"] == "tiny" and data["reps"] == 2
     assert script.main(["--reps", "0"]) == 2 and script.main(["--bogus"]) == 2
 
 

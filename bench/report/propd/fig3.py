@@ -69,7 +69,8 @@ def accuracy_frame(heads: dict) -> pd.DataFrame:
 
 def timing_frames(timing: dict) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(b) points at the batch grid's sequence length, (c) batch-1 points, and the fit per batch size."""
-    rows = pd.DataFrame(timing.get("rows") or [], columns=["batch", "tree_size", "seq_len", "seconds"])
+    rows = pd.DataFrame(timing.get("rows") or [],  # min/max: NaN in files written before they were recorded
+                        columns=["batch", "tree_size", "seq_len", "seconds", "min_seconds", "max_seconds"])
     if rows.empty:
         return rows, rows, pd.DataFrame(columns=["batch_size", "seq_len", "n", "b0", "b1", "r2"])
     batched = rows[rows["batch"] > 1]
@@ -131,7 +132,8 @@ def long_points(acc, b, c, d) -> pd.DataFrame:
     """Every plotted point: panel, series, x, y (accuracy fraction, seconds, MAT) and (d)'s 95% interval y_lo, y_hi."""
     lines = [("a", acc, "layer", "layer", "k", "accuracy"), ("b", b, "batch", "batch", "tree_size", "seconds"),
              ("c", c, "tree", "tree_size", "seq_len", "seconds")]  # panel, frame, series (name, column), x, y
-    parts = [*(pd.DataFrame({"panel": panel, "series": [f"{name} {v}" for v in df[s]], "x": df[x], "y": df[y]})
+    parts = [*(pd.DataFrame({"panel": panel, "series": [f"{name} {v}" for v in df[s]], "x": df[x], "y": df[y],
+                             **({"y_lo": df["min_seconds"], "y_hi": df["max_seconds"]} if panel != "a" else {})})
                for panel, df, name, s, x, y in lines),
              *(pd.DataFrame({"panel": "d", "series": m, "x": d["category"], "y": d[m], "y_lo": d[f"{m}_lo"],
                              "y_hi": d[f"{m}_hi"]}) for m in METHODS)]
@@ -139,12 +141,20 @@ def long_points(acc, b, c, d) -> pd.DataFrame:
     return pd.concat(filled, ignore_index=True) if filled else pd.DataFrame(columns=["panel", "series", "x", "y"])
 
 
-def wide(df: pd.DataFrame, index: str, columns: str, values: str, name: str, head: str, scale: float,
+def wide(df: pd.DataFrame, index: str, columns: str, values: str, name: str, head: str, scale: float | None,
          spec: str) -> pd.DataFrame:
     """`values` per `index` (rows, named `name`) and `columns` (each headed head.format(value)), scaled, as text."""
     w = df.pivot(index=index, columns=columns, values=values)
-    return pd.DataFrame({name: w.index.astype(str), **{head.format(k): [fmt(scale * v, spec) for v in w[k]]
-                                                       for k in w.columns}})
+    def text(v) -> str:  # scale None: the cells are text already (an empty cell is NaN)
+        return v if isinstance(v, str) else fmt(v if scale is None else scale * v, spec)
+
+    return pd.DataFrame({name: w.index.astype(str), **{head.format(k): [text(v) for v in w[k]] for k in w.columns}})
+
+
+def ms_range(row, spread: bool) -> str:
+    """A point's median in ms, with its fastest and slowest repeat when the file has them."""
+    median = fmt(1000 * row.seconds, ".2f")
+    return f"{median} [{fmt(1000 * row.min_seconds, '.2f')}, {fmt(1000 * row.max_seconds, '.2f')}]" if spread else median
 
 
 def tables(acc, b, c, fits, d) -> list[tuple[str, pd.DataFrame]]:
@@ -159,8 +169,11 @@ def tables(acc, b, c, fits, d) -> list[tuple[str, pd.DataFrame]]:
                                   "b1 (ms per token)": [fmt(1000 * v, ".3f") for v in fits["b1"]],
                                   "R^2": [fmt(v, ".3f") for v in fits["r2"]]})))
     if len(c):
-        out.append(("(c) Iteration time (ms) at batch 1 per sequence length",
-                    wide(c, "seq_len", "tree_size", "seconds", "Length", "tree {}", 1000, ".2f")))
+        spread = c["min_seconds"].notna().all()
+        out.append(("(c) Iteration time (ms) at batch 1 per sequence length" +
+                    (", median [fastest, slowest repeat]" if spread else ""),
+                    wide(c.assign(cell=[ms_range(r, spread) for r in c.itertuples()]), "seq_len", "tree_size", "cell",
+                         "Length", "tree {}", None, "")))
     if len(d):
         out.append((("(d) MAT per MT-Bench category at batch 1, [low, high]: 95% bootstrap interval over the "
                     "category's questions (the figure's error bars)"),
