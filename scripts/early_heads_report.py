@@ -15,8 +15,7 @@ import sys
 from bench.cachefile import atomic_write
 from bench.cli import run_script
 from bench.errors import HarnessError
-from bench.models.built import report_digest
-from bench.models.heads import EARLY_REPORT, heads_dir
+from bench.models.heads import early_build, heads_dir
 from bench.paths import project_path
 from bench.run.compose import compose_config, split_flags
 from bench.train.early_heads import read_early_report
@@ -34,9 +33,9 @@ def export(cfg) -> str:
         raise HarnessError(f"early heads '{early.id}' are not built: run `make heads MODEL={cfg.model.name}` "
                            f"(looked in {folder})")
     out = project_path(cfg.paths.results) / "propd" / "early_heads.json"
-    # the build's name as runs record it (method_settings.early_heads): (a) is matched to (d)'s ProPD run by it
-    build = f"trained:{early.id}{report_digest(folder / EARLY_REPORT)}"
-    data = {"model": str(cfg.model.name), "heads": report["heads"], "build": build, "layers": report["layers"],
+    # the name runs record (method_settings.early_heads): (a) is matched to (d)'s ProPD run by it
+    data = {"model": str(cfg.model.name), "heads": report["heads"], "build": early_build(early, folder),
+            "layers": report["layers"],
             "k": report["k"], "accuracy": report["accuracy"], "accuracy_untrained": report["accuracy_untrained"],
             "positions": report["positions"]["heldout"], "train_positions": report["positions"]["train"],
             "train_seconds": report["train_seconds"]}

@@ -267,6 +267,11 @@ def load_early_heads(bundle):
     heads = read_trained(bundle, str(cfg.id), f"early heads '{cfg.id}'")
     heads = heads.to(device=bundle.device, dtype=bundle.dtype).eval().requires_grad_(False)
     folder = heads_dir(bundle.model_cache) / str(cfg.id)
-    heads.name, heads.name_or_path = str(cfg.id), f"trained:{cfg.id}{report_digest(folder / EARLY_REPORT)}"
+    heads.name, heads.name_or_path = str(cfg.id), early_build(cfg, folder)
     heads.layers = json.loads((folder / CONFIG).read_text())["layers"]
     return heads
+
+
+def early_build(cfg, folder: Path) -> str:
+    """The early heads' name as runs record it (`method_settings.early_heads`): the id and its build's digest."""
+    return f"trained:{cfg.id}{report_digest(Path(folder) / EARLY_REPORT)}"
