@@ -145,6 +145,20 @@ def finish(proc: subprocess.Popen) -> str:
     return err
 
 
+def saved_a_prompt(partial: Path, finished: set[str]) -> bool:
+    """A checkpoint that counts a prompt-turn, of a run not yet complete. state.pt is written after a prompt-turn's
+    record and makes it count (bench.run.checkpoint): waiting for the record alone raced the state's write under
+    load. And a complete run's checkpoint lives on for a moment after its run is written (jobs: written, then
+    removed): taking pld's for token_recycling's killed the sweep before token_recycling began (CI, 2026-12-01)."""
+    for state in partial.glob("*/state.pt"):
+        try:
+            if torch.load(state, weights_only=True)["run_id"] not in finished:
+                return True
+        except (OSError, EOFError, RuntimeError, KeyError):  # removed or replaced while read: look again
+            continue
+    return False
+
+
 def by_method(results: Path) -> dict:
     runs = load_runs(results)
     assert len(runs) == len({r.meta["method"] for r in runs}), "a job ran twice"
@@ -162,10 +176,8 @@ def test_killed_sweep_resumes_to_the_uninterrupted_result(tmp_path, smollm):
     partial = killed / "runs" / ".partial"
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:  # kill once token_recycling has saved a prompt
-        pld_done = any(r.meta["method"] == "pld" for r in load_runs(killed))
-        # state.pt is written after a prompt-turn's record and makes it count (bench.run.checkpoint): waiting for
-        # the record alone raced the state's write under load and left nothing to resume
-        if pld_done and any(partial.glob("*/state.pt")):
+        done = {r.run_id for r in load_runs(killed) if r.meta["method"] == "pld"}
+        if done and saved_a_prompt(partial, done):
             break
         time.sleep(0.2)
     assert proc.poll() is None, "the sweep ended before it could be killed"
