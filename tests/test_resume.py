@@ -109,6 +109,18 @@ def test_corrupt_state_starts_over_with_one_line(tmp_path, capsys):
     assert len(err) == 1 and "state.pt" in err[0]
 
 
+def test_a_complete_jobs_leftover_checkpoint_goes_unless_another_process_holds_it(tmp_path):
+    ck = Checkpoint(tmp_path, "k").open("run-1")
+    ck.save(record(0), {})
+    code = "import sys; from bench.run.checkpoint import Checkpoint; Checkpoint(sys.argv[1], 'k').drop_leftover()"
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=PROJECT, check=True)
+    assert (ck.dir / "state.pt").is_file()  # held here: the other process leaves it
+    ck.lock.release()  # as a process killed after writing its run would
+    Checkpoint(tmp_path, "k").drop_leftover()
+    assert not ck.dir.exists() and not Path(ck.lock.lock_file).exists()
+    Checkpoint(tmp_path, "k").drop_leftover()  # nothing left: nothing to do
+
+
 def test_one_process_per_job(tmp_path):
     """A second process on the same job stops at once (file locks are per process, hence a subprocess)."""
     held = Checkpoint(tmp_path, "k").open("run-1")
@@ -199,7 +211,7 @@ def test_killed_sweep_resumes_to_the_uninterrupted_result(tmp_path, smollm):
         assert [r["output_ids"] for r in run.records] == [r["output_ids"] for r in ref.records]
         assert [r["accept_lengths"] for r in run.records] == [r["accept_lengths"] for r in ref.records]
         assert run.meta["summary"]["mat"] == ref.meta["summary"]["mat"]
-    assert not list(partial.glob("*/"))
+    assert not list(partial.glob("*/"))  # pld's too, had the kill come before its checkpoint went
 
 
 @pytest.mark.model

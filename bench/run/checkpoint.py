@@ -138,6 +138,18 @@ class Checkpoint:
         with atomic_file(self.dir / STATE) as f:
             torch.save(state, f)
 
+    def drop_leftover(self) -> None:
+        """Remove the checkpoint of a job whose run is complete. A process killed after writing its run and before
+        removing the checkpoint leaves both; the sweep then skips the job and would never come back to it. A job
+        another process holds is left to that process."""
+        if not self.dir.exists():
+            return
+        try:
+            self.lock.acquire(timeout=0)
+        except Timeout:
+            return
+        self.close(done=True)
+
     def close(self, done: bool) -> None:
         """Release the job; a completed run's checkpoint is removed, a failed one's kept for the next try."""
         if done or not self.records:

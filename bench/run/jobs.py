@@ -88,6 +88,7 @@ def measure(cfg, selection: tuple[list[dict], str] | None = None) -> Path | None
     if cfg.run.resume and in_sweep() and machine:
         done = find_complete(results, config_key(cfg), machine, weights)
         if done is not None:
+            Checkpoint(results, job_key(cfg, machine, weights)).drop_leftover()
             print(f"skip: {describe(cfg)}: complete run {done.run_id} exists", file=sys.stderr)
             return None
     torch.manual_seed(cfg.run.seed)
