@@ -1,10 +1,12 @@
 """bench.models.linear_backend: the swap keeps weights, ties and state dicts; the oneDNN path is fp32 arithmetic
 (errors against float64 at the plain path's level, far below bf16's) and follows in-place weight changes; plain
-stays selectable; `mixed` runs each layer on the kernel its crossover names; `auto` is measured once and cached.
+stays selectable; `mixed` runs each layer on the kernel its crossover names; `auto` is measured once and cached,
+unless other processes intruded on its timing.
 Outputs per backend: tests/test_golden_runs.py."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import pytest
@@ -75,8 +77,20 @@ def test_options_and_eligibility():
         backend_choice.apply(model, "onednn", "tiny", "/nonexistent")
 
 
+def others_took(cores: float):
+    """A stand-in for backend_choice.others_load: other processes took `cores` during the timing."""
+
+    @contextlib.contextmanager
+    def load():
+        yield (reported := {})
+        reported["cores"] = cores
+
+    return load
+
+
 @needs_onednn
-def test_auto_measures_once_and_is_planned_from_the_cache(tmp_path):
+def test_auto_measures_once_and_is_planned_from_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(backend_choice, "others_load", others_took(0.0))
     cfg = compose_cfg("model=smollm2-135m").model
     cfg.name = "tiny"
     assert backend_choice.planned(cfg, tmp_path) is None  # not measured yet
@@ -89,6 +103,34 @@ def test_auto_measures_once_and_is_planned_from_the_cache(tmp_path):
     assert backend_choice.apply(tiny_llama(), "auto", "tiny", tmp_path) == chosen and written.stat().st_mtime_ns == stamp
     cfg.cpu_linear = "plain"
     assert backend_choice.planned(cfg, tmp_path) == "plain"
+
+
+@needs_onednn
+def test_a_timing_others_intruded_on_is_used_but_not_cached(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(backend_choice, "others_load", others_took(1.5))
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    monkeypatch.setattr(backend_choice.os, "cpu_count", lambda: 2)
+    model = tiny_llama()
+    chosen = backend_choice.apply(model, "auto", "tiny", tmp_path)
+    assert chosen in ("onednn", "mixed") and lb.backend_of(model) == chosen  # this process runs on it
+    assert not list(tmp_path.glob("*.json"))  # the next one times again
+    err = capsys.readouterr().err
+    assert err.startswith("cache: other processes took 1.5 cores") and "not cached" in err
+    cfg = compose_cfg("model=smollm2-135m").model
+    cfg.name = "tiny"
+    assert backend_choice.planned(cfg, tmp_path) is None
+
+
+def test_intrusion_is_what_others_take_beyond_the_free_cores(monkeypatch):
+    from bench.core.machine import JOBS_ENV
+
+    monkeypatch.delenv(JOBS_ENV, raising=False)
+    assert backend_choice.intruded(0.77, threads=2, cpus=2)  # one busy loop beside two threads on two cores
+    assert not backend_choice.intruded(0.2, threads=2, cpus=2)
+    assert not backend_choice.intruded(1.0, threads=1, cpus=2)  # the other core was free for it
+    assert backend_choice.intruded(1.3, threads=1, cpus=2)
+    monkeypatch.setenv(JOBS_ENV, "2")  # a job meant to run beside another: timed as it will run
+    assert not backend_choice.intruded(1.3, threads=1, cpus=2)
 
 
 def test_plain_is_selectable_from_the_command_line():
