@@ -111,6 +111,7 @@ def choose(model, name: str, cache_dir: str | Path) -> dict:
         choice = {"backend": "mixed" if rows else "onednn", "plain_rows": rows,
                   "ms": {k: {str(n): 1000 * v for n, v in t.items()} for k, t in seconds.items()},
                   "machine": machine_id(model.device), "model": name, "others_cores": round(load["cores"], 2)}
+        # The machine's cores, not this process's affinity: psutil's times (others_load) are machine-wide.
         if intruded(load["cores"], torch.get_num_threads(), os.cpu_count() or 1):
             print(f"cache: other processes took {load['cores']:.1f} cores while the CPU linear backend was timed; "
                   f"this process runs on its choice ({choice['backend']}), not cached: the next one times it again",
