@@ -36,6 +36,16 @@ def one_tree(drafts: list[Draft]) -> bool:
     return len({id(d.tree) for d in drafts}) == 1
 
 
+def wants_hidden(proposer: Proposer) -> bool:
+    """Whether the proposer wants the target's final hidden state (features from chosen layers come without it)."""
+    return proposer.wants_hidden or (proposer.wants_features and not proposer.feature_layers)
+
+
+def layers_of(proposer: Proposer) -> dict:
+    """The forward's `feature_layers` argument when the proposer wants chosen layers' input states, else no argument."""
+    return {"feature_layers": tuple(proposer.feature_layers)} if proposer.wants_features and proposer.feature_layers else {}
+
+
 @dataclass
 class Group:
     """Rows verified together on the device: all of a batch's rows where they share one tree at T = 0 (AR, a static
@@ -177,15 +187,10 @@ class Engine:
                 r.elapsed = elapsed
 
     def _wants_hidden(self, rows: list[Row]) -> bool:
-        """Whether a proposer wants the final hidden state (features from chosen layers come without it)."""
-        return any(r.proposer.wants_hidden or (r.proposer.wants_features and not r.proposer.feature_layers)
-                   for r in rows)
+        return any(wants_hidden(r.proposer) for r in rows)
 
     def _layers(self, rows: list[Row]) -> dict:
-        """The forward's `feature_layers` argument when the proposers want chosen layers' input states (rows are
-        forks of one proposer: the first row's decide), else no argument at all."""
-        first = rows[0].proposer
-        return {"feature_layers": tuple(first.feature_layers)} if first.wants_features and first.feature_layers else {}
+        return layers_of(rows[0].proposer)  # (rows are forks of one proposer: the first row's decides)
 
     def _hand_over(self, row: Row, out, b: int, last, positions, hidden: bool) -> None:
         """The target's states a row's proposer wants: the final hidden state at `last` (observe_hidden), and at

@@ -9,7 +9,8 @@ What changes against the eager engine (bench.core.engine), batch 1 and temperatu
   can draft where that is narrower (a static tree's own width); padding slots see only themselves and are never
   accepted; the mask spans the whole static cache;
 - per bucket, the inputs (ids, positions, mask, the KV columns to write) are static buffers filled on the device, and
-  on CUDA the forward over them is captured once in a torch.cuda.CUDAGraph and replayed; the prefill stays eager.
+  on CUDA the forward over them is captured once in a torch.cuda.CUDAGraph (every width the proposer can reach, at
+  its first generation) and replayed; the prefill stays eager.
   What is captured is the eager forward (no compiler needed: ~1250 kernels a step for the embedded model), or with
   `run.graph_compile=<torch.compile mode>` the forward compiled by inductor first (fused kernels, fewer of them;
   compiled once per model for the first width, then once with the width dynamic for all others);
@@ -35,12 +36,12 @@ import torch
 from torch.cuda import CUDAGraph
 
 from bench.core.capture import EagerReplay, recorded
-from bench.core.engine import Engine, Row
+from bench.core.engine import Engine, Row, layers_of, wants_hidden
 from bench.core.forward import ForwardOutput, TargetForward, full_forward
 from bench.core.proposer import Draft, Proposer
 from bench.core.static_kv import StaticKV
 from bench.core.timing import Timer
-from bench.core.tree import Tree
+from bench.core.tree import Tree, chain
 from bench.core.verify import greedy_accept
 
 # A static cache sized to a run (run.graph_capacity=auto) leaves room past its longest prompt and output for the widest
@@ -139,7 +140,26 @@ class GraphEngine(Engine):
             raise GraphModeRefused(f"graph mode's static KV cache holds {self.kv.capacity} positions "
                                    f"(run.graph_capacity); a prompt of {len(prompts[0])} tokens with {max_new_tokens} "
                                    f"new and its draft needs {room}")
+        if self.capture and not self.whole(proposers[0]):
+            self.capture_buckets(proposers[0])
         return super().generate_batch(proposers, prompts, max_new_tokens, timer, generators)
+
+    @torch.inference_mode()  # (as the decode loop that replays them)
+    def capture_buckets(self, proposer: Proposer) -> None:
+        """Every verification width `proposer` can reach (its max_draft_tokens + 1 slots at most) captured now, at its
+        first generation (a run's warm-up), as vLLM captures its sizes before serving: a capture synchronizes the
+        device (and a compiled forward may compile for it), which a bucket first met in a timed prompt would add to
+        that prompt's time. Each is recorded over a chain's inputs at column 0, before the prompt's prefill, which
+        overwrites those columns or leaves them past its length, where the mask hides them."""
+        widest = proposer.max_draft_tokens + 1
+        hidden, layers = wants_hidden(proposer), layers_of(proposer)
+        self.kv.length.zero_()
+        root = torch.zeros(1, dtype=torch.long, device=self.device)
+        for width in sorted({bucket_width(n, widest) for n in range(1, widest + 1)}):
+            bucket = self.bucket(width, hidden, layers)
+            if bucket.graph is None:
+                self.fill(bucket, root, root.new_zeros(width - 1), chain(width - 1))
+                self.capture_bucket(bucket, hidden, layers)
 
     def refusal(self, proposer: Proposer) -> str | None:
         """Why this engine cannot run `proposer` (None: it can), which a config check cannot know before the
@@ -333,15 +353,18 @@ class GraphEngine(Engine):
         self.kv.write_after_prefix(width)
 
     def forward_bucket(self, bucket: Bucket, hidden: bool, layers: dict) -> ForwardOutput:
-        def run() -> ForwardOutput:
-            return self.target(bucket.ids, bucket.positions, bucket.mask, hidden, layers)
-
         if not self.capture:
-            return run()
-        if bucket.graph is None:
-            bucket.graph, bucket.out = self._captured(run)
+            return self.target(bucket.ids, bucket.positions, bucket.mask, hidden, layers)
+        if bucket.graph is None:  # a width capture_buckets did not foresee (or a caller without a generation)
+            self.capture_bucket(bucket, hidden, layers)
         bucket.graph.replay()
         return bucket.out
+
+    def capture_bucket(self, bucket: Bucket, hidden: bool, layers: dict) -> None:
+        """The target forward over `bucket`'s static inputs recorded (their current values: a real step's or
+        capture_buckets' chain), its graph and static outputs kept on the bucket."""
+        bucket.graph, bucket.out = self._captured(
+            lambda: self.target(bucket.ids, bucket.positions, bucket.mask, hidden, layers))
 
     def _captured(self, run, reset=lambda: None) -> tuple[CUDAGraph | EagerReplay, ForwardOutput]:
         """`run` recorded (bench.core.capture.recorded) into the graphs' one memory pool."""
