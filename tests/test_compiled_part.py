@@ -3,6 +3,7 @@ inductor rehearsed on a CPU, as a lease's first compile on CUDA will run it (the
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 
@@ -145,7 +146,7 @@ def test_a_compile_that_fails_is_tried_once_per_model_and_the_plain_figures_kept
         b.model, b.eos_token_ids, b.max_context, capacity, device=b.device, capture=True))
     bundle = bundle_for("cpu", "float32", "tiny")
     saved = []
-    part = run_compiled(sizes, bundle, progress=saved.append, load=lambda shape, dtype: bundle_for("cpu", dtype, shape),
+    part = run_compiled(sizes, bundle, progress=lambda out: saved.append(copy.deepcopy(out)), load=lambda shape, dtype: bundle_for("cpu", dtype, shape),
                         free=free)
     assert len(compiles) == 2 and not part["errors"]  # once for the random shape, once for the methods' model
     shape = part["ar_shapes"]["tiny"]
@@ -153,6 +154,8 @@ def test_a_compile_that_fails_is_tried_once_per_model_and_the_plain_figures_kept
                                                  "working C compiler"}
     assert set(shape["replay"]) == {"graph"}
     assert [r["n"] for r in part["t_n"]] == list(sizes.cost_sizes)
+    # each width saved as it ends: a lease's cap that falls inside the curve keeps the widths done
+    assert {len(s["t_n"]) for s in saved} >= set(range(1, len(sizes.cost_sizes) + 1)) and len(sizes.cost_sizes) > 2
     assert all(r["graph_ms"] > 0 and "graph_compiled_ms" not in r for r in part["t_n"])
     assert "no working C compiler" in part["t_n"][0]["failed"]["graph_compiled"]
     assert part["ar"]["graph_tok_s"] > 0 and "graph_compiled_tok_s" not in part["ar"]
@@ -165,3 +168,26 @@ def test_a_compile_that_fails_is_tried_once_per_model_and_the_plain_figures_kept
     lines = compiled_lines(part)
     assert "| tiny | " + " | ".join(f"{r['graph_ms']:.2f} / -" for r in part["t_n"]) + " |" in lines
     assert sum(line.startswith("T(n) graph_compiled failed at n=1: ") for line in lines) == 1
+
+
+def test_an_hf_generate_that_transformers_did_not_compile_is_labelled_so(monkeypatch):
+    """`compiles` says only that a node could compile HF's static-cache generate: transformers checks criteria of its
+    own and, unmet, decodes uncompiled without a word (off CUDA, here). AR three ways labels HF by what it did, so the
+    AR / compiled HF goal (bench.check.goals) is never judged against an HF that did not compile."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from bench.check import graph_check
+    from tests.conftest import tiny_llama
+
+    model = tiny_llama(64, attn_implementation="sdpa", max_positions=256)
+    bundle = SimpleNamespace(name="tiny", model=model, device=torch.device("cpu"), dtype=torch.float32, vocab_size=64,
+                             eos_token_ids=[10_000], max_context=256, pad_token_id=10_000)
+    monkeypatch.setattr(graph_check, "compiles", lambda device: (True, "compiled by transformers (static cache)"))
+    rows = [[5, 6, 7, 8, 9] * 3, [3, 1, 4, 1, 5, 9, 2, 6]]
+    ar = graph_check.ar_three_ways(bundle, rows, 6, 1)
+    assert ar["hf_static"] == "transformers compiled nothing (its own criteria unmet): timed uncompiled"
+    assert ar["hf_static_identical"] == 2  # (timed all the same)
+    monkeypatch.setattr(model, "_compiled_call", model.__call__, raising=False)  # what a compile leaves on the model
+    assert graph_check.ar_three_ways(bundle, rows, 6, 1)["hf_static"] == "compiled by transformers (static cache)"

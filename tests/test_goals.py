@@ -40,12 +40,18 @@ def test_the_committed_lease_gives_docs_gpu_goals_table(lease):
 def test_each_verdict_follows_its_figure(lease):
     r = copy.deepcopy(lease)
     r["compiled"] = {"t_n": [{"model": "smollm2-135m", "n": 1, "graph_ms": 3.1, "graph_compiled_ms": 2.4}],
-                     "ar": {"graph_compiled_over_hf_static": 1.2},
+                     "ar": {"graph_compiled_over_hf_static": 1.2, "hf_static": "compiled by transformers (static cache)"},
                      "ar_shapes": {"llama-7b": {"graph_compiled_tok_s": 215.0}}}
     g = goals(r)
     assert g[0].met is True and g[0].measured == "graph 3.16 ms; graph compiled 2.40 ms"
     assert g[1].met is True and g[2].met is True
     assert "graph compiled (HF from the graph part's call) 1.65" in g[3].measured  # 215.0 / 130.6
+    # a ratio over an HF generate that did not compile is shown, marked, and does not meet the goal
+    slow_hf = copy.deepcopy(r)
+    slow_hf["compiled"]["ar"]["hf_static"] = "transformers compiled nothing (its own criteria unmet): timed uncompiled"
+    assert goals(slow_hf)[2].met is False and "graph compiled 1.20 (HF uncompiled)" in goals(slow_hf)[2].measured
+    slow_hf["graphs"]["ar"]["smollm2-135m"]["hf_static"] = "no C compiler: timed uncompiled"
+    assert goals(slow_hf)[2].met is None and goals(slow_hf)[2].measured == "graph 0.80 (HF uncompiled); graph compiled 1.20 (HF uncompiled)"
     # the graph part's 7B stage (its last) cut by its cap: the compiled part's plain graph AR on the shape stands in
     cut = copy.deepcopy(r)
     del cut["graphs"]["ar"]["llama-7b"]

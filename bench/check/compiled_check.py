@@ -99,7 +99,7 @@ def run_compiled(sizes, bundle, progress=lambda out: None, mode: str = "default"
         drop(out["ar"].get("failed"))
     with stage("t_n"):  # the other widths: one more compile, with the width dynamic
         out["t_n"] += forward_curve(bundle, label, rest, reps=sizes.reps, engines=engines, profiled=rest[-1:],
-                                    optional=COMPILED)
+                                    optional=COMPILED, progress=lambda rows: progress({**out, "t_n": out["t_n"] + rows}))
         out["dynamo"]["t_n"] = dynamo_counts()
     return out
 

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 import torch
 
 from bench.check import method_check, speedup_check
-from bench.check.hf_static import StaticCacheGenerate, compiles
+from bench.check.hf_static import StaticCacheGenerate, compiled_by_transformers, compiles
 from bench.check.replay_profile import replay_lines, replay_profiles
 from bench.core.graph_engine import GraphEngine, sized_capacity
 from bench.core.syncs import CudaSyncWarnings, HostSyncCounter
@@ -69,13 +69,15 @@ def curve_capacity(widths=WIDTHS, context: int = CONTEXT) -> int:
 
 
 def forward_curve(bundle, label: str, widths=WIDTHS, context: int = CONTEXT, reps: int = 7,
-                  engines: dict | None = None, profiled: tuple | None = None, optional: tuple = ()) -> list[dict]:
+                  engines: dict | None = None, profiled: tuple | None = None, optional: tuple = (),
+                  progress=lambda rows: None) -> list[dict]:
     """ms of one bucket forward over n tokens after `context` cached ones on each of `engines`, taking turns at each
     n: by default static shapes run eagerly and replayed as a CUDA graph (on a CPU both run eagerly) at the capacity
     T(n) needs, and replayed over WIDE_CAPACITY columns (`graph_wide`); every forward attends over its whole cache.
     Each row records the engines' capacities (`capacity`: the first's); at the widths `profiled` (default: the first
     and the last) one replay of each capturing engine is profiled. An engine named in `optional` that fails (a
-    node's first compile) is left out from then on, its error in each later row's `failed`, and the others go on."""
+    node's first compile) is left out from then on, its error in each later row's `failed`, and the others go on.
+    progress(rows so far) after each width: a lease's cap that falls inside the curve keeps the widths done."""
     sized = curve_capacity(widths, context)
     engines = engines or {"static_eager": GraphEngine(bundle.model, [], bundle.max_context, sized,
                                                       device=bundle.device, capture=False),
@@ -114,6 +116,7 @@ def forward_curve(bundle, label: str, widths=WIDTHS, context: int = CONTEXT, rep
             capturing = {name: e for name, e in engines.items() if e.capture and name not in failed}
             if n in (profiled or (widths[0], widths[-1])) and capturing:  # what one replay's kernels cost
                 rows[-1]["replay"] = replay_profiles(capturing, n, context)
+            progress(rows)
     return rows
 
 
@@ -184,6 +187,8 @@ def ar_three_ways(bundle, rows: list[list[int]], max_new: int, reps: int, engine
                     tokens[name] += len(gen.output_ids)
                     seconds[name] += time.perf_counter() - t0
                     outputs[name][i] = gen.output_ids
+        if rep == 0 and hf and compiled and "hf_static" not in failed and not compiled_by_transformers(bundle.model):
+            how = "transformers compiled nothing (its own criteria unmet): timed uncompiled"
         if 0 < rep < reps:  # the figures so far, without the grades (a forward each where outputs differ)
             progress(figures(rep, graded=False))
     return figures(reps)
@@ -287,7 +292,8 @@ def run_graphs(sizes, load, free, bundle, progress=lambda out: None, scratch=Non
 
     for label, shape in sizes.cost_models:
         with stage(f"t_n {label}"), model_of(shape) as model:
-            out["t_n"] += forward_curve(model, label, sizes.cost_sizes, reps=sizes.reps)
+            out["t_n"] += forward_curve(model, label, sizes.cost_sizes, reps=sizes.reps,
+                                        progress=lambda rows: progress({**out, "t_n": out["t_n"] + rows}))
     rows = method_check.prompts(bundle, 2 * sizes.speedup_prompts)
     timed, warm = rows[: sizes.speedup_prompts], rows[sizes.speedup_prompts :]
 

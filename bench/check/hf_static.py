@@ -28,6 +28,13 @@ def compiles(device: torch.device) -> tuple[bool, str]:
     return True, "compiled by transformers (static cache)"
 
 
+def compiled_by_transformers(model) -> bool:
+    """Whether transformers' generate compiled `model`'s decode forward. `compiles` only says a node could: generate
+    checks criteria of its own (`_valid_auto_compile_criteria`) and, unmet, decodes uncompiled without a word. Once
+    compiled, the model keeps the compiled call (`get_compiled_call` sets `_compiled_call`: 5.17 and 5.24)."""
+    return getattr(model, "_compiled_call", None) is not None
+
+
 class StaticCacheGenerate(HFGenerate):
     """transformers' greedy generate with one StaticCache of `capacity` positions, made once and reset before each
     call, compiled on CUDA as transformers compiles a generate given a compileable cache, or not (`disable_compile`).
