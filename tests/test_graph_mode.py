@@ -104,10 +104,12 @@ def test_a_compiled_forward_decodes_as_the_eager_engine(tiny, name):
     assert 1 <= frames <= 2, frames  # the first width static, then one graph with the width dynamic
 
 
-def test_a_compiled_forward_compiles_once_for_whole_steps_and_bucket_forwards_alike(tiny):
+def test_a_compiled_forward_compiles_once_for_whole_steps_and_bucket_forwards_alike(tiny, monkeypatch):
     """One compiled engine serving a whole step (AR) and a bucket forward (PLD, as gpu-check's T(n) does) compiles
     its forward twice in all: the first width, then the width dynamic. The whole step passed `layers` as None and
-    the bucket forward as a dict, and the type guard on it cost a third compile (an inductor compile on a lease)."""
+    the bucket forward as a dict, and the type guard on it cost a third compile (an inductor compile on a lease);
+    so did a first trace in a process whose eager forwards had not yet looked up the cache argument's name."""
+    monkeypatch.setattr("bench.core.forward.CACHE_NAMES", {})  # as in a fresh process
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
     graph = GraphEngine(tiny, [NO_EOS], 512, 256, capture=True, compile_with={"backend": "aot_eager"})

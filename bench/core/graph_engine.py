@@ -37,7 +37,7 @@ from torch.cuda import CUDAGraph
 
 from bench.core.capture import EagerReplay, recorded
 from bench.core.engine import Engine, Row, layers_of, wants_hidden
-from bench.core.forward import ForwardOutput, TargetForward, full_forward
+from bench.core.forward import ForwardOutput, TargetForward, cache_kw, full_forward
 from bench.core.proposer import Draft, Proposer
 from bench.core.static_kv import StaticKV
 from bench.core.timing import Timer
@@ -116,6 +116,9 @@ class GraphEngine(Engine):
         self.steps: dict[int, tuple[Proposer, StepGraph]] = {}  # per proposer: its whole-step graph
         # the bucket forward that is captured: eager, or compiled (torch.compile's kwargs: mode, or a backend)
         self.compiled = torch.compile(self.forward_eager, fullgraph=True, **compile_with) if compile_with else None
+        # the cache argument's name looked up now: a trace that fills CACHE_NAMES guards on it, and the next call,
+        # finding it filled, compiles again (capture_buckets traces before any eager forward has looked it up)
+        cache_kw(model, None)
 
     def target(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, hidden: bool = False,
                layers: dict | None = None) -> ForwardOutput:
