@@ -24,7 +24,7 @@ from torch.nn.functional import pad
 
 from bench.core.forward import TargetForward, aligned_mask, full_forward, tree_mask
 from bench.core.kv import keep_accepted, keep_rows, new_cache
-from bench.core.proposer import Acceptance, Draft, Generation, Proposer, StepContext
+from bench.core.proposer import Acceptance, Draft, Generation, Proposer, StepContext, layers_of, wants_hidden
 from bench.core.sampling import sample, stochastic_verify, target_probs
 from bench.core.timing import Timer
 from bench.core.tree import Tree
@@ -34,16 +34,6 @@ from bench.core.verify import greedy_accept
 def one_tree(drafts: list[Draft]) -> bool:
     """Whether every row drafts the same tree (the object: a static tree's forks share it, `chain(n)` is cached)."""
     return len({id(d.tree) for d in drafts}) == 1
-
-
-def wants_hidden(proposer: Proposer) -> bool:
-    """Whether the proposer wants the target's final hidden state (features from chosen layers come without it)."""
-    return proposer.wants_hidden or (proposer.wants_features and not proposer.feature_layers)
-
-
-def layers_of(proposer: Proposer) -> dict:
-    """The forward's `feature_layers` argument when the proposer wants chosen layers' input states, else no argument."""
-    return {"feature_layers": tuple(proposer.feature_layers)} if proposer.wants_features and proposer.feature_layers else {}
 
 
 @dataclass

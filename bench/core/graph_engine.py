@@ -36,9 +36,9 @@ import torch
 from torch.cuda import CUDAGraph
 
 from bench.core.capture import EagerReplay, recorded
-from bench.core.engine import Engine, Row, layers_of, wants_hidden
+from bench.core.engine import Engine, Row
 from bench.core.forward import ForwardOutput, TargetForward, cache_kw, full_forward
-from bench.core.proposer import Draft, Proposer
+from bench.core.proposer import Draft, Proposer, layers_of, wants_hidden
 from bench.core.static_kv import StaticKV
 from bench.core.timing import Timer
 from bench.core.tree import Tree, chain
@@ -156,13 +156,15 @@ class GraphEngine(Engine):
         overwrites those columns or leaves them past its length, where the mask hides them."""
         widest = proposer.max_draft_tokens + 1
         hidden, layers = wants_hidden(proposer), layers_of(proposer)
+        buckets = [self.bucket(w, hidden, layers) for w in sorted({bucket_width(n, widest) for n in range(1, widest + 1)})]
+        missing = [b for b in buckets if b.graph is None]
+        if not missing:  # (every generation after its first: nothing sent to the device)
+            return
         self.kv.length.zero_()
         root = torch.zeros(1, dtype=torch.long, device=self.device)
-        for width in sorted({bucket_width(n, widest) for n in range(1, widest + 1)}):
-            bucket = self.bucket(width, hidden, layers)
-            if bucket.graph is None:
-                self.fill(bucket, root, root.new_zeros(width - 1), chain(width - 1))
-                self.capture_bucket(bucket, hidden, layers)
+        for bucket in missing:
+            self.fill(bucket, root, root.new_zeros(bucket.ids.shape[1] - 1), chain(bucket.ids.shape[1] - 1))
+            self.capture_bucket(bucket, hidden, layers)
 
     def refusal(self, proposer: Proposer) -> str | None:
         """Why this engine cannot run `proposer` (None: it can), which a config check cannot know before the

@@ -251,6 +251,16 @@ class Proposer(Method):
 EMPTY = torch.empty(0, dtype=torch.long)
 
 
+def wants_hidden(proposer: Proposer) -> bool:
+    """Whether the proposer wants the target's final hidden state (features from chosen layers come without it)."""
+    return proposer.wants_hidden or (proposer.wants_features and not proposer.feature_layers)
+
+
+def layers_of(proposer: Proposer) -> dict:
+    """The forward's `feature_layers` argument when the proposer wants chosen layers' input states, else no argument."""
+    return {"feature_layers": tuple(proposer.feature_layers)} if proposer.wants_features and proposer.feature_layers else {}
+
+
 def empty_draft() -> Draft:
     return Draft(chain(0), EMPTY)
 
