@@ -171,6 +171,21 @@ def tiny_llama(vocab_size: int = 64, attn_implementation: str = "eager", max_pos
     return LlamaForCausalLM(cfg).eval()
 
 
+@pytest.fixture
+def crop_before_5_14(monkeypatch):
+    """transformers' DynamicLayer.crop as it was before 5.14 (and in 4.x), which pyproject still admits: crop(0)
+    keeps nothing (from 5.14 on, everything); a negative count drops that many in both."""
+    from transformers.cache_utils import DynamicLayer
+
+    def crop(self, max_length: int) -> None:
+        if max_length < 0:
+            max_length = self.get_seq_length() - abs(max_length)
+        if self.get_seq_length() > max_length:
+            self.keys, self.values = self.keys[..., :max_length, :], self.values[..., :max_length, :]
+
+    monkeypatch.setattr(DynamicLayer, "crop", crop)
+
+
 # the dataset tests' offline mirror and hub (tests/fixtures/datasets.py)
 @pytest.fixture
 def mirror() -> str:

@@ -17,6 +17,7 @@ import torch
 from omegaconf import OmegaConf
 
 from bench.core.engine import Engine
+from bench.core.kv import cut
 from bench.core.timing import PhaseTimer
 from bench.errors import HarnessError
 from bench.models.eagle import EagleHead
@@ -88,7 +89,7 @@ def test_adapter_chain_equals_the_heads_own_drafting():
     assert len({int(x.argmax()) for x in expected}) > 1  # the chain is not one repeated token
 
     # the whole chain in one call (Post-use & Pre-cut's phrases): the head runs once per nesting level
-    cache.crop(n - cache.get_seq_length())  # the chain's entries out again
+    cut(cache, n)  # the chain's entries out again
     mask = tree_mask(n, [[True, False, False], [True, True, False], [True, True, True]])
     one = draft(input_ids=torch.tensor([chain]), position_ids=torch.arange(n, n + 3)[None], attention_mask=mask,
                 past_key_values=cache).logits[0]

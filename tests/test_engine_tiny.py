@@ -80,6 +80,16 @@ def test_ar_matches_naive_greedy(model):
         assert out.accept_lengths == [1] * 20
 
 
+@torch.inference_mode()
+def test_ar_and_a_tree_method_hold_under_the_older_crop_rule(model, crop_before_5_14):
+    """Before transformers 5.14 crop(0) emptied the cache, and AR's every step (nothing to drop) called it."""
+    seq = list(PROMPTS[0])
+    for _ in range(20):
+        seq.append(int(model(torch.tensor([seq]), use_cache=False).logits[0, -1].argmax()))
+    for method in (Autoregressive(None, bundle(model)), tr(model)):
+        assert generate(model, method, PROMPTS[0], 20).output_ids == seq[len(PROMPTS[0]):]
+
+
 @pytest.mark.parametrize("name", ["tr_2_2_2", "tr_small", "tr_small_first", "pld", "pld_hf"])
 def test_methods_equal_ar(model, name):
     make = {

@@ -75,6 +75,15 @@ def test_whole_tree_kept():
     assert positions(cache, 1) == list(range(PREFIX + SLOTS))
 
 
+@pytest.mark.parametrize("kept", [SLOTS, 3, 1])
+def test_a_step_that_drops_nothing_keeps_the_cache_under_the_older_crop_rule(crop_before_5_14, kept):
+    """AR's step and a wholly accepted tree drop nothing: calling crop(0) then emptied the cache before 5.14."""
+    cache = filled_cache()
+    keep_accepted(cache, [PREFIX], [torch.arange(kept)], PREFIX)
+    keep_rows(cache, [0], [PREFIX + kept])
+    assert [positions(cache, lay) for lay in range(2)] == [list(range(PREFIX + kept))] * 2
+
+
 def test_non_contiguous_path_gathers():
     cache = filled_cache()
     keep_accepted(cache, [PREFIX], [torch.tensor([0, 2, 5])], PREFIX)

@@ -180,7 +180,7 @@ def keep_accepted(cache, prefix: list[int], paths: list[torch.Tensor], start: in
                 b_, h, _, d = t.shape
                 moved = t.gather(2, src.view(b_, 1, width, 1).expand(b_, h, width, d))  # read all, then write
                 t.scatter_(2, to.view(b_, 1, width, 1).expand(b_, h, width, d), moved)
-        layer.crop(max(new_prefix) - layer.get_seq_length())  # transformers 5: negative = drop that many
+        cut(layer, max(new_prefix))
     return new_prefix
 
 
@@ -196,6 +196,15 @@ def move_plan(paths, prefix, width, start, cmap, device) -> tuple[torch.Tensor, 
     return torch.stack(src), dst
 
 
+def cut(cache, length: int) -> None:
+    """Keep the first `length` positions of `cache` (a Cache or one of its layers); nothing when it holds no more.
+    transformers' `crop(0)` keeps everything from 5.14 on but empties the cache before (the upstream rule), so crop
+    is called only with what to drop, a negative count, which every version reads alike."""
+    drop = cache.get_seq_length() - length
+    if drop > 0:
+        cache.crop(-drop)
+
+
 def keep_rows(cache, rows: list[int], prefix: list[int]) -> None:
     """Drop finished rows from the batch (keep `rows`, in order) and cut to the longest kept row."""
     index = torch.tensor(rows, dtype=torch.long)
@@ -205,4 +214,4 @@ def keep_rows(cache, rows: list[int], prefix: list[int]) -> None:
         if device not in on:
             on[device] = index.to(device)
         layer.batch_select_indices(on[device])
-    cache.crop(max(prefix[r] for r in rows) - cache.get_seq_length())
+    cut(cache, max(prefix[r] for r in rows))

@@ -32,6 +32,7 @@ from torch import nn
 from transformers import DynamicCache
 
 from bench.core.forward import aligned_mask
+from bench.core.kv import cut
 from bench.models.eagle3 import Eagle3Head
 
 
@@ -133,7 +134,7 @@ class EagleDraft(nn.Module):
             feats = torch.stack([self.feature(cache, s, out) for s in sources])
             out = self.head(input_ids.to(dev), feats[None], pos, mask[None, None], cache)[0]
             if level < max(depth):
-                cache.crop(start - cache.get_seq_length())  # again with the next level's in-call parents (negative: drop)
+                cut(cache, start)  # again with the next level's in-call parents
         cache.outputs = out if cache.outputs is None else torch.cat([cache.outputs, out])
         if chunk:
             cache.committed = start + n

@@ -28,6 +28,7 @@ from torch import nn
 
 from bench.cachefile import READ_ERRORS, atomic_dir, report_corrupt
 from bench.core.forward import cache_kw
+from bench.core.kv import cut
 from bench.core.timing import device_sync
 from bench.errors import HarnessError
 from bench.models.heads import (
@@ -203,7 +204,7 @@ def heads_cost(target, heads: MedusaHeads, reps: int = 20, warmup: int = 3, pref
         t0 = now(target.device)
         target(input_ids=token, **cache_kw(target, cache), use_cache=True)
         t1 = now(target.device)
-        cache.crop(prefix - cache.get_seq_length())  # transformers 5: a negative count drops that many
+        cut(cache, prefix)
         t2 = now(target.device)
         heads(hidden)
         t3 = now(target.device)

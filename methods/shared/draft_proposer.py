@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from bench.core.forward import aligned_mask, cache_kw
+from bench.core.kv import cut
 from bench.core.kv import new_cache as preallocated_cache
 from bench.core.proposer import Draft, Proposer
 from bench.core.settings import OPTIONAL_TEXT, choice, declare, number
@@ -217,9 +218,7 @@ class DraftModelProposer(Proposer):
     # -- result --------------------------------------------------------------------------------------------
     def rollback(self) -> None:
         """Crop the draft cache back to the committed tokens (the tree's nodes leave it)."""
-        extra = self.cache.get_seq_length() - self.cached
-        if extra > 0:
-            self.cache.crop(-extra)  # transformers 5: a negative crop drops that many trailing positions
+        cut(self.cache, self.cached)
 
     def end_drafting(self, drafted: int) -> None:
         """Crop the draft cache back to the committed tokens and count the step's draft calls and tokens. The crop

@@ -23,6 +23,7 @@ from typing import NamedTuple
 import torch
 
 from bench.core.forward import aligned_mask
+from bench.core.kv import cut
 from bench.core.proposer import Draft, Proposer
 from bench.core.settings import declare, integer
 from bench.core.tree import Tree
@@ -104,9 +105,7 @@ class FeatureHeadProposer(Proposer):
 
     def finish(self, tree: Tree, tokens: torch.Tensor) -> Draft:
         """Crop the head's tree entries; the Draft of the tree's breadth-first slots 1..N and their tokens."""
-        extra = self.cache.get_seq_length() - self.stable
-        if extra > 0:
-            self.cache.crop(-extra)  # transformers 5: a negative crop drops that many trailing positions
+        cut(self.cache, self.stable)
         return Draft(tree, tokens)
 
     def describe(self):
