@@ -51,7 +51,9 @@ def test_a_cpu_profile_has_every_phase_and_no_device_work(make):
     model = tiny_llama(V, "sdpa", 512)
     engine = Engine(model, [NO_EOS], max_context=512)
     method = make(model)
-    out = step_profile(method, engine, PROMPTS[:2], 8)
+    # every op a phase ran (top_ops), not the default top 5: the attention op's rank among the tiny model's few-
+    # microsecond ops shifts between torch versions and runs (3rd or 4th here, below the top 5 under torch 2.7)
+    out = step_profile(method, engine, PROMPTS[:2], 8, top_ops=100)
     assert set(out) == {*QUANTITIES, "kernels", "ops", "copy_ops", "wait_ops"} and out["kernels"] == {}
     assert not any(out["copy_ops"].values()) and not any(out["wait_ops"].values())
     assert set(PHASES) - {"prefill"} <= set(out["host_ms"]) and out["host_ms"]["target_forward"] > 0
