@@ -38,6 +38,7 @@ the two pairs coincide with the definitions above.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from math import fsum
 
 from bench.core.timing import MODEL_PHASES
 
@@ -83,9 +84,9 @@ def timed_regions(records: list[dict]) -> list[dict]:
 
 def tokens_per_s(records: list[dict]) -> dict:
     rates = question_rates(records)
-    wall = sum(r["wall_time"] for r in timed_regions(records))
+    wall = fsum(r["wall_time"] for r in timed_regions(records))
     return {
-        "mean_of_questions": sum(rates.values()) / len(rates) if rates else None,
+        "mean_of_questions": fsum(rates.values()) / len(rates) if rates else None,
         "total": sum(r["new_tokens"] for r in records) / wall if wall > 0 else None,
     }
 
@@ -102,8 +103,8 @@ def overhead_share(records: list[dict]) -> float | None:
     totals = phase_totals(records)
     if not totals or "generate" in totals:
         return None
-    timed = sum(totals.values())
-    model = sum(totals.get(p, 0.0) for p in MODEL_PHASES)
+    timed = fsum(totals.values())
+    model = fsum(totals.get(p, 0.0) for p in MODEL_PHASES)
     return (timed - model) / timed if timed > 0 else None
 
 
@@ -116,7 +117,7 @@ def aggregate_speedup(records: list[dict], baseline: list[dict]) -> float | None
 
     def rate(rs: list[dict]) -> float | None:
         wall = attributed_wall(rs)
-        time = sum(wall[q] for q in common)
+        time = fsum(wall[q] for q in common)
         return sum(r["new_tokens"] for r in rs if r["question_id"] in common) / time if time > 0 else None
 
     mine, base = rate(records), rate(baseline)
@@ -129,7 +130,7 @@ def speedup(records: list[dict], baseline: list[dict]) -> float | None:
     common = sorted(set(mine) & set(base), key=str)
     if not common:
         return None
-    return (sum(mine[q] for q in common) / len(common)) / (sum(base[q] for q in common) / len(common))
+    return (fsum(mine[q] for q in common) / len(common)) / (fsum(base[q] for q in common) / len(common))
 
 
 def bootstrap_interval(samples: list[list[float]], statistic) -> list[float] | None:
@@ -192,8 +193,8 @@ def phase_share_interval(records: list[dict], phases, of_phase_sum: bool = False
         return None
     spent, wall = defaultdict(float), defaultdict(float)
     for r in records:
-        spent[r["question_id"]] += sum(r["phase_times"].get(p, 0.0) for p in phases)
-        wall[r["question_id"]] += sum(r["phase_times"].values()) if of_phase_sum else r["wall_time"]
+        spent[r["question_id"]] += fsum(r["phase_times"].get(p, 0.0) for p in phases)
+        wall[r["question_id"]] += fsum(r["phase_times"].values()) if of_phase_sum else r["wall_time"]
     qs = sorted(wall, key=str)
     if any(wall[q] <= 0 for q in qs):
         return None
@@ -259,14 +260,14 @@ def acceptance_by_depth(records: list[dict]) -> list[float]:
 
 def throughput(records: list[dict]) -> dict:
     regions = timed_regions(records)
-    wall = sum(r["wall_time"] for r in regions)
+    wall = fsum(r["wall_time"] for r in regions)
     rows = [r["new_tokens"] / r["wall_time"] for r in records if r["wall_time"] > 0]
     return {
         "batch_size": max((r["batch"]["size"] for r in records if r.get("batch")), default=1),
         "aggregate_tokens_per_s": sum(r["new_tokens"] for r in records) / wall if wall > 0 else None,
-        "per_sequence_tokens_per_s": sum(rows) / len(rows) if rows else None,
+        "per_sequence_tokens_per_s": fsum(rows) / len(rows) if rows else None,
         "batch_wall_time": wall,
-        "mean_occupancy": (sum(sum(b["occupancy"]) / len(b["occupancy"]) for b in regions) / len(regions)
+        "mean_occupancy": (fsum(sum(b["occupancy"]) / len(b["occupancy"]) for b in regions) / len(regions)
                            if regions and regions[0].get("occupancy") else None),
     }
 
@@ -296,7 +297,7 @@ def counter_totals(records: list[dict]) -> dict[str, float]:
 def summarize(records: list[dict]) -> dict:
     m = mat(records)
     totals = phase_totals(records)
-    wall = sum(r["wall_time"] for r in timed_regions(records))
+    wall = fsum(r["wall_time"] for r in timed_regions(records))
     checked = [r["lossless"] for r in records if r.get("lossless") is not None]
     return {
         "n_questions": len({r["question_id"] for r in records}),
@@ -312,7 +313,7 @@ def summarize(records: list[dict]) -> dict:
         "wall_time": wall,
         "phase_times": totals,
         "phase_share": {k: v / wall for k, v in totals.items()} if wall > 0 else {},
-        "phase_sum_over_wall": sum(totals.values()) / wall if wall > 0 else None,
+        "phase_sum_over_wall": fsum(totals.values()) / wall if wall > 0 else None,
         "overhead_share": overhead_share(records),
         **tree_nodes(records),
         "counters": counter_totals(records),

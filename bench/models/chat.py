@@ -18,6 +18,13 @@ def vicuna_v11(history: list[tuple[str, str]], question: str) -> str:
     return text + f"USER: {question} ASSISTANT:"
 
 
+def answer_text(tokenizer, ids) -> str:
+    """A generated answer as the next turn's history: its text verbatim. clean_up_tokenization_spaces (true in the
+    embedded GGUF's tokenizer) removes spaces before punctuation; transformers 5.6 applied it to BPE tokenizers, so
+    the second turn's prompt depended on the release, and 5.7 on skip it there but warn at a run's first decode."""
+    return tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+
+
 def prompt_ids(tokenizer, template: str, history: list[tuple[str, str]], question: str) -> list[int]:
     if template == "tokenizer":
         messages = []

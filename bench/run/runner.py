@@ -29,7 +29,7 @@ from bench.core.machine import cpu_name
 from bench.core.proposer import Proposer
 from bench.core.timing import PhaseTimer, device_sync, phases_exact
 from bench.errors import HarnessError
-from bench.models.chat import prompt_ids
+from bench.models.chat import answer_text, prompt_ids
 from bench.models.loading import ModelBundle, load_model
 from bench.paths import project_path
 from bench.run import store
@@ -261,7 +261,7 @@ class Runner:
                 question = it["turns"][turn]
                 if done and (it["question_id"], turn) in done:
                     out = done[it["question_id"], turn]["output_ids"]
-                    history[it["question_id"]].append((question, tok.decode(out, skip_special_tokens=True)))
+                    history[it["question_id"]].append((question, answer_text(tok, out)))
                 else:
                     todo.append((it, self.encode(history[it["question_id"]], question)))
             if not todo:
@@ -278,7 +278,7 @@ class Runner:
                          "phase_times": gens[0].phase_times, "occupancy": gens[0].occupancy}
             for (it, ids), gen in zip(todo, gens, strict=True):
                 history[it["question_id"]].append((it["turns"][turn],
-                                                   tok.decode(gen.output_ids, skip_special_tokens=True)))
+                                                   answer_text(tok, gen.output_ids)))
                 if records is None:
                     continue
                 if sum(gen.accept_lengths) != len(gen.output_ids):
