@@ -176,3 +176,14 @@ def test_phase_share_interval_over_questions():
     assert metrics.phase_share_interval(half, ["draft"], of_phase_sum=True) == pytest.approx([0.2, 0.2])
     assert metrics.phase_share_interval(half, ["draft"]) == pytest.approx([0.1, 0.1])
     assert metrics.phase_share_interval([{**r, "batch": {"id": 0}} for r in same], ["draft"]) is None
+
+
+def test_sums_of_times_are_exactly_rounded_so_reports_read_alike_on_every_python():
+    """Ten turns of 0.1 s each: a left-to-right float sum gives 0.9999999999999999 s (Python 3.11's sum), Python 3.12's
+    compensated sum 1.0, so the reports' full-precision cells differed by an ulp between the two. math.fsum is
+    exactly rounded on both."""
+    records = [rec(q, 1, 0.1) for q in range(10)]
+    assert metrics.tokens_per_s(records)["total"] == 10.0
+    assert metrics.summarize(records)["wall_time"] == 1.0
+    assert metrics.throughput(records)["batch_wall_time"] == 1.0
+    assert metrics.speedup(records, [rec(q, 1, 0.1) for q in range(10)]) == 1.0

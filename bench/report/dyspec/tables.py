@@ -4,6 +4,7 @@ SpecInfer, ours beside the paper's, from one drafter's runs (AR's are every draf
 from __future__ import annotations
 
 import json
+from math import fsum
 
 import pandas as pd
 
@@ -61,7 +62,7 @@ DATA_NOTES = {
 def latency_per_token(records: list[dict]) -> float | None:
     """Seconds per generated token: all wall time / all new tokens (Sequoia's total_time / tokens)."""
     tokens = sum(r["new_tokens"] for r in records)
-    return sum(r["wall_time"] for r in records) / tokens if tokens > 0 else None
+    return fsum(r["wall_time"] for r in records) / tokens if tokens > 0 else None
 
 
 def latency_speedup(records: list[dict], baseline: list[dict]) -> float | None:

@@ -42,14 +42,14 @@ MAKE = "make reproduce-dyspec-fig4"
 
 def dyspec_component_shares(phase_times: dict[str, float]) -> dict[str, float]:
     """Our phase seconds -> share of each Figure 4 component in their sum (the timed region); sums to 1."""
-    total = sum(phase_times.values())
+    total = math.fsum(phase_times.values())
     if total <= 0:
         return {}
     mapped = {p for _, _, phases in FIG4_COMPONENTS for p in phases}
-    shares = {key: sum(phase_times.get(p, 0.0) for p in phases) / total
+    shares = {key: math.fsum(phase_times.get(p, 0.0) for p in phases) / total
               for key, _, phases in FIG4_COMPONENTS}
     # "other" as phase_timing.components has it, added in two parts as the committed tables were
-    shares["other"] += sum(v for p, v in phase_times.items() if p not in mapped) / total
+    shares["other"] += math.fsum(v for p, v in phase_times.items() if p not in mapped) / total
     return shares
 
 
@@ -91,13 +91,13 @@ def build_dyspec_time_breakdown(runs: RunSet, model: str | None = None, dataset:
         # a prompt of one run is not the same prompt as its id in another run's dataset or temperature
         keyed = [{**rec, "question_id": (r.run_id, rec["question_id"])} for r in mine for rec in r.records]
         totals = phase_totals(records)
-        wall = sum(rec["wall_time"] for rec in records)
+        wall = math.fsum(rec["wall_time"] for rec in records)
         shares = dyspec_component_shares(totals)
         rows.append({"method": m, "label": LABELS[m], "runs": len(mine),
                      "datasets": ",".join(sorted({r.dataset for r in mine})),
                      "temperatures": ",".join(sorted({f"{r.temperature:g}" for r in mine})),
                      "prompts": len(records), "wall_s": wall,
-                     "phase_sum_over_wall": sum(totals.values()) / wall if wall > 0 else None,
+                     "phase_sum_over_wall": math.fsum(totals.values()) / wall if wall > 0 else None,
                      **{key: shares.get(key) for key, _, _ in FIG4_COMPONENTS},
                      **share_intervals(keyed),
                      "phases": json.dumps({k: round(v, 6) for k, v in sorted(totals.items())}),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from math import fsum
 
 import pandas as pd
 from matplotlib.figure import Figure
@@ -60,7 +61,7 @@ def final_intervals(run: Run) -> dict:
     per: dict = defaultdict(lambda: [0.0] * len(SERIES))
     for rec in run.records:
         for i, values in enumerate(series(rec)):
-            per[rec["question_id"]][i] += sum(values)
+            per[rec["question_id"]][i] += fsum(values)
     # A question without drafts: no ratio to resample (None).
     return {**interval_columns("util_accepted", sums_interval(per, 0, 1)),
             **interval_columns("util_eq3", sums_interval(per, 2, 3))}

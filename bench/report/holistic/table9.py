@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from math import fsum
+
 import pandas as pd
 
 from bench.metrics import counter_totals, phase_share_interval, phase_totals
@@ -47,7 +49,7 @@ def holistic_table9(runs: RunSet, model: str | None = None, dataset: str = "huma
     phases = phase_totals(run.records) if run else {}
     counts = counter_totals(run.records) if run else {}
     steps = common.verifications(run.records) if run else 0
-    total = sum(phases.values())
+    total = fsum(phases.values())
     rows = []
     for key, (label, phase, per) in COMPONENTS.items():
         seconds = phases.get(phase)

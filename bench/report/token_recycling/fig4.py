@@ -35,7 +35,7 @@ def component_shares(phase_share: dict[str, float], fold_prefill: bool = True) -
              for key, label, phases in FIG4_COMPONENTS]
     comps += [] if fold_prefill else [("prefill", "Prefill", ("prefill",))]
     return {key: {"label": label, "phases": "+".join(phases),
-                  "share": sum(phase_share.get(p, 0.0) for p in phases)}
+                  "share": math.fsum(phase_share.get(p, 0.0) for p in phases)}
             for key, label, phases in components(comps, phase_share)}
 
 
