@@ -50,6 +50,10 @@ step() {  # step NAME CAP COMMAND...: COMMAND under timeout, CAP seconds or what
 
 case $stage in
   prepare)
+    [[ -f ../shared/tools/gpu_carry.sh ]] \
+      || { echo "error: ../shared/tools/gpu_carry.sh not found: run prepare in a checkout beside ../shared" >&2; exit 1; }
+    [[ -d .git ]] || { echo "error: prepare runs in a clone's root, not a git worktree" \
+      "(gpu_carry.sh writes .git/info/exclude)" >&2; exit 1; }
     # its exit status is not checked: it stops at the last package of its list (jupytext), which .venv lacks
     bash ../shared/tools/gpu_carry.sh 2 > /dev/null 2>&1
     [[ -f .gpu/gguf.part1 && -f .gpu/gguf.sha256 && -f $(echo .gpu/wheels/hydra_core-*.whl) ]] \

@@ -27,6 +27,17 @@ def test_gpu_session_script_refuses_bad_input_in_one_line(tmp_path):
         done = subprocess.run(["bash", SCRIPT, *args], check=False, cwd=tmp_path, capture_output=True, text=True)
         assert done.returncode == rc and done.stderr.startswith("error:") and message in done.stderr
         assert len(done.stderr.strip().splitlines()) == 1
+    # prepare needs ../shared's tool, and a clone's own .git folder (a worktree's .git is a file)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for made, message in ((None, "gpu_carry.sh not found"), ("shared/tools/gpu_carry.sh", "not a git worktree")):
+        if made:
+            (tmp_path / made).parent.mkdir(parents=True)
+            (tmp_path / made).write_text("exit 0\n")
+            (repo / ".git").write_text("gitdir: elsewhere\n")
+        done = subprocess.run(["bash", SCRIPT, "prepare"], check=False, cwd=repo, capture_output=True, text=True)
+        assert done.returncode == 1 and done.stderr.startswith("error:") and message in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
     warm_machine(tmp_path)
     env = {**os.environ, "STEPS": "none", "PYTHON": "true", "OUT": str(tmp_path / "out")}
     done = subprocess.run(["bash", SCRIPT, "run", "5"], check=False, cwd=tmp_path, capture_output=True, text=True,
