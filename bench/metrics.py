@@ -38,7 +38,7 @@ the two pairs coincide with the definitions above.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from math import fsum
+from math import fsum  # sums of times exactly rounded: sum() of floats rounds otherwise from Python 3.12 on
 
 from bench.core.timing import MODEL_PHASES
 
