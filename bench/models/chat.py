@@ -21,7 +21,8 @@ def vicuna_v11(history: list[tuple[str, str]], question: str) -> str:
 def answer_text(tokenizer, ids) -> str:
     """A generated answer as the next turn's history: its text verbatim. clean_up_tokenization_spaces (true in the
     embedded GGUF's tokenizer) removes spaces before punctuation; transformers 5.6 applied it to BPE tokenizers, so
-    the second turn's prompt depended on the release, and 5.7 on skip it there but warn at a run's first decode."""
+    the second turn's prompt depended on the release, and 5.7 on skip it there but warn at a run's first decode
+    (evidence/versions/vm_AMD_EPYC-20261202-0410/cleanup_probe.txt)."""
     return tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
 
 
