@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from bench.core.launches import OpCounter
 from bench.core.sampling import stochastic_accept, stochastic_verify
 from bench.core.syncs import HostSyncCounter
 from bench.core.tree import chain, tree_from_paths
@@ -133,6 +134,19 @@ def test_chain_is_decided_without_a_host_read():
             acc = stochastic_verify(tree, tokens, p, probs, "specinfer", g)
     assert c.total == 0
     assert acc.accept_len.tolist() == [len(acc.slots())] and acc.slots().tolist() == list(range(len(acc.slots())))
+
+
+def test_a_root_without_drafts_draws_its_bonus_from_p_alone():
+    """AR's step above temperature 0 (or a step that drafted nothing): the bonus is p's own draw, where the chain's
+    closed form launched ~30 ops to decide nothing (AR's verify at T = 0.6 on the embedded model: 31 ops a step at
+    e681ee8, evidence/projection/step_costs-t0.6.json as 2026-12-02 measured it, 2 before a618045)."""
+    root, p = chain(0), torch.softmax(torch.randn(1, V), -1)
+    stochastic_verify(root, torch.tensor([0]), p, None, "sequoia")  # the tree's indices go to the device once
+    with OpCounter() as c:
+        acc = stochastic_verify(root, torch.tensor([0]), p, None, "sequoia", torch.Generator().manual_seed(0))
+    assert c.total <= 2, c.ops
+    assert acc.accept_len.tolist() == [1] and acc.slots().tolist() == [0]
+    assert acc.bonus.tolist() == torch.multinomial(p[0], 1, generator=torch.Generator().manual_seed(0)).tolist()
 
 
 def test_chain_skips_a_child_that_is_no_candidate():

@@ -59,10 +59,11 @@ def stochastic_verify(
 
     Host waits: a node's children are decided on the device (their uniforms drawn in one call), and one read per
     visited node that has children says which child was taken (none in a chain: chain_verify); the bonus token is
-    drawn on the device."""
+    drawn on the device. A root without children (AR's step, a method that drafted nothing) draws it from p alone:
+    chain_verify's closed form would launch ~30 ops to decide nothing."""
     if rule not in RULES:
         raise ValueError(f"unknown verification rule '{rule}' (known: {', '.join(RULES)})")
-    if tree.is_chain:
+    if tree.is_chain and tree.size:
         return chain_verify(tree, tokens, p, q, generator, candidates)
     on = tree.on(p.device)
     node = 0
