@@ -104,7 +104,7 @@ def test_the_committed_gpu_validation_is_what_the_step_model_gives():
 def test_each_lease_is_priced_with_the_step_costs_of_the_code_it_ran(monkeypatch):
     """gpu_validation.EAGER_COSTS: the leases of 2026-11-27/28 ran the engine before a drafted chain at batch 1 got its
     own mask, and keep the step costs measured then; a lease not named takes this tree's. One lease's costs move its
-    own rows only."""
+    own rows only (where its AR's stay the same: the H200 borrows the H100's host price, fitted on its AR's costs)."""
     import dataclasses
 
     from bench.cost import gpu_validation as gv
@@ -113,7 +113,8 @@ def test_each_lease_is_priced_with_the_step_costs_of_the_code_it_ran(monkeypatch
     mine = step_costs()
     assert gv.costs_of("a later lease", mine) is mine
     base = gv.validate()
-    heavier = dataclasses.replace(mine, methods=json.loads(json.dumps(mine.methods)))
+    theirs = gv.named_costs("step_costs-a482579.json")
+    heavier = dataclasses.replace(theirs, methods=json.loads(json.dumps(theirs.methods)))
     heavier.methods["pld"]["phases"]["target_forward"]["ops"] += 500  # a forward that launches 500 more a step
     monkeypatch.delitem(gv.EAGER_COSTS, "H100")
     got = gv.validate(heavier)

@@ -52,7 +52,28 @@ def test_the_forward_factor_makes_ar_s_projected_step_the_lease_s():
 
 def test_the_committed_lease_pass_validation_is_what_the_step_model_gives():
     stored = json.loads(pp.OUT.read_text())
-    assert pp.project() == stored
-    # every lease that timed the eager regime (a lease of the graph and compiled parts alone is not projected here)
+    assert pp.validation() == stored
+    # every lease that timed the eager regime (a lease of the graph and compiled parts alone is not projected here),
+    # each from the sitting of its own code; ahead of the next lease, the newest sitting on every GPU
     eager = {g for g in gpu_validation.GPUS if gpu_validation.timed_eagerly(g)}
-    assert stored["sitting"] == pp.sitting()[0] and set(stored["gpus"]) == eager >= {"H200", "H100", "H200 11-28"}
+    assert set(stored["gpus"]) == set(stored["ahead"]["gpus"]) == eager >= {"H200", "H100", "H200 11-28"}
+    assert all(g["sitting"] == pp.SITTINGS.get(gpu, pp.NEWEST) for gpu, g in stored["gpus"].items())
+    assert {g["sitting"] for g in stored["ahead"]["gpus"].values()} == {pp.NEWEST} != set(pp.SITTINGS.values())
+    assert not any("error" in r for g in stored["ahead"]["gpus"].values() for r in g["rows"].values())
+
+
+def test_a_lease_added_later_is_projected_as_it_was_ahead_of_it(monkeypatch):
+    """A lease not yet named in SITTINGS and EAGER_COSTS (the next one, once its folder is added to GPUS) is priced
+    from the newest sitting with this tree's step costs: the projection committed ahead of it, but for the host
+    price, which is then fitted on its own AR."""
+    monkeypatch.setitem(gpu_validation.GPUS, "next", gpu_validation.GPUS["H200"])
+    now, ahead = pp.project(), pp.project(ahead=True)
+    assert now["gpus"]["next"]["sitting"] == ahead["gpus"]["H200"]["sitting"] == pp.NEWEST
+    assert now["gpus"]["next"]["rows"].keys() == ahead["gpus"]["H200"]["rows"].keys()
+    assert now["gpus"]["H200"]["sitting"] == pp.SITTINGS["H200"]
+    # with the same host price the two are the same projection
+    host = gpu_validation.HostCost(**ahead["gpus"]["H200"]["host"])
+    monkeypatch.setattr(gpu_validation, "own_host", lambda *a: host)
+    same = pp.project()["gpus"]["next"]["rows"]
+    assert {m: r.get("step_ratio") for m, r in same.items()} == {
+        m: r.get("step_ratio") for m, r in ahead["gpus"]["H200"]["rows"].items()}

@@ -16,6 +16,11 @@ whose lease measured no T(n) takes the nearest one's, scaled so that AR's step c
 fit on AR). Every other method is held out. A step ratio (a method's ms per target forward, the prefill's
 included, over AR's) is what a lease measures as MAT x AR's tok/s / the method's tok/s.
 
+Each lease is projected from the sitting recorded at a commit whose engine ran as its own did (SITTINGS), with its
+own step costs (gv.EAGER_COSTS). Ahead of the next lease (`ahead`): the newest sitting (NEWEST), recorded at the tree
+that lease runs, priced with this tree's step costs on every GPU: the projections committed before it. Once its
+folder is in gv.GPUS, unnamed in both tables, it is projected the same way, the host price fitted on its own AR.
+
     python -m bench.cost.pass_projection [--out evidence/projection/lease_pass_validation.json]
 """
 
@@ -32,11 +37,14 @@ from bench.cost.host import TARGET_PHASES, HostCost, StepCosts, step_costs
 from bench.cost.profiles import Profile
 
 PASS = gv.EVIDENCE / "projection" / "lease_pass"  # one folder per CPU sitting: <machine>-<date>/results.json
-SITTING = "vm_Intel_Xeon_Processor-20261128-224700"  # the sitting projected (its README)
+# The sitting each lease is projected from: the part recorded at a commit whose engine ran as the lease's did (as
+# gv.EAGER_COSTS names its step costs); a lease not named takes NEWEST, recorded at the tree the next lease runs
+SITTINGS = dict.fromkeys(("H200", "H100", "H200 11-28"), "vm_Intel_Xeon_Processor-20261128-224700")
+NEWEST = "vm_AMD_EPYC-20261202-0724"
 OUT = gv.EVIDENCE / "projection" / "lease_pass_validation.json"
 
 
-def sitting(name: str = SITTING) -> tuple[str, dict]:
+def sitting(name: str = NEWEST) -> tuple[str, dict]:
     """(its folder's name, its speedup part) of a committed CPU sitting."""
     return name, json.loads((PASS / name / "results.json").read_text())["speedup"]
 
@@ -80,37 +88,47 @@ def forward_factor(sp: dict, profile: Profile, host: HostCost, costs: StepCosts,
     return (1000 / ar_tok_s - rest) / (at_one - rest)
 
 
-def project(costs: StepCosts | None = None) -> dict:
-    """Per GPU: the host price and forward used, and per method the projected step over AR's and speedup (at this
-    sitting's MAT) beside the lease's, where it timed the method."""
+def project(costs: StepCosts | None = None, ahead: bool = False) -> dict:
+    """Per GPU: its sitting, the host price and forward used, and per method the projected step over AR's and
+    speedup (at the sitting's MAT) beside the lease's, where it timed the method. `ahead`: the next lease's
+    projections, made before it: NEWEST on every GPU, each method priced with this tree's step costs (`costs`), the
+    host price fitted on each lease's AR (its own step costs) against NEWEST's, nothing set beside."""
     costs = costs or step_costs()
-    name, sp = sitting()
     per = {g: gv.costs_of(g, costs) for g in gv.GPUS}  # each lease's own (gv.EAGER_COSTS)
-    hosts = {g: gv.own_host(g, per[g], sp["ar"]["ms_per_step_timed"]) for g in gv.GPUS}
-    out = {"sitting": name, "step_costs_machine": per[next(iter(gv.GPUS))].machine, "gpus": {}}
+    named = {g: NEWEST if ahead else SITTINGS.get(g, NEWEST) for g in gv.GPUS}
+    # the host factor is relative to the CPU that recorded the sitting: each sitting fits its own prices on AR
+    hosts = {name: {g: gv.own_host(g, per[g], sitting(name)[1]["ar"]["ms_per_step_timed"]) for g in gv.GPUS}
+             for name in set(named.values())}
+    out = {"step_costs_machine": costs.machine if ahead else per[next(iter(gv.GPUS))].machine, "gpus": {}}
     for gpu in gv.GPUS:
         if not gv.timed_eagerly(gpu):  # a lease of the graph and compiled parts alone: no eager pass to set beside
             continue
-        host, costs = gv.borrowed_host(gpu, hosts), per[gpu]
+        name, sp = sitting(named[gpu])
+        host, priced = gv.borrowed_host(gpu, hosts[name]), costs if ahead else per[gpu]
         (nearest, path), factor = gv.eager_profile(gpu), 1.0
         profile = Profile.read(path)
         if nearest == gpu:
             forward = f"the {gpu} lease's T(n, context)"
         else:
-            factor = forward_factor(sp, profile, host, costs, gv.lease(gpu)["speedup"]["ar"]["tok_s"])
+            factor = forward_factor(sp, profile, host, priced, gv.lease(gpu)["speedup"]["ar"]["tok_s"])
             forward = f"the {nearest}'s T(n, context) x {factor:.3f}, fitted on AR"
-        got, ar = gv.measured(gpu), step_ms("ar", sp, profile, host, costs, factor)
+        got, ar = {} if ahead else gv.measured(gpu), step_ms("ar", sp, profile, host, priced, factor)
         rows = {}
         for m, row in methods(sp).items():
-            ratio = step_ms(m, sp, profile, host, costs, factor) / ar
+            ratio = step_ms(m, sp, profile, host, priced, factor) / ar
             rows[m] = {"tok_s": round(1000 / ar, 1)} if m == "ar" else {
                 "step_ratio": round(ratio, 3), "mat_here": row["mat"], "speedup": round(row["mat"] / ratio, 3)}
             if m in got:
                 rows[m] |= measured_beside(m, rows[m], got[m])
-        out["gpus"][gpu] = {"host": host.__dict__, "forward": forward, "rows": rows}
+        out["gpus"][gpu] = {"sitting": name, "host": host.__dict__, "forward": forward, "rows": rows}
     out["misses"] = [f"{gpu} {m}: error {r['error']:+.1%} (goal {r['goal']:.0%})" for gpu, g in out["gpus"].items()
                      for m, r in g["rows"].items() if "error" in r and abs(r["error"]) > r["goal"]]
     return out
+
+
+def validation(costs: StepCosts | None = None) -> dict:
+    """What lease_pass_validation.json holds: each lease beside its projection, and the next lease's ahead of it."""
+    return {**project(costs), "ahead": project(costs, ahead=True)}
 
 
 def measured_beside(m: str, row: dict, got: dict) -> dict:
@@ -147,18 +165,22 @@ def table(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = argv if argv is not None else sys.argv[1:]
     out = Path(args[args.index("--out") + 1]) if "--out" in args else OUT
-    if step_costs() is None or not (PASS / SITTING / "results.json").is_file():
-        print(f"error: no step costs (make step-costs) or no CPU sitting {PASS / SITTING}", file=sys.stderr)
+    missing = [PASS / n for n in {*SITTINGS.values(), NEWEST} if not (PASS / n / "results.json").is_file()]
+    if step_costs() is None or missing:
+        print(f"error: no step costs (make step-costs) or no CPU sitting {missing[0] if missing else ''}",
+              file=sys.stderr)
         return 1
-    result = project()
+    result = validation()
     from bench.cachefile import atomic_write
 
     atomic_write(out, json.dumps(result, indent=1) + "\n")
-    print(f"the speedup part of {result['sitting']} (this CPU, fp32) projected onto each lease's GPU")
-    for gpu, g in result["gpus"].items():
-        print(f"{gpu}: host {g['host']['launch_us']} µs a launch, factor {g['host']['host_factor']} "
-              f"({g['host']['source']}); forward: {g['forward']}")
-    print(table(result))
+    for title, part in (("each lease", result), (f"ahead of the next lease ({NEWEST}, this tree's step costs)",
+                                                  result["ahead"])):
+        print(f"{title}: gpu-check's speedup part recorded on a CPU (fp32), projected onto each GPU")
+        for gpu, g in part["gpus"].items():
+            print(f"{gpu} from {g['sitting']}: host {g['host']['launch_us']} µs a launch, factor "
+                  f"{g['host']['host_factor']} ({g['host']['source']}); forward: {g['forward']}")
+        print(table(part))
     print("misses: " + ("; ".join(result["misses"]) or "none"))
     return 0
 
