@@ -151,7 +151,8 @@ def table(result: dict) -> str:
     for gpu, g in result["gpus"].items():
         for m, r in g["rows"].items():
             if m == "ar":
-                lines.append(f"| {gpu} | ar | {r['tok_s']} tok/s | {r.get('measured_tok_s', '—')} tok/s | "
+                got = f"{r['measured_tok_s']} tok/s" if "measured_tok_s" in r else "—"  # none ahead of a lease
+                lines.append(f"| {gpu} | ar | {r['tok_s']} tok/s | {got} | "
                              + (f"{r['error']:+.1%}" if "error" in r else "—") + " | — | — |")
                 continue
             got = (f"{r['measured_step_ratio']:.2f} [{r['measured_passes'][0]:.2f}, {r['measured_passes'][1]:.2f}] | "
