@@ -96,14 +96,16 @@ def project(costs: StepCosts | None = None, ahead: bool = False) -> dict:
     costs = costs or step_costs()
     per = {g: gv.costs_of(g, costs) for g in gv.GPUS}  # each lease's own (gv.EAGER_COSTS)
     named = {g: NEWEST if ahead else SITTINGS.get(g, NEWEST) for g in gv.GPUS}
+    parts = {name: sitting(name)[1] for name in set(named.values())}  # each sitting read once
     # the host factor is relative to the CPU that recorded the sitting: each sitting fits its own prices on AR
-    hosts = {name: {g: gv.own_host(g, per[g], sitting(name)[1]["ar"]["ms_per_step_timed"]) for g in gv.GPUS}
-             for name in set(named.values())}
+    hosts = {name: {g: gv.own_host(g, per[g], sp["ar"]["ms_per_step_timed"]) for g in gv.GPUS}
+             for name, sp in parts.items()}
     out = {"step_costs_machine": costs.machine if ahead else per[next(iter(gv.GPUS))].machine, "gpus": {}}
     for gpu in gv.GPUS:
         if not gv.timed_eagerly(gpu):  # a lease of the graph and compiled parts alone: no eager pass to set beside
             continue
-        name, sp = sitting(named[gpu])
+        name = named[gpu]
+        sp = parts[name]
         host, priced = gv.borrowed_host(gpu, hosts[name]), costs if ahead else per[gpu]
         (nearest, path), factor = gv.eager_profile(gpu), 1.0
         profile = Profile.read(path)
