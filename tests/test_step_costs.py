@@ -45,3 +45,26 @@ def test_the_tree_a_lease_chose_is_measured_under_the_name_of_its_speedup_row(tm
     assert step_costs.main([*args, str(results)]) == 1 and not out.exists()
     assert capsys.readouterr().err.startswith("error: --auto-tree: ")
 
+
+
+def test_a_setting_the_methods_lack_or_refuse_is_one_line_before_the_model_loads(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(step_costs, "bundle_for", lambda *a: pytest.fail("the model loaded before --set was checked"))
+    out = tmp_path / "s.json"
+    for args, expect in ((["--set", "tree_size_choices"], "error: --set 'tree_size_choices': expected KEY=VALUE"),
+                         (["--methods", "propd,ar", "--set", "prune_topk=10"], "error: --set prune_topk: method ar "),
+                         (["--methods", "propd", "--set", "prune_topk=-1"], "error: ")):
+        assert step_costs.main([*args, "--out", str(out)]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(expect) and err.count("\n") == 1 and not out.exists(), err
+
+
+@pytest.mark.model
+def test_a_setting_is_measured_and_recorded(tmp_path, capsys):
+    """ProPD at one tree size (the evidence of how its step costs follow the tree it verifies): the file records
+    the setting, and at size 4 no verification is wider than the tree and its root."""
+    out = tmp_path / "s.json"
+    assert step_costs.main(["--methods", "propd", "--max-new", "8", "--set", "tree_size_choices=[4]",
+                            "--set", "warmup_sizes=[4]", "--out", str(out)]) == 0
+    got, _ = json.loads(out.read_text()), capsys.readouterr()
+    assert got["set"] == {"tree_size_choices": [4], "warmup_sizes": [4]}
+    assert max(map(int, got["methods"]["propd"]["widths"])) <= 5

@@ -21,6 +21,10 @@ host, and every other phase launches and runs Python as here (bench.cost.graph_p
 method also records its verification widths (`widths`: steps at each) and the widest it can draft (`widest`, root
 included), which set its bucket.
 
+`--set KEY=VALUE` (repeatable): the measured methods at a setting other than their default, e.g. ProPD at one tree
+size (`--set tree_size_choices=[16] --set warmup_sizes=[16]`: how its step costs depend on the tree it verifies,
+evidence/projection/propd_tree_sizes/); each method must have KEY, and the file records the settings (`set`).
+
     python -m bench.perf.step_costs [--out evidence/projection/step_costs.json] [--methods a,b] [--prompts 2]
     python -m bench.perf.step_costs --graphs --methods ar,token_recycling,pld,medusa --prompts 4 --max-new 128
     python -m bench.perf.step_costs --graphs ... --auto-tree evidence/gpu_check/<lease>/results.json
@@ -38,6 +42,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
+import yaml
+from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from bench.cachefile import atomic_write
@@ -94,6 +100,27 @@ def auto_tree(results: str) -> list[list[int]]:
     return tree["paths"]
 
 
+def method_settings(pairs: list[str], names: list[str]) -> dict:
+    """{key: value} of `--set KEY=VALUE` pairs (values read as YAML), checked before the model loads against every
+    method in `names` as the run would check it; HarnessError naming a malformed pair, a method without the setting
+    or a value it refuses."""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise HarnessError(f"--set {pair!r}: expected KEY=VALUE")
+        out[key] = yaml.safe_load(value)
+    if out:
+        configs = method_check.method_configs([], False)
+        for name in names:
+            for key, value in out.items():
+                if key not in configs[name].method:
+                    raise HarnessError(f"--set {key}: method {name} has no setting {key!r}")
+                OmegaConf.update(configs[name].method, key, value)
+            check_method(configs[name])
+    return out
+
+
 def measure(method, engine, rows: list[list[int]], max_new: int) -> dict:
     """One method's step costs per phase over `rows` (see the module's docstring); each pass seeded alike."""
     engine.reseed(0)
@@ -128,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"a gpu-check results.json whose graph part chose tree=auto: also {AUTO} at that tree")
     parser.add_argument("--temperature", type=float, default=0.0,
                         help="decode at this temperature (methods that refuse it are left out, with why)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a method setting (YAML value) other than its default, for every measured method")
     args = parser.parse_args(argv)
     names = sorted(REGISTRY) if args.methods is None else args.methods.split(",")
     if unknown := [n for n in names if n not in REGISTRY]:
@@ -138,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     try:
         paths = auto_tree(args.auto_tree) if args.auto_tree else None
+        settings = method_settings(args.set, names)
     except HarnessError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
@@ -149,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
               else method_check.engine_for(bundle, args.temperature))
     out = {"machine": machine_id("cpu"), "graphs": args.graphs, "created": datetime.now(UTC).isoformat(timespec="seconds"),
            "git_sha": provenance("cpu", torch.float32).get("git_sha"), "model": bundle.name, "dtype": "float32",
-           "temperature": args.temperature, "prompts": len(rows), "prompt_tokens": [len(r) for r in rows],
+           "temperature": args.temperature, "set": settings, "prompts": len(rows), "prompt_tokens": [len(r) for r in rows],
            "max_new_tokens": args.max_new,
            "bare_forward_ops": bare_forward_ops(bundle), "methods": {}, "refused": {}}
     with tempfile.TemporaryDirectory() as scratch:
@@ -160,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in tqdm(names, desc="step costs", unit="method"):
             t0 = time.perf_counter()
             configs[name].run.temperature = args.temperature
+            for key, value in settings.items():
+                OmegaConf.update(configs[name].method, key, value)
             try:
                 check_method(configs[name])
             except HarnessError as err:
