@@ -6,13 +6,13 @@ Waits are counted per row and decode step: those of a generation less those of a
 of the same prompts, over the decode steps of its rows. On a GPU every read of a tensor's value and every blocking
 host-to-device copy stalls the host (bench.core.syncs). The budget a row and step:
 - 2 for every method (the engine's one read of what each row keeps; one more for a proposer that must read or
-  send something once a step: REST sends its retrieved tree); 1 for the greedy methods that need no more (AR,
-  Token Recycling, Medusa, BPD), so that one added read a step fails;
-- + 1 per accepted draft token with stochastic verification (T > 0: the walk reads which child it took per level;
-  a chain's is decided without a read),
-  + 1 a row for its last step, whose accepted drafts the token limit may have cut;
-- + 2 per draft forward for the draft-model methods (a step's draft levels: what a level's draws or argmax send
-  back, and its tokens).
+  send something once a step: REST sends its retrieved tree); 1 for the methods that need no more (AR, Token
+  Recycling, Medusa, BPD), so that one added read a step fails;
+- for the draft-model methods, + 2 per draft forward (a step's draft levels: what a level's draws or argmax send
+  back, and its tokens), and at T > 0 + 1 per accepted draft token (their trees carry draft distributions, whose
+  walk reads which child it took per level; a chain's is decided without a read, and so are the trees of the
+  methods without draft distributions: bench.core.sampling.fixed_tree_verify), + 1 a row for its last step, whose
+  accepted drafts the token limit may have cut.
 The HF baselines run transformers' own loop (not ours): they keep the default budget or are known over it (OVER).
 """
 
@@ -29,22 +29,14 @@ MIN_ROW_STEPS = 3  # decode steps a row needs before its waits per step are judg
 # method is within budget, so the entry is then removed). The waits measured on the code of 2026-11 per row and step
 # are in brackets.
 OVER = {
-    "eagle2": "at T > 0 only: one read a draft (the chosen tree's parents, for the host's Tree; was ~42), for which "
-              "T > 0's budget leaves no room beside the verifier's reads: 3.3 a step at batch 1, 2.5 at 4 (budgets "
-              "2.4, 2.3)",
-    "eagle3": "at T > 0 only: EAGLE-2's dynamic tree (methods/shared/feature_head.py), hence eagle2's one read a "
-              "draft: 3.0 a step at batch 1, 2.4 at 4 (budgets 2.4, 2.4)",
     "propd": "at batch 1: the engine's read and the pruned forward's one (the kept width is a shape) fill the "
              "budget; the dynamic tree's switches add a new tree's indices, its pruning plan and the hit rates (~0.4 "
              "a step over 9 steps, fewer as trees repeat): 2.4 a step at T = 0, 3.6 at 0.6 (budget 2.1)",
-    "lookahead": "at T > 0 only: its tokens are sent each step (1) beside the engine's read (1) and the walk's "
-                 "read at the level that rejects (1): 3 a step plus one per accepted token (budget 2 plus one)",
     "hf_pld": "transformers' own loop (not ours): its candidate search reads per step (~17)",
     "hf_assisted": "transformers' own loop (not ours) (~12)",
 }
 # Methods over budget at some settings only: (temperature, batch) of those.
-OVER_ONLY = {"lookahead": {(0.6, 1), (0.6, 4)}, "propd": {(0.0, 1), (0.6, 1)},
-             "eagle2": {(0.6, 1), (0.6, 4)}, "eagle3": {(0.6, 1), (0.6, 4)}}
+OVER_ONLY = {"propd": {(0.0, 1), (0.6, 1)}}
 
 
 def known_over(name: str, temperature: float, batch: int) -> str | None:
@@ -67,13 +59,11 @@ def decode_counts(gens, waits: int, prefill_waits: int) -> dict:
 
 def budget(name: str, temperature: float, counts: dict) -> float:
     """The waits a row and decode step `name` may take at `temperature`, given `counts` (decode_counts)."""
-    allowed = 2.0
-    if temperature > 0:
-        allowed += counts["accepted"] + counts["rows"]
-    elif name in ONE_WAIT:
-        allowed = 1.0
+    allowed = 1.0 if name in ONE_WAIT else 2.0
     if issubclass(method_class(name), DraftModelProposer):
         allowed += 2 * counts["draft_forwards"]
+        if temperature > 0:
+            allowed += counts["accepted"] + counts["rows"]
     return allowed
 
 

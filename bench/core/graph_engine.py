@@ -99,8 +99,9 @@ class GraphEngine(Engine):
     def __init__(self, model, eos_token_ids: list[int], max_context: int, capacity: int, temperature: float = 0.0,
                  device: torch.device | None = None, capture: bool | None = None, compile_with: dict | None = None):
         if temperature != 0:
-            raise GraphModeRefused(f"run.graphs=true decodes greedily only (the stochastic verifier walks the tree "
-                                   f"on the host); got run.temperature={temperature}")
+            raise GraphModeRefused(f"run.graphs=true decodes greedily only (its step captures greedy acceptance; a "
+                                   f"tree with draft distributions is walked on the host); got run.temperature="
+                                   f"{temperature}")
         if getattr(model, "hf_device_map", None):
             raise GraphModeRefused("run.graphs=true needs the target on one device (a graph cannot span a device "
                                    "map); set model.device_map=null")

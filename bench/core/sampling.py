@@ -57,14 +57,16 @@ def stochastic_verify(
     at each slot (the distribution its children were drawn from) or None for deterministic drafts; candidates
     [N+1] bool or None (False: never accepted). Returns the batch-1 Acceptance, on p's device.
 
-    Host waits: a node's children are decided on the device (their uniforms drawn in one call), and one read per
-    visited node that has children says which child was taken (none in a chain: chain_verify); the bonus token is
-    drawn on the device. A root without children (AR's step, a method that drafted nothing) draws it from p alone:
+    Host waits: none for a chain (chain_verify) or for deterministic candidates (fixed_tree_verify); with draft
+    distributions a node's children are decided on the device (their uniforms drawn in one call), and one read per
+    visited node that has children says which child was taken; the bonus token is drawn on the device. A root without children (AR's step, a method that drafted nothing) draws it from p alone:
     chain_verify's closed form would launch ~30 ops to decide nothing."""
     if rule not in RULES:
         raise ValueError(f"unknown verification rule '{rule}' (known: {', '.join(RULES)})")
     if tree.is_chain and tree.size:
         return chain_verify(tree, tokens, p, q, generator, candidates)
+    if q is None and tree.size:
+        return fixed_tree_verify(tree, tokens, p, generator, candidates)
     on = tree.on(p.device)
     node = 0
     while True:
@@ -152,24 +154,65 @@ def decide(kids: torch.Tensor, tokens: torch.Tensor, p: torch.Tensor, q: torch.T
 def decide_fixed(kids: torch.Tensor, tokens: torch.Tensor, p: torch.Tensor, generator,
                  candidates) -> tuple[torch.Tensor, torch.Tensor]:
     """decide for deterministic candidates (q the point mass on each child: accept x with probability r[x], else
-    zero r[x] and renormalise), in closed form, so its ops do not grow with the children (the loop launched ~12 a
-    child: ~340 a step for Token Recycling at T = 0.6). Child j, tried once every earlier one is rejected, has
-    r[x_j] = p[x_j] / (1 - the mass of the distinct tokens tried before it), or 0 if its token was tried already;
-    the first accepted is taken. The residual when none is: p with every tried token zeroed, renormalised (p itself
-    where nothing is left, as the loop stopped). The same uniforms, so the same decisions as the loop's."""
+    zero r[x] and renormalise), in closed form (first_taken), so its ops do not grow with the children (the loop
+    launched ~12 a child: ~340 a step for Token Recycling at T = 0.6). The residual when none is taken: p with every
+    tried token zeroed, renormalised (p itself where nothing is left, as the loop stopped)."""
     dev, k = p.device, len(kids)
-    xs = tokens[kids]
-    u = torch.rand(k, generator=generator, device=dev)  # one uniform per child, drawn together
-    tried = torch.ones(k, dtype=torch.bool, device=dev) if candidates is None else candidates[kids]
-    order = torch.arange(k, device=dev)
-    again = ((xs[:, None] == xs[None, :]) & tried[None, :] & (order[None, :] < order[:, None])).any(1)
+    xs = tokens[kids][None]
+    u = torch.rand(1, k, generator=generator, device=dev)  # one uniform per child, drawn together
+    tried = torch.ones(1, k, dtype=torch.bool, device=dev) if candidates is None else candidates[kids][None]
+    at, first = first_taken(xs, tried, p.gather(0, xs[0])[None], u)
+    return torch.where(at[0] < k, at[0], -1), residual(p, xs[0], first[0])
+
+
+def first_taken(xs: torch.Tensor, tried: torch.Tensor, px: torch.Tensor,
+                u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row of [R, K] children (tokens xs, tried or not, the target's p at them px, uniforms u): the index of the
+    child the one-child-at-a-time loop takes (K for none) and which children are a first try of their token. Child j,
+    tried once every earlier one is rejected, has r[x_j] = p[x_j] / (1 - the mass of the distinct tokens tried
+    before it), or 0 if its token was tried already; the first accepted is taken. The same uniforms give the loop's
+    decisions (tests/test_sampling_verify.py)."""
+    k = xs.shape[1]
+    order = torch.arange(k, device=xs.device)
+    again = ((xs[:, :, None] == xs[:, None, :]) & tried[:, None, :] & (order[None, :] < order[:, None])).any(2)
     first = tried & ~again  # tried, and its token not tried before
-    px = p.gather(0, xs)
     mass = torch.where(first, px, 0.0)
-    left = 1 - (torch.cumsum(mass, 0) - mass)  # the residual's mass before child j is tried
+    left = 1 - (torch.cumsum(mass, 1) - mass)  # the residual's mass before child j is tried
     take = first & (left > 0) & (u * left < px)
-    at = torch.where(take, order, k).min()
-    taken = torch.where(at < k, at, -1)
+    return torch.where(take, order, k).min(1).values, first
+
+
+def residual(p: torch.Tensor, xs: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
+    """p [V] with the tokens xs [K] where `first` zeroed, renormalised; p itself where nothing is left."""
     rest = torch.where(torch.zeros_like(p).scatter_add(0, xs, first.to(p.dtype)) > 0, 0.0, p)
     total = rest.sum()
-    return taken, torch.where(total > 0, rest / torch.where(total > 0, total, 1.0), p)
+    return torch.where(total > 0, rest / torch.where(total > 0, total, 1.0), p)
+
+
+def fixed_tree_verify(tree: Tree, tokens: torch.Tensor, p: torch.Tensor, generator,
+                      candidates: torch.Tensor | None) -> Acceptance:
+    """stochastic_verify for deterministic candidates on a tree (q None: Token Recycling, Medusa, Lookahead, REST,
+    ...), with no host read. Every node's children are decided at once, as if the walk had reached it (first_taken,
+    a row a node); the walk then follows each node's taken child, one gather a level for the tree's depth, and stops
+    at the node where none is taken (a leaf: none to take); the bonus is drawn from that node's residual. The
+    uniforms of every node are drawn together, so the draws differ from a walk's that draws them as it goes, not
+    their distribution; the walk read the host once a level visited (Token Recycling at T = 0.6 waited 2.8 a decode
+    step at gpu-check's sizes, evidence/rehearsal/vm_AMD_EPYC-20261202-0904/)."""
+    dev = p.device
+    on = tree.on(dev)
+    kids = on.children  # [N+1, K], 0 where a node has fewer children (slot 0, the root, is no one's child)
+    n1, k = kids.shape
+    flat = kids.flatten()
+    xs = tokens.index_select(0, flat).view(n1, k)
+    tried = kids > 0
+    if candidates is not None:
+        tried = tried & candidates.index_select(0, flat).view(n1, k)
+    u = torch.rand(n1, k, generator=generator, device=dev)
+    at, first = first_taken(xs, tried, p.gather(1, xs), u)
+    step = torch.where(at < k, kids.gather(1, at.clamp(max=k - 1)[:, None])[:, 0], on.slot_ids)  # none: stay
+    node = on.slot_ids[:1]
+    for _ in range(on.path_slots.shape[1] - 1):  # the tree's depth, from a shape (Tree.max_depth reads)
+        node = step.index_select(0, node)
+    r = residual(p.index_select(0, node)[0], xs.index_select(0, node)[0], first.index_select(0, node)[0])
+    bonus = torch.multinomial(r, 1, generator=generator)
+    return Acceptance(node, on.ancestors.index_select(0, node), on.depth.index_select(0, node) + 1, bonus)

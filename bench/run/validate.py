@@ -112,8 +112,9 @@ def check_graphs(cfg, cls) -> None:
     if why:
         raise ConfigError(f"run.graphs=true cannot run method '{name}': {why}")
     if cfg.run.temperature > 0:
-        raise ConfigError(f"run.graphs=true decodes greedily only (the stochastic verifier walks the tree on the "
-                          f"host); got run.temperature={cfg.run.temperature}")
+        raise ConfigError(f"run.graphs=true decodes greedily only (its step captures greedy acceptance; a tree "
+                          f"with draft distributions is walked on the host); got run.temperature="
+                          f"{cfg.run.temperature}")
     if cfg.run.get("batch_size", 1) > 1:
         raise ConfigError(f"run.graphs=true decodes one sequence at a time; got run.batch_size={cfg.run.batch_size}")
     if cfg.model.get("device_map"):
