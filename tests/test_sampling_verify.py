@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from bench.core.launches import OpCounter
-from bench.core.sampling import decide_fixed, stochastic_accept, stochastic_verify
+from bench.core.sampling import stochastic_accept, stochastic_verify
 from bench.core.syncs import HostSyncCounter
 from bench.core.tree import chain, tree_from_paths
 
@@ -150,8 +150,8 @@ def test_a_root_without_drafts_draws_its_bonus_from_p_alone():
 
 
 def one_child_at_a_time(xs: list[int], u: torch.Tensor, p: torch.Tensor, tried: list[bool]) -> tuple[int, torch.Tensor]:
-    """The loop decide ran for deterministic candidates before its closed form: accept x with probability r[x], else
-    zero r[x] and renormalise (stop at p where nothing is left)."""
+    """The loop the verifier ran at a node for deterministic candidates before their closed form (first_taken): accept
+    x with probability r[x], else zero r[x] and renormalise (stop at p where nothing is left)."""
     r = p
     for j, x in enumerate(xs):
         if not tried[j]:
@@ -164,29 +164,6 @@ def one_child_at_a_time(xs: list[int], u: torch.Tensor, p: torch.Tensor, tried: 
             return -1, p
         r = r / r.sum()
     return -1, r
-
-
-def test_fixed_candidates_are_decided_in_closed_form_as_one_child_at_a_time():
-    """decide_fixed takes the child the loop took, from the same uniforms, over children with repeated tokens and
-    non-candidates; with none taken, the same residual."""
-    torch.manual_seed(0)
-    gen = torch.Generator().manual_seed(0)
-    dirichlet = torch.distributions.Dirichlet(torch.full((V,), 0.5))
-    for trial in range(400):
-        k = int(torch.randint(1, 8, (1,), generator=gen))
-        xs = torch.randint(0, V, (k,), generator=gen)
-        tried = (torch.rand(k, generator=gen) < 0.8).tolist()
-        p = dirichlet.sample()
-        if trial % 4 == 0:  # all the mass on the children's tokens: the loop can stop with nothing left
-            p = torch.zeros(V).index_fill(0, xs, 1.0)
-            p = p / p.sum()
-        tokens, kids = torch.cat([torch.tensor([0]), xs]), torch.arange(1, k + 1)
-        taken, r = decide_fixed(kids, tokens, p, torch.Generator().manual_seed(trial), torch.tensor([True, *tried]))
-        want, residual = one_child_at_a_time(xs.tolist(), torch.rand(k, generator=torch.Generator().manual_seed(trial)),
-                                             p, tried)
-        assert int(taken) == want, (trial, xs.tolist(), tried)
-        if want < 0:
-            assert torch.allclose(r, residual, atol=1e-6), trial
 
 
 def test_chain_skips_a_child_that_is_no_candidate():

@@ -59,8 +59,9 @@ def stochastic_verify(
 
     Host waits: none for a chain (chain_verify) or for deterministic candidates (fixed_tree_verify); with draft
     distributions a node's children are decided on the device (their uniforms drawn in one call), and one read per
-    visited node that has children says which child was taken; the bonus token is drawn on the device. A root without children (AR's step, a method that drafted nothing) draws it from p alone:
-    chain_verify's closed form would launch ~30 ops to decide nothing."""
+    visited node that has children says which child was taken; the bonus token is drawn on the device. A root
+    without children (AR's step, a method that drafted nothing) draws it from p alone: chain_verify's closed form
+    would launch ~30 ops to decide nothing."""
     if rule not in RULES:
         raise ValueError(f"unknown verification rule '{rule}' (known: {', '.join(RULES)})")
     if tree.is_chain and tree.size:
@@ -74,8 +75,7 @@ def stochastic_verify(
         if not kids:
             r = p[node]
             break
-        taken, r = decide(on.children[node, : len(kids)], tokens, p[node], None if q is None else q[node], rule,
-                          generator, candidates)
+        taken, r = decide(on.children[node, : len(kids)], tokens, p[node], q[node], rule, generator, candidates)
         child = int(taken)  # the one read per level: -1 when every child was rejected
         if child < 0:
             break
@@ -119,10 +119,9 @@ def chain_verify(tree: Tree, tokens: torch.Tensor, p: torch.Tensor, q: torch.Ten
 
 def decide(kids: torch.Tensor, tokens: torch.Tensor, p: torch.Tensor, q: torch.Tensor | None, rule: str,
            generator, candidates) -> tuple[torch.Tensor, torch.Tensor]:
-    """Recursive rejection sampling over one node's children (kids [k] slots, in drafting order), on the device:
-    (index of the accepted child, or -1; the target residual r the bonus token is drawn from when none is)."""
-    if q is None:
-        return decide_fixed(kids, tokens, p, generator, candidates)
+    """Recursive rejection sampling over one node's children (kids [k] slots, in drafting order) drawn from the draft
+    distribution q, on the device: (index of the accepted child, or -1; the target residual r the bonus token is
+    drawn from when none is). Candidates without q: fixed_tree_verify."""
     dev = p.device
     xs = tokens[kids]
     u = torch.rand(len(kids), generator=generator, device=dev)  # one uniform per child, drawn together
@@ -151,24 +150,13 @@ def decide(kids: torch.Tensor, tokens: torch.Tensor, p: torch.Tensor, q: torch.T
     return taken, r
 
 
-def decide_fixed(kids: torch.Tensor, tokens: torch.Tensor, p: torch.Tensor, generator,
-                 candidates) -> tuple[torch.Tensor, torch.Tensor]:
-    """decide for deterministic candidates (q the point mass on each child: accept x with probability r[x], else
-    zero r[x] and renormalise), in closed form (first_taken), so its ops do not grow with the children (the loop
-    launched ~12 a child: ~340 a step for Token Recycling at T = 0.6). The residual when none is taken: p with every
-    tried token zeroed, renormalised (p itself where nothing is left, as the loop stopped)."""
-    dev, k = p.device, len(kids)
-    xs = tokens[kids][None]
-    u = torch.rand(1, k, generator=generator, device=dev)  # one uniform per child, drawn together
-    tried = torch.ones(1, k, dtype=torch.bool, device=dev) if candidates is None else candidates[kids][None]
-    at, first = first_taken(xs, tried, p.gather(0, xs[0])[None], u)
-    return torch.where(at[0] < k, at[0], -1), residual(p, xs[0], first[0])
-
-
 def first_taken(xs: torch.Tensor, tried: torch.Tensor, px: torch.Tensor,
                 u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per row of [R, K] children (tokens xs, tried or not, the target's p at them px, uniforms u): the index of the
-    child the one-child-at-a-time loop takes (K for none) and which children are a first try of their token. Child j,
+    """Deterministic candidates (q the point mass on each child: accept x with probability r[x], else zero r[x] and
+    renormalise) decided in closed form, so the ops do not grow with the children (a loop launched ~12 a child: ~340
+    a step for Token Recycling at T = 0.6). Per row of [R, K] children (tokens xs, tried or not, the target's p at
+    them px, uniforms u): the index of the child the one-child-at-a-time loop takes (K for none) and which children
+    are a first try of their token. Child j,
     tried once every earlier one is rejected, has r[x_j] = p[x_j] / (1 - the mass of the distinct tokens tried
     before it), or 0 if its token was tried already; the first accepted is taken. The same uniforms give the loop's
     decisions (tests/test_sampling_verify.py)."""
