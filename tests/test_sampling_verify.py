@@ -139,7 +139,7 @@ def test_chain_is_decided_without_a_host_read():
 def test_a_root_without_drafts_draws_its_bonus_from_p_alone():
     """AR's step above temperature 0 (or a step that drafted nothing): the bonus is p's own draw, where the chain's
     closed form launched ~30 ops to decide nothing (AR's verify at T = 0.6 on the embedded model: 31 ops a step at
-    e681ee8, evidence/projection/step_costs-t0.6.json as 2026-12-02 measured it, 2 before a618045)."""
+    e681ee8: evidence/projection/step_costs-t0.6.json as 7fac730 committed it, 2 before a618045)."""
     root, p = chain(0), torch.softmax(torch.randn(1, V), -1)
     stochastic_verify(root, torch.tensor([0]), p, None, "sequoia")  # the tree's indices go to the device once
     with OpCounter() as c:
