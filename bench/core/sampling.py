@@ -117,7 +117,7 @@ def chain_verify(tree: Tree, tokens: torch.Tensor, p: torch.Tensor, q: torch.Ten
     return Acceptance(at, on.ancestors.index_select(0, at), at + 1, bonus)
 
 
-def decide(kids: torch.Tensor, tokens: torch.Tensor, p: torch.Tensor, q: torch.Tensor | None, rule: str,
+def decide(kids: torch.Tensor, tokens: torch.Tensor, p: torch.Tensor, q: torch.Tensor, rule: str,
            generator, candidates) -> tuple[torch.Tensor, torch.Tensor]:
     """Recursive rejection sampling over one node's children (kids [k] slots, in drafting order) drawn from the draft
     distribution q, on the device: (index of the accepted child, or -1; the target residual r the bonus token is
@@ -156,10 +156,9 @@ def first_taken(xs: torch.Tensor, tried: torch.Tensor, px: torch.Tensor,
     renormalise) decided in closed form, so the ops do not grow with the children (a loop launched ~12 a child: ~340
     a step for Token Recycling at T = 0.6). Per row of [R, K] children (tokens xs, tried or not, the target's p at
     them px, uniforms u): the index of the child the one-child-at-a-time loop takes (K for none) and which children
-    are a first try of their token. Child j,
-    tried once every earlier one is rejected, has r[x_j] = p[x_j] / (1 - the mass of the distinct tokens tried
-    before it), or 0 if its token was tried already; the first accepted is taken. The same uniforms give the loop's
-    decisions (tests/test_sampling_verify.py)."""
+    are a first try of their token. Child j, tried once every earlier one is rejected, has r[x_j] = p[x_j] / (1 - the
+    mass of the distinct tokens tried before it), or 0 if its token was tried already; the first accepted is taken.
+    The same uniforms give the loop's decisions (tests/test_sampling_verify.py)."""
     k = xs.shape[1]
     order = torch.arange(k, device=xs.device)
     again = ((xs[:, :, None] == xs[:, None, :]) & tried[:, None, :] & (order[None, :] < order[:, None])).any(2)
@@ -170,7 +169,7 @@ def first_taken(xs: torch.Tensor, tried: torch.Tensor, px: torch.Tensor,
     return torch.where(take, order, k).min(1).values, first
 
 
-def residual(p: torch.Tensor, xs: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
+def tried_residual(p: torch.Tensor, xs: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
     """p [V] with the tokens xs [K] where `first` zeroed, renormalised; p itself where nothing is left."""
     rest = torch.where(torch.zeros_like(p).scatter_add(0, xs, first.to(p.dtype)) > 0, 0.0, p)
     total = rest.sum()
@@ -184,7 +183,7 @@ def fixed_tree_verify(tree: Tree, tokens: torch.Tensor, p: torch.Tensor, generat
     a row a node); the walk then follows each node's taken child, one gather a level for the tree's depth, and stops
     at the node where none is taken (a leaf: none to take); the bonus is drawn from that node's residual. The
     uniforms of every node are drawn together, so the draws differ from a walk's that draws them as it goes, not
-    their distribution; the walk read the host once a level visited (Token Recycling at T = 0.6 waited 2.8 a decode
+    their distribution; the walk read the host once a level visited (Token Recycling at T = 0.6 waited 2.788 a decode
     step at gpu-check's sizes, evidence/rehearsal/vm_AMD_EPYC-20261202-0904/)."""
     dev = p.device
     on = tree.on(dev)
@@ -201,6 +200,6 @@ def fixed_tree_verify(tree: Tree, tokens: torch.Tensor, p: torch.Tensor, generat
     node = on.slot_ids[:1]
     for _ in range(on.path_slots.shape[1] - 1):  # the tree's depth, from a shape (Tree.max_depth reads)
         node = step.index_select(0, node)
-    r = residual(p.index_select(0, node)[0], xs.index_select(0, node)[0], first.index_select(0, node)[0])
+    r = tried_residual(p.index_select(0, node)[0], xs.index_select(0, node)[0], first.index_select(0, node)[0])
     bonus = torch.multinomial(r, 1, generator=generator)
     return Acceptance(node, on.ancestors.index_select(0, node), on.depth.index_select(0, node) + 1, bonus)
