@@ -75,7 +75,7 @@ def test_every_gpu_entry_has_a_host_price_and_says_where_it_is_from():
 def test_a_setting_prices_the_rest_of_a_method_with_step_costs_and_keeps_the_others(monkeypatch):
     record = {"prompt_tokens": 10, "accept_lengths": [1, 3, 3], "verified_nodes": [9, 9], "wall_time": 1.0,
               "phase_times": {"prefill": 0.1, "target_forward": 0.5, "draft": 0.2, "update": 0.2}}
-    monkeypatch.setattr("bench.cost.replay.step_costs_at", lambda temperature, method: COSTS)
+    monkeypatch.setattr("bench.cost.replay.step_costs_at", lambda temperature, method, batch_size=1: COSTS)
     setting = Setting("test", "llama-2-7b@a100-80gb")
     rule = priced("tr", setting.host, COSTS)
     forwards = replay_s(record, setting_profile(setting), rest=False)
@@ -285,3 +285,25 @@ def test_a_lease_of_the_graph_parts_alone_is_validated_in_graph_mode_only(monkey
     monkeypatch.setitem(gv.GPUS, "H200 11-28", (gv.GPUS["H200 11-28"][0], "h200", "graphs only"))  # a loop
     with pytest.raises(ValueError, match="no GPU near graphs only has an eager T"):
         gv.eager_profile("graphs only")
+
+
+def test_a_batch_run_is_priced_with_the_step_costs_of_its_batch_size_where_they_hold_its_method(tmp_path, monkeypatch):
+    """step_costs_at: at B > 1 (greedy) the costs measured at B, where they hold the method; else batch 1's (the
+    page says so); sampled runs keep the T = 0.6 costs."""
+    from bench.cost import host
+
+    def write(name: str, methods: list[str], batch: int = 1):
+        (tmp_path / name).write_text(json.dumps({"machine": name, "batch_size": batch, "bare_forward_ops": {},
+                                                 "methods": {m: {"phases": {}} for m in methods}}))
+        return tmp_path / name
+
+    monkeypatch.setattr(host, "STEP_COSTS", write("greedy.json", ["ar", "propd", "tr"]))
+    monkeypatch.setattr(host, "SAMPLED_COSTS", write("sampled.json", ["ar"]))
+    monkeypatch.setattr(host, "BATCH_COSTS", str(tmp_path / "b{}.json"))
+    write("b4.json", ["ar", "propd"], batch=4)
+    got = {args: host.step_costs_at(*args) for args in ((0, "propd", 4), (0, "tr", 4), (0, "propd", 8),
+                                                        (0.6, "ar", 4), (0, "propd", 1))}
+    assert {args: c.machine for args, c in got.items()} == {
+        (0, "propd", 4): "b4.json", (0, "tr", 4): "greedy.json", (0, "propd", 8): "greedy.json",
+        (0.6, "ar", 4): "sampled.json", (0, "propd", 1): "greedy.json"}
+    assert got[0, "propd", 4].batch_size == 4 and got[0, "tr", 4].batch_size == 1

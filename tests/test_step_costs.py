@@ -68,3 +68,30 @@ def test_a_setting_is_measured_and_recorded(tmp_path, capsys):
     got, _ = json.loads(out.read_text()), capsys.readouterr()
     assert got["set"] == {"tree_size_choices": [4], "warmup_sizes": [4]}
     assert max(map(int, got["methods"]["propd"]["widths"])) <= 5
+
+
+def test_a_batch_size_that_cannot_be_measured_is_one_line_before_the_model_loads(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(step_costs, "bundle_for", lambda *a: pytest.fail("the model loaded before the batch size was checked"))
+    out = tmp_path / "b.json"
+    for args, expect in ((["--batch-size", "0"], "error: --batch-size and --prompts must be at least 1"),
+                         (["--graphs", "--batch-size", "2"], "error: --graphs decodes batch 1 only")):
+        assert step_costs.main([*args, "--out", str(out)]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(expect) and err.count("\n") == 1 and not out.exists(), err
+
+
+@pytest.mark.model
+def test_a_batch_is_measured_per_step_of_the_batch_and_a_method_that_cannot_batch_is_refused(tmp_path, capsys):
+    """--batch-size 2: the two prompts decoded as one batch, so AR takes one step a token of its longest row (not
+    one a row's token: a batch's phases are timed together), a batch step's launches count both rows' per-row work,
+    and HF's prompt lookup, which transformers cannot batch, is refused with why."""
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    assert step_costs.main(["--methods", "ar", "--prompts", "2", "--max-new", "6", "--out", str(one)]) == 0
+    assert step_costs.main(["--methods", "ar,hf_pld", "--batch-size", "2", "--max-new", "6", "--out", str(two)]) == 0
+    capsys.readouterr()
+    alone, batched = (json.loads(p.read_text()) for p in (one, two))
+    assert batched["batch_size"] == 2 and batched["prompts"] == 2 == len(batched["prompt_tokens"])
+    assert "does not decode batches" in batched["refused"]["hf_pld"]
+    ar, ar1 = batched["methods"]["ar"], alone["methods"]["ar"]
+    assert ar["steps"] == 5 and ar1["steps"] == 10 and ar["mat"] == 1.0 and ar["widths"] == {"1": 5}
+    assert ar["phases"]["update"]["ops"] > ar1["phases"]["update"]["ops"]  # each row's commit launches its own

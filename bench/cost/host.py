@@ -28,6 +28,7 @@ from bench.paths import PROJECT
 
 STEP_COSTS = PROJECT / "evidence" / "projection" / "step_costs.json"  # greedy (T = 0)
 SAMPLED_COSTS = PROJECT / "evidence" / "projection" / "step_costs-t0.6.json"  # sampling (T = 0.6)
+BATCH_COSTS = str(PROJECT / "evidence" / "projection" / "step_costs-b{}.json")  # greedy, a batch of B (--batch-size)
 TARGET_PHASES = ("prefill", "target_forward")
 DRAFT_PHASE = "draft_forward"
 LOOP_PHASE = "generate"  # HF's own decode loop: one phase around its forwards (bench.cost.replay.forwards_priced)
@@ -49,11 +50,12 @@ class StepCosts:
     machine: str
     bare: dict  # the ops of the forward a cost profile times: "1" (one token, no mask), "n" (a 4D mask)
     methods: dict
+    batch_size: int = 1  # the rows of the batches measured (per decode step of a batch)
 
     @classmethod
     def read(cls, path: str | Path = STEP_COSTS) -> StepCosts:
         data = json.loads(Path(path).read_text())
-        return cls(data["machine"], data["bare_forward_ops"], data["methods"])
+        return cls(data["machine"], data["bare_forward_ops"], data["methods"], data.get("batch_size", 1))
 
     def forward_extra_ops(self, method: str) -> float:
         """Ops a step's forward phase dispatches beyond the bare forward of its width (a 4D mask past one token)."""
@@ -80,10 +82,13 @@ def step_costs(path: str = str(STEP_COSTS)) -> StepCosts | None:
     return StepCosts.read(path) if Path(path).is_file() else None
 
 
-def step_costs_at(temperature: float, method: str) -> StepCosts | None:
-    """The step costs a run at this temperature is priced with: those measured sampling (T = 0.6) for T > 0,
-    where they hold the method; else the greedy ones; None without either."""
-    for path in ([SAMPLED_COSTS] if temperature > 0 else []) + [STEP_COSTS]:
+def step_costs_at(temperature: float, method: str, batch_size: int = 1) -> StepCosts | None:
+    """The step costs a run at this temperature and batch size is priced with, the first that holds the method:
+    at B > 1 (greedy) those measured at its batch size (a batch's Python and launches per step grow with its rows
+    unlike a prompt's, and its tensor work, which batch 1's Python share would price as Python, grows faster); those
+    measured sampling (T = 0.6) for T > 0; the greedy batch-1 ones; None without any."""
+    paths = [Path(BATCH_COSTS.format(batch_size))] if batch_size > 1 and temperature == 0 else []
+    for path in paths + ([SAMPLED_COSTS] if temperature > 0 else []) + [STEP_COSTS]:
         costs = step_costs(str(path))
         if costs is not None and method in costs.methods:
             return costs

@@ -208,10 +208,11 @@ class Setting:
         return host_cost(self.target)
 
     def replayed(self, records: list[dict], rest: bool = True, method: str | None = None,
-                 temperature: float = 0.0) -> list[dict]:
-        """The records replayed on the setting; given their method (and its run's temperature), the rest priced on
-        the target's host where it can be (`priced`), else kept as measured."""
-        rule = (priced(method, self.host, temperature=temperature) if rest and method else None) or rest
+                 temperature: float = 0.0, batch_size: int = 1) -> list[dict]:
+        """The records replayed on the setting; given their method (and its run's temperature and batch size), the
+        rest priced on the target's host where it can be (`priced`), else kept as measured."""
+        rule = (priced(method, self.host, temperature=temperature, batch_size=batch_size) if rest and method
+                else None) or rest
         return replayed(records, load_profile(self.target), load_profile(self.draft) if self.draft else None, rule)
 
 
@@ -223,11 +224,12 @@ def host_cost(profile_name: str) -> HostCost | None:
     return HostCost(hw.launch_us, hw.host_factor, hw.host_source or hw.name)
 
 
-def priced(method: str, host: HostCost | None, costs=None, temperature: float = 0.0) -> RestRule | None:
+def priced(method: str, host: HostCost | None, costs=None, temperature: float = 0.0,
+           batch_size: int = 1) -> RestRule | None:
     """A method's rest priced on `host` from its step costs (bench.cost.host; by default those measured at the
-    run's temperature, `step_costs_at`); None without a host price or step costs for the method (its rest is then
-    kept as measured)."""
-    costs = costs or step_costs_at(temperature, method)
+    run's temperature and batch size, `step_costs_at`); None without a host price or step costs for the method (its
+    rest is then kept as measured)."""
+    costs = costs or step_costs_at(temperature, method, batch_size)
     if host is None or costs is None or method not in costs.methods:
         return None
     return lambda phases, wall, steps, draft: priced_rest_s(phases, wall, steps, method, costs, host, draft)

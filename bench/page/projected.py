@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from bench.cost.host import step_costs_at
 from bench.cost.replay import Setting, loops_priced, priced, replayable
 from bench.metrics import timed_regions
 from bench.report.claims import ratio_of, speed_ratios, with_baselines
@@ -42,7 +43,7 @@ def projected_table(used: list[Run], setting: Setting, baseline: str = "ar") -> 
     def on_setting(run: Run, rest: bool = True) -> list[dict]:
         if (run.run_id, rest) not in replays:
             replays[run.run_id, rest] = setting.replayed(run.records, rest, method=run.method,
-                                                           temperature=run.temperature)
+                                                           temperature=run.temperature, batch_size=run.batch_size)
         return replays[run.run_id, rest]
 
     ordered = sorted((r for r in used if r.method != baseline),
@@ -63,7 +64,8 @@ def projected_table(used: list[Run], setting: Setting, baseline: str = "ar") -> 
     df = pd.DataFrame(rows)
     df = df.drop(columns=[c for c in ("settings",) if not df[c].any()] + ["B"] * bool((df["B"] == 1).all()))
     host = setting.host
-    kept = sorted({r.method for r in used if priced(r.method, host, temperature=r.temperature) is None})
+    kept = sorted({r.method for r in used if priced(r.method, host, temperature=r.temperature,
+                                                      batch_size=r.batch_size) is None})
     notes = [f"Speedup over {baseline} (ratio of mean per-question tokens/s, paired on the same questions"
              + ("; at batch B > 1 of aggregate tokens/s" if "B" in df else "")
              + ") [95% bootstrap interval]. Projected: each prompt-turn's target forwards replayed on the paper's "
@@ -71,11 +73,17 @@ def projected_table(used: list[Run], setting: Setting, baseline: str = "ar") -> 
              + (", its draft model's forwards on the paper's draft" if setting.draft else "")
              + "; the rest of each step (tree, verification, updates" + ("" if setting.draft else ", drafting")
              + ") priced for the paper's GPU host: its Python as measured here times the host factor, and "
-             "its ops (per phase and step, measured on a CPU at the run's temperature: step costs) at "
+             "its ops (per phase and step, measured on a CPU at the run's temperature and, at B > 1, batch size: "
+             "step costs) at "
              + (f"{host.launch_us:g} µs a launch, host factor {host.host_factor:g} ({host.source})"
                 if host else "(no host price for this hardware: kept as measured here)")
              + "; `outside forwards`: the rest's share of the projected time. A projection of the acceptance "
              "measured on our model, not a measurement (docs/cost_model.md)."]
+    unmatched = sorted({r.batch_size for r in used if r.batch_size > 1 and (c := step_costs_at(
+        r.temperature, r.method, r.batch_size)) is not None and c.batch_size != r.batch_size})
+    if host and unmatched:
+        notes.append(f"At B = {', '.join(map(str, unmatched))} some methods have no step costs measured at that batch "
+                     "size: their rest is priced with batch 1's.")
     if host and kept:
         notes.append(f"{', '.join(kept)}: no step costs (evidence/projection/step_costs.json): the rest is kept "
                      "as measured here.")

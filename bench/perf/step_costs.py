@@ -21,11 +21,17 @@ host, and every other phase launches and runs Python as here (bench.cost.graph_p
 method also records its verification widths (`widths`: steps at each) and the widest it can draft (`widest`, root
 included), which set its bucket.
 
+`--batch-size B`: each method decodes its prompts B at a time as one batch (the engine's generate_batch, as a run at
+run.batch_size=B), per decode step of the batch (its phases over its longest row's steps, each step's width the
+widest row's): what the batch replay prices a batch's rest with (bench.cost.replay; the ProPD paper's runs at batch
+2-16). Methods that cannot batch are refused with why.
+
 `--set KEY=VALUE` (repeatable): the measured methods at a setting other than their default, e.g. ProPD at one tree
 size (`--set tree_size_choices=[16] --set warmup_sizes=[16]`: how its step costs depend on the tree it verifies,
 evidence/projection/propd_tree_sizes/); each method must have KEY, and the file records the settings (`set`).
 
     python -m bench.perf.step_costs [--out evidence/projection/step_costs.json] [--methods a,b] [--prompts 2]
+    python -m bench.perf.step_costs --batch-size 4 --methods ar,bpd,medusa,propd --out .../step_costs-b4.json
     python -m bench.perf.step_costs --graphs --methods ar,token_recycling,pld,medusa --prompts 4 --max-new 128
     python -m bench.perf.step_costs --graphs ... --auto-tree evidence/gpu_check/<lease>/results.json
 """
@@ -38,6 +44,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -56,6 +63,7 @@ from bench.core.graph_engine import GraphEngine, GraphModeRefused, sized_capacit
 from bench.core.kv import new_cache
 from bench.core.launches import OpCounter, ops_per_step
 from bench.core.machine import machine_id
+from bench.core.proposer import Generation
 from bench.core.step_profile import step_profile
 from bench.core.timing import PhaseTimer, per_decode_step
 from bench.core.tree import chain
@@ -121,8 +129,38 @@ def method_settings(pairs: list[str], names: list[str]) -> dict:
     return out
 
 
-def measure(method, engine, rows: list[list[int]], max_new: int) -> dict:
-    """One method's step costs per phase over `rows` (see the module's docstring); each pass seeded alike."""
+@dataclass
+class BatchSteps(Generation):
+    """A batch decoded as one, as the batch replay sees it: the batch's phase times, one step per batch step (the
+    longest row's accept lengths), each step's verified nodes the widest row's; `rows` its rows' own generations."""
+
+    rows: list[Generation] = field(default_factory=list)
+
+
+class OneBatch:
+    """`method`, whose `generate` decodes a group of prompts as one batch (Method.generate_batch; one generator a
+    row, seeded alike at every call) and returns its BatchSteps, so that each pass of `measure` (times, ops,
+    profile) takes a batch where it would take a prompt."""
+
+    def __init__(self, method):
+        self.method = method
+
+    def __getattr__(self, name):
+        return getattr(self.method, name)
+
+    def generate(self, engine, prompts: list[list[int]], max_new: int, timer) -> BatchSteps:
+        generators = [torch.Generator(device=engine.device).manual_seed(i) for i in range(len(prompts))]
+        gens = self.method.generate_batch(engine, prompts, max_new, timer, generators)
+        longest = max(gens, key=lambda g: len(g.accept_lengths))
+        widest = [max((g.verified_nodes[i] for g in gens if i < len(g.verified_nodes)), default=0)
+                  for i in range(max(len(g.verified_nodes) for g in gens))]
+        return BatchSteps(longest.output_ids, longest.accept_lengths, gens[0].phase_times, verified_nodes=widest,
+                          rows=gens)
+
+
+def measure(method, engine, rows: list, max_new: int) -> dict:
+    """One method's step costs per phase over `rows` (prompts; with OneBatch, groups of them); each pass seeded
+    alike; `mat` over every row."""
     engine.reseed(0)
     gens = [method.generate(engine, p, max_new, PhaseTimer(engine.device)) for p in rows]
     ms = per_decode_step(gens)
@@ -138,7 +176,9 @@ def measure(method, engine, rows: list[list[int]], max_new: int) -> dict:
         host, inside = profile["host_ms"].get(phase, 0.0), profile["op_ms"].get(phase, 0.0)
         phases[phase] = {"ms": round(1000 * ms[phase], 4), "ops": ops.get(phase, 0.0), "host_ms": host,
                          "op_ms": inside, "python_share": round(max(0.0, 1 - inside / host), 4) if host else 0.0}
-    return {"steps": steps, "mat": round(sum(a for g in gens for a in g.accept_lengths[1:]) / max(steps, 1), 3),
+    each = [r for g in gens for r in getattr(g, "rows", [g])]  # a batch's rows
+    row_steps = sum(len(r.accept_lengths) - 1 for r in each)
+    return {"steps": steps, "mat": round(sum(a for r in each for a in r.accept_lengths[1:]) / max(row_steps, 1), 3),
             "widest": method.max_draft_tokens + 1,  # graph mode's widest bucket (bench.core.graph_engine.bucket_width)
             "multi_token_share": round(sum(w > 1 for w in widths) / len(widths), 4) if widths else None,
             "widths": {w: counts[w] for w in sorted(counts)}, "phases": phases}
@@ -155,12 +195,20 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"a gpu-check results.json whose graph part chose tree=auto: also {AUTO} at that tree")
     parser.add_argument("--temperature", type=float, default=0.0,
                         help="decode at this temperature (methods that refuse it are left out, with why)")
+    parser.add_argument("--batch-size", type=int, default=1, help="decode the prompts this many at a time, as one batch")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a method setting (YAML value) other than its default, for every measured method")
     args = parser.parse_args(argv)
     names = sorted(REGISTRY) if args.methods is None else args.methods.split(",")
     if unknown := [n for n in names if n not in REGISTRY]:
         print(f"error: unknown method(s) {', '.join(unknown)} (have: {', '.join(sorted(REGISTRY))})", file=sys.stderr)
+        return 1
+    if args.batch_size < 1 or args.prompts < 1:
+        print(f"error: --batch-size and --prompts must be at least 1; got {args.batch_size} and {args.prompts}",
+              file=sys.stderr)
+        return 1
+    if args.graphs and args.batch_size > 1:
+        print(f"error: --graphs decodes batch 1 only; got --batch-size {args.batch_size}", file=sys.stderr)
         return 1
     if args.graphs and args.temperature != 0:
         print(f"error: --graphs decodes greedily only; got --temperature {args.temperature}", file=sys.stderr)
@@ -173,14 +221,16 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     torch.set_num_threads(1)
     bundle = bundle_for("cpu", "float32", None)
-    rows = method_check.prompts(bundle, args.prompts)
+    rows = method_check.prompts(bundle, args.prompts * args.batch_size)
+    batch = args.batch_size
+    groups = [rows[i : i + batch] for i in range(0, len(rows), batch)] if batch > 1 else rows
     engine = (GraphEngine(bundle.model, bundle.eos_token_ids, bundle.max_context,
                           sized_capacity(max(map(len, rows)) + args.max_new), device=bundle.device) if args.graphs
               else method_check.engine_for(bundle, args.temperature))
     out = {"machine": machine_id("cpu"), "graphs": args.graphs, "created": datetime.now(UTC).isoformat(timespec="seconds"),
            "git_sha": provenance("cpu", torch.float32).get("git_sha"), "model": bundle.name, "dtype": "float32",
-           "temperature": args.temperature, "set": settings, "prompts": len(rows), "prompt_tokens": [len(r) for r in rows],
-           "max_new_tokens": args.max_new,
+           "temperature": args.temperature, "batch_size": batch, "set": settings, "prompts": len(rows),
+           "prompt_tokens": [len(r) for r in rows], "max_new_tokens": args.max_new,
            "bare_forward_ops": bare_forward_ops(bundle), "methods": {}, "refused": {}}
     with tempfile.TemporaryDirectory() as scratch:
         configs = method_check.method_configs(method_check.add_untrained_parts(bundle, Path(scratch)), False)
@@ -190,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in tqdm(names, desc="step costs", unit="method"):
             t0 = time.perf_counter()
             configs[name].run.temperature = args.temperature
+            configs[name].run.batch_size = batch
             for key, value in settings.items():
                 OmegaConf.update(configs[name].method, key, value)
             try:
@@ -199,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             method = build_method(configs[name].method, bundle)
             try:
-                measured = measure(method, engine, rows, args.max_new)
+                measured = measure(OneBatch(method) if batch > 1 else method, engine, groups, args.max_new)
             except GraphModeRefused as err:  # a method graph mode cannot run (its own target forward, ...)
                 out["refused"][name] = str(err)
                 continue
