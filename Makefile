@@ -34,7 +34,7 @@ GPU_CHECK_ARGS ?=
 # e.g. make heads ARGS="model.heads.train.max_minutes=1 model.heads.train.max_train_prompts=16"
 ARGS ?=
 
-.PHONY: help setup demo test test-slow lint data datastore tree-stats draft draft-sweep heads eagle eagle3 reproduce-eagle reproduce reproduce-missing-A evidence reproduced validate-projection step-costs step-costs-graphs validate-projection-gpu bench-engine clean-results wheelhouse gpu-check
+.PHONY: help setup demo test test-slow lint data datastore tree-stats draft draft-sweep heads eagle eagle3 reproduce-eagle reproduce reproduce-missing-A evidence reproduced validate-projection step-costs step-costs-batches step-costs-graphs validate-projection-gpu bench-engine clean-results wheelhouse gpu-check
 
 help:  ## list targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -145,6 +145,11 @@ validate-projection: setup  ## replay AR, PLD, Token Recycling x2, sd, EAGLE-2 (
 step-costs: setup  ## each method's ops and Python per step outside the target forward, on this CPU, greedy and sampling -> evidence/projection/step_costs{,-t0.6}.json (~30 min)
 	$(PY) -m bench.perf.step_costs
 	$(PY) -m bench.perf.step_costs --temperature 0.6 --out evidence/projection/step_costs-t0.6.json
+
+BATCH_SIZES ?= 2 4 8 16
+step-costs-batches: setup  ## the same per step of a batch of B rows, for the methods the ProPD paper runs at batch > 1 (ar, bpd, medusa, propd; BATCH_SIZES) -> evidence/projection/step_costs-b<B>.json (~TIME)
+	for b in $(BATCH_SIZES); do $(PY) -m bench.perf.step_costs --batch-size $$b --methods ar,bpd,medusa,propd \
+		--out evidence/projection/step_costs-b$$b.json || exit 1; done
 
 step-costs-graphs: setup  ## the same in the engine's graph mode for gpu-check's graph part (its methods, 4 prompts x 128 tokens; AUTO_TREE=<lease results.json>: its tree=auto too) -> evidence/projection/step_costs-graphs.json (~15 min)
 	$(PY) -m bench.perf.step_costs --graphs --methods ar,token_recycling,pld,medusa --prompts 4 --max-new 128 \

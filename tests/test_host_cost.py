@@ -307,3 +307,18 @@ def test_a_batch_run_is_priced_with_the_step_costs_of_its_batch_size_where_they_
         (0, "propd", 4): "b4.json", (0, "tr", 4): "greedy.json", (0, "propd", 8): "greedy.json",
         (0.6, "ar", 4): "sampled.json", (0, "propd", 1): "greedy.json"}
     assert got[0, "propd", 4].batch_size == 4 and got[0, "tr", 4].batch_size == 1
+
+
+def test_a_run_is_replayed_with_the_step_costs_of_its_temperature_and_batch_size(monkeypatch):
+    """Setting.run_replayed, which both the page's projected tables and its summary's projected verdicts use: the
+    rest of a run at batch 4 and T = 0.6 is priced with the step costs step_costs_at gives for (0.6, method, 4)."""
+    from types import SimpleNamespace
+
+    asked = []
+    monkeypatch.setattr("bench.cost.replay.step_costs_at", lambda *args: asked.append(args) or COSTS)
+    record = {"prompt_tokens": 10, "accept_lengths": [1, 3, 3], "verified_nodes": [9, 9], "wall_time": 1.0,
+              "phase_times": {"prefill": 0.1, "target_forward": 0.5, "draft": 0.2, "update": 0.2}}
+    run = SimpleNamespace(records=[record], method="tr", temperature=0.6, batch_size=4)
+    setting = Setting("test", "llama-2-7b@a100-80gb")
+    assert setting.run_replayed(run) == setting.replayed([record], method="tr", temperature=0.6, batch_size=4)
+    assert asked == [(0.6, "tr", 4)] * 2

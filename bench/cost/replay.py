@@ -207,6 +207,11 @@ class Setting:
     def host(self) -> HostCost | None:
         return host_cost(self.target)
 
+    def run_replayed(self, run, rest: bool = True) -> list[dict]:
+        """A run's records (bench.run.store.Run) replayed on the setting, the rest priced for its method,
+        temperature and batch size: what every projected figure of a run is made of."""
+        return self.replayed(run.records, rest, run.method, run.temperature, run.batch_size)
+
     def replayed(self, records: list[dict], rest: bool = True, method: str | None = None,
                  temperature: float = 0.0, batch_size: int = 1) -> list[dict]:
         """The records replayed on the setting; given their method (and its run's temperature and batch size), the

@@ -42,8 +42,7 @@ def projected_table(used: list[Run], setting: Setting, baseline: str = "ar") -> 
 
     def on_setting(run: Run, rest: bool = True) -> list[dict]:
         if (run.run_id, rest) not in replays:
-            replays[run.run_id, rest] = setting.replayed(run.records, rest, method=run.method,
-                                                           temperature=run.temperature, batch_size=run.batch_size)
+            replays[run.run_id, rest] = setting.run_replayed(run, rest)
         return replays[run.run_id, rest]
 
     ordered = sorted((r for r in used if r.method != baseline),

@@ -67,9 +67,7 @@ def paired_speedups(claimed: tuple[str, ...], used: list[Run], setting: Setting 
     both replayed on it. At batch > 1 the tables' aggregate tokens/s (per-row rates share a batch's time)."""
     out = []
     for run, base in with_baselines(used, [r for r in used if r.method in claimed], "ar", setting):
-        mine, theirs = ((setting.replayed(run.records, method=run.method, temperature=run.temperature),
-                         setting.replayed(base.records, method=base.method, temperature=base.temperature))
-                        if setting is not None
+        mine, theirs = ((setting.run_replayed(run), setting.run_replayed(base)) if setting is not None
                         else (run.records, base.records))
         ratio, interval = ratio_of(run.batch_size > 1)
         out.append((ratio(mine, theirs), interval(mine, theirs)))
