@@ -95,3 +95,25 @@ def test_a_batch_is_measured_per_step_of_the_batch_and_a_method_that_cannot_batc
     ar, ar1 = batched["methods"]["ar"], alone["methods"]["ar"]
     assert ar["steps"] == 5 and ar1["steps"] == 10 and ar["mat"] == 1.0 and ar["widths"] == {"1": 5}
     assert ar["phases"]["update"]["ops"] > ar1["phases"]["update"]["ops"]  # each row's commit launches its own
+
+
+def test_keeping_freed_blocks_serves_a_large_tensor_from_the_heap_not_a_mapping():
+    """keep_freed_blocks (step costs' allocator, as a GPU's caching one: freeing a wide tree's logits unmaps nothing):
+    after it, a 64 MB tensor adds no mmapped bytes (glibc's mallinfo2), where by default it is one mapping. In a
+    process of its own, so the suite's allocator stays as it is."""
+    import subprocess
+    import sys
+
+    probe = ("import ctypes, sys, torch\n"
+             "from bench.perf.step_costs import keep_freed_blocks\n"
+             "class Info(ctypes.Structure):\n"
+             "    _fields_ = [(n, ctypes.c_size_t) for n in ('arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks'\n"
+             "                                                ' fordblks keepcost').split()]\n"
+             "libc = ctypes.CDLL('libc.so.6'); libc.mallinfo2.restype = Info\n"
+             "kept = keep_freed_blocks() if sys.argv[1] == 'keep' else None\n"
+             "before = libc.mallinfo2().hblkhd; x = torch.ones(16 * 2**20)\n"
+             "print(kept, libc.mallinfo2().hblkhd - before)\n")
+    got = {how: subprocess.run([sys.executable, "-c", probe, how], capture_output=True, text=True, check=True,
+                               cwd=step_costs.project_path(".")).stdout.split() for how in ("keep", "default")}
+    assert got["keep"] == ["True", "0"]
+    assert got["default"][0] == "None" and int(got["default"][1]) >= 64 * 2**20

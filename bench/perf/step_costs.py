@@ -26,6 +26,12 @@ run.batch_size=B), per decode step of the batch (its phases over its longest row
 widest row's): what the batch replay prices a batch's rest with (bench.cost.replay; the ProPD paper's runs at batch
 2-16). Methods that cannot batch are refused with why.
 
+glibc returns a freed block over 32 MB to the system at once (munmap) and faults its pages in again at the next
+allocation: the verification logits of a wide tree at batch >= 4 (Medusa's 65 slots x 49k at batch 8: 102 MB) cost
+~7 ms a step to free, time outside aten ops that the profile would count as the phase's Python, which a GPU's
+caching allocator does not spend (evidence/projection/cpu_allocator/). So the measurement keeps freed blocks for
+reuse (`keep_freed_blocks`), as that allocator does.
+
 `--set KEY=VALUE` (repeatable): the measured methods at a setting other than their default, e.g. ProPD at one tree
 size (`--set tree_size_choices=[16] --set warmup_sizes=[16]`: how its step costs depend on the tree it verifies,
 evidence/projection/propd_tree_sizes/); each method must have KEY, and the file records the settings (`set`).
@@ -39,6 +45,7 @@ evidence/projection/propd_tree_sizes/); each method must have KEY, and the file 
 from __future__ import annotations
 
 import copy
+import ctypes
 import json
 import sys
 import tempfile
@@ -106,6 +113,17 @@ def auto_tree(results: str) -> list[list[int]]:
         raise HarnessError(f"--auto-tree: {results} records no graph part's tree_auto.paths (a lease before 5a3421c "
                            f"recorded only its size and depth)")
     return tree["paths"]
+
+
+def keep_freed_blocks() -> bool:
+    """glibc's malloc from here on serves every block from its heap (M_MMAP_MAX 0) and never trims it (M_TRIM_THRESHOLD
+    at its maximum), so a freed block is reused, not unmapped; False where the C library is not glibc."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    m_trim_threshold, m_mmap_max = -1, -4  # malloc.h
+    return bool(libc.mallopt(m_mmap_max, 0)) and bool(libc.mallopt(m_trim_threshold, 2**31 - 1))
 
 
 def method_settings(pairs: list[str], names: list[str]) -> dict:
@@ -184,7 +202,7 @@ def measure(method, engine, rows: list, max_new: int) -> dict:
             "widths": {w: counts[w] for w in sorted(counts)}, "phases": phases}
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, freed_blocks_kept: bool = False) -> int:
     parser = OneLineParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=None, help=f"default: {OUT}, or with --graphs {GRAPHS_OUT}")
     parser.add_argument("--graphs", action="store_true", help="in the engine's graph mode (run.graphs=true)")
@@ -230,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     out = {"machine": machine_id("cpu"), "graphs": args.graphs, "created": datetime.now(UTC).isoformat(timespec="seconds"),
            "git_sha": provenance("cpu", torch.float32).get("git_sha"), "model": bundle.name, "dtype": "float32",
            "temperature": args.temperature, "batch_size": batch, "set": settings, "prompts": len(rows),
-           "prompt_tokens": [len(r) for r in rows], "max_new_tokens": args.max_new,
+           "prompt_tokens": [len(r) for r in rows], "max_new_tokens": args.max_new, "freed_blocks_kept": freed_blocks_kept,
            "bare_forward_ops": bare_forward_ops(bundle), "methods": {}, "refused": {}}
     with tempfile.TemporaryDirectory() as scratch:
         configs = method_check.method_configs(method_check.add_untrained_parts(bundle, Path(scratch)), False)
@@ -261,5 +279,5 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # (not in main: a test's process keeps its allocator)
+    raise SystemExit(main(freed_blocks_kept=keep_freed_blocks()))
