@@ -136,6 +136,32 @@ def test_batched_runs_are_projected_batch_by_batch_with_their_aggregate_rate():
     assert "| B " in md and "each batch is replayed whole" in md
 
 
+def test_a_batch_priced_with_batch_1s_step_costs_is_named_under_its_table(monkeypatch):
+    """Where a method has no step costs measured at a run's batch size (step_costs_at falls back to batch 1's), the
+    table says at which batch sizes; where every method has them, it says nothing."""
+    from bench.cost.host import StepCosts
+    from bench.cost.replay import Setting
+    from bench.page.projected import projected_table
+
+    def costs(batch: int) -> StepCosts:
+        return StepCosts("here", {"1": 0, "n": 0}, {m: {"phases": {}} for m in ("ar", "token_recycling")}, batch)
+
+    def batched(run_id: str, method: str, record: dict) -> Run:
+        batch = {"id": 0, "size": 2, "wall_time": 1.0, "phase_times": record["phase_times"]}
+        return Run.of({**run(run_id, method, record).meta, "batch_size": 2},
+                      [{**record, "question_id": q, "phase_times": {}, "batch": batch} for q in (1, 2)])
+
+    runs = [batched("a", "ar", AR), batched("tr", "token_recycling", TR)]
+    setting = Setting("Llama-2-7B on an A100 80GB", "llama-2-7b@a100-80gb")
+    monkeypatch.setattr("bench.cost.replay.step_costs_at", lambda t, m, b=1: costs(b))
+    monkeypatch.setattr("bench.page.projected.step_costs_at", lambda t, m, b=1: costs(b))
+    assert "no step costs measured at that batch" not in projected_table(runs, setting)
+    fallback = lambda t, m, b=1: costs(b if m == "ar" else 1)
+    monkeypatch.setattr("bench.cost.replay.step_costs_at", fallback)
+    monkeypatch.setattr("bench.page.projected.step_costs_at", fallback)
+    assert "At B = 2 some methods have no step costs measured at that batch size" in projected_table(runs, setting)
+
+
 def test_a_sections_projected_table_pairs_each_run_with_its_baseline_on_the_papers_setting():
     from bench.cost.replay import Setting
     from bench.page.projected import projected_table
