@@ -119,11 +119,11 @@ def keep_freed_blocks() -> bool:
     """glibc's malloc from here on serves every block from its heap (M_MMAP_MAX 0) and never trims it (M_TRIM_THRESHOLD
     at its maximum), so a freed block is reused, not unmapped; False where the C library is not glibc."""
     try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):  # no libc.so.6 (macOS), or one without mallopt
         return False
     m_trim_threshold, m_mmap_max = -1, -4  # malloc.h
-    return bool(libc.mallopt(m_mmap_max, 0)) and bool(libc.mallopt(m_trim_threshold, 2**31 - 1))
+    return bool(mallopt(m_mmap_max, 0)) and bool(mallopt(m_trim_threshold, 2**31 - 1))
 
 
 def method_settings(pairs: list[str], names: list[str]) -> dict:
