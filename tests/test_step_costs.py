@@ -105,7 +105,7 @@ def test_keeping_freed_blocks_serves_a_large_tensor_from_the_heap_not_a_mapping(
     import sys
 
     probe = ("import ctypes, sys, torch\n"
-             "from bench.perf.step_costs import keep_freed_blocks\n"
+             "from bench.perf.free_cost import keep_freed_blocks\n"
              "class Info(ctypes.Structure):\n"
              "    _fields_ = [(n, ctypes.c_size_t) for n in ('arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks'\n"
              "                                                ' fordblks keepcost').split()]\n"

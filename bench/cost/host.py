@@ -87,7 +87,7 @@ def step_costs_at(temperature: float, method: str, batch_size: int = 1) -> StepC
     at B > 1 (greedy) those measured at its batch size (a batch's Python and launches per step grow with its rows
     unlike a prompt's, and its tensor work, which batch 1's Python share would price as Python, grows faster); those
     measured sampling (T = 0.6) for T > 0; the greedy batch-1 ones; None without any."""
-    paths = [Path(BATCH_COSTS.format(batch_size))] if batch_size > 1 and temperature == 0 else []
+    paths = [BATCH_COSTS.format(batch_size)] if batch_size > 1 and temperature == 0 else []
     for path in paths + ([SAMPLED_COSTS] if temperature > 0 else []) + [STEP_COSTS]:
         costs = step_costs(str(path))
         if costs is not None and method in costs.methods:

@@ -1,6 +1,6 @@
 """What a verification's logits cost this CPU's allocator a step: the time to allocate and fill a tensor of
 [rows, slots, vocabulary] fp32 logits (its pages faulted in) and the time to free it, per size, repeated; with
-`--keep` after bench.perf.step_costs.keep_freed_blocks (glibc keeps freed blocks for reuse, as a GPU's caching
+`--keep` after `keep_freed_blocks` (glibc keeps freed blocks for reuse, as a GPU's caching
 allocator does), else with glibc's defaults, which unmap a freed block over 32 MB at once
 (evidence/projection/cpu_allocator/).
 
@@ -9,6 +9,7 @@ allocator does), else with glibc's defaults, which unmap a freed block over 32 M
 
 from __future__ import annotations
 
+import ctypes
 import json
 import time
 
@@ -19,11 +20,21 @@ from bench.cachefile import atomic_write
 from bench.cli import OneLineParser
 from bench.core.machine import machine_id
 from bench.paths import project_path
-from bench.perf.step_costs import keep_freed_blocks
 
 VOCAB = 49152  # the embedded model's
 SHAPES = ((1, 65), (4, 65), (8, 65), (16, 65), (1, 769))  # (rows, slots): Medusa's tree at batch 1-16; DySpec's 768
 REPEATS = 7
+
+
+def keep_freed_blocks() -> bool:
+    """glibc's malloc from here on serves every block from its heap (M_MMAP_MAX 0) and never trims it (M_TRIM_THRESHOLD
+    at its maximum), so a freed block is reused, not unmapped; False where the C library is not glibc."""
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):  # no libc.so.6 (macOS), or one without mallopt
+        return False
+    m_trim_threshold, m_mmap_max = -1, -4  # malloc.h
+    return bool(mallopt(m_mmap_max, 0)) and bool(mallopt(m_trim_threshold, 2**31 - 1))
 
 
 def timed(rows: int, slots: int) -> tuple[list[float], list[float]]:

@@ -30,7 +30,7 @@ glibc returns a freed block over 32 MB to the system at once (munmap) and faults
 allocation: the verification logits of a wide tree at batch >= 4 (Medusa's 65 slots x 49k at batch 8: 102 MB) cost
 ~7 ms a step to free, time outside aten ops that the profile would count as the phase's Python, which a GPU's
 caching allocator does not spend (evidence/projection/cpu_allocator/). So the measurement keeps freed blocks for
-reuse (`keep_freed_blocks`), as that allocator does.
+reuse (bench.perf.free_cost.keep_freed_blocks), as that allocator does.
 
 `--set KEY=VALUE` (repeatable): the measured methods at a setting other than their default, e.g. ProPD at one tree
 size (`--set tree_size_choices=[16] --set warmup_sizes=[16]`: how its step costs depend on the tree it verifies,
@@ -45,7 +45,6 @@ evidence/projection/propd_tree_sizes/); each method must have KEY, and the file 
 from __future__ import annotations
 
 import copy
-import ctypes
 import json
 import sys
 import tempfile
@@ -76,6 +75,7 @@ from bench.core.timing import PhaseTimer, per_decode_step
 from bench.core.tree import chain
 from bench.errors import HarnessError
 from bench.paths import project_path
+from bench.perf.free_cost import keep_freed_blocks
 from bench.run.provenance import provenance
 from bench.run.validate import check_method
 from methods import REGISTRY, build_method
@@ -113,17 +113,6 @@ def auto_tree(results: str) -> list[list[int]]:
         raise HarnessError(f"--auto-tree: {results} records no graph part's tree_auto.paths (a lease before 5a3421c "
                            f"recorded only its size and depth)")
     return tree["paths"]
-
-
-def keep_freed_blocks() -> bool:
-    """glibc's malloc from here on serves every block from its heap (M_MMAP_MAX 0) and never trims it (M_TRIM_THRESHOLD
-    at its maximum), so a freed block is reused, not unmapped; False where the C library is not glibc."""
-    try:
-        mallopt = ctypes.CDLL("libc.so.6").mallopt
-    except (OSError, AttributeError):  # no libc.so.6 (macOS), or one without mallopt
-        return False
-    m_trim_threshold, m_mmap_max = -1, -4  # malloc.h
-    return bool(mallopt(m_mmap_max, 0)) and bool(mallopt(m_trim_threshold, 2**31 - 1))
 
 
 def method_settings(pairs: list[str], names: list[str]) -> dict:
