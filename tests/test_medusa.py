@@ -141,6 +141,40 @@ def test_forks_are_independent(tiny):
     assert b.hidden is None and a.hidden is ha
 
 
+@pytest.mark.parametrize("overrides", [("method=medusa",), ("method=bpd",),
+                                       ("method=propd", "method.prune=false")], ids=["medusa", "bpd", "propd"])
+def test_a_batch_drafts_every_row_at_once(tiny, overrides):
+    """propose_batch gives each row the draft its own propose would, with one heads forward for the batch: its
+    kernel launches do not grow with the rows (at B > 1 two more: the hidden states' stack, the gather's copy)."""
+    from bench.core.launches import OpCounter
+
+    heads = random_heads(tiny)
+    bundle = make_bundle(tiny, heads)
+    bundle.device = torch.device("cpu")
+    method = build(bundle, *overrides)
+    prompts = [[1, 2, 3], [7, 7, 30, 4], [5, 2, 8], [9, 1, 4, 4, 6]]
+
+    def rows(n):
+        out = [method] + [method.fork() for _ in prompts[1:n]]
+        for p, prompt in zip(out, prompts):
+            p.start(prompt)
+            p.observe_hidden(last_hidden(tiny, prompt))
+        return out
+
+    seqs = [torch.tensor(p + [0]) for p in prompts]
+    lengths = [len(p) + 1 for p in prompts]
+    alone = [p.propose(seq, n) for p, seq, n in zip(rows(4), seqs, lengths)]
+    ops = {}
+    for n in (1, 4):
+        proposers = rows(n)
+        with OpCounter() as counter:
+            drafts = method.propose_batch(proposers, seqs[:n], lengths[:n])
+        ops[n] = counter.total
+        assert len({id(d.tree) for d in drafts}) == 1 and drafts[0].tree is alone[0].tree
+        assert [d.tokens.tolist() for d in drafts] == [d.tokens.tolist() for d in alone[:n]]
+    assert ops[4] <= ops[1] + 2, ops
+
+
 def test_propose_without_observed_hidden_is_an_error(tiny):
     medusa = build(make_bundle(tiny, random_heads(tiny)), "method=medusa")
     medusa.start([1, 2])
@@ -168,7 +202,8 @@ def test_config_errors_are_one_line(tiny, overrides, num_heads, match):
 @pytest.fixture
 def checked(monkeypatch, tiny):
     """At temperature 0 the hidden state a proposer observed must be the one whose lm_head argmax is the root:
-    every propose of HeadsProposer (each forked row included) checks it; returns the count of checks."""
+    every propose of HeadsProposer, and every row of its propose_batch (a batch's), checks it; returns the count of
+    checks per proposer."""
     # A class is a subclass only once its module is imported: the methods load lazily, so without this import the
     # patch depended on which tests this worker had run first.
     import methods.medusa.proposer  # noqa: F401
@@ -181,7 +216,14 @@ def checked(monkeypatch, tiny):
             counts[id(self)] += 1
             return _inner(self, seq, length)
 
+        def propose_batch(self, proposers, seqs, lengths, _inner=cls.propose_batch):
+            for p, seq, length in zip(proposers, seqs, lengths):
+                assert int(lm_head(p.hidden).argmax()) == int(seq[length - 1])
+                counts[id(p)] += 1
+            return _inner(self, proposers, seqs, lengths)
+
         monkeypatch.setattr(cls, "propose", propose)
+        monkeypatch.setattr(cls, "propose_batch", propose_batch)
     return counts
 
 

@@ -209,18 +209,18 @@ def test_hit_rates_score_each_head_at_the_position_it_predicts(shift, monkeypatc
     ar = build_method(compose_cfg("method=ar").method, bundle)
     full = prompt + ar.generate(engine, prompt, 60, PhaseTimer("cpu")).output_ids
     method = build_method(compose_cfg(*COMBOS["dynamic"], "method.hit_alpha=0.5").method, bundle)
-    propose, seen = type(method).propose, {}
+    propose_batch, seen = type(method).propose_batch, {}
 
-    def remember_length(self, seq, length):
-        seen["length"] = length
-        return propose(self, seq, length)
+    def remember_lengths(self, proposers, seqs, lengths):
+        seen["lengths"] = lengths
+        return propose_batch(self, proposers, seqs, lengths)
 
-    def oracle_topk(self, k, heads):
-        top = [full[min(seen["length"] + i + shift, len(full) - 1)] for i in range(heads)]
-        return torch.tensor([[t] + [(t + j) % V for j in range(1, k)] for t in top])
+    def oracle_topk(self, proposers, k, heads):  # [B, heads, k]
+        tops = [[full[min(n + i + shift, len(full) - 1)] for i in range(heads)] for n in seen["lengths"]]
+        return torch.tensor([[[t] + [(t + j) % V for j in range(1, k)] for t in top] for top in tops])
 
-    monkeypatch.setattr(type(method), "propose", remember_length)
-    monkeypatch.setattr(type(method), "head_topk", oracle_topk)
+    monkeypatch.setattr(type(method), "propose_batch", remember_lengths)
+    monkeypatch.setattr(type(method), "rows_topk", oracle_topk)
     gen = decode(method, engine, [prompt], 1, 60)[0]
     assert gen.output_ids == full[len(prompt):]
     top1 = [row[0] for row in method.describe()["hit_rates"]]

@@ -235,6 +235,13 @@ class Proposer(Method):
         seq[length - 1] is the root of the next tree."""
         raise NotImplementedError
 
+    def propose_batch(self, proposers: list[Proposer], seqs: list[torch.Tensor], lengths: list[int]) -> list[Draft]:
+        """Every row's draft for one step of a batch; the engine calls it on the first row's proposer with all the
+        rows' (forks of it, in order), as `propose` would get them. Each row proposes alone here; a method whose
+        draft is tensor work on the device overrides it to draft every row at once (Medusa's heads over [B, H]): a
+        few kernel launches a step instead of a few a row."""
+        return [p.propose(seq, n) for p, seq, n in zip(proposers, seqs, lengths, strict=True)]
+
     def update(self, inputs: torch.Tensor, logits: torch.Tensor | None, target: torch.Tensor,
                acceptance: Acceptance) -> None:
         """After verification: inputs [N+1] tree tokens, logits [N+1, V] (if wanted), target [N+1] argmax,

@@ -44,3 +44,6 @@ class BPD(HeadsProposer):
 
     def draft_from(self, root):
         return self.head_topk(1, self.length)[:, 0]
+
+    def propose_batch(self, proposers, seqs, lengths):
+        return [Draft(self.tree, row) for row in self.rows_topk(proposers, 1, self.length)[..., 0]]

@@ -12,7 +12,8 @@ tree size chosen online from measured verification times and the heads' hit rate
   (methods/shared/heads.py).
 
 As in Medusa, a node's token is the rank-r candidate of head depth-1 (one gather). The controller and the early
-head are shared by every row of a batch (`fork` is a shallow copy); the pending hit-rate checks are per row.
+head are shared by every row of a batch (`fork` is a shallow copy); the pending hit-rate checks are per row. A
+batch step drafts every row at once (`propose_batch`): one tree for the step, one heads forward over the rows.
 The forward is timed (device-synced) for the controller only when `dynamic` is on.
 """
 
@@ -152,15 +153,22 @@ class ProPD(MedusaTree):
         self.pending = still
 
     def propose(self, seq, length):
+        return super().propose(seq, length) if not self.dynamic else self.propose_batch([self], [seq], [length])[0]
+
+    def propose_batch(self, proposers, seqs, lengths):
+        """One tree for the step, chosen once for the whole batch (the size fitted to its batch size, paper
+        §4.2.1), every row's hit rates scored first; the heads run once over every row's hidden state."""
         if not self.dynamic:
-            return super().propose(seq, length)
+            return super().propose_batch(proposers, seqs, lengths)
         timer = self.ctx.timer if self.ctx is not None else None
-        self.score_heads(seq, length)
+        for p, seq, length in zip(proposers, seqs, lengths, strict=True):
+            p.score_heads(seq, length)
         if timer is not None:
             timer.lap("draft")
         tree, index = self.tree_for(self.controller.current())
         if timer is not None:
             timer.lap("controller")
-        top = self.head_topk(self.max_topk, self.num_heads)  # [heads, K]: every head, for the hit rates
-        self.pending.append((length, top, 0))
-        return Draft(tree, top.flatten()[index])
+        top = self.rows_topk(proposers, self.max_topk, self.num_heads)  # [B, heads, K]: every head, for the hit rates
+        for p, length, row in zip(proposers, lengths, top):
+            p.pending.append((length, row, 0))
+        return [Draft(tree, row) for row in top.flatten(1)[:, index]]

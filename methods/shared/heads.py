@@ -57,6 +57,15 @@ class HeadsProposer(Proposer):
             raise RuntimeError(f"{type(self).__name__}: propose before observe_hidden (the engine must call it)")
         return self.heads(self.hidden, heads).topk(k, dim=-1).indices
 
+    @torch.no_grad()
+    def rows_topk(self, proposers: list[HeadsProposer], k: int, heads: int) -> torch.Tensor:
+        """[B, heads, k]: `head_topk` of every row of a batch (`proposers`, forks of this one) in one heads forward
+        over their hidden states [B, H], not one a row: the blocks and the vocabulary projection read once a step."""
+        if any(p.hidden is None for p in proposers):
+            raise RuntimeError(f"{type(self).__name__}: propose before observe_hidden (the engine must call it)")
+        hidden = proposers[0].hidden[None] if len(proposers) == 1 else torch.stack([p.hidden for p in proposers])
+        return self.heads(hidden, heads).topk(k, dim=-1).indices.transpose(0, 1)
+
 
 class MedusaTree(HeadsProposer):
     """Medusa's drafting: the template tree of `method.tree`, node (depth d, rank r) = head d-1's rank-r token."""
@@ -94,3 +103,7 @@ class MedusaTree(HeadsProposer):
 
     def draft_from(self, root):
         return self.head_topk(self.k, self.depth).flatten()[self.index]  # [D, K] -> the tree's nodes
+
+    def propose_batch(self, proposers, seqs, lengths):
+        tokens = self.rows_topk(proposers, self.k, self.depth).flatten(1)[:, self.index]  # [B, D * K] -> [B, N]
+        return [Draft(self.tree, row) for row in tokens]
