@@ -146,8 +146,8 @@ step-costs: setup  ## each method's ops and Python per step outside the target f
 	$(PY) -m bench.perf.step_costs
 	$(PY) -m bench.perf.step_costs --temperature 0.6 --out evidence/projection/step_costs-t0.6.json
 
-BATCH_SIZES ?= 2 4 8 16
-step-costs-batches: setup  ## the same per step of a batch of B rows, for the methods the ProPD paper runs at batch > 1 (ar, bpd, medusa, propd; BATCH_SIZES) -> evidence/projection/step_costs-b<B>.json (~20 min)
+BATCH_SIZES ?= 1 2 4 8 16
+step-costs-batches: setup  ## the same per step of a batch of B rows (B = 1 too), with the rows drafted at once, for the methods the ProPD paper runs at batch > 1 (ar, bpd, medusa, propd; BATCH_SIZES) -> evidence/projection/step_costs-b<B>.json (~25 min)
 	for b in $(BATCH_SIZES); do $(PY) -m bench.perf.step_costs --batch-size $$b --methods ar,bpd,medusa,propd \
 		--out evidence/projection/step_costs-b$$b.json || exit 1; done
 

@@ -41,6 +41,7 @@ def test_real_run_writes_complete_results(tmp_path, smollm):
     prov = summary["provenance"]
     assert prov["torch"] and prov["transformers"] and prov["dtype"] == "float32"
     assert summary["method_settings"]["num_draft_tokens"] == 10
+    assert summary["draft_rows_at_once"] is False  # PLD drafts on the host, row by row (the projection reads it)
 
 
 @pytest.mark.model

@@ -75,7 +75,7 @@ def test_every_gpu_entry_has_a_host_price_and_says_where_it_is_from():
 def test_a_setting_prices_the_rest_of_a_method_with_step_costs_and_keeps_the_others(monkeypatch):
     record = {"prompt_tokens": 10, "accept_lengths": [1, 3, 3], "verified_nodes": [9, 9], "wall_time": 1.0,
               "phase_times": {"prefill": 0.1, "target_forward": 0.5, "draft": 0.2, "update": 0.2}}
-    monkeypatch.setattr("bench.cost.replay.step_costs_at", lambda temperature, method, batch_size=1: COSTS)
+    monkeypatch.setattr("bench.cost.replay.step_costs_at", lambda *args: COSTS)
     setting = Setting("test", "llama-2-7b@a100-80gb")
     rule = priced("tr", setting.host, COSTS)
     forwards = replay_s(record, setting_profile(setting), rest=False)
@@ -288,7 +288,8 @@ def test_a_lease_of_the_graph_parts_alone_is_validated_in_graph_mode_only(monkey
 
 
 def test_a_batch_run_is_priced_with_the_step_costs_of_its_batch_size_where_they_hold_its_method(tmp_path, monkeypatch):
-    """step_costs_at: at B > 1 (greedy) the costs measured at B, where they hold the method; else batch 1's (the
+    """step_costs_at, greedy: the costs measured at the run's B where they hold the method (for a run recorded before
+    batched drafting, those measured then at B > 1, and every method's batch-1 ones at B = 1); else batch 1's (the
     page says so); sampled runs keep the T = 0.6 costs."""
     from bench.cost import host
 
@@ -300,12 +301,19 @@ def test_a_batch_run_is_priced_with_the_step_costs_of_its_batch_size_where_they_
     monkeypatch.setattr(host, "STEP_COSTS", write("greedy.json", ["ar", "propd", "tr"]))
     monkeypatch.setattr(host, "SAMPLED_COSTS", write("sampled.json", ["ar"]))
     monkeypatch.setattr(host, "BATCH_COSTS", str(tmp_path / "b{}.json"))
+    monkeypatch.setattr(host, "ROW_BY_ROW_COSTS", str(tmp_path / "rows-b{}.json"))
     write("b4.json", ["ar", "propd"], batch=4)
+    write("b1.json", ["ar", "propd"])
+    write("rows-b4.json", ["ar", "propd"], batch=4)
     got = {args: host.step_costs_at(*args) for args in ((0, "propd", 4), (0, "tr", 4), (0, "propd", 8),
-                                                        (0.6, "ar", 4), (0, "propd", 1))}
+                                                        (0.6, "ar", 4), (0, "propd", 1), (0, "tr", 1),
+                                                        (0, "propd", 4, True), (0, "tr", 4, True),
+                                                        (0, "propd", 1, True), (0.6, "propd", 1))}
     assert {args: c.machine for args, c in got.items()} == {
         (0, "propd", 4): "b4.json", (0, "tr", 4): "greedy.json", (0, "propd", 8): "greedy.json",
-        (0.6, "ar", 4): "sampled.json", (0, "propd", 1): "greedy.json"}
+        (0.6, "ar", 4): "sampled.json", (0, "propd", 1): "b1.json", (0, "tr", 1): "greedy.json",
+        (0, "propd", 4, True): "rows-b4.json", (0, "tr", 4, True): "greedy.json",
+        (0, "propd", 1, True): "greedy.json", (0.6, "propd", 1): "greedy.json"}
     assert got[0, "propd", 4].batch_size == 4 and got[0, "tr", 4].batch_size == 1
 
 
@@ -318,7 +326,8 @@ def test_a_run_is_replayed_with_the_step_costs_of_its_temperature_and_batch_size
     monkeypatch.setattr("bench.cost.replay.step_costs_at", lambda *args: asked.append(args) or COSTS)
     record = {"prompt_tokens": 10, "accept_lengths": [1, 3, 3], "verified_nodes": [9, 9], "wall_time": 1.0,
               "phase_times": {"prefill": 0.1, "target_forward": 0.5, "draft": 0.2, "update": 0.2}}
-    run = SimpleNamespace(records=[record], method="tr", temperature=0.6, batch_size=4)
+    run = SimpleNamespace(records=[record], method="tr", temperature=0.6, batch_size=4, before_batched_drafting=True)
     setting = Setting("test", "llama-2-7b@a100-80gb")
-    assert setting.run_replayed(run) == setting.replayed([record], method="tr", temperature=0.6, batch_size=4)
-    assert asked == [(0.6, "tr", 4)] * 2
+    assert setting.run_replayed(run) == setting.replayed([record], method="tr", temperature=0.6, batch_size=4,
+                                                         before_batched_drafting=True)
+    assert asked == [(0.6, "tr", 4, True)] * 2

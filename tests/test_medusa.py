@@ -147,11 +147,14 @@ def test_a_batch_drafts_every_row_at_once(tiny, overrides):
     """propose_batch gives each row the draft its own propose would, with one heads forward for the batch: its
     kernel launches do not grow with the rows (at B > 1 two more: the hidden states' stack, the gather's copy)."""
     from bench.core.launches import OpCounter
+    from bench.core.proposer import drafts_rows_at_once
+    from methods.ar import Autoregressive
 
     heads = random_heads(tiny)
     bundle = make_bundle(tiny, heads)
     bundle.device = torch.device("cpu")
     method = build(bundle, *overrides)
+    assert drafts_rows_at_once(method) and not drafts_rows_at_once(Autoregressive(None, bundle))
     prompts = [[1, 2, 3], [7, 7, 30, 4], [5, 2, 8], [9, 1, 4, 4, 6]]
 
     def rows(n):

@@ -153,13 +153,44 @@ def test_a_batch_priced_with_batch_1s_step_costs_is_named_under_its_table(monkey
 
     runs = [batched("a", "ar", AR), batched("tr", "token_recycling", TR)]
     setting = Setting("Llama-2-7B on an A100 80GB", "llama-2-7b@a100-80gb")
-    monkeypatch.setattr("bench.cost.replay.step_costs_at", lambda t, m, b=1: costs(b))
-    monkeypatch.setattr("bench.page.projected.step_costs_at", lambda t, m, b=1: costs(b))
+    monkeypatch.setattr("bench.cost.replay.step_costs_at", lambda t, m, b=1, _=False: costs(b))
+    monkeypatch.setattr("bench.page.projected.step_costs_at", lambda t, m, b=1, _=False: costs(b))
     assert "no step costs measured at that batch" not in projected_table(runs, setting)
-    fallback = lambda t, m, b=1: costs(b if m == "ar" else 1)
+    fallback = lambda t, m, b=1, _=False: costs(b if m == "ar" else 1)
     monkeypatch.setattr("bench.cost.replay.step_costs_at", fallback)
     monkeypatch.setattr("bench.page.projected.step_costs_at", fallback)
     assert "At B = 2 some methods have no step costs measured at that batch size" in projected_table(runs, setting)
+
+
+def test_a_batch_recorded_before_batched_drafting_is_named_under_its_table(monkeypatch):
+    """A run at B > 1 whose summary has no `draft_rows_at_once` was recorded when every row drafted alone: it is
+    priced with the step costs measured then, and its table says so; a run that records it is not named."""
+    from bench.cost.host import StepCosts
+    from bench.cost.replay import Setting
+    from bench.page.projected import projected_table
+
+    asked = []
+
+    def costs(t, m, b=1, before=False):
+        asked.append((m, b, before))
+        return StepCosts("here", {"1": 0, "n": 0}, {m: {"phases": {}}}, b)
+
+    monkeypatch.setattr("bench.cost.replay.step_costs_at", costs)
+    monkeypatch.setattr("bench.page.projected.step_costs_at", costs)
+    setting = Setting("Llama-2-7B on an A100 80GB", "llama-2-7b@a100-80gb")
+
+    def batched(run_id: str, method: str, record: dict, **meta) -> Run:
+        batch = {"id": 0, "size": 2, "wall_time": 1.0, "phase_times": record["phase_times"]}
+        return Run.of({**run(run_id, method, record).meta, "batch_size": 2, **meta},
+                      [{**record, "question_id": q, "phase_times": {}, "batch": batch} for q in (1, 2)])
+
+    old = [batched("a", "ar", AR), batched("m", "medusa", TR)]
+    assert "medusa at B > 1: recorded before a batch's rows drafted at once" in projected_table(old, setting)
+    assert ("medusa", 2, True) in asked and ("medusa", 2, False) not in asked
+    asked.clear()
+    new = [batched("a", "ar", AR, draft_rows_at_once=False), batched("m", "medusa", TR, draft_rows_at_once=True)]
+    assert "drafted at once" not in projected_table(new, setting)
+    assert ("medusa", 2, False) in asked and ("medusa", 2, True) not in asked
 
 
 def test_a_sections_projected_table_pairs_each_run_with_its_baseline_on_the_papers_setting():

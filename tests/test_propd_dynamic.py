@@ -45,6 +45,25 @@ def test_hit_rates_and_expected_acceptance():
         tree_from_paths([list(p) for p, _ in nodes[:n]])
 
 
+@pytest.mark.parametrize("rounds", [1, 3, 70])  # 70: past the powers first built (64)
+def test_rounds_of_predictions_update_as_observe_would_one_by_one(rounds):
+    """observe_rounds: R predictions of every head in one update equal R rounds of `observe` for each head in turn
+    (the EMA's order kept); a head's target outside its top-K is a miss."""
+    g = torch.Generator().manual_seed(rounds)
+    heads, k, vocab = 3, 4, 9
+    top = torch.stack([torch.randperm(vocab, generator=g)[:k] for _ in range(rounds * heads)]).view(rounds, heads, k)
+    tokens = torch.randint(0, vocab, (rounds, heads), generator=g)
+    one, together = HitRates(heads, k, alpha=0.3), HitRates(heads, k, alpha=0.3)
+    for h in (one, together):
+        h.observe(1, 0)  # a state to decay from
+    for r in range(rounds):
+        for i in range(heads):
+            hit = (top[r, i] == tokens[r, i]).nonzero()
+            one.observe(i, int(hit[0, 0]) if len(hit) else None)
+    together.observe_rounds(top, tokens)
+    assert torch.allclose(together.P, one.P, rtol=1e-12, atol=1e-12)
+
+
 def test_choose_size_maximises_expected_tokens_per_second():
     nodes = [((0,), 0.6), ((1,), 0.3), ((0, 0), 0.06), ((2,), 0.01)]
     # cheap trees: take everything; expensive nodes: take the first only

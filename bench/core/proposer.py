@@ -258,6 +258,11 @@ class Proposer(Method):
 EMPTY = torch.empty(0, dtype=torch.long)
 
 
+def drafts_rows_at_once(method: Method) -> bool:
+    """Whether a method drafts a batch step's rows at once (its own `propose_batch`), not each row alone."""
+    return isinstance(method, Proposer) and type(method).propose_batch is not Proposer.propose_batch
+
+
 def wants_hidden(proposer: Proposer) -> bool:
     """Whether the proposer wants the target's final hidden state (features from chosen layers come without it)."""
     return proposer.wants_hidden or (proposer.wants_features and not proposer.feature_layers)

@@ -28,7 +28,11 @@ from bench.paths import PROJECT
 
 STEP_COSTS = PROJECT / "evidence" / "projection" / "step_costs.json"  # greedy (T = 0)
 SAMPLED_COSTS = PROJECT / "evidence" / "projection" / "step_costs-t0.6.json"  # sampling (T = 0.6)
-BATCH_COSTS = str(PROJECT / "evidence" / "projection" / "step_costs-b{}.json")  # greedy, a batch of B (--batch-size)
+# Greedy, a batch of B (--batch-size, B = 1 too), for the methods the ProPD paper runs at B > 1, with each batch step's
+# rows drafted at once: for the runs that record `draft_rows_at_once` (since 4b29af0)
+BATCH_COSTS = str(PROJECT / "evidence" / "projection" / "step_costs-b{}.json")
+# The same at B > 1 measured before then (ab8e580), when every row drafted alone: for the runs recorded then
+ROW_BY_ROW_COSTS = str(PROJECT / "evidence" / "projection" / "row_by_row_drafting" / "step_costs-b{}.json")
 TARGET_PHASES = ("prefill", "target_forward")
 DRAFT_PHASE = "draft_forward"
 LOOP_PHASE = "generate"  # HF's own decode loop: one phase around its forwards (bench.cost.replay.forwards_priced)
@@ -82,12 +86,18 @@ def step_costs(path: str = str(STEP_COSTS)) -> StepCosts | None:
     return StepCosts.read(path) if Path(path).is_file() else None
 
 
-def step_costs_at(temperature: float, method: str, batch_size: int = 1) -> StepCosts | None:
+def step_costs_at(temperature: float, method: str, batch_size: int = 1,
+                  before_batched_drafting: bool = False) -> StepCosts | None:
     """The step costs a run at this temperature and batch size is priced with, the first that holds the method:
-    at B > 1 (greedy) those measured at its batch size (a batch's Python and launches per step grow with its rows
-    unlike a prompt's, and its tensor work, which batch 1's Python share would price as Python, grows faster); those
-    measured sampling (T = 0.6) for T > 0; the greedy batch-1 ones; None without any."""
-    paths = [BATCH_COSTS.format(batch_size)] if batch_size > 1 and temperature == 0 else []
+    greedy, those measured at its batch size (a batch's Python and launches per step grow with its rows unlike a
+    prompt's, and its tensor work, which batch 1's Python share would price as Python, grows faster) with the code
+    the run was recorded with (`before_batched_drafting`: ROW_BY_ROW_COSTS at B > 1, else BATCH_COSTS); those
+    measured sampling (T = 0.6) for T > 0; the greedy batch-1 ones of every method; None without any."""
+    paths = []
+    if temperature == 0 and not before_batched_drafting:
+        paths = [BATCH_COSTS.format(batch_size)]
+    elif temperature == 0 and batch_size > 1:
+        paths = [ROW_BY_ROW_COSTS.format(batch_size)]
     for path in paths + ([SAMPLED_COSTS] if temperature > 0 else []) + [STEP_COSTS]:
         costs = step_costs(str(path))
         if costs is not None and method in costs.methods:

@@ -210,13 +210,15 @@ class Setting:
     def run_replayed(self, run, rest: bool = True) -> list[dict]:
         """A run's records (bench.run.store.Run) replayed on the setting, the rest priced for its method,
         temperature and batch size: what every projected figure of a run is made of."""
-        return self.replayed(run.records, rest, run.method, run.temperature, run.batch_size)
+        return self.replayed(run.records, rest, run.method, run.temperature, run.batch_size,
+                             run.before_batched_drafting)
 
     def replayed(self, records: list[dict], rest: bool = True, method: str | None = None,
-                 temperature: float = 0.0, batch_size: int = 1) -> list[dict]:
+                 temperature: float = 0.0, batch_size: int = 1, before_batched_drafting: bool = False) -> list[dict]:
         """The records replayed on the setting; given their method (and its run's temperature and batch size), the
         rest priced on the target's host where it can be (`priced`), else kept as measured."""
-        rule = (priced(method, self.host, temperature=temperature, batch_size=batch_size) if rest and method
+        rule = (priced(method, self.host, temperature=temperature, batch_size=batch_size,
+                       before_batched_drafting=before_batched_drafting) if rest and method
                 else None) or rest
         return replayed(records, load_profile(self.target), load_profile(self.draft) if self.draft else None, rule)
 
@@ -230,11 +232,11 @@ def host_cost(profile_name: str) -> HostCost | None:
 
 
 def priced(method: str, host: HostCost | None, costs=None, temperature: float = 0.0,
-           batch_size: int = 1) -> RestRule | None:
+           batch_size: int = 1, before_batched_drafting: bool = False) -> RestRule | None:
     """A method's rest priced on `host` from its step costs (bench.cost.host; by default those measured at the
     run's temperature and batch size, `step_costs_at`); None without a host price or step costs for the method (its
     rest is then kept as measured)."""
-    costs = costs or step_costs_at(temperature, method, batch_size)
+    costs = costs or step_costs_at(temperature, method, batch_size, before_batched_drafting)
     if host is None or costs is None or method not in costs.methods:
         return None
     return lambda phases, wall, steps, draft: priced_rest_s(phases, wall, steps, method, costs, host, draft)

@@ -63,8 +63,8 @@ def projected_table(used: list[Run], setting: Setting, baseline: str = "ar") -> 
     df = pd.DataFrame(rows)
     df = df.drop(columns=[c for c in ("settings",) if not df[c].any()] + ["B"] * bool((df["B"] == 1).all()))
     host = setting.host
-    kept = sorted({r.method for r in used if priced(r.method, host, temperature=r.temperature,
-                                                      batch_size=r.batch_size) is None})
+    kept = sorted({r.method for r in used if priced(r.method, host, temperature=r.temperature, batch_size=r.batch_size,
+                                                      before_batched_drafting=r.before_batched_drafting) is None})
     notes = [f"Speedup over {baseline} (ratio of mean per-question tokens/s, paired on the same questions"
              + ("; at batch B > 1 of aggregate tokens/s" if "B" in df else "")
              + ") [95% bootstrap interval]. Projected: each prompt-turn's target forwards replayed on the paper's "
@@ -79,10 +79,14 @@ def projected_table(used: list[Run], setting: Setting, baseline: str = "ar") -> 
              + "; `outside forwards`: the rest's share of the projected time. A projection of the acceptance "
              "measured on our model, not a measurement (docs/cost_model.md)."]
     unmatched = sorted({r.batch_size for r in used if r.batch_size > 1 and (c := step_costs_at(
-        r.temperature, r.method, r.batch_size)) is not None and c.batch_size != r.batch_size})
+        r.temperature, r.method, r.batch_size, r.before_batched_drafting)) is not None and c.batch_size != r.batch_size})
+    row_by_row = sorted({r.method for r in used if r.batch_size > 1 and r.before_batched_drafting})
     if host and unmatched:
         notes.append(f"At B = {', '.join(map(str, unmatched))} some methods have no step costs measured at that batch "
                      "size: their rest is priced with batch 1's.")
+    if host and row_by_row:
+        notes.append(f"{', '.join(row_by_row)} at B > 1: recorded before a batch's rows drafted at once (4b29af0), so "
+                     "priced with the step costs measured then (evidence/projection/row_by_row_drafting/).")
     if host and kept:
         notes.append(f"{', '.join(kept)}: no step costs (evidence/projection/step_costs.json): the rest is kept "
                      "as measured here.")

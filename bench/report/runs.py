@@ -94,7 +94,8 @@ def project_table(runs: RunSet, profile: str, model: str | None = None, dataset:
 
     def on_profile(run):
         return replayed(records.get(run.run_id, run.records), prof,
-                        rest=priced(run.method, host, temperature=run.temperature, batch_size=run.batch_size) or True)
+                        rest=priced(run.method, host, temperature=run.temperature, batch_size=run.batch_size,
+                                    before_batched_drafting=run.before_batched_drafting) or True)
 
     rows, used = [], []
     for run in latest.values():

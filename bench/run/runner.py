@@ -26,7 +26,7 @@ from bench import metrics
 from bench.core.engine import Engine
 from bench.core.graph_engine import GraphEngine, GraphModeRefused, sized_capacity
 from bench.core.machine import cpu_name
-from bench.core.proposer import Proposer
+from bench.core.proposer import Proposer, drafts_rows_at_once
 from bench.core.timing import PhaseTimer, device_sync, phases_exact
 from bench.errors import HarnessError
 from bench.models.chat import answer_text, prompt_ids
@@ -379,6 +379,9 @@ def run_summary(cfg, runner: Runner, records: list[dict], ckpt: Checkpoint | Non
         "overrides": command_overrides(),
         "machine": prov["machine"],
         "method_settings": runner.method.describe(),
+        # At batch > 1: one draft call for every row of a step, or one a row (absent: recorded before batched
+        # drafting existed, when every method drafted row by row; the projection prices each with its own step costs)
+        "draft_rows_at_once": drafts_rows_at_once(runner.method),
         "summary": metrics.summarize(records),
         "groups": metrics.by_group(records),
         "provenance": prov,

@@ -112,6 +112,11 @@ class Run:
     def batch_size(self) -> int:
         return int(self.meta.get("batch_size") or 1)  # summaries before batching were batch 1
 
+    @property
+    def before_batched_drafting(self) -> bool:
+        """Recorded before a batch's rows could draft at once (4b29af0): every method drafted them one by one."""
+        return "draft_rows_at_once" not in self.meta
+
     # -- what was measured -------------------------------------------------------------------------------------
     @property
     def summary(self) -> dict:

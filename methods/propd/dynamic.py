@@ -68,23 +68,29 @@ class HitRates:
         self.alpha = float(alpha)
         self.P = torch.zeros(heads, topk + 1, dtype=torch.float64)  # P[i, 0] = 0: in the top-0 never
         self.ranks = torch.arange(1, topk + 1)
+        self.decay = self.weights = torch.empty(0, dtype=torch.float64)  # observe_rounds' powers, built on first use
 
     def observe(self, head: int, rank: int | None) -> None:
         """The token head `head` predicted for is its rank-`rank` candidate (0-based; None: not in its top-k)."""
         hit = (self.ranks > (self.P.shape[1] if rank is None else rank)).to(torch.float64)
         self.P[head, 1:] = (1 - self.alpha) * self.P[head, 1:] + self.alpha * hit
 
-    def observe_top(self, first_head: int, top: torch.Tensor, tokens: torch.Tensor) -> None:
-        """`observe` for heads first_head.. at once, on the device of top [n, K] (their candidates) and tokens [n]
-        (what was committed where they predicted): no value is read back, so the decode loop does not wait. The
-        rows are distinct heads, so one update is the same as n `observe` calls."""
-        if self.P.device != top.device:
-            self.P, self.ranks = self.P.to(top.device), self.ranks.to(top.device)
-        hit_at = top == tokens[:, None]  # [n, K]: at most one True per row
-        rank = torch.where(hit_at.any(1), hit_at.to(torch.int8).argmax(1), self.P.shape[1])  # not found: past K
-        hit = (self.ranks[None, :] > rank[:, None]).to(torch.float64)
-        rows = slice(first_head, first_head + top.shape[0])
-        self.P[rows, 1:] = (1 - self.alpha) * self.P[rows, 1:] + self.alpha * hit
+    def observe_rounds(self, top: torch.Tensor, tokens: torch.Tensor) -> None:
+        """R predictions of every head, in order, on the device of top [R, heads, K] (their candidates) and tokens
+        [R, heads] (what was committed where they predicted): R rounds of `observe` for every head in one update,
+        P <- (1 - a)^R P + sum_r a (1 - a)^(R - 1 - r) hit_r, and no value read back, so the decode loop does not
+        wait. A few ops a step whatever R (a batch's rows together), where a round a call launched them R times."""
+        R, device = top.shape[0], top.device
+        if self.P.device != device or self.decay.shape[0] <= R:
+            n = max(2 * R, 64)  # (1 - a)^0..n and the rounds' weights a (1 - a)^(n-1)..0: views for any R < n
+            self.decay = (1 - self.alpha) ** torch.arange(n + 1, dtype=torch.float64, device=device)
+            self.weights = self.alpha * self.decay[:n].flip(0)
+            self.P, self.ranks = self.P.to(device), self.ranks.to(device)
+        hit_at = top == tokens[..., None]  # [R, heads, K]: at most one True per head
+        rank = torch.where(hit_at.any(-1), hit_at.to(torch.int8).argmax(-1), self.P.shape[1])  # not found: past K
+        hit = (self.ranks > rank[..., None]).to(torch.float64)
+        n = self.weights.shape[0]
+        self.P[:, 1:] = self.decay[R] * self.P[:, 1:] + (self.weights[n - R :, None, None] * hit).sum(0)
 
     def p(self) -> torch.Tensor:
         """[heads, topk] on the host: p[i, k] = P[i, k+1] - P[i, k], the chance that head i's rank-k candidate is

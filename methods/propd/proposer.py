@@ -12,8 +12,11 @@ tree size chosen online from measured verification times and the heads' hit rate
   (methods/shared/heads.py).
 
 As in Medusa, a node's token is the rank-r candidate of head depth-1 (one gather). The controller and the early
-head are shared by every row of a batch (`fork` is a shallow copy); the pending hit-rate checks are per row. A
-batch step drafts every row at once (`propose_batch`): one tree for the step, one heads forward over the rows.
+head are shared by every row of a batch (`fork` is a shallow copy); the pending predictions are per row. A batch
+step drafts every row at once (`propose_batch`): one tree for the step, one heads forward over the rows, and one
+hit-rate update for the predictions that every row's committed tokens now decide. A prediction is scored once all
+its heads' targets are committed (the paper updates head i once x_{t+i} is: up to heads - 1 tokens sooner), so that
+update is one fixed set of ops whatever the rows, not a few ops a row and a head.
 The forward is timed (device-synced) for the controller only when `dynamic` is on.
 """
 
@@ -90,7 +93,7 @@ class ProPD(MedusaTree):
             forward = TimedForward(forward, self.controller)
         self.target_forward = None if forward is full_forward else forward
         self.trees: dict[tuple, tuple] = {}  # rank paths -> (tree, gather index): trees repeat, build them once
-        self.pending: list[tuple[int, torch.Tensor, int]] = []
+        self.pending: list[tuple[int, torch.Tensor]] = []
 
     @classmethod
     def graphs_refusal(cls, cfg) -> str | None:
@@ -138,19 +141,14 @@ class ProPD(MedusaTree):
             self.trees[key] = (tree, index.to(self.bundle.device))
         return self.trees[key]
 
-    def score_heads(self, seq: torch.Tensor, length: int) -> None:
-        """Hit-rate updates for the heads' earlier predictions whose target token is now committed, on the device.
-        pending: (position of head 0's target, top [heads, K] on the device, heads scored so far); head i's target
-        is seq[first + i], committed once first + i < length (host ints: no read)."""
-        still = []
-        for first, top, scored in self.pending:
-            ready = min(top.shape[0], length - first)
-            if ready > scored:
-                self.controller.hits.observe_top(scored, top[scored:ready], seq[first + scored : first + ready])
-                scored = ready
-            if scored < top.shape[0]:
-                still.append((first, top, scored))
-        self.pending = still
+    def retired(self, seq: torch.Tensor, length: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The row's predictions whose every head's target is now committed, oldest first, as (top [heads, K] on the
+        device, the committed tokens [heads] they predicted), taken off `pending`. pending: (position of head 0's
+        target, top); head i's target is seq[first + i] (host ints: no read)."""
+        heads = self.num_heads
+        done = [(top, seq[first : first + heads]) for first, top in self.pending if first + heads <= length]
+        self.pending = self.pending[len(done) :]  # in order of `first`: the done ones lead
+        return done
 
     def propose(self, seq, length):
         return super().propose(seq, length) if not self.dynamic else self.propose_batch([self], [seq], [length])[0]
@@ -161,8 +159,10 @@ class ProPD(MedusaTree):
         if not self.dynamic:
             return super().propose_batch(proposers, seqs, lengths)
         timer = self.ctx.timer if self.ctx is not None else None
-        for p, seq, length in zip(proposers, seqs, lengths, strict=True):
-            p.score_heads(seq, length)
+        retired = [done for p, seq, n in zip(proposers, seqs, lengths, strict=True) for done in p.retired(seq, n)]
+        if retired:  # scored once every head's target is committed: one update for the batch's rows (paper §4.2.2)
+            self.controller.hits.observe_rounds(torch.stack([top for top, _ in retired]),
+                                                torch.stack([tokens for _, tokens in retired]))
         if timer is not None:
             timer.lap("draft")
         tree, index = self.tree_for(self.controller.current())
@@ -170,5 +170,5 @@ class ProPD(MedusaTree):
             timer.lap("controller")
         top = self.rows_topk(proposers, self.max_topk, self.num_heads)  # [B, heads, K]: every head, for the hit rates
         for p, length, row in zip(proposers, lengths, top):
-            p.pending.append((length, row, 0))
+            p.pending.append((length, row))
         return [Draft(tree, row) for row in top.flatten(1)[:, index]]
