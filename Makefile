@@ -34,7 +34,7 @@ GPU_CHECK_ARGS ?=
 # e.g. make heads ARGS="model.heads.train.max_minutes=1 model.heads.train.max_train_prompts=16"
 ARGS ?=
 
-.PHONY: help setup demo test test-slow lint data datastore tree-stats draft draft-sweep heads eagle eagle3 reproduce-eagle reproduce reproduce-missing-A evidence reproduced validate-projection step-costs step-costs-batches step-costs-graphs validate-projection-gpu bench-engine clean-results wheelhouse gpu-check
+.PHONY: help setup demo test test-slow lint data datastore tree-stats draft draft-sweep heads eagle eagle3 reproduce-eagle reproduce reproduce-missing-A evidence reproduced validate-projection step-costs step-costs-batches step-costs-graphs validate-projection-gpu bench-draft-batch bench-engine clean-results wheelhouse gpu-check
 
 help:  ## list targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -158,6 +158,9 @@ step-costs-graphs: setup  ## the same in the engine's graph mode for gpu-check's
 validate-projection-gpu: setup  ## the step model fitted on AR, checked against the H200/H100 leases -> evidence/projection/gpu_validation.json and lease_pass_validation.json (docs/cost_model.md)
 	$(PY) -m bench.cost.gpu_validation
 	$(PY) -m bench.cost.pass_projection
+
+bench-draft-batch: setup  ## BPD and ProPD drafting a batch step's rows at once against row by row, side by side in one process -> results/bench/draft_batch.json (~5 min)
+	$(PY) -m bench.perf.draft_batch
 
 bench-engine: setup  ## engine micro-benchmarks side by side in one process -> results/bench/engine.json
 	$(PY) -m bench.perf.engine_bench --model $(MODEL)

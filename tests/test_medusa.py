@@ -178,6 +178,44 @@ def test_a_batch_drafts_every_row_at_once(tiny, overrides):
     assert ops[4] <= ops[1] + 2, ops
 
 
+@pytest.mark.parametrize("overrides", [("method=bpd",), ("method=propd", "method.prune=false")], ids=["bpd", "propd"])
+def test_row_by_row_drafting_is_the_same_decode(tiny, overrides, monkeypatch):
+    """bench.perf.draft_batch's other side: a method made to draft each row alone (the base class's propose_batch)
+    calls each row's propose and decodes the same tokens as drafting the rows at once."""
+    from bench.core.engine import Engine
+    from bench.core.timing import PhaseTimer
+    from bench.perf.draft_batch import row_by_row
+
+    bundle = make_bundle(tiny, random_heads(tiny))
+    bundle.device = torch.device("cpu")
+    engine = Engine(tiny, [NO_EOS], max_context=512)
+    g = torch.Generator().manual_seed(4)
+    prompts = [torch.randint(0, V, (n,), generator=g).tolist() for n in (6, 11, 9)]
+    cls, calls = type(build(bundle, *overrides)), Counter()
+    propose = cls.propose
+    monkeypatch.setattr(cls, "propose", lambda self, seq, n: calls.update([id(self)]) or propose(self, seq, n))
+    outs = []
+    for method in (build(bundle, *overrides), row_by_row(build(bundle, *overrides))):
+        calls.clear()
+        gens = method.generate_batch(engine, prompts, 20, PhaseTimer("cpu"), [torch.Generator() for _ in prompts])
+        outs.append(([g.output_ids for g in gens], len(calls)))
+    assert outs[0][0] == outs[1][0]
+    # row by row every row's propose; at once only a row left decoding alone (the engine's batch-1 path)
+    assert outs[1][1] == len(prompts) and outs[0][1] < len(prompts)
+
+
+@pytest.mark.parametrize("argv,match", [(["--methods", "ar"], "method 'ar' does not draft a batch at once"),
+                                        (["--batch-sizes", "1,4"], "--batch-sizes '1,4': integers >= 2"),
+                                        (["--batch-sizes", "4,x"], "--batch-sizes '4,x'"),
+                                        (["--prompts", "2"], "--prompts (at least the largest batch)")])
+def test_draft_batch_bad_arguments_are_one_line(argv, match, capsys):
+    from bench.perf.draft_batch import main
+
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and match in err[0]
+
+
 def test_propose_without_observed_hidden_is_an_error(tiny):
     medusa = build(make_bundle(tiny, random_heads(tiny)), "method=medusa")
     medusa.start([1, 2])

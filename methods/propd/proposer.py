@@ -151,7 +151,9 @@ class ProPD(MedusaTree):
         return done
 
     def propose(self, seq, length):
-        return super().propose(seq, length) if not self.dynamic else self.propose_batch([self], [seq], [length])[0]
+        if not self.dynamic:
+            return super().propose(seq, length)
+        return ProPD.propose_batch(self, [self], [seq], [length])[0]  # the class's: a row alone, whatever drafts a batch
 
     def propose_batch(self, proposers, seqs, lengths):
         """One tree for the step, chosen once for the whole batch (the size fitted to its batch size, paper
