@@ -215,3 +215,29 @@ def test_one_store_moves_every_layer_at_once(storage, monkeypatch):
     assert calls == [6]  # one gather over [layers, 2, B, H, capacity, D]
     for layer in range(2):
         assert positions(cache, layer) == [*range(PREFIX), PREFIX, PREFIX + 2, PREFIX + 5]
+
+
+def test_a_pruned_forwards_layers_move_by_their_own_index_map(storage, monkeypatch):
+    """A pruned forward (ProPD): layers 0-1 cached every slot, layers 2-3 only slots 0, 2 and 5, in columns 0-2
+    (their index map). The path 0, 2, 5 lands behind the prefix in every layer; in one KVStore each group of layers
+    moves with one gather (two in all), where per-layer storages take one a layer and tensor."""
+    cache = DynamicCache()
+    if storage != "dynamic":  # four layers (the fixture's caches hold two)
+        store = KVStore(4) if storage == "shared" else None
+        cache.layers = [PreallocatedLayer(4, store) for _ in range(4)]
+    pos = torch.arange(PREFIX + SLOTS, dtype=torch.float32)
+    kept = [0, 2, 5]
+    for layer in range(4):
+        p = pos if layer < 2 else torch.cat([pos[:PREFIX], PREFIX + torch.tensor(kept, dtype=torch.float32)])
+        k = (100 * layer + p).view(1, 1, -1, 1).expand(1, 2, -1, 4).clone()
+        cache.update(k, -k, layer)
+    cmap = torch.zeros(1, SLOTS, dtype=torch.long)
+    cmap[0, kept] = torch.arange(len(kept))
+    calls = []
+    gather = torch.Tensor.gather
+    monkeypatch.setattr(torch.Tensor, "gather", lambda t, *a, **kw: calls.append(t.dim()) or gather(t, *a, **kw))
+    assert keep_accepted(cache, [PREFIX], [torch.tensor(kept)], PREFIX, [None, None, cmap, cmap], [False]) == [
+        PREFIX + 3]
+    for layer in range(4):
+        assert positions(cache, layer) == [*range(PREFIX), PREFIX, PREFIX + 2, PREFIX + 5]
+    assert calls == ([6, 6] if storage == "shared" else [4] * 8)

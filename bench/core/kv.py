@@ -24,8 +24,9 @@ from transformers.cache_utils import DynamicLayer
 
 class KVStore:
     """Every layer's keys and values in one buffer [layers, 2, B, H, capacity, D], so that keep_accepted moves the
-    accepted entries of all layers in one gather and one scatter: four kernel launches a layer otherwise, ~120 a
-    compacting step of a 30-layer model, each of which a launch-bound GPU pays. Allocated by the first layer to
+    accepted entries of all layers in one gather and one scatter (one each per group of layers sharing an index
+    map: a pruned forward's two): four kernel launches a layer otherwise, ~120 a compacting step of a 30-layer
+    model, each of which a launch-bound GPU pays. Allocated by the first layer to
     initialise; a layer whose device, dtype or shape differs keeps buffers of its own."""
 
     def __init__(self, layers: int):
@@ -159,29 +160,51 @@ def keep_accepted(cache, prefix: list[int], paths: list[torch.Tensor], start: in
         leading = [bool(torch.equal(p.cpu(), torch.arange(len(p)))) for p in paths]
     in_place = all(leading) and all(k == start for k in prefix)
     store = getattr(cache.layers[0], "store", None) if cache.layers else None
-    if not in_place and columns is None and store is not None and store.whole(cache):  # every layer in one op
-        src, to = move_plan(paths, prefix, width, start, None, store.buf.device)
-        buf = store.buf[:, :, : len(paths)]
-        n_layers, _, b_, h, _, d = buf.shape
-        moved = buf.gather(4, src.view(1, 1, b_, 1, width, 1).expand(n_layers, 2, b_, h, width, d))
-        buf.scatter_(4, to.view(1, 1, b_, 1, width, 1).expand(n_layers, 2, b_, h, width, d), moved)
-        in_place = True  # moved: each layer is only cut below
+    whole = store is not None and store.whole(cache)  # every layer's slot in one buffer: a span of layers in one op
     plans: dict[tuple, tuple[torch.Tensor, torch.Tensor] | None] = {}  # per index map and device
+    layers_of: dict[tuple, list[int]] = {}  # the layers each plan moves
     for i, layer in enumerate(cache.layers):
         cmap = None if columns is None else columns[i]
-        key = (-1 if cmap is None else id(cmap), layer.keys.device)  # a model split over devices: per layer
+        device = store.buf.device if whole else layer.keys.device  # a model split over devices: per layer
+        key = (-1 if cmap is None else id(cmap), device)
         if key not in plans:
-            plans[key] = None if cmap is None and in_place else move_plan(paths, prefix, width, start, cmap,
-                                                                          layer.keys.device)
-        if plans[key] is not None:
-            src, to = plans[key]
-            for name in ("keys", "values"):
-                t = getattr(layer, name)
-                b_, h, _, d = t.shape
-                moved = t.gather(2, src.view(b_, 1, width, 1).expand(b_, h, width, d))  # read all, then write
-                t.scatter_(2, to.view(b_, 1, width, 1).expand(b_, h, width, d), moved)
+            plans[key] = None if cmap is None and in_place else move_plan(paths, prefix, width, start, cmap, device)
+        layers_of.setdefault(key, []).append(i)
+    slot = {id(m): s for s, m in enumerate(store.members)} if whole else {}
+    for key, layers in layers_of.items():
+        if plans[key] is None:
+            continue
+        if whole:  # the layers sharing an index map (all of them, or a pruned forward's two groups): one op a span
+            for lo, hi in spans(sorted(slot[id(cache.layers[i])] for i in layers)):
+                move(store.buf[lo:hi, :, : len(paths)], *plans[key])
+        else:
+            for i in layers:
+                for name in ("keys", "values"):
+                    move(getattr(cache.layers[i], name), *plans[key])
+    for layer in cache.layers:
         cut(layer, max(new_prefix))
     return new_prefix
+
+
+def spans(slots: list[int]) -> list[tuple[int, int]]:
+    """Sorted slots as [lo, hi) runs of consecutive ones."""
+    out: list[list[int]] = []
+    for s in slots:
+        if out and out[-1][1] == s:
+            out[-1][1] = s + 1
+        else:
+            out.append([s, s + 1])
+    return [(lo, hi) for lo, hi in out]
+
+
+def move(t: torch.Tensor, src: torch.Tensor, to: torch.Tensor) -> None:
+    """t [..., B, H, T, D] (a layer's keys or values, or a span of the store's layers): along T, row b's columns
+    src[b] are copied to to[b] ([B, width]), all read before any is written."""
+    shape, size = [1] * t.dim(), list(t.shape)
+    shape[-4], shape[-2] = src.shape
+    size[-2] = src.shape[1]
+    moved = t.gather(t.dim() - 2, src.view(shape).expand(size))
+    t.scatter_(t.dim() - 2, to.view(shape).expand(size), moved)
 
 
 def move_plan(paths, prefix, width, start, cmap, device) -> tuple[torch.Tensor, torch.Tensor]:
