@@ -315,9 +315,10 @@ class Engine:
         return inputs, prefix + tree.on(self.device).depth, mask
 
     def _groups(self, drafts: list[Draft], out) -> list[list[int]]:
-        """The rows verified together (Group): all where they share one tree at T = 0 and the forward dropped no
-        slot, else one a row (trees of different shapes; the stochastic walk, with each row's own generator)."""
-        whole = (self.temperature == 0 and out.kept is None and one_tree(drafts)
+        """The rows verified together (Group): all where they share one tree at T = 0 (slots a pruned forward
+        dropped are each row's own non-candidates), else one a row (trees of different shapes; the stochastic walk,
+        with each row's own generator)."""
+        whole = (self.temperature == 0 and one_tree(drafts)
                  and len({d.candidates is None for d in drafts}) == 1)
         return [list(range(len(drafts)))] if whole else [[b] for b in range(len(drafts))]
 
@@ -334,7 +335,7 @@ class Engine:
                 mine = [drafts[b].candidates for b in group]
                 candidates = (torch.stack(mine) if len(mine) > 1 else mine[0][None]).to(self.device)
             verified = inputs.new_full((len(group),), tree.size)
-            if out.kept is not None:  # slots the forward dropped are never accepted (rows alone: _groups)
+            if out.kept is not None:  # slots the forward dropped are never accepted
                 kept = out.kept[at, :n].to(self.device)
                 candidates = kept if candidates is None else candidates & kept
                 verified = kept.sum(-1) - 1  # read with the step's counts, not on its own
