@@ -162,12 +162,11 @@ class Engine:
 
     def _propose(self, rows: list[Row]) -> list[Draft | None]:
         """Each row's draft for the next step (None: the step drafts itself, graph mode's whole-step graph)."""
-        if len(rows) == 1:
-            r = rows[0]
-            return [r.proposer.propose(r.host if r.proposer.host_tokens else r.seq, r.length)]
         first = rows[0].proposer  # the rows are forks of one proposer: the first drafts for all
-        return first.propose_batch([r.proposer for r in rows], [r.host if first.host_tokens else r.seq for r in rows],
-                                   [r.length for r in rows])
+        seqs = [r.host if first.host_tokens else r.seq for r in rows]
+        if len(rows) == 1:
+            return [first.propose(seqs[0], rows[0].length)]
+        return first.propose_batch([r.proposer for r in rows], seqs, [r.length for r in rows])
 
     def new_cache(self, positions: int):
         """A cache for one generation; one buffer for all layers unless the model is split over devices."""

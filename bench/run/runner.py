@@ -346,9 +346,8 @@ def command_overrides() -> dict[str, str]:
 
 def run_summary(cfg, runner: Runner, records: list[dict], ckpt: Checkpoint | None = None) -> dict:
     """The run's summary.json (metrics, speedups against the latest baselines, provenance); bench.run.store.write_run
-    writes it with the records.
-
-    With a checkpoint, the run keeps the id it was started under and says where it was resumed."""
+    writes it with the records. With a checkpoint, the run keeps the id it was started under and says where it was
+    resumed."""
     b = runner.bundle
     results = project_path(cfg.paths.results)
     rid = ckpt.run_id if ckpt else run_id(cfg)
@@ -379,9 +378,7 @@ def run_summary(cfg, runner: Runner, records: list[dict], ckpt: Checkpoint | Non
         "overrides": command_overrides(),
         "machine": prov["machine"],
         "method_settings": runner.method.describe(),
-        # At batch > 1: one draft call for every row of a step, or one a row (absent: recorded before batched
-        # drafting existed, when every method drafted row by row; the projection prices each with its own step costs)
-        "draft_rows_at_once": drafts_rows_at_once(runner.method),
+        "draft_rows_at_once": drafts_rows_at_once(runner.method),  # absent: before 4b29af0, rows drafted alone
         "summary": metrics.summarize(records),
         "groups": metrics.by_group(records),
         "provenance": prov,
