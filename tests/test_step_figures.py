@@ -4,6 +4,7 @@ Figures 2 and 5 and Table 4's selection, Post-use & Pre-cut Figure 2; expected v
 from __future__ import annotations
 
 import gzip
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -17,6 +18,7 @@ from bench.report.holistic.fig2 import holistic_fig2
 from bench.report.propd.fig6 import build_fig6, fig6_run, propd_fig6
 from bench.report.registry import produce, resolve
 from bench.report.select import MissingRunsError, RunSet
+from bench.run.store import Run
 from tests.fixtures.dyspec_results import Writer, write_full
 from tests.fixtures.runs import Memory, bound, build, frame
 from tests.fixtures.step_results import holistic_run, write_step_results
@@ -133,3 +135,14 @@ def test_dyspec_table4_selects_its_variant():
     assert t4[t4["dataset"] == "openwebtext"]["dyspec_run_id"].isna().all()  # no b768 run there
     t1 = build_dyspec_table(bound("dyspec/table", root), paper_table=1)  # Table 1 keeps the budget-64 runs
     assert t1[(t1["dataset"] == "c4") & (t1["temperature"] == 0.0)]["dyspec_run_id"].item() != b768
+
+
+def test_propd_fig6_keeps_its_own_run_beside_a_later_propd_run_of_other_heads():
+    # a later sweep of another artifact, with heads built again, must not anchor Figure 6 and so leave its run out
+    def run(run_id, experiment, heads, machine):
+        return Run(Path(run_id), {"run_id": run_id, "model": "m", "dataset": "mt_bench", "machine": machine,
+                                  "max_new_tokens": 128, "method": "propd", "experiment": experiment, "batch_size": 1,
+                                  "temperature": 0.0, "method_settings": {"hit_rates": [[0.5]], "heads": heads}})
+    own, later = run("own", "propd_fig6", "trained:h-1111aaaa", "x"), run("later", "propd_table3", "trained:h-2222bbbb", "y")
+    assert fig6_run(RunSet([own, later], Path("mem"), experiments=("propd_fig6",))).run_id == "own"
+    assert fig6_run(RunSet([later], Path("mem"), experiments=("propd_fig6",))).run_id == "later"  # none of its own

@@ -21,8 +21,11 @@ PAPER_SAYS = ("Paper (Figure 6, a worked example, not a measurement): from the h
 
 
 def fig6_run(runs: RunSet, model: str | None = None) -> Run:
-    """The latest propd run with recorded hit rates, preferring propd_fig6's and batch 1; none: MissingRunsError."""
-    p = runs.where(method="propd", greedy=True, keep=lambda r: r.settings.get("hit_rates")).pin(model=model, same=())
+    """The latest propd run with recorded hit rates, preferring propd_fig6's and batch 1; none: MissingRunsError.
+    Anchored on the artifact's own sweep (`family`): a newer propd run of another heads build made for another
+    artifact would otherwise anchor the pin, and its build check would leave propd_fig6's own run out."""
+    p = runs.where(method="propd", greedy=True, keep=lambda r: r.settings.get("hit_rates")).pin(
+        model=model, same=(), family="propd")
     run = (p.latest(lambda r: r.experiment == "propd_fig6" and r.batch_size == 1)
            or p.latest(lambda r: r.batch_size == 1) or p.latest())
     if run is None:
