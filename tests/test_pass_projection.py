@@ -77,3 +77,28 @@ def test_a_lease_added_later_is_projected_as_it_was_ahead_of_it(monkeypatch):
     same = pp.project()["gpus"]["next"]["rows"]
     assert {m: r.get("step_ratio") for m, r in same.items()} == {
         m: r.get("step_ratio") for m, r in ahead["gpus"]["H200"]["rows"].items()}
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_the_next_lease_s_methods_launch_at_this_tree_the_ops_ahead_priced(tmp_path, capsys):
+    """`ahead` projects the next lease's speedup part (docs/gpu.md, call 4) with step_costs.json, measured at an
+    older commit: at this tree the part's methods must launch the ops a step the file records, phase by phase (the
+    forward too), or the held-out check would price code the lease does not run. After a change that fails here,
+    measure again (`make step-costs` and the sitting NEWEST, in a worktree of the new commit)."""
+    from bench.cost.host import STEP_COSTS
+    from bench.perf import step_costs
+
+    committed = json.loads(STEP_COSTS.read_text())
+    names = sorted(pp.methods(pp.sitting()[1]))
+    assert len(names) >= 6
+    out = tmp_path / "now.json"
+    assert step_costs.main(["--methods", ",".join(names), "--prompts", str(committed["prompts"]),
+                            "--max-new", str(committed["max_new_tokens"]), "--out", str(out)]) == 0
+    now, _ = json.loads(out.read_text()), capsys.readouterr()
+    assert now["bare_forward_ops"] == committed["bare_forward_ops"]
+    for name in names:
+        was, got = committed["methods"][name], now["methods"][name]
+        assert (got["steps"], got["mat"]) == (was["steps"], was["mat"]), name
+        ops = {phase: p["ops"] for phase, p in got["phases"].items()}
+        assert ops == pytest.approx({phase: p["ops"] for phase, p in was["phases"].items()}, abs=0.05), name
