@@ -9,8 +9,9 @@ import pytest
 
 from bench.cost import gpu_validation
 from bench.cost import pass_projection as pp
-from bench.cost.host import HostCost, StepCosts
+from bench.cost.host import STEP_COSTS, HostCost, StepCosts
 from bench.cost.profiles import Profile
+from bench.perf import step_costs
 
 COSTS = StepCosts("here", {"1": 100, "n": 110}, {
     "ar": {"phases": {"update": {"python_share": 0.5, "ops": 20}, "target_forward": {"python_share": 0.1, "ops": 100}}},
@@ -86,9 +87,6 @@ def test_the_next_lease_s_methods_launch_at_this_tree_the_ops_ahead_priced(tmp_p
     older commit: at this tree the part's methods must launch the ops a step the file records, phase by phase (the
     forward too), or the held-out check would price code the lease does not run. After a change that fails here,
     measure again (`make step-costs` and the sitting NEWEST, in a worktree of the new commit)."""
-    from bench.cost.host import STEP_COSTS
-    from bench.perf import step_costs
-
     committed = json.loads(STEP_COSTS.read_text())
     names = sorted(pp.methods(pp.sitting()[1]))
     assert len(names) >= 6
