@@ -3,6 +3,8 @@ that checker shown to report each planted error and accept what exists."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from bench.paths import PROJECT
@@ -17,6 +19,34 @@ def test_doc_names_only_what_exists(doc):
 def test_docs_folder_and_front_door():
     assert (PROJECT / "docs" / "README.md").is_file()
     assert len((PROJECT / "README.md").read_text().splitlines()) <= 150
+
+
+def papers_table_figures(readme: str) -> dict[str, list[str]]:
+    """Each paper row of the README's "The four papers" table: the decimal figures of its last cell (what was
+    measured here), which the page of record states."""
+    rows = [line for line in readme.split("## The four papers", 1)[1].split("\n## ", 1)[0].splitlines()
+            if line.startswith("| [")]
+    return {row.split("]")[0][3:]: re.findall(r"\d+\.\d+", row.rstrip(" |").rsplit("|", 1)[1]) for row in rows}
+
+
+def test_the_front_door_s_paper_figures_are_reproduced_md_s():
+    # The paper table summarises REPRODUCED.md: once a sitting re-measures an artifact and the page regenerates,
+    # a figure the README still quotes from the old runs fails here (it happened: ProPD's row outlived its runs).
+    # Each figure is looked up in its paper's own section, not in the page's thousands; one can still match by
+    # chance, so this catches a stale row rather than every stale figure (four of that row's seven).
+    sections = {part.split(" (", 1)[0].split(":", 1)[0]: part
+                for part in (PROJECT / "REPRODUCED.md").read_text().split("\n## ")[1:]}
+    figures = papers_table_figures((PROJECT / "README.md").read_text())
+    assert set(figures) == {"Token Recycling", "DySpec", "ProPD", "Post-use & Pre-cut"} <= set(sections)
+    stale = {paper: [f for f in found if not re.search(rf"(?<![\d.]){re.escape(f)}(?![\d])", sections[paper])]
+             for paper, found in figures.items()}
+    assert not any(stale.values()), stale
+
+
+def test_papers_table_figures_reads_the_last_cell():
+    readme = ("## The four papers\n\n| paper | targets | here |\n|---|---|---|\n"
+              "| [A](a.md) | `make a-1.5` | holds: 2.04x at 1, 0.51-0.82x |\n\n## Layout\n| [B](b.md) | 9.9 |\n")
+    assert papers_table_figures(readme) == {"A": ["2.04", "0.51", "0.82"]}
 
 
 def test_generated_roots_are_ignored_by_git():
