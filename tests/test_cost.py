@@ -4,6 +4,8 @@ against the papers' published AR baselines, the profile's interpolation, and a r
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +15,7 @@ from bench.cost.profiles import (
     ModelShape,
     Profile,
     baselines,
+    fit_layer_overhead,
     load_profile,
     roofline_ms,
     roofline_profile,
@@ -66,6 +69,22 @@ def test_roofline_is_within_15_percent_of_every_published_ar_baseline():
     assert abs(worst["error"]) <= 0.15, worst
     offloaded = next(r for r in rows if "offloaded" in r["baseline"])
     assert abs(offloaded["error"]) <= 0.05  # 70B streamed over PCIe: 5.6 s per token
+
+
+def test_the_fitted_overhead_is_the_hardware_files_and_each_row_holds_without_its_own_baseline():
+    rows = baselines()
+    on_device = [r for r in rows if not r["offloaded"]]
+    assert round(fit_layer_overhead(on_device), 2) == Hardware.load("a100-80gb").layer_overhead_ms == 0.36
+    assert len(on_device) == 5 and all(abs(r["leave_one_out"]) <= 0.15 for r in on_device)
+    # a fit over rows the overhead explains exactly gives that overhead back
+    exact = [{**r, "published_ms": r["roofline_ms"] - r["overhead_ms"] + 0.5 * r["layers"]} for r in on_device]
+    assert fit_layer_overhead(exact) == pytest.approx(0.5)
+
+
+def test_the_committed_baselines_table_is_what_the_code_computes():
+    """docs/cost_model.md quotes evidence/projection/baselines.json (`python -m bench.cost.profiles`)."""
+    committed = json.loads((Path(__file__).parents[1] / "evidence/projection/baselines.json").read_text())
+    assert committed["rows"] == json.loads(json.dumps(baselines()))
 
 
 def test_unknown_names_are_one_error():

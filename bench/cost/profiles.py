@@ -235,7 +235,8 @@ BASELINES = (
 
 def baselines(dtype: str = "float16") -> list[dict]:
     """Each published AR baseline beside the roofline's ms per token (one forward of one token at the mean
-    context) and the relative error. A negative scale reads a rate: ms = -scale / value."""
+    context) and the relative error; for an on-device row also the error with the per-layer overhead refitted
+    without it (`leave_one_out`). A negative scale reads a rate: ms = -scale / value."""
     import pandas as pd
 
     out = []
@@ -243,7 +244,27 @@ def baselines(dtype: str = "float16") -> list[dict]:
         df = pd.read_csv(PAPERS / csv)
         row = df[np.logical_and.reduce([df[k] == v for k, v in where.items()])].iloc[0]
         published = scale * row[column] if scale > 0 else -scale / row[column]
-        ours = roofline_ms(ModelShape.load(model), Hardware.load(hardware), dtype, 1, context, offloaded)
-        out.append({"baseline": label, "model": model, "hardware": hardware, "published_ms": published,
-                    "roofline_ms": ours, "error": ours / published - 1})
+        shape, hw = ModelShape.load(model), Hardware.load(hardware)
+        ours = roofline_ms(shape, hw, dtype, 1, context, offloaded)
+        out.append({"baseline": label, "model": model, "hardware": hardware, "offloaded": offloaded,
+                    "published_ms": published, "roofline_ms": ours, "error": ours / published - 1,
+                    "layers": shape.num_hidden_layers, "overhead_ms": shape.num_hidden_layers * hw.layer_overhead_ms})
+    fitted = [r for r in out if not r["offloaded"]]  # an offloaded forward is the link's, not the launches'
+    for r in fitted:
+        others = fit_layer_overhead([o for o in fitted if o is not r])
+        r["leave_one_out"] = (r["roofline_ms"] - r["overhead_ms"] + r["layers"] * others) / r["published_ms"] - 1
     return out
+
+
+def fit_layer_overhead(rows: list[dict]) -> float:
+    """The per-layer overhead (ms) that fits the rows' published ms per token best in least squares: what each
+    row's roofline leaves unexplained (published - roofline without its overhead) against its layer count."""
+    layers = np.array([r["layers"] for r in rows], dtype=float)
+    unexplained = np.array([r["published_ms"] - r["roofline_ms"] + r["overhead_ms"] for r in rows])
+    return float(layers @ unexplained / (layers @ layers))
+
+
+if __name__ == "__main__":  # evidence/projection/baselines.json: the table of docs/cost_model.md
+    rows = baselines()
+    print(json.dumps({"layer_overhead_ms_fit": round(fit_layer_overhead([r for r in rows if not r["offloaded"]]), 4),
+                      "rows": rows}, indent=1))
