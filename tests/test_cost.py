@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -32,6 +31,7 @@ from bench.cost.replay import (
     target_steps,
 )
 from bench.errors import HarnessError
+from bench.paths import PROJECT
 
 
 def test_shapes_count_the_published_parameters():
@@ -83,7 +83,7 @@ def test_the_fitted_overhead_is_the_hardware_files_and_each_row_holds_without_it
 
 def test_the_committed_baselines_table_is_what_the_code_computes():
     """docs/cost_model.md quotes evidence/projection/baselines.json (`python -m bench.cost.profiles`)."""
-    committed = json.loads((Path(__file__).parents[1] / "evidence/projection/baselines.json").read_text())
+    committed = json.loads((PROJECT / "evidence/projection/baselines.json").read_text())
     assert committed["rows"] == json.loads(json.dumps(baselines()))
 
 

@@ -249,16 +249,18 @@ def baselines(dtype: str = "float16") -> list[dict]:
         out.append({"baseline": label, "model": model, "hardware": hardware, "offloaded": offloaded,
                     "published_ms": published, "roofline_ms": ours, "error": ours / published - 1,
                     "layers": shape.num_hidden_layers, "overhead_ms": shape.num_hidden_layers * hw.layer_overhead_ms})
-    fitted = [r for r in out if not r["offloaded"]]  # an offloaded forward is the link's, not the launches'
-    for r in fitted:
-        others = fit_layer_overhead([o for o in fitted if o is not r])
-        r["leave_one_out"] = (r["roofline_ms"] - r["overhead_ms"] + r["layers"] * others) / r["published_ms"] - 1
+    for r in out:
+        if not r["offloaded"]:
+            others = fit_layer_overhead([o for o in out if o is not r])
+            r["leave_one_out"] = (r["roofline_ms"] - r["overhead_ms"] + r["layers"] * others) / r["published_ms"] - 1
     return out
 
 
 def fit_layer_overhead(rows: list[dict]) -> float:
     """The per-layer overhead (ms) that fits the rows' published ms per token best in least squares: what each
-    row's roofline leaves unexplained (published - roofline without its overhead) against its layer count."""
+    on-device row's roofline leaves unexplained (published - roofline without its overhead) against its layer
+    count. Offloaded rows are left out: their forward is the host link's, not the launches'."""
+    rows = [r for r in rows if not r.get("offloaded")]
     layers = np.array([r["layers"] for r in rows], dtype=float)
     unexplained = np.array([r["published_ms"] - r["roofline_ms"] + r["overhead_ms"] for r in rows])
     return float(layers @ unexplained / (layers @ layers))
@@ -266,5 +268,4 @@ def fit_layer_overhead(rows: list[dict]) -> float:
 
 if __name__ == "__main__":  # evidence/projection/baselines.json: the table of docs/cost_model.md
     rows = baselines()
-    print(json.dumps({"layer_overhead_ms_fit": round(fit_layer_overhead([r for r in rows if not r["offloaded"]]), 4),
-                      "rows": rows}, indent=1))
+    print(json.dumps({"layer_overhead_ms_fit": round(fit_layer_overhead(rows), 4), "rows": rows}, indent=1))
